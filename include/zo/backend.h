@@ -1,0 +1,139 @@
+/* zo_backend: the compute backend interface, a table of function pointers
+ * chosen at run time (CPU: OpenMP + SIMD + BLAS; CUDA: cuBLASLt + kernels).
+ *
+ * Streams and events have CUDA semantics on every backend: operations queued on
+ * one stream run in order, operations on different streams are unordered unless
+ * an event orders them, and the host sees results only after a synchronize.
+ * The CPU backend runs each stream on a worker thread. The NULL stream is the
+ * backend's default stream: on the CPU it runs the operation on the calling
+ * thread before returning; on CUDA it is the legacy default stream.
+ *
+ * Pointers passed to ops are device pointers (on the CPU backend, host memory).
+ * Op argument order is outputs, inputs, shape letters, stream (llm.c). All ops
+ * here are fp32 with fp32 accumulation. Gradient outputs named d<param>
+ * accumulate (+=); activation gradients overwrite unless the comment says +=.
+ * No op allocates: scratch space is passed in by the caller. */
+#ifndef ZO_BACKEND_H
+#define ZO_BACKEND_H
+
+#include "zo/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zo_stream *zo_stream_t;
+typedef struct zo_event *zo_event_t;
+typedef const struct zo_backend *zo_backend_t;
+
+enum zo_copy_kind { ZO_COPY_H2D, ZO_COPY_D2H, ZO_COPY_D2D, ZO_COPY_H2H };
+
+struct zo_backend {
+  const char *name; /* "cpu", "cuda" */
+
+  /* ---- lifetime and memory ---------------------------------------------- */
+  /* Device memory: one call per arena, at start-up. Returns 0 or -ENOMEM
+   * (message names bytes asked, free and total). */
+  int (*mem_alloc)(void **ptr, size_t nbytes);
+  void (*mem_free)(void *ptr);
+  /* Free and total device memory in bytes. Returns 0 or -errno. */
+  int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+  /* Number of worker threads ops may use (OpenMP on the CPU backend). */
+  void (*set_threads)(int n_threads);
+
+  /* ---- streams and events ----------------------------------------------- */
+  /* Returns 0 or -errno. */
+  int (*stream_create)(zo_stream_t *stream);
+  /* Waits for queued work, then frees. Accepts NULL. */
+  void (*stream_destroy)(zo_stream_t stream);
+  /* Blocks the host until all work queued on stream so far has finished. */
+  int (*stream_synchronize)(zo_stream_t stream);
+  int (*event_create)(zo_event_t *event);
+  void (*event_destroy)(zo_event_t event);
+  /* Captures the work queued on stream so far; the event completes when it
+   * has run. Re-recording an event replaces what it captures. */
+  int (*event_record)(zo_event_t event, zo_stream_t stream);
+  /* Work queued on stream after this call waits for event's capture. An
+   * event never recorded is complete. */
+  int (*stream_wait_event)(zo_stream_t stream, zo_event_t event);
+  /* Blocks the host until event's capture has run. */
+  int (*event_synchronize)(zo_event_t event);
+  /* Asynchronous copy ordered on stream. Host memory should be pinned for
+   * overlap on CUDA; any host memory is correct. Returns 0 or -errno. */
+  int (*memcpy_async)(void *dst, const void *src, size_t nbytes, enum zo_copy_kind kind,
+                      zo_stream_t stream);
+  /* Sets nbytes of device memory to byte value, ordered on stream. */
+  int (*memset_async)(void *dst, int value, size_t nbytes, zo_stream_t stream);
+
+  /* ---- ops -------------------------------------------------------------- */
+  /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;
+   * wte (V,C), wpe (maxT,C) with T <= maxT. */
+  void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                          int B, int T, int C, zo_stream_t stream);
+  /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. */
+  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                           int B, int T, int C, zo_stream_t stream);
+  /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for
+   * backward. eps = 1e-5, biased variance (PyTorch LayerNorm). */
+  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C,
+                            zo_stream_t stream);
+  /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
+   * dweight, dbias (C) +=. */
+  void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int N, int C, zo_stream_t stream);
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+  void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                         int N, int C, int OC, zo_stream_t stream);
+  /* dinp (N,C) = dout (N,OC) @ weight (overwrites; NULL skips);
+   * dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (NULL skips). */
+  void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int C, int OC,
+                          zo_stream_t stream);
+  /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (B,T,NH,C/NH);
+   * out (B,T,C) heads concatenated; att (B,NH,T,T) softmax probabilities, saved for
+   * backward (entries above the diagonal are written as 0). Scale 1/sqrt(C/NH). */
+  void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                            int NH, zo_stream_t stream);
+  /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch. */
+  void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH, zo_stream_t stream);
+  /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
+  void (*gelu_forward)(float *out, const float *inp, size_t N, zo_stream_t stream);
+  /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */
+  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N,
+                        zo_stream_t stream);
+  /* out = inp1 + inp2 over N elements; out may alias either input. */
+  void (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t N,
+                           zo_stream_t stream);
+  /* dinp1 += dout; dinp2 += dout. */
+  void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, size_t N,
+                            zo_stream_t stream);
+  /* Fused softmax + cross-entropy over the rows of logits (N,Vp) whose first V
+   * columns are real (columns V..Vp-1 are padding and never enter the softmax).
+   * losses (N) = -log softmax(row)[targets[n]]; a row whose target is -1 gets
+   * loss 0 and zero gradient. If dlogits is not NULL it receives
+   * (softmax(row) - onehot(target)) * dloss with padded columns 0; dlogits may
+   * alias logits. targets must be -1 or in [0, V). */
+  void (*crossentropy_forward)(float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, float dloss, int N, int V, int Vp,
+                               zo_stream_t stream);
+};
+
+/* The CPU backend (always available). */
+zo_backend_t zo_backend_cpu(void);
+
+/* The CUDA backend, or NULL with zo_last_error() set when the build has no
+ * CUDA, no driver or no GPU is present, or the backend is not complete. */
+zo_backend_t zo_backend_cuda(void);
+
+/* "auto", "cpu" or "cuda". auto takes CUDA when usable and the CPU otherwise,
+ * printing one line that says why. Returns NULL (zo_last_error set) when the
+ * named backend is unavailable. */
+zo_backend_t zo_backend_init(const char *device, int n_threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_BACKEND_H */

@@ -1,0 +1,76 @@
+/* Errors, contract checks, dtype sizes and timing shared by every module.
+ * The last-error message is per thread so that stream workers and the main
+ * thread never overwrite each other's. */
+#include "zo/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static _Thread_local char last_error[1024];
+
+size_t zo_dtype_size(enum zo_dtype dtype) {
+  switch (dtype) {
+  case ZO_F32: return 4;
+  case ZO_BF16: return 2;
+  case ZO_F16: return 2;
+  case ZO_I32: return 4;
+  case ZO_U16: return 2;
+  case ZO_U8: return 1;
+  }
+  zo_abort(__FILE__, __LINE__, "unknown dtype %d", (int)dtype);
+}
+
+const char *zo_dtype_name(enum zo_dtype dtype) {
+  switch (dtype) {
+  case ZO_F32: return "F32";
+  case ZO_BF16: return "BF16";
+  case ZO_F16: return "F16";
+  case ZO_I32: return "I32";
+  case ZO_U16: return "U16";
+  case ZO_U8: return "U8";
+  }
+  return "?";
+}
+
+int zo_error(int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+const char *zo_last_error(void) { return last_error; }
+
+void zo_abort(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "zoffload: fatal: %s:%d: ", file, line);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  abort();
+}
+
+const char *zo_format_bytes(size_t nbytes, char buf[32]) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)nbytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, 32, "%zu B", nbytes);
+  else
+    snprintf(buf, 32, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+double zo_time_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
