@@ -27,8 +27,14 @@ int zo_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* The calling thread's last error message, "" when none. */
 const char *zo_last_error(void);
 
+#ifdef __cplusplus
+#define ZO_NORETURN [[noreturn]]
+#else
+#define ZO_NORETURN _Noreturn
+#endif
+
 /* Aborts with file:line and the message. Used by ZO_ASSERT. */
-_Noreturn void zo_abort(const char *file, int line, const char *fmt, ...)
+ZO_NORETURN void zo_abort(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define ZO_ASSERT(cond)                                                         \

@@ -1,0 +1,351 @@
+/* The CPU backend table: every op becomes a task on a zo_cpu stream (stream.c)
+ * that calls the zo_cpu_* implementation with the arguments copied at enqueue
+ * time; on the NULL stream it runs before the call returns. "Device" memory is
+ * host memory, page aligned. Nothing here computes or keeps state. */
+#include "cpu.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZO_CPU_MEM_ALIGN 4096 /* bytes: pages, so O_DIRECT I/O may target the arena */
+
+/* ---- memory --------------------------------------------------------------- */
+
+static int cpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return zo_error(-errno, "cpu backend: cannot open /proc/meminfo: %s", strerror(errno));
+  unsigned long long avail_kib = 0, total_kib = 0;
+  int found = 0;
+  char line[256];
+  while (found < 2 && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemTotal: %llu kB", &total_kib) == 1 ||
+        sscanf(line, "MemAvailable: %llu kB", &avail_kib) == 1)
+      found++;
+  }
+  fclose(f);
+  if (found < 2) return zo_error(-EIO, "cpu backend: /proc/meminfo lacks MemTotal or MemAvailable");
+  *free_bytes = (size_t)avail_kib * 1024;
+  *total_bytes = (size_t)total_kib * 1024;
+  return 0;
+}
+
+/* Refuses more than the machine's total memory up front: under overcommit
+ * aligned_alloc could succeed and the process be killed at first touch. */
+static int cpu_mem_alloc(void **ptr, size_t nbytes) {
+  *ptr = NULL;
+  size_t free_bytes = 0, total_bytes = 0;
+  bool have_info = cpu_mem_info(&free_bytes, &total_bytes) == 0;
+  /* aligned_alloc wants a multiple of the alignment; never ask for 0 bytes. */
+  size_t rounded = (nbytes + ZO_CPU_MEM_ALIGN - 1) / ZO_CPU_MEM_ALIGN * ZO_CPU_MEM_ALIGN;
+  if (nbytes == 0) rounded = ZO_CPU_MEM_ALIGN;
+  bool fits = nbytes <= SIZE_MAX - ZO_CPU_MEM_ALIGN && (!have_info || nbytes <= total_bytes);
+  if (fits) *ptr = aligned_alloc(ZO_CPU_MEM_ALIGN, rounded);
+  if (*ptr) return 0;
+  char asked[32], avail[32] = "?", total[32] = "?";
+  if (have_info) {
+    zo_format_bytes(free_bytes, avail);
+    zo_format_bytes(total_bytes, total);
+  }
+  return zo_error(-ENOMEM,
+                  "cpu backend: cannot allocate %s (%zu bytes) of host memory for the device "
+                  "arena; %s available of %s total: lower gpu_memory_budget",
+                  zo_format_bytes(nbytes, asked), nbytes, avail, total);
+}
+
+static void cpu_mem_free(void *ptr) { free(ptr); }
+
+struct copy_args {
+  void *dst;
+  const void *src;
+  size_t nbytes;
+};
+
+static void copy_run(void *p) {
+  struct copy_args *a = p;
+  memcpy(a->dst, a->src, a->nbytes);
+}
+
+/* Every kind is host to host here. */
+static int cpu_memcpy_async(void *dst, const void *src, size_t nbytes, enum zo_copy_kind kind,
+                            zo_stream_t stream) {
+  struct copy_args a = {dst, src, nbytes};
+  zo_cpu_stream_enqueue(stream, copy_run, &a, sizeof a);
+  return 0;
+}
+
+struct set_args {
+  void *dst;
+  int value;
+  size_t nbytes;
+};
+
+static void set_run(void *p) {
+  struct set_args *a = p;
+  memset(a->dst, a->value, a->nbytes);
+}
+
+static int cpu_memset_async(void *dst, int value, size_t nbytes, zo_stream_t stream) {
+  struct set_args a = {dst, value, nbytes};
+  zo_cpu_stream_enqueue(stream, set_run, &a, sizeof a);
+  return 0;
+}
+
+/* ---- ops: args struct, task function, table entry ------------------------- */
+
+struct encoder_forward_args {
+  float *out;
+  const int32_t *inp;
+  const float *wte, *wpe;
+  int B, T, C;
+};
+
+static void encoder_forward_run(void *p) {
+  struct encoder_forward_args *a = p;
+  zo_cpu_encoder_forward(a->out, a->inp, a->wte, a->wpe, a->B, a->T, a->C);
+}
+
+static void cpu_encoder_forward(float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, int B, int T, int C, zo_stream_t stream) {
+  struct encoder_forward_args a = {out, inp, wte, wpe, B, T, C};
+  zo_cpu_stream_enqueue(stream, encoder_forward_run, &a, sizeof a);
+}
+
+struct encoder_backward_args {
+  float *dwte, *dwpe;
+  const float *dout;
+  const int32_t *inp;
+  int B, T, C;
+};
+
+static void encoder_backward_run(void *p) {
+  struct encoder_backward_args *a = p;
+  zo_cpu_encoder_backward(a->dwte, a->dwpe, a->dout, a->inp, a->B, a->T, a->C);
+}
+
+static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                 int B, int T, int C, zo_stream_t stream) {
+  struct encoder_backward_args a = {dwte, dwpe, dout, inp, B, T, C};
+  zo_cpu_stream_enqueue(stream, encoder_backward_run, &a, sizeof a);
+}
+
+struct layernorm_forward_args {
+  float *out, *mean, *rstd;
+  const float *inp, *weight, *bias;
+  int N, C;
+};
+
+static void layernorm_forward_run(void *p) {
+  struct layernorm_forward_args *a = p;
+  zo_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->N, a->C);
+}
+
+static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                  const float *weight, const float *bias, int N, int C,
+                                  zo_stream_t stream) {
+  struct layernorm_forward_args a = {out, mean, rstd, inp, weight, bias, N, C};
+  zo_cpu_stream_enqueue(stream, layernorm_forward_run, &a, sizeof a);
+}
+
+struct layernorm_backward_args {
+  float *dinp, *dweight, *dbias;
+  const float *dout, *inp, *weight, *mean, *rstd;
+  int N, C;
+};
+
+static void layernorm_backward_run(void *p) {
+  struct layernorm_backward_args *a = p;
+  zo_cpu_layernorm_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean,
+                            a->rstd, a->N, a->C);
+}
+
+static void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, const float *mean,
+                                   const float *rstd, int N, int C, zo_stream_t stream) {
+  struct layernorm_backward_args a = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
+  zo_cpu_stream_enqueue(stream, layernorm_backward_run, &a, sizeof a);
+}
+
+struct matmul_forward_args {
+  float *out;
+  const float *inp, *weight, *bias;
+  int N, C, OC;
+};
+
+static void matmul_forward_run(void *p) {
+  struct matmul_forward_args *a = p;
+  zo_cpu_matmul_forward(a->out, a->inp, a->weight, a->bias, a->N, a->C, a->OC);
+}
+
+static void cpu_matmul_forward(float *out, const float *inp, const float *weight,
+                               const float *bias, int N, int C, int OC, zo_stream_t stream) {
+  struct matmul_forward_args a = {out, inp, weight, bias, N, C, OC};
+  zo_cpu_stream_enqueue(stream, matmul_forward_run, &a, sizeof a);
+}
+
+struct matmul_backward_args {
+  float *dinp, *dweight, *dbias;
+  const float *dout, *inp, *weight;
+  int N, C, OC;
+};
+
+static void matmul_backward_run(void *p) {
+  struct matmul_backward_args *a = p;
+  zo_cpu_matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->N, a->C,
+                         a->OC);
+}
+
+static void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, int N, int C, int OC,
+                                zo_stream_t stream) {
+  struct matmul_backward_args a = {dinp, dweight, dbias, dout, inp, weight, N, C, OC};
+  zo_cpu_stream_enqueue(stream, matmul_backward_run, &a, sizeof a);
+}
+
+struct attention_forward_args {
+  float *out, *att;
+  const float *qkv;
+  int B, T, C, NH;
+};
+
+static void attention_forward_run(void *p) {
+  struct attention_forward_args *a = p;
+  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH);
+}
+
+static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH, zo_stream_t stream) {
+  struct attention_forward_args a = {out, att, qkv, B, T, C, NH};
+  zo_cpu_stream_enqueue(stream, attention_forward_run, &a, sizeof a);
+}
+
+struct attention_backward_args {
+  float *dqkv, *datt;
+  const float *dout, *qkv, *att;
+  int B, T, C, NH;
+};
+
+static void attention_backward_run(void *p) {
+  struct attention_backward_args *a = p;
+  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->C, a->NH);
+}
+
+static void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                   const float *att, int B, int T, int C, int NH,
+                                   zo_stream_t stream) {
+  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, C, NH};
+  zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
+}
+
+/* gelu and residual share one shape: out, in1, in2, N. */
+struct elementwise_args {
+  float *out;
+  const float *in1, *in2;
+  size_t N;
+};
+
+static void gelu_forward_run(void *p) {
+  struct elementwise_args *a = p;
+  zo_cpu_gelu_forward(a->out, a->in1, a->N);
+}
+
+static void cpu_gelu_forward(float *out, const float *inp, size_t N, zo_stream_t stream) {
+  struct elementwise_args a = {out, inp, NULL, N};
+  zo_cpu_stream_enqueue(stream, gelu_forward_run, &a, sizeof a);
+}
+
+static void gelu_backward_run(void *p) {
+  struct elementwise_args *a = p;
+  zo_cpu_gelu_backward(a->out, a->in1, a->in2, a->N);
+}
+
+static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N,
+                              zo_stream_t stream) {
+  struct elementwise_args a = {dinp, inp, dout, N};
+  zo_cpu_stream_enqueue(stream, gelu_backward_run, &a, sizeof a);
+}
+
+static void residual_forward_run(void *p) {
+  struct elementwise_args *a = p;
+  zo_cpu_residual_forward(a->out, a->in1, a->in2, a->N);
+}
+
+static void cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N,
+                                 zo_stream_t stream) {
+  struct elementwise_args a = {out, inp1, inp2, N};
+  zo_cpu_stream_enqueue(stream, residual_forward_run, &a, sizeof a);
+}
+
+struct residual_backward_args {
+  float *dinp1, *dinp2;
+  const float *dout;
+  size_t N;
+};
+
+static void residual_backward_run(void *p) {
+  struct residual_backward_args *a = p;
+  zo_cpu_residual_backward(a->dinp1, a->dinp2, a->dout, a->N);
+}
+
+static void cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N,
+                                  zo_stream_t stream) {
+  struct residual_backward_args a = {dinp1, dinp2, dout, N};
+  zo_cpu_stream_enqueue(stream, residual_backward_run, &a, sizeof a);
+}
+
+struct crossentropy_forward_args {
+  float *losses, *dlogits;
+  const float *logits;
+  const int32_t *targets;
+  float dloss;
+  int N, V, Vp;
+};
+
+static void crossentropy_forward_run(void *p) {
+  struct crossentropy_forward_args *a = p;
+  zo_cpu_crossentropy_forward(a->losses, a->dlogits, a->logits, a->targets, a->dloss, a->N, a->V,
+                              a->Vp);
+}
+
+static void cpu_crossentropy_forward(float *losses, float *dlogits, const float *logits,
+                                     const int32_t *targets, float dloss, int N, int V, int Vp,
+                                     zo_stream_t stream) {
+  struct crossentropy_forward_args a = {losses, dlogits, logits, targets, dloss, N, V, Vp};
+  zo_cpu_stream_enqueue(stream, crossentropy_forward_run, &a, sizeof a);
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static const struct zo_backend cpu_backend = {
+    .name = "cpu",
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .mem_info = cpu_mem_info,
+    .set_threads = zo_cpu_set_threads,
+    .stream_create = zo_cpu_stream_create,
+    .stream_destroy = zo_cpu_stream_destroy,
+    .stream_synchronize = zo_cpu_stream_synchronize,
+    .event_create = zo_cpu_event_create,
+    .event_destroy = zo_cpu_event_destroy,
+    .event_record = zo_cpu_event_record,
+    .stream_wait_event = zo_cpu_stream_wait_event,
+    .event_synchronize = zo_cpu_event_synchronize,
+    .memcpy_async = cpu_memcpy_async,
+    .memset_async = cpu_memset_async,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .residual_backward = cpu_residual_backward,
+    .crossentropy_forward = cpu_crossentropy_forward,
+};
+
+zo_backend_t zo_backend_cpu(void) { return &cpu_backend; }

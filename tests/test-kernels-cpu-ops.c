@@ -1,0 +1,1144 @@
+/* Every op of the CPU backend, called through zo_backend_cpu() on the NULL
+ * stream, against plain-loop float64 references written here: fixed-seed
+ * random inputs, awkward shapes (odd sizes, rows longer than one column or
+ * attention block), tolerance atol + |ref| * eps, outputs poisoned with NaN so
+ * an unwritten element fails, sentinels around every output so an
+ * out-of-bounds write fails, and += outputs pre-filled with nonzero values.
+ * Each backward op is also checked against central differences of its float64
+ * forward on tiny shapes (gradient of a random linear functional of the
+ * output). Not a benchmark: shapes are small. */
+#include "zo/backend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 16                   /* sentinel floats on each side of an output */
+#define SENTINEL_BITS 0xdeadbeefu  /* their bit pattern */
+#define FD_STEP 1e-5               /* central-difference step */
+#define FD_ATOL 2e-5               /* float gradient vs float64 differences */
+#define FD_RTOL 1e-4
+
+static zo_backend_t be;
+
+/* ---- buffers, random numbers, comparisons ---------------------------------- */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
+
+static uint32_t rng_u32(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+/* Uniform in [lo, hi). */
+static float rng_float(float lo, float hi) {
+  return lo + (hi - lo) * (float)(rng_u32() >> 8) * (1.0f / 16777216.0f);
+}
+
+static void fill_random(float *x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) x[i] = rng_float(lo, hi);
+}
+
+static void fill_nan(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+static void *xmalloc(size_t nbytes) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", nbytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* n floats with GUARD sentinel floats on both sides; free with gfree. */
+static float *galloc(size_t n) {
+  float *mem = xmalloc((n + 2 * GUARD) * sizeof(float));
+  uint32_t bits = SENTINEL_BITS;
+  for (size_t i = 0; i < GUARD; i++) {
+    memcpy(&mem[i], &bits, sizeof bits);
+    memcpy(&mem[GUARD + n + i], &bits, sizeof bits);
+  }
+  return mem + GUARD;
+}
+
+static void gfree(float *p) {
+  if (p) free(p - GUARD);
+}
+
+/* Returns 1 (and says where) when a sentinel around p[0, n) was overwritten. */
+static int guard_broken(const char *what, const float *p, size_t n) {
+  for (size_t i = 0; i < GUARD; i++) {
+    uint32_t lo, hi;
+    memcpy(&lo, &p[-(ptrdiff_t)GUARD + (ptrdiff_t)i], sizeof lo);
+    memcpy(&hi, &p[n + i], sizeof hi);
+    if (lo != SENTINEL_BITS) {
+      fprintf(stderr, "  %s: write out of bounds, %zu floats before the start\n", what, GUARD - i);
+      return 1;
+    }
+    if (hi != SENTINEL_BITS) {
+      fprintf(stderr, "  %s: write out of bounds, %zu floats past the end\n", what, i + 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static double *widen(const float *x, size_t n) {
+  double *d = xmalloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+/* Returns 1 (and prints the first offender) unless |got - ref| <= atol + |ref| * rtol
+ * everywhere; NaN never passes. */
+static int check_close(const char *what, const float *got, const double *ref, size_t n,
+                       double atol, double rtol) {
+  for (size_t i = 0; i < n; i++) {
+    double diff = fabs((double)got[i] - ref[i]);
+    double tol = atol + fabs(ref[i]) * rtol;
+    if (!(diff <= tol)) {
+      fprintf(stderr, "  %s[%zu]: got %.9g, want %.9g (|diff| %.3g > tol %.3g)\n", what, i,
+              (double)got[i], ref[i], diff, tol);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int check_output(const char *what, const float *got, const double *ref, size_t n,
+                        double atol, double rtol) {
+  return guard_broken(what, got, n) | check_close(what, got, ref, n, atol, rtol);
+}
+
+static double dot64(const double *a, const double *b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* Central differences of loss(ctx) with respect to each x[j] (x is read by
+ * loss through ctx) against grad[j], the op's float gradient. */
+static int check_fd(const char *what, double *x, size_t n, const float *grad,
+                    double (*loss)(void *ctx), void *ctx) {
+  double *fd = xmalloc(n * sizeof(double));
+  for (size_t j = 0; j < n; j++) {
+    double saved = x[j];
+    x[j] = saved + FD_STEP;
+    double lp = loss(ctx);
+    x[j] = saved - FD_STEP;
+    double lm = loss(ctx);
+    x[j] = saved;
+    fd[j] = (lp - lm) / (2.0 * FD_STEP);
+  }
+  int fail = check_close(what, grad, fd, n, FD_ATOL, FD_RTOL);
+  free(fd);
+  return fail;
+}
+
+/* ---- float64 references -------------------------------------------------- */
+
+static void encoder_forward64(double *out, const int32_t *inp, const double *wte, const double *wpe,
+                              int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++)
+        out[((size_t)b * T + t) * C + c] =
+            wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+
+/* mean and rstd may be NULL. */
+static void layernorm_forward64(double *out, double *mean, double *rstd, const double *inp,
+                                const double *w, const double *bias, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    double s = 1.0 / sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + bias[c];
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = s;
+  }
+}
+
+/* dinp, dw, db +=. */
+static void layernorm_backward64(double *dinp, double *dw, double *db, const double *dout,
+                                 const double *inp, const double *w, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    const double *d = dout + (size_t)n * C;
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    double s = 1.0 / sqrt(v / C + 1e-5);
+    double a = 0.0, g = 0.0;
+    for (int c = 0; c < C; c++) {
+      a += w[c] * d[c];
+      g += w[c] * d[c] * (x[c] - m) * s;
+    }
+    a /= C;
+    g /= C;
+    for (int c = 0; c < C; c++) {
+      double norm = (x[c] - m) * s;
+      dinp[(size_t)n * C + c] += (w[c] * d[c] - a - norm * g) * s;
+      dw[c] += d[c] * norm;
+      db[c] += d[c];
+    }
+  }
+}
+
+/* bias may be NULL. */
+static void matmul_forward64(double *out, const double *inp, const double *w, const double *bias,
+                             int N, int C, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias ? bias[o] : 0.0;
+      for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+      out[(size_t)n * OC + o] = s;
+    }
+}
+
+/* dinp =, dw +=, db +=; each may be NULL. */
+static void matmul_backward64(double *dinp, double *dw, double *db, const double *dout,
+                              const double *inp, const double *w, int N, int C, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      double s = 0.0;
+      for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+      if (dinp) dinp[(size_t)n * C + c] = s;
+    }
+  for (int o = 0; o < OC; o++) {
+    for (int c = 0; c < C; c++) {
+      double s = 0.0;
+      for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+      if (dw) dw[(size_t)o * C + c] += s;
+    }
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+    if (db) db[o] += s;
+  }
+}
+
+/* att (B,NH,T,T) may be NULL. */
+static void attention_forward64(double *out, double *att, const double *qkv, int B, int T, int C,
+                                int NH) {
+  int hs = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  double *row = xmalloc((size_t)T * sizeof(double));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        double maxv = -INFINITY, sum = 0.0;
+        for (int u = 0; u <= t; u++) {
+          const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          double s = 0.0;
+          for (int i = 0; i < hs; i++) s += q[i] * k[i];
+          row[u] = s * scale;
+          maxv = fmax(maxv, row[u]);
+        }
+        for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
+        for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] / sum : 0.0;
+        if (att) memcpy(att + (((size_t)b * NH + h) * T + t) * T, row, (size_t)T * sizeof(double));
+        double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+        const double *v = qkv + (size_t)b * T * 3 * C + 2 * C + (size_t)h * hs;
+        for (int i = 0; i < hs; i++) {
+          double s = 0.0;
+          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * 3 * C + i];
+          o[i] = s;
+        }
+      }
+  free(row);
+}
+
+/* dqkv (B,T,3C) overwritten. */
+static void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B, int T,
+                                 int C, int NH) {
+  int hs = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  size_t n_att = (size_t)B * NH * T * T;
+  double *att = xmalloc(n_att * sizeof(double));
+  double *out = xmalloc((size_t)B * T * C * sizeof(double));
+  double *datt = xmalloc((size_t)T * sizeof(double));
+  attention_forward64(out, att, qkv, B, T, C, NH);
+  memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *a = att + (((size_t)b * NH + h) * T + t) * T;
+        const double *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+        size_t qoff = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        double dot = 0.0;
+        for (int u = 0; u <= t; u++) {
+          size_t voff = ((size_t)b * T + u) * 3 * C + 2 * C + (size_t)h * hs;
+          double s = 0.0;
+          for (int i = 0; i < hs; i++) {
+            s += d[i] * qkv[voff + i];
+            dqkv[voff + i] += a[u] * d[i];
+          }
+          datt[u] = s;
+          dot += a[u] * s;
+        }
+        for (int u = 0; u <= t; u++) {
+          double dpre = a[u] * (datt[u] - dot) * scale;
+          size_t koff = ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          for (int i = 0; i < hs; i++) {
+            dqkv[qoff + i] += dpre * qkv[koff + i];
+            dqkv[koff + i] += dpre * qkv[qoff + i];
+          }
+        }
+      }
+  free(datt);
+  free(out);
+  free(att);
+}
+
+static const double gelu_k = 0.79788456080286535588; /* sqrt(2/pi) */
+
+static double gelu64(double x) {
+  return 0.5 * x * (1.0 + tanh(gelu_k * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_grad64(double x) {
+  double th = tanh(gelu_k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * gelu_k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* dlogits (N,Vp) may be NULL; padded columns get 0. */
+static void crossentropy_forward64(double *losses, double *dlogits, const double *logits,
+                                   const int32_t *targets, double dloss, int N, int V, int Vp) {
+  for (int n = 0; n < N; n++) {
+    const double *x = logits + (size_t)n * Vp;
+    double *dx = dlogits ? dlogits + (size_t)n * Vp : NULL;
+    if (dx)
+      for (int i = 0; i < Vp; i++) dx[i] = 0.0;
+    if (targets[n] < 0) {
+      losses[n] = 0.0;
+      continue;
+    }
+    double maxv = -INFINITY, sum = 0.0;
+    for (int i = 0; i < V; i++) maxv = fmax(maxv, x[i]);
+    for (int i = 0; i < V; i++) sum += exp(x[i] - maxv);
+    losses[n] = log(sum) - (x[targets[n]] - maxv);
+    if (dx)
+      for (int i = 0; i < V; i++) dx[i] = (exp(x[i] - maxv) / sum - (i == targets[n])) * dloss;
+  }
+}
+
+/* ---- encoder -------------------------------------------------------------- */
+
+static int test_encoder_forward(void) {
+  enum { B = 2, T = 7, C = 24, V = 13, maxT = 9 };
+  rng_seed(1);
+  int32_t inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  float *wte = galloc(V * C), *wpe = galloc(maxT * C), *out = galloc(B * T * C);
+  fill_random(wte, V * C, -1, 1);
+  fill_random(wpe, maxT * C, -1, 1);
+  fill_nan(out, B * T * C);
+  be->encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
+  double *wte64 = widen(wte, V * C), *wpe64 = widen(wpe, maxT * C);
+  double *ref = xmalloc(B * T * C * sizeof(double));
+  encoder_forward64(ref, inp, wte64, wpe64, B, T, C);
+  int fail = check_output("out", out, ref, B * T * C, 0, 1e-7);
+  free(ref);
+  free(wpe64);
+  free(wte64);
+  gfree(out);
+  gfree(wpe);
+  gfree(wte);
+  return fail;
+}
+
+static int test_encoder_backward(void) {
+  enum { B = 3, T = 7, C = 37, V = 5, maxT = 9 }; /* V < B*T: tokens repeat */
+  rng_seed(2);
+  int32_t inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  float *dout = galloc(B * T * C), *dwte = galloc(V * C), *dwpe = galloc(maxT * C);
+  fill_random(dout, B * T * C, -1, 1);
+  fill_random(dwte, V * C, -1, 1);
+  fill_random(dwpe, maxT * C, -1, 1);
+  double *ref_wte = widen(dwte, V * C), *ref_wpe = widen(dwpe, maxT * C);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) {
+        double d = dout[((size_t)b * T + t) * C + c];
+        ref_wte[(size_t)inp[b * T + t] * C + c] += d;
+        ref_wpe[(size_t)t * C + c] += d;
+      }
+  int fail = check_output("dwte", dwte, ref_wte, V * C, 1e-6, 1e-6) |
+             check_output("dwpe", dwpe, ref_wpe, maxT * C, 1e-6, 1e-6);
+  free(ref_wpe);
+  free(ref_wte);
+  gfree(dwpe);
+  gfree(dwte);
+  gfree(dout);
+  return fail;
+}
+
+struct encoder_fd {
+  const int32_t *inp;
+  double *wte, *wpe, *w, *out;
+  int B, T, C;
+};
+
+static double encoder_fd_loss(void *p) {
+  struct encoder_fd *c = p;
+  encoder_forward64(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+  return dot64(c->w, c->out, (size_t)c->B * c->T * c->C);
+}
+
+static int test_encoder_backward_fd(void) {
+  enum { B = 2, T = 3, C = 4, V = 3, maxT = 4 };
+  rng_seed(3);
+  int32_t inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  float wte[V * C], wpe[maxT * C], dout[B * T * C], dwte[V * C] = {0}, dwpe[maxT * C] = {0};
+  fill_random(wte, V * C, -1, 1);
+  fill_random(wpe, maxT * C, -1, 1);
+  fill_random(dout, B * T * C, -1, 1);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  struct encoder_fd c = {inp, widen(wte, V * C), widen(wpe, maxT * C), widen(dout, B * T * C),
+                         xmalloc(B * T * C * sizeof(double)), B, T, C};
+  int fail = check_fd("dwte", c.wte, V * C, dwte, encoder_fd_loss, &c) |
+             check_fd("dwpe", c.wpe, maxT * C, dwpe, encoder_fd_loss, &c);
+  free(c.out);
+  free(c.w);
+  free(c.wpe);
+  free(c.wte);
+  return fail;
+}
+
+/* ---- layernorm ------------------------------------------------------------ */
+
+static int test_layernorm_forward(void) {
+  enum { N = 13, C = 150 };
+  rng_seed(4);
+  float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C);
+  float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
+  fill_random(inp, N * C, -2, 3); /* nonzero mean */
+  fill_random(w, C, -1, 1);
+  fill_random(bias, C, -1, 1);
+  fill_nan(out, N * C);
+  fill_nan(mean, N);
+  fill_nan(rstd, N);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
+  double *inp64 = widen(inp, N * C), *w64 = widen(w, C), *b64 = widen(bias, C);
+  double *ref = xmalloc(N * C * sizeof(double)), *ref_mean = xmalloc(N * sizeof(double));
+  double *ref_rstd = xmalloc(N * sizeof(double));
+  layernorm_forward64(ref, ref_mean, ref_rstd, inp64, w64, b64, N, C);
+  int fail = check_output("out", out, ref, N * C, 1e-6, 1e-5) |
+             check_output("mean", mean, ref_mean, N, 1e-6, 1e-6) |
+             check_output("rstd", rstd, ref_rstd, N, 0, 1e-6);
+  free(ref_rstd);
+  free(ref_mean);
+  free(ref);
+  free(b64);
+  free(w64);
+  free(inp64);
+  gfree(rstd);
+  gfree(mean);
+  gfree(out);
+  gfree(bias);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_layernorm_backward(void) {
+  enum { N = 13, C = 150 };
+  rng_seed(5);
+  float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C), *dout = galloc(N * C);
+  float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
+  float *dinp = galloc(N * C), *dw = galloc(C), *db = galloc(C);
+  fill_random(inp, N * C, -2, 3);
+  fill_random(w, C, -1, 1);
+  fill_random(bias, C, -1, 1);
+  fill_random(dout, N * C, -1, 1);
+  fill_random(dinp, N * C, -1, 1); /* all three accumulate */
+  fill_random(dw, C, -1, 1);
+  fill_random(db, C, -1, 1);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
+  double *ref_dinp = widen(dinp, N * C), *ref_dw = widen(dw, C), *ref_db = widen(db, C);
+  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
+  double *inp64 = widen(inp, N * C), *w64 = widen(w, C), *dout64 = widen(dout, N * C);
+  layernorm_backward64(ref_dinp, ref_dw, ref_db, dout64, inp64, w64, N, C);
+  int fail = check_output("dinp", dinp, ref_dinp, N * C, 1e-5, 1e-5) |
+             check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5) |
+             check_output("dbias", db, ref_db, C, 1e-5, 1e-5);
+  free(dout64);
+  free(w64);
+  free(inp64);
+  free(ref_db);
+  free(ref_dw);
+  free(ref_dinp);
+  gfree(db);
+  gfree(dw);
+  gfree(dinp);
+  gfree(rstd);
+  gfree(mean);
+  gfree(out);
+  gfree(dout);
+  gfree(bias);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+struct layernorm_fd {
+  double *inp, *w, *bias, *dout, *out;
+  int N, C;
+};
+
+static double layernorm_fd_loss(void *p) {
+  struct layernorm_fd *c = p;
+  layernorm_forward64(c->out, NULL, NULL, c->inp, c->w, c->bias, c->N, c->C);
+  return dot64(c->dout, c->out, (size_t)c->N * c->C);
+}
+
+static int test_layernorm_backward_fd(void) {
+  enum { N = 3, C = 5 };
+  rng_seed(6);
+  float inp[N * C], w[C], bias[C], dout[N * C], out[N * C], mean[N], rstd[N];
+  float dinp[N * C] = {0}, dw[C] = {0}, db[C] = {0};
+  fill_random(inp, N * C, -2, 2);
+  fill_random(w, C, -1, 1);
+  fill_random(bias, C, -1, 1);
+  fill_random(dout, N * C, -1, 1);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
+  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
+  struct layernorm_fd c = {widen(inp, N * C), widen(w, C), widen(bias, C), widen(dout, N * C),
+                           xmalloc(N * C * sizeof(double)), N, C};
+  int fail = check_fd("dinp", c.inp, N * C, dinp, layernorm_fd_loss, &c) |
+             check_fd("dweight", c.w, C, dw, layernorm_fd_loss, &c) |
+             check_fd("dbias", c.bias, C, db, layernorm_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.bias);
+  free(c.w);
+  free(c.inp);
+  return fail;
+}
+
+/* ---- matmul --------------------------------------------------------------- */
+
+static int matmul_forward_case(int N, int C, int OC, int with_bias) {
+  float *inp = galloc((size_t)N * C), *w = galloc((size_t)OC * C), *bias = galloc(OC);
+  float *out = galloc((size_t)N * OC);
+  fill_random(inp, (size_t)N * C, -1, 1);
+  fill_random(w, (size_t)OC * C, -1, 1);
+  fill_random(bias, OC, -1, 1);
+  fill_nan(out, (size_t)N * OC);
+  be->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, NULL);
+  double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
+  double *b64 = widen(bias, OC);
+  double *ref = xmalloc((size_t)N * OC * sizeof(double));
+  matmul_forward64(ref, inp64, w64, with_bias ? b64 : NULL, N, C, OC);
+  int fail =
+      check_output(with_bias ? "out" : "out (no bias)", out, ref, (size_t)N * OC, 1e-5, 1e-5);
+  free(ref);
+  free(b64);
+  free(w64);
+  free(inp64);
+  gfree(out);
+  gfree(bias);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_matmul_forward(void) {
+  rng_seed(7);
+  return matmul_forward_case(13, 37, 150, 1) | matmul_forward_case(13, 37, 150, 0) |
+         matmul_forward_case(1, 5, 3, 1);
+}
+
+/* Flags select which optional outputs are passed (the others are NULL). */
+static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_dbias) {
+  float *inp = galloc((size_t)N * C), *w = galloc((size_t)OC * C), *dout = galloc((size_t)N * OC);
+  float *dinp = galloc((size_t)N * C), *dw = galloc((size_t)OC * C), *db = galloc(OC);
+  fill_random(inp, (size_t)N * C, -1, 1);
+  fill_random(w, (size_t)OC * C, -1, 1);
+  fill_random(dout, (size_t)N * OC, -1, 1);
+  fill_nan(dinp, (size_t)N * C); /* overwritten */
+  fill_random(dw, (size_t)OC * C, -1, 1); /* accumulated */
+  fill_random(db, OC, -1, 1);
+  double *ref_dinp = xmalloc((size_t)N * C * sizeof(double));
+  double *ref_dw = widen(dw, (size_t)OC * C), *ref_db = widen(db, OC);
+  be->matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, N, C, OC,
+                      NULL);
+  double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
+  double *dout64 = widen(dout, (size_t)N * OC);
+  matmul_backward64(ref_dinp, ref_dw, with_dbias ? ref_db : NULL, dout64, inp64, w64, N, C, OC);
+  int fail = check_output("dweight", dw, ref_dw, (size_t)OC * C, 2e-6, 1e-5);
+  if (with_dinp) fail |= check_output("dinp", dinp, ref_dinp, (size_t)N * C, 1e-5, 1e-5);
+  if (with_dbias) fail |= check_output("dbias", db, ref_db, OC, 2e-6, 1e-5);
+  free(dout64);
+  free(w64);
+  free(inp64);
+  free(ref_db);
+  free(ref_dw);
+  free(ref_dinp);
+  gfree(db);
+  gfree(dw);
+  gfree(dinp);
+  gfree(dout);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_matmul_backward(void) {
+  rng_seed(8);
+  return matmul_backward_case(13, 37, 150, 1, 1) | matmul_backward_case(13, 37, 150, 0, 0) |
+         matmul_backward_case(1, 5, 3, 1, 1);
+}
+
+struct matmul_fd {
+  double *inp, *w, *bias, *dout, *out;
+  int N, C, OC;
+};
+
+static double matmul_fd_loss(void *p) {
+  struct matmul_fd *c = p;
+  matmul_forward64(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+  return dot64(c->dout, c->out, (size_t)c->N * c->OC);
+}
+
+static int test_matmul_backward_fd(void) {
+  enum { N = 3, C = 4, OC = 5 };
+  rng_seed(9);
+  float inp[N * C], w[OC * C], bias[OC], dout[N * OC];
+  float dinp[N * C], dw[OC * C] = {0}, db[OC] = {0};
+  fill_random(inp, N * C, -1, 1);
+  fill_random(w, OC * C, -1, 1);
+  fill_random(bias, OC, -1, 1);
+  fill_random(dout, N * OC, -1, 1);
+  be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, NULL);
+  struct matmul_fd c = {widen(inp, N * C), widen(w, OC * C), widen(bias, OC), widen(dout, N * OC),
+                        xmalloc(N * OC * sizeof(double)), N, C, OC};
+  int fail = check_fd("dinp", c.inp, N * C, dinp, matmul_fd_loss, &c) |
+             check_fd("dweight", c.w, OC * C, dw, matmul_fd_loss, &c) |
+             check_fd("dbias", c.bias, OC, db, matmul_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.bias);
+  free(c.w);
+  free(c.inp);
+  return fail;
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+static int attention_forward_case(int B, int T, int C, int NH) {
+  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+  float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
+  fill_random(qkv, n_qkv, -2, 2);
+  fill_nan(out, n_out);
+  fill_nan(att, n_att);
+  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
+  double *qkv64 = widen(qkv, n_qkv);
+  double *ref = xmalloc(n_out * sizeof(double)), *ref_att = xmalloc(n_att * sizeof(double));
+  attention_forward64(ref, ref_att, qkv64, B, T, C, NH);
+  int fail = check_output("out", out, ref, n_out, 1e-6, 1e-5) |
+             check_output("att", att, ref_att, n_att, 1e-7, 1e-5);
+  /* Above the diagonal: exactly 0, not merely small. */
+  for (size_t bh = 0; bh < (size_t)B * NH && !fail; bh++)
+    for (int t = 0; t < T && !fail; t++)
+      for (int u = t + 1; u < T && !fail; u++)
+        if (att[(bh * T + t) * T + u] != 0.0f) {
+          fprintf(stderr, "  att above the diagonal: (bh %zu, %d, %d) = %g, want 0\n", bh, t, u,
+                  (double)att[(bh * T + t) * T + u]);
+          fail = 1;
+        }
+  free(ref_att);
+  free(ref);
+  free(qkv64);
+  gfree(att);
+  gfree(out);
+  gfree(qkv);
+  return fail;
+}
+
+static int test_attention_forward(void) {
+  rng_seed(10);
+  /* Second shape: T spans several row blocks, the last one partial. */
+  return attention_forward_case(2, 7, 24, 3) | attention_forward_case(1, 150, 32, 2) |
+         attention_forward_case(1, 1, 8, 2);
+}
+
+static int attention_backward_case(int B, int T, int C, int NH) {
+  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+  float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
+  float *dout = galloc(n_out), *dqkv = galloc(n_qkv), *datt = galloc(n_att);
+  fill_random(qkv, n_qkv, -2, 2);
+  fill_random(dout, n_out, -1, 1);
+  fill_nan(dqkv, n_qkv); /* overwritten */
+  fill_nan(datt, n_att); /* scratch: NaN must not leak into dqkv */
+  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
+  double *qkv64 = widen(qkv, n_qkv), *dout64 = widen(dout, n_out);
+  double *ref = xmalloc(n_qkv * sizeof(double));
+  attention_backward64(ref, dout64, qkv64, B, T, C, NH);
+  int fail = check_output("dqkv", dqkv, ref, n_qkv, 2e-6, 2e-5) | guard_broken("datt", datt, n_att);
+  free(ref);
+  free(dout64);
+  free(qkv64);
+  gfree(datt);
+  gfree(dqkv);
+  gfree(dout);
+  gfree(att);
+  gfree(out);
+  gfree(qkv);
+  return fail;
+}
+
+static int test_attention_backward(void) {
+  rng_seed(11);
+  return attention_backward_case(2, 7, 24, 3) | attention_backward_case(1, 150, 32, 2) |
+         attention_backward_case(1, 1, 8, 2);
+}
+
+struct attention_fd {
+  double *qkv, *dout, *out;
+  int B, T, C, NH;
+};
+
+static double attention_fd_loss(void *p) {
+  struct attention_fd *c = p;
+  attention_forward64(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+  return dot64(c->dout, c->out, (size_t)c->B * c->T * c->C);
+}
+
+static int test_attention_backward_fd(void) {
+  enum { B = 2, T = 4, C = 6, NH = 2 };
+  rng_seed(12);
+  float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T], dout[B * T * C];
+  float dqkv[B * T * 3 * C], datt[B * NH * T * T];
+  fill_random(qkv, B * T * 3 * C, -2, 2);
+  fill_random(dout, B * T * C, -1, 1);
+  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
+  struct attention_fd c = {widen(qkv, B * T * 3 * C), widen(dout, B * T * C),
+                           xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
+  int fail = check_fd("dqkv", c.qkv, B * T * 3 * C, dqkv, attention_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.qkv);
+  return fail;
+}
+
+/* ---- gelu and residual ---------------------------------------------------- */
+
+static int test_gelu_forward(void) {
+  enum { N = 1001 };
+  rng_seed(13);
+  float *inp = galloc(N), *out = galloc(N);
+  fill_random(inp, N, -8, 8);
+  inp[0] = 0.0f;
+  inp[1] = -30.0f;
+  inp[2] = 30.0f;
+  fill_nan(out, N);
+  be->gelu_forward(out, inp, N, NULL);
+  double *ref = xmalloc(N * sizeof(double));
+  for (int i = 0; i < N; i++) ref[i] = gelu64(inp[i]);
+  int fail = check_output("out", out, ref, N, 1e-7, 1e-6);
+  free(ref);
+  gfree(out);
+  gfree(inp);
+  return fail;
+}
+
+static int test_gelu_backward(void) {
+  enum { N = 1001 };
+  rng_seed(14);
+  float *inp = galloc(N), *dout = galloc(N), *dinp = galloc(N);
+  fill_random(inp, N, -8, 8);
+  inp[0] = 0.0f;
+  fill_random(dout, N, -1, 1);
+  fill_nan(dinp, N);
+  double *ref = xmalloc(N * sizeof(double));
+  for (int i = 0; i < N; i++) ref[i] = gelu_grad64(inp[i]) * dout[i];
+  be->gelu_backward(dinp, inp, dout, N, NULL);
+  int fail = check_output("dinp", dinp, ref, N, 1e-6, 1e-5);
+  /* dinp may alias dout. */
+  be->gelu_backward(dout, inp, dout, N, NULL);
+  fail |= check_output("dinp (aliasing dout)", dout, ref, N, 1e-6, 1e-5);
+  free(ref);
+  gfree(dinp);
+  gfree(dout);
+  gfree(inp);
+  return fail;
+}
+
+struct gelu_fd {
+  double *inp, *dout;
+  int N;
+};
+
+static double gelu_fd_loss(void *p) {
+  struct gelu_fd *c = p;
+  double s = 0.0;
+  for (int i = 0; i < c->N; i++) s += c->dout[i] * gelu64(c->inp[i]);
+  return s;
+}
+
+static int test_gelu_backward_fd(void) {
+  enum { N = 17 };
+  rng_seed(15);
+  float inp[N], dout[N], dinp[N];
+  fill_random(inp, N, -5, 5);
+  fill_random(dout, N, -1, 1);
+  be->gelu_backward(dinp, inp, dout, N, NULL);
+  struct gelu_fd c = {widen(inp, N), widen(dout, N), N};
+  int fail = check_fd("dinp", c.inp, N, dinp, gelu_fd_loss, &c);
+  free(c.dout);
+  free(c.inp);
+  return fail;
+}
+
+static int test_residual_forward(void) {
+  enum { N = 1001 };
+  rng_seed(16);
+  float *a = galloc(N), *b = galloc(N), *out = galloc(N);
+  fill_random(a, N, -1, 1);
+  fill_random(b, N, -1, 1);
+  fill_nan(out, N);
+  double *ref = xmalloc(N * sizeof(double));
+  for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
+  be->residual_forward(out, a, b, N, NULL);
+  int fail = check_output("out", out, ref, N, 0, 1e-7);
+  /* out may alias either input. */
+  be->residual_forward(a, a, b, N, NULL);
+  fail |= check_output("out (aliasing inp1)", a, ref, N, 0, 1e-7);
+  fill_random(a, N, -1, 1);
+  for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
+  be->residual_forward(b, a, b, N, NULL);
+  fail |= check_output("out (aliasing inp2)", b, ref, N, 0, 1e-7);
+  free(ref);
+  gfree(out);
+  gfree(b);
+  gfree(a);
+  return fail;
+}
+
+static int test_residual_backward(void) {
+  enum { N = 1001 };
+  rng_seed(17);
+  float *dout = galloc(N), *d1 = galloc(N), *d2 = galloc(N);
+  fill_random(dout, N, -1, 1);
+  fill_random(d1, N, -1, 1); /* both accumulate */
+  fill_random(d2, N, -1, 1);
+  double *ref1 = widen(d1, N), *ref2 = widen(d2, N);
+  for (int i = 0; i < N; i++) {
+    ref1[i] += dout[i];
+    ref2[i] += dout[i];
+  }
+  be->residual_backward(d1, d2, dout, N, NULL);
+  int fail = check_output("dinp1", d1, ref1, N, 0, 1e-7) |
+             check_output("dinp2", d2, ref2, N, 0, 1e-7);
+  free(ref2);
+  free(ref1);
+  gfree(d2);
+  gfree(d1);
+  gfree(dout);
+  return fail;
+}
+
+struct residual_fd {
+  double *a, *b, *dout;
+  int N;
+};
+
+static double residual_fd_loss(void *p) {
+  struct residual_fd *c = p;
+  double s = 0.0;
+  for (int i = 0; i < c->N; i++) s += c->dout[i] * (c->a[i] + c->b[i]);
+  return s;
+}
+
+static int test_residual_backward_fd(void) {
+  enum { N = 9 };
+  rng_seed(18);
+  float a[N], b[N], dout[N], d1[N] = {0}, d2[N] = {0};
+  fill_random(a, N, -1, 1);
+  fill_random(b, N, -1, 1);
+  fill_random(dout, N, -1, 1);
+  be->residual_backward(d1, d2, dout, N, NULL);
+  struct residual_fd c = {widen(a, N), widen(b, N), widen(dout, N), N};
+  int fail = check_fd("dinp1", c.a, N, d1, residual_fd_loss, &c) |
+             check_fd("dinp2", c.b, N, d2, residual_fd_loss, &c);
+  free(c.dout);
+  free(c.b);
+  free(c.a);
+  return fail;
+}
+
+/* ---- cross-entropy -------------------------------------------------------- */
+
+/* Returns 1 unless the padded columns [V, Vp) of dlogits (N,Vp) are exactly 0. */
+static int padding_nonzero(const char *what, const float *dlogits, int N, int V, int Vp) {
+  for (int n = 0; n < N; n++)
+    for (int i = V; i < Vp; i++)
+      if (dlogits[(size_t)n * Vp + i] != 0.0f) {
+        fprintf(stderr, "  %s[%d, %d] (padding) = %g, want 0\n", what, n, i,
+                (double)dlogits[(size_t)n * Vp + i]);
+        return 1;
+      }
+  return 0;
+}
+
+/* N=13 rows of V=101 real and Vp-V padded columns; padding holds NaN, so
+ * reading it anywhere poisons the row. offset shifts every logit (max
+ * subtraction must keep exp in range). Targets include -1. */
+static void crossentropy_inputs(float *logits, int32_t *targets, int N, int V, int Vp,
+                                float offset) {
+  for (int n = 0; n < N; n++) {
+    fill_random(logits + (size_t)n * Vp, V, offset - 8, offset + 8);
+    fill_nan(logits + (size_t)n * Vp + V, Vp - V);
+    targets[n] = (int32_t)(rng_u32() % V);
+  }
+  targets[2] = -1;
+  targets[N - 1] = -1;
+  targets[0] = V - 1; /* the last real column */
+}
+
+static int crossentropy_case(float offset) {
+  enum { N = 13, V = 101, Vp = 128 };
+  const float dloss = 1.0f / 11.0f; /* mean over the valid rows */
+  size_t n_logits = (size_t)N * Vp;
+  int32_t targets[N];
+  float *logits = galloc(n_logits), *losses = galloc(N), *dlogits = galloc(n_logits);
+  crossentropy_inputs(logits, targets, N, V, Vp, offset);
+  fill_nan(losses, N);
+  fill_nan(dlogits, n_logits);
+  be->crossentropy_forward(losses, dlogits, logits, targets, dloss, N, V, Vp, NULL);
+  double *logits64 = widen(logits, n_logits);
+  double *ref = xmalloc(N * sizeof(double)), *ref_d = xmalloc(n_logits * sizeof(double));
+  crossentropy_forward64(ref, ref_d, logits64, targets, dloss, N, V, Vp);
+  /* Loss to ~1e-6 relative (PyTorch parity); padded columns exactly 0. */
+  int fail = check_output("losses", losses, ref, N, 1e-6, 1e-6) |
+             check_output("dlogits", dlogits, ref_d, n_logits, 1e-8, 1e-5) |
+             padding_nonzero("dlogits", dlogits, N, V, Vp);
+
+  /* Without dlogits: the same losses, nothing else written. */
+  float *losses2 = galloc(N);
+  fill_nan(losses2, N);
+  be->crossentropy_forward(losses2, NULL, logits, targets, dloss, N, V, Vp, NULL);
+  fail |= check_output("losses (dlogits NULL)", losses2, ref, N, 1e-6, 1e-6);
+
+  /* dlogits aliasing logits. */
+  fill_nan(losses2, N);
+  be->crossentropy_forward(losses2, logits, logits, targets, dloss, N, V, Vp, NULL);
+  fail |= check_output("losses (in place)", losses2, ref, N, 1e-6, 1e-6) |
+          check_output("dlogits (in place)", logits, ref_d, n_logits, 1e-8, 1e-5) |
+          padding_nonzero("dlogits (in place)", logits, N, V, Vp);
+  gfree(losses2);
+  free(ref_d);
+  free(ref);
+  free(logits64);
+  gfree(dlogits);
+  gfree(losses);
+  gfree(logits);
+  return fail;
+}
+
+static int test_crossentropy_forward(void) {
+  rng_seed(19);
+  return crossentropy_case(0.0f) | crossentropy_case(300.0f) | crossentropy_case(-300.0f);
+}
+
+struct crossentropy_fd {
+  double *logits, *losses;
+  const int32_t *targets;
+  double dloss;
+  int N, V, Vp;
+};
+
+static double crossentropy_fd_loss(void *p) {
+  struct crossentropy_fd *c = p;
+  crossentropy_forward64(c->losses, NULL, c->logits, c->targets, c->dloss, c->N, c->V, c->Vp);
+  double s = 0.0;
+  for (int n = 0; n < c->N; n++) s += c->dloss * c->losses[n];
+  return s;
+}
+
+static int test_crossentropy_fd(void) {
+  enum { N = 4, V = 7, Vp = 8 };
+  rng_seed(20);
+  float logits[N * Vp], losses[N], dlogits[N * Vp];
+  int32_t targets[N] = {3, -1, 0, V - 1};
+  fill_random(logits, N * Vp, -3, 3);
+  for (int n = 0; n < N; n++) logits[n * Vp + V] = 1e30f; /* padding: must not matter */
+  be->crossentropy_forward(losses, dlogits, logits, targets, 0.7f, N, V, Vp, NULL);
+  struct crossentropy_fd c = {widen(logits, N * Vp), xmalloc(N * sizeof(double)), targets, 0.7,
+                              N, V, Vp};
+  /* The float64 forward never reads padding either, so its differences there
+   * are 0: the op's padded gradient must be 0 too. */
+  int fail = check_fd("dlogits", c.logits, N * Vp, dlogits, crossentropy_fd_loss, &c) |
+             padding_nonzero("dlogits", dlogits, N, V, Vp);
+  free(c.losses);
+  free(c.logits);
+  return fail;
+}
+
+/* ---- the table, memory, streams ------------------------------------------- */
+
+static int test_backend_table(void) {
+  int fail = strcmp(be->name, "cpu") != 0;
+  const void *fields[] = {
+      (const void *)be->mem_alloc,        (const void *)be->mem_free,
+      (const void *)be->mem_info,         (const void *)be->set_threads,
+      (const void *)be->stream_create,    (const void *)be->stream_destroy,
+      (const void *)be->stream_synchronize, (const void *)be->event_create,
+      (const void *)be->event_destroy,    (const void *)be->event_record,
+      (const void *)be->stream_wait_event, (const void *)be->event_synchronize,
+      (const void *)be->memcpy_async,     (const void *)be->memset_async,
+      (const void *)be->encoder_forward,  (const void *)be->encoder_backward,
+      (const void *)be->layernorm_forward, (const void *)be->layernorm_backward,
+      (const void *)be->matmul_forward,   (const void *)be->matmul_backward,
+      (const void *)be->attention_forward, (const void *)be->attention_backward,
+      (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
+      (const void *)be->residual_forward, (const void *)be->residual_backward,
+      (const void *)be->crossentropy_forward,
+  };
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (!fields[i]) {
+      fprintf(stderr, "  table field %zu is NULL\n", i);
+      fail = 1;
+    }
+  return fail;
+}
+
+static int test_memory(void) {
+  int fail = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  int err = be->mem_info(&free_bytes, &total_bytes);
+  if (err || total_bytes == 0 || free_bytes > total_bytes) {
+    fprintf(stderr, "  mem_info: %d, free %zu, total %zu (%s)\n", err, free_bytes, total_bytes,
+            zo_last_error());
+    fail = 1;
+  }
+  void *p = NULL;
+  err = be->mem_alloc(&p, 10000);
+  if (err || !p || (uintptr_t)p % 4096 != 0) {
+    fprintf(stderr, "  mem_alloc(10000): %d, %p\n", err, p);
+    return 1;
+  }
+  unsigned char src[10000];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (unsigned char)(i * 7);
+  be->memset_async(p, 0xab, 10000, NULL);
+  fail |= ((unsigned char *)p)[9999] != 0xab;
+  be->memcpy_async(p, src, sizeof src, ZO_COPY_H2D, NULL);
+  fail |= memcmp(p, src, sizeof src) != 0;
+  zo_stream_t stream = NULL;
+  err = be->stream_create(&stream);
+  if (err) {
+    fprintf(stderr, "  stream_create: %d (%s)\n", err, zo_last_error());
+    be->mem_free(p);
+    return 1;
+  }
+  be->memset_async(p, 0, 10000, stream);
+  be->memcpy_async(p, src, 5000, ZO_COPY_H2D, stream);
+  be->stream_synchronize(stream);
+  fail |= memcmp(p, src, 5000) != 0 || ((unsigned char *)p)[5000] != 0;
+  be->stream_destroy(stream);
+  be->mem_free(p);
+  if (fail) fprintf(stderr, "  memset_async/memcpy_async: wrong bytes\n");
+
+  void *huge = NULL;
+  err = be->mem_alloc(&huge, SIZE_MAX / 2);
+  if (err != -ENOMEM || huge || !strstr(zo_last_error(), "bytes")) {
+    fprintf(stderr, "  mem_alloc(SIZE_MAX/2): %d, %p, '%s'; want -ENOMEM and a message\n", err,
+            huge, zo_last_error());
+    be->mem_free(huge);
+    fail = 1;
+  }
+  return fail;
+}
+
+/* An op queued on a real stream computes what it computes on the NULL stream
+ * (the wrapper copies its arguments at enqueue time). */
+static int test_op_on_stream(void) {
+  enum { N = 13, C = 37, OC = 150 };
+  rng_seed(21);
+  float *inp = galloc(N * C), *w = galloc(OC * C), *bias = galloc(OC);
+  float *want = galloc(N * OC), *got = galloc(N * OC);
+  fill_random(inp, N * C, -1, 1);
+  fill_random(w, OC * C, -1, 1);
+  fill_random(bias, OC, -1, 1);
+  fill_nan(got, N * OC);
+  be->matmul_forward(want, inp, w, bias, N, C, OC, NULL);
+  zo_stream_t stream = NULL;
+  int fail = be->stream_create(&stream) != 0;
+  if (!fail) {
+    be->matmul_forward(got, inp, w, bias, N, C, OC, stream);
+    fail |= be->stream_synchronize(stream) != 0;
+    be->stream_destroy(stream);
+    fail |= memcmp(got, want, sizeof(float) * N * OC) != 0;
+    if (fail) fprintf(stderr, "  matmul_forward on a stream differs from the NULL stream\n");
+  }
+  gfree(got);
+  gfree(want);
+  gfree(bias);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+int main(void) {
+  static const struct {
+    const char *name;
+    int (*fn)(void);
+  } tests[] = {
+      {"test_backend_table", test_backend_table},
+      {"test_memory", test_memory},
+      {"test_encoder_forward", test_encoder_forward},
+      {"test_encoder_backward", test_encoder_backward},
+      {"test_encoder_backward_fd", test_encoder_backward_fd},
+      {"test_layernorm_forward", test_layernorm_forward},
+      {"test_layernorm_backward", test_layernorm_backward},
+      {"test_layernorm_backward_fd", test_layernorm_backward_fd},
+      {"test_matmul_forward", test_matmul_forward},
+      {"test_matmul_backward", test_matmul_backward},
+      {"test_matmul_backward_fd", test_matmul_backward_fd},
+      {"test_attention_forward", test_attention_forward},
+      {"test_attention_backward", test_attention_backward},
+      {"test_attention_backward_fd", test_attention_backward_fd},
+      {"test_gelu_forward", test_gelu_forward},
+      {"test_gelu_backward", test_gelu_backward},
+      {"test_gelu_backward_fd", test_gelu_backward_fd},
+      {"test_residual_forward", test_residual_forward},
+      {"test_residual_backward", test_residual_backward},
+      {"test_residual_backward_fd", test_residual_backward_fd},
+      {"test_crossentropy_forward", test_crossentropy_forward},
+      {"test_crossentropy_fd", test_crossentropy_fd},
+      {"test_op_on_stream", test_op_on_stream},
+  };
+  be = zo_backend_cpu();
+  int n_failed = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    if (tests[i].fn()) {
+      fprintf(stderr, "FAIL %s\n", tests[i].name);
+      n_failed++;
+    }
+  }
+  if (n_failed) {
+    fprintf(stderr, "%d of %zu tests failed\n", n_failed, sizeof tests / sizeof tests[0]);
+    return 1;
+  }
+  printf("all %zu tests passed\n", sizeof tests / sizeof tests[0]);
+  return 0;
+}
