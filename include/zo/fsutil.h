@@ -1,0 +1,80 @@
+/* File-system helpers for checkpoints: atomic file replacement (write a temp
+ * file beside the destination, fsync, rename over it, fsync the directory),
+ * atomic directory publication, recursive removal that never follows
+ * symlinks, whole-file reads and a CRC-32 (zlib's) for integrity checks.
+ * Invariant: after a failed atomic write the destination is untouched and no
+ * temporary file is left behind. Every function here is synchronous and may be
+ * called from any thread; messages go to zo_last_error(). */
+#ifndef ZO_FSUTIL_H
+#define ZO_FSUTIL_H
+
+#include <sys/types.h>
+
+#include "zo/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A file being written under a temporary name. Lifecycle:
+ * begin -> write ... -> commit, or abort at any point. A failed write or
+ * commit cleans up on its own (temp removed, destination untouched); abort
+ * after that, after commit, or after a failed begin is a harmless no-op.
+ * The temp name depends only on path and pid: two threads of one process
+ * must not write the same path at once. */
+struct zo_atomic_file {
+  int fd;         /* open temp file, -1 when none */
+  char *path;     /* destination (owned) */
+  char *tmp_path; /* "<path>.tmp.<pid>" in the same directory (owned) */
+  size_t nbytes;  /* bytes written so far */
+};
+
+/* Creates "<path>.tmp.<pid>" with mode 0644 (less the umask), truncating a
+ * stale one. Returns 0 or -errno. */
+int zo_atomic_file_begin(struct zo_atomic_file *f, const char *path);
+/* Appends nbytes, retrying short writes and EINTR. Returns 0 or -errno
+ * (-ENOSPC, -EIO, -EFBIG, ...); on error the file is already aborted. */
+int zo_atomic_file_write(struct zo_atomic_file *f, const void *data, size_t nbytes);
+/* fsyncs and closes the temp file, renames it over path and fsyncs the
+ * directory. Returns 0 or -errno; on error before the rename the temp file is
+ * removed and path untouched. A failure of the final directory fsync is
+ * reported although path already holds the new contents. */
+int zo_atomic_file_commit(struct zo_atomic_file *f);
+/* Closes and removes the temp file, leaving path as it was. */
+void zo_atomic_file_abort(struct zo_atomic_file *f);
+
+/* Replaces path with nbytes of data atomically (begin + write + commit).
+ * Returns 0 or -errno. */
+int zo_write_file_atomic(const char *path, const void *data, size_t nbytes);
+
+/* fsyncs a directory so that entries created, renamed or removed in it are
+ * durable. File systems that cannot sync directories (EINVAL) count as
+ * success. Returns 0 or -errno. */
+int zo_fsync_dir(const char *dir);
+/* Creates path and its missing parents with mode (less the umask); existing
+ * directories are fine, a non-directory in the way is -ENOTDIR. Returns 0 or
+ * -errno. */
+int zo_mkdir_p(const char *path, mode_t mode);
+/* Publishes a fully written directory: fsyncs tmpdir, renames it to dst and
+ * fsyncs the parent directories. An existing dst directory is replaced
+ * atomically (renameat2 RENAME_EXCHANGE, then the old tree is removed).
+ * Returns 0 or -errno. */
+int zo_rename_atomic_dir(const char *tmpdir, const char *dst);
+/* Removes path and, when it is a directory, everything under it. Symlinks
+ * (path itself included) are unlinked, never followed, and the walk does not
+ * cross into other file systems (-EXDEV). A missing path is -ENOENT. Returns
+ * 0 or -errno. */
+int zo_remove_tree(const char *path);
+/* Reads a whole regular file into a malloc'd buffer (*data, free() it) of
+ * *nbytes bytes, followed by one NUL byte not counted in *nbytes. Files over
+ * max_bytes are refused with -EFBIG. Returns 0 or -errno. */
+int zo_read_file(const char *path, void **data, size_t *nbytes, size_t max_bytes);
+
+/* CRC-32 (ISO-HDLC, zlib's polynomial) of n bytes, continuing from crc; start
+ * with crc = 0. zo_crc32(0, "123456789", 9) == 0xCBF43926. */
+uint32_t zo_crc32(uint32_t crc, const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_FSUTIL_H */
