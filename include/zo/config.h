@@ -1,0 +1,220 @@
+/* Training configuration: one JSON file, DeepSpeed's key names where DeepSpeed
+ * has one, plus sections of our own (model, data, engine, log, checkpoint),
+ * then `--set key.path=value` overrides. Every key is validated against one
+ * schema table (type, range, allowed values, default); an unknown key is an
+ * error that names the nearest valid key. This module only reads and checks:
+ * it does not open data files, probe devices or decide memory placement.
+ * A loaded struct zo_config owns copies of all its strings. */
+#ifndef ZO_CONFIG_H
+#define ZO_CONFIG_H
+
+#include <stdio.h>
+
+#include "zo/adamw.h"
+#include "zo/common.h"
+#include "zo/data.h" /* enum zo_data_format */
+#include "zo/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum zo_optimizer_type {
+  ZO_OPTIMIZER_ADAMW,     /* "AdamW" */
+  ZO_OPTIMIZER_ADAMW8BIT, /* "AdamW8bit": known here, not implemented by the engine yet */
+};
+
+/* DeepSpeed scheduler types. The raw DeepSpeed parameters are kept in
+ * struct zo_config_scheduler (for the dump); struct zo_config.lr_schedule is
+ * the schedule they map to:
+ *   WarmupLR:       lr = warmup_max_lr, min_lr = warmup_min_lr, linear warmup, then flat.
+ *   WarmupCosineLR: lr = optimizer.params.lr, min_lr = lr * cos_min_ratio, linear
+ *                   warmup from 0, cosine to min_lr at total_num_steps.
+ *   WarmupDecayLR:  lr = warmup_max_lr, linear warmup from 0, linear decay to 0 at
+ *                   total_num_steps.
+ * Approximations of DeepSpeed, each enforced with a clear error: warmup_type
+ * "linear" only (DeepSpeed's default is "log"; ours is "linear");
+ * WarmupCosineLR needs warmup_min_ratio = 0; WarmupDecayLR needs
+ * warmup_min_lr = 0. Defaults that differ from DeepSpeed because they follow
+ * another key when absent: warmup_max_lr = optimizer.params.lr,
+ * total_num_steps = steps. */
+enum zo_scheduler_type {
+  ZO_SCHEDULER_NONE,             /* "none" or no scheduler section: constant lr */
+  ZO_SCHEDULER_WARMUP_LR,        /* "WarmupLR" */
+  ZO_SCHEDULER_WARMUP_COSINE_LR, /* "WarmupCosineLR" */
+  ZO_SCHEDULER_WARMUP_DECAY_LR,  /* "WarmupDecayLR" */
+};
+
+enum zo_warmup_type {
+  ZO_WARMUP_LINEAR, /* "linear" */
+  ZO_WARMUP_LOG,    /* "log": known (DeepSpeed), rejected by zo_config_load */
+};
+
+enum zo_offload_device {
+  ZO_OFFLOAD_NONE, /* "none": stays on the compute device */
+  ZO_OFFLOAD_CPU,  /* "cpu": host memory */
+  ZO_OFFLOAD_NVME, /* "nvme": files under nvme_path */
+};
+
+enum zo_model_arch {
+  ZO_ARCH_GPT2,  /* "gpt2" */
+  ZO_ARCH_LLAMA, /* "llama": known, rejected by zo_config_load (-ENOTSUP) */
+};
+
+
+enum zo_device {
+  ZO_DEVICE_AUTO, /* "auto": CUDA when a GPU and driver are present, else CPU */
+  ZO_DEVICE_CPU,  /* "cpu" */
+  ZO_DEVICE_CUDA, /* "cuda" */
+};
+
+struct zo_config_optimizer {      /* "optimizer" */
+  enum zo_optimizer_type type;    /* "type", default "AdamW" */
+  double lr;                      /* params.lr: peak learning rate, > 0, default 1e-3 */
+  double betas[2];                /* params.betas: each in [0, 1), default [0.9, 0.999] */
+  double eps;                     /* params.eps: > 0, default 1e-8 */
+  double weight_decay;            /* params.weight_decay: decoupled, >= 0, default 0.01 */
+};
+
+struct zo_config_scheduler {      /* "scheduler" (DeepSpeed parameters, see above) */
+  enum zo_scheduler_type type;    /* "type", default "none" */
+  double warmup_min_lr;           /* WarmupLR, WarmupDecayLR: warmup start, default 0 */
+  double warmup_max_lr;           /* WarmupLR, WarmupDecayLR: peak, default optimizer lr */
+  long warmup_num_steps;          /* all: steps of linear warmup, default 1000 */
+  enum zo_warmup_type warmup_type; /* all: default "linear" */
+  long total_num_steps;           /* WarmupCosineLR, WarmupDecayLR: end of decay, default steps */
+  double warmup_min_ratio;        /* WarmupCosineLR: warmup start / lr, must be 0 */
+  double cos_min_ratio;           /* WarmupCosineLR: final lr / lr, in [0, 1], default 1e-4 */
+};
+
+struct zo_config_fp16 {           /* "fp16": dynamic loss scaling as in DeepSpeed */
+  bool enabled;                   /* default false; exclusive with bf16 */
+  double loss_scale;              /* 0 = dynamic, else a static scale; default 0 */
+  int initial_scale_power;        /* dynamic: start at 2^this, in [0, 32], default 16 */
+  int loss_scale_window;          /* steps without overflow before doubling, default 1000 */
+  int hysteresis;                 /* overflows tolerated before halving, default 2 */
+  double min_loss_scale;          /* floor of the dynamic scale, > 0, default 1 */
+};
+
+struct zo_config_offload {        /* zero_optimization.offload_optimizer / offload_param */
+  enum zo_offload_device device;  /* default "none" */
+  char *nvme_path;                /* directory for the NVMe tier, required for "nvme"; default "" */
+  bool pin_memory;                /* pinned host buffers, default true (DeepSpeed: false) */
+  int buffer_count;               /* staging buffers, default 4 (optimizer) / 5 (param) */
+};
+
+struct zo_config_zero {           /* "zero_optimization" */
+  int stage;                      /* 0..3, default 0; offload_optimizer needs >= 1,
+                                   * offload_param needs 3 (DeepSpeed's rules) */
+  struct zo_config_offload offload_optimizer; /* optimizer states and fp32 master weights */
+  struct zo_config_offload offload_param;     /* parameters */
+};
+
+struct zo_config_aio {            /* "aio": NVMe tier I/O (DeepSpeed defaults) */
+  size_t block_size;              /* bytes per request, multiple of 4096, default 1MiB */
+  int queue_depth;                /* io_uring entries in flight, default 8 */
+  int thread_count;               /* I/O threads, default 1 */
+  bool single_submit;             /* one submit per request instead of batches, default false */
+  bool overlap_events;            /* overlap submission and completion, default true */
+};
+
+struct zo_config_checkpointing {  /* "activation_checkpointing" */
+  bool enabled;                   /* ours: keep only block inputs, recompute in backward */
+  int number_checkpoints;         /* checkpointed blocks, 0 = every block; <= n_layer */
+  bool cpu_checkpointing;         /* keep the checkpoints in host memory, default false */
+  bool partition_activations;     /* DeepSpeed model parallelism: must be false */
+};
+
+struct zo_config_model {          /* "model" */
+  enum zo_model_arch arch;        /* "arch", default "gpt2" */
+  char *init_from;                /* safetensors to start from; "" = random init (engine.seed) */
+  struct zo_gpt2_config gpt2;     /* n_layer, n_head, n_embd, vocab_size, max_seq_len
+                                   * (default GPT-2 124M: 12, 12, 768, 50257, 1024);
+                                   * padded_vocab_size filled (multiple of 64) */
+};
+
+struct zo_config_data {           /* "data" */
+  char *train;                    /* training tokens path; default "" (the trainer requires one) */
+  char *val;                      /* validation tokens path; "" = no validation */
+  enum zo_data_format format;     /* default "llmc" */
+  int seq_len;                    /* T, <= model.max_seq_len, default max_seq_len */
+  bool shuffle;                   /* shuffle sequence order per epoch (engine.seed), default true */
+};
+
+struct zo_config_engine {         /* "engine" */
+  enum zo_device device;          /* default "auto" */
+  size_t gpu_memory_budget;       /* bytes for the device arena, 0 = free memory minus a margin */
+  size_t host_memory_budget;      /* bytes of host tier, 0 = as much as the plan needs */
+  int threads;                    /* OpenMP threads, 0 = all cores */
+  uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
+};
+
+struct zo_config_log {            /* "log" */
+  int every;                      /* steps between progress lines, >= 1, default 10 */
+  char *metrics_path;             /* JSONL metrics file, "" = none */
+};
+
+struct zo_config_checkpoint {     /* "checkpoint" */
+  char *dir;                      /* "" = no checkpoints */
+  long every;                     /* steps between checkpoints, 0 = only at the end */
+  int keep;                       /* most recent checkpoints kept, 0 = all; default 3 */
+};
+
+struct zo_config {
+  char *path;                     /* file it was loaded from, "" when none */
+  int micro_batch;                /* train_micro_batch_size_per_gpu: B, default 1 */
+  int grad_accum;                 /* gradient_accumulation_steps, default 1 */
+  long steps;                     /* optimizer steps to train, default 1000 */
+  struct zo_config_optimizer optimizer;
+  struct zo_config_scheduler scheduler;
+  struct zo_lr_schedule lr_schedule; /* derived from optimizer + scheduler (see above) */
+  double gradient_clipping;       /* max global grad norm, 0 = off (default) */
+  bool bf16;                      /* bf16.enabled, default false */
+  struct zo_config_fp16 fp16;
+  struct zo_config_zero zero;
+  struct zo_config_aio aio;
+  struct zo_config_checkpointing activation_checkpointing;
+  struct zo_config_model model;
+  struct zo_config_data data;
+  struct zo_config_engine engine;
+  struct zo_config_log log;
+  struct zo_config_checkpoint checkpoint;
+};
+
+/* Fills cfg with the defaults, then the JSON file at path (NULL = defaults
+ * only), then each of sets[0..n_sets) in order: "a.b.c=value", where value is
+ * read as JSON when it parses (for string keys: when it is a quoted string or
+ * null) and as a plain string otherwise. An override replaces the whole value
+ * at its path; JSON null anywhere means "the default". Then checks every key
+ * and the cross-field rules and derives lr_schedule and
+ * model.gpt2.padded_vocab_size.
+ * Returns 0; -EINVAL for a syntax error, an unknown key (the message names the
+ * file or --set, the key path and the nearest valid key), a wrong type or an
+ * out-of-range value (the message names the valid range or values);
+ * -ENOTSUP for a known but unsupported value (model.arch "llama",
+ * warmup_type "log", ...); -ENOENT or another -errno when the file cannot be
+ * opened, -EIO when it cannot be read. On error cfg holds no allocations
+ * (zo_config_free on it is harmless). Any thread; the message goes to that
+ * thread's zo_last_error(). */
+int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
+
+/* Frees the strings cfg owns and zeroes it. Accepts NULL. */
+void zo_config_free(struct zo_config *cfg);
+
+/* Writes the effective config (defaults filled, DeepSpeed key names) as
+ * indented JSON. Loading the output gives an identical config. The scheduler
+ * section is omitted when it is "none", and only the type's own parameters
+ * are written. Returns 0 or -EIO. */
+int zo_config_dump(const struct zo_config *cfg, FILE *out);
+
+/* Parses a byte size: a whole number ("1048576"), or a number with a unit:
+ * K, M, G, T with or without "iB" are binary (KiB = 1024), KB, MB, GB, TB are
+ * decimal (GB = 1e9), B is bytes; fractions allowed ("1.5GB"), rounded to the
+ * nearest byte; case-insensitive; spaces allowed before the unit.
+ * Returns 0 or -EINVAL (syntax, negative, or over SIZE_MAX) with a message. */
+int zo_parse_bytes(const char *s, size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_CONFIG_H */
