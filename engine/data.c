@@ -1,0 +1,497 @@
+/* Token files: mmap'ed read-only, validated once at open, cut into (B,T)
+ * micro-batches converted to int32 on the fly. The micro-batch order is a pure
+ * function of the micro-batch index (see zo/data.h), so seek is O(1) and a
+ * resumed run reads exactly what an uninterrupted one would. Deliberately no
+ * prefetch thread: copying B*T tokens from the page cache costs microseconds
+ * next to a training step. Also `zoffload prepare` (text -> uint16 files) and
+ * the token-file writers it and the tests use. Assumes a little-endian host, as
+ * llm.c's files do. */
+#include "zo/data.h"
+#include "zo/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are little-endian");
+
+#define LLMC_HEADER_NBYTES (ZO_LLMC_HEADER_INTS * sizeof(int32_t))
+
+__extension__ typedef unsigned __int128 u128;
+
+struct zo_data {
+  enum zo_data_format fmt;
+  void *map;          /* the whole file, PROT_READ */
+  size_t map_nbytes;  /* bytes */
+  const uint8_t *u8;  /* (n_tokens,) text tokens, or NULL */
+  const uint16_t *u16; /* (n_tokens,) llm.c / uint16 tokens, or NULL */
+  size_t n_tokens;
+  int B, T;
+  size_t BT; /* tokens of inputs per micro-batch */
+  bool shuffle;
+  uint64_t seed;
+  uint64_t position; /* micro-batches handed out */
+  uint64_t n_windows; /* shuffle only: floor((n_tokens-1)/BT) */
+  uint64_t *perm;     /* shuffle only: (n_windows,) window order of perm_epoch */
+  uint64_t perm_epoch;
+  bool perm_valid;
+};
+
+/* ---- random permutation ------------------------------------------------- */
+
+static uint64_t splitmix64_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro256ss_next(uint64_t s[4]) {
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+/* Uniform in [0, range), range >= 1, without modulo bias (Lemire 2019). */
+static uint64_t uniform_below(uint64_t s[4], uint64_t range) {
+  u128 m = (u128)xoshiro256ss_next(s) * range;
+  uint64_t low = (uint64_t)m;
+  if (low < range) {
+    uint64_t threshold = -range % range;
+    while (low < threshold) {
+      m = (u128)xoshiro256ss_next(s) * range;
+      low = (uint64_t)m;
+    }
+  }
+  return (uint64_t)(m >> 64);
+}
+
+static void build_permutation(struct zo_data *d, uint64_t epoch) {
+  /* Epoch e's generator is keyed by a hash of (seed, e), not seed + e, so
+   * that consecutive epochs are not shifted copies of one splitmix stream. */
+  uint64_t mixed_epoch = epoch;
+  uint64_t key = d->seed ^ splitmix64_next(&mixed_epoch);
+  uint64_t s[4];
+  for (int k = 0; k < 4; k++) s[k] = splitmix64_next(&key);
+  uint64_t n = d->n_windows;
+  for (uint64_t k = 0; k < n; k++) d->perm[k] = k;
+  for (uint64_t k = n - 1; k >= 1; k--) {
+    uint64_t j = uniform_below(s, k + 1);
+    uint64_t tmp = d->perm[k];
+    d->perm[k] = d->perm[j];
+    d->perm[j] = tmp;
+  }
+  d->perm_epoch = epoch;
+  d->perm_valid = true;
+}
+
+/* ---- open and validate -------------------------------------------------- */
+
+int zo_data_format_parse(const char *name, enum zo_data_format *fmt) {
+  static const struct {
+    const char *name;
+    enum zo_data_format fmt;
+  } names[] = {{"text", ZO_DATA_TEXT}, {"llmc", ZO_DATA_LLMC}, {"u16", ZO_DATA_U16}};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    if (strcmp(name, names[k].name) == 0) {
+      *fmt = names[k].fmt;
+      return 0;
+    }
+  }
+  return zo_error(-EINVAL, "data format '%s' is unknown; valid: \"text\" (raw bytes), \"llmc\" (llm.c shard), "
+                           "\"u16\" (flat uint16 tokens)", name);
+}
+
+const char *zo_data_format_name(enum zo_data_format fmt) {
+  switch (fmt) {
+  case ZO_DATA_TEXT: return "text";
+  case ZO_DATA_LLMC: return "llmc";
+  case ZO_DATA_U16: return "u16";
+  }
+  return "?";
+}
+
+/* Checks an llm.c header: head holds the file's first min(nbytes, 1024)
+ * bytes, nbytes is the file size. Sets *n_tokens. */
+static int llmc_check(const char *path, const uint8_t *head, size_t nbytes, size_t *n_tokens) {
+  int32_t magic = 0, version = 0, count = 0;
+  if (nbytes < sizeof magic)
+    return zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes, but an llm.c shard starts with a %zu-byte header",
+                    path, nbytes, LLMC_HEADER_NBYTES);
+  memcpy(&magic, head, sizeof magic);
+  if (magic != ZO_LLMC_MAGIC)
+    return zo_error(-EINVAL, "data file '%s' is not an llm.c token shard: wrong magic %d, expected %d "
+                             "(a flat uint16 file is format \"u16\", raw text is \"text\")",
+                    path, (int)magic, ZO_LLMC_MAGIC);
+  if (nbytes < LLMC_HEADER_NBYTES)
+    return zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes, shorter than the %zu-byte llm.c header", path,
+                    nbytes, LLMC_HEADER_NBYTES);
+  memcpy(&version, head + 4, sizeof version);
+  if (version != ZO_LLMC_VERSION)
+    return zo_error(-EINVAL, "data file '%s': llm.c shard has wrong version %d, expected %d (uint16 tokens)", path,
+                    (int)version, ZO_LLMC_VERSION);
+  memcpy(&count, head + 8, sizeof count);
+  if (count < 0)
+    return zo_error(-EINVAL, "data file '%s': llm.c header holds a negative token count %d", path, (int)count);
+  size_t expected = LLMC_HEADER_NBYTES + (size_t)count * sizeof(uint16_t);
+  if (nbytes < expected)
+    return zo_error(-EINVAL, "data file '%s' is truncated: its llm.c header says %d tokens (%zu bytes), "
+                             "the file has %zu bytes (%zu tokens)",
+                    path, (int)count, expected, nbytes, (nbytes - LLMC_HEADER_NBYTES) / sizeof(uint16_t));
+  if (nbytes > expected)
+    return zo_error(-EINVAL, "data file '%s': its llm.c header says %d tokens (%zu bytes), but the file has %zu "
+                             "bytes: %zu bytes too many",
+                    path, (int)count, expected, nbytes, nbytes - expected);
+  *n_tokens = (size_t)count;
+  return 0;
+}
+
+/* Opens path for reading and checks it is a non-empty regular file. */
+static int open_regular(const char *path, int *fd_out, size_t *nbytes) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return zo_error(-err, "cannot open data file '%s': %s", path, strerror(err));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return zo_error(-err, "cannot stat data file '%s': %s", path, strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return zo_error(-EISDIR, "data file '%s' is a directory, not a token file", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return zo_error(-EINVAL, "data file '%s' is not a regular file", path);
+  }
+  if (st.st_size == 0) {
+    close(fd);
+    return zo_error(-EINVAL, "data file '%s' is empty (0 bytes)", path);
+  }
+  *fd_out = fd;
+  *nbytes = (size_t)st.st_size;
+  return 0;
+}
+
+int zo_data_read_llmc_header(const char *path, size_t *n_tokens) {
+  int fd;
+  size_t nbytes;
+  int err = open_regular(path, &fd, &nbytes);
+  if (err) return err;
+  uint8_t head[LLMC_HEADER_NBYTES];
+  size_t want = nbytes < sizeof head ? nbytes : sizeof head, got = 0;
+  while (got < want) {
+    ssize_t r = pread(fd, head + got, want - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      err = r < 0 ? -errno : -EIO;
+      close(fd);
+      return zo_error(err, "cannot read data file '%s': %s", path, r < 0 ? strerror(-err) : "file shrank");
+    }
+    got += (size_t)r;
+  }
+  close(fd);
+  return llmc_check(path, head, nbytes, n_tokens);
+}
+
+/* Index of the first token >= vocab_size, or n when there is none. Scans
+ * every token (one pass over the file) in 64 Ki-token chunks in parallel. */
+static size_t first_bad_token(const struct zo_data *d, int vocab_size) {
+  const size_t chunk = (size_t)1 << 16;
+  size_t n = d->n_tokens, n_chunks = (n + chunk - 1) / chunk, first = n;
+  uint32_t vocab = (uint32_t)vocab_size;
+#pragma omp parallel for schedule(static) reduction(min : first)
+  for (size_t c = 0; c < n_chunks; c++) {
+    size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    for (size_t k = lo; k < hi; k++) {
+      uint32_t t = d->u8 ? d->u8[k] : d->u16[k];
+      if (t >= vocab) {
+        if (k < first) first = k;
+        break;
+      }
+    }
+  }
+  return first;
+}
+
+static uint32_t token_at(const struct zo_data *d, size_t k) { return d->u8 ? d->u8[k] : d->u16[k]; }
+
+struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
+                             bool shuffle, uint64_t seed) {
+  ZO_ASSERT(path != NULL);
+  ZO_ASSERT(B >= 1 && T >= 1 && vocab_size >= 1);
+  ZO_ASSERT(fmt == ZO_DATA_TEXT || fmt == ZO_DATA_LLMC || fmt == ZO_DATA_U16);
+  int fd;
+  size_t nbytes;
+  if (open_regular(path, &fd, &nbytes) != 0) return NULL;
+  void *map = mmap(NULL, nbytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno;
+  close(fd); /* the mapping keeps the file */
+  if (map == MAP_FAILED) {
+    zo_error(-map_errno, "cannot map data file '%s' (%zu bytes): %s", path, nbytes, strerror(map_errno));
+    return NULL;
+  }
+  struct zo_data *d = calloc(1, sizeof *d);
+  if (!d) {
+    zo_error(-ENOMEM, "out of host memory opening data file '%s'", path);
+    goto out_unmap;
+  }
+  d->fmt = fmt;
+  d->map = map;
+  d->map_nbytes = nbytes;
+  d->B = B;
+  d->T = T;
+  d->BT = (size_t)B * (size_t)T;
+  d->shuffle = shuffle;
+  d->seed = seed;
+
+  switch (fmt) {
+  case ZO_DATA_TEXT:
+    d->u8 = map;
+    d->n_tokens = nbytes;
+    break;
+  case ZO_DATA_U16:
+    if (nbytes % sizeof(uint16_t) != 0) {
+      zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes is odd, a uint16 token file holds 2 bytes per token",
+               path, nbytes);
+      goto out_free;
+    }
+    d->u16 = map;
+    d->n_tokens = nbytes / sizeof(uint16_t);
+    break;
+  case ZO_DATA_LLMC:
+    if (llmc_check(path, map, nbytes, &d->n_tokens) != 0) goto out_free;
+    d->u16 = (const uint16_t *)((const uint8_t *)map + LLMC_HEADER_NBYTES);
+    break;
+  }
+
+  if (d->n_tokens < d->BT + 1) {
+    zo_error(-EINVAL, "data file '%s' is too short for one micro-batch: it holds %zu tokens, B*T+1 = %d*%d+1 = %zu "
+                      "are needed (lower the micro-batch size or sequence length, or add data)",
+             path, d->n_tokens, B, T, d->BT + 1);
+    goto out_free;
+  }
+  if (!(fmt == ZO_DATA_TEXT && vocab_size >= 256) && !(fmt != ZO_DATA_TEXT && vocab_size >= 65536)) {
+    size_t bad = first_bad_token(d, vocab_size);
+    if (bad < d->n_tokens) {
+      zo_error(-EINVAL, "data file '%s': token id %u at index %zu is >= vocab_size %d (wrong data format, or a "
+                        "model vocab_size smaller than the tokenizer's)",
+               path, (unsigned)token_at(d, bad), bad, vocab_size);
+      goto out_free;
+    }
+  }
+  if (shuffle) {
+    d->n_windows = (d->n_tokens - 1) / d->BT;
+    d->perm = malloc(d->n_windows * sizeof *d->perm);
+    if (!d->perm) {
+      char buf[32];
+      zo_error(-ENOMEM, "out of host memory for the shuffle order of '%s' (%s for %llu windows)", path,
+               zo_format_bytes(d->n_windows * sizeof *d->perm, buf), (unsigned long long)d->n_windows);
+      goto out_free;
+    }
+  }
+  return d;
+
+out_free:
+  free(d);
+out_unmap:
+  munmap(map, nbytes);
+  return NULL;
+}
+
+void zo_data_close(struct zo_data *d) {
+  if (!d) return;
+  free(d->perm);
+  munmap(d->map, d->map_nbytes);
+  free(d);
+}
+
+/* ---- micro-batches ------------------------------------------------------ */
+
+/* dst[k] = token[(start + k) mod N] for k < n; start < N. */
+static void copy_tokens(const struct zo_data *d, int32_t *dst, size_t start, size_t n) {
+  while (n > 0) {
+    size_t run = d->n_tokens - start < n ? d->n_tokens - start : n;
+    if (d->u8) {
+      const uint8_t *src = d->u8 + start;
+      for (size_t k = 0; k < run; k++) dst[k] = src[k];
+    } else {
+      const uint16_t *src = d->u16 + start;
+      for (size_t k = 0; k < run; k++) dst[k] = src[k];
+    }
+    dst += run;
+    n -= run;
+    start = 0;
+  }
+}
+
+int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets) {
+  ZO_ASSERT(d != NULL && inputs != NULL && targets != NULL);
+  uint64_t i = d->position++;
+  size_t start;
+  if (d->shuffle) {
+    uint64_t epoch = i / d->n_windows;
+    if (!d->perm_valid || d->perm_epoch != epoch) build_permutation(d, epoch);
+    start = (size_t)(d->perm[i % d->n_windows] * d->BT);
+  } else {
+    start = (size_t)((u128)(i % d->n_tokens) * d->BT % d->n_tokens);
+  }
+  copy_tokens(d, inputs, start, d->BT);
+  copy_tokens(d, targets, start + 1 == d->n_tokens ? 0 : start + 1, d->BT);
+  return 0;
+}
+
+uint64_t zo_data_position(const struct zo_data *d) { return d->position; }
+
+int zo_data_seek(struct zo_data *d, uint64_t micro_batch_index) {
+  ZO_ASSERT(d != NULL);
+  d->position = micro_batch_index;
+  return 0;
+}
+
+size_t zo_data_n_tokens(const struct zo_data *d) { return d->n_tokens; }
+
+/* ---- writers ------------------------------------------------------------ */
+
+static int write_tokens(const char *path, const void *header, size_t header_nbytes, const uint16_t *tokens,
+                        size_t n) {
+  struct zo_atomic_file f;
+  int err = zo_atomic_file_begin(&f, path);
+  if (err) return err;
+  if (header_nbytes) err = zo_atomic_file_write(&f, header, header_nbytes);
+  if (!err) err = zo_atomic_file_write(&f, tokens, n * sizeof *tokens);
+  if (!err) err = zo_atomic_file_commit(&f);
+  zo_atomic_file_abort(&f);
+  return err;
+}
+
+int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n) {
+  if (n > INT32_MAX)
+    return zo_error(-EINVAL, "cannot write '%s': %zu tokens exceed the llm.c header's int32 count", path, n);
+  int32_t header[ZO_LLMC_HEADER_INTS] = {ZO_LLMC_MAGIC, ZO_LLMC_VERSION, (int32_t)n};
+  return write_tokens(path, header, sizeof header, tokens, n);
+}
+
+int zo_data_write_u16(const char *path, const uint16_t *tokens, size_t n) {
+  return write_tokens(path, NULL, 0, tokens, n);
+}
+
+/* ---- prepare ------------------------------------------------------------ */
+
+enum { PREPARE_CHUNK = 1 << 20 }; /* bytes read at a time */
+
+int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_train, const char *out_val,
+                    double val_fraction, size_t *n_train_out, size_t *n_val_out) {
+  if (n_paths < 1) return zo_error(-EINVAL, "prepare: no input text files given");
+  if (!out_train) return zo_error(-EINVAL, "prepare: no output file for the train split given");
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    return zo_error(-EINVAL, "prepare: val fraction %g is outside [0, 1)", val_fraction);
+  if (!out_val && val_fraction > 0.0)
+    return zo_error(-EINVAL, "prepare: val fraction %g but no output file for the val split", val_fraction);
+  if (out_val && strcmp(out_train, out_val) == 0)
+    return zo_error(-EINVAL, "prepare: train and val outputs are the same file '%s'", out_train);
+
+  size_t total = 0;
+  for (int k = 0; k < n_paths; k++) {
+    struct stat st;
+    if (stat(text_paths[k], &st) != 0) {
+      int err = errno;
+      return zo_error(-err, "prepare: cannot read text file '%s': %s", text_paths[k], strerror(err));
+    }
+    if (S_ISDIR(st.st_mode))
+      return zo_error(-EISDIR, "prepare: '%s' is a directory, not a text file", text_paths[k]);
+    if (!S_ISREG(st.st_mode))
+      return zo_error(-EINVAL, "prepare: '%s' is not a regular file", text_paths[k]);
+    total += (size_t)st.st_size;
+  }
+  if (total == 0) return zo_error(-EINVAL, "prepare: the %d input file(s) are empty", n_paths);
+  size_t n_val = (size_t)((double)total * val_fraction);
+  if (n_val >= total) n_val = total - 1;
+  size_t n_train = total - n_val;
+  if (out_val && n_val == 0)
+    return zo_error(-EINVAL, "prepare: the val split is empty: %zu bytes x val fraction %g < 1 token "
+                             "(raise the val fraction, add text, or give no val output)", total, val_fraction);
+
+  int err = 0;
+  struct zo_atomic_file train = {.fd = -1}, val = {.fd = -1};
+  uint8_t *in = malloc(PREPARE_CHUNK);
+  uint16_t *out = malloc(PREPARE_CHUNK * sizeof *out);
+  if (!in || !out) {
+    err = zo_error(-ENOMEM, "prepare: out of host memory for a %d-byte buffer", PREPARE_CHUNK);
+    goto out_free;
+  }
+  err = zo_atomic_file_begin(&train, out_train);
+  if (!err && out_val) err = zo_atomic_file_begin(&val, out_val);
+  if (err) goto out_abort;
+
+  size_t done = 0; /* bytes of the whole stream written */
+  for (int k = 0; k < n_paths && !err; k++) {
+    const char *path = text_paths[k];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      int e = errno;
+      err = zo_error(-e, "prepare: cannot open text file '%s': %s", path, strerror(e));
+      break;
+    }
+    for (;;) {
+      ssize_t r = read(fd, in, PREPARE_CHUNK);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        int e = errno;
+        err = zo_error(-e, "prepare: cannot read text file '%s': %s", path, strerror(e));
+        break;
+      }
+      if (r == 0) break;
+      if (done + (size_t)r > total) {
+        err = zo_error(-EIO, "prepare: text file '%s' grew while being read; run prepare again", path);
+        break;
+      }
+      for (ssize_t j = 0; j < r; j++) out[j] = in[j];
+      /* The train/val cut may fall inside this chunk. */
+      size_t to_train = done < n_train ? n_train - done : 0;
+      if (to_train > (size_t)r) to_train = (size_t)r;
+      if (to_train) err = zo_atomic_file_write(&train, out, to_train * sizeof *out);
+      if (!err && (size_t)r > to_train)
+        err = zo_atomic_file_write(&val, out + to_train, ((size_t)r - to_train) * sizeof *out);
+      done += (size_t)r;
+      if (err) break;
+    }
+    if (close(fd) != 0 && !err) {
+      int e = errno;
+      err = zo_error(-e, "prepare: cannot close text file '%s': %s", path, strerror(e));
+    }
+  }
+  if (!err && done != total)
+    err = zo_error(-EIO, "prepare: the input files shrank while being read (%zu of %zu bytes); run prepare again",
+                   done, total);
+  if (!err) err = zo_atomic_file_commit(&train);
+  if (!err && out_val) err = zo_atomic_file_commit(&val);
+  if (!err) {
+    if (n_train_out) *n_train_out = n_train;
+    if (n_val_out) *n_val_out = n_val;
+  }
+out_abort:
+  zo_atomic_file_abort(&val);
+  zo_atomic_file_abort(&train);
+out_free:
+  free(out);
+  free(in);
+  return err;
+}

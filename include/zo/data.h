@@ -1,0 +1,116 @@
+/* Training data: token files mapped read-only and cut into micro-batches.
+ * Three formats: raw UTF-8 text (each byte is one token, vocab 256), llm.c
+ * token shards (256 x int32 header, then uint16 tokens) and flat uint16 token
+ * files (little-endian, no header). Files are mmap'ed, never read into memory,
+ * and validated once at open: a file that cannot give one micro-batch, or holds
+ * a token id >= vocab_size, is refused there and never fails mid-training.
+ * The order of micro-batches is a pure function of (file, B, T, shuffle, seed,
+ * micro-batch index), so resuming at a position reproduces the stream exactly.
+ * One handle is used by one thread at a time. */
+#ifndef ZO_DATA_H
+#define ZO_DATA_H
+
+#include "zo/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum zo_data_format {
+  ZO_DATA_TEXT, /* raw bytes; token = byte value (0..255) */
+  ZO_DATA_LLMC, /* llm.c shard: header int32[256] = {magic, version, n_tokens, 0...}, uint16 tokens */
+  ZO_DATA_U16,  /* flat little-endian uint16 tokens, no header */
+};
+
+#define ZO_LLMC_MAGIC 20240520
+#define ZO_LLMC_VERSION 1
+#define ZO_LLMC_HEADER_INTS 256 /* int32 words; 1024 bytes */
+
+struct zo_data;
+
+/* Opens path as a token file of format fmt for micro-batches of B rows of T
+ * tokens. vocab_size: every token id must be below it. shuffle, seed: see
+ * "Order" below. Maps the file read-only and scans every token once (OpenMP;
+ * skipped when vocab_size exceeds every id the format can hold).
+ * Returns the handle, or NULL with a message for zo_last_error() that names
+ * the file and the problem: missing or unreadable, a directory, empty, llm.c
+ * magic or version wrong (found vs expected), llm.c header token count vs file
+ * size (truncated, or trailing bytes), odd size of a uint16 file, fewer than
+ * B*T+1 tokens, or the first token id >= vocab_size (its value and index).
+ * B >= 1, T >= 1 and vocab_size >= 1 are contracts (abort).
+ *
+ * Order. Let N be the number of tokens, BT = B*T, and i the micro-batch index
+ * (micro-batches handed out since position 0, counting from 0 across steps
+ * and epochs). Micro-batch i reads a window of BT+1 tokens w[0..BT]: inputs
+ * row r = w[r*T .. r*T+T), targets row r = w[r*T+1 .. r*T+T+1), i.e. the flat
+ * (B,T) targets are the flat inputs shifted by one token.
+ *  - shuffle false: w[k] = token[(i*BT + k) mod N]. The token stream is read
+ *    as if the file repeated forever: a window that straddles the end takes
+ *    the file's last tokens and continues from token 0 (no token is skipped
+ *    or padded), and later windows continue from where that one ended, so
+ *    when BT does not divide N the windows of the second pass start at
+ *    different offsets than those of the first.
+ *  - shuffle true: the file is cut into n_windows = floor((N-1)/BT) windows;
+ *    window j is token[j*BT .. j*BT+BT] (consecutive windows share one token,
+ *    their inputs do not overlap; the last N-1 - n_windows*BT tokens are never
+ *    read). Epoch e = i / n_windows reads window perm_e[i mod n_windows], where
+ *    perm_e is a Fisher-Yates shuffle of 0..n_windows-1 (for k from
+ *    n_windows-1 down to 1 swap k with a uniform j in [0, k], Lemire's
+ *    unbiased bounded draw) driven by xoshiro256** seeded through splitmix64
+ *    from (seed, e). Every epoch visits each window exactly once; the same
+ *    seed gives the same stream, another seed another one. */
+struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
+                             bool shuffle, uint64_t seed);
+/* Unmaps and frees. Accepts NULL. */
+void zo_data_close(struct zo_data *d);
+
+/* Fills inputs and targets, each (B,T) int32, with micro-batch number
+ * zo_data_position(d) and advances the position by one. Synchronous, no
+ * allocation. Returns 0 (the stream never ends: it wraps, see "Order"). */
+int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets);
+/* Micro-batches handed out so far (the index of the next one). */
+uint64_t zo_data_position(const struct zo_data *d);
+/* Makes micro_batch_index the next micro-batch, for exact resume: after
+ * seek(k) the stream equals that of a fresh handle after k calls to next.
+ * O(1); with shuffle the epoch's permutation is rebuilt on the next call
+ * (O(n_windows)). Returns 0. */
+int zo_data_seek(struct zo_data *d, uint64_t micro_batch_index);
+/* Tokens in the file (N above). */
+size_t zo_data_n_tokens(const struct zo_data *d);
+
+/* "text", "llmc", "u16" <-> enum. parse returns 0, or -EINVAL with a message
+ * listing the valid names. */
+int zo_data_format_parse(const char *name, enum zo_data_format *fmt);
+const char *zo_data_format_name(enum zo_data_format fmt);
+
+/* Reads and checks the llm.c header of path (magic, version, token count vs
+ * file size). Returns 0 and sets *n_tokens, or a negative errno with a
+ * message (-ENOENT, -EISDIR, -EINVAL for a bad header or size, -EIO). */
+int zo_data_read_llmc_header(const char *path, size_t *n_tokens);
+
+/* Writes n tokens as an llm.c shard (version 1 header) or as a flat uint16
+ * file, atomically (zo_atomic_file: a temporary file beside path, fsync,
+ * rename, fsync of the directory). Returns 0 or a negative errno with a
+ * message. */
+int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n);
+int zo_data_write_u16(const char *path, const uint16_t *tokens, size_t n);
+
+/* `zoffload prepare`: concatenates the bytes of n_paths text files (in the
+ * order given) into one byte-level token stream and writes it as two flat
+ * uint16 files: the first n_train tokens to out_train and the last
+ * n_val = floor(total * val_fraction) tokens to out_val (a cut at a byte
+ * boundary; it may split a UTF-8 sequence). val_fraction in [0, 1); out_val
+ * may be NULL only when val_fraction is 0, and when given its split must not
+ * be empty. Both files are written in full under temporary names and then
+ * committed atomically (see zo_data_write_llmc), train first: an error leaves
+ * no temporary file, and an error before the commits (bad input, full disk)
+ * leaves the old outputs unchanged. Streams the inputs through a fixed 1 MiB buffer. n_train, n_val (tokens)
+ * may be NULL. Returns 0 or a negative errno with a message naming the file;
+ * -EINVAL for bad arguments or an empty split. */
+int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_train, const char *out_val,
+                    double val_fraction, size_t *n_train, size_t *n_val);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_DATA_H */

@@ -1,0 +1,578 @@
+/* Data loader: exact micro-batch order without shuffle for text, llm.c and
+ * uint16 files (including the wrap across the end), seek/position resume,
+ * shuffle as a seeded permutation of windows, one distinct message per
+ * malformed file, and the prepare round trip. Every expected value comes from
+ * a plain loop over the token array the file was written from, never from the
+ * loader. Files live in a mkdtemp directory removed at the end. */
+#include "zo/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmp_dir[] = "/tmp/zo-test-data-XXXXXX";
+
+static bool check(bool ok, const char *what, int line) {
+  if (!ok) fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, line, what);
+  return ok;
+}
+#define CHECK(cond) check((cond), #cond, __LINE__)
+
+/* Path of name in the temp directory; valid for the next 31 calls. */
+static const char *tmp_path(const char *name) {
+  static char buf[32][512];
+  static int next;
+  char *p = buf[next++ % 32];
+  snprintf(p, sizeof buf[0], "%s/%s", tmp_dir, name);
+  return p;
+}
+
+static uint64_t rng_state = 0x1234567;
+static uint32_t rng_u32(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(rng_state >> 33);
+}
+
+static bool write_raw(const char *path, const void *buf, size_t nbytes) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return false;
+  bool ok = fwrite(buf, 1, nbytes, f) == nbytes;
+  return fclose(f) == 0 && ok;
+}
+
+/* Reads a whole file; *nbytes set; caller frees. */
+static uint8_t *read_raw(const char *path, size_t *nbytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *nbytes = (size_t)n;
+  return buf;
+}
+
+/* Writes tokens (each < 256 for text) in format fmt. */
+static bool write_tokens(const char *path, enum zo_data_format fmt, const uint32_t *tok, size_t n) {
+  bool ok = false;
+  if (fmt == ZO_DATA_TEXT) {
+    uint8_t *b = malloc(n);
+    for (size_t k = 0; k < n; k++) b[k] = (uint8_t)tok[k];
+    ok = write_raw(path, b, n);
+    free(b);
+  } else {
+    uint16_t *u = malloc(n * sizeof *u);
+    for (size_t k = 0; k < n; k++) u[k] = (uint16_t)tok[k];
+    ok = (fmt == ZO_DATA_LLMC ? zo_data_write_llmc(path, u, n) : zo_data_write_u16(path, u, n)) == 0;
+    free(u);
+  }
+  return ok;
+}
+
+/* Opens path without shuffle and compares n_batches micro-batches against
+ * micro-batch i, row r, column t: input = tok[(i*B*T + r*T + t) mod N],
+ * target = tok[(i*B*T + r*T + t + 1) mod N]. */
+static int check_sequential(const char *path, enum zo_data_format fmt, int vocab, const uint32_t *tok, size_t N,
+                            int B, int T, int n_batches) {
+  struct zo_data *d = zo_data_open(path, fmt, vocab, B, T, false, 0);
+  if (!CHECK(d != NULL)) {
+    fprintf(stderr, "  %s\n", zo_last_error());
+    return 1;
+  }
+  int rc = 0;
+  int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+  if (!CHECK(zo_data_n_tokens(d) == N)) rc = 1;
+  for (int i = 0; i < n_batches && !rc; i++) {
+    if (!CHECK(zo_data_position(d) == (uint64_t)i)) rc = 1;
+    if (!CHECK(zo_data_next(d, in, tg) == 0)) rc = 1;
+    for (int r = 0; r < B && !rc; r++) {
+      for (int t = 0; t < T && !rc; t++) {
+        size_t idx = (size_t)i * B * T + (size_t)r * T + t;
+        if (!CHECK(in[r * T + t] == (int32_t)tok[idx % N]) || !CHECK(tg[r * T + t] == (int32_t)tok[(idx + 1) % N])) {
+          fprintf(stderr, "  micro-batch %d row %d col %d\n", i, r, t);
+          rc = 1;
+        }
+      }
+    }
+    /* targets are inputs shifted by one within the flat (B,T) window */
+    for (int k = 0; k + 1 < B * T && !rc; k++)
+      if (!CHECK(tg[k] == in[k + 1])) rc = 1;
+  }
+  free(in);
+  free(tg);
+  zo_data_close(d);
+  return rc;
+}
+
+static int order_case(enum zo_data_format fmt, int vocab, const char *name) {
+  /* N = 37 is not a multiple of B*T = 10: windows straddle the end and the
+   * second pass starts at other offsets. */
+  const size_t N = 37;
+  const int B = 2, T = 5;
+  uint32_t tok[37];
+  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % (uint32_t)vocab;
+  const char *path = tmp_path(name);
+  if (!CHECK(write_tokens(path, fmt, tok, N))) return 1;
+  if (check_sequential(path, fmt, vocab, tok, N, B, T, 30)) return 1;
+  /* Spelled out for micro-batch 3 (tokens 30..40 -> 30..36, 0..3): row 1
+   * is tokens 35, 36, 0, 1, 2 and its targets 36, 0, 1, 2, 3. */
+  struct zo_data *d = zo_data_open(path, fmt, vocab, B, T, false, 0);
+  if (!CHECK(d != NULL)) return 1;
+  int32_t in[10], tg[10];
+  zo_data_seek(d, 3);
+  zo_data_next(d, in, tg);
+  int rc = 0;
+  const int want_in[5] = {35, 36, 0, 1, 2}, want_tg[5] = {36, 0, 1, 2, 3};
+  for (int t = 0; t < 5; t++)
+    if (!CHECK(in[5 + t] == (int32_t)tok[want_in[t]]) || !CHECK(tg[5 + t] == (int32_t)tok[want_tg[t]])) rc = 1;
+  /* A file of exactly B*T+1 tokens is long enough. */
+  if (check_sequential(path, fmt, vocab, tok, N, 4, 9, 5)) rc = 1;
+  zo_data_close(d);
+  return rc;
+}
+
+static int test_order_text(void) { return order_case(ZO_DATA_TEXT, 256, "order.txt"); }
+static int test_order_u16(void) { return order_case(ZO_DATA_U16, 50257, "order.u16"); }
+static int test_order_llmc(void) { return order_case(ZO_DATA_LLMC, 50257, "order.llmc"); }
+
+static int test_order_long(void) {
+  /* Larger file and B*T, many passes, T=1 and B=1 corner shapes. */
+  const size_t N = 100003;
+  uint32_t *tok = malloc(N * sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % 65536;
+  int rc = !CHECK(write_tokens(tmp_path("long.u16"), ZO_DATA_U16, tok, N));
+  if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 8, 1024, 40);
+  if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 1, 1, 50);
+  if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 7, 1, 50);
+  free(tok);
+  return rc;
+}
+
+/* Reads n micro-batches into in (n, BT) and tg (n, BT). */
+static void read_batches(struct zo_data *d, int n, size_t BT, int32_t *in, int32_t *tg) {
+  for (int i = 0; i < n; i++) zo_data_next(d, in + (size_t)i * BT, tg + (size_t)i * BT);
+}
+
+static int seek_case(bool shuffle) {
+  const size_t N = 1000;
+  const int B = 3, T = 7, n = 300;
+  const size_t BT = (size_t)B * T;
+  uint32_t tok[1000];
+  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % 1000;
+  const char *path = tmp_path("seek.u16");
+  if (!CHECK(write_tokens(path, ZO_DATA_U16, tok, N))) return 1;
+  struct zo_data *a = zo_data_open(path, ZO_DATA_U16, 1000, B, T, shuffle, 42);
+  struct zo_data *b = zo_data_open(path, ZO_DATA_U16, 1000, B, T, shuffle, 42);
+  if (!CHECK(a != NULL && b != NULL)) return 1;
+  int32_t *in = malloc(n * BT * sizeof *in), *tg = malloc(n * BT * sizeof *tg);
+  int32_t x[21], y[21];
+  read_batches(a, n, BT, in, tg);
+  int rc = !CHECK(zo_data_position(a) == (uint64_t)n);
+  /* forward, backward, into a later epoch, back to 0 */
+  const int seeks[] = {17, 5, 123, 250, 0, 299, 47};
+  for (size_t s = 0; s < sizeof seeks / sizeof seeks[0] && !rc; s++) {
+    if (!CHECK(zo_data_seek(b, (uint64_t)seeks[s]) == 0)) rc = 1;
+    if (!CHECK(zo_data_position(b) == (uint64_t)seeks[s])) rc = 1;
+    for (int i = seeks[s]; i < n && i < seeks[s] + 30 && !rc; i++) {
+      zo_data_next(b, x, y);
+      if (!CHECK(memcmp(x, in + i * BT, sizeof x) == 0) || !CHECK(memcmp(y, tg + i * BT, sizeof y) == 0)) {
+        fprintf(stderr, "  after seek(%d), micro-batch %d differs\n", seeks[s], i);
+        rc = 1;
+      }
+    }
+  }
+  free(in);
+  free(tg);
+  zo_data_close(a);
+  zo_data_close(b);
+  return rc;
+}
+
+static int test_seek_sequential(void) { return seek_case(false); }
+static int test_seek_shuffle(void) { return seek_case(true); }
+
+/* Window index of a micro-batch of the file whose token k is k, or -1 when
+ * it is not a whole window [j*BT, j*BT+BT]. */
+static long window_of(const int32_t *in, const int32_t *tg, size_t BT) {
+  if (in[0] % (int32_t)BT != 0) return -1;
+  for (size_t k = 0; k < BT; k++)
+    if (in[k] != in[0] + (int32_t)k || tg[k] != in[0] + (int32_t)k + 1) return -1;
+  return in[0] / (long)BT;
+}
+
+/* Window order of n_epochs epochs for seed; order (n_epochs, W). */
+static int shuffle_order(const char *path, int B, int T, uint64_t seed, int n_epochs, long W, long *order) {
+  struct zo_data *d = zo_data_open(path, ZO_DATA_U16, 65536, B, T, true, seed);
+  if (!CHECK(d != NULL)) return 1;
+  size_t BT = (size_t)B * T;
+  int32_t *in = malloc(BT * sizeof *in), *tg = malloc(BT * sizeof *tg);
+  int rc = 0;
+  for (int e = 0; e < n_epochs && !rc; e++) {
+    char *seen = calloc((size_t)W, 1);
+    for (long k = 0; k < W && !rc; k++) {
+      zo_data_next(d, in, tg);
+      long w = window_of(in, tg, BT);
+      if (!CHECK(w >= 0 && w < W) || !CHECK(!seen[w])) {
+        fprintf(stderr, "  seed %llu epoch %d batch %ld: window %ld\n", (unsigned long long)seed, e, k, w);
+        rc = 1;
+        break;
+      }
+      seen[w] = 1;
+      order[e * W + k] = w;
+    }
+    free(seen);
+  }
+  free(in);
+  free(tg);
+  zo_data_close(d);
+  return rc;
+}
+
+static int test_shuffle_permutation(void) {
+  /* W = 64 windows of B*T = 12 tokens plus 1 shared end token plus a tail
+   * of 5 tokens that shuffle never reads. */
+  const int B = 3, T = 4;
+  const long W = 64;
+  const size_t N = (size_t)W * B * T + 1 + 5;
+  uint32_t *tok = malloc(N * sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = (uint32_t)k;
+  const char *path = tmp_path("shuffle.u16");
+  int rc = !CHECK(write_tokens(path, ZO_DATA_U16, tok, N));
+  free(tok);
+  long a[3 * 64], b[3 * 64], c[3 * 64];
+  if (!rc) rc = shuffle_order(path, B, T, 7, 3, W, a);
+  if (!rc) rc = shuffle_order(path, B, T, 7, 3, W, b);
+  if (!rc) rc = shuffle_order(path, B, T, 8, 3, W, c);
+  if (rc) return rc;
+  if (!CHECK(memcmp(a, b, sizeof a) == 0)) rc = 1;          /* deterministic per seed */
+  if (!CHECK(memcmp(a, c, W * sizeof *a) != 0)) rc = 1;      /* another seed, another order */
+  if (!CHECK(memcmp(a, a + W, W * sizeof *a) != 0)) rc = 1;  /* each epoch reshuffled */
+  if (!CHECK(memcmp(a + W, a + 2 * W, W * sizeof *a) != 0)) rc = 1;
+  long in_place = 0;
+  for (long k = 0; k < W; k++) in_place += a[k] == k;
+  if (!CHECK(in_place < W / 4)) rc = 1; /* not (nearly) the identity */
+  /* With shuffle the windows must also be valid when (N-1) is a multiple of
+   * B*T (no tail) and when there is exactly one window. */
+  uint32_t small[13];
+  for (int k = 0; k < 13; k++) small[k] = (uint32_t)k;
+  long one[4];
+  if (!CHECK(write_tokens(tmp_path("one.u16"), ZO_DATA_U16, small, 13))) return 1;
+  if (shuffle_order(tmp_path("one.u16"), 3, 4, 1, 4, 1, one)) return 1;
+  /* N = 2*B*T: the second window would need token N, so there is only one. */
+  uint32_t two[24];
+  for (int k = 0; k < 24; k++) two[k] = (uint32_t)k;
+  if (!CHECK(write_tokens(tmp_path("two.u16"), ZO_DATA_U16, two, 24))) return 1;
+  if (shuffle_order(tmp_path("two.u16"), 3, 4, 1, 4, 1, one)) return 1;
+  return rc;
+}
+
+/* Opens and expects NULL with every substring in the message. */
+static int expect_open_error(const char *path, enum zo_data_format fmt, int vocab, int B, int T, const char *s1,
+                             const char *s2) {
+  struct zo_data *d = zo_data_open(path, fmt, vocab, B, T, false, 0);
+  if (!CHECK(d == NULL)) {
+    zo_data_close(d);
+    return 1;
+  }
+  const char *msg = zo_last_error();
+  int rc = 0;
+  if (!CHECK(strstr(msg, path) != NULL)) rc = 1;
+  if (!CHECK(strstr(msg, s1) != NULL)) rc = 1;
+  if (s2 && !CHECK(strstr(msg, s2) != NULL)) rc = 1;
+  if (rc) fprintf(stderr, "  message: %s\n", msg);
+  return rc;
+}
+
+static void llmc_header(int32_t h[ZO_LLMC_HEADER_INTS], int32_t magic, int32_t version, int32_t n) {
+  memset(h, 0, ZO_LLMC_HEADER_INTS * sizeof *h);
+  h[0] = magic;
+  h[1] = version;
+  h[2] = n;
+}
+
+/* Header h followed by n_tokens zero tokens. */
+static bool write_llmc_raw(const char *path, const int32_t *h, size_t n_tokens) {
+  size_t nbytes = ZO_LLMC_HEADER_INTS * sizeof *h + n_tokens * 2;
+  uint8_t *buf = calloc(nbytes, 1);
+  memcpy(buf, h, ZO_LLMC_HEADER_INTS * sizeof *h);
+  bool ok = write_raw(path, buf, nbytes);
+  free(buf);
+  return ok;
+}
+
+static int test_error_wrong_magic(void) {
+  int32_t h[ZO_LLMC_HEADER_INTS];
+  llmc_header(h, 12345, 1, 100);
+  const char *p = tmp_path("magic.bin");
+  if (!CHECK(write_llmc_raw(p, h, 100))) return 1;
+  /* a text file read as llm.c shows as a wrong magic too */
+  const char *t = tmp_path("magic-text.bin");
+  if (!CHECK(write_raw(t, "hello world, this is text\n", 26))) return 1;
+  return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "wrong magic 12345", "expected 20240520") ||
+         expect_open_error(t, ZO_DATA_LLMC, 50257, 2, 4, "wrong magic", "expected 20240520");
+}
+
+static int test_error_wrong_version(void) {
+  int32_t h[ZO_LLMC_HEADER_INTS];
+  llmc_header(h, ZO_LLMC_MAGIC, 2, 100);
+  const char *p = tmp_path("version.bin");
+  if (!CHECK(write_llmc_raw(p, h, 100))) return 1;
+  return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "wrong version 2", "expected 1");
+}
+
+static int test_error_truncated(void) {
+  int32_t h[ZO_LLMC_HEADER_INTS];
+  llmc_header(h, ZO_LLMC_MAGIC, 1, 100);
+  const char *p = tmp_path("trunc.bin");
+  if (!CHECK(write_llmc_raw(p, h, 60))) return 1;
+  const char *q = tmp_path("trailing.bin");
+  if (!CHECK(write_llmc_raw(q, h, 101))) return 1;
+  const char *hd = tmp_path("trunc-header.bin");
+  if (!CHECK(write_raw(hd, h, 100))) return 1;
+  const char *u = tmp_path("odd.u16");
+  if (!CHECK(write_raw(u, "abcdefghijklm", 13))) return 1;
+  return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "truncated", "says 100 tokens") ||
+         expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "has 1144 bytes (60 tokens)", NULL) ||
+         expect_open_error(q, ZO_DATA_LLMC, 50257, 2, 4, "2 bytes too many", NULL) ||
+         expect_open_error(hd, ZO_DATA_LLMC, 50257, 2, 4, "truncated", "shorter than the 1024-byte llm.c header") ||
+         expect_open_error(u, ZO_DATA_U16, 50257, 2, 4, "truncated", "13 bytes is odd");
+}
+
+static int test_read_llmc_header(void) {
+  uint16_t toks[5] = {1, 2, 3, 4, 5};
+  const char *p = tmp_path("hdr.bin");
+  if (!CHECK(zo_data_write_llmc(p, toks, 5) == 0)) return 1;
+  size_t n = 0;
+  int rc = 0;
+  if (!CHECK(zo_data_read_llmc_header(p, &n) == 0) || !CHECK(n == 5)) rc = 1;
+  size_t nbytes;
+  uint8_t *raw = read_raw(p, &nbytes);
+  if (!CHECK(raw != NULL) || !CHECK(nbytes == 1024 + 10)) return 1;
+  int32_t h[3];
+  memcpy(h, raw, sizeof h);
+  if (!CHECK(h[0] == 20240520 && h[1] == 1 && h[2] == 5)) rc = 1;
+  if (!CHECK(memcmp(raw + 1024, toks, 10) == 0)) rc = 1;
+  free(raw);
+  int32_t bad[ZO_LLMC_HEADER_INTS];
+  llmc_header(bad, ZO_LLMC_MAGIC, 1, 100);
+  if (!CHECK(write_llmc_raw(tmp_path("hdr-trunc.bin"), bad, 99))) return 1;
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("hdr-trunc.bin"), &n) == -EINVAL) ||
+      !CHECK(strstr(zo_last_error(), "truncated") != NULL))
+    rc = 1;
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("nope.bin"), &n) == -ENOENT)) rc = 1;
+  return rc;
+}
+
+static int test_error_too_short(void) {
+  uint32_t tok[20] = {0};
+  const char *p = tmp_path("short.u16"), *l = tmp_path("short.llmc"), *t = tmp_path("short.txt");
+  if (!CHECK(write_tokens(p, ZO_DATA_U16, tok, 20))) return 1;
+  if (!CHECK(write_tokens(l, ZO_DATA_LLMC, tok, 20))) return 1;
+  if (!CHECK(write_tokens(t, ZO_DATA_TEXT, tok, 20))) return 1;
+  /* B*T = 20 needs 21 tokens */
+  return expect_open_error(p, ZO_DATA_U16, 50257, 4, 5, "too short for one micro-batch", "holds 20 tokens") ||
+         expect_open_error(p, ZO_DATA_U16, 50257, 4, 5, "B*T+1 = 4*5+1 = 21", NULL) ||
+         expect_open_error(l, ZO_DATA_LLMC, 50257, 4, 5, "too short", "holds 20 tokens") ||
+         expect_open_error(t, ZO_DATA_TEXT, 256, 1, 20, "too short", "holds 20 tokens");
+}
+
+static int test_error_token_over_vocab(void) {
+  /* Big enough for several OpenMP chunks: the first bad index is reported. */
+  const size_t N = 300000;
+  uint32_t *tok = calloc(N, sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = (uint32_t)(k % 1000);
+  tok[280001] = 60000;
+  tok[250017] = 50257;
+  const char *p = tmp_path("vocab.u16"), *l = tmp_path("vocab.llmc");
+  int rc = !CHECK(write_tokens(p, ZO_DATA_U16, tok, N)) || !CHECK(write_tokens(l, ZO_DATA_LLMC, tok, N));
+  free(tok);
+  if (rc) return 1;
+  uint8_t text[64];
+  for (int k = 0; k < 64; k++) text[k] = (uint8_t)('a' + k % 26);
+  text[17] = 200;
+  const char *t = tmp_path("vocab.txt");
+  if (!CHECK(write_raw(t, text, sizeof text))) return 1;
+  rc = expect_open_error(p, ZO_DATA_U16, 50257, 2, 8, "token id 50257 at index 250017", "vocab_size 50257") ||
+       expect_open_error(l, ZO_DATA_LLMC, 50257, 2, 8, "token id 50257 at index 250017", "vocab_size 50257") ||
+       expect_open_error(t, ZO_DATA_TEXT, 128, 2, 8, "token id 200 at index 17", "vocab_size 128");
+  /* with a vocabulary that holds them the same files open */
+  struct zo_data *d = zo_data_open(p, ZO_DATA_U16, 60001, 2, 8, false, 0);
+  if (!CHECK(d != NULL)) rc = 1;
+  zo_data_close(d);
+  d = zo_data_open(t, ZO_DATA_TEXT, 256, 2, 8, false, 0);
+  if (!CHECK(d != NULL)) rc = 1;
+  zo_data_close(d);
+  return rc;
+}
+
+static int test_error_empty(void) {
+  const char *p = tmp_path("empty.bin");
+  if (!CHECK(write_raw(p, "", 0))) return 1;
+  return expect_open_error(p, ZO_DATA_TEXT, 256, 1, 1, "is empty", NULL) ||
+         expect_open_error(p, ZO_DATA_U16, 256, 1, 1, "is empty", NULL) ||
+         expect_open_error(p, ZO_DATA_LLMC, 256, 1, 1, "is empty", NULL);
+}
+
+static int test_error_missing(void) {
+  return expect_open_error(tmp_path("does-not-exist.bin"), ZO_DATA_U16, 256, 1, 1, "cannot open",
+                           "No such file or directory");
+}
+
+static int test_error_directory(void) {
+  const char *p = tmp_path("adir");
+  if (!CHECK(mkdir(p, 0755) == 0)) return 1;
+  int rc = expect_open_error(p, ZO_DATA_LLMC, 256, 1, 1, "is a directory", NULL);
+  rmdir(p);
+  return rc;
+}
+
+static int test_format_parse(void) {
+  enum zo_data_format f;
+  int rc = 0;
+  if (!CHECK(zo_data_format_parse("text", &f) == 0 && f == ZO_DATA_TEXT)) rc = 1;
+  if (!CHECK(zo_data_format_parse("llmc", &f) == 0 && f == ZO_DATA_LLMC)) rc = 1;
+  if (!CHECK(zo_data_format_parse("u16", &f) == 0 && f == ZO_DATA_U16)) rc = 1;
+  if (!CHECK(zo_data_format_parse("bin", &f) == -EINVAL) || !CHECK(strstr(zo_last_error(), "'bin'") != NULL)) rc = 1;
+  if (!CHECK(strcmp(zo_data_format_name(ZO_DATA_LLMC), "llmc") == 0)) rc = 1;
+  return rc;
+}
+
+/* Names in the temp directory that contain ".tmp." */
+static int count_temp_files(void) {
+  DIR *dir = opendir(tmp_dir);
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));) n += strstr(e->d_name, ".tmp.") != NULL;
+  if (dir) closedir(dir);
+  return n;
+}
+
+static int test_prepare_roundtrip(void) {
+  /* three files, bytes 0..255 included, 2 MiB + a bit so the 1 MiB buffer
+   * and the train/val cut fall inside chunks */
+  const size_t sizes[3] = {1000, (2u << 20) + 77, 5};
+  const char *paths[3] = {tmp_path("a.txt"), tmp_path("b.txt"), tmp_path("c.txt")};
+  size_t total = sizes[0] + sizes[1] + sizes[2];
+  uint8_t *all = malloc(total), *p = all;
+  for (int f = 0; f < 3; f++) {
+    for (size_t k = 0; k < sizes[f]; k++) p[k] = (uint8_t)(rng_u32() & 0xff);
+    if (!CHECK(write_raw(paths[f], p, sizes[f]))) return 1;
+    p += sizes[f];
+  }
+  const char *train = tmp_path("train.bin"), *val = tmp_path("val.bin");
+  size_t n_train = 0, n_val = 0;
+  int rc = 0;
+  if (!CHECK(zo_data_prepare(paths, 3, train, val, 0.1, &n_train, &n_val) == 0)) {
+    fprintf(stderr, "  %s\n", zo_last_error());
+    free(all);
+    return 1;
+  }
+  size_t want_val = (size_t)((double)total * 0.1);
+  if (!CHECK(n_val == want_val) || !CHECK(n_train == total - want_val)) rc = 1;
+  size_t nb_train, nb_val;
+  uint8_t *rt = read_raw(train, &nb_train), *rv = read_raw(val, &nb_val);
+  if (!CHECK(rt && rv) || !CHECK(nb_train == 2 * n_train) || !CHECK(nb_val == 2 * n_val)) rc = 1;
+  for (size_t k = 0; !rc && k < total; k++) {
+    uint16_t t;
+    memcpy(&t, k < n_train ? rt + 2 * k : rv + 2 * (k - n_train), 2);
+    if (!CHECK(t == all[k])) {
+      fprintf(stderr, "  token %zu\n", k);
+      rc = 1;
+    }
+  }
+  free(rt);
+  free(rv);
+  struct stat st;
+  if (!CHECK(stat(train, &st) == 0 && (st.st_mode & 0600) == 0600)) rc = 1;
+  if (!CHECK(count_temp_files() == 0)) rc = 1;
+  /* the output reads back as a u16 file with the same tokens as the text */
+  struct zo_data *dt = zo_data_open(train, ZO_DATA_U16, 256, 4, 16, false, 0);
+  struct zo_data *dx = zo_data_open(paths[0], ZO_DATA_TEXT, 256, 4, 16, false, 0);
+  if (!CHECK(dt && dx)) rc = 1;
+  for (int i = 0; !rc && i < 10; i++) {
+    int32_t a[64], b[64], c[64], e[64];
+    zo_data_next(dt, a, b);
+    zo_data_next(dx, c, e);
+    if (!CHECK(memcmp(a, c, sizeof a) == 0) || !CHECK(memcmp(b, e, sizeof b) == 0)) rc = 1;
+  }
+  zo_data_close(dt);
+  zo_data_close(dx);
+  free(all);
+
+  /* Failures leave nothing behind and the old outputs untouched. */
+  const char *bad[2] = {paths[0], tmp_path("missing.txt")};
+  if (!CHECK(zo_data_prepare(bad, 2, train, val, 0.1, NULL, NULL) == -ENOENT) ||
+      !CHECK(strstr(zo_last_error(), "missing.txt") != NULL))
+    rc = 1;
+  const char *tiny[1] = {paths[2]};
+  if (!CHECK(zo_data_prepare(tiny, 1, train, val, 0.1, NULL, NULL) == -EINVAL) ||
+      !CHECK(strstr(zo_last_error(), "val split is empty") != NULL))
+    rc = 1;
+  if (!CHECK(zo_data_prepare(paths, 3, train, val, 1.0, NULL, NULL) == -EINVAL)) rc = 1;
+  if (!CHECK(zo_data_prepare(paths, 3, train, NULL, 0.1, NULL, NULL) == -EINVAL)) rc = 1;
+  if (!CHECK(count_temp_files() == 0)) rc = 1;
+  if (!CHECK(stat(train, &st) == 0 && (size_t)st.st_size == 2 * n_train)) rc = 1;
+  /* No val output with val fraction 0: everything is train. */
+  const char *train2 = tmp_path("train2.bin");
+  if (!CHECK(zo_data_prepare(tiny, 1, train2, NULL, 0.0, &n_train, &n_val) == 0) || !CHECK(n_train == 5) ||
+      !CHECK(n_val == 0))
+    rc = 1;
+  /* An output in a directory that does not exist */
+  if (!CHECK(zo_data_prepare(tiny, 1, tmp_path("no/such/dir.bin"), NULL, 0.0, NULL, NULL) == -ENOENT)) rc = 1;
+  return rc;
+}
+
+static void remove_tmp_dir(void) {
+  DIR *dir = opendir(tmp_dir);
+  if (!dir) return;
+  for (struct dirent *e; (e = readdir(dir));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    const char *p = tmp_path(e->d_name);
+    if (unlink(p) != 0) rmdir(p);
+  }
+  closedir(dir);
+  rmdir(tmp_dir);
+}
+
+int main(void) {
+  static const struct {
+    const char *name;
+    int (*fn)(void);
+  } tests[] = {
+#define T(name) {#name, name}
+      T(test_order_text),          T(test_order_u16),         T(test_order_llmc),
+      T(test_order_long),          T(test_seek_sequential),   T(test_seek_shuffle),
+      T(test_shuffle_permutation), T(test_error_wrong_magic), T(test_error_wrong_version),
+      T(test_error_truncated),     T(test_read_llmc_header),  T(test_error_too_short),
+      T(test_error_token_over_vocab), T(test_error_empty),    T(test_error_missing),
+      T(test_error_directory),     T(test_format_parse),      T(test_prepare_roundtrip),
+#undef T
+  };
+  if (!mkdtemp(tmp_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  int failed = 0;
+  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
+    if (tests[k].fn() != 0) {
+      fprintf(stderr, "FAIL %s\n", tests[k].name);
+      failed++;
+    }
+  }
+  remove_tmp_dir();
+  if (failed) {
+    fprintf(stderr, "%d test(s) failed\n", failed);
+    return 1;
+  }
+  printf("test-engine-data: all %zu tests passed\n", sizeof tests / sizeof tests[0]);
+  return 0;
+}
