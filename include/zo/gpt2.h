@@ -66,6 +66,7 @@ struct zo_gpt2 {
   zo_backend_t backend;
   struct zo_tensor_table table; /* parameters; gradients use the same offsets */
   int B, T;                     /* activation shapes were planned for (B, T) */
+  bool training;                /* false: no gradients, one block's activations reused */
   float *params;                /* device (table.numel) */
   float *grads;                 /* device (table.numel) */
   float *wte, *wpe, *lnfw, *lnfb;       /* views into params */
@@ -98,12 +99,19 @@ int zo_gpt2_config_check(struct zo_gpt2_config *cfg);
 int zo_gpt2_build_table(const struct zo_gpt2_config *cfg, struct zo_tensor_table *table);
 
 /* Device bytes the model needs for parameters, gradients, activations and
- * scratch at micro-batch (B, T). */
-size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg, int B, int T);
+ * scratch at micro-batch (B, T); training false: for zo_gpt2_init_inference.
+ * 0 when cfg is invalid. */
+size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg, int B, int T, bool training);
 
 /* Creates a model with device buffers for micro-batch (B, T) (T <= max_seq_len),
  * parameters zeroed. Returns NULL with zo_last_error() set. */
 struct zo_gpt2 *zo_gpt2_init(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B, int T);
+/* A forward-only model (eval, sample): no gradients or backward scratch, and
+ * one block's activations shared by all blocks, so it needs far less device
+ * memory. zo_gpt2_zero_grad and zo_gpt2_backward must not be called on it. */
+struct zo_gpt2 *zo_gpt2_init_inference(const struct zo_gpt2_config *cfg, zo_backend_t backend,
+                                       int B, int T);
+/* Frees the model and its device memory. Accepts NULL. */
 void zo_gpt2_free(struct zo_gpt2 *m);
 
 /* Fills host buffer params (table.numel) with GPT-2's initialisation from seed:

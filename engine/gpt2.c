@@ -1,0 +1,410 @@
+/* GPT-2: parameter table, device buffers carved from one arena, forward,
+ * backward and loss over zo_backend ops. Parameters are block-major so a
+ * transformer block is one contiguous range; gradients share the table.
+ * Does not own optimizer state or data, and never allocates after init.
+ * Backward keeps one residual-gradient buffer: layernorm_backward accumulates
+ * into it, which is exactly the residual connection's gradient. */
+#include "zo/gpt2.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int zo_gpt2_config_check(struct zo_gpt2_config *cfg) {
+  if (cfg->n_layer < 1 || cfg->n_layer > 1024)
+    return zo_error(-EINVAL, "model.n_layer = %d: must be in [1, 1024]", cfg->n_layer);
+  if (cfg->n_head < 1)
+    return zo_error(-EINVAL, "model.n_head = %d: must be >= 1", cfg->n_head);
+  if (cfg->n_embd < 1 || cfg->n_embd % cfg->n_head != 0)
+    return zo_error(-EINVAL, "model.n_embd = %d: must be a positive multiple of model.n_head = %d",
+                    cfg->n_embd, cfg->n_head);
+  if (cfg->vocab_size < 2 || cfg->vocab_size > (1 << 30))
+    return zo_error(-EINVAL, "model.vocab_size = %d: must be in [2, 2^30]", cfg->vocab_size);
+  if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
+    return zo_error(-EINVAL, "model.max_seq_len = %d: must be in [1, 2^20]", cfg->max_seq_len);
+  cfg->padded_vocab_size = (cfg->vocab_size + 63) / 64 * 64;
+  return 0;
+}
+
+static void table_add(struct zo_tensor_table *t, size_t *offset, const char *name, int layer,
+                      int rows, int cols) {
+  struct zo_tensor_info *ti = &t->tensors[t->n_tensors++];
+  snprintf(ti->name, sizeof ti->name, "%s", name);
+  ti->offset = *offset;
+  ti->ndim = cols > 0 ? 2 : 1;
+  ti->shape[0] = rows;
+  ti->shape[1] = cols > 0 ? cols : 0;
+  ti->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+  ti->layer = layer;
+  ti->decay = ti->ndim >= 2;
+  *offset += ti->numel;
+}
+
+int zo_gpt2_build_table(const struct zo_gpt2_config *cfg, struct zo_tensor_table *t) {
+  const int L = cfg->n_layer, C = cfg->n_embd;
+  memset(t, 0, sizeof *t);
+  t->tensors = calloc((size_t)(4 + ZO_GPT2_BLOCK_TENSORS * L), sizeof *t->tensors);
+  t->layer_offset = calloc((size_t)L, sizeof *t->layer_offset);
+  if (!t->tensors || !t->layer_offset) {
+    zo_tensor_table_free(t);
+    return zo_error(-ENOMEM, "out of host memory building the parameter table");
+  }
+  t->n_layer = L;
+  size_t off = 0;
+  char name[ZO_TENSOR_NAME_MAX];
+  table_add(t, &off, "transformer.wte.weight", -1, cfg->padded_vocab_size, C);
+  table_add(t, &off, "transformer.wpe.weight", -1, cfg->max_seq_len, C);
+  /* Order must match struct zo_gpt2_block's field order. */
+  static const struct { const char *suffix; int rows_x, cols_x; } block[ZO_GPT2_BLOCK_TENSORS] = {
+      {"ln_1.weight", 1, 0},        {"ln_1.bias", 1, 0},      {"attn.c_attn.weight", 3, 1},
+      {"attn.c_attn.bias", 3, 0},   {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
+      {"ln_2.weight", 1, 0},        {"ln_2.bias", 1, 0},      {"mlp.c_fc.weight", 4, 1},
+      {"mlp.c_fc.bias", 4, 0},      {"mlp.c_proj.weight", 1, 4}, {"mlp.c_proj.bias", 1, 0},
+  };
+  for (int l = 0; l < L; l++) {
+    t->layer_offset[l] = off;
+    for (int i = 0; i < ZO_GPT2_BLOCK_TENSORS; i++) {
+      snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i].suffix);
+      table_add(t, &off, name, l, block[i].rows_x * C, block[i].cols_x * C);
+    }
+    if (l == 0) t->layer_numel = off - t->layer_offset[0];
+  }
+  table_add(t, &off, "transformer.ln_f.weight", -1, C, 0);
+  table_add(t, &off, "transformer.ln_f.bias", -1, C, 0);
+  t->numel = off;
+  return 0;
+}
+
+const struct zo_tensor_info *zo_tensor_table_find(const struct zo_tensor_table *t,
+                                                  const char *name) {
+  for (int i = 0; i < t->n_tensors; i++)
+    if (strcmp(t->tensors[i].name, name) == 0) return &t->tensors[i];
+  return NULL;
+}
+
+void zo_tensor_table_free(struct zo_tensor_table *t) {
+  free(t->tensors);
+  free(t->layer_offset);
+  memset(t, 0, sizeof *t);
+}
+
+/* Either counts bytes (arena NULL) or carves them: one description of the
+ * device layout serves both the plan and the allocation. */
+struct carver {
+  struct zo_arena *arena;
+  size_t total;
+  int err;
+};
+
+static void *carve(struct carver *c, size_t nbytes, const char *what) {
+  if (c->err) return NULL;
+  if (!c->arena) {
+    c->total += zo_arena_round(nbytes);
+    return NULL;
+  }
+  void *p = NULL;
+  c->err = zo_arena_alloc(c->arena, nbytes, what, &p);
+  return p;
+}
+
+/* Training keeps every block's activations; inference keeps one block's and
+ * reuses them for all blocks (a block's input is only read before its output
+ * buffer is written), and has no gradients or backward scratch. */
+static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg, size_t n_params,
+                   struct carver *c, int B, int T, bool training) {
+  const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, BT = (size_t)B * (size_t)T;
+  const size_t f = sizeof(float);
+  m->params = carve(c, n_params * f, "parameters");
+  if (training) m->grads = carve(c, n_params * f, "gradients");
+  m->inputs = carve(c, BT * sizeof(int32_t), "input tokens");
+  m->targets = carve(c, BT * sizeof(int32_t), "target tokens");
+  m->encoded = carve(c, BT * C * f, "activations (embedding)");
+  for (int l = 0; l < cfg->n_layer; l++) {
+    struct zo_gpt2_block_acts a;
+    if (!training && l > 0) {
+      if (m->acts) m->acts[l] = m->acts[0];
+      continue;
+    }
+    a.ln1 = carve(c, BT * C * f, "activations (ln_1)");
+    a.ln1_mean = carve(c, BT * f, "activations (ln_1 mean)");
+    a.ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)");
+    a.qkv = carve(c, BT * 3 * C * f, "activations (qkv)");
+    a.atty = carve(c, BT * C * f, "activations (attention out)");
+    a.att = carve(c, BT * NH * (size_t)T * f, "activations (attention probabilities)");
+    a.res2 = carve(c, BT * C * f, "activations (residual)");
+    a.ln2 = carve(c, BT * C * f, "activations (ln_2)");
+    a.ln2_mean = carve(c, BT * f, "activations (ln_2 mean)");
+    a.ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)");
+    a.fch = carve(c, BT * 4 * C * f, "activations (mlp fc)");
+    a.fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)");
+    a.res3 = carve(c, BT * C * f, "activations (block output)");
+    if (m->acts) m->acts[l] = a;
+  }
+  m->lnf = carve(c, BT * C * f, "activations (ln_f)");
+  m->lnf_mean = carve(c, BT * f, "activations (ln_f mean)");
+  m->lnf_rstd = carve(c, BT * f, "activations (ln_f rstd)");
+  m->logits = carve(c, BT * (size_t)cfg->padded_vocab_size * f, "logits");
+  m->losses = carve(c, BT * f, "losses");
+  if (!training) return;
+  m->dresidual = carve(c, BT * C * f, "backward scratch (residual grad)");
+  m->dbtc = carve(c, BT * C * f, "backward scratch (B,T,C)");
+  m->dqkv = carve(c, BT * 3 * C * f, "backward scratch (qkv grad)");
+  m->dfch = carve(c, BT * 4 * C * f, "backward scratch (mlp grad)");
+  m->datt = carve(c, BT * NH * (size_t)T * f, "backward scratch (attention grad)");
+}
+
+size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg_in, int B, int T, bool training) {
+  struct zo_gpt2_config cfg = *cfg_in;
+  struct zo_tensor_table t;
+  if (zo_gpt2_config_check(&cfg) || zo_gpt2_build_table(&cfg, &t)) return 0;
+  struct zo_gpt2 m = {0};
+  struct carver c = {0};
+  layout(&m, &cfg, t.numel, &c, B, T, training);
+  zo_tensor_table_free(&t);
+  return c.total;
+}
+
+static void block_views(const struct zo_tensor_table *t, float *base, int l, struct zo_gpt2_block *b) {
+  float **fields[ZO_GPT2_BLOCK_TENSORS] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb,
+                                           &b->attprojw, &b->attprojb, &b->ln2w, &b->ln2b,
+                                           &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+  const struct zo_tensor_info *ti = &t->tensors[2 + l * ZO_GPT2_BLOCK_TENSORS];
+  for (int i = 0; i < ZO_GPT2_BLOCK_TENSORS; i++) *fields[i] = base + ti[i].offset;
+}
+
+static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t backend, int B,
+                            int T, bool training) {
+  struct zo_gpt2_config cfg = *cfg_in;
+  if (zo_gpt2_config_check(&cfg)) return NULL;
+  if (B < 1 || T < 1 || T > cfg.max_seq_len) {
+    zo_error(-EINVAL, "micro-batch shape B=%d T=%d: need B >= 1 and 1 <= T <= model.max_seq_len = %d",
+             B, T, cfg.max_seq_len);
+    return NULL;
+  }
+  struct zo_gpt2 *m = calloc(1, sizeof *m);
+  if (!m) {
+    zo_error(-ENOMEM, "out of host memory allocating the model");
+    return NULL;
+  }
+  m->cfg = cfg;
+  m->backend = backend;
+  m->B = B;
+  m->T = T;
+  m->training = training;
+  if (zo_gpt2_build_table(&cfg, &m->table)) goto out_free;
+  const int L = cfg.n_layer;
+  m->acts = calloc((size_t)L, sizeof *m->acts);
+  m->blocks = calloc((size_t)L, sizeof *m->blocks);
+  m->dblocks = calloc((size_t)L, sizeof *m->dblocks);
+  m->host_losses = calloc((size_t)B * (size_t)T, sizeof(float));
+  if (!m->acts || !m->blocks || !m->dblocks || !m->host_losses) {
+    zo_error(-ENOMEM, "out of host memory allocating the model");
+    goto out_free;
+  }
+  struct carver plan = {0};
+  layout(m, &cfg, m->table.numel, &plan, B, T, training);
+  if (zo_arena_init(&m->arena, backend, plan.total, "device")) goto out_free;
+  struct carver c = {.arena = &m->arena};
+  layout(m, &cfg, m->table.numel, &c, B, T, training);
+  if (c.err) goto out_free;
+
+  const struct zo_tensor_info *ti = m->table.tensors;
+  const struct zo_tensor_info *lnf = &ti[m->table.n_tensors - 2];
+  m->wte = m->params + ti[0].offset;
+  m->wpe = m->params + ti[1].offset;
+  m->lnfw = m->params + lnf[0].offset;
+  m->lnfb = m->params + lnf[1].offset;
+  for (int l = 0; l < L; l++) block_views(&m->table, m->params, l, &m->blocks[l]);
+  if (backend->memset_async(m->params, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
+  if (training) {
+    m->dwte = m->grads + ti[0].offset;
+    m->dwpe = m->grads + ti[1].offset;
+    m->dlnfw = m->grads + lnf[0].offset;
+    m->dlnfb = m->grads + lnf[1].offset;
+    for (int l = 0; l < L; l++) block_views(&m->table, m->grads, l, &m->dblocks[l]);
+    if (backend->memset_async(m->grads, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
+  }
+  if (backend->stream_synchronize(NULL)) goto out_free;
+  return m;
+
+out_free:
+  zo_gpt2_free(m);
+  return NULL;
+}
+
+struct zo_gpt2 *zo_gpt2_init(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B, int T) {
+  return init(cfg, backend, B, T, true);
+}
+
+struct zo_gpt2 *zo_gpt2_init_inference(const struct zo_gpt2_config *cfg, zo_backend_t backend,
+                                       int B, int T) {
+  return init(cfg, backend, B, T, false);
+}
+
+void zo_gpt2_free(struct zo_gpt2 *m) {
+  if (!m) return;
+  zo_arena_free(&m->arena);
+  zo_tensor_table_free(&m->table);
+  free(m->acts);
+  free(m->blocks);
+  free(m->dblocks);
+  free(m->host_losses);
+  free(m);
+}
+
+/* splitmix64: a small, well-known generator; the stream depends only on seed. */
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void fill_normal(float *x, size_t n, double std, uint64_t *state) {
+  for (size_t i = 0; i < n; i += 2) {
+    /* Box-Muller on two uniforms in (0, 1]. */
+    double u1 = ((double)(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    double u2 = (double)(splitmix64(state) >> 11) * 0x1.0p-53;
+    double r = sqrt(-2.0 * log(u1)) * std;
+    x[i] = (float)(r * cos(2.0 * M_PI * u2));
+    if (i + 1 < n) x[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
+  }
+}
+
+void zo_gpt2_init_params(const struct zo_gpt2 *m, float *params, uint64_t seed) {
+  const struct zo_tensor_table *t = &m->table;
+  const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+  uint64_t state = seed;
+  for (int i = 0; i < t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &t->tensors[i];
+    float *p = params + ti->offset;
+    const char *leaf = strrchr(ti->name, '.');
+    if (ti->ndim == 2) {
+      bool proj = strstr(ti->name, "c_proj.weight") != NULL;
+      fill_normal(p, ti->numel, proj ? proj_std : std, &state);
+    } else if (strcmp(leaf, ".weight") == 0) {
+      for (size_t k = 0; k < ti->numel; k++) p[k] = 1.0f;
+    } else {
+      memset(p, 0, ti->numel * sizeof(float));
+    }
+  }
+  /* Padded vocabulary rows stay zero: their logits are never used and their
+   * gradients are zero, so they remain zero through training. */
+  size_t V = (size_t)m->cfg.vocab_size, Vp = (size_t)m->cfg.padded_vocab_size,
+         C = (size_t)m->cfg.n_embd;
+  memset(params + t->tensors[0].offset + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+int zo_gpt2_upload_params(struct zo_gpt2 *m, const float *host_params) {
+  int err = m->backend->memcpy_async(m->params, host_params, m->table.numel * sizeof(float),
+                                     ZO_COPY_H2D, NULL);
+  return err ? err : m->backend->stream_synchronize(NULL);
+}
+
+int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params) {
+  int err = m->backend->memcpy_async(host_params, m->params, m->table.numel * sizeof(float),
+                                     ZO_COPY_D2H, NULL);
+  return err ? err : m->backend->stream_synchronize(NULL);
+}
+
+void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
+                     int T, zo_stream_t s) {
+  ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size,
+            Vp = m->cfg.padded_vocab_size, BT = B * T;
+  const size_t nbt = (size_t)BT;
+  ZO_ASSERT(be->memcpy_async(m->inputs, inputs, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
+  if (targets)
+    ZO_ASSERT(be->memcpy_async(m->targets, targets, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
+
+  be->encoder_forward(m->encoded, m->inputs, m->wte, m->wpe, B, T, C, s);
+  const float *residual = m->encoded;
+  for (int l = 0; l < m->cfg.n_layer; l++) {
+    const struct zo_gpt2_block *w = &m->blocks[l];
+    struct zo_gpt2_block_acts *a = &m->acts[l];
+    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, s);
+    be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, s);
+    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
+    be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, s);
+    be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, s);
+    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, s);
+    be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, s);
+    be->gelu_forward(a->fch_gelu, a->fch, nbt * 4 * (size_t)C, s);
+    be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, s);
+    be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, s);
+    residual = a->res3;
+  }
+  be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, residual, m->lnfw, m->lnfb, BT, C, s);
+  be->matmul_forward(m->logits, m->lnf, m->wte, NULL, BT, C, Vp, s);
+  if (targets) be->crossentropy_forward(m->losses, NULL, m->logits, m->targets, 0.0f, BT, V, Vp, s);
+}
+
+void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t s) {
+  ZO_ASSERT(m->training);
+  ZO_ASSERT(m->backend->memset_async(m->grads, 0, m->table.numel * sizeof(float), s) == 0);
+}
+
+void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t s) {
+  ZO_ASSERT(m->training);
+  ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size,
+            Vp = m->cfg.padded_vocab_size, L = m->cfg.n_layer, BT = B * T;
+  const size_t nbt = (size_t)BT;
+
+  float *dlogits = m->logits;
+  be->crossentropy_forward(m->losses, dlogits, m->logits, m->targets, dloss, BT, V, Vp, s);
+  be->matmul_backward(m->dbtc, m->dwte, NULL, dlogits, m->lnf, m->wte, BT, C, Vp, s);
+  ZO_ASSERT(be->memset_async(m->dresidual, 0, nbt * (size_t)C * sizeof(float), s) == 0);
+  be->layernorm_backward(m->dresidual, m->dlnfw, m->dlnfb, m->dbtc, m->acts[L - 1].res3, m->lnfw,
+                         m->lnf_mean, m->lnf_rstd, BT, C, s);
+  for (int l = L - 1; l >= 0; l--) {
+    const struct zo_gpt2_block *w = &m->blocks[l];
+    const struct zo_gpt2_block *dw = &m->dblocks[l];
+    const struct zo_gpt2_block_acts *a = &m->acts[l];
+    const float *residual_in = l == 0 ? m->encoded : m->acts[l - 1].res3;
+    /* dresidual holds d(res3) here; the MLP branch adds its part of d(res2). */
+    be->matmul_backward(m->dfch, dw->fcprojw, dw->fcprojb, m->dresidual, a->fch_gelu, w->fcprojw,
+                        BT, 4 * C, C, s);
+    be->gelu_backward(m->dfch, a->fch, m->dfch, nbt * 4 * (size_t)C, s);
+    be->matmul_backward(m->dbtc, dw->fcw, dw->fcb, m->dfch, a->ln2, w->fcw, BT, C, 4 * C, s);
+    be->layernorm_backward(m->dresidual, dw->ln2w, dw->ln2b, m->dbtc, a->res2, w->ln2w,
+                           a->ln2_mean, a->ln2_rstd, BT, C, s);
+    /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
+    be->matmul_backward(m->dbtc, dw->attprojw, dw->attprojb, m->dresidual, a->atty, w->attprojw,
+                        BT, C, C, s);
+    be->attention_backward(m->dqkv, m->datt, m->dbtc, a->qkv, a->att, B, T, C, NH, s);
+    be->matmul_backward(m->dbtc, dw->qkvw, dw->qkvb, m->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, s);
+    be->layernorm_backward(m->dresidual, dw->ln1w, dw->ln1b, m->dbtc, residual_in, w->ln1w,
+                           a->ln1_mean, a->ln1_rstd, BT, C, s);
+  }
+  be->encoder_backward(m->dwte, m->dwpe, m->dresidual, m->inputs, B, T, C, s);
+}
+
+int zo_gpt2_mean_loss(struct zo_gpt2 *m, const int32_t *host_targets, int B, int T,
+                      zo_stream_t s, double *loss) {
+  const size_t n = (size_t)B * (size_t)T;
+  int err = m->backend->memcpy_async(m->host_losses, m->losses, n * sizeof(float), ZO_COPY_D2H, s);
+  if (!err) err = m->backend->stream_synchronize(s);
+  if (err) return err;
+  double sum = 0.0;
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (host_targets[i] < 0) continue;
+    sum += m->host_losses[i];
+    count++;
+  }
+  *loss = count ? sum / (double)count : 0.0;
+  return 0;
+}
+
+double zo_gpt2_flops_per_token(const struct zo_gpt2_config *cfg, int T) {
+  /* 6 flops per matmul weight per token (forward 2, backward 4), plus causal
+   * attention: QK^T and AV over on average T/2 keys, 2 flops each, x3. */
+  const double C = cfg->n_embd, L = cfg->n_layer;
+  double matmul_params = L * 12.0 * C * C + (double)cfg->padded_vocab_size * C;
+  return 6.0 * matmul_params + 6.0 * L * (double)T * C;
+}
