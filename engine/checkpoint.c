@@ -1,0 +1,473 @@
+/* Checkpoints and Hugging Face GPT-2 weights. Our table stores Linear weights
+ * (out, in) and wte padded to a multiple of 64 rows; Hugging Face stores
+ * Conv1D weights (in, out) and wte (V, C): conversion happens here and only
+ * here. Saves are atomic directories whose files are listed with their CRC32
+ * in trainer_state.json (written last); loads verify every CRC before reading
+ * a single tensor. */
+#include "zo/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zo/fsutil.h"
+#include "zo/safetensors.h"
+
+/* dir/name into out; -ENAMETOOLONG (with a message) when it does not fit. */
+static int join(char *out, size_t size, const char *dir, const char *name) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= size) return zo_error(-ENAMETOOLONG, "path too long: %s/%s", dir, name);
+  return 0;
+}
+
+static const char *const ckpt_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
+#define N_CKPT_FILES 3
+
+/* Hugging Face shape of one of our tensors; returns true when the data is
+ * transposed between the two layouts (Conv1D weights inside blocks). */
+static bool hf_shape(const struct zo_gpt2 *m, const struct zo_tensor_info *ti, int64_t shape[2]) {
+  if (ti->ndim == 1) {
+    shape[0] = ti->shape[0];
+    return false;
+  }
+  if (ti->layer >= 0) {
+    shape[0] = ti->shape[1];
+    shape[1] = ti->shape[0];
+    return true;
+  }
+  shape[0] = ti == &m->table.tensors[0] ? m->cfg.vocab_size : ti->shape[0];
+  shape[1] = ti->shape[1];
+  return false;
+}
+
+static void transpose(float *dst, const float *src, int rows, int cols) {
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) dst[(size_t)c * (size_t)rows + (size_t)r] = src[(size_t)r * (size_t)cols + (size_t)c];
+}
+
+static int write_json(const char *path, json_t *j) {
+  char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!text) return zo_error(-ENOMEM, "%s: out of memory formatting JSON", path);
+  size_t n = strlen(text);
+  text[n] = '\n';
+  int err = zo_write_file_atomic(path, text, n + 1);
+  free(text);
+  return err;
+}
+
+int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const float *params) {
+  const struct zo_gpt2_config *c = &m->cfg;
+  char path[PATH_MAX];
+  int err = zo_mkdir_p(dir, 0755);
+  if (err) return err;
+  float *hf = malloc(m->table.numel * sizeof(float));
+  struct zo_st_writer *w = zo_st_writer_init();
+  if (!hf || !w) {
+    err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
+    goto out;
+  }
+  for (int i = 0; i < m->table.n_tensors; i++) {
+    const struct zo_tensor_info *ti = &m->table.tensors[i];
+    int64_t shape[2];
+    float *dst = hf + ti->offset;
+    if (hf_shape(m, ti, shape))
+      transpose(dst, params + ti->offset, ti->shape[0], ti->shape[1]);
+    else
+      memcpy(dst, params + ti->offset, ti->numel * sizeof(float));
+    err = zo_st_writer_add(w, ti->name, ZO_F32, ti->ndim, shape, dst);
+    if (err) goto out;
+  }
+  if ((err = join(path, sizeof path, dir, "model.safetensors")) ||
+      (err = zo_st_writer_set_metadata(w, "format", "pt")) || (err = zo_st_writer_write(w, path)))
+    goto out;
+
+  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, "
+                        "s:f, s:b, s:s, s:s}",
+                        "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size",
+                        c->vocab_size, "n_positions", c->max_seq_len, "n_ctx", c->max_seq_len,
+                        "n_embd", c->n_embd, "n_layer", c->n_layer, "n_head", c->n_head, "n_inner",
+                        "activation_function", "gelu_new", "resid_pdrop", 0.0, "embd_pdrop", 0.0,
+                        "attn_pdrop", 0.0, "layer_norm_epsilon", 1e-5, "initializer_range", 0.02,
+                        "tie_word_embeddings", 1, "torch_dtype", "float32", "zoffload_version",
+                        "0.1.0");
+  if (!j) {
+    err = zo_error(-ENOMEM, "out of memory building %s/config.json", dir);
+    goto out;
+  }
+  err = join(path, sizeof path, dir, "config.json");
+  if (!err) err = write_json(path, j);
+  json_decref(j);
+out:
+  zo_st_writer_free(w);
+  free(hf);
+  return err;
+}
+
+/* CRC32 of a whole file, read through a mapping. */
+static int file_crc(const char *path, uint32_t *crc) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
+  struct stat st;
+  int err = 0;
+  if (fstat(fd, &st) != 0) {
+    err = zo_error(-errno, "%s: %s", path, strerror(errno));
+    goto out_close;
+  }
+  *crc = zo_crc32(0, NULL, 0);
+  if (st.st_size > 0) {
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      err = zo_error(-errno, "%s: mmap: %s", path, strerror(errno));
+      goto out_close;
+    }
+    *crc = zo_crc32(*crc, p, (size_t)st.st_size);
+    munmap(p, (size_t)st.st_size);
+  }
+out_close:
+  close(fd);
+  return err;
+}
+
+static int parse_step(const char *name, long *step) {
+  char *end;
+  if (strncmp(name, "checkpoint-", 11) != 0) return -1;
+  errno = 0;
+  long v = strtol(name + 11, &end, 10);
+  if (errno || end == name + 11 || *end || v < 0) return -1;
+  *step = v;
+  return 0;
+}
+
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* Steps of the checkpoint-<step> directories under dir, ascending. */
+static int list_steps(const char *dir, long **steps, int *n) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : zo_error(-errno, "%s: %s", dir, strerror(errno));
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long s;
+    if (parse_step(e->d_name, &s)) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      long *p = realloc(*steps, (size_t)cap * sizeof *p);
+      if (!p) {
+        closedir(d);
+        free(*steps);
+        *steps = NULL;
+        return zo_error(-ENOMEM, "out of memory listing %s", dir);
+      }
+      *steps = p;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  qsort(*steps, (size_t)*n, sizeof **steps, cmp_long);
+  return 0;
+}
+
+int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size) {
+  long *steps;
+  int n, err = list_steps(dir, &steps, &n);
+  if (err) return err;
+  if (n == 0) return zo_error(-ENOENT, "%s: no checkpoint-<step> directory to resume from", dir);
+  snprintf(out_path, out_size, "%s/checkpoint-%ld", dir, steps[n - 1]);
+  free(steps);
+  return 0;
+}
+
+int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
+                       const float *adam_m, const float *adam_v, const struct zo_train_state *state,
+                       int keep, char *out_path, size_t out_size) {
+  char tmp[PATH_MAX], final[PATH_MAX], path[PATH_MAX];
+  int err = zo_mkdir_p(dir, 0755);
+  if (err) return err;
+  char name[64];
+  snprintf(name, sizeof name, ".checkpoint-%ld.tmp-%ld", state->step, (long)getpid());
+  if ((err = join(tmp, sizeof tmp, dir, name))) return err;
+  if ((err = join(final, sizeof final, dir, name + 1))) return err;
+  *strstr(final + strlen(dir), ".tmp-") = '\0';
+  zo_remove_tree(tmp); /* a leftover of a crashed save with the same pid */
+  if ((err = zo_gpt2_save_pretrained(tmp, m, params))) goto out_remove;
+
+  struct zo_st_writer *w = zo_st_writer_init();
+  if (!w) {
+    err = zo_error(-ENOMEM, "out of host memory saving the optimizer state");
+    goto out_remove;
+  }
+  int64_t shape[1] = {(int64_t)m->table.numel};
+  if (!(err = join(path, sizeof path, tmp, "optimizer.safetensors")) &&
+      !(err = zo_st_writer_add(w, "exp_avg", ZO_F32, 1, shape, adam_m)) &&
+      !(err = zo_st_writer_add(w, "exp_avg_sq", ZO_F32, 1, shape, adam_v)) &&
+      !(err = zo_st_writer_set_metadata(w, "layout", "zoffload gpt2 parameter table v1")))
+    err = zo_st_writer_write(w, path);
+  zo_st_writer_free(w);
+  if (err) goto out_remove;
+
+  json_t *files = json_object();
+  for (int i = 0; i < N_CKPT_FILES && files; i++) {
+    uint32_t crc;
+    if ((err = join(path, sizeof path, tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) {
+      json_decref(files);
+      goto out_remove;
+    }
+    json_object_set_new(files, ckpt_files[i], json_integer(crc));
+  }
+  json_t *j = files ? json_pack("{s:i, s:I, s:f, s:I, s:I, s:o}", "step", (json_int_t)state->step,
+                                "data_position", (json_int_t)state->data_position, "loss_scale",
+                                state->loss_scale, "good_steps", (json_int_t)state->good_steps,
+                                "seed", (json_int_t)state->seed, "files", files)
+                    : NULL;
+  if (!j) {
+    err = zo_error(-ENOMEM, "out of memory building trainer_state.json");
+    goto out_remove;
+  }
+  err = join(path, sizeof path, tmp, "trainer_state.json");
+  if (!err) err = write_json(path, j);
+  json_decref(j);
+  if (err) goto out_remove;
+
+  /* Replaces an existing checkpoint of the same step atomically (exchange). */
+  if ((err = zo_rename_atomic_dir(tmp, final))) goto out_remove;
+  if (out_path) snprintf(out_path, out_size, "%s", final);
+
+  if (keep > 0) {
+    long *steps;
+    int n;
+    if (list_steps(dir, &steps, &n) == 0) {
+      for (int i = 0; i + keep < n; i++) {
+        char old[64];
+        snprintf(old, sizeof old, "checkpoint-%ld", steps[i]);
+        if (join(path, sizeof path, dir, old) || zo_remove_tree(path))
+          fprintf(stderr, "zoffload: warning: could not remove old checkpoint: %s\n", zo_last_error());
+      }
+      free(steps);
+    }
+  }
+  return 0;
+
+out_remove:;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", zo_last_error());
+  zo_remove_tree(tmp);
+  return zo_error(err, "saving checkpoint %s: %s", final, msg);
+}
+
+static const struct zo_st_tensor *find_hf(const struct zo_st_file *f, const char *name) {
+  const struct zo_st_tensor *t = zo_st_find(f, name);
+  if (!t && strncmp(name, "transformer.", 12) == 0) t = zo_st_find(f, name + 12);
+  return t;
+}
+
+static bool is_ignored_extra(const char *name) {
+  /* The tied head and Hugging Face's attention-mask buffers carry no weights of ours. */
+  size_t n = strlen(name);
+  return strcmp(name, "lm_head.weight") == 0 ||
+         (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
+         (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0);
+}
+
+int zo_gpt2_load_safetensors(const char *path, const struct zo_gpt2 *m, float *params) {
+  struct zo_st_file *f = zo_st_open(path);
+  if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
+  int err = 0;
+  float *scratch = malloc(m->table.numel * sizeof(float));
+  if (!scratch) {
+    err = zo_error(-ENOMEM, "out of host memory loading %s", path);
+    goto out;
+  }
+  int matched = 0;
+  for (int i = 0; i < m->table.n_tensors; i++) {
+    const struct zo_tensor_info *ti = &m->table.tensors[i];
+    const struct zo_st_tensor *t = find_hf(f, ti->name);
+    if (!t) {
+      err = zo_error(-EINVAL, "%s: tensor %s is missing", path, ti->name);
+      goto out;
+    }
+    matched++;
+    int64_t shape[2] = {0, 0};
+    bool tr = hf_shape(m, ti, shape);
+    if (t->ndim != ti->ndim || t->shape[0] != shape[0] || (ti->ndim == 2 && t->shape[1] != shape[1])) {
+      char got[64] = "(", want[64];
+      for (int k = 0; k < t->ndim && k < 4; k++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, k ? ", " : "", t->shape[k]);
+      strcat(got, ")");
+      if (ti->ndim == 2)
+        snprintf(want, sizeof want, "(%" PRId64 ", %" PRId64 ")", shape[0], shape[1]);
+      else
+        snprintf(want, sizeof want, "(%" PRId64 ")", shape[0]);
+      err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", path, t->name, got, want);
+      goto out;
+    }
+    if ((err = zo_st_read_f32(t, scratch, t->numel))) goto out;
+    float *dst = params + ti->offset;
+    if (tr) {
+      transpose(dst, scratch, (int)shape[0], (int)shape[1]);
+    } else {
+      memcpy(dst, scratch, t->numel * sizeof(float));
+      if (t->numel < ti->numel) memset(dst + t->numel, 0, (ti->numel - t->numel) * sizeof(float));
+    }
+  }
+  for (int i = 0; i < zo_st_n_tensors(f); i++) {
+    const struct zo_st_tensor *t = zo_st_tensor_at(f, i);
+    char name[ZO_TENSOR_NAME_MAX + 16];
+    snprintf(name, sizeof name, "transformer.%s", t->name);
+    if (is_ignored_extra(t->name) || zo_tensor_table_find(&m->table, t->name) ||
+        zo_tensor_table_find(&m->table, name))
+      continue;
+    err = zo_error(-EINVAL, "%s: unexpected tensor %s (the model has %d layers of width %d)", path,
+                   t->name, m->cfg.n_layer, m->cfg.n_embd);
+    goto out;
+  }
+  (void)matched;
+out:
+  free(scratch);
+  zo_st_close(f);
+  return err;
+}
+
+static int json_int_field(json_t *j, const char *key, const char *path, long *out) {
+  json_t *v = json_object_get(j, key);
+  if (!json_is_integer(v)) return zo_error(-EINVAL, "%s: \"%s\" is missing or not an integer", path, key);
+  *out = (long)json_integer_value(v);
+  return 0;
+}
+
+int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_config *cfg) {
+  struct stat st;
+  if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
+  memset(cfg, 0, sizeof *cfg);
+  if (S_ISDIR(st.st_mode)) {
+    char p[PATH_MAX];
+    int jerr = join(p, sizeof p, path, "config.json");
+    if (jerr) return jerr;
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j) return zo_error(-EINVAL, "%s:%d:%d: %s", p, je.line, je.column, je.text);
+    long L = 0, NH = 0, C = 0, V = 0, maxT = 0;
+    int err = json_int_field(j, "n_layer", p, &L);
+    if (!err) err = json_int_field(j, "n_head", p, &NH);
+    if (!err) err = json_int_field(j, "n_embd", p, &C);
+    if (!err) err = json_int_field(j, "vocab_size", p, &V);
+    if (!err) err = json_int_field(j, "n_positions", p, &maxT);
+    json_decref(j);
+    if (err) return err;
+    *cfg = (struct zo_gpt2_config){.n_layer = (int)L, .n_head = (int)NH, .n_embd = (int)C,
+                                   .vocab_size = (int)V, .max_seq_len = (int)maxT};
+  } else {
+    struct zo_st_file *f = zo_st_open(path);
+    if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
+    const struct zo_st_tensor *wte = find_hf(f, "transformer.wte.weight");
+    const struct zo_st_tensor *wpe = find_hf(f, "transformer.wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
+      zo_st_close(f);
+      return zo_error(-EINVAL, "%s: not a GPT-2 checkpoint (needs 2-D transformer.wte.weight and "
+                               "transformer.wpe.weight)", path);
+    }
+    int L = 0;
+    char name[64];
+    for (;; L++) {
+      snprintf(name, sizeof name, "transformer.h.%d.ln_1.weight", L);
+      if (!find_hf(f, name)) break;
+    }
+    *cfg = (struct zo_gpt2_config){.n_layer = L, .n_head = n_head, .n_embd = (int)wte->shape[1],
+                                   .vocab_size = (int)wte->shape[0], .max_seq_len = (int)wpe->shape[0]};
+    zo_st_close(f);
+  }
+  int err = zo_gpt2_config_check(cfg);
+  return err ? zo_error(err, "%s: %s", path, zo_last_error()) : 0;
+}
+
+int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
+                       float *adam_v, struct zo_train_state *state) {
+  char p[PATH_MAX];
+  int err = join(p, sizeof p, path, "trainer_state.json");
+  if (err) return err;
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  if (!j)
+    return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
+                    je.column, je.text);
+  json_t *files = json_object_get(j, "files");
+  for (int i = 0; i < N_CKPT_FILES; i++) {
+    json_t *v = json_object_get(files, ckpt_files[i]);
+    uint32_t crc;
+    if ((err = join(p, sizeof p, path, ckpt_files[i]))) goto out;
+    if (!json_is_integer(v)) {
+      err = zo_error(-EINVAL, "%s/trainer_state.json: no checksum for %s", path, ckpt_files[i]);
+      goto out;
+    }
+    if ((err = file_crc(p, &crc))) goto out;
+    if ((json_int_t)crc != json_integer_value(v)) {
+      err = zo_error(-EIO, "%s: checksum mismatch (CRC32 %08x, recorded %08llx): the file is "
+                           "corrupt or truncated; resume from an earlier checkpoint",
+                     p, crc, (unsigned long long)json_integer_value(v));
+      goto out;
+    }
+  }
+  long step = 0, pos = 0, good = 0, seed = 0;
+  if ((err = json_int_field(j, "step", path, &step)) ||
+      (err = json_int_field(j, "data_position", path, &pos)) ||
+      (err = json_int_field(j, "good_steps", path, &good)) ||
+      (err = json_int_field(j, "seed", path, &seed)))
+    goto out;
+  json_t *ls = json_object_get(j, "loss_scale");
+  if (!json_is_number(ls)) {
+    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is missing", path);
+    goto out;
+  }
+  struct zo_gpt2_config c;
+  if ((err = zo_gpt2_config_from_pretrained(path, m->cfg.n_head, &c))) goto out;
+  if (c.n_layer != m->cfg.n_layer || c.n_head != m->cfg.n_head || c.n_embd != m->cfg.n_embd ||
+      c.vocab_size != m->cfg.vocab_size || c.max_seq_len != m->cfg.max_seq_len) {
+    err = zo_error(-EINVAL, "%s: checkpoint model (n_layer %d, n_head %d, n_embd %d, vocab %d, "
+                            "max_seq_len %d) differs from the config's (%d, %d, %d, %d, %d)",
+                   path, c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq_len, m->cfg.n_layer,
+                   m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.max_seq_len);
+    goto out;
+  }
+  if ((err = join(p, sizeof p, path, "model.safetensors")) ||
+      (err = zo_gpt2_load_safetensors(p, m, params)))
+    goto out;
+  if (adam_m || adam_v) {
+    if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;
+    struct zo_st_file *f = zo_st_open(p);
+    if (!f) {
+      err = zo_error(-EINVAL, "%s", zo_last_error());
+      goto out;
+    }
+    const char *names[2] = {"exp_avg", "exp_avg_sq"};
+    float *dst[2] = {adam_m, adam_v};
+    for (int i = 0; i < 2 && !err; i++) {
+      const struct zo_st_tensor *t = zo_st_find(f, names[i]);
+      if (!t || t->dtype != ZO_F32 || t->numel != m->table.numel)
+        err = zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[i],
+                       m->table.numel);
+      else if (dst[i])
+        memcpy(dst[i], t->data, t->nbytes);
+    }
+    zo_st_close(f);
+    if (err) goto out;
+  }
+  *state = (struct zo_train_state){.step = step, .data_position = (uint64_t)pos,
+                                   .loss_scale = json_number_value(ls), .good_steps = good,
+                                   .seed = (uint64_t)seed};
+out:
+  json_decref(j);
+  return err;
+}

@@ -1,0 +1,543 @@
+/* Training loop, evaluation and sampling. One step: zero the gradients, run
+ * gradient_accumulation_steps micro-batches (forward, backward with
+ * dloss = 1/(B*T*K), so the gradient is the mean), take the global L2 norm,
+ * clip, and apply AdamW tensor by tensor with decay only on 2-D tensors. The
+ * reported loss is the mean of the micro-batch losses. This version keeps all
+ * state on the compute device in fp32; offload placement, mixed precision,
+ * activation checkpointing and 8-bit AdamW are refused with -ENOTSUP. */
+#include "zo/train.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zo/adamw.h"
+#include "zo/checkpoint.h"
+#include "zo/data.h"
+#include "zo/fsutil.h"
+#include "zo/gpt2.h"
+
+static const char *device_name(enum zo_device d) {
+  return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
+}
+
+/* Refuses what this version of the engine does not run yet, naming the key. */
+static int check_supported(const struct zo_config *cfg) {
+  const char *file = cfg->path && cfg->path[0] ? cfg->path : "config";
+  if (cfg->optimizer.type != ZO_OPTIMIZER_ADAMW)
+    return zo_error(-ENOTSUP, "%s: optimizer.type \"AdamW8bit\" is not implemented yet; use \"AdamW\"", file);
+  if (cfg->bf16 || cfg->fp16.enabled)
+    return zo_error(-ENOTSUP, "%s: %s.enabled: mixed precision is not implemented yet; set it to false",
+                    file, cfg->bf16 ? "bf16" : "fp16");
+  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE ||
+      cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
+    return zo_error(-ENOTSUP, "%s: zero_optimization.offload_%s.device: offload tiers are not "
+                              "implemented yet; use \"none\"",
+                    file, cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE ? "optimizer" : "param");
+  if (cfg->activation_checkpointing.enabled)
+    return zo_error(-ENOTSUP, "%s: activation_checkpointing.enabled: not implemented yet; set it to false", file);
+  return 0;
+}
+
+/* The model shapes: from model.init_from's file when given (n_head from the config). */
+static int model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc) {
+  *mc = cfg->model.gpt2;
+  if (cfg->model.init_from && cfg->model.init_from[0]) {
+    int err = zo_gpt2_config_from_pretrained(cfg->model.init_from, cfg->model.gpt2.n_head, mc);
+    if (err) return zo_error(err, "model.init_from: %s", zo_last_error());
+  }
+  if (cfg->data.seq_len > mc->max_seq_len)
+    return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
+                    mc->max_seq_len);
+  return zo_gpt2_config_check(mc);
+}
+
+/* Device budget check before anything is allocated: the plan is exact. */
+static int check_budget(const struct zo_config *cfg, zo_backend_t be, size_t need) {
+  size_t budget = cfg->engine.gpu_memory_budget, free_b = 0, total_b = 0;
+  char a[32], b[32];
+  if (budget && need > budget)
+    return zo_error(-ENOMEM,
+                    "the device plan needs %s (%zu bytes) but engine.gpu_memory_budget is %s: raise "
+                    "the budget, or lower train_micro_batch_size_per_gpu or data.seq_len",
+                    zo_format_bytes(need, a), need, zo_format_bytes(budget, b));
+  if (be->mem_info(&free_b, &total_b) == 0 && need > free_b)
+    return zo_error(-ENOMEM,
+                    "the device plan needs %s (%zu bytes) but the %s device has %s free: lower "
+                    "train_micro_batch_size_per_gpu or data.seq_len",
+                    zo_format_bytes(need, a), need, be->name, zo_format_bytes(free_b, b));
+  return 0;
+}
+
+static void print_memory(const struct zo_gpt2 *m, size_t host_bytes, FILE *out) {
+  char a[32], b[32], c[32], d[32];
+  fprintf(out, "memory: device arena %s planned, %s peak, %s free (no fragmentation: one arena, "
+               "carved once) | host optimizer state %s\n",
+          zo_format_bytes(m->arena.capacity, a), zo_format_bytes(m->arena.peak, b),
+          zo_format_bytes(m->arena.capacity - m->arena.used, c), zo_format_bytes(host_bytes, d));
+}
+
+/* Mean loss over n micro-batches of d from position 0 (forward only). */
+static int eval_loss(struct zo_gpt2 *m, struct zo_data *d, int n, int32_t *in, int32_t *tg,
+                     zo_stream_t s, double *loss) {
+  double sum = 0.0;
+  zo_data_seek(d, 0);
+  for (int i = 0; i < n; i++) {
+    double l;
+    zo_data_next(d, in, tg);
+    zo_gpt2_forward(m, in, tg, m->B, m->T, s);
+    int err = zo_gpt2_mean_loss(m, tg, m->B, m->T, s, &l);
+    if (err) return err;
+    sum += l;
+  }
+  *loss = sum / n;
+  return 0;
+}
+
+static int val_batches(const struct zo_data *d, int B, int T) {
+  size_t n = zo_data_n_tokens(d) / ((size_t)B * (size_t)T);
+  return n < 1 ? 1 : n > 20 ? 20 : (int)n;
+}
+
+/* splitmix64 for sampling: reproducible for a seed. */
+static double uniform01(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x < y) - (x > y);
+}
+
+/* Draws the next token from logits row (V real entries) with temperature and top-k. */
+static int sample_token(const float *logits, int V, double temperature, int top_k, float *scratch,
+                        uint64_t *rng) {
+  float threshold = -INFINITY;
+  if (top_k > 0 && top_k < V) {
+    memcpy(scratch, logits, (size_t)V * sizeof(float));
+    qsort(scratch, (size_t)V, sizeof(float), cmp_desc);
+    threshold = scratch[top_k - 1];
+  }
+  double maxv = -INFINITY, sum = 0.0;
+  for (int i = 0; i < V; i++)
+    if (logits[i] >= threshold && logits[i] > maxv) maxv = logits[i];
+  for (int i = 0; i < V; i++)
+    sum += logits[i] >= threshold ? exp((logits[i] - maxv) / temperature) : 0.0;
+  double r = uniform01(rng) * sum, acc = 0.0;
+  int last = 0;
+  for (int i = 0; i < V; i++) {
+    if (logits[i] < threshold) continue;
+    acc += exp((logits[i] - maxv) / temperature);
+    last = i;
+    if (acc >= r) return i;
+  }
+  return last;
+}
+
+/* Autoregressive generation with a sliding window of the model's T tokens. */
+static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
+                    double temperature, int top_k, uint64_t seed, FILE *out) {
+  const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
+  int32_t *window = calloc((size_t)T, sizeof *window);
+  float *row = malloc((size_t)Vp * sizeof *row), *scratch = malloc((size_t)V * sizeof *scratch);
+  int err = 0;
+  if (!window || !row || !scratch) {
+    err = zo_error(-ENOMEM, "out of host memory for sampling");
+    goto out;
+  }
+  uint64_t rng = seed;
+  for (int i = 0; i < n_new; i++) {
+    int len = n_ctx < T ? n_ctx : T;
+    memcpy(window, ctx + n_ctx - len, (size_t)len * sizeof *window);
+    zo_gpt2_forward(m, window, NULL, 1, len, s);
+    const float *last = m->logits + (size_t)(len - 1) * (size_t)Vp;
+    if ((err = m->backend->memcpy_async(row, last, (size_t)Vp * sizeof(float), ZO_COPY_D2H, s)) ||
+        (err = m->backend->stream_synchronize(s)))
+      goto out;
+    int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
+    ctx[n_ctx++] = tok;
+    if (V == 256)
+      fputc(tok, out);
+    else
+      fprintf(out, "%s%d", i ? "," : "", tok);
+    fflush(out);
+  }
+  fputc('\n', out);
+out:
+  free(window);
+  free(row);
+  free(scratch);
+  return err;
+}
+
+/* Fills the context from a prompt: bytes for vocab 256, else token ids. */
+static int parse_prompt(const char *prompt, int V, int32_t *ctx, int cap, int *n) {
+  *n = 0;
+  if (!prompt || !prompt[0]) {
+    ctx[(*n)++] = V == 256 ? '\n' : 0;
+    return 0;
+  }
+  if (V == 256) {
+    for (const unsigned char *p = (const unsigned char *)prompt; *p && *n < cap; p++) ctx[(*n)++] = *p;
+    return 0;
+  }
+  const char *p = prompt;
+  while (*p && *n < cap) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v >= V)
+      return zo_error(-EINVAL, "--prompt: \"%s\" is not a comma-separated list of token ids below %d",
+                      prompt, V);
+    ctx[(*n)++] = (int32_t)v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+struct trainer {
+  const struct zo_config *cfg;
+  zo_backend_t be;
+  zo_stream_t stream;
+  struct zo_gpt2 *m;
+  struct zo_data *train, *val;
+  float *adam_m, *adam_v;
+  int32_t *inputs, *targets;
+  FILE *metrics;
+};
+
+static void trainer_free(struct trainer *t) {
+  if (t->metrics) fclose(t->metrics);
+  zo_data_close(t->train);
+  zo_data_close(t->val);
+  if (t->be && t->stream) t->be->stream_destroy(t->stream);
+  zo_gpt2_free(t->m);
+  free(t->adam_m);
+  free(t->adam_v);
+  free(t->inputs);
+  free(t->targets);
+}
+
+static void progress_bar(long step, long total, double elapsed, long first) {
+  if (!isatty(STDOUT_FILENO)) return;
+  int width = 30, filled = (int)(width * step / total);
+  double eta = step > first ? elapsed / (double)(step - first) * (double)(total - step) : 0.0;
+  printf("\r[%.*s%*s] %3d%% ETA %d:%02d ", filled, "==============================", width - filled, "",
+         (int)(100 * step / total), (int)eta / 60, (int)eta % 60);
+  fflush(stdout);
+}
+
+int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
+  struct trainer t = {.cfg = cfg};
+  struct zo_gpt2_config mc;
+  int err;
+  if ((err = check_supported(cfg)) || (err = model_config(cfg, &mc))) return err;
+  if (!cfg->data.train || !cfg->data.train[0])
+    return zo_error(-EINVAL, "data.train: no training data given (a token file path)");
+  const int B = cfg->micro_batch, T = cfg->data.seq_len, K = cfg->grad_accum;
+  const size_t BT = (size_t)B * (size_t)T;
+
+  t.be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
+  if (!t.be) return -ENODEV;
+  if (strcmp(t.be->name, "cpu") != 0) {
+    err = zo_error(-ENOTSUP, "the %s backend cannot train yet; set engine.device to \"cpu\"", t.be->name);
+    goto out;
+  }
+  if ((err = check_budget(cfg, t.be, zo_gpt2_device_bytes(&mc, B, T, true)))) goto out;
+  if (!(t.m = zo_gpt2_init(&mc, t.be, B, T))) {
+    err = -ENOMEM;
+    goto out;
+  }
+  const size_t n = t.m->table.numel;
+  t.adam_m = calloc(n, sizeof(float));
+  t.adam_v = calloc(n, sizeof(float));
+  t.inputs = malloc(BT * sizeof(int32_t));
+  t.targets = malloc(BT * sizeof(int32_t));
+  if (!t.adam_m || !t.adam_v || !t.inputs || !t.targets) {
+    char a[32];
+    err = zo_error(-ENOMEM, "host tier: could not allocate %s for the AdamW state (2 x %zu floats)",
+                   zo_format_bytes(2 * n * sizeof(float), a), n);
+    goto out;
+  }
+  if ((err = t.be->stream_create(&t.stream))) goto out;
+
+  t.train = zo_data_open(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
+                         cfg->data.shuffle, cfg->engine.seed);
+  if (!t.train) {
+    err = zo_error(-EIO, "data.train: %s", zo_last_error());
+    goto out;
+  }
+  if (cfg->data.val && cfg->data.val[0]) {
+    t.val = zo_data_open(cfg->data.val, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
+                         false, cfg->engine.seed);
+    if (!t.val) {
+      err = zo_error(-EIO, "data.val: %s", zo_last_error());
+      goto out;
+    }
+  }
+
+  /* Parameters: resume > init_from > seeded init. The CPU backend's device
+   * memory is host memory, so the optimizer updates it in place. */
+  struct zo_train_state st = {.loss_scale = 1.0, .seed = cfg->engine.seed};
+  char resume_path[PATH_MAX] = "";
+  if (opts->resume) {
+    if (strcmp(opts->resume, "auto") == 0) {
+      if (!cfg->checkpoint.dir || !cfg->checkpoint.dir[0]) {
+        err = zo_error(-EINVAL, "--resume auto needs checkpoint.dir in the config");
+        goto out;
+      }
+      if ((err = zo_checkpoint_latest(cfg->checkpoint.dir, resume_path, sizeof resume_path))) goto out;
+    } else {
+      snprintf(resume_path, sizeof resume_path, "%s", opts->resume);
+    }
+    if ((err = zo_checkpoint_load(resume_path, t.m, t.m->params, t.adam_m, t.adam_v, &st))) goto out;
+    zo_data_seek(t.train, st.data_position);
+    printf("resumed from %s at step %ld\n", resume_path, st.step);
+  } else if (cfg->model.init_from && cfg->model.init_from[0]) {
+    if ((err = zo_gpt2_load_safetensors(cfg->model.init_from, t.m, t.m->params))) goto out;
+  } else {
+    zo_gpt2_init_params(t.m, t.m->params, cfg->engine.seed);
+  }
+
+  if (cfg->log.metrics_path && cfg->log.metrics_path[0]) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", cfg->log.metrics_path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+      *slash = '\0';
+      if ((err = zo_mkdir_p(dir, 0755))) goto out;
+    }
+    t.metrics = fopen(cfg->log.metrics_path, opts->resume ? "a" : "w");
+    if (!t.metrics) {
+      err = zo_error(-errno, "log.metrics_path: %s: %s", cfg->log.metrics_path, strerror(errno));
+      goto out;
+    }
+  }
+
+  const size_t host_bytes = 2 * n * sizeof(float);
+  const double flops_per_token = zo_gpt2_flops_per_token(&mc, T);
+  printf("model: GPT-2 %d layers, %d heads, width %d, vocab %d (padded %d), %.2fM parameters\n",
+         mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
+         (double)(n - (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd) / 1e6);
+  printf("train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
+         cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
+  if (opts->memory_report) print_memory(t.m, host_bytes, stdout);
+  int n_val = t.val ? val_batches(t.val, B, T) : 0;
+  if (t.val && st.step == 0) {
+    double vl;
+    if ((err = eval_loss(t.m, t.val, n_val, t.inputs, t.targets, t.stream, &vl))) goto out;
+    printf("step 0: val loss %.4f\n", vl);
+  }
+
+  const struct zo_adamw_hparams hp0 = {.beta1 = (float)cfg->optimizer.betas[0],
+                                       .beta2 = (float)cfg->optimizer.betas[1],
+                                       .eps = (float)cfg->optimizer.eps,
+                                       .weight_decay = (float)cfg->optimizer.weight_decay};
+  const long first = st.step;
+  const double t_start = zo_time_s();
+  double acc_compute = 0, acc_opt = 0, acc_io = 0, acc_loss = 0;
+  long acc_n = 0;
+  for (long step = st.step + 1; step <= cfg->steps; step++) {
+    double t0 = zo_time_s(), io = 0.0, loss = 0.0;
+    zo_gpt2_zero_grad(t.m, t.stream);
+    for (int k = 0; k < K; k++) {
+      double ti = zo_time_s();
+      zo_data_next(t.train, t.inputs, t.targets);
+      io += zo_time_s() - ti;
+      zo_gpt2_forward(t.m, t.inputs, t.targets, B, T, t.stream);
+      zo_gpt2_backward(t.m, B, T, 1.0f / ((float)BT * (float)K), t.stream);
+      double l;
+      if ((err = zo_gpt2_mean_loss(t.m, t.targets, B, T, t.stream, &l))) goto out;
+      loss += l / K;
+    }
+    double t1 = zo_time_s();
+    double norm = sqrt(zo_sumsq(t.m->grads, n));
+    float coef = zo_clip_coef(norm, cfg->gradient_clipping);
+    struct zo_adamw_hparams hp = hp0;
+    hp.lr = (float)zo_lr_at(&cfg->lr_schedule, step);
+    for (int i = 0; i < t.m->table.n_tensors; i++) {
+      const struct zo_tensor_info *ti = &t.m->table.tensors[i];
+      zo_adamw_update(t.m->params + ti->offset, t.m->grads + ti->offset, t.adam_m + ti->offset,
+                      t.adam_v + ti->offset, ti->numel, &hp, ti->decay, step, coef);
+    }
+    double t2 = zo_time_s();
+    double tok_s = (double)(BT * (size_t)K) / (t2 - t0);
+    acc_compute += t1 - t0 - io;
+    acc_opt += t2 - t1;
+    acc_io += io;
+    acc_loss += loss;
+    acc_n++;
+    if (t.metrics) {
+      fprintf(t.metrics,
+              "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": "
+              "%.1f, \"ms\": %.2f}\n",
+              step, loss, hp.lr, norm, tok_s, 1e3 * (t2 - t0));
+      fflush(t.metrics);
+    }
+    st.step = step;
+    st.data_position = zo_data_position(t.train);
+    bool last = step == cfg->steps;
+    if (step % cfg->log.every == 0 || last) {
+      double dt = (acc_compute + acc_opt + acc_io) / acc_n;
+      char peak[32];
+      if (isatty(STDOUT_FILENO)) printf("\r");
+      printf("step %ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.3f TFLOP/s | ms: "
+             "compute %.0f, copies 0, optimizer %.0f, io wait %.1f | device peak %s\n",
+             step, cfg->steps, acc_loss / acc_n, hp.lr, norm, (double)(BT * (size_t)K) / dt,
+             flops_per_token * (double)(BT * (size_t)K) / dt / 1e12, 1e3 * acc_compute / acc_n,
+             1e3 * acc_opt / acc_n, 1e3 * acc_io / acc_n, zo_format_bytes(t.m->arena.peak, peak));
+      acc_compute = acc_opt = acc_io = acc_loss = 0;
+      acc_n = 0;
+    }
+    progress_bar(step, cfg->steps, zo_time_s() - t_start, first);
+    bool save = cfg->checkpoint.dir && cfg->checkpoint.dir[0] &&
+                (last || (cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0));
+    if (save || (last && t.val)) {
+      if (t.val) {
+        double vl;
+        if ((err = eval_loss(t.m, t.val, n_val, t.inputs, t.targets, t.stream, &vl))) goto out;
+        printf("%sstep %ld: val loss %.4f\n", isatty(STDOUT_FILENO) ? "\r" : "", step, vl);
+        if (t.metrics) {
+          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g}\n", step, vl);
+          fflush(t.metrics);
+        }
+      }
+      if (save) {
+        char path[PATH_MAX];
+        if ((err = zo_checkpoint_save(cfg->checkpoint.dir, t.m, t.m->params, t.adam_m, t.adam_v, &st,
+                                      cfg->checkpoint.keep, path, sizeof path)))
+          goto out;
+        printf("%ssaved %s\n", isatty(STDOUT_FILENO) ? "\r" : "", path);
+      }
+    }
+  }
+  if (isatty(STDOUT_FILENO)) printf("\n");
+  print_memory(t.m, host_bytes, stdout);
+  if (opts->sample_tokens > 0) {
+    int32_t *ctx = calloc((size_t)opts->sample_tokens + 1, sizeof *ctx);
+    if (!ctx) {
+      err = zo_error(-ENOMEM, "out of host memory for sampling");
+      goto out;
+    }
+    ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
+    printf("sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
+    err = generate(t.m, t.stream, ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, stdout);
+    free(ctx);
+  }
+out:
+  trainer_free(&t);
+  return err;
+}
+
+/* A forward-only model loaded from checkpoint / init_from / seeded init. */
+static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *checkpoint, int B, int T,
+                                      zo_backend_t *be_out) {
+  struct zo_gpt2_config mc;
+  char path[PATH_MAX] = "";
+  if (checkpoint) {
+    snprintf(path, sizeof path, "%s", checkpoint);
+  } else if (cfg->checkpoint.dir && cfg->checkpoint.dir[0] &&
+             zo_checkpoint_latest(cfg->checkpoint.dir, path, sizeof path) != 0) {
+    path[0] = '\0';
+  }
+  if (path[0]) {
+    if (zo_gpt2_config_from_pretrained(path, cfg->model.gpt2.n_head, &mc)) return NULL;
+  } else if (model_config(cfg, &mc)) {
+    return NULL;
+  }
+  if (T > mc.max_seq_len) T = mc.max_seq_len;
+  zo_backend_t be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
+  if (!be) return NULL;
+  if (strcmp(be->name, "cpu") != 0) {
+    zo_error(-ENOTSUP, "the %s backend cannot run the model yet; set engine.device to \"cpu\"", be->name);
+    return NULL;
+  }
+  struct zo_gpt2 *m = zo_gpt2_init_inference(&mc, be, B, T);
+  if (!m) return NULL;
+  int err = 0;
+  if (path[0]) {
+    char file[PATH_MAX + 32];
+    struct zo_train_state st;
+    if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0)
+      err = zo_checkpoint_load(path, m, m->params, NULL, NULL, &st);
+    else {
+      snprintf(file, sizeof file, "%s/model.safetensors", path);
+      err = zo_gpt2_load_safetensors(access(file, F_OK) == 0 ? file : path, m, m->params);
+    }
+  } else if (cfg->model.init_from && cfg->model.init_from[0]) {
+    err = zo_gpt2_load_safetensors(cfg->model.init_from, m, m->params);
+  } else {
+    zo_gpt2_init_params(m, m->params, cfg->engine.seed);
+  }
+  if (err) {
+    zo_gpt2_free(m);
+    return NULL;
+  }
+  *be_out = be;
+  return m;
+}
+
+int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
+            struct zo_eval_result *out) {
+  const char *path = cfg->data.val && cfg->data.val[0] ? cfg->data.val : cfg->data.train;
+  if (!path || !path[0]) return zo_error(-EINVAL, "data.val and data.train are both empty: nothing to evaluate");
+  zo_backend_t be;
+  const int B = cfg->micro_batch, T = cfg->data.seq_len;
+  struct zo_gpt2 *m = load_inference(cfg, checkpoint, B, T, &be);
+  if (!m) return -EINVAL;
+  int err = 0;
+  zo_stream_t s = NULL;
+  int32_t *in = malloc((size_t)B * (size_t)m->T * sizeof *in), *tg = malloc((size_t)B * (size_t)m->T * sizeof *tg);
+  struct zo_data *d = zo_data_open(path, (enum zo_data_format)cfg->data.format, m->cfg.vocab_size, B, m->T,
+                                   false, cfg->engine.seed);
+  if (!d) {
+    err = zo_error(-EIO, "%s", zo_last_error());
+    goto out;
+  }
+  if (!in || !tg) {
+    err = zo_error(-ENOMEM, "out of host memory for evaluation batches");
+    goto out;
+  }
+  if ((err = be->stream_create(&s))) goto out;
+  if (n_batches <= 0) n_batches = val_batches(d, B, m->T);
+  out->n_batches = n_batches;
+  if ((err = eval_loss(m, d, n_batches, in, tg, s, &out->loss))) goto out;
+  out->device_bytes = m->arena.peak;
+  out->train_device_bytes = zo_gpt2_device_bytes(&m->cfg, B, m->T, true);
+out:
+  if (s) be->stream_destroy(s);
+  zo_data_close(d);
+  free(in);
+  free(tg);
+  zo_gpt2_free(m);
+  return err;
+}
+
+int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out) {
+  zo_backend_t be;
+  struct zo_gpt2 *m = load_inference(cfg, opts->checkpoint, 1, cfg->model.gpt2.max_seq_len, &be);
+  if (!m) return -EINVAL;
+  int err = 0, n_ctx = 0;
+  zo_stream_t s = NULL;
+  size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 2 + (size_t)opts->n_tokens;
+  int32_t *ctx = malloc(cap * sizeof *ctx);
+  if (!ctx) {
+    err = zo_error(-ENOMEM, "out of host memory for sampling");
+    goto out;
+  }
+  if ((err = parse_prompt(opts->prompt, m->cfg.vocab_size, ctx, (int)cap, &n_ctx))) goto out;
+  if ((err = be->stream_create(&s))) goto out;
+  if (opts->prompt && m->cfg.vocab_size == 256) fputs(opts->prompt, out);
+  err = generate(m, s, ctx, n_ctx, opts->n_tokens, opts->temperature, opts->top_k, opts->seed, out);
+out:
+  if (s) be->stream_destroy(s);
+  free(ctx);
+  zo_gpt2_free(m);
+  return err;
+}

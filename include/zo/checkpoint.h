@@ -1,0 +1,70 @@
+/* Checkpoints: a directory <checkpoint.dir>/checkpoint-<step>/ holding
+ *   model.safetensors     Hugging Face GPT-2 names and layouts (Conv1D weights
+ *                         (in, out), wte (V, C) without padding, tied head not
+ *                         stored): loadable by transformers.GPT2LMHeadModel
+ *   config.json           Hugging Face GPT2Config
+ *   optimizer.safetensors AdamW m and v ("exp_avg", "exp_avg_sq"), fp32, flat
+ *                         in our parameter-table order
+ *   trainer_state.json    step, data position, schedule, and the CRC32 of every
+ *                         other file, written last
+ * A save writes a temporary directory, fsyncs every file, renames it into
+ * place and fsyncs the parent, so a crash leaves the last checkpoint intact. A
+ * load verifies every checksum first: a truncated or corrupt checkpoint is
+ * refused, never half-loaded. */
+#ifndef ZO_CHECKPOINT_H
+#define ZO_CHECKPOINT_H
+
+#include "zo/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zo_train_state {
+  long step;                /* optimizer steps completed */
+  uint64_t data_position;   /* training micro-batches consumed */
+  double loss_scale;        /* fp16 dynamic loss scale (1 when unused) */
+  long good_steps;          /* fp16: clean steps since the last scale change */
+  uint64_t seed;            /* engine.seed of the run */
+};
+
+/* Saves host copies of parameters (table order, m->table.numel floats), and
+ * AdamW m and v (same layout) as checkpoint-<state->step> under dir, then
+ * removes the oldest checkpoint-* directories beyond keep (0 = keep all).
+ * Writes the final path to out_path (may be NULL). Returns 0 or -errno with a
+ * message; on error the previous checkpoints are untouched. */
+int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
+                       const float *adam_m, const float *adam_v, const struct zo_train_state *state,
+                       int keep, char *out_path, size_t out_size);
+
+/* Loads a checkpoint directory saved by zo_checkpoint_save into host buffers
+ * laid out by m's table (adam_m, adam_v may be NULL to skip the optimizer).
+ * The model's config must match the checkpoint's; every file's checksum is
+ * verified before anything is copied. Returns 0 or -errno with a message
+ * naming the file and the problem. */
+int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
+                       float *adam_v, struct zo_train_state *state);
+
+/* Finds the checkpoint-<step> directory with the highest step under dir.
+ * Returns 0 and writes its path, -ENOENT when there is none. */
+int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size);
+
+/* Reads the model config of a checkpoint directory's config.json, or of a
+ * safetensors file's shapes (n_head cannot be inferred: it is taken from
+ * n_head). Returns 0 or -errno with a message. */
+int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_config *cfg);
+
+/* Loads a Hugging Face GPT-2 safetensors file (F32, BF16 or F16 tensors;
+ * names with or without the "transformer." prefix) into host params laid out
+ * by m's table. Every tensor must be present with the expected shape: a
+ * mismatch names the tensor and both shapes. Returns 0 or -errno. */
+int zo_gpt2_load_safetensors(const char *path, const struct zo_gpt2 *m, float *params);
+
+/* Writes host params as a Hugging Face GPT-2 safetensors file (atomically)
+ * and config.json beside it in dir. Returns 0 or -errno. */
+int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const float *params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_CHECKPOINT_H */

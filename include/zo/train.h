@@ -1,0 +1,56 @@
+/* The training loop and its siblings (eval, sample) over a loaded config:
+ * backend selection, model and optimizer state, data, gradient accumulation,
+ * clipping, the LR schedule, progress lines, metrics JSONL and checkpoints.
+ * This version keeps every state class on the compute device (no offload
+ * placement, fp32 only): configs asking for more are refused with -ENOTSUP. */
+#ifndef ZO_TRAIN_H
+#define ZO_TRAIN_H
+
+#include "zo/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zo_train_opts {
+  const char *resume;  /* NULL: fresh run; "auto": latest under checkpoint.dir; else a checkpoint dir */
+  int sample_tokens;   /* generate this many tokens after training (0 = none) */
+  bool memory_report;  /* print the memory report before the first step too */
+};
+
+/* Trains cfg->steps optimizer steps. Returns 0; -EINVAL/-ENOTSUP for a config
+ * the engine cannot run (message says which key); -EIO/-ENOENT/... for data
+ * and checkpoint errors; -ENOMEM with the tier, bytes asked and available. */
+int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts);
+
+struct zo_eval_result {
+  double loss;               /* mean validation loss over the batches */
+  int n_batches;             /* micro-batches evaluated */
+  size_t device_bytes;       /* device arena bytes the evaluation used */
+  size_t train_device_bytes; /* what training the same config plans, for comparison */
+};
+
+/* Validation loss of the checkpoint (NULL: latest under checkpoint.dir, or
+ * model.init_from, or the random init) over n_batches micro-batches of
+ * data.val (data.train when val is empty), with a forward-only model.
+ * Returns 0 or -errno. */
+int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
+            struct zo_eval_result *out);
+
+struct zo_sample_opts {
+  const char *checkpoint; /* as for zo_eval */
+  const char *prompt;     /* byte-level text for vocab 256, else comma-separated token ids */
+  int n_tokens;           /* tokens to generate */
+  double temperature;     /* > 0 */
+  int top_k;              /* 0 = whole vocabulary */
+  uint64_t seed;
+};
+
+/* Generates text (vocab 256: bytes written as text; otherwise token ids) to
+ * out. Returns 0 or -errno. */
+int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_TRAIN_H */

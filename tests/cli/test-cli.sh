@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The zoffload command line: help, exit codes (0 ok, 1 runtime error, 2 bad
+# usage or config) and the message for each malformed input, then a short
+# real training run, eval, sample and resume through the CLI.
+# Usage: test-cli.sh ZOFFLOAD_BINARY REPO_DIR
+set -uo pipefail
+bin=$1
+repo=$2
+tmp=$(mktemp -d /tmp/zo-cli-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
+expect() {
+  local code=$1 want=$2
+  shift 3
+  local out rc
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
+    echo "FAIL: zoffload $* -> exit $rc (want $code), output:"
+    echo "$out" | head -5
+    echo "  (wanted substring: $want)"
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+
+# A small token file and a config using it.
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
+"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cat > "$tmp/ok.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps": 4,
+ "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "max_seq_len": 32},
+ "data": {"train": "$tmp/train.bin", "val": "$tmp/val.bin", "format": "u16", "seq_len": 16},
+ "engine": {"device": "cpu"}, "log": {"every": 2, "metrics_path": "$tmp/m.jsonl"},
+ "checkpoint": {"dir": "$tmp/ck", "every": 2, "keep": 1}}
+JSON
+
+expect 0 "usage: zoffload" -- --help
+expect 0 "usage: zoffload train" -- train --help
+expect 0 "usage: zoffload eval" -- eval --help
+expect 0 "usage: zoffload sample" -- sample --help
+expect 0 "usage: zoffload prepare" -- prepare --help
+expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 2 "missing CONFIG" -- train
+expect 2 "unknown option --bogus" -- train "$tmp/ok.json" --bogus
+expect 2 "--set needs a value" -- train "$tmp/ok.json" --set
+expect 2 "No such file" -- train "$tmp/missing.json"
+expect 2 "did you mean \"optimizer.type\"" -- train "$tmp/ok.json" --set optimiser.type=AdamW
+expect 2 "engine.threads" -- train "$tmp/ok.json" --set engine.threads=-1
+expect 2 "not implemented yet" -- train "$tmp/ok.json" --set bf16.enabled=true
+expect 2 "not implemented yet" -- train "$tmp/ok.json" --set optimizer.type=AdamW8bit
+expect 2 "--temperature 0: need a number" -- sample "$tmp/ok.json" --temperature 0
+expect 2 "--tokens x: need an integer" -- sample "$tmp/ok.json" --tokens x
+expect 2 "missing --out-train" -- prepare "$tmp/text.txt"
+expect 1 "data.train" -- train "$tmp/ok.json" --set data.train="$tmp/nope.bin"
+printf 'abc' > "$tmp/short.bin"
+expect 1 "too short" -- train "$tmp/ok.json" --set data.train="$tmp/short.bin" --set data.format=text
+expect 1 "magic" -- train "$tmp/ok.json" --set data.format=llmc
+expect 1 "gpu_memory_budget" -- train "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
+expect 0 "\"train_micro_batch_size_per_gpu\": 2" -- config "$tmp/ok.json"
+
+# A real run, then eval, sample, resume.
+expect 0 "saved $tmp/ck/checkpoint-4" -- train "$tmp/ok.json"
+expect 0 "val loss" -- eval "$tmp/ok.json"
+expect 0 "" -- sample "$tmp/ok.json" --tokens 20 --prompt "the "
+if [[ -d "$tmp/ck/checkpoint-2" ]]; then
+  echo "FAIL: checkpoint.keep=1 left checkpoint-2"
+  fail=$((fail + 1))
+else
+  pass=$((pass + 1))
+fi
+expect 0 "resumed from $tmp/ck/checkpoint-4 at step 4" -- train "$tmp/ok.json" --set steps=6 --resume auto
+expect 1 "no checkpoint-<step>" -- train "$tmp/ok.json" --set checkpoint.dir="$tmp/empty" --resume auto
+a=$("$bin" sample "$tmp/ok.json" --tokens 30 --seed 5 2>/dev/null)
+b=$("$bin" sample "$tmp/ok.json" --tokens 30 --seed 5 2>/dev/null)
+if [[ "$a" == "$b" && -n "$a" ]]; then pass=$((pass + 1)); else echo "FAIL: seeded sample differs"; fail=$((fail + 1)); fi
+lines=$(grep -c '"loss"' "$tmp/m.jsonl")
+if [[ $lines -eq 6 ]]; then pass=$((pass + 1)); else echo "FAIL: metrics has $lines step lines, want 6"; fail=$((fail + 1)); fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
