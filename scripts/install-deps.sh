@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zoffload needs to build, test and run its
+# default job. Idempotent: when everything is present it touches nothing.
+#   scripts/install-deps.sh              build + test + main-job dependencies
+#   scripts/install-deps.sh --reference  also python3-torch (regenerating the
+#                                        PyTorch reference vectors, benchmarks)
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config git
+      libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev
+      fortunes)
+if [[ "${1:-}" == "--reference" ]]; then
+  pkgs+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's main-job command: installs dependencies, builds, prepares the
+# embedded real-text data set (Debian's fortunes), trains configs/tiny.json on
+# the CPU backend (CUDA when a GPU and a CUDA-enabled build are present) and
+# prints a generated sample. Extra arguments go to `zoffload train`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh release
+scripts/prepare-tiny.sh build/release/zoffload
+build/release/zoffload train configs/tiny.json "$@"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds the release preset
+# (with the CUDA backend compiled when nvcc is present) and runs every test
+# ctest knows, then rebuilds under AddressSanitizer+UBSan and ThreadSanitizer
+# and runs the suites that exercise memory safety and threading there.
+# GPU tests skip with a printed reason on machines without a GPU.
+# Usage: scripts/test.sh [--quick]   (--quick: release build only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+scripts/build.sh release
+(cd build/release && ctest --output-on-failure -j "$jobs" --timeout 900)
+
+if [[ "${1:-}" != "--quick" ]]; then
+  scripts/build.sh asan
+  (cd build/asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L cpu -LE slow --timeout 900)
+  scripts/build.sh tsan
+  (cd build/tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -R "streams|engine-train" --timeout 900)
+fi
