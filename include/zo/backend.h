@@ -64,6 +64,10 @@ struct zo_backend {
                       zo_stream_t stream);
   /* Sets nbytes of device memory to byte value, ordered on stream. */
   int (*memset_async)(void *dst, int value, size_t nbytes, zo_stream_t stream);
+  /* Runs fn(arg) on a host thread, ordered on stream like any other work
+   * (cudaLaunchHostFunc semantics): later work on stream waits for it. fn must
+   * not synchronize on, or queue work to, the stream it runs on. */
+  int (*launch_host_func)(zo_stream_t stream, void (*fn)(void *arg), void *arg);
 
   /* ---- ops -------------------------------------------------------------- */
   /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;

@@ -92,6 +92,22 @@ static int cpu_memset_async(void *dst, int value, size_t nbytes, zo_stream_t str
   return 0;
 }
 
+struct host_fn_args {
+  void (*fn)(void *arg);
+  void *arg;
+};
+
+static void host_fn_run(void *p) {
+  const struct host_fn_args *a = p;
+  a->fn(a->arg);
+}
+
+static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void *arg) {
+  struct host_fn_args a = {fn, arg};
+  zo_cpu_stream_enqueue(stream, host_fn_run, &a, sizeof a);
+  return 0;
+}
+
 /* ---- ops: args struct, task function, table entry ------------------------- */
 
 struct encoder_forward_args {
@@ -333,6 +349,7 @@ static const struct zo_backend cpu_backend = {
     .event_synchronize = zo_cpu_event_synchronize,
     .memcpy_async = cpu_memcpy_async,
     .memset_async = cpu_memset_async,
+    .launch_host_func = cpu_launch_host_func,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
