@@ -98,6 +98,16 @@ static int eval_loss(struct zo_gpt2 *m, struct zo_data *d, int n, int32_t *in, i
   return 0;
 }
 
+/* Sum of squared gradients, tensor by tensor in table order: the same
+ * association whichever tier holds which layer, so every placement computes
+ * the bit-identical norm. */
+static double grad_sumsq(const struct zo_tensor_table *table, const float *grads) {
+  double sum = 0.0;
+  for (int i = 0; i < table->n_tensors; i++)
+    sum += zo_sumsq(grads + table->tensors[i].offset, table->tensors[i].numel);
+  return sum;
+}
+
 static int val_batches(const struct zo_data *d, int B, int T) {
   size_t n = zo_data_n_tokens(d) / ((size_t)B * (size_t)T);
   return n < 1 ? 1 : n > 20 ? 20 : (int)n;
@@ -357,7 +367,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       loss += l / K;
     }
     double t1 = zo_time_s();
-    double norm = sqrt(zo_sumsq(t.m->grads, n));
+    double norm = sqrt(grad_sumsq(&t.m->table, t.m->grads));
     float coef = zo_clip_coef(norm, cfg->gradient_clipping);
     struct zo_adamw_hparams hp = hp0;
     hp.lr = (float)zo_lr_at(&cfg->lr_schedule, step);
