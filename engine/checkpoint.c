@@ -274,15 +274,29 @@ static const struct zo_st_tensor *find_hf(const struct zo_st_file *f, const char
   return t;
 }
 
-static bool is_ignored_extra(const char *name) {
-  /* The tied head and Hugging Face's attention-mask buffers carry no weights of ours. */
-  size_t n = strlen(name);
-  return strcmp(name, "lm_head.weight") == 0 ||
-         (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
-         (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0);
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-int zo_gpt2_load_safetensors(const char *path, const struct zo_gpt2 *m, float *params) {
+static bool is_ignored_extra(const char *name) {
+  /* The tied head and Hugging Face's attention-mask buffers (the causal
+   * mask "h.N.attn.bias" and "h.N.attn.masked_bias" in the published GPT-2
+   * files) carry no weights of ours. */
+  return strcmp(name, "lm_head.weight") == 0 || ends_with(name, ".attn.bias") ||
+         ends_with(name, ".attn.masked_bias");
+}
+
+int zo_gpt2_load_safetensors(const char *path_in, const struct zo_gpt2 *m, float *params) {
+  /* A directory (save_pretrained, or a checkpoint) holds model.safetensors. */
+  char path[PATH_MAX];
+  struct stat st;
+  if (stat(path_in, &st) == 0 && S_ISDIR(st.st_mode)) {
+    int jerr = join(path, sizeof path, path_in, "model.safetensors");
+    if (jerr) return jerr;
+  } else {
+    snprintf(path, sizeof path, "%s", path_in);
+  }
   struct zo_st_file *f = zo_st_open(path);
   if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
   int err = 0;

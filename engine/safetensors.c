@@ -42,8 +42,8 @@ static const struct {
   int dtype; /* enum zo_dtype, -1 when unsupported */
 } st_dtypes[] = {
     {"F32", ZO_F32}, {"BF16", ZO_BF16}, {"F16", ZO_F16}, {"I32", ZO_I32}, {"U16", ZO_U16},
-    {"U8", ZO_U8},   {"F64", -1},       {"I64", -1},     {"U64", -1},     {"U32", -1},
-    {"I16", -1},     {"I8", -1},        {"BOOL", -1},    {"F8_E4M3", -1}, {"F8_E5M2", -1},
+    {"U8", ZO_U8},   {"F64", ZO_F64},   {"I64", ZO_I64}, {"U64", -1},     {"U32", -1},
+    {"I16", -1},     {"I8", -1},        {"BOOL", ZO_BOOL}, {"F8_E4M3", -1}, {"F8_E5M2", -1},
 };
 
 static char *str_dup(const char *s) {
@@ -154,7 +154,7 @@ static int parse_tensor(struct zo_st_file *f, const char *name, json_t *v, struc
   if (dtype == -2)
     return zo_error(-EINVAL, "%s: tensor \"%s\": unknown dtype \"%s\"", path, name, dname);
   if (dtype == -1)
-    return zo_error(-EINVAL, "%s: tensor \"%s\": dtype %s is not supported (supported: F32, BF16, F16, I32, U16, U8)",
+    return zo_error(-EINVAL, "%s: tensor \"%s\": dtype %s is not supported (supported: F32, BF16, F16, I32, U16, U8, F64, I64, BOOL)",
                     path, name, dname);
   size_t esize = zo_dtype_size((enum zo_dtype)dtype);
 

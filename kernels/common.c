@@ -18,6 +18,9 @@ size_t zo_dtype_size(enum zo_dtype dtype) {
   case ZO_I32: return 4;
   case ZO_U16: return 2;
   case ZO_U8: return 1;
+  case ZO_F64: return 8;
+  case ZO_I64: return 8;
+  case ZO_BOOL: return 1;
   }
   zo_abort(__FILE__, __LINE__, "unknown dtype %d", (int)dtype);
 }
@@ -30,6 +33,9 @@ const char *zo_dtype_name(enum zo_dtype dtype) {
   case ZO_I32: return "I32";
   case ZO_U16: return "U16";
   case ZO_U8: return "U8";
+  case ZO_F64: return "F64";
+  case ZO_I64: return "I64";
+  case ZO_BOOL: return "BOOL";
   }
   return "?";
 }

@@ -13,6 +13,7 @@
 #include "zo/config.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
+#include "zo/safetensors.h"
 #include "zo/train.h"
 
 static char tmpdir[256];
@@ -212,6 +213,38 @@ static int test_pretrained_round_trip_and_mismatch(void) {
   CHECK(got.n_layer == 2 && got.n_head == 3 && got.n_embd == 24 && got.vocab_size == 101);
   CHECK(zo_gpt2_config_from_pretrained(file, 3, &got) == 0);
   CHECK(got.n_layer == 2 && got.max_seq_len == 16 && got.vocab_size == 101);
+  /* The published GPT-2 layout: no "transformer." prefix, boolean causal-mask
+   * buffers per block and the tied head stored: loads to the same weights. */
+  struct zo_st_file *f = zo_st_open(file);
+  struct zo_st_writer *w = zo_st_writer_init();
+  CHECK(f && w);
+  char names[64][80];
+  uint8_t mask[16 * 16];
+  memset(mask, 1, sizeof mask);
+  int64_t mask_shape[4] = {1, 1, 16, 16};
+  for (int i = 0; i < zo_st_n_tensors(f); i++) {
+    const struct zo_st_tensor *t = zo_st_tensor_at(f, i);
+    snprintf(names[i], sizeof names[i], "%s", t->name + strlen("transformer."));
+    CHECK(zo_st_writer_add(w, names[i], t->dtype, t->ndim, t->shape, t->data) == 0);
+    if (strcmp(names[i], "wte.weight") == 0)
+      CHECK(zo_st_writer_add(w, "lm_head.weight", t->dtype, t->ndim, t->shape, t->data) == 0);
+  }
+  CHECK(zo_st_writer_add(w, "h.0.attn.bias", ZO_BOOL, 4, mask_shape, mask) == 0);
+  CHECK(zo_st_writer_add(w, "h.1.attn.bias", ZO_BOOL, 4, mask_shape, mask) == 0);
+  char hub[500];
+  snprintf(hub, sizeof hub, "%s/hub.safetensors", tmpdir);
+  CHECK(zo_st_writer_write(w, hub) == 0);
+  zo_st_writer_free(w);
+  zo_st_close(f);
+  memset(q, 0, n * sizeof(float));
+  CHECK(zo_gpt2_load_safetensors(hub, m, q) == 0);
+  CHECK(memcmp(p, q, n * sizeof(float)) == 0);
+  CHECK(zo_gpt2_config_from_pretrained(hub, 3, &got) == 0);
+  CHECK(got.n_layer == 2 && got.n_embd == 24);
+  /* A directory loads its model.safetensors. */
+  memset(q, 0, n * sizeof(float));
+  CHECK(zo_gpt2_load_safetensors(dir, m, q) == 0);
+  CHECK(memcmp(p, q, n * sizeof(float)) == 0);
   zo_gpt2_free(m);
   /* A model one layer wider refuses the file, naming a tensor and both shapes. */
   mc.n_embd = 27;

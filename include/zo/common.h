@@ -14,7 +14,10 @@
 extern "C" {
 #endif
 
-enum zo_dtype { ZO_F32, ZO_BF16, ZO_F16, ZO_I32, ZO_U16, ZO_U8 };
+/* The last three exist so that files holding them (the boolean attention
+ * masks in published GPT-2 checkpoints) can be opened and skipped; no op
+ * computes in them. */
+enum zo_dtype { ZO_F32, ZO_BF16, ZO_F16, ZO_I32, ZO_U16, ZO_U8, ZO_F64, ZO_I64, ZO_BOOL };
 
 /* Bytes of one element of dtype. */
 size_t zo_dtype_size(enum zo_dtype dtype);
