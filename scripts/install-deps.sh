@@ -10,7 +10,7 @@ pkgs=(build-essential cmake pkg-config git
       libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev
       fortunes)
 if [[ "${1:-}" == "--reference" ]]; then
-  pkgs+=(python3-torch python3-numpy)
+  pkgs+=(python3-torch python3-numpy python3-matplotlib)
 fi
 
 missing=()

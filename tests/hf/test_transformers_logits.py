@@ -1,0 +1,397 @@
+#!/usr/bin/python3
+"""zoffload <-> Hugging Face transformers interoperability, end to end.
+
+  engine -> transformers: trains a tiny byte-level GPT-2 with `zoffload train`,
+     loads the final checkpoint directory with GPT2LMHeadModel.from_pretrained
+     and checks
+       1. the file: exactly the Hugging Face GPT-2 tensor names and shapes
+          (Conv1D (in, out), wte (V, C), no lm_head), F32, metadata format "pt",
+          config.json matching the run's model; transformers reports no missing
+          or unexpected key and ties lm_head to wte;
+       2. logits: transformers' logits on a fixed input equal those of an
+          independent plain-torch GPT-2 forward over the raw safetensors
+          (float64, so only the layout and conventions can differ);
+       3. the engine: `zoffload eval` loss over the validation windows equals
+          transformers' mean cross-entropy over the same windows (rebuilt from
+          the token file by the rule of include/zo/data.h, shuffle off) to 1e-5
+          relative, and `zoffload sample --top-k 1` (greedy) generates the
+          same bytes as transformers' argmax.
+  transformers -> engine: a randomly initialised GPT2LMHeadModel (vocabulary
+     317, not a multiple of 64; every weight perturbed so no bias is zero and no
+     layernorm is the identity) saved with save_pretrained is evaluated by
+     `zoffload eval` through model.init_from (the safetensors file, and the
+     same weights in the hub's layout: no "transformer." prefix, with the
+     h.N.attn.bias mask buffers) and --checkpoint (the directory); the loss
+     must equal transformers' to 1e-5
+     relative, and `zoffload train` from model.init_from starts at that loss.
+
+Usage: PYTHONPATH=build/hf-site /usr/bin/python3 tests/hf/test_transformers_logits.py ZOFFLOAD [--keep]
+(tests/hf/run.sh does this and skips when transformers is missing; see
+scripts/install-hf.sh). Exit 0 when every check passes, 1 otherwise.
+"""
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+import transformers  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+LOSS_RTOL = 1e-5   # engine fp32 loss vs transformers float64 loss
+LOGIT_ATOL = 1e-9  # transformers float64 vs plain-torch float64 logits
+
+# The engine -> transformers run: byte-level, head count not a power of two,
+# head size 16, T < max_seq_len.
+MODEL = dict(n_layer=2, n_head=3, n_embd=48, vocab_size=256, max_seq_len=64)
+B, T, STEPS = 4, 32, 300  # about a second; enough for greedy text that is not all spaces
+EVAL_BATCHES = 10
+
+failures = []
+passes = 0
+
+
+def check(ok, what):
+    global passes
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if ok:
+        passes += 1
+    else:
+        failures.append(what)
+
+
+def zo(binary, *args, raw=False):
+    """Runs zoffload; returns stdout (bytes when raw), exits the test on a
+    non-zero code."""
+    r = subprocess.run([binary, *args], capture_output=True)
+    if r.returncode != 0:
+        print(f"FAIL zoffload {' '.join(args)} -> exit {r.returncode}\n"
+              f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}", flush=True)
+        sys.exit(1)
+    return r.stdout if raw else r.stdout.decode(errors="replace")
+
+
+def eval_loss_cli(binary, config, *extra, fatal=True):
+    """(loss, n_batches) printed by `zoffload eval`; with fatal=False a
+    failing run returns (None, its message) instead of ending the test."""
+    if not fatal:
+        r = subprocess.run([binary, "eval", config, *extra], capture_output=True)
+        if r.returncode != 0:
+            return None, f"exit {r.returncode}: {(r.stdout + r.stderr).decode(errors='replace').strip()}"
+    out = zo(binary, "eval", config, *extra)
+    m = re.search(r"val loss (\S+) over (\d+) batches", out)
+    if not m:
+        print(f"FAIL cannot parse `zoffload eval` output:\n{out}")
+        sys.exit(1)
+    return float(m.group(1)), int(m.group(2))
+
+
+def windows(tokens, n_batches, b, t):
+    """Micro-batches 0..n_batches-1 of the engine's unshuffled stream
+    (include/zo/data.h, "Order", shuffle false): window i is
+    tokens[(i*B*T + k) mod N] for k = 0..B*T; inputs are rows of T, targets
+    the same shifted by one token."""
+    n, bt = len(tokens), b * t
+    for i in range(n_batches):
+        idx = (i * bt + np.arange(bt + 1)) % n
+        w = torch.from_numpy(tokens[idx].astype(np.int64))
+        yield w[:bt].view(b, t), w[1:].view(b, t)
+
+
+def hf_mean_loss(model, tokens, n_batches, b, t):
+    """Mean over micro-batches of the mean token cross-entropy: the engine's
+    eval_loss (engine/train.c) computed by transformers."""
+    total = 0.0
+    with torch.no_grad():
+        for x, y in windows(tokens, n_batches, b, t):
+            logits = model(input_ids=x).logits
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+    return total / n_batches
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def plain_gpt2_logits(w, idx, n_layer, n_head, eps=1e-5):
+    """GPT-2 forward written from the Hugging Face file layout alone: Conv1D
+    weights (in, out) used as x @ W + b, GELU tanh approximation, causal
+    attention scaled by 1/sqrt(head size), lm head tied to wte."""
+    bsz, t = idx.shape
+    x = w["transformer.wte.weight"][idx] + w["transformer.wpe.weight"][:t]
+    c = x.shape[-1]
+    hs = c // n_head
+    mask = torch.ones(t, t, dtype=torch.bool).tril()
+
+    def ln(v, name):
+        return F.layer_norm(v, (c,), w[name + ".weight"], w[name + ".bias"], eps)
+
+    def conv1d(v, name):
+        return v @ w[name + ".weight"] + w[name + ".bias"]
+
+    for layer in range(n_layer):
+        p = f"transformer.h.{layer}."
+        q, k, v = conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(c, dim=-1)
+        q, k, v = (z.view(bsz, t, n_head, hs).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(bsz, t, c)
+        x = x + conv1d(y, p + "attn.c_proj")
+        h = F.gelu(conv1d(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d(h, p + "mlp.c_proj")
+    return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
+
+
+def expected_shapes(cfg):
+    c, v, tmax = cfg["n_embd"], cfg["vocab_size"], cfg["max_seq_len"]
+    s = {"transformer.wte.weight": (v, c), "transformer.wpe.weight": (tmax, c),
+         "transformer.ln_f.weight": (c,), "transformer.ln_f.bias": (c,)}
+    for layer in range(cfg["n_layer"]):
+        p = f"transformer.h.{layer}."
+        s.update({p + "ln_1.weight": (c,), p + "ln_1.bias": (c,),
+                  p + "attn.c_attn.weight": (c, 3 * c), p + "attn.c_attn.bias": (3 * c,),
+                  p + "attn.c_proj.weight": (c, c), p + "attn.c_proj.bias": (c,),
+                  p + "ln_2.weight": (c,), p + "ln_2.bias": (c,),
+                  p + "mlp.c_fc.weight": (c, 4 * c), p + "mlp.c_fc.bias": (4 * c,),
+                  p + "mlp.c_proj.weight": (4 * c, c), p + "mlp.c_proj.bias": (c,)})
+    return s
+
+
+def corpus(n_bytes):
+    """Deterministic English-like text: learnable in a few steps, every
+    window different."""
+    rng = random.Random(20240520)
+    words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
+             "boxing matches and packed jugs of liquor sit in my box near the old mill").split()
+    out = []
+    size = 0
+    while size < n_bytes:
+        s = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12)))
+        s = s[0].upper() + s[1:] + rng.choice([". ", "! ", "? ", ".\n"])
+        out.append(s)
+        size += len(s)
+    return "".join(out)
+
+
+def engine_to_transformers(binary, tmp):
+    print("== engine -> transformers")
+    text = os.path.join(tmp, "corpus.txt")
+    with open(text, "w") as f:
+        f.write(corpus(40000))
+    train_bin, val_bin = os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin")
+    zo(binary, "prepare", "--out-train", train_bin, "--out-val", val_bin, "--val-fraction", "0.15", text)
+    ckdir = os.path.join(tmp, "ck")
+    config = os.path.join(tmp, "tiny.json")
+    cfg = {
+        "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1, "steps": STEPS,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": 0.1}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 20,
+                                                           "total_num_steps": STEPS,
+                                                           "cos_min_ratio": 0.1}},
+        "gradient_clipping": 1.0,
+        "model": dict(arch="gpt2", **MODEL),
+        "data": {"train": train_bin, "val": val_bin, "format": "u16", "seq_len": T, "shuffle": True},
+        "engine": {"device": "cpu", "seed": 1234},
+        "log": {"every": 10, "metrics_path": os.path.join(tmp, "metrics.jsonl")},
+        "checkpoint": {"dir": ckdir, "every": STEPS, "keep": 1},
+    }
+    with open(config, "w") as f:
+        json.dump(cfg, f, indent=1)
+    zo(binary, "train", config)
+    ck = os.path.join(ckdir, f"checkpoint-{STEPS}")
+    check(os.path.isdir(ck), f"zoffload train wrote {ck}")
+    if not os.path.isdir(ck):
+        return
+
+    # 1. The file and config.json.
+    st_path = os.path.join(ck, "model.safetensors")
+    with safe_open(st_path, framework="pt") as f:
+        meta = f.metadata() or {}
+        keys = set(f.keys())
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in keys}
+        dtypes = {f.get_slice(k).get_dtype() for k in keys}
+    want = expected_shapes(MODEL)
+    check(keys == set(want), f"model.safetensors holds exactly the {len(want)} HF GPT-2 tensors "
+          f"(missing {sorted(set(want) - keys)}, extra {sorted(keys - set(want))})")
+    bad = {k: (shapes[k], want[k]) for k in keys & set(want) if shapes[k] != want[k]}
+    check(not bad, f"every tensor has the HF shape (Conv1D (in, out)); mismatches: {bad}")
+    check(dtypes == {"F32"}, f"tensors are F32 (found {sorted(dtypes)})")
+    check(meta.get("format") == "pt", f"safetensors metadata format is \"pt\" (found {meta})")
+    with open(os.path.join(ck, "config.json")) as f:
+        hc = json.load(f)
+    got = {k: hc.get(k) for k in ("model_type", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions")}
+    exp = {"model_type": "gpt2", "n_layer": MODEL["n_layer"], "n_head": MODEL["n_head"],
+           "n_embd": MODEL["n_embd"], "vocab_size": MODEL["vocab_size"], "n_positions": MODEL["max_seq_len"]}
+    check(got == exp, f"config.json describes the model: {got}")
+
+    model, info = GPT2LMHeadModel.from_pretrained(ck, torch_dtype=torch.float32, output_loading_info=True)
+    model.eval()
+    lost = {k: v for k, v in info.items() if v}
+    check(not lost, f"from_pretrained reports no missing/unexpected/mismatched keys {lost}")
+    check(model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
+          "lm_head is tied to transformer.wte")
+
+    # 2. Logits: transformers vs the plain forward, float64, on a fixed input.
+    g = torch.Generator().manual_seed(7)
+    idx = torch.randint(0, MODEL["vocab_size"], (2, MODEL["max_seq_len"]), generator=g)
+    raw = {k: v.double() for k, v in load_file(st_path).items()}
+    ref = plain_gpt2_logits(raw, idx, MODEL["n_layer"], MODEL["n_head"])
+    model64 = GPT2LMHeadModel.from_pretrained(ck, torch_dtype=torch.float64).eval()
+    with torch.no_grad():
+        hf64 = model64(input_ids=idx).logits
+        hf32 = model(input_ids=idx).logits
+    d64 = (hf64 - ref).abs().max().item()
+    d32 = (hf32.double() - ref).abs().max().item()
+    print(f"     logits (2 x {MODEL['max_seq_len']} x {MODEL['vocab_size']}): max |hf64 - plain64| = {d64:.3g}, "
+          f"max |hf32 - plain64| = {d32:.3g}, max |logit| = {ref.abs().max().item():.3g}")
+    check(d64 <= LOGIT_ATOL, f"transformers float64 logits equal the plain GPT-2 forward ({d64:.3g} <= {LOGIT_ATOL})")
+    check(d32 <= 1e-4, f"transformers float32 logits equal it to fp32 rounding ({d32:.3g} <= 1e-4)")
+
+    # 3a. The engine's eval loss vs transformers over the same windows.
+    val = np.fromfile(val_bin, dtype="<u2")
+    z_loss, n = eval_loss_cli(binary, config, "--checkpoint", ck, "--batches", str(EVAL_BATCHES))
+    hf_loss64 = hf_mean_loss(model64, val, n, B, T)
+    hf_loss32 = hf_mean_loss(model, val, n, B, T)
+    r = rel(z_loss, hf_loss64)
+    print(f"     eval over {n} x ({B} x {T}) tokens of val.bin ({len(val)} tokens): zoffload {z_loss:.6f}, "
+          f"transformers float64 {hf_loss64:.9f}, float32 {hf_loss32:.9f}; relative diff {r:.3g}")
+    check(n == EVAL_BATCHES and r <= LOSS_RTOL,
+          f"zoffload eval loss equals transformers' (rel {r:.3g} <= {LOSS_RTOL})")
+    # The same windows, wrapping past the end of the file (N not a multiple of B*T).
+    wrap = len(val) // (B * T) + 2
+    z_wrap, n = eval_loss_cli(binary, config, "--checkpoint", ck, "--batches", str(wrap))
+    hf_wrap = hf_mean_loss(model64, val, n, B, T)
+    r = rel(z_wrap, hf_wrap)
+    print(f"     eval over {n} batches (wraps the file): zoffload {z_wrap:.6f}, transformers {hf_wrap:.9f}; "
+          f"relative diff {r:.3g}")
+    check(r <= LOSS_RTOL, f"zoffload eval loss equals transformers' past the file's end (rel {r:.3g})")
+
+    # 3b. Greedy generation: the engine's argmax token == transformers' argmax.
+    prompt, n_new = "The quick ", 40
+    out = zo(binary, "sample", config, "--checkpoint", ck, "--prompt", prompt, "--tokens", str(n_new),
+             "--top-k", "1", "--temperature", "1", "--seed", "1", raw=True)
+    got = list(out)
+    ctx = list(prompt.encode())
+    hf_tokens, tie_at = [], None
+    with torch.no_grad():
+        for step in range(n_new):
+            lg = model64(input_ids=torch.tensor([ctx[-MODEL["max_seq_len"]:]])).logits[0, -1]
+            top2 = lg.topk(2)
+            if tie_at is None and (top2.values[0] - top2.values[1]).item() < 1e-4:
+                tie_at = step  # fp32 may pick either: compare up to here
+            ctx.append(int(top2.indices[0]))
+            hf_tokens.append(ctx[-1])
+    hf_text = bytes(list(prompt.encode()) + hf_tokens)
+    upto = len(prompt) + (n_new if tie_at is None else tie_at)
+    print(f"     greedy sample: zoffload {bytes(got[:len(prompt) + n_new])!r}\n"
+          f"                    transformers {hf_text!r}" + ("" if tie_at is None else f" (near-tie at {tie_at})"))
+    check(bytes(got[:upto]) == hf_text[:upto],
+          f"zoffload sample --top-k 1 generates transformers' greedy continuation ({upto - len(prompt)} tokens)")
+
+
+def transformers_to_engine(binary, tmp):
+    print("== transformers -> engine (model.init_from)")
+    V, n_layer, n_head, C, tmax = 317, 2, 4, 32, 48
+    torch.manual_seed(11)
+    hcfg = GPT2Config(vocab_size=V, n_positions=tmax, n_embd=C, n_layer=n_layer, n_head=n_head,
+                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(hcfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(torch.randn_like(p) * (0.1 if "ln_" in name else 0.02))
+    hfdir = os.path.join(tmp, "hf-model")
+    model.save_pretrained(hfdir, safe_serialization=True)
+    st_path = os.path.join(hfdir, "model.safetensors")
+    check(os.path.isfile(st_path), "save_pretrained wrote model.safetensors")
+
+    bt, b, t, n_batches = 3 * 20, 3, 20, 4
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, V, size=n_batches * bt + 1, dtype=np.uint16)
+    tok_path = os.path.join(tmp, "hf-tokens.bin")
+    tokens.astype("<u2").tofile(tok_path)
+    config = os.path.join(tmp, "from-hf.json")
+    cfg = {"train_micro_batch_size_per_gpu": b,
+           "model": {"arch": "gpt2", "init_from": st_path, "n_layer": n_layer, "n_head": n_head, "n_embd": C,
+                     "vocab_size": V, "max_seq_len": tmax},
+           "data": {"train": tok_path, "val": tok_path, "format": "u16", "seq_len": t},
+           "engine": {"device": "cpu"}, "checkpoint": {"dir": os.path.join(tmp, "none")}}
+    with open(config, "w") as f:
+        json.dump(cfg, f, indent=1)
+    # The layout of the GPT-2 files published on the Hugging Face hub
+    # (openai-community/gpt2 and its siblings): names without "transformer.",
+    # and the attention mask buffers h.N.attn.bias (1, 1, n_positions,
+    # n_positions) stored beside the weights (older files also
+    # h.N.attn.masked_bias); transformers ignores those buffers on load.
+    hub_path = os.path.join(tmp, "hub-layout.safetensors")
+    sd = {k[len("transformer."):]: v.contiguous() for k, v in model.state_dict().items()
+          if k.startswith("transformer.")}
+    for layer in range(n_layer):
+        sd[f"h.{layer}.attn.bias"] = torch.ones(tmax, tmax).tril().view(1, 1, tmax, tmax)
+        sd[f"h.{layer}.attn.masked_bias"] = torch.tensor(-1e4)
+    save_file(sd, hub_path, metadata={"format": "pt"})
+
+    hf_loss = hf_mean_loss(model.double(), tokens, n_batches, b, t)
+    for label, args in (("model.init_from = the safetensors file", ["--set", f"model.init_from={st_path}"]),
+                        ("--checkpoint = the save_pretrained directory", ["--checkpoint", hfdir]),
+                        ("model.init_from = a hub-layout file (no prefix, attn.bias buffers)",
+                         ["--set", f"model.init_from={hub_path}"])):
+        z_loss, n = eval_loss_cli(binary, config, *args, "--batches", str(n_batches), fatal=False)
+        if z_loss is None:
+            check(False, f"zoffload eval loads a transformers-saved model ({label}): {n}")
+            continue
+        r = rel(z_loss, hf_loss)
+        print(f"     V={V}, {n} x ({b} x {t}) random tokens, {label}: zoffload {z_loss:.6f}, "
+              f"transformers float64 {hf_loss:.9f}; relative diff {r:.3g}")
+        check(n == n_batches and r <= LOSS_RTOL,
+              f"zoffload eval of a transformers-saved model ({label}) equals transformers' loss (rel {r:.3g})")
+    # Training starts from the transformers weights: its step-0 validation loss
+    # (printed with 4 decimals, over the same 4 windows) is transformers' loss.
+    out = zo(binary, "train", config, "--set", "steps=1", "--set", "checkpoint.every=0")
+    m = re.search(r"step 0: val loss (\S+)", out)
+    z0 = float(m.group(1)) if m else float("nan")
+    print(f"     zoffload train from model.init_from: step 0 val loss {z0:.4f}, transformers {hf_loss:.9f}")
+    check(abs(z0 - hf_loss) <= 5.1e-5, "zoffload train starts from the transformers weights (step-0 val loss)")
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--keep"]
+    if len(args) != 1:
+        print(__doc__)
+        return 2
+    binary = os.path.abspath(args[0])
+    torch.set_num_threads(min(4, os.cpu_count() or 1))
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
+    tmp = tempfile.mkdtemp(prefix="zo-hf-")
+    os.environ.setdefault("HF_HOME", os.path.join(tmp, "hf-home"))
+    try:
+        engine_to_transformers(binary, tmp)
+        transformers_to_engine(binary, tmp)
+    finally:
+        if "--keep" in sys.argv:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passes} passed, {len(failures)} failed")
+    for f in failures:
+        print(f"  FAIL {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
