@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
 scripts/prepare-tiny.sh build/release/zoffload
-build/release/zoffload train configs/tiny.json "$@"
+build/release/zoffload train configs/tiny.json --sample 400 "$@"
