@@ -7,7 +7,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
-      libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev
+      libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev libisal-dev
       fortunes)
 if [[ "${1:-}" == "--reference" ]]; then
   pkgs+=(python3-torch python3-numpy python3-matplotlib)
