@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static _Thread_local char last_error[1024];
@@ -41,10 +42,14 @@ const char *zo_dtype_name(enum zo_dtype dtype) {
 }
 
 int zo_error(int err, const char *fmt, ...) {
+  /* Format into a scratch buffer first: callers often wrap the previous
+   * message ("context: %s", zo_last_error()), which reads last_error. */
+  char buf[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(last_error, buf, sizeof buf);
   return err;
 }
 

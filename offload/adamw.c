@@ -57,15 +57,31 @@ void zo_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
   }
 }
 
+/* A fixed number of chunks, each summed by one thread and combined in chunk
+ * order: the result depends on neither the thread count nor the scheduling,
+ * so two runs (and every offload placement) get the bit-identical norm. An
+ * OpenMP reduction combines per-thread partials in arrival order instead. */
+#define ZO_SUMSQ_CHUNKS 64
+
 double zo_sumsq(const float *x, size_t n) {
   ZO_ASSERT(n == 0 || x != NULL);
-  double acc = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n >= ZO_ADAMW_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    const double xi = x[i];
-    acc += xi * xi;
+  double partial[ZO_SUMSQ_CHUNKS];
+  const size_t chunk = (n + ZO_SUMSQ_CHUNKS - 1) / ZO_SUMSQ_CHUNKS;
+#pragma omp parallel for schedule(static) if (n >= ZO_ADAMW_PAR_MIN)
+  for (int c = 0; c < ZO_SUMSQ_CHUNKS; c++) {
+    const size_t lo = (size_t)c * chunk < n ? (size_t)c * chunk : n;
+    const size_t hi = lo + chunk < n ? lo + chunk : n;
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (size_t i = lo; i < hi; i++) {
+      const double xi = x[i];
+      acc += xi * xi;
+    }
+    partial[c] = acc;
   }
-  return acc;
+  double sum = 0.0;
+  for (int c = 0; c < ZO_SUMSQ_CHUNKS; c++) sum += partial[c];
+  return sum;
 }
 
 /* NaN norms stay NaN (as torch's clamp does) so that a poisoned gradient is
