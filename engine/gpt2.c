@@ -90,20 +90,28 @@ void zo_tensor_table_free(struct zo_tensor_table *t) {
   memset(t, 0, sizeof *t);
 }
 
+const char *zo_mem_category_name(enum zo_mem_category c) {
+  static const char *names[ZO_MEM_N_CATEGORIES] = {
+      "parameters", "gradients", "master weights", "AdamW m", "AdamW v",
+      "activations", "workspace", "buffers"};
+  ZO_ASSERT((unsigned)c < ZO_MEM_N_CATEGORIES);
+  return names[c];
+}
+
 /* Either counts bytes (arena NULL) or carves them: one description of the
  * device layout serves both the plan and the allocation. */
 struct carver {
   struct zo_arena *arena;
   size_t total;
+  size_t by_category[ZO_MEM_N_CATEGORIES];
   int err;
 };
 
-static void *carve(struct carver *c, size_t nbytes, const char *what) {
+static void *carve(struct carver *c, size_t nbytes, const char *what, enum zo_mem_category cat) {
   if (c->err) return NULL;
-  if (!c->arena) {
-    c->total += zo_arena_round(nbytes);
-    return NULL;
-  }
+  c->total += zo_arena_round(nbytes);
+  c->by_category[cat] += zo_arena_round(nbytes);
+  if (!c->arena) return NULL;
   void *p = NULL;
   c->err = zo_arena_alloc(c->arena, nbytes, what, &p);
   return p;
@@ -112,58 +120,86 @@ static void *carve(struct carver *c, size_t nbytes, const char *what) {
 /* Training keeps every block's activations; inference keeps one block's and
  * reuses them for all blocks (a block's input is only read before its output
  * buffer is written), and has no gradients or backward scratch. */
-static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg, size_t n_params,
-                   struct carver *c, int B, int T, bool training) {
+static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
+                   const struct zo_tensor_table *t, struct carver *c, int B, int T,
+                   const struct zo_gpt2_layout *lo) {
   const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, BT = (size_t)B * (size_t)T;
-  const size_t f = sizeof(float);
-  m->params = carve(c, n_params * f, "parameters");
-  if (training) m->grads = carve(c, n_params * f, "gradients");
-  m->inputs = carve(c, BT * sizeof(int32_t), "input tokens");
-  m->targets = carve(c, BT * sizeof(int32_t), "target tokens");
-  m->encoded = carve(c, BT * C * f, "activations (embedding)");
+  const size_t f = sizeof(float), n_params = t->numel;
+  const size_t resident = n_params - (size_t)t->n_layer * t->layer_numel;
+  const bool training = lo->training;
+  m->params = carve(c, (lo->param_slots ? resident : n_params) * f, "parameters", ZO_MEM_PARAMS);
+  for (int k = 0; k < lo->param_slots; k++) {
+    float *p = carve(c, t->layer_numel * f, "parameter slot", ZO_MEM_BUFFERS);
+    if (m->param_slots) m->param_slots[k] = p;
+  }
+  if (training) {
+    m->grads = carve(c, (lo->grad_slots ? resident : n_params) * f, "gradients", ZO_MEM_GRADS);
+    if (lo->grad_accum)
+      m->grads_acc = carve(c, n_params * f, "gradient accumulator", ZO_MEM_GRADS);
+    for (int k = 0; k < lo->grad_slots; k++) {
+      float *p = carve(c, t->layer_numel * f, "gradient slot", ZO_MEM_BUFFERS);
+      if (m->grad_slots) m->grad_slots[k] = p;
+    }
+    if (lo->optimizer) {
+      m->adam_m = carve(c, n_params * f, "AdamW m", ZO_MEM_ADAM_M);
+      m->adam_v = carve(c, n_params * f, "AdamW v", ZO_MEM_ADAM_V);
+    }
+  }
+  const enum zo_mem_category A = ZO_MEM_ACTIVATIONS, W = ZO_MEM_WORKSPACE;
+  m->inputs = carve(c, BT * sizeof(int32_t), "input tokens", A);
+  m->targets = carve(c, BT * sizeof(int32_t), "target tokens", A);
+  m->encoded = carve(c, BT * C * f, "activations (embedding)", A);
   for (int l = 0; l < cfg->n_layer; l++) {
     struct zo_gpt2_block_acts a;
     if (!training && l > 0) {
       if (m->acts) m->acts[l] = m->acts[0];
       continue;
     }
-    a.ln1 = carve(c, BT * C * f, "activations (ln_1)");
-    a.ln1_mean = carve(c, BT * f, "activations (ln_1 mean)");
-    a.ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)");
-    a.qkv = carve(c, BT * 3 * C * f, "activations (qkv)");
-    a.atty = carve(c, BT * C * f, "activations (attention out)");
-    a.att = carve(c, BT * NH * (size_t)T * f, "activations (attention probabilities)");
-    a.res2 = carve(c, BT * C * f, "activations (residual)");
-    a.ln2 = carve(c, BT * C * f, "activations (ln_2)");
-    a.ln2_mean = carve(c, BT * f, "activations (ln_2 mean)");
-    a.ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)");
-    a.fch = carve(c, BT * 4 * C * f, "activations (mlp fc)");
-    a.fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)");
-    a.res3 = carve(c, BT * C * f, "activations (block output)");
+    a.ln1 = carve(c, BT * C * f, "activations (ln_1)", A);
+    a.ln1_mean = carve(c, BT * f, "activations (ln_1 mean)", A);
+    a.ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)", A);
+    a.qkv = carve(c, BT * 3 * C * f, "activations (qkv)", A);
+    a.atty = carve(c, BT * C * f, "activations (attention out)", A);
+    a.att = carve(c, BT * NH * (size_t)T * f, "activations (attention probabilities)", A);
+    a.res2 = carve(c, BT * C * f, "activations (residual)", A);
+    a.ln2 = carve(c, BT * C * f, "activations (ln_2)", A);
+    a.ln2_mean = carve(c, BT * f, "activations (ln_2 mean)", A);
+    a.ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)", A);
+    a.fch = carve(c, BT * 4 * C * f, "activations (mlp fc)", A);
+    a.fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)", A);
+    a.res3 = carve(c, BT * C * f, "activations (block output)", A);
     if (m->acts) m->acts[l] = a;
   }
-  m->lnf = carve(c, BT * C * f, "activations (ln_f)");
-  m->lnf_mean = carve(c, BT * f, "activations (ln_f mean)");
-  m->lnf_rstd = carve(c, BT * f, "activations (ln_f rstd)");
-  m->logits = carve(c, BT * (size_t)cfg->padded_vocab_size * f, "logits");
-  m->losses = carve(c, BT * f, "losses");
+  m->lnf = carve(c, BT * C * f, "activations (ln_f)", A);
+  m->lnf_mean = carve(c, BT * f, "activations (ln_f mean)", A);
+  m->lnf_rstd = carve(c, BT * f, "activations (ln_f rstd)", A);
+  m->logits = carve(c, BT * (size_t)cfg->padded_vocab_size * f, "logits", A);
+  m->losses = carve(c, BT * f, "losses", A);
   if (!training) return;
-  m->dresidual = carve(c, BT * C * f, "backward scratch (residual grad)");
-  m->dbtc = carve(c, BT * C * f, "backward scratch (B,T,C)");
-  m->dqkv = carve(c, BT * 3 * C * f, "backward scratch (qkv grad)");
-  m->dfch = carve(c, BT * 4 * C * f, "backward scratch (mlp grad)");
-  m->datt = carve(c, BT * NH * (size_t)T * f, "backward scratch (attention grad)");
+  m->dresidual = carve(c, BT * C * f, "backward scratch (residual grad)", W);
+  m->dbtc = carve(c, BT * C * f, "backward scratch (B,T,C)", W);
+  m->dqkv = carve(c, BT * 3 * C * f, "backward scratch (qkv grad)", W);
+  m->dfch = carve(c, BT * 4 * C * f, "backward scratch (mlp grad)", W);
+  m->datt = carve(c, BT * NH * (size_t)T * f, "backward scratch (attention grad)", W);
 }
 
-size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg_in, int B, int T, bool training) {
+size_t zo_gpt2_device_plan(const struct zo_gpt2_config *cfg_in, int B, int T,
+                           const struct zo_gpt2_layout *lo,
+                           size_t by_category[ZO_MEM_N_CATEGORIES]) {
   struct zo_gpt2_config cfg = *cfg_in;
   struct zo_tensor_table t;
   if (zo_gpt2_config_check(&cfg) || zo_gpt2_build_table(&cfg, &t)) return 0;
   struct zo_gpt2 m = {0};
   struct carver c = {0};
-  layout(&m, &cfg, t.numel, &c, B, T, training);
+  layout(&m, &cfg, &t, &c, B, T, lo);
   zo_tensor_table_free(&t);
+  if (by_category) memcpy(by_category, c.by_category, sizeof c.by_category);
   return c.total;
+}
+
+size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg, int B, int T, bool training) {
+  const struct zo_gpt2_layout lo = {.training = training};
+  return zo_gpt2_device_plan(cfg, B, T, &lo, NULL);
 }
 
 static void block_views(const struct zo_tensor_table *t, float *base, int l, struct zo_gpt2_block *b) {
@@ -174,8 +210,24 @@ static void block_views(const struct zo_tensor_table *t, float *base, int l, str
   for (int i = 0; i < ZO_GPT2_BLOCK_TENSORS; i++) *fields[i] = base + ti[i].offset;
 }
 
+void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, float *params_base, float *grads_base) {
+  ZO_ASSERT(l >= 0 && l < m->cfg.n_layer);
+  const size_t off = m->table.layer_offset[l];
+  if (params_base) block_views(&m->table, params_base - off, l, &m->blocks[l]);
+  if (grads_base) block_views(&m->table, grads_base - off, l, &m->dblocks[l]);
+}
+
+void zo_gpt2_bind_resident_grads(struct zo_gpt2 *m, float *head, float *tail) {
+  const struct zo_tensor_info *ti = m->table.tensors;
+  m->dwte = head + ti[0].offset;
+  m->dwpe = head + ti[1].offset;
+  m->dlnfw = tail;
+  m->dlnfb = tail + ti[m->table.n_tensors - 1].offset - ti[m->table.n_tensors - 2].offset;
+}
+
 static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t backend, int B,
-                            int T, bool training) {
+                            int T, const struct zo_gpt2_layout *lo) {
+  const bool training = lo->training;
   struct zo_gpt2_config cfg = *cfg_in;
   if (zo_gpt2_config_check(&cfg)) return NULL;
   if (B < 1 || T < 1 || T > cfg.max_seq_len) {
@@ -193,38 +245,51 @@ static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t ba
   m->B = B;
   m->T = T;
   m->training = training;
+  m->layout = *lo;
+  if (!training) {
+    m->layout.grad_slots = 0;
+    m->layout.grad_accum = false;
+    m->layout.optimizer = false;
+  }
   if (zo_gpt2_build_table(&cfg, &m->table)) goto out_free;
   const int L = cfg.n_layer;
+  m->head_numel = m->table.layer_offset[0];
+  m->tail_numel = m->table.numel - m->head_numel - (size_t)L * m->table.layer_numel;
   m->acts = calloc((size_t)L, sizeof *m->acts);
   m->blocks = calloc((size_t)L, sizeof *m->blocks);
   m->dblocks = calloc((size_t)L, sizeof *m->dblocks);
   m->host_losses = calloc((size_t)B * (size_t)T, sizeof(float));
-  if (!m->acts || !m->blocks || !m->dblocks || !m->host_losses) {
+  m->param_slots = calloc((size_t)lo->param_slots + 1, sizeof *m->param_slots);
+  m->grad_slots = calloc((size_t)lo->grad_slots + 1, sizeof *m->grad_slots);
+  if (!m->acts || !m->blocks || !m->dblocks || !m->host_losses || !m->param_slots ||
+      !m->grad_slots) {
     zo_error(-ENOMEM, "out of host memory allocating the model");
     goto out_free;
   }
   struct carver plan = {0};
-  layout(m, &cfg, m->table.numel, &plan, B, T, training);
+  layout(m, &cfg, &m->table, &plan, B, T, &m->layout);
   if (zo_arena_init(&m->arena, backend, plan.total, "device")) goto out_free;
   struct carver c = {.arena = &m->arena};
-  layout(m, &cfg, m->table.numel, &c, B, T, training);
+  layout(m, &cfg, &m->table, &c, B, T, &m->layout);
   if (c.err) goto out_free;
 
   const struct zo_tensor_info *ti = m->table.tensors;
-  const struct zo_tensor_info *lnf = &ti[m->table.n_tensors - 2];
+  const bool pslots = m->layout.param_slots > 0, gslots = m->layout.grad_slots > 0;
+  const size_t n_par = pslots ? m->head_numel + m->tail_numel : m->table.numel;
+  const size_t tail_off = m->table.numel - m->tail_numel;
   m->wte = m->params + ti[0].offset;
   m->wpe = m->params + ti[1].offset;
-  m->lnfw = m->params + lnf[0].offset;
-  m->lnfb = m->params + lnf[1].offset;
-  for (int l = 0; l < L; l++) block_views(&m->table, m->params, l, &m->blocks[l]);
-  if (backend->memset_async(m->params, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
+  m->lnfw = m->params + (pslots ? m->head_numel : tail_off);
+  m->lnfb = m->lnfw + (ti[m->table.n_tensors - 1].offset - ti[m->table.n_tensors - 2].offset);
+  if (!pslots)
+    for (int l = 0; l < L; l++) block_views(&m->table, m->params, l, &m->blocks[l]);
+  if (backend->memset_async(m->params, 0, n_par * sizeof(float), NULL)) goto out_free;
   if (training) {
-    m->dwte = m->grads + ti[0].offset;
-    m->dwpe = m->grads + ti[1].offset;
-    m->dlnfw = m->grads + lnf[0].offset;
-    m->dlnfb = m->grads + lnf[1].offset;
-    for (int l = 0; l < L; l++) block_views(&m->table, m->grads, l, &m->dblocks[l]);
-    if (backend->memset_async(m->grads, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
+    const size_t n_grad = gslots ? m->head_numel + m->tail_numel : m->table.numel;
+    zo_gpt2_bind_resident_grads(m, m->grads, m->grads + (gslots ? m->head_numel : tail_off));
+    if (!gslots)
+      for (int l = 0; l < L; l++) block_views(&m->table, m->grads, l, &m->dblocks[l]);
+    if (backend->memset_async(m->grads, 0, n_grad * sizeof(float), NULL)) goto out_free;
   }
   if (backend->stream_synchronize(NULL)) goto out_free;
   return m;
@@ -235,12 +300,19 @@ out_free:
 }
 
 struct zo_gpt2 *zo_gpt2_init(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B, int T) {
-  return init(cfg, backend, B, T, true);
+  const struct zo_gpt2_layout lo = {.training = true};
+  return init(cfg, backend, B, T, &lo);
+}
+
+struct zo_gpt2 *zo_gpt2_init_layout(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B,
+                                    int T, const struct zo_gpt2_layout *layout) {
+  return init(cfg, backend, B, T, layout);
 }
 
 struct zo_gpt2 *zo_gpt2_init_inference(const struct zo_gpt2_config *cfg, zo_backend_t backend,
                                        int B, int T) {
-  return init(cfg, backend, B, T, false);
+  const struct zo_gpt2_layout lo = {.training = false};
+  return init(cfg, backend, B, T, &lo);
 }
 
 void zo_gpt2_free(struct zo_gpt2 *m) {
@@ -251,6 +323,8 @@ void zo_gpt2_free(struct zo_gpt2 *m) {
   free(m->blocks);
   free(m->dblocks);
   free(m->host_losses);
+  free(m->param_slots);
+  free(m->grad_slots);
   free(m);
 }
 
@@ -298,15 +372,25 @@ void zo_gpt2_init_params(const struct zo_gpt2 *m, float *params, uint64_t seed) 
 }
 
 int zo_gpt2_upload_params(struct zo_gpt2 *m, const float *host_params) {
+  ZO_ASSERT(m->layout.param_slots == 0);
   int err = m->backend->memcpy_async(m->params, host_params, m->table.numel * sizeof(float),
                                      ZO_COPY_H2D, NULL);
   return err ? err : m->backend->stream_synchronize(NULL);
 }
 
 int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params) {
+  ZO_ASSERT(m->layout.param_slots == 0);
   int err = m->backend->memcpy_async(host_params, m->params, m->table.numel * sizeof(float),
                                      ZO_COPY_D2H, NULL);
   return err ? err : m->backend->stream_synchronize(NULL);
+}
+
+static void hook_begin(struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t s) {
+  if (m->hooks && m->hooks->block_begin) m->hooks->block_begin(m->hooks->ctx, m, l, ph, s);
+}
+
+static void hook_end(struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t s) {
+  if (m->hooks && m->hooks->block_end) m->hooks->block_end(m->hooks->ctx, m, l, ph, s);
 }
 
 void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -320,9 +404,14 @@ void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *ta
   if (targets)
     ZO_ASSERT(be->memcpy_async(m->targets, targets, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
 
+  const int L = m->cfg.n_layer;
+  ZO_ASSERT(m->hooks || m->layout.param_slots == 0);
+  hook_begin(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
   be->encoder_forward(m->encoded, m->inputs, m->wte, m->wpe, B, T, C, s);
+  hook_end(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
   const float *residual = m->encoded;
-  for (int l = 0; l < m->cfg.n_layer; l++) {
+  for (int l = 0; l < L; l++) {
+    hook_begin(m, l, ZO_GPT2_FORWARD, s);
     const struct zo_gpt2_block *w = &m->blocks[l];
     struct zo_gpt2_block_acts *a = &m->acts[l];
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, s);
@@ -336,15 +425,19 @@ void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *ta
     be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, s);
     be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, s);
     residual = a->res3;
+    hook_end(m, l, ZO_GPT2_FORWARD, s);
   }
+  hook_begin(m, L, ZO_GPT2_FORWARD, s);
   be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, residual, m->lnfw, m->lnfb, BT, C, s);
   be->matmul_forward(m->logits, m->lnf, m->wte, NULL, BT, C, Vp, s);
   if (targets) be->crossentropy_forward(m->losses, NULL, m->logits, m->targets, 0.0f, BT, V, Vp, s);
+  hook_end(m, L, ZO_GPT2_FORWARD, s);
 }
 
 void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t s) {
   ZO_ASSERT(m->training);
-  ZO_ASSERT(m->backend->memset_async(m->grads, 0, m->table.numel * sizeof(float), s) == 0);
+  const size_t n = m->layout.grad_slots ? m->head_numel + m->tail_numel : m->table.numel;
+  ZO_ASSERT(m->backend->memset_async(m->grads, 0, n * sizeof(float), s) == 0);
 }
 
 void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t s) {
@@ -356,12 +449,15 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
   const size_t nbt = (size_t)BT;
 
   float *dlogits = m->logits;
+  hook_begin(m, L, ZO_GPT2_BACKWARD, s);
   be->crossentropy_forward(m->losses, dlogits, m->logits, m->targets, dloss, BT, V, Vp, s);
   be->matmul_backward(m->dbtc, m->dwte, NULL, dlogits, m->lnf, m->wte, BT, C, Vp, s);
   ZO_ASSERT(be->memset_async(m->dresidual, 0, nbt * (size_t)C * sizeof(float), s) == 0);
   be->layernorm_backward(m->dresidual, m->dlnfw, m->dlnfb, m->dbtc, m->acts[L - 1].res3, m->lnfw,
                          m->lnf_mean, m->lnf_rstd, BT, C, s);
+  hook_end(m, L, ZO_GPT2_BACKWARD, s);
   for (int l = L - 1; l >= 0; l--) {
+    hook_begin(m, l, ZO_GPT2_BACKWARD, s);
     const struct zo_gpt2_block *w = &m->blocks[l];
     const struct zo_gpt2_block *dw = &m->dblocks[l];
     const struct zo_gpt2_block_acts *a = &m->acts[l];
@@ -380,8 +476,11 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
     be->matmul_backward(m->dbtc, dw->qkvw, dw->qkvb, m->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, s);
     be->layernorm_backward(m->dresidual, dw->ln1w, dw->ln1b, m->dbtc, residual_in, w->ln1w,
                            a->ln1_mean, a->ln1_rstd, BT, C, s);
+    hook_end(m, l, ZO_GPT2_BACKWARD, s);
   }
+  hook_begin(m, ZO_GPT2_EMBED, ZO_GPT2_BACKWARD, s);
   be->encoder_backward(m->dwte, m->dwpe, m->dresidual, m->inputs, B, T, C, s);
+  hook_end(m, ZO_GPT2_EMBED, ZO_GPT2_BACKWARD, s);
 }
 
 int zo_gpt2_mean_loss(struct zo_gpt2 *m, const int32_t *host_targets, int B, int T,

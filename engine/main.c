@@ -1,4 +1,4 @@
-/* zoffload command line: train, eval, sample, config, prepare.
+/* zoffload command line: train, eval, sample, plan, bench, config, prepare.
  * Exit codes: 0 success, 1 runtime error (data, I/O, memory), 2 bad usage or
  * bad config. Only this file (and tests, benchmarks) calls exit(). */
 #include <errno.h>
@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/bench.h"
 #include "zo/config.h"
 #include "zo/data.h"
+#include "zo/nvme.h"
+#include "zo/plan.h"
 #include "zo/train.h"
 
 #define MAX_SETS 256
@@ -19,6 +22,8 @@ static const char *usage_main =
     "  train CONFIG    train a model (configs/tiny.json is the small real-text default)\n"
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
+    "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
     "\n"
@@ -45,6 +50,25 @@ static const char *usage_sample =
     "                       [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
     "  defaults: --tokens 256 --temperature 0.8 --top-k 40 --seed engine.seed\n"
     "  for vocabularies other than 256 bytes, --prompt is comma-separated token ids\n";
+
+static const char *usage_plan =
+    "usage: zoffload plan CONFIG [--set key=value]...\n"
+    "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
+    "  placement, before anything is allocated, and whether each fits its budget\n"
+    "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
+    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n";
+
+static const char *usage_bench =
+    "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW] [--json]\n"
+    "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
+    "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--json]\n"
+    "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
+    "         (default 64M parameters, 9 repetitions, all threads)\n"
+    "  nvme:  sequential write then read through the NVMe tier (default 1 GiB, 1 MiB\n"
+    "         blocks, queue depth 32)\n"
+    "  step:  step time with the config's placement vs everything on the device, and\n"
+    "         overlap efficiency = step / max(compute alone, I/O alone, optimizer alone)\n"
+    "  --json makes the last line one JSON object.\n";
 
 static const char *usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";
 
@@ -238,6 +262,143 @@ static int cmd_sample(int argc, char **argv) {
   return err ? fail(exit_code(err), "sample") : 0;
 }
 
+static const char *device_arg(enum zo_device d) {
+  return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
+}
+
+static int cmd_plan(int argc, char **argv) {
+  struct args a = {0};
+  int r = parse_args(argc, argv, usage_plan, "s", false, &a);
+  if (r) return r == 1 ? 0 : r;
+  struct zo_config cfg;
+  if ((r = load_config(&a, &cfg))) return r;
+  struct zo_gpt2_config mc;
+  struct zo_plan plan;
+  int err = zo_train_model_config(&cfg, &mc);
+  zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
+  if (!err) err = zo_plan_build(&cfg, &mc, be, &plan);
+  if (err) {
+    zo_config_free(&cfg);
+    return fail(exit_code(err), "plan");
+  }
+  zo_plan_print(&plan, stdout);
+  err = zo_plan_check(&cfg, &plan);
+  zo_config_free(&cfg);
+  if (err) return fail(1, "plan does not fit");
+  printf("fits\n");
+  return 0;
+}
+
+static int bench_adamw(int argc, char **argv) {
+  long params = 64l << 20, threads = 0, reps = 9;
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "--json")) { json = true; continue; }
+    if (!v) return bad_usage(usage_bench, "%s needs a value", o);
+    i++;
+    if (!strcmp(o, "--params") && parse_int(v, 1, 1l << 34, &params)) continue;
+    if (!strcmp(o, "--threads") && parse_int(v, 0, 4096, &threads)) continue;
+    if (!strcmp(o, "--reps") && parse_int(v, 1, 1000, &reps)) continue;
+    if (!strcmp(o, "--optimizer") && !strcmp(v, "AdamW")) continue;
+    return bad_usage(usage_bench, "bad option or value: %s", o);
+  }
+  struct zo_bench_adamw b;
+  if (zo_bench_adamw_run((size_t)params, (int)threads, (int)reps, &b)) return fail(1, "bench adamw");
+  char buf[32];
+  printf("AdamW fp32: %zu params (%s per pass at 28 B/param), %d threads, median of %d reps\n", b.n,
+         zo_format_bytes((size_t)(28.0 * (double)b.n), buf), b.threads, b.reps);
+  printf("  yardstick (same traffic): %8.2f ms  %8.1f Mparams/s  %6.2f GB/s\n", b.yardstick_s * 1e3,
+         (double)b.n / b.yardstick_s * 1e-6, 28.0 * (double)b.n / b.yardstick_s * 1e-9);
+  printf("  zo_adamw_update:          %8.2f ms  %8.1f Mparams/s  %6.2f GB/s\n", b.adamw_s * 1e3,
+         b.params_per_s * 1e-6, 28.0 * (double)b.n / b.adamw_s * 1e-9);
+  printf("  AdamW / yardstick speed: %.3f (median of back-to-back pairs)\n", b.ratio);
+  if (json)
+    printf("{\"params\": %zu, \"threads\": %d, \"params_per_s\": %.1f, \"yardstick_params_per_s\": %.1f, "
+           "\"ratio\": %.4f}\n", b.n, b.threads, b.params_per_s, (double)b.n / b.yardstick_s, b.ratio);
+  return 0;
+}
+
+static int bench_nvme(int argc, char **argv) {
+  const char *path = NULL;
+  size_t bytes = (size_t)1 << 30, block = (size_t)1 << 20;
+  long qd = 32;
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "--json")) { json = true; continue; }
+    if (!v) return bad_usage(usage_bench, "%s needs a value", o);
+    i++;
+    if (!strcmp(o, "--path")) { path = v; continue; }
+    if (!strcmp(o, "--bytes") && zo_parse_bytes(v, &bytes) == 0) continue;
+    if (!strcmp(o, "--block") && zo_parse_bytes(v, &block) == 0) continue;
+    if (!strcmp(o, "--queue-depth") && parse_int(v, 1, ZO_NVME_MAX_QUEUE_DEPTH, &qd)) continue;
+    return bad_usage(usage_bench, "bad option or value: %s", o);
+  }
+  if (!path) return bad_usage(usage_bench, "%s", "bench nvme needs --path DIR");
+  double w = 0, r = 0;
+  if (zo_nvme_bench(path, bytes, block, (int)qd, &w, &r)) return fail(1, "bench nvme");
+  char b1[32], b2[32];
+  printf("NVMe tier under %s: %s sequential, %s blocks, queue depth %ld\n", path, zo_format_bytes(bytes, b1),
+         zo_format_bytes(block, b2), qd);
+  printf("  write %.3f GB/s, read %.3f GB/s (CRC32C checked)\n", w, r);
+  if (json) printf("{\"bytes\": %zu, \"write_gb_s\": %.4f, \"read_gb_s\": %.4f}\n", bytes, w, r);
+  return 0;
+}
+
+static int bench_step(int argc, char **argv) {
+  struct args a = {0};
+  long steps = 5;
+  bool json = false;
+  char *rest[MAX_SETS * 2 + 2];
+  int n_rest = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc && parse_int(argv[i + 1], 1, 100000, &steps)) i++;
+    else if (n_rest < MAX_SETS * 2) rest[n_rest++] = argv[i];
+  }
+  int r = parse_args(n_rest, rest, usage_bench, "s", false, &a);
+  if (r) return r == 1 ? 0 : r;
+  struct zo_config cfg;
+  if ((r = load_config(&a, &cfg))) return r;
+  struct zo_bench_step b;
+  int err = zo_train_model_config(&cfg, &cfg.model.gpt2);
+  if (!err) err = zo_bench_step_run(&cfg, (int)steps, &b);
+  char where[200] = "";
+  struct zo_placement pl;
+  if (!err && zo_placement_from_config(&cfg, cfg.model.gpt2.n_layer, &pl) == 0)
+    zo_placement_describe(&pl, where, sizeof where);
+  zo_config_free(&cfg);
+  if (err) return fail(exit_code(err), "bench step");
+  printf("step (%s), mean of %d steps after 2 warm-up:\n", where, b.steps);
+  printf("  configured placement %.1f ms, all on device %.1f ms (ratio %.3f)\n", b.step_s * 1e3,
+         b.device_step_s * 1e3, b.step_s / b.device_step_s);
+  printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,
+         b.optimizer_s * 1e3);
+  printf("  overlap efficiency (step / slowest alone): %.3f\n", b.overlap);
+  if (json)
+    printf("{\"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, \"io_ms\": %.3f, "
+           "\"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f}\n", b.step_s * 1e3, b.device_step_s * 1e3,
+           b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3, b.overlap);
+  return 0;
+}
+
+static int cmd_bench(int argc, char **argv) {
+  if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+    fputs(usage_bench, argc < 1 ? stderr : stdout);
+    return argc < 1 ? 2 : 0;
+  }
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage_bench, stdout);
+      return 0;
+    }
+  if (!strcmp(argv[0], "adamw")) return bench_adamw(argc - 1, argv + 1);
+  if (!strcmp(argv[0], "nvme")) return bench_nvme(argc - 1, argv + 1);
+  if (!strcmp(argv[0], "step")) return bench_step(argc - 1, argv + 1);
+  return bad_usage(usage_bench, "unknown benchmark '%s'", argv[0]);
+}
+
 static int cmd_config(int argc, char **argv) {
   struct args a = {0};
   int r = parse_args(argc, argv, usage_config, "s", false, &a);
@@ -282,6 +443,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
   if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+  if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;

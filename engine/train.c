@@ -1,10 +1,12 @@
-/* Training loop, evaluation and sampling. One step: zero the gradients, run
- * gradient_accumulation_steps micro-batches (forward, backward with
- * dloss = 1/(B*T*K), so the gradient is the mean), take the global L2 norm,
- * clip, and apply AdamW tensor by tensor with decay only on 2-D tensors. The
- * reported loss is the mean of the micro-batch losses. This version keeps all
- * state on the compute device in fp32; offload placement, mixed precision,
- * activation checkpointing and 8-bit AdamW are refused with -ENOTSUP. */
+/* Training loop, evaluation and sampling. One step: gradient_accumulation_steps
+ * micro-batches (forward, backward with dloss = 1/(B*T*K), so the gradient is
+ * the mean), the global L2 norm, clipping, and AdamW tensor by tensor with
+ * decay only on 2-D tensors; the scheduler (engine/sched.c) places and orders
+ * all of it as the config's zero_optimization section says, after the
+ * planner (engine/plan.c) has checked that every tier fits. The reported loss
+ * is the mean of the micro-batch losses. fp32 only: mixed precision,
+ * activation checkpointing, 8-bit AdamW and parameters on NVMe are refused
+ * with -ENOTSUP. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -20,6 +22,8 @@
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/gpt2.h"
+#include "zo/plan.h"
+#include "zo/sched.h"
 
 static const char *device_name(enum zo_device d) {
   return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
@@ -33,11 +37,9 @@ static int check_supported(const struct zo_config *cfg) {
   if (cfg->bf16 || cfg->fp16.enabled)
     return zo_error(-ENOTSUP, "%s: %s.enabled: mixed precision is not implemented yet; set it to false",
                     file, cfg->bf16 ? "bf16" : "fp16");
-  if (cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE ||
-      cfg->zero.offload_param.device != ZO_OFFLOAD_NONE)
-    return zo_error(-ENOTSUP, "%s: zero_optimization.offload_%s.device: offload tiers are not "
-                              "implemented yet; use \"none\"",
-                    file, cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NONE ? "optimizer" : "param");
+  if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
+    return zo_error(-ENOTSUP, "%s: zero_optimization.offload_param.device = \"nvme\" is not "
+                              "implemented yet; use \"cpu\"", file);
   if (cfg->activation_checkpointing.enabled)
     return zo_error(-ENOTSUP, "%s: activation_checkpointing.enabled: not implemented yet; set it to false", file);
   return 0;
@@ -54,31 +56,6 @@ static int model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc) 
     return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
                     mc->max_seq_len);
   return zo_gpt2_config_check(mc);
-}
-
-/* Device budget check before anything is allocated: the plan is exact. */
-static int check_budget(const struct zo_config *cfg, zo_backend_t be, size_t need) {
-  size_t budget = cfg->engine.gpu_memory_budget, free_b = 0, total_b = 0;
-  char a[32], b[32];
-  if (budget && need > budget)
-    return zo_error(-ENOMEM,
-                    "the device plan needs %s (%zu bytes) but engine.gpu_memory_budget is %s: raise "
-                    "the budget, or lower train_micro_batch_size_per_gpu or data.seq_len",
-                    zo_format_bytes(need, a), need, zo_format_bytes(budget, b));
-  if (be->mem_info(&free_b, &total_b) == 0 && need > free_b)
-    return zo_error(-ENOMEM,
-                    "the device plan needs %s (%zu bytes) but the %s device has %s free: lower "
-                    "train_micro_batch_size_per_gpu or data.seq_len",
-                    zo_format_bytes(need, a), need, be->name, zo_format_bytes(free_b, b));
-  return 0;
-}
-
-static void print_memory(const struct zo_gpt2 *m, size_t host_bytes, FILE *out) {
-  char a[32], b[32], c[32], d[32];
-  fprintf(out, "memory: device arena %s planned, %s peak, %s free (no fragmentation: one arena, "
-               "carved once) | host optimizer state %s\n",
-          zo_format_bytes(m->arena.capacity, a), zo_format_bytes(m->arena.peak, b),
-          zo_format_bytes(m->arena.capacity - m->arena.used, c), zo_format_bytes(host_bytes, d));
 }
 
 /* Mean loss over n micro-batches of d from position 0 (forward only). */
@@ -98,14 +75,8 @@ static int eval_loss(struct zo_gpt2 *m, struct zo_data *d, int n, int32_t *in, i
   return 0;
 }
 
-/* Sum of squared gradients, tensor by tensor in table order: the same
- * association whichever tier holds which layer, so every placement computes
- * the bit-identical norm. */
-static double grad_sumsq(const struct zo_tensor_table *table, const float *grads) {
-  double sum = 0.0;
-  for (int i = 0; i < table->n_tensors; i++)
-    sum += zo_sumsq(grads + table->tensors[i].offset, table->tensors[i].numel);
-  return sum;
+int zo_train_model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc) {
+  return model_config(cfg, mc);
 }
 
 static int val_batches(const struct zo_data *d, int B, int T) {
@@ -211,14 +182,30 @@ static int parse_prompt(const char *prompt, int V, int32_t *ctx, int cap, int *n
   return 0;
 }
 
+/* Mean validation loss over n micro-batches of d from position 0, forward
+ * only, through the scheduler (parameters wherever they live). */
+static int sched_eval_loss(struct zo_sched *s, struct zo_data *d, int n, double *loss) {
+  double sum = 0.0;
+  zo_data_seek(d, 0);
+  for (int i = 0; i < n; i++) {
+    int32_t *in, *tg;
+    double l;
+    zo_sched_batch(s, &in, &tg);
+    zo_data_next(d, in, tg);
+    int err = zo_sched_eval(s, &l);
+    if (err) return err;
+    sum += l;
+  }
+  *loss = sum / n;
+  return 0;
+}
+
 struct trainer {
   const struct zo_config *cfg;
   zo_backend_t be;
-  zo_stream_t stream;
-  struct zo_gpt2 *m;
+  struct zo_sched *sched;
   struct zo_data *train, *val;
-  float *adam_m, *adam_v;
-  int32_t *inputs, *targets;
+  float *params, *adam_m, *adam_v; /* host copies for init and checkpoints only */
   FILE *metrics;
 };
 
@@ -226,12 +213,22 @@ static void trainer_free(struct trainer *t) {
   if (t->metrics) fclose(t->metrics);
   zo_data_close(t->train);
   zo_data_close(t->val);
-  if (t->be && t->stream) t->be->stream_destroy(t->stream);
-  zo_gpt2_free(t->m);
+  zo_sched_free(t->sched);
+  free(t->params);
   free(t->adam_m);
   free(t->adam_v);
-  free(t->inputs);
-  free(t->targets);
+}
+
+/* Host copies of the whole state, allocated when first needed (checkpoint
+ * saves, resume): outside the host pool's plan, like the data loader. */
+static int trainer_host_state(struct trainer *t, size_t n) {
+  if (!t->params) t->params = malloc(n * sizeof(float));
+  if (!t->adam_m) t->adam_m = malloc(n * sizeof(float));
+  if (!t->adam_v) t->adam_v = malloc(n * sizeof(float));
+  if (t->params && t->adam_m && t->adam_v) return 0;
+  char a[32];
+  return zo_error(-ENOMEM, "out of host memory: %s for host copies of the parameters and AdamW state",
+                  zo_format_bytes(3 * n * sizeof(float), a));
 }
 
 static void progress_bar(long step, long total, double elapsed, long first) {
@@ -241,6 +238,15 @@ static void progress_bar(long step, long total, double elapsed, long first) {
   printf("\r[%.*s%*s] %3d%% ETA %d:%02d ", filled, "==============================", width - filled, "",
          (int)(100 * step / total), (int)eta / 60, (int)eta % 60);
   fflush(stdout);
+}
+
+static void print_peaks(const struct zo_sched_stats *st, FILE *out) {
+  char a[32], b[32], c[32], d[32], e[32];
+  fprintf(out, "memory: device arena %s planned, %s peak (%zu bytes) | host pool %s planned, %s peak "
+               "(%zu bytes, %s) | nvme %s\n",
+          zo_format_bytes(st->device_planned, a), zo_format_bytes(st->device_peak, b), st->device_peak,
+          zo_format_bytes(st->host_planned, c), zo_format_bytes(st->host_peak, d), st->host_peak,
+          st->pinned ? "pinned" : "pageable", zo_format_bytes(st->nvme_planned, e));
 }
 
 int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
@@ -259,23 +265,19 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     err = zo_error(-ENOTSUP, "the %s backend cannot train yet; set engine.device to \"cpu\"", t.be->name);
     goto out;
   }
-  if ((err = check_budget(cfg, t.be, zo_gpt2_device_bytes(&mc, B, T, true)))) goto out;
-  if (!(t.m = zo_gpt2_init(&mc, t.be, B, T))) {
+  /* Plan every tier before allocating anything; refuse what cannot fit. */
+  struct zo_plan plan;
+  if ((err = zo_plan_build(cfg, &mc, t.be, &plan))) goto out;
+  if (opts->memory_report) zo_plan_print(&plan, stdout);
+  if ((err = zo_plan_check(cfg, &plan))) goto out;
+  const struct zo_sched_config sc = {.model = mc, .B = B, .T = T, .placement = plan.placement,
+                                     .backend = t.be, .host_budget = cfg->engine.host_memory_budget};
+  if (!(t.sched = zo_sched_init(&sc))) {
     err = -ENOMEM;
     goto out;
   }
-  const size_t n = t.m->table.numel;
-  t.adam_m = calloc(n, sizeof(float));
-  t.adam_v = calloc(n, sizeof(float));
-  t.inputs = malloc(BT * sizeof(int32_t));
-  t.targets = malloc(BT * sizeof(int32_t));
-  if (!t.adam_m || !t.adam_v || !t.inputs || !t.targets) {
-    char a[32];
-    err = zo_error(-ENOMEM, "host tier: could not allocate %s for the AdamW state (2 x %zu floats)",
-                   zo_format_bytes(2 * n * sizeof(float), a), n);
-    goto out;
-  }
-  if ((err = t.be->stream_create(&t.stream))) goto out;
+  struct zo_gpt2 *m = zo_sched_model(t.sched);
+  const size_t n = m->table.numel;
 
   t.train = zo_data_open(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
                          cfg->data.shuffle, cfg->engine.seed);
@@ -292,10 +294,10 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
   }
 
-  /* Parameters: resume > init_from > seeded init. The CPU backend's device
-   * memory is host memory, so the optimizer updates it in place. */
+  /* Parameters: resume > init_from > seeded init, staged through host copies. */
   struct zo_train_state st = {.loss_scale = 1.0, .seed = cfg->engine.seed};
   char resume_path[PATH_MAX] = "";
+  if ((err = trainer_host_state(&t, n))) goto out;
   if (opts->resume) {
     if (strcmp(opts->resume, "auto") == 0) {
       if (!cfg->checkpoint.dir || !cfg->checkpoint.dir[0]) {
@@ -306,14 +308,19 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     } else {
       snprintf(resume_path, sizeof resume_path, "%s", opts->resume);
     }
-    if ((err = zo_checkpoint_load(resume_path, t.m, t.m->params, t.adam_m, t.adam_v, &st))) goto out;
+    if ((err = zo_checkpoint_load(resume_path, m, t.params, t.adam_m, t.adam_v, &st))) goto out;
     zo_data_seek(t.train, st.data_position);
     printf("resumed from %s at step %ld\n", resume_path, st.step);
-  } else if (cfg->model.init_from && cfg->model.init_from[0]) {
-    if ((err = zo_gpt2_load_safetensors(cfg->model.init_from, t.m, t.m->params))) goto out;
+    err = zo_sched_set_state(t.sched, t.params, t.adam_m, t.adam_v);
   } else {
-    zo_gpt2_init_params(t.m, t.m->params, cfg->engine.seed);
+    if (cfg->model.init_from && cfg->model.init_from[0]) {
+      if ((err = zo_gpt2_load_safetensors(cfg->model.init_from, m, t.params))) goto out;
+    } else {
+      zo_gpt2_init_params(m, t.params, cfg->engine.seed);
+    }
+    err = zo_sched_set_state(t.sched, t.params, NULL, NULL);
   }
+  if (err) goto out;
 
   if (cfg->log.metrics_path && cfg->log.metrics_path[0]) {
     char dir[PATH_MAX];
@@ -330,18 +337,18 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
   }
 
-  const size_t host_bytes = 2 * n * sizeof(float);
   const double flops_per_token = zo_gpt2_flops_per_token(&mc, T);
+  char where[200];
   printf("model: GPT-2 %d layers, %d heads, width %d, vocab %d (padded %d), %.2fM parameters\n",
          mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
          (double)(n - (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd) / 1e6);
   printf("train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
          cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
-  if (opts->memory_report) print_memory(t.m, host_bytes, stdout);
+  printf("placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
   int n_val = t.val ? val_batches(t.val, B, T) : 0;
   if (t.val && st.step == 0) {
     double vl;
-    if ((err = eval_loss(t.m, t.val, n_val, t.inputs, t.targets, t.stream, &vl))) goto out;
+    if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
     printf("step 0: val loss %.4f\n", vl);
   }
 
@@ -351,36 +358,30 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
                                        .weight_decay = (float)cfg->optimizer.weight_decay};
   const long first = st.step;
   const double t_start = zo_time_s();
-  double acc_compute = 0, acc_opt = 0, acc_io = 0, acc_loss = 0;
+  double acc_compute = 0, acc_io = 0, acc_loss = 0, acc_wall = 0;
+  struct zo_sched_stats s0, s1;
+  zo_sched_stats(t.sched, &s0);
   long acc_n = 0;
   for (long step = st.step + 1; step <= cfg->steps; step++) {
-    double t0 = zo_time_s(), io = 0.0, loss = 0.0;
-    zo_gpt2_zero_grad(t.m, t.stream);
+    double t0 = zo_time_s(), io = 0.0, loss = 0.0, norm = 0.0;
     for (int k = 0; k < K; k++) {
+      int32_t *in, *tg;
+      zo_sched_batch(t.sched, &in, &tg);
       double ti = zo_time_s();
-      zo_data_next(t.train, t.inputs, t.targets);
+      zo_data_next(t.train, in, tg);
       io += zo_time_s() - ti;
-      zo_gpt2_forward(t.m, t.inputs, t.targets, B, T, t.stream);
-      zo_gpt2_backward(t.m, B, T, 1.0f / ((float)BT * (float)K), t.stream);
-      double l;
-      if ((err = zo_gpt2_mean_loss(t.m, t.targets, B, T, t.stream, &l))) goto out;
-      loss += l / K;
+      zo_sched_micro_batch(t.sched, k);
     }
-    double t1 = zo_time_s();
-    double norm = sqrt(grad_sumsq(&t.m->table, t.m->grads));
-    float coef = zo_clip_coef(norm, cfg->gradient_clipping);
     struct zo_adamw_hparams hp = hp0;
     hp.lr = (float)zo_lr_at(&cfg->lr_schedule, step);
-    for (int i = 0; i < t.m->table.n_tensors; i++) {
-      const struct zo_tensor_info *ti = &t.m->table.tensors[i];
-      zo_adamw_update(t.m->params + ti->offset, t.m->grads + ti->offset, t.adam_m + ti->offset,
-                      t.adam_v + ti->offset, ti->numel, &hp, ti->decay, step, coef);
-    }
+    if ((err = zo_sched_step_end(t.sched, step, &hp, cfg->gradient_clipping, &loss))) goto out;
+    double t1 = zo_time_s();
+    if ((err = zo_sched_norm(t.sched, &norm))) goto out;
     double t2 = zo_time_s();
     double tok_s = (double)(BT * (size_t)K) / (t2 - t0);
     acc_compute += t1 - t0 - io;
-    acc_opt += t2 - t1;
     acc_io += io;
+    acc_wall += t2 - t0;
     acc_loss += loss;
     acc_n++;
     if (t.metrics) {
@@ -394,15 +395,19 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     st.data_position = zo_data_position(t.train);
     bool last = step == cfg->steps;
     if (step % cfg->log.every == 0 || last) {
-      double dt = (acc_compute + acc_opt + acc_io) / acc_n;
+      double dt = acc_wall / acc_n;
       char peak[32];
+      zo_sched_stats(t.sched, &s1);
       if (isatty(STDOUT_FILENO)) printf("\r");
       printf("step %ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.3f TFLOP/s | ms: "
-             "compute %.0f, copies 0, optimizer %.0f, io wait %.1f | device peak %s\n",
+             "compute %.0f, copies %.1f, optimizer %.0f, io wait %.1f, nvme wait %.1f | device peak %s\n",
              step, cfg->steps, acc_loss / acc_n, hp.lr, norm, (double)(BT * (size_t)K) / dt,
              flops_per_token * (double)(BT * (size_t)K) / dt / 1e12, 1e3 * acc_compute / acc_n,
-             1e3 * acc_opt / acc_n, 1e3 * acc_io / acc_n, zo_format_bytes(t.m->arena.peak, peak));
-      acc_compute = acc_opt = acc_io = acc_loss = 0;
+             1e3 * (s1.accumulate_s - s0.accumulate_s) / acc_n, 1e3 * (s1.optimizer_s - s0.optimizer_s) / acc_n,
+             1e3 * acc_io / acc_n, 1e3 * (s1.nvme_wait_s - s0.nvme_wait_s) / acc_n,
+             zo_format_bytes(s1.device_peak, peak));
+      s0 = s1;
+      acc_compute = acc_io = acc_loss = acc_wall = 0;
       acc_n = 0;
     }
     progress_bar(step, cfg->steps, zo_time_s() - t_start, first);
@@ -411,7 +416,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     if (save || (last && t.val)) {
       if (t.val) {
         double vl;
-        if ((err = eval_loss(t.m, t.val, n_val, t.inputs, t.targets, t.stream, &vl))) goto out;
+        if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
         printf("%sstep %ld: val loss %.4f\n", isatty(STDOUT_FILENO) ? "\r" : "", step, vl);
         if (t.metrics) {
           fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g}\n", step, vl);
@@ -420,7 +425,8 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       }
       if (save) {
         char path[PATH_MAX];
-        if ((err = zo_checkpoint_save(cfg->checkpoint.dir, t.m, t.m->params, t.adam_m, t.adam_v, &st,
+        if ((err = zo_sched_get_state(t.sched, t.params, t.adam_m, t.adam_v)) ||
+            (err = zo_checkpoint_save(cfg->checkpoint.dir, m, t.params, t.adam_m, t.adam_v, &st,
                                       cfg->checkpoint.keep, path, sizeof path)))
           goto out;
         printf("%ssaved %s\n", isatty(STDOUT_FILENO) ? "\r" : "", path);
@@ -428,7 +434,11 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
   }
   if (isatty(STDOUT_FILENO)) printf("\n");
-  print_memory(t.m, host_bytes, stdout);
+  if ((err = zo_sched_synchronize(t.sched))) goto out;
+  zo_sched_stats(t.sched, &s1);
+  print_peaks(&s1, stdout);
+  if (opts->stats) *opts->stats = s1;
+  if (opts->final_params && (err = zo_sched_get_state(t.sched, opts->final_params, NULL, NULL))) goto out;
   if (opts->sample_tokens > 0) {
     int32_t *ctx = calloc((size_t)opts->sample_tokens + 1, sizeof *ctx);
     if (!ctx) {
@@ -437,7 +447,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
     ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
     printf("sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
-    err = generate(t.m, t.stream, ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, stdout);
+    err = generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, stdout);
     free(ctx);
   }
 out:

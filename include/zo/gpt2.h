@@ -6,7 +6,12 @@
  * (PyTorch nn.Linear); checkpoint I/O transposes to Hugging Face's Conv1D.
  * The vocabulary is padded to a multiple of 64 for compute; padded rows of wte
  * are zero and padded logits never enter the softmax or the loss. Tied input
- * and output embedding, no dropout. */
+ * and output embedding, no dropout.
+ * Offload: a layout (struct zo_gpt2_layout) may replace the device copy of
+ * the blocks' parameters with K block slots and the device gradients with G
+ * block slots; an optional hooks table, called before and after every block
+ * in both directions, then rebinds m->blocks[l] / m->dblocks[l] to a slot
+ * (engine/sched.c). The embeddings (wte, wpe) and ln_f always stay resident. */
 #ifndef ZO_GPT2_H
 #define ZO_GPT2_H
 
@@ -25,6 +30,54 @@ struct zo_gpt2_config {
   int vocab_size;        /* V, real tokens */
   int padded_vocab_size; /* Vp, V rounded up to a multiple of 64 (filled by zo_gpt2_config_check) */
   int max_seq_len;       /* maxT */
+};
+
+/* Memory categories of the planner (engine/plan.c), shared by every tier. */
+enum zo_mem_category {
+  ZO_MEM_PARAMS,      /* working parameters */
+  ZO_MEM_GRADS,       /* gradients and their accumulator */
+  ZO_MEM_MASTER,      /* fp32 master weights (offloaded optimizer) */
+  ZO_MEM_ADAM_M,      /* AdamW exp_avg */
+  ZO_MEM_ADAM_V,      /* AdamW exp_avg_sq */
+  ZO_MEM_ACTIVATIONS, /* activations kept for backward, logits, tokens, losses */
+  ZO_MEM_WORKSPACE,   /* backward scratch */
+  ZO_MEM_BUFFERS,     /* parameter / gradient slots and staging buffers */
+  ZO_MEM_N_CATEGORIES
+};
+
+/* "parameters", "gradients", ... */
+const char *zo_mem_category_name(enum zo_mem_category c);
+
+/* What the device holds besides activations: the single description used by
+ * both the planner and the allocation, so they cannot drift. */
+struct zo_gpt2_layout {
+  bool training;   /* false: forward only, one block's activations shared */
+  int param_slots; /* 0: every block's parameters on the device; K > 0: only
+                    * the resident ranges (wte, wpe, ln_f) and K block slots */
+  int grad_slots;  /* 0: a full gradient buffer; G > 0: resident ranges and
+                    * G block gradient slots (gradients leave for the host) */
+  bool grad_accum; /* a second full gradient buffer, the accumulator
+                    * (gradient_accumulation_steps > 1 with grad_slots == 0) */
+  bool optimizer;  /* AdamW m and v on the device (no optimizer offload) */
+};
+
+/* Hooks called by zo_gpt2_forward and zo_gpt2_backward, in queue order on the
+ * pass's stream, with l = ZO_GPT2_EMBED for the embedding, 0..n_layer-1 for
+ * the blocks and n_layer for ln_f + LM head + loss. Forward: begin(EMBED),
+ * end(EMBED), begin(0), end(0), ..., begin(L), end(L). Backward in reverse:
+ * begin(L), end(L), begin(L-1), ..., end(0), begin(EMBED), end(EMBED).
+ * begin may queue waits and rebind m->blocks[l] (and in backward
+ * m->dblocks[l] and the resident gradient views) before the block's ops are
+ * queued; end runs after they are queued. */
+#define ZO_GPT2_EMBED (-1)
+enum zo_gpt2_phase { ZO_GPT2_FORWARD, ZO_GPT2_BACKWARD };
+struct zo_gpt2;
+struct zo_gpt2_hooks {
+  void *ctx;
+  void (*block_begin)(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase phase,
+                      zo_stream_t stream);
+  void (*block_end)(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase phase,
+                    zo_stream_t stream);
 };
 
 /* Views of one transformer block inside a parameter (or gradient) buffer. */
@@ -67,8 +120,19 @@ struct zo_gpt2 {
   struct zo_tensor_table table; /* parameters; gradients use the same offsets */
   int B, T;                     /* activation shapes were planned for (B, T) */
   bool training;                /* false: no gradients, one block's activations reused */
-  float *params;                /* device (table.numel) */
-  float *grads;                 /* device (table.numel) */
+  struct zo_gpt2_layout layout;
+  size_t head_numel;            /* elements of the embedding range [0, layer_offset[0]) */
+  size_t tail_numel;            /* elements of the ln_f range at the end of the table */
+  /* params: device (table.numel), or with param_slots the resident ranges
+   * only, (head_numel + tail_numel): embeddings then ln_f. grads likewise
+   * with grad_slots. */
+  float *params;
+  float *grads;
+  float *grads_acc;             /* device (table.numel) accumulator, or NULL */
+  float **param_slots;          /* (layout.param_slots) device, layer_numel each */
+  float **grad_slots;           /* (layout.grad_slots) device, layer_numel each */
+  float *adam_m, *adam_v;       /* device (table.numel) when layout.optimizer */
+  const struct zo_gpt2_hooks *hooks; /* NULL: no hooks */
   float *wte, *wpe, *lnfw, *lnfb;       /* views into params */
   float *dwte, *dwpe, *dlnfw, *dlnfb;   /* views into grads */
   struct zo_gpt2_block *blocks;  /* (n_layer) views into params */
@@ -103,9 +167,20 @@ int zo_gpt2_build_table(const struct zo_gpt2_config *cfg, struct zo_tensor_table
  * 0 when cfg is invalid. */
 size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg, int B, int T, bool training);
 
+/* Device bytes of a layout at micro-batch (B, T), exactly what
+ * zo_gpt2_init_layout carves; by_category (may be NULL) receives the bytes of
+ * each enum zo_mem_category. 0 when cfg is invalid. */
+size_t zo_gpt2_device_plan(const struct zo_gpt2_config *cfg, int B, int T,
+                           const struct zo_gpt2_layout *layout,
+                           size_t by_category[ZO_MEM_N_CATEGORIES]);
+
 /* Creates a model with device buffers for micro-batch (B, T) (T <= max_seq_len),
  * parameters zeroed. Returns NULL with zo_last_error() set. */
 struct zo_gpt2 *zo_gpt2_init(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B, int T);
+/* The same with an offload layout; the arena is sized by zo_gpt2_device_plan.
+ * With param_slots the blocks' views are unset until a hook binds them. */
+struct zo_gpt2 *zo_gpt2_init_layout(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B,
+                                    int T, const struct zo_gpt2_layout *layout);
 /* A forward-only model (eval, sample): no gradients or backward scratch, and
  * one block's activations shared by all blocks, so it needs far less device
  * memory. zo_gpt2_zero_grad and zo_gpt2_backward must not be called on it. */
@@ -120,7 +195,16 @@ void zo_gpt2_free(struct zo_gpt2 *m);
  * wte rows. Deterministic for a seed. */
 void zo_gpt2_init_params(const struct zo_gpt2 *m, float *params, uint64_t seed);
 
-/* Host <-> device parameter copies (synchronous). Return 0 or -errno. */
+/* Points m->blocks[l] at a block's parameters starting at params_base (device,
+ * layer_numel elements) and m->dblocks[l] at grads_base; NULL leaves a view as
+ * it is. */
+void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, float *params_base, float *grads_base);
+/* Points the resident gradient views (dwte, dwpe, dlnfw, dlnfb) at head
+ * (head_numel elements) and tail (tail_numel elements). */
+void zo_gpt2_bind_resident_grads(struct zo_gpt2 *m, float *head, float *tail);
+
+/* Host <-> device parameter copies (synchronous), full layouts only.
+ * Return 0 or -errno. */
 int zo_gpt2_upload_params(struct zo_gpt2 *m, const float *host_params);
 int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params);
 
@@ -131,7 +215,7 @@ int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params);
 void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
                      int T, zo_stream_t stream);
 
-/* Queues zeroing of the gradient buffer. */
+/* Queues zeroing of the gradient buffer (m->grads, whichever its size). */
 void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t stream);
 
 /* Queues the backward pass of the last forward (which must have had targets):

@@ -1,12 +1,14 @@
 /* The training loop and its siblings (eval, sample) over a loaded config:
  * backend selection, model and optimizer state, data, gradient accumulation,
  * clipping, the LR schedule, progress lines, metrics JSONL and checkpoints.
- * This version keeps every state class on the compute device (no offload
- * placement, fp32 only): configs asking for more are refused with -ENOTSUP. */
+ * Placement (zero_optimization) follows engine/sched.c after the planner
+ * (engine/plan.c) has checked every tier; fp32 only: mixed precision,
+ * activation checkpointing and 8-bit AdamW are refused with -ENOTSUP. */
 #ifndef ZO_TRAIN_H
 #define ZO_TRAIN_H
 
 #include "zo/config.h"
+#include "zo/sched.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,8 +17,14 @@ extern "C" {
 struct zo_train_opts {
   const char *resume;  /* NULL: fresh run; "auto": latest under checkpoint.dir; else a checkpoint dir */
   int sample_tokens;   /* generate this many tokens after training (0 = none) */
-  bool memory_report;  /* print the memory report before the first step too */
+  bool memory_report;  /* print the memory plan before the first step too */
+  struct zo_sched_stats *stats; /* receives the planned and peak bytes per tier (may be NULL) */
+  float *final_params; /* receives the final parameters, table order (may be NULL) */
 };
+
+/* The model shapes of cfg: model.* or, with model.init_from, the file's
+ * (n_head from the config); checked against data.seq_len. Returns 0 or -errno. */
+int zo_train_model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc);
 
 /* Trains cfg->steps optimizer steps. Returns 0; -EINVAL/-ENOTSUP for a config
  * the engine cannot run (message says which key); -EIO/-ENOENT/... for data

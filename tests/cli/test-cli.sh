@@ -60,8 +60,17 @@ expect 1 "data.train" -- train "$tmp/ok.json" --set data.train="$tmp/nope.bin"
 printf 'abc' > "$tmp/short.bin"
 expect 1 "too short" -- train "$tmp/ok.json" --set data.train="$tmp/short.bin" --set data.format=text
 expect 1 "magic" -- train "$tmp/ok.json" --set data.format=llmc
-expect 1 "gpu_memory_budget" -- train "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
 expect 0 "\"train_micro_batch_size_per_gpu\": 2" -- config "$tmp/ok.json"
+expect 0 "usage: zoffload plan" -- plan --help
+expect 0 "usage: zoffload bench" -- bench --help
+expect 0 "exact bytes: device" -- plan "$tmp/ok.json"
+expect 1 "Changes that fit" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=200KiB
+expect 1 "No single change fits" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
+expect 1 "the plan needs" -- train "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
+expect 2 "offload_param.device = \"nvme\"" -- train "$tmp/ok.json" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=/tmp
+expect 0 "params_per_s" -- bench adamw --params 100000 --reps 3 --json
+expect 0 "overlap efficiency" -- bench step "$tmp/ok.json" --steps 2 --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu
+expect 0 "host pool" -- train "$tmp/ok.json" --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_param.device=cpu --set checkpoint.dir="$tmp/ck-off" --set log.metrics_path="$tmp/m-off.jsonl"
 
 # A real run, then eval, sample, resume.
 expect 0 "saved $tmp/ck/checkpoint-4" -- train "$tmp/ok.json"

@@ -1,0 +1,203 @@
+/* The memory planner (see zo/plan.h). Sizes come only from the layout
+ * functions that also allocate (zo_gpt2_device_plan, zo_sched_host_plan,
+ * zo_sched_nvme_plan); this file adds budgets, the table and the advice.
+ * It allocates nothing on any tier and opens no file. */
+#include "zo/plan.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+const char *zo_tier_name(enum zo_tier t) {
+  static const char *names[ZO_N_TIERS] = {"device", "host", "nvme"};
+  ZO_ASSERT((unsigned)t < ZO_N_TIERS);
+  return names[t];
+}
+
+/* Free bytes of the file system holding path, or of its nearest existing
+ * ancestor (the store creates the directory). 0 when unknown. */
+static size_t fs_free(const char *path) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
+  for (;;) {
+    struct statvfs st;
+    if (statvfs(p, &st) == 0) return (size_t)st.f_bavail * (size_t)st.f_frsize;
+    char *slash = strrchr(p, '/');
+    if (!slash) return statvfs(".", &st) == 0 ? (size_t)st.f_bavail * (size_t)st.f_frsize : 0;
+    if (slash == p) {
+      p[1] = '\0';
+    } else {
+      *slash = '\0';
+    }
+  }
+}
+
+int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, zo_backend_t backend,
+                  struct zo_plan *p) {
+  memset(p, 0, sizeof *p);
+  p->model = *mc;
+  p->B = cfg->micro_batch;
+  p->T = cfg->data.seq_len;
+  int err = zo_placement_from_config(cfg, mc->n_layer, &p->placement);
+  if (err) return err;
+  struct zo_tensor_table t;
+  if ((err = zo_gpt2_build_table(mc, &t))) return err;
+  const struct zo_gpt2_layout lo = zo_placement_layout(&p->placement);
+  p->total[ZO_TIER_DEVICE] = zo_gpt2_device_plan(mc, p->B, p->T, &lo, p->bytes[ZO_TIER_DEVICE]);
+  p->total[ZO_TIER_HOST] = zo_sched_host_plan(&p->placement, &t, p->B, p->T, p->bytes[ZO_TIER_HOST]);
+  p->total[ZO_TIER_NVME] = zo_sched_nvme_plan(&p->placement, &t, p->bytes[ZO_TIER_NVME]);
+  zo_tensor_table_free(&t);
+
+  size_t free_b = 0, total_b = 0;
+  if (cfg->engine.gpu_memory_budget) {
+    p->budget[ZO_TIER_DEVICE] = cfg->engine.gpu_memory_budget;
+    snprintf(p->budget_src[ZO_TIER_DEVICE], 64, "engine.gpu_memory_budget");
+  } else if (backend && backend->mem_info(&free_b, &total_b) == 0) {
+    p->budget[ZO_TIER_DEVICE] = free_b;
+    snprintf(p->budget_src[ZO_TIER_DEVICE], 64, "free on %s", backend->name);
+  }
+  if (cfg->engine.host_memory_budget) {
+    p->budget[ZO_TIER_HOST] = cfg->engine.host_memory_budget;
+    snprintf(p->budget_src[ZO_TIER_HOST], 64, "engine.host_memory_budget");
+  }
+  if (p->placement.optimizer == ZO_OFFLOAD_NVME) {
+    p->budget[ZO_TIER_NVME] = fs_free(p->placement.nvme_path);
+    snprintf(p->budget_src[ZO_TIER_NVME], 64, "free on nvme_path");
+  }
+  for (int i = 0; i < ZO_N_TIERS; i++)
+    p->fits[i] = p->budget[i] == 0 || p->total[i] <= p->budget[i];
+  return 0;
+}
+
+bool zo_plan_fits(const struct zo_plan *p) {
+  return p->fits[ZO_TIER_DEVICE] && p->fits[ZO_TIER_HOST] && p->fits[ZO_TIER_NVME];
+}
+
+static const char *cell(size_t n, char buf[32]) { return n ? zo_format_bytes(n, buf) : "-"; }
+
+void zo_plan_print(const struct zo_plan *p, FILE *out) {
+  char a[32], b[32], c[32], line[200];
+  fprintf(out, "plan: GPT-2 %d layers, width %d, vocab %d; micro-batch %d x %d, %d accumulation step%s\n",
+          p->model.n_layer, p->model.n_embd, p->model.vocab_size, p->B, p->T, p->placement.grad_accum,
+          p->placement.grad_accum == 1 ? "" : "s");
+  fprintf(out, "placement: %s\n", zo_placement_describe(&p->placement, line, sizeof line));
+  fprintf(out, "  %-16s %12s %12s %12s\n", "category", "device", "host", "nvme");
+  for (int k = 0; k < ZO_MEM_N_CATEGORIES; k++)
+    fprintf(out, "  %-16s %12s %12s %12s\n", zo_mem_category_name((enum zo_mem_category)k),
+            cell(p->bytes[ZO_TIER_DEVICE][k], a), cell(p->bytes[ZO_TIER_HOST][k], b),
+            cell(p->bytes[ZO_TIER_NVME][k], c));
+  fprintf(out, "  %-16s %12s %12s %12s\n", "total", cell(p->total[ZO_TIER_DEVICE], a),
+          cell(p->total[ZO_TIER_HOST], b), cell(p->total[ZO_TIER_NVME], c));
+  fprintf(out, "  %-16s %12s %12s %12s\n", "budget", p->budget[0] ? zo_format_bytes(p->budget[0], a) : "none",
+          p->budget[1] ? zo_format_bytes(p->budget[1], b) : "none",
+          p->budget[2] ? zo_format_bytes(p->budget[2], c) : "none");
+  fprintf(out, "  %-16s %12s %12s %12s\n", "fits", p->fits[0] ? "yes" : "NO", p->fits[1] ? "yes" : "NO",
+          p->fits[2] ? "yes" : "NO");
+  for (int i = 0; i < ZO_N_TIERS; i++)
+    if (p->budget_src[i][0])
+      fprintf(out, "  %s budget: %s\n", zo_tier_name((enum zo_tier)i), p->budget_src[i]);
+  fprintf(out, "  exact bytes: device %zu, host %zu, nvme %zu\n", p->total[0], p->total[1], p->total[2]);
+}
+
+/* Re-plans a variant; true when it fits. */
+static bool variant_fits(const struct zo_config *cfg, const struct zo_plan *p, struct zo_plan *out) {
+  return zo_plan_build(cfg, &p->model, NULL, out) == 0 && zo_plan_fits(out);
+}
+
+static void add_variant(char *msg, size_t size, size_t *len, const struct zo_plan *v, const char *sets) {
+  char a[32], b[32];
+  if (*len >= size) return;
+  int n = snprintf(msg + *len, size - *len, "\n    %s (device %s, host %s)", sets,
+                   zo_format_bytes(v->total[ZO_TIER_DEVICE], a), zo_format_bytes(v->total[ZO_TIER_HOST], b));
+  if (n > 0) *len += (size_t)n;
+}
+
+int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
+  if (zo_plan_fits(p)) return 0;
+  char msg[1000], a[32], b[32];
+  size_t len = 0;
+  for (int i = 0; i < ZO_N_TIERS && len < sizeof msg; i++) {
+    if (p->fits[i]) continue;
+    /* The three largest categories of the tier. */
+    int top[3] = {-1, -1, -1};
+    for (int k = 0; k < ZO_MEM_N_CATEGORIES; k++) {
+      for (int r = 0; r < 3; r++) {
+        if (top[r] < 0 || p->bytes[i][k] > p->bytes[i][top[r]]) {
+          for (int q = 2; q > r; q--) top[q] = top[q - 1];
+          top[r] = k;
+          break;
+        }
+      }
+    }
+    int n = snprintf(msg + len, sizeof msg - len, "%sthe plan needs %s on the %s tier but %s allows %s; largest:",
+                     len ? "; " : "", zo_format_bytes(p->total[i], a), zo_tier_name((enum zo_tier)i),
+                     p->budget_src[i], zo_format_bytes(p->budget[i], b));
+    if (n > 0) len += (size_t)n;
+    for (int r = 0; r < 3 && len < sizeof msg; r++) {
+      if (top[r] < 0 || p->bytes[i][top[r]] == 0) continue;
+      n = snprintf(msg + len, sizeof msg - len, "%s %s %s", r ? "," : "", zo_mem_category_name((enum zo_mem_category)top[r]),
+                   zo_format_bytes(p->bytes[i][top[r]], a));
+      if (n > 0) len += (size_t)n;
+    }
+  }
+  size_t before = len;
+  if (len < sizeof msg) {
+    int n = snprintf(msg + len, sizeof msg - len, ". Changes that fit:");
+    if (n > 0) len += (size_t)n;
+  }
+  const size_t mark = len;
+  struct zo_config v;
+  struct zo_plan vp;
+  const int stage = cfg->zero.stage < 2 ? 2 : cfg->zero.stage;
+  if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NONE) {
+    v = *cfg;
+    v.zero.stage = stage;
+    v.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    if (variant_fits(&v, p, &vp)) {
+      char sets[160];
+      snprintf(sets, sizeof sets, "--set zero_optimization.stage=%d --set zero_optimization.offload_optimizer.device=cpu", stage);
+      add_variant(msg, sizeof msg, &len, &vp, sets);
+    }
+    if (cfg->zero.offload_optimizer.nvme_path[0]) {
+      v.zero.offload_optimizer.device = ZO_OFFLOAD_NVME;
+      if (variant_fits(&v, p, &vp)) {
+        char sets[160];
+        snprintf(sets, sizeof sets, "--set zero_optimization.stage=%d --set zero_optimization.offload_optimizer.device=nvme", stage);
+        add_variant(msg, sizeof msg, &len, &vp, sets);
+      }
+    }
+  }
+  if (cfg->zero.offload_param.device == ZO_OFFLOAD_NONE) {
+    v = *cfg;
+    v.zero.stage = 3;
+    v.zero.offload_param.device = ZO_OFFLOAD_CPU;
+    if (v.zero.offload_optimizer.device == ZO_OFFLOAD_NONE) v.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    if (variant_fits(&v, p, &vp)) {
+      char sets[200];
+      snprintf(sets, sizeof sets, "--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu%s",
+               cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NONE
+                   ? " --set zero_optimization.offload_optimizer.device=cpu" : "");
+      add_variant(msg, sizeof msg, &len, &vp, sets);
+    }
+  }
+  for (int d = 2; d <= cfg->micro_batch; d *= 2) {
+    if (cfg->micro_batch % d) break;
+    v = *cfg;
+    v.micro_batch = cfg->micro_batch / d;
+    v.grad_accum = cfg->grad_accum * d;
+    if (variant_fits(&v, p, &vp)) {
+      char sets[160];
+      snprintf(sets, sizeof sets, "--set train_micro_batch_size_per_gpu=%d --set gradient_accumulation_steps=%d",
+               v.micro_batch, v.grad_accum);
+      add_variant(msg, sizeof msg, &len, &vp, sets);
+      break;
+    }
+  }
+  if (len == mark) {
+    len = before;
+    snprintf(msg + len, sizeof msg - len, ". No single change fits (tried offloading the optimizer, the "
+             "parameters and smaller micro-batches): raise the budget or use a smaller model");
+  }
+  return zo_error(-ENOMEM, "%s", msg);
+}

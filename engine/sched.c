@@ -1,0 +1,1049 @@
+/* The offload scheduler (see zo/sched.h): placement, host and NVMe layouts,
+ * and one training step ordered over four streams with events only.
+ * Units are the ranges the scheduler moves: unit 0 = embeddings (wte, wpe),
+ * units 1..L = blocks, unit L+1 = ln_f; the NVMe tier moves chunks of at most
+ * one block's elements, laid out at aliased aio.block_size multiples.
+ * Ordering hazards worth knowing:
+ *  - host functions that block on an event (NVMe buffer reuse) only wait on
+ *    events recorded before they were queued and recorded once per step, and
+ *    step_end first waits for the previous step's optimizer, so an event is
+ *    never re-recorded under a host function that waits on it;
+ *  - host-function arguments live in s and are either constant per unit or
+ *    double-buffered by step parity.
+ * It does not checkpoint, load data or log: engine/train.c does. */
+#include "zo/sched.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zo/host.h"
+#include "zo/nvme.h"
+
+enum { NV_MASTER, NV_M, NV_V, NV_FILES };
+static const char *const nv_class[NV_FILES] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* ---- placement ----------------------------------------------------------- */
+
+int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo_placement *pl) {
+  const struct zo_config_zero *z = &cfg->zero;
+  memset(pl, 0, sizeof *pl);
+  pl->optimizer = z->offload_optimizer.device;
+  pl->grad_accum = cfg->grad_accum;
+  pl->nvme_buffers = z->offload_optimizer.buffer_count;
+  pl->nvme_block = cfg->aio.block_size;
+  pl->nvme_queue_depth = cfg->aio.queue_depth;
+  pl->nvme_path = z->offload_optimizer.nvme_path;
+  pl->pin = z->offload_optimizer.pin_memory;
+  if (z->offload_param.device == ZO_OFFLOAD_NVME)
+    return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" is not "
+                              "implemented; use \"cpu\" (parameters in host memory)");
+  if (z->offload_param.device == ZO_OFFLOAD_CPU) {
+    if (pl->optimizer == ZO_OFFLOAD_NONE)
+      return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"cpu\" needs the "
+                                "optimizer offloaded too: set zero_optimization.offload_optimizer."
+                                "device to \"cpu\" or \"nvme\"");
+    if (z->offload_param.buffer_count < 1)
+      return zo_error(-EINVAL, "zero_optimization.offload_param.buffer_count = %d: need >= 1",
+                      z->offload_param.buffer_count);
+    pl->param_slots = z->offload_param.buffer_count < n_layer ? z->offload_param.buffer_count
+                                                              : n_layer;
+    pl->pin = pl->pin || z->offload_param.pin_memory;
+  }
+  pl->grads_on_host = pl->optimizer != ZO_OFFLOAD_NONE && z->stage >= 2;
+  if (pl->optimizer == ZO_OFFLOAD_NVME) {
+    if (pl->nvme_buffers < 2)
+      return zo_error(-EINVAL, "zero_optimization.offload_optimizer.buffer_count = %d: the NVMe "
+                               "tier needs >= 2 (one updating while the next is read)",
+                      pl->nvme_buffers);
+    if (!pl->nvme_path || !pl->nvme_path[0])
+      return zo_error(-EINVAL, "zero_optimization.offload_optimizer.nvme_path: needed for "
+                               "device \"nvme\"");
+  }
+  return 0;
+}
+
+const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size) {
+  static const char *const dev[] = {"device", "cpu", "nvme"};
+  char slots[64] = "device";
+  if (pl->param_slots) snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
+  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s",
+           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots);
+  return buf;
+}
+
+struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl) {
+  return (struct zo_gpt2_layout){
+      .training = true,
+      .param_slots = pl->param_slots,
+      .grad_slots = pl->grads_on_host ? ZO_SCHED_GRAD_SLOTS : 0,
+      .grad_accum = !pl->grads_on_host && pl->grad_accum > 1,
+      .optimizer = pl->optimizer == ZO_OFFLOAD_NONE,
+  };
+}
+
+/* ---- units and chunks ---------------------------------------------------- */
+
+struct range {
+  size_t off, numel; /* elements of the table */
+};
+
+static struct range unit_range(const struct zo_tensor_table *t, int u) {
+  const int L = t->n_layer;
+  if (u == 0) return (struct range){0, t->layer_offset[0]};
+  if (u <= L) return (struct range){t->layer_offset[u - 1], t->layer_numel};
+  size_t end = t->layer_offset[L - 1] + t->layer_numel;
+  return (struct range){end, t->numel - end};
+}
+
+struct chunk {
+  int unit;
+  size_t off, numel;  /* elements of the table */
+  uint64_t file_off;  /* bytes into each NVMe file */
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Chunks of at most one block's elements, unit by unit in forward order;
+ * chunks may be NULL to count. Returns the count. */
+static int make_chunks(const struct zo_tensor_table *t, size_t stride, struct chunk *chunks) {
+  int n = 0;
+  for (int u = 0; u < t->n_layer + 2; u++) {
+    struct range r = unit_range(t, u);
+    for (size_t o = 0; o < r.numel; o += t->layer_numel) {
+      if (chunks) {
+        size_t len = r.numel - o < t->layer_numel ? r.numel - o : t->layer_numel;
+        chunks[n] = (struct chunk){u, r.off + o, len, (uint64_t)n * stride};
+      }
+      n++;
+    }
+  }
+  return n;
+}
+
+static size_t nvme_stride(const struct zo_placement *pl, const struct zo_tensor_table *t) {
+  return round_up(t->layer_numel * sizeof(float), pl->nvme_block ? pl->nvme_block : 4096);
+}
+
+size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
+                          size_t by_category[ZO_MEM_N_CATEGORIES]) {
+  size_t per_file = 0;
+  if (pl->optimizer == ZO_OFFLOAD_NVME) per_file = (size_t)make_chunks(t, 0, NULL) * nvme_stride(pl, t);
+  if (by_category) {
+    memset(by_category, 0, ZO_MEM_N_CATEGORIES * sizeof *by_category);
+    by_category[ZO_MEM_MASTER] = by_category[ZO_MEM_ADAM_M] = by_category[ZO_MEM_ADAM_V] = per_file;
+  }
+  return 3 * per_file;
+}
+
+/* ---- host layout (counted or carved, like the device arena) -------------- */
+
+struct host_carver {
+  struct zo_host_pool *pool; /* NULL: count only */
+  size_t total;
+  size_t by_category[ZO_MEM_N_CATEGORIES];
+  int err;
+};
+
+static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, enum zo_mem_category cat) {
+  if (c->err || nbytes == 0) return NULL;
+  c->total += zo_host_round(nbytes);
+  c->by_category[cat] += zo_host_round(nbytes);
+  if (!c->pool) return NULL;
+  void *p = NULL;
+  c->err = zo_host_pool_alloc(c->pool, nbytes, what, &p);
+  return p;
+}
+
+struct host_bufs {
+  float *params;     /* (numel) working parameters with param slots; == master for cpu */
+  float *master;     /* (numel) fp32 master weights, optimizer on cpu */
+  float *adam_m, *adam_v; /* (numel) optimizer on cpu */
+  float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
+  float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, K > 1 */
+  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
+  float *nv_buf;     /* (nvme_buffers, 3, layer_numel) NVMe staging: master, m, v */
+  int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
+  float *losses;     /* (grad_accum, B*T) */
+};
+
+static void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+                        int T, struct host_carver *c, struct host_bufs *h) {
+  const size_t f = sizeof(float), n = t->numel, BT = (size_t)B * (size_t)T;
+  const size_t resident = n - (size_t)t->n_layer * t->layer_numel;
+  const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
+  memset(h, 0, sizeof *h);
+  if (pl->optimizer == ZO_OFFLOAD_CPU) {
+    h->master = hcarve(c, n * f, "master weights", ZO_MEM_MASTER);
+    h->adam_m = hcarve(c, n * f, "AdamW m", ZO_MEM_ADAM_M);
+    h->adam_v = hcarve(c, n * f, "AdamW v", ZO_MEM_ADAM_V);
+    if (pl->param_slots) h->params = h->master; /* fp32: the master copy is the working copy */
+  } else if (pl->param_slots) {
+    h->params = hcarve(c, n * f, "parameters", ZO_MEM_PARAMS);
+  }
+  if (offloaded) h->grads = hcarve(c, n * f, "gradients", ZO_MEM_GRADS);
+  if (pl->grads_on_host && pl->grad_accum > 1) {
+    for (int g = 0; g < ZO_SCHED_GRAD_SLOTS; g++)
+      h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
+    h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
+  }
+  if (pl->optimizer == ZO_OFFLOAD_NVME)
+    h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * NV_FILES * round_up(t->layer_numel * f, 4096),
+                       "NVMe staging", ZO_MEM_BUFFERS);
+  for (int b = 0; b < 2; b++) {
+    h->in[b] = hcarve(c, BT * sizeof(int32_t), "input tokens", ZO_MEM_ACTIVATIONS);
+    h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
+  }
+  h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
+}
+
+size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+                          int T, size_t by_category[ZO_MEM_N_CATEGORIES]) {
+  struct host_carver c = {0};
+  struct host_bufs h;
+  host_layout(pl, t, B, T, &c, &h);
+  if (by_category) memcpy(by_category, c.by_category, sizeof c.by_category);
+  return c.total;
+}
+
+/* ---- the scheduler ------------------------------------------------------- */
+
+struct step_args {
+  long t;
+  struct zo_adamw_hparams hp;
+  double max_norm;
+  double norm;
+  float coef;
+};
+
+struct task {
+  struct zo_sched *s;
+  int index;  /* unit, block or chunk */
+  int parity; /* step parity for struct step_args */
+};
+
+struct acc_task {
+  struct zo_sched *s;
+  float *dst;
+  const float *src;
+  size_t n;
+};
+
+struct nv_buffer {
+  float *file[NV_FILES];            /* layer_numel each, 4096-aligned */
+  struct zo_nvme_req rreq[NV_FILES];
+  struct zo_nvme_req wreq[NV_FILES];
+  bool reading, writing;            /* requests outstanding (optimizer stream only) */
+};
+
+struct zo_sched {
+  struct zo_placement pl;
+  zo_backend_t be;
+  struct zo_gpt2 *m;
+  const struct zo_tensor_table *t;
+  int L, U, K, B, T;
+  struct zo_gpt2_hooks hooks;
+  zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
+  struct zo_host_pool pool;
+  struct host_bufs h;
+  float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
+  /* events */
+  zo_event_t *param_ready;      /* (U) unit's device (or host, for slotted blocks) copy updated */
+  zo_event_t *opt_done;         /* (U) unit's update finished */
+  zo_event_t in_free[2];
+  zo_event_t *slot_free, *slot_ready; /* (K) */
+  int *slot_owner;              /* (K) block in the slot, -1 none or stale */
+  zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS], gslot_free[ZO_SCHED_GRAD_SLOTS];
+  zo_event_t res_ready, res_free, grads_done, grads_ready, norm_done, losses_ready;
+  zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe */
+  /* host function arguments */
+  struct task *opt_tasks;       /* (2, U) */
+  struct task *nv_tasks;        /* (2, n_chunks) */
+  struct task norm_tasks[2];
+  struct acc_task *acc_tasks;   /* (L + 2): blocks, then head, tail */
+  struct step_args step[2];
+  int parity;
+  bool stepped;                 /* an optimizer step has been queued */
+  /* micro-batch state */
+  int k, batch_buf;
+  int *n_valid;                 /* (grad_accum) tokens with a target */
+  /* NVMe */
+  zo_nvme_t nv;
+  int file_id[NV_FILES];
+  struct chunk *chunks;
+  int n_chunks, next_read;
+  struct nv_buffer *nvb;        /* (nvme_buffers) */
+  size_t nvme_planned;
+  /* first asynchronous error */
+  pthread_mutex_t err_mu;
+  atomic_int err;
+  char err_msg[512];
+  atomic_uint_fast64_t opt_ns, acc_ns, nv_wait_ns;
+};
+
+static void async_fail(struct zo_sched *s, int err) {
+  pthread_mutex_lock(&s->err_mu);
+  if (!atomic_load(&s->err)) {
+    snprintf(s->err_msg, sizeof s->err_msg, "%s", zo_last_error());
+    atomic_store(&s->err, err);
+  }
+  pthread_mutex_unlock(&s->err_mu);
+}
+
+static int async_error(struct zo_sched *s) {
+  int err = atomic_load(&s->err);
+  if (!err) return 0;
+  pthread_mutex_lock(&s->err_mu);
+  zo_error(err, "%s", s->err_msg);
+  pthread_mutex_unlock(&s->err_mu);
+  return err;
+}
+
+/* Prefixes the calling thread's last error. zo_error formats into the
+ * buffer zo_last_error() points at, so the old message is copied first. */
+static int error_prefixed(int err, const char *prefix) {
+  char old[1024];
+  snprintf(old, sizeof old, "%s", zo_last_error());
+  return zo_error(err, "%s: %s", prefix, old);
+}
+
+static uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9); }
+
+#define CHECK_Q(call) ZO_ASSERT((call) == 0) /* queueing on a live stream cannot fail */
+
+/* Device address of unit u's parameters (NULL: a block living in slots). */
+static float *dev_unit_params(struct zo_sched *s, int u) {
+  if (!s->K) return s->m->params + unit_range(s->t, u).off;
+  if (u == 0) return s->m->params;
+  if (u == s->U - 1) return s->m->params + s->m->head_numel;
+  return NULL;
+}
+
+/* ---- parameter slots ----------------------------------------------------- */
+
+/* Block l resident in slot l % K, loading it on the H2D stream if needed. */
+static void slot_ensure(struct zo_sched *s, int l) {
+  const int k = l % s->K;
+  if (s->slot_owner[k] == l) return;
+  const struct range r = unit_range(s->t, 1 + l);
+  CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
+  CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
+  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->h.params + r.off, r.numel * sizeof(float),
+                              ZO_COPY_H2D, s->h2d));
+  CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
+  s->slot_owner[k] = l;
+}
+
+/* The block needed at position i of a micro-batch: F0..F(L-1), B(L-1)..B0. */
+static int need_at(int L, int i) { return i < L ? i : 2 * L - 1 - i; }
+
+static void slots_acquire(struct zo_sched *s, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph,
+                          zo_stream_t cs) {
+  const int L = s->L, pos = ph == ZO_GPT2_FORWARD ? l : 2 * L - 1 - l;
+  for (int i = pos; i < pos + s->K && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
+  CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->K]));
+  zo_gpt2_bind_block(m, l, m->param_slots[l % s->K], NULL);
+}
+
+/* Next step: every slot is stale; start loading the first blocks as soon as
+ * their updates finish. */
+static void slots_invalidate(struct zo_sched *s) {
+  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
+  for (int l = 0; l < s->K; l++) slot_ensure(s, l);
+}
+
+/* ---- gradients ----------------------------------------------------------- */
+
+static void acc_fn(void *arg) {
+  const struct acc_task *a = arg;
+  double t0 = zo_time_s();
+  float *restrict d = a->dst;
+  const float *restrict x = a->src;
+  /* acc += micro: the same single rounding as the device's residual add. */
+#pragma omp parallel for simd schedule(static) if (a->n >= ((size_t)1 << 16))
+  for (size_t i = 0; i < a->n; i++) d[i] = d[i] + x[i];
+  atomic_fetch_add(&a->s->acc_ns, ns_since(t0));
+}
+
+/* Copies device gradients [src, +n) of host range off to the host: straight
+ * into the accumulator for the first micro-batch, else to staging + add. */
+static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n, float *stage,
+                      struct acc_task *task) {
+  if (s->k == 0) {
+    CHECK_Q(s->be->memcpy_async(s->h.grads + off, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    return;
+  }
+  CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, task));
+}
+
+static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  zo_backend_t be = s->be;
+  const int L = s->L;
+  if (ph == ZO_GPT2_FORWARD) {
+    if (l == ZO_GPT2_EMBED) {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
+    } else if (l == L) {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
+    } else if (s->K) {
+      slots_acquire(s, m, l, ph, cs);
+    } else {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[1 + l]));
+    }
+    return;
+  }
+  /* Backward: each micro-batch's gradients go into zeroed buffers. */
+  if (l == L) {
+    if (s->pl.grads_on_host) {
+      CHECK_Q(be->stream_wait_event(cs, s->res_free));
+      CHECK_Q(be->memset_async(m->grads, 0, (m->head_numel + m->tail_numel) * sizeof(float), cs));
+    } else {
+      float *target = s->k == 0 ? s->acc : s->micro;
+      zo_gpt2_bind_resident_grads(m, target, target + unit_range(s->t, s->U - 1).off);
+      CHECK_Q(be->memset_async(target, 0, s->t->numel * sizeof(float), cs));
+    }
+    return;
+  }
+  if (l == ZO_GPT2_EMBED) return;
+  if (s->K) slots_acquire(s, m, l, ph, cs);
+  if (s->pl.grads_on_host) {
+    const int g = l % ZO_SCHED_GRAD_SLOTS;
+    CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
+    CHECK_Q(be->memset_async(m->grad_slots[g], 0, s->t->layer_numel * sizeof(float), cs));
+    zo_gpt2_bind_block(m, l, NULL, m->grad_slots[g]);
+  } else {
+    float *target = s->k == 0 ? s->acc : s->micro;
+    zo_gpt2_bind_block(m, l, NULL, target + s->t->layer_offset[l]);
+  }
+}
+
+static void hook_end(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  zo_backend_t be = s->be;
+  const int L = s->L;
+  if (l >= 0 && l < L && s->K) CHECK_Q(be->event_record(s->slot_free[l % s->K], cs));
+  if (ph == ZO_GPT2_FORWARD) return;
+  const bool last = s->k == s->pl.grad_accum - 1;
+  if (l >= 0 && l < L && s->pl.grads_on_host) {
+    const int g = l % ZO_SCHED_GRAD_SLOTS;
+    CHECK_Q(be->event_record(s->gslot_ready[g], cs));
+    CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
+    if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
+    grads_out(s, m->grad_slots[g], s->t->layer_offset[l], s->t->layer_numel, s->h.stage[g],
+              &s->acc_tasks[l]);
+    CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+    return;
+  }
+  if (l != ZO_GPT2_EMBED) return;
+  if (s->pl.grads_on_host) {
+    const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->U - 1);
+    CHECK_Q(be->event_record(s->res_ready, cs));
+    CHECK_Q(be->stream_wait_event(s->d2h, s->res_ready));
+    if (s->k == 0) {
+      CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[0]));
+      CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+    }
+    grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
+    grads_out(s, m->grads + head.numel, tail.off, tail.numel,
+              s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    CHECK_Q(be->event_record(s->res_free, s->d2h));
+    if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+    return;
+  }
+  if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, cs);
+  if (!last) return;
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    CHECK_Q(be->event_record(s->grads_ready, cs));
+    return;
+  }
+  /* Stage 1: the accumulated gradients leave once, after the last micro-batch. */
+  CHECK_Q(be->event_record(s->grads_done, cs));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->grads_done));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+  CHECK_Q(be->memcpy_async(s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+}
+
+/* ---- optimizer ----------------------------------------------------------- */
+
+/* Per-tensor sums of squares in table order: the association every placement shares. */
+static double grad_sumsq(const struct zo_tensor_table *t, const float *grads) {
+  double sum = 0.0;
+  for (int i = 0; i < t->n_tensors; i++)
+    sum += zo_sumsq(grads + t->tensors[i].offset, t->tensors[i].numel);
+  return sum;
+}
+
+static const float *opt_grads(const struct zo_sched *s) {
+  return s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads;
+}
+
+static void norm_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  struct step_args *sa = &s->step[a->parity];
+  double t0 = zo_time_s();
+  sa->norm = sqrt(grad_sumsq(s->t, opt_grads(s)));
+  sa->coef = zo_clip_coef(sa->norm, sa->max_norm);
+  atomic_fetch_add(&s->opt_ns, ns_since(t0));
+}
+
+/* AdamW over table range [off, off + n); p, g, m, v point at element off. */
+static void adamw_range(const struct zo_tensor_table *t, const struct step_args *sa, float *p,
+                        const float *g, float *m, float *v, size_t off, size_t n) {
+  for (int i = 0; i < t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &t->tensors[i];
+    size_t lo = ti->offset > off ? ti->offset : off;
+    size_t hi = ti->offset + ti->numel < off + n ? ti->offset + ti->numel : off + n;
+    if (lo >= hi) continue;
+    zo_adamw_update(p + (lo - off), g + (lo - off), m + (lo - off), v + (lo - off), hi - lo, &sa->hp,
+                    ti->decay, sa->t, sa->coef);
+  }
+}
+
+static void opt_unit_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  const struct step_args *sa = &s->step[a->parity];
+  const struct range r = unit_range(s->t, a->index);
+  double t0 = zo_time_s();
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE)
+    adamw_range(s->t, sa, s->m->params + r.off, s->acc + r.off, s->m->adam_m + r.off,
+                s->m->adam_v + r.off, r.off, r.numel);
+  else
+    adamw_range(s->t, sa, s->h.master + r.off, s->h.grads + r.off, s->h.adam_m + r.off,
+                s->h.adam_v + r.off, r.off, r.numel);
+  atomic_fetch_add(&s->opt_ns, ns_since(t0));
+}
+
+/* NVMe: buffer j % nbuf holds chunk j. Before reading into a buffer, the
+ * writes and the device copy of the chunk it held must be finished. */
+static int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
+  int err = 0;
+  if (b->writing) {
+    for (int f = 0; f < NV_FILES; f++) {
+      int e = zo_nvme_wait(s->nv, &b->wreq[f]);
+      if (e && !err) err = e;
+    }
+    b->writing = false;
+  }
+  if (b->reading) {
+    for (int f = 0; f < NV_FILES; f++) {
+      int e = zo_nvme_wait(s->nv, &b->rreq[f]);
+      if (e && !err) err = e;
+    }
+    b->reading = false;
+  }
+  return err;
+}
+
+static int nv_issue_read(struct zo_sched *s, int j) {
+  struct nv_buffer *b = &s->nvb[j % s->pl.nvme_buffers];
+  int err = nv_buffer_drain(s, b);
+  if (err) return err;
+  if (j >= s->pl.nvme_buffers && s->chunk_h2d)
+    if ((err = s->be->event_synchronize(s->chunk_h2d[j - s->pl.nvme_buffers]))) return err;
+  const struct chunk *c = &s->chunks[j];
+  for (int f = 0; f < NV_FILES; f++) {
+    err = zo_nvme_read_async(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float),
+                             &b->rreq[f]);
+    if (err) break;
+  }
+  b->reading = true;
+  return err;
+}
+
+static void nv_chunk_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  const struct step_args *sa = &s->step[a->parity];
+  const int j = a->index, nbuf = s->pl.nvme_buffers;
+  double t0 = zo_time_s();
+  int err = 0;
+  if (j == 0) s->next_read = 0;
+  while (!err && s->next_read < s->n_chunks && s->next_read <= j + nbuf - 2)
+    err = nv_issue_read(s, s->next_read++);
+  struct nv_buffer *b = &s->nvb[j % nbuf];
+  double tw = zo_time_s();
+  for (int f = 0; f < NV_FILES && !err; f++) err = zo_nvme_wait(s->nv, &b->rreq[f]);
+  b->reading = false;
+  atomic_fetch_add(&s->nv_wait_ns, ns_since(tw));
+  if (err) {
+    async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
+    return;
+  }
+  const struct chunk *c = &s->chunks[j];
+  adamw_range(s->t, sa, b->file[NV_MASTER], s->h.grads + c->off, b->file[NV_M], b->file[NV_V],
+              c->off, c->numel);
+  if (s->K) memcpy(s->h.params + c->off, b->file[NV_MASTER], c->numel * sizeof(float));
+  for (int f = 0; f < NV_FILES && !err; f++)
+    err = zo_nvme_write_async(s->nv, s->file_id[f], c->file_off, b->file[f],
+                              c->numel * sizeof(float), &b->wreq[f]);
+  b->writing = true;
+  if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
+  atomic_fetch_add(&s->opt_ns, ns_since(t0));
+}
+
+/* Queues the optimizer of one step on the optimizer stream, unit by unit in
+ * forward order, each unit's new parameters copied to the device behind it. */
+static void queue_optimizer(struct zo_sched *s) {
+  zo_backend_t be = s->be;
+  const int p = s->parity;
+  CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
+  CHECK_Q(be->launch_host_func(s->os, norm_fn, &s->norm_tasks[p]));
+  CHECK_Q(be->event_record(s->norm_done, s->os));
+  int j = 0;
+  for (int u = 0; u < s->U; u++) {
+    const struct range r = unit_range(s->t, u);
+    float *dev = dev_unit_params(s, u);
+    if (s->pl.optimizer == ZO_OFFLOAD_NVME) {
+      for (; j < s->n_chunks && s->chunks[j].unit == u; j++) {
+        const struct chunk *c = &s->chunks[j];
+        CHECK_Q(be->launch_host_func(s->os, nv_chunk_fn, &s->nv_tasks[p * s->n_chunks + j]));
+        if (!dev) continue;
+        /* Device copy straight from the staging buffer, which is not reused
+         * before chunk_h2d[j] completes (nv_issue_read). */
+        CHECK_Q(be->event_record(s->chunk_done[j], s->os));
+        CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
+        CHECK_Q(be->memcpy_async(dev + (c->off - r.off),
+                                 s->K ? s->h.params + c->off
+                                      : s->nvb[j % s->pl.nvme_buffers].file[NV_MASTER],
+                                 c->numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+        CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
+      }
+    } else {
+      CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
+    }
+    CHECK_Q(be->event_record(s->opt_done[u], s->os));
+    if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
+      /* Updated in place where the compute (or the slot loads) read it. */
+      CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    } else if (s->pl.optimizer == ZO_OFFLOAD_NVME) {
+      CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
+    } else {
+      CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
+      CHECK_Q(be->memcpy_async(dev, s->h.master + r.off, r.numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+      CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
+    }
+  }
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+struct zo_gpt2 *zo_sched_model(struct zo_sched *s) { return s->m; }
+
+static int events_create(zo_backend_t be, zo_event_t *ev, int n) {
+  for (int i = 0; i < n; i++) {
+    int err = be->event_create(&ev[i]);
+    if (err) return err;
+  }
+  return 0;
+}
+
+static void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
+  if (!ev) return;
+  for (int i = 0; i < n; i++)
+    if (ev[i]) be->event_destroy(ev[i]);
+}
+
+static int nvme_open(struct zo_sched *s) {
+  struct zo_nvme_config nc = {.dir = s->pl.nvme_path, .block_size = s->pl.nvme_block,
+                              .queue_depth = s->pl.nvme_queue_depth};
+  s->nv = zo_nvme_init(&nc);
+  if (!s->nv) {
+    char what[600];
+    snprintf(what, sizeof what, "NVMe tier (zero_optimization.offload_optimizer.nvme_path = %s)",
+             s->pl.nvme_path);
+    return error_prefixed(-EIO, what);
+  }
+  const size_t stride = nvme_stride(&s->pl, s->t);
+  s->n_chunks = make_chunks(s->t, stride, NULL);
+  s->chunks = calloc((size_t)s->n_chunks, sizeof *s->chunks);
+  s->nvb = calloc((size_t)s->pl.nvme_buffers, sizeof *s->nvb);
+  s->nv_tasks = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_tasks);
+  s->chunk_done = calloc((size_t)s->n_chunks, sizeof *s->chunk_done);
+  s->chunk_h2d = calloc((size_t)s->n_chunks, sizeof *s->chunk_h2d);
+  if (!s->chunks || !s->nvb || !s->nv_tasks || !s->chunk_done || !s->chunk_h2d)
+    return zo_error(-ENOMEM, "out of host memory for the NVMe chunk tables");
+  make_chunks(s->t, stride, s->chunks);
+  int err;
+  for (int f = 0; f < NV_FILES; f++)
+    if ((err = zo_nvme_file_create(s->nv, nv_class[f], (size_t)s->n_chunks * stride, &s->file_id[f])))
+      return error_prefixed(err, "NVMe tier: creating a state file");
+  const size_t per = round_up(s->t->layer_numel * sizeof(float), 4096) / sizeof(float);
+  struct zo_nvme_buffer reg = {s->h.nv_buf, (size_t)s->pl.nvme_buffers * NV_FILES * per * sizeof(float)};
+  for (int b = 0; b < s->pl.nvme_buffers; b++)
+    for (int f = 0; f < NV_FILES; f++) s->nvb[b].file[f] = s->h.nv_buf + ((size_t)b * NV_FILES + (size_t)f) * per;
+  /* Registration is an optimization: without it the store uses plain reads. */
+  (void)zo_nvme_register_buffers(s->nv, &reg, 1);
+  for (int p = 0; p < 2; p++)
+    for (int j = 0; j < s->n_chunks; j++) s->nv_tasks[p * s->n_chunks + j] = (struct task){s, j, p};
+  if ((err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
+      (err = events_create(s->be, s->chunk_h2d, s->n_chunks)))
+    return err;
+  s->nvme_planned = 3 * (size_t)s->n_chunks * stride;
+  return 0;
+}
+
+struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
+  struct zo_sched *s = calloc(1, sizeof *s);
+  if (!s) {
+    zo_error(-ENOMEM, "out of host memory for the scheduler");
+    return NULL;
+  }
+  pthread_mutex_init(&s->err_mu, NULL);
+  s->pl = c->placement;
+  s->be = c->backend;
+  s->B = c->B;
+  s->T = c->T;
+  const struct zo_gpt2_layout lo = zo_placement_layout(&s->pl);
+  s->m = zo_gpt2_init_layout(&c->model, c->backend, c->B, c->T, &lo);
+  if (!s->m) goto out_free;
+  s->t = &s->m->table;
+  s->L = s->m->cfg.n_layer;
+  s->U = s->L + 2;
+  s->K = s->pl.param_slots;
+  s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
+  s->micro = s->m->grads;
+
+  struct host_carver plan = {0};
+  host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
+  if (zo_host_pool_init(&s->pool, plan.total, c->host_budget, s->pl.pin, c->backend)) goto out_free;
+  struct host_carver carver = {.pool = &s->pool};
+  host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
+  if (carver.err) goto out_free;
+
+  zo_backend_t be = s->be;
+  const int U = s->U, K = s->K > 0 ? s->K : 1;
+  s->param_ready = calloc((size_t)U, sizeof(zo_event_t));
+  s->opt_done = calloc((size_t)U, sizeof(zo_event_t));
+  s->slot_free = calloc((size_t)K, sizeof(zo_event_t));
+  s->slot_ready = calloc((size_t)K, sizeof(zo_event_t));
+  s->slot_owner = calloc((size_t)K, sizeof(int));
+  s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
+  s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
+  s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
+  if (!s->param_ready || !s->opt_done || !s->slot_free || !s->slot_ready || !s->slot_owner ||
+      !s->opt_tasks || !s->acc_tasks || !s->n_valid) {
+    zo_error(-ENOMEM, "out of host memory for the scheduler");
+    goto out_free;
+  }
+  if (be->stream_create(&s->cs) || be->stream_create(&s->h2d) || be->stream_create(&s->d2h) ||
+      be->stream_create(&s->os) || events_create(be, s->param_ready, U) ||
+      events_create(be, s->opt_done, U) || events_create(be, s->slot_free, K) ||
+      events_create(be, s->slot_ready, K) || events_create(be, s->in_free, 2) ||
+      events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS) ||
+      events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS) || be->event_create(&s->res_ready) ||
+      be->event_create(&s->res_free) || be->event_create(&s->grads_done) ||
+      be->event_create(&s->grads_ready) || be->event_create(&s->norm_done) ||
+      be->event_create(&s->losses_ready))
+    goto out_free;
+  for (int k = 0; k < K; k++) s->slot_owner[k] = -1;
+  for (int p = 0; p < 2; p++) {
+    s->norm_tasks[p] = (struct task){s, 0, p};
+    for (int u = 0; u < U; u++) s->opt_tasks[p * U + u] = (struct task){s, u, p};
+  }
+  for (int l = 0; l < s->L; l++)
+    s->acc_tasks[l] = (struct acc_task){s, s->h.grads ? s->h.grads + s->t->layer_offset[l] : NULL,
+                                        s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
+  const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, U - 1);
+  if (s->h.grads) {
+    s->acc_tasks[s->L] = (struct acc_task){s, s->h.grads + head.off, s->h.stage_res, head.numel};
+    s->acc_tasks[s->L + 1] = (struct acc_task){
+        s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
+  }
+  if (s->pl.optimizer == ZO_OFFLOAD_NVME && nvme_open(s)) goto out_free;
+  s->hooks = (struct zo_gpt2_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end};
+  s->m->hooks = &s->hooks;
+  return s;
+
+out_free:
+  zo_sched_free(s);
+  return NULL;
+}
+
+int zo_sched_synchronize(struct zo_sched *s) {
+  zo_backend_t be = s->be;
+  int err = 0;
+  zo_stream_t streams[4] = {s->cs, s->d2h, s->os, s->h2d};
+  for (int i = 0; i < 4; i++)
+    if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
+  /* The optimizer stream may have queued H2D work after the first pass. */
+  if (!err && s->h2d) err = be->stream_synchronize(s->h2d);
+  if (err) return err;
+  if (s->nv && !atomic_load(&s->err))
+    for (int b = 0; b < s->pl.nvme_buffers && !err; b++) err = nv_buffer_drain(s, &s->nvb[b]);
+  if (err) async_fail(s, err);
+  return async_error(s);
+}
+
+void zo_sched_free(struct zo_sched *s) {
+  if (!s) return;
+  zo_backend_t be = s->be;
+  if (s->cs) zo_sched_synchronize(s);
+  if (be) {
+    be->stream_destroy(s->cs);
+    be->stream_destroy(s->h2d);
+    be->stream_destroy(s->d2h);
+    be->stream_destroy(s->os);
+    const int U = s->U, K = s->K > 0 ? s->K : 1;
+    events_destroy(be, s->param_ready, U);
+    events_destroy(be, s->opt_done, U);
+    events_destroy(be, s->slot_free, K);
+    events_destroy(be, s->slot_ready, K);
+    events_destroy(be, s->in_free, 2);
+    events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
+    events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
+    zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
+                           s->losses_ready};
+    events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
+    events_destroy(be, s->chunk_done, s->n_chunks);
+    events_destroy(be, s->chunk_h2d, s->n_chunks);
+  }
+  zo_nvme_free(s->nv);
+  zo_host_pool_free(&s->pool);
+  zo_gpt2_free(s->m);
+  free(s->param_ready);
+  free(s->opt_done);
+  free(s->slot_free);
+  free(s->slot_ready);
+  free(s->slot_owner);
+  free(s->opt_tasks);
+  free(s->acc_tasks);
+  free(s->n_valid);
+  free(s->chunks);
+  free(s->nvb);
+  free(s->nv_tasks);
+  free(s->chunk_done);
+  free(s->chunk_h2d);
+  pthread_mutex_destroy(&s->err_mu);
+  free(s);
+}
+
+/* Synchronous copies of whole units between host buffers and where they live. */
+static int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k) {
+  int err = s->be->memcpy_async(dst, src, nbytes, k, s->cs);
+  return err ? err : s->be->stream_synchronize(s->cs);
+}
+
+int zo_sched_set_state(struct zo_sched *s, const float *params, const float *adam_m,
+                       const float *adam_v) {
+  int err = zo_sched_synchronize(s);
+  if (err) return err;
+  const size_t n = s->t->numel, nb = n * sizeof(float);
+  for (int u = 0; u < s->U; u++) {
+    float *dev = dev_unit_params(s, u);
+    const struct range r = unit_range(s->t, u);
+    if (dev && (err = copy_sync(s, dev, params + r.off, r.numel * sizeof(float), ZO_COPY_H2D))) return err;
+  }
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    float *dm = s->m->adam_m, *dv = s->m->adam_v;
+    if ((err = adam_m ? copy_sync(s, dm, adam_m, nb, ZO_COPY_H2D) : s->be->memset_async(dm, 0, nb, s->cs)) ||
+        (err = adam_v ? copy_sync(s, dv, adam_v, nb, ZO_COPY_H2D) : s->be->memset_async(dv, 0, nb, s->cs)))
+      return err;
+  } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    memcpy(s->h.master, params, nb);
+    if (adam_m) memcpy(s->h.adam_m, adam_m, nb); else memset(s->h.adam_m, 0, nb);
+    if (adam_v) memcpy(s->h.adam_v, adam_v, nb); else memset(s->h.adam_v, 0, nb);
+  } else {
+    if (s->K) memcpy(s->h.params, params, nb);
+    struct nv_buffer *b = &s->nvb[0];
+    for (int j = 0; j < s->n_chunks && !err; j++) {
+      const struct chunk *c = &s->chunks[j];
+      const size_t cb = c->numel * sizeof(float);
+      const float *src[NV_FILES] = {params, adam_m, adam_v};
+      for (int f = 0; f < NV_FILES && !err; f++) {
+        if (src[f]) memcpy(b->file[f], src[f] + c->off, cb); else memset(b->file[f], 0, cb);
+        err = zo_nvme_write(s->nv, s->file_id[f], c->file_off, b->file[f], cb);
+      }
+    }
+    if (err) return error_prefixed(err, "NVMe tier: writing the initial optimizer state");
+  }
+  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
+  return s->be->stream_synchronize(s->cs);
+}
+
+int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *adam_v) {
+  int err = zo_sched_synchronize(s);
+  if (err) return err;
+  const size_t nb = s->t->numel * sizeof(float);
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    if ((params && (err = copy_sync(s, params, s->m->params, nb, ZO_COPY_D2H))) ||
+        (adam_m && (err = copy_sync(s, adam_m, s->m->adam_m, nb, ZO_COPY_D2H))) ||
+        (adam_v && (err = copy_sync(s, adam_v, s->m->adam_v, nb, ZO_COPY_D2H))))
+      return err;
+    return 0;
+  }
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    if (params) memcpy(params, s->h.master, nb);
+    if (adam_m) memcpy(adam_m, s->h.adam_m, nb);
+    if (adam_v) memcpy(adam_v, s->h.adam_v, nb);
+    return 0;
+  }
+  struct nv_buffer *b = &s->nvb[0];
+  float *dst[NV_FILES] = {params, adam_m, adam_v};
+  for (int j = 0; j < s->n_chunks; j++) {
+    const struct chunk *c = &s->chunks[j];
+    for (int f = 0; f < NV_FILES; f++) {
+      if (!dst[f]) continue;
+      if ((err = zo_nvme_read(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float))))
+        return error_prefixed(err, "NVMe tier: reading the optimizer state");
+      memcpy(dst[f] + c->off, b->file[f], c->numel * sizeof(float));
+    }
+  }
+  return 0;
+}
+
+void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets) {
+  const int b = s->batch_buf;
+  ZO_ASSERT(s->be->event_synchronize(s->in_free[b]) == 0);
+  *inputs = s->h.in[b];
+  *targets = s->h.tg[b];
+}
+
+void zo_sched_micro_batch(struct zo_sched *s, int k) {
+  ZO_ASSERT(k >= 0 && k < s->pl.grad_accum);
+  const int b = s->batch_buf, K = s->pl.grad_accum;
+  const size_t BT = (size_t)s->B * (size_t)s->T;
+  int n = 0;
+  for (size_t i = 0; i < BT; i++) n += s->h.tg[b][i] >= 0;
+  s->n_valid[k] = n;
+  s->k = k;
+  zo_gpt2_forward(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, s->cs);
+  CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
+  CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
+                              ZO_COPY_D2H, s->cs));
+  zo_gpt2_backward(s->m, s->B, s->T, 1.0f / ((float)BT * (float)K), s->cs);
+  s->batch_buf ^= 1;
+  if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->cs));
+}
+
+/* Mean over tokens with a target: invalid tokens have loss exactly 0, so
+ * summing every entry gives the same double as skipping them. */
+static double mean_loss(const float *losses, size_t n, int n_valid) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += losses[i];
+  return n_valid ? sum / n_valid : 0.0;
+}
+
+int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams *hp,
+                      double max_norm, double *loss) {
+  zo_backend_t be = s->be;
+  int err;
+  /* The previous step's optimizer and device copies must be finished before
+   * their events and arguments are reused (see the file comment). */
+  if (s->stepped && ((err = be->event_synchronize(s->opt_done[s->U - 1])) ||
+                     (err = be->event_synchronize(s->param_ready[s->U - 1]))))
+    return err;
+  if (s->nv && s->n_chunks && (err = be->event_synchronize(s->chunk_h2d[s->n_chunks - 1]))) return err;
+  if ((err = async_error(s))) return err;
+  s->parity ^= 1;
+  struct step_args *sa = &s->step[s->parity];
+  sa->t = t;
+  sa->hp = *hp;
+  sa->max_norm = max_norm;
+  queue_optimizer(s);
+  s->stepped = true;
+  if (s->K) slots_invalidate(s);
+  if ((err = be->event_synchronize(s->losses_ready))) return err;
+  const size_t BT = (size_t)s->B * (size_t)s->T;
+  const int K = s->pl.grad_accum;
+  double sum = 0.0;
+  for (int k = 0; k < K; k++) sum += mean_loss(s->h.losses + (size_t)k * BT, BT, s->n_valid[k]) / K;
+  *loss = sum;
+  return async_error(s);
+}
+
+int zo_sched_norm(struct zo_sched *s, double *norm) {
+  int err = s->be->event_synchronize(s->norm_done);
+  if (err) return err;
+  *norm = s->step[s->parity].norm;
+  return 0;
+}
+
+zo_stream_t zo_sched_stream(struct zo_sched *s) { return s->cs; }
+
+int zo_sched_eval(struct zo_sched *s, double *loss) {
+  const size_t BT = (size_t)s->B * (size_t)s->T;
+  int32_t *in = s->h.in[s->batch_buf], *tg = s->h.tg[s->batch_buf];
+  int n = 0;
+  for (size_t i = 0; i < BT; i++) n += tg[i] >= 0;
+  zo_gpt2_forward(s->m, in, tg, s->B, s->T, s->cs);
+  CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->cs));
+  s->batch_buf ^= 1;
+  float *out = s->h.losses; /* free: the last step's losses were summed */
+  int err = s->be->memcpy_async(out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->cs);
+  if (!err) err = s->be->stream_synchronize(s->cs);
+  if (err) return err;
+  *loss = mean_loss(out, BT, n);
+  return async_error(s);
+}
+
+void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->device_planned = s->m->arena.capacity;
+  out->device_peak = s->m->arena.peak;
+  out->host_planned = s->pool.capacity;
+  out->host_peak = s->pool.peak;
+  out->nvme_planned = s->nvme_planned;
+  out->optimizer_s = (double)atomic_load(&s->opt_ns) * 1e-9;
+  out->accumulate_s = (double)atomic_load(&s->acc_ns) * 1e-9;
+  out->nvme_wait_s = (double)atomic_load(&s->nv_wait_ns) * 1e-9;
+  out->pinned = s->pool.pinned;
+}
+
+int zo_sched_time_io(struct zo_sched *s, double *seconds) {
+  int err = zo_sched_synchronize(s);
+  if (err) return err;
+  const double t0 = zo_time_s();
+  if (s->nv) {
+    const int nbuf = s->pl.nvme_buffers;
+    for (int j0 = 0; j0 < s->n_chunks && !err; j0 += nbuf) {
+      const int j1 = j0 + nbuf < s->n_chunks ? j0 + nbuf : s->n_chunks;
+      for (int j = j0; j < j1 && !err; j++) err = nv_issue_read(s, j);
+      for (int j = j0; j < j1 && !err; j++) {
+        struct nv_buffer *b = &s->nvb[j % nbuf];
+        for (int f = 0; f < NV_FILES && !err; f++) err = zo_nvme_wait(s->nv, &b->rreq[f]);
+        b->reading = false;
+        for (int f = 0; f < NV_FILES && !err; f++)
+          err = zo_nvme_write_async(s->nv, s->file_id[f], s->chunks[j].file_off, b->file[f],
+                                    s->chunks[j].numel * sizeof(float), &b->wreq[f]);
+        b->writing = true;
+      }
+    }
+    for (int b = 0; b < nbuf && !err; b++) err = nv_buffer_drain(s, &s->nvb[b]);
+  } else if (s->pl.optimizer != ZO_OFFLOAD_NONE) {
+    /* Gradients out, parameters in (slot loads: forward and backward of
+     * every micro-batch), each on its own stream as in a step. */
+    const size_t nb = s->t->numel * sizeof(float);
+    CHECK_Q(s->be->memcpy_async(s->h.grads, s->acc ? s->acc : s->m->grads,
+                                s->pl.grads_on_host ? (s->m->head_numel + s->m->tail_numel) * sizeof(float) : nb,
+                                ZO_COPY_D2H, s->d2h));
+    for (int u = 0; u < s->U; u++) {
+      const struct range r = unit_range(s->t, u);
+      float *dev = dev_unit_params(s, u);
+      const float *src = s->h.params ? s->h.params : s->h.master;
+      if (dev) CHECK_Q(s->be->memcpy_async(dev, src + r.off, r.numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+      if (s->pl.grads_on_host && u > 0 && u < s->U - 1)
+        for (int k = 0; k < s->pl.grad_accum; k++)
+          CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
+                                      r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
+      if (!dev)
+        for (int k = 0; k < 2 * s->pl.grad_accum; k++)
+          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], src + r.off, r.numel * sizeof(float),
+                                      ZO_COPY_H2D, s->h2d));
+    }
+    if (!err) err = s->be->stream_synchronize(s->h2d);
+    if (!err) err = s->be->stream_synchronize(s->d2h);
+  }
+  *seconds = zo_time_s() - t0;
+  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1; /* slot 0 was overwritten */
+  return err;
+}

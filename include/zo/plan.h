@@ -1,0 +1,58 @@
+/* The memory planner: before anything is allocated, the bytes each tier
+ * (device, host, NVMe) needs per category (parameters, gradients, master
+ * weights, m, v, activations, workspace, buffers) for a config's placement,
+ * from the same layout functions that carve the device arena
+ * (zo_gpt2_device_plan) and the host pool (zo_sched_host_plan), so the plan
+ * and the measured peaks are equal by construction; and whether each tier
+ * fits its budget. A config that does not fit is refused with its largest
+ * consumers and only those changes that were re-planned and do fit. */
+#ifndef ZO_PLAN_H
+#define ZO_PLAN_H
+
+#include <stdio.h>
+
+#include "zo/config.h"
+#include "zo/sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum zo_tier { ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_TIER_NVME, ZO_N_TIERS };
+
+struct zo_plan {
+  struct zo_gpt2_config model;
+  struct zo_placement placement;
+  int B, T;                                     /* micro-batch */
+  size_t bytes[ZO_N_TIERS][ZO_MEM_N_CATEGORIES]; /* per tier and category */
+  size_t total[ZO_N_TIERS];                     /* bytes per tier */
+  size_t budget[ZO_N_TIERS];                    /* bytes; 0 = unknown / unlimited */
+  char budget_src[ZO_N_TIERS][64];              /* "engine.gpu_memory_budget", "free", ... */
+  bool fits[ZO_N_TIERS];
+};
+
+/* "device", "host", "nvme". */
+const char *zo_tier_name(enum zo_tier t);
+
+/* Plans cfg for model mc (checked). backend (may be NULL) gives the device's
+ * free memory when engine.gpu_memory_budget is 0. Returns 0 or -EINVAL /
+ * -ENOTSUP for a placement the engine cannot run (message names the key). */
+int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, zo_backend_t backend,
+                  struct zo_plan *p);
+
+/* Whether every tier fits. */
+bool zo_plan_fits(const struct zo_plan *p);
+
+/* The table: one row per category, one column per tier, totals, budgets. */
+void zo_plan_print(const struct zo_plan *p, FILE *out);
+
+/* 0 when the plan fits; else -ENOMEM with a message naming each tier over
+ * budget, its largest consumers with their bytes, and the changes (as --set
+ * options) that re-plan to a fit: offloading the optimizer, offloading the
+ * parameters, a smaller micro-batch with more accumulation steps. */
+int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_PLAN_H */

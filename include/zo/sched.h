@@ -1,0 +1,135 @@
+/* The offload scheduler: places parameters, gradients, fp32 master weights and
+ * AdamW m, v on the device, the host pool or the NVMe store as the config says,
+ * and orders one training step over four backend streams (compute, H2D copy,
+ * D2H copy, optimizer) with events only: parameters stream into K device slots
+ * ahead of the block that needs them, each block's gradients leave for the
+ * host as soon as backward produces them and are accumulated there, and after
+ * the last micro-batch the CPU AdamW runs block by block in forward order,
+ * the NVMe tier reading ahead and writing behind, while the next step's
+ * forward of block l waits only for block l's update.
+ * Invariant: every placement computes bit-identical fp32 results to the
+ * all-on-device run: each micro-batch's gradients go into zeroed buffers and
+ * are accumulated by a separate elementwise add (acc = micro for the first),
+ * the gradient norm is a sum of per-tensor zo_sumsq in table order, and the
+ * update is zo_adamw_update per tensor (elementwise, so chunking is exact).
+ * The device-resident optimizer (no offload) runs as host functions on device
+ * memory: correct on the CPU backend only. */
+#ifndef ZO_SCHED_H
+#define ZO_SCHED_H
+
+#include "zo/adamw.h"
+#include "zo/config.h"
+#include "zo/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZO_SCHED_GRAD_SLOTS 2 /* device gradient slots when gradients go to the host */
+
+/* Where each state class lives, derived from the config. */
+struct zo_placement {
+  enum zo_offload_device optimizer; /* master weights, m, v: device, host or NVMe */
+  bool grads_on_host;   /* gradients accumulated on the host (stage >= 2 with offload) */
+  int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
+  int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
+  int nvme_buffers;     /* staging buffer sets of the NVMe tier (>= 2) */
+  size_t nvme_block;    /* bytes, aio.block_size */
+  int nvme_queue_depth; /* aio.queue_depth */
+  const char *nvme_path; /* borrowed from the config */
+  bool pin;             /* pinned host pool */
+};
+
+/* Derives the placement. Returns 0, or -ENOTSUP / -EINVAL with a message
+ * naming the key (offload_param.device "nvme", offload_param without an
+ * offloaded optimizer, nvme without nvme_path). */
+int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo_placement *pl);
+/* One line such as "optimizer on cpu, gradients on host, parameters on host
+ * (4 device slots)" into buf; returns buf. */
+const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size);
+/* The device layout the placement needs. */
+struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl);
+
+/* Host pool bytes of the placement for the model table at micro-batch (B, T),
+ * exactly what zo_sched_init carves; by_category may be NULL. */
+size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+                          int T, size_t by_category[ZO_MEM_N_CATEGORIES]);
+/* NVMe bytes of the placement (0 unless the optimizer is on NVMe);
+ * by_category may be NULL. */
+size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
+                          size_t by_category[ZO_MEM_N_CATEGORIES]);
+
+struct zo_sched_config {
+  struct zo_gpt2_config model; /* checked */
+  int B, T;                    /* micro-batch */
+  struct zo_placement placement;
+  zo_backend_t backend;
+  size_t host_budget;          /* engine.host_memory_budget, 0 = unlimited */
+};
+
+struct zo_sched;
+
+/* Creates the model (device arena sized by the plan), the host pool (sized
+ * by zo_sched_host_plan), the NVMe store, streams and events. Returns NULL
+ * with zo_last_error() set. Single-threaded: every zo_sched_* call belongs to
+ * the thread that created it. */
+struct zo_sched *zo_sched_init(const struct zo_sched_config *c);
+/* Synchronizes every stream and frees everything. Accepts NULL. */
+void zo_sched_free(struct zo_sched *s);
+
+/* The model (activations, device views); owned by s. */
+struct zo_gpt2 *zo_sched_model(struct zo_sched *s);
+
+/* Sets parameters and AdamW state from host buffers in table order (m, v NULL:
+ * zeros). Synchronous. Returns 0 or -errno. */
+int zo_sched_set_state(struct zo_sched *s, const float *params, const float *adam_m,
+                       const float *adam_v);
+/* Copies parameters, m and v (each may be NULL) to host buffers in table
+ * order, after all queued work. Returns 0 or the first asynchronous error. */
+int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *adam_v);
+
+/* Host buffers for the next micro-batch's tokens (B, T each), blocking until
+ * the forward that last read them has copied them (double-buffered). */
+void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets);
+/* Queues forward and backward of micro-batch k (0..grad_accum-1) on the
+ * tokens of the last zo_sched_batch, with dloss = 1 / (B*T*grad_accum). */
+void zo_sched_micro_batch(struct zo_sched *s, int k);
+/* After the last micro-batch: queues the gradient norm, clipping at max_norm
+ * (0: off) and AdamW step t with hp, then waits for the step's losses only and
+ * writes their mean. Returns 0 or the first asynchronous error. */
+int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams *hp,
+                      double max_norm, double *loss);
+/* Waits for the last step's gradient norm. Returns 0 or -errno. */
+int zo_sched_norm(struct zo_sched *s, double *norm);
+/* Forward only (validation) on the tokens of the last zo_sched_batch,
+ * synchronous: mean loss over the tokens whose target is not -1.
+ * Returns 0 or -errno. */
+int zo_sched_eval(struct zo_sched *s, double *loss);
+/* The compute stream, for forward-only use of the model (sampling). */
+zo_stream_t zo_sched_stream(struct zo_sched *s);
+/* Waits for everything queued. Returns 0 or the first asynchronous error
+ * (an NVMe read that failed its CRC, ...) with its message. */
+int zo_sched_synchronize(struct zo_sched *s);
+
+/* Benchmark helper: the time of one step's tier traffic alone, with nothing
+ * else running: for the NVMe tier, reading and writing back every chunk of
+ * master, m and v through the staging buffers; otherwise the step's H2D
+ * parameter and D2H gradient copies. Leaves the state unchanged.
+ * Synchronous. Returns 0 or -errno. */
+int zo_sched_time_io(struct zo_sched *s, double *seconds);
+
+struct zo_sched_stats {
+  size_t device_planned, device_peak; /* bytes of the device arena */
+  size_t host_planned, host_peak;     /* bytes of the host pool */
+  size_t nvme_planned;                /* bytes of the NVMe files */
+  double optimizer_s;                 /* seconds in optimizer host functions */
+  double accumulate_s;                /* seconds in gradient accumulation on the host */
+  double nvme_wait_s;                 /* seconds the optimizer waited for NVMe reads */
+  bool pinned;                        /* host pool page-locked */
+};
+void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_SCHED_H */
