@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Downloads (never installs) the Debian packages zoffload's build links
+# against, with their runtime libraries, into .debs/ at the repository root,
+# so that benchmarks/gpu_check.sh can build on a machine that has only the
+# CUDA toolkit, CMake and Python (it unpacks them into a private prefix).
+# Run on a Debian/Ubuntu amd64 machine whose release matches the target's
+# glibc or is older (these are bookworm builds: glibc 2.36).
+#   benchmarks/collect-debs.sh            download what is missing from .debs/
+#   benchmarks/collect-debs.sh --update   apt-get update first
+# libgomp1, make and pkgconf are included but gpu_check.sh uses them only
+# where the target lacks them (every gcc install brings a libgomp.so.1).
+# Not included: gcc itself, which nvcc needs anyway.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+pkgs=(
+  libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0 libgomp1  # BLAS (OpenMP build)
+  libjansson-dev libjansson4                                                     # config
+  liburing-dev liburing2                                                         # NVMe tier (optional)
+  libhwloc-dev libhwloc15 libudev1                                               # topology (optional)
+  zlib1g-dev zlib1g                                                              # checkpoints, data
+  libisal-dev libisal2                                                           # NVMe block CRCs
+  make pkgconf pkgconf-bin libpkgconf3                                           # tools, if absent
+)
+
+if [[ "${1:-}" == "--update" ]]; then
+  apt-get update -qq
+fi
+mkdir -p .debs
+cd .debs
+for p in "${pkgs[@]}"; do
+  if compgen -G "${p}_*.deb" >/dev/null; then
+    echo "collect-debs: have $(ls "${p}"_*.deb | head -n1)"
+    continue
+  fi
+  # apt-get download fetches the candidate version of this machine's sources.
+  apt-get download -q "$p" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
+  if ! compgen -G "${p}_*.deb" >/dev/null; then
+    echo "collect-debs: failed to download $p (try --update)" >&2
+    exit 1
+  fi
+  echo "collect-debs: got $(ls "${p}"_*.deb | head -n1)"
+done
+du -sh . | awk '{print "collect-debs: .debs/ holds " $1}'

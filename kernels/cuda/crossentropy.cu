@@ -1,0 +1,89 @@
+/* Fused softmax + cross-entropy, one block per row: one read of the row for an
+ * online max and sum of exponentials (each thread keeps a running (max, sum)
+ * pair, rescaled when its max grows; pairs merge across the block), then, with
+ * dlogits, a second pass writing (softmax - onehot) * dloss and zeros over the
+ * padding [V, Vp). Rows with target -1 get loss 0 and a zero gradient row.
+ * dlogits may alias logits: the target logit is read before the block barrier
+ * that precedes any write, and each later write to element i follows the read
+ * of element i by the same thread. Only columns [0, V) are read. */
+#include "crossentropy.cuh"
+
+#include <math.h>
+
+#define CE_BLOCK 256 /* threads per row */
+
+/* Merges (m2, s2) into (m, s): sums of e^(x - m) over disjoint sets. */
+static __device__ __forceinline__ void online_merge(float *m, float *s, float m2, float s2) {
+  if (s2 == 0.0f) return;
+  if (*s == 0.0f) {
+    *m = m2;
+    *s = s2;
+    return;
+  }
+  float mx = fmaxf(*m, m2);
+  *s = *s * expf(*m - mx) + s2 * expf(m2 - mx);
+  *m = mx;
+}
+
+static __global__ void crossentropy_forward_kernel(float *losses, float *dlogits,
+                                                   const float *logits, const int32_t *targets,
+                                                   float dloss, int V, int Vp) {
+  __shared__ float red_m[CE_BLOCK / ZO_WARP], red_s[CE_BLOCK / ZO_WARP];
+  __shared__ float x_target;
+  const int row = blockIdx.x;
+  const float *x = logits + (size_t)row * Vp;
+  float *dx = dlogits ? dlogits + (size_t)row * Vp : NULL;
+  const int target = targets[row];
+  if (target < 0) {
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (dx)
+      for (int i = threadIdx.x; i < Vp; i += blockDim.x) dx[i] = 0.0f;
+    return;
+  }
+  if (threadIdx.x == 0) x_target = x[target];
+
+  float m = -INFINITY, s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float v = x[i];
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f; /* first element: s = 0, expf(-inf) = 0 */
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  for (int o = ZO_WARP / 2; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    online_merge(&m, &s, m2, s2);
+  }
+  const int warp = threadIdx.x / ZO_WARP, lane = threadIdx.x % ZO_WARP;
+  if (lane == 0) {
+    red_m[warp] = m;
+    red_s[warp] = s;
+  }
+  __syncthreads();
+  /* Every thread merges the per-warp pairs in the same order: same result. */
+  m = red_m[0];
+  s = red_s[0];
+  for (int w = 1; w < (int)(blockDim.x / ZO_WARP); w++) online_merge(&m, &s, red_m[w], red_s[w]);
+
+  if (threadIdx.x == 0) losses[row] = logf(s) - (x_target - m);
+  if (!dx) return;
+  const float norm = dloss / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float g = expf(x[i] - m) * norm;
+    dx[i] = i == target ? g - dloss : g;
+  }
+  for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) dx[i] = 0.0f;
+}
+
+extern "C" void zo_cuda_crossentropy_forward(float *losses, float *dlogits, const float *logits,
+                                             const int32_t *targets, float dloss, int N, int V,
+                                             int Vp, zo_stream_t stream) {
+  ZO_ASSERT(V >= 1 && V <= Vp);
+  if (N == 0) return;
+  crossentropy_forward_kernel<<<(unsigned)N, CE_BLOCK, 0, zo_cuda_stream(stream)>>>(
+      losses, dlogits, logits, targets, dloss, V, Vp);
+  ZO_CUDA_CHECK_LAUNCH();
+}

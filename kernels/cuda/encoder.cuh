@@ -1,0 +1,13 @@
+/* GPT-2 encoder (token + position embedding) and its backward. */
+#ifndef ZO_CUDA_ENCODER_CUH
+#define ZO_CUDA_ENCODER_CUH
+
+#include "common.cuh"
+
+extern "C" void zo_cuda_encoder_forward(float *out, const int32_t *inp, const float *wte,
+                                        const float *wpe, int B, int T, int C, zo_stream_t stream);
+extern "C" void zo_cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                         const int32_t *inp, int B, int T, int C,
+                                         zo_stream_t stream);
+
+#endif /* ZO_CUDA_ENCODER_CUH */

@@ -1,0 +1,135 @@
+/* LayerNorm (PyTorch semantics: biased variance, eps 1e-5), one warp per row.
+ * Statistics are fp32 in two passes, mean then centred squares, as on the CPU
+ * (no E[x^2] - E[x]^2 cancellation); the second pass re-reads the row, which
+ * is in L1 by then. Backward: dinp += one warp per row; dweight and dbias +=
+ * column sums over rows, each block summing a chunk of rows for 32 columns in
+ * shared memory and adding its partial with one atomic per column (a plain +=
+ * when one chunk covers all rows), so the last bits vary with the
+ * interleaving of blocks. */
+#include "layernorm.cuh"
+
+#define LN_WARPS 8     /* rows (warps) per block in the row kernels */
+#define LN_COL_ROWS 8  /* threadIdx.y extent of the column kernel */
+#define LN_MIN_ROWS 64 /* rows per column-kernel block at least */
+
+static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+                                                const float *__restrict__ inp,
+                                                const float *__restrict__ weight,
+                                                const float *__restrict__ bias, int N, int C) {
+  int row = blockIdx.x * LN_WARPS + threadIdx.y;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C;
+  float *o = out + (size_t)row * C;
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) sum += x[c];
+  float m = zo_warp_sum(sum) / (float)C;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) {
+    float d = x[c] - m;
+    sq += d * d;
+  }
+  float s = 1.0f / sqrtf(zo_warp_sum(sq) / (float)C + 1e-5f);
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+/* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout. */
+static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *__restrict__ dout,
+                                                      const float *__restrict__ inp,
+                                                      const float *__restrict__ weight,
+                                                      const float *__restrict__ mean,
+                                                      const float *__restrict__ rstd, int N,
+                                                      int C) {
+  int row = blockIdx.x * LN_WARPS + threadIdx.y;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C;
+  const float *d = dout + (size_t)row * C;
+  float *di = dinp + (size_t)row * C;
+  float m = mean[row], s = rstd[row];
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) {
+    float dnorm = weight[c] * d[c];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (x[c] - m) * s;
+  }
+  float dnorm_mean = zo_warp_sum(dnorm_sum) / (float)C;
+  float dnorm_norm_mean = zo_warp_sum(dnorm_norm_sum) / (float)C;
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) {
+    float norm = (x[c] - m) * s;
+    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+/* Block (32, LN_COL_ROWS): rows [row0, row0 + rows_per_chunk) of 32 columns. */
+static __global__ void
+layernorm_backward_params_kernel(float *dweight, float *dbias, const float *__restrict__ dout,
+                                 const float *__restrict__ inp, const float *__restrict__ mean,
+                                 const float *__restrict__ rstd, int N, int C, int rows_per_chunk,
+                                 int use_atomics) {
+  __shared__ float part_w[LN_COL_ROWS][ZO_WARP + 1], part_b[LN_COL_ROWS][ZO_WARP + 1];
+  int c = blockIdx.x * ZO_WARP + threadIdx.x;
+  int row0 = blockIdx.y * rows_per_chunk;
+  int row1 = min(row0 + rows_per_chunk, N);
+  float dw = 0.0f, db = 0.0f;
+  if (c < C) {
+    for (int r = row0 + threadIdx.y; r < row1; r += LN_COL_ROWS) {
+      size_t i = (size_t)r * C + c;
+      float d = dout[i];
+      dw += d * (inp[i] - mean[r]) * rstd[r];
+      db += d;
+    }
+  }
+  part_w[threadIdx.y][threadIdx.x] = dw;
+  part_b[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int y = 1; y < LN_COL_ROWS; y++) {
+    dw += part_w[y][threadIdx.x];
+    db += part_b[y][threadIdx.x];
+  }
+  if (use_atomics) {
+    atomicAdd(&dweight[c], dw);
+    atomicAdd(&dbias[c], db);
+  } else {
+    dweight[c] += dw;
+    dbias[c] += db;
+  }
+}
+
+extern "C" void zo_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                          const float *weight, const float *bias, int N, int C,
+                                          zo_stream_t stream) {
+  if (N == 0) return;
+  dim3 block(ZO_WARP, LN_WARPS);
+  layernorm_forward_kernel<<<zo_ceil_div((size_t)N, LN_WARPS), block, 0, zo_cuda_stream(stream)>>>(
+      out, mean, rstd, inp, weight, bias, N, C);
+  ZO_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void zo_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp, const float *weight,
+                                           const float *mean, const float *rstd, int N, int C,
+                                           zo_stream_t stream) {
+  if (N == 0) return;
+  cudaStream_t s = zo_cuda_stream(stream);
+  dim3 row_block(ZO_WARP, LN_WARPS);
+  layernorm_backward_dinp_kernel<<<zo_ceil_div((size_t)N, LN_WARPS), row_block, 0, s>>>(
+      dinp, dout, inp, weight, mean, rstd, N, C);
+  ZO_CUDA_CHECK_LAUNCH();
+
+  unsigned col_blocks = zo_ceil_div((size_t)C, ZO_WARP);
+  unsigned want = 2u * (unsigned)zo_cuda.prop.multiProcessorCount;
+  unsigned chunks = want > col_blocks ? want / col_blocks : 1u;
+  unsigned max_chunks = zo_ceil_div((size_t)N, LN_MIN_ROWS);
+  if (chunks > max_chunks) chunks = max_chunks;
+  if (chunks < 1) chunks = 1;
+  int rows_per_chunk = (int)zo_ceil_div((size_t)N, chunks);
+  chunks = zo_ceil_div((size_t)N, (size_t)rows_per_chunk);
+  dim3 grid(col_blocks, chunks), col_block(ZO_WARP, LN_COL_ROWS);
+  layernorm_backward_params_kernel<<<grid, col_block, 0, s>>>(dweight, dbias, dout, inp, mean, rstd,
+                                                              N, C, rows_per_chunk, chunks > 1);
+  ZO_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,705 @@
+/* CUDA backend parity: every op of zo_backend_cuda() against the CPU backend
+ * (the reference, run on the NULL stream), with fixed-seed random inputs on a
+ * GPT-2-like small shape and an awkward one (odd T, V not a multiple of 4,
+ * padded Vp, head size 24), outputs poisoned with NaN on both sides before the
+ * call, sentinel floats around every device output (an out-of-bounds write
+ * fails), += outputs pre-filled, and the aliasing the contract allows. fp32
+ * tolerance: |gpu - cpu| <= 1e-5 * max|cpu| over the tensor; NaN never passes.
+ * Ops of the first shape run on a created stream, of the second on the NULL
+ * (legacy default) stream. Also: memory errors, copies, memset, and stream /
+ * event / host-function ordering. Uses only the public backend table.
+ * Exits 77 (skipped) with the reason when there is no CUDA backend. */
+#include "zo/backend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 16                  /* sentinel floats on each side of a device tensor */
+#define SENTINEL_BITS 0xdeadbeefu /* their bit pattern */
+#define RTOL 1e-5                 /* relative to the largest |reference| in the tensor */
+
+static zo_backend_t cpu, gpu;
+static zo_stream_t gstream; /* where the GPU ops of the current shape run */
+
+/* ---- shapes -------------------------------------------------------------------- */
+
+struct shape {
+  const char *name;
+  int B, T, C, NH;
+  int V, Vp;    /* vocabulary, padded */
+  int maxT;     /* rows of wpe */
+  bool on_null; /* run the GPU ops on the NULL stream */
+};
+
+static const struct shape shapes[] = {
+    {"gpt2-small-ish B=2 T=64 C=96 NH=3", 2, 64, 96, 3, 256, 256, 64, false},
+    {"awkward B=3 T=37 C=72 NH=3 V=101 Vp=128", 3, 37, 72, 3, 101, 128, 40, true},
+};
+#define N_SHAPES (sizeof shapes / sizeof shapes[0])
+
+/* ---- random numbers ------------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
+
+static uint32_t rng_u32(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+static float rng_float(float lo, float hi) {
+  return lo + (hi - lo) * (float)(rng_u32() >> 8) * (1.0f / 16777216.0f);
+}
+
+static void *xmalloc(size_t nbytes) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of host memory (%zu bytes)\n", nbytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* Broken test setup (allocation, copy) is fatal, not a test failure. */
+static void must(int err, const char *what) {
+  if (err) {
+    fprintf(stderr, "%s failed: %d: %s\n", what, err, zo_last_error());
+    exit(1);
+  }
+}
+
+static void gsync(void) { must(gpu->stream_synchronize(gstream), "stream_synchronize"); }
+
+/* ---- paired buffers: the CPU reference copy and a guarded device copy ---------- */
+
+struct tbuf {
+  size_t n;
+  float *ref; /* (n) host, what the CPU backend computes on */
+  float *dev; /* (GUARD + n + GUARD) device; the tensor starts at dev + GUARD */
+  float *got; /* (GUARD + n + GUARD) host, the device copy read back */
+};
+
+static float *D(const struct tbuf *b) { return b->dev + GUARD; }
+
+static struct tbuf tb_new(size_t n) {
+  struct tbuf b = {n, xmalloc(n * sizeof(float)), NULL, xmalloc((n + 2 * GUARD) * sizeof(float))};
+  void *p = NULL;
+  must(gpu->mem_alloc(&p, (n + 2 * GUARD) * sizeof(float)), "mem_alloc");
+  b.dev = p;
+  return b;
+}
+
+static void tb_free(struct tbuf *b) {
+  free(b->ref);
+  free(b->got);
+  gpu->mem_free(b->dev);
+}
+
+/* Sets both copies to ref's current contents, with fresh sentinels on the device. */
+static void tb_upload(struct tbuf *b) {
+  uint32_t bits = SENTINEL_BITS;
+  for (size_t i = 0; i < GUARD; i++) {
+    memcpy(&b->got[i], &bits, sizeof bits);
+    memcpy(&b->got[GUARD + b->n + i], &bits, sizeof bits);
+  }
+  memcpy(b->got + GUARD, b->ref, b->n * sizeof(float));
+  must(gpu->memcpy_async(b->dev, b->got, (b->n + 2 * GUARD) * sizeof(float), ZO_COPY_H2D, gstream),
+       "memcpy_async H2D");
+  gsync();
+}
+
+static void tb_random(struct tbuf *b, float lo, float hi) {
+  for (size_t i = 0; i < b->n; i++) b->ref[i] = rng_float(lo, hi);
+  tb_upload(b);
+}
+
+static void tb_poison(struct tbuf *b) {
+  for (size_t i = 0; i < b->n; i++) b->ref[i] = NAN;
+  tb_upload(b);
+}
+
+/* Waits for the GPU stream, reads the device copy back and compares it with
+ * the reference. Returns 1 (saying where) on a broken sentinel, a NaN, or a
+ * difference over RTOL * max|ref|. */
+static int tb_check(const char *what, struct tbuf *b) {
+  gsync();
+  must(gpu->memcpy_async(b->got, b->dev, (b->n + 2 * GUARD) * sizeof(float), ZO_COPY_D2H, gstream),
+       "memcpy_async D2H");
+  gsync();
+  for (size_t i = 0; i < GUARD; i++) {
+    uint32_t lo, hi;
+    memcpy(&lo, &b->got[i], sizeof lo);
+    memcpy(&hi, &b->got[GUARD + b->n + i], sizeof hi);
+    if (lo != SENTINEL_BITS || hi != SENTINEL_BITS) {
+      fprintf(stderr, "  %s: write out of bounds (%s the tensor)\n", what,
+              lo != SENTINEL_BITS ? "before" : "after");
+      return 1;
+    }
+  }
+  const float *got = b->got + GUARD;
+  double maxref = 0.0;
+  for (size_t i = 0; i < b->n; i++) {
+    if (isnan(b->ref[i])) {
+      fprintf(stderr, "  %s[%zu]: the CPU reference is NaN\n", what, i);
+      return 1;
+    }
+    if (fabs(b->ref[i]) > maxref) maxref = fabs(b->ref[i]);
+  }
+  double tol = RTOL * (maxref > 1e-6 ? maxref : 1e-6);
+  for (size_t i = 0; i < b->n; i++) {
+    double diff = fabs((double)got[i] - (double)b->ref[i]);
+    if (!(diff <= tol)) {
+      fprintf(stderr,
+              "  %s[%zu]: gpu %.9g, cpu %.9g (|diff| %.3g > tol %.3g = %g * max|cpu| %.3g)\n", what,
+              i, (double)got[i], (double)b->ref[i], diff, tol, RTOL, maxref);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Token ids or targets: a host array and its device copy. */
+struct ibuf {
+  size_t n;
+  int32_t *host;
+  int32_t *dev;
+};
+
+static struct ibuf ib_new(size_t n, int lo, int hi) {
+  struct ibuf b = {n, xmalloc(n * sizeof(int32_t)), NULL};
+  for (size_t i = 0; i < n; i++) b.host[i] = lo + (int)(rng_u32() % (uint32_t)(hi - lo));
+  void *p = NULL;
+  must(gpu->mem_alloc(&p, n * sizeof(int32_t)), "mem_alloc");
+  b.dev = p;
+  must(gpu->memcpy_async(b.dev, b.host, n * sizeof(int32_t), ZO_COPY_H2D, gstream), "memcpy H2D");
+  gsync();
+  return b;
+}
+
+static void ib_free(struct ibuf *b) {
+  free(b->host);
+  gpu->mem_free(b->dev);
+}
+
+static zo_stream_t test_stream; /* created in main, used by shapes that are not on_null */
+
+/* Seeds the generator and picks the stream for shape s. */
+static const struct shape *begin_shape(size_t s, uint64_t seed) {
+  rng_seed(seed * 131 + s);
+  gstream = shapes[s].on_null ? NULL : test_stream;
+  return &shapes[s];
+}
+
+static int report(int fail, const struct shape *sh) {
+  if (fail)
+    fprintf(stderr, "  (shape %s, %s stream)\n", sh->name, sh->on_null ? "NULL" : "created");
+  return fail;
+}
+
+/* ---- ops ------------------------------------------------------------------------- */
+
+static int test_encoder_forward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 1);
+    const int B = sh->B, T = sh->T, C = sh->C, V = sh->V;
+    struct tbuf out = tb_new((size_t)B * T * C), wte = tb_new((size_t)V * C),
+                wpe = tb_new((size_t)sh->maxT * C);
+    struct ibuf inp = ib_new((size_t)B * T, 0, V);
+    tb_random(&wte, -1, 1);
+    tb_random(&wpe, -1, 1);
+    tb_poison(&out);
+    cpu->encoder_forward(out.ref, inp.host, wte.ref, wpe.ref, B, T, C, NULL);
+    gpu->encoder_forward(D(&out), inp.dev, D(&wte), D(&wpe), B, T, C, gstream);
+    fail |= report(tb_check("out", &out), sh);
+    tb_free(&out), tb_free(&wte), tb_free(&wpe), ib_free(&inp);
+  }
+  return fail;
+}
+
+static int test_encoder_backward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 2);
+    const int B = sh->B, T = sh->T, C = sh->C;
+    /* Few distinct tokens, so ids repeat across positions and batch rows. */
+    const int V = 7;
+    struct tbuf dwte = tb_new((size_t)V * C), dwpe = tb_new((size_t)sh->maxT * C),
+                dout = tb_new((size_t)B * T * C);
+    struct ibuf inp = ib_new((size_t)B * T, 0, V);
+    tb_random(&dwte, -1, 1); /* += outputs: pre-filled */
+    tb_random(&dwpe, -1, 1);
+    tb_random(&dout, -1, 1);
+    cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, NULL);
+    gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, gstream);
+    fail |= report(tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe), sh);
+    tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
+  }
+  return fail;
+}
+
+static int layernorm_forward_case(const struct shape *sh, int N, int C) {
+  struct tbuf out = tb_new((size_t)N * C), mean = tb_new((size_t)N), rstd = tb_new((size_t)N),
+              inp = tb_new((size_t)N * C), w = tb_new((size_t)C), b = tb_new((size_t)C);
+  tb_random(&inp, -2, 3); /* nonzero mean: the centring matters */
+  tb_random(&w, 0.5f, 1.5f);
+  tb_random(&b, -0.5f, 0.5f);
+  tb_poison(&out), tb_poison(&mean), tb_poison(&rstd);
+  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, NULL);
+  gpu->layernorm_forward(D(&out), D(&mean), D(&rstd), D(&inp), D(&w), D(&b), N, C, gstream);
+  int fail = report(tb_check("out", &out) | tb_check("mean", &mean) | tb_check("rstd", &rstd), sh);
+  tb_free(&out), tb_free(&mean), tb_free(&rstd), tb_free(&inp), tb_free(&w), tb_free(&b);
+  return fail;
+}
+
+static int test_layernorm_forward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 3);
+    fail |= layernorm_forward_case(sh, sh->B * sh->T, sh->C);
+    fail |= layernorm_forward_case(sh, 5, 1000); /* rows many warp-widths long */
+  }
+  return fail;
+}
+
+static int layernorm_backward_case(const struct shape *sh, int N, int C) {
+  struct tbuf dinp = tb_new((size_t)N * C), dw = tb_new((size_t)C), db = tb_new((size_t)C),
+              dout = tb_new((size_t)N * C), inp = tb_new((size_t)N * C), w = tb_new((size_t)C),
+              b = tb_new((size_t)C), out = tb_new((size_t)N * C), mean = tb_new((size_t)N),
+              rstd = tb_new((size_t)N);
+  tb_random(&inp, -2, 3);
+  tb_random(&w, 0.5f, 1.5f);
+  tb_random(&b, -0.5f, 0.5f);
+  tb_random(&dout, -1, 1);
+  /* Saved statistics from the CPU forward, the same on both sides. */
+  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, NULL);
+  tb_upload(&mean), tb_upload(&rstd);
+  tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1), tb_random(&db, -1, 1); /* all += */
+  cpu->layernorm_backward(dinp.ref, dw.ref, db.ref, dout.ref, inp.ref, w.ref, mean.ref, rstd.ref, N,
+                          C, NULL);
+  gpu->layernorm_backward(D(&dinp), D(&dw), D(&db), D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N,
+                          C, gstream);
+  int fail =
+      report(tb_check("dinp", &dinp) | tb_check("dweight", &dw) | tb_check("dbias", &db), sh);
+  tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
+  tb_free(&b), tb_free(&out), tb_free(&mean), tb_free(&rstd);
+  return fail;
+}
+
+static int test_layernorm_backward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 4);
+    fail |= layernorm_backward_case(sh, sh->B * sh->T, sh->C);
+    fail |= layernorm_backward_case(sh, 300, 1000); /* several row chunks: the atomics path */
+  }
+  return fail;
+}
+
+static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, bool with_bias) {
+  struct tbuf out = tb_new((size_t)N * OC), inp = tb_new((size_t)N * C), w = tb_new((size_t)OC * C),
+              b = tb_new((size_t)OC);
+  tb_random(&inp, -1, 1), tb_random(&w, -1, 1), tb_random(&b, -1, 1);
+  tb_poison(&out);
+  cpu->matmul_forward(out.ref, inp.ref, w.ref, with_bias ? b.ref : NULL, N, C, OC, NULL);
+  gpu->matmul_forward(D(&out), D(&inp), D(&w), with_bias ? D(&b) : NULL, N, C, OC, gstream);
+  int fail = tb_check("out", &out);
+  if (fail) fprintf(stderr, "  (N=%d C=%d OC=%d bias=%d)\n", N, C, OC, (int)with_bias);
+  tb_free(&out), tb_free(&inp), tb_free(&w), tb_free(&b);
+  return report(fail, sh);
+}
+
+static int test_matmul_forward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 5);
+    const int N = sh->B * sh->T, C = sh->C;
+    fail |= matmul_forward_case(sh, N, C, 3 * C, true);   /* qkv */
+    fail |= matmul_forward_case(sh, N, 4 * C, C, true);   /* mlp projection */
+    fail |= matmul_forward_case(sh, N, C, sh->Vp, false); /* lm head, no bias */
+    fail |= matmul_forward_case(sh, N, C, sh->V, true);   /* odd OC: unaligned rows of out */
+  }
+  return fail;
+}
+
+static int matmul_backward_case(const struct shape *sh, int N, int C, int OC, bool with_dinp,
+                                bool with_dbias) {
+  struct tbuf dinp = tb_new((size_t)N * C), dw = tb_new((size_t)OC * C), db = tb_new((size_t)OC),
+              dout = tb_new((size_t)N * OC), inp = tb_new((size_t)N * C),
+              w = tb_new((size_t)OC * C);
+  tb_random(&dout, -1, 1), tb_random(&inp, -1, 1), tb_random(&w, -1, 1);
+  tb_poison(&dinp);                             /* overwritten */
+  tb_random(&dw, -1, 1), tb_random(&db, -1, 1); /* += */
+  cpu->matmul_backward(with_dinp ? dinp.ref : NULL, dw.ref, with_dbias ? db.ref : NULL, dout.ref,
+                       inp.ref, w.ref, N, C, OC, NULL);
+  gpu->matmul_backward(with_dinp ? D(&dinp) : NULL, D(&dw), with_dbias ? D(&db) : NULL, D(&dout),
+                       D(&inp), D(&w), N, C, OC, gstream);
+  /* Skipped outputs stay as they were: NaN for dinp, the pre-fill for dbias. */
+  int fail = tb_check("dweight", &dw) | tb_check("dbias", &db);
+  if (with_dinp) {
+    fail |= tb_check("dinp", &dinp);
+  } else {
+    gsync();
+    must(gpu->memcpy_async(dinp.got, dinp.dev, (dinp.n + 2 * GUARD) * sizeof(float), ZO_COPY_D2H,
+                           gstream),
+         "memcpy_async D2H");
+    gsync();
+    for (size_t i = 0; i < dinp.n; i++)
+      if (!isnan(dinp.got[GUARD + i])) {
+        fprintf(stderr, "  dinp[%zu] written although dinp was NULL\n", i);
+        fail = 1;
+        break;
+      }
+  }
+  if (fail)
+    fprintf(stderr, "  (N=%d C=%d OC=%d dinp=%d dbias=%d)\n", N, C, OC, (int)with_dinp,
+            (int)with_dbias);
+  tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
+  return report(fail, sh);
+}
+
+static int test_matmul_backward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 6);
+    const int N = sh->B * sh->T, C = sh->C;
+    fail |= matmul_backward_case(sh, N, C, 3 * C, true, true);
+    fail |= matmul_backward_case(sh, N, 4 * C, C, true, true);
+    fail |= matmul_backward_case(sh, N, C, sh->V, true, true);
+    fail |= matmul_backward_case(sh, N, C, sh->Vp, true, false);
+    fail |= matmul_backward_case(sh, N, C, 4 * C, false, true);
+    fail |= matmul_backward_case(sh, 4096, C, 3 * C, true, true); /* dbias over many row chunks */
+  }
+  return fail;
+}
+
+static int test_attention_forward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 7);
+    const int B = sh->B, T = sh->T, C = sh->C, NH = sh->NH;
+    struct tbuf out = tb_new((size_t)B * T * C), att = tb_new((size_t)B * NH * T * T),
+                qkv = tb_new((size_t)B * T * 3 * C);
+    tb_random(&qkv, -2, 2);
+    tb_poison(&out), tb_poison(&att);
+    cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
+    gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, gstream);
+    fail |= report(tb_check("out", &out) | tb_check("att", &att), sh);
+    tb_free(&out), tb_free(&att), tb_free(&qkv);
+  }
+  return fail;
+}
+
+/* B > NH here: the other way of splitting (b, h) into loop and batch. */
+static int test_attention_forward_many_rows(void) {
+  rng_seed(77);
+  gstream = test_stream;
+  const int B = 5, T = 19, C = 32, NH = 2;
+  struct tbuf out = tb_new((size_t)B * T * C), att = tb_new((size_t)B * NH * T * T),
+              qkv = tb_new((size_t)B * T * 3 * C);
+  tb_random(&qkv, -2, 2);
+  tb_poison(&out), tb_poison(&att);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
+  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, gstream);
+  int fail = tb_check("out", &out) | tb_check("att", &att);
+  tb_free(&out), tb_free(&att), tb_free(&qkv);
+  return fail;
+}
+
+static int attention_backward_case(int B, int T, int C, int NH) {
+  struct tbuf dqkv = tb_new((size_t)B * T * 3 * C), datt = tb_new((size_t)B * NH * T * T),
+              dout = tb_new((size_t)B * T * C), qkv = tb_new((size_t)B * T * 3 * C),
+              att = tb_new((size_t)B * NH * T * T), out = tb_new((size_t)B * T * C);
+  tb_random(&qkv, -2, 2);
+  tb_random(&dout, -1, 1);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
+  tb_upload(&att); /* the same saved probabilities on both sides */
+  tb_poison(&dqkv), tb_poison(&datt);
+  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, C, NH, NULL);
+  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, C, NH, gstream);
+  int fail = tb_check("dqkv", &dqkv); /* datt is scratch: contents unspecified */
+  tb_free(&dqkv), tb_free(&datt), tb_free(&dout), tb_free(&qkv), tb_free(&att), tb_free(&out);
+  return fail;
+}
+
+static int test_attention_backward(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 8);
+    fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH), sh);
+  }
+  rng_seed(88);
+  gstream = test_stream;
+  fail |= attention_backward_case(5, 19, 32, 2);
+  return fail;
+}
+
+static int test_gelu(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 9);
+    const size_t N = (size_t)sh->B * sh->T * 4 * sh->C + 3; /* not a multiple of 4 */
+    struct tbuf out = tb_new(N), inp = tb_new(N), dinp = tb_new(N), dout = tb_new(N);
+    tb_random(&inp, -6, 6);
+    tb_random(&dout, -1, 1);
+    tb_poison(&out), tb_poison(&dinp);
+    cpu->gelu_forward(out.ref, inp.ref, N, NULL);
+    gpu->gelu_forward(D(&out), D(&inp), N, gstream);
+    fail |= report(tb_check("gelu out", &out), sh);
+    cpu->gelu_backward(dinp.ref, inp.ref, dout.ref, N, NULL);
+    gpu->gelu_backward(D(&dinp), D(&inp), D(&dout), N, gstream);
+    fail |= report(tb_check("gelu dinp", &dinp), sh);
+    /* dinp may alias dout. */
+    cpu->gelu_backward(dout.ref, inp.ref, dout.ref, N, NULL);
+    gpu->gelu_backward(D(&dout), D(&inp), D(&dout), N, gstream);
+    fail |= report(tb_check("gelu dinp aliasing dout", &dout), sh);
+    tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
+  }
+  return fail;
+}
+
+static int test_residual(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 10);
+    const size_t N = (size_t)sh->B * sh->T * sh->C + 1;
+    struct tbuf out = tb_new(N), a = tb_new(N), b = tb_new(N), d1 = tb_new(N), d2 = tb_new(N);
+    tb_random(&a, -1, 1), tb_random(&b, -1, 1);
+    tb_poison(&out);
+    cpu->residual_forward(out.ref, a.ref, b.ref, N, NULL);
+    gpu->residual_forward(D(&out), D(&a), D(&b), N, gstream);
+    fail |= report(tb_check("residual out", &out), sh);
+    /* out may alias either input. */
+    cpu->residual_forward(a.ref, a.ref, b.ref, N, NULL);
+    gpu->residual_forward(D(&a), D(&a), D(&b), N, gstream);
+    fail |= report(tb_check("residual out aliasing inp1", &a), sh);
+    cpu->residual_forward(b.ref, a.ref, b.ref, N, NULL);
+    gpu->residual_forward(D(&b), D(&a), D(&b), N, gstream);
+    fail |= report(tb_check("residual out aliasing inp2", &b), sh);
+    /* Backward accumulates into both. */
+    tb_random(&d1, -1, 1), tb_random(&d2, -1, 1);
+    cpu->residual_backward(d1.ref, d2.ref, out.ref, N, NULL);
+    gpu->residual_backward(D(&d1), D(&d2), D(&out), N, gstream);
+    fail |= report(tb_check("residual dinp1", &d1) | tb_check("residual dinp2", &d2), sh);
+    tb_free(&out), tb_free(&a), tb_free(&b), tb_free(&d1), tb_free(&d2);
+  }
+  return fail;
+}
+
+/* mode 0: dlogits separate; 1: dlogits NULL; 2: dlogits aliases logits. */
+static int crossentropy_case(int N, int V, int Vp, int mode) {
+  struct tbuf losses = tb_new((size_t)N), logits = tb_new((size_t)N * Vp),
+              dlogits = tb_new((size_t)N * Vp);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < Vp; i++) /* Padding is NaN: reading it would poison the row. */
+      logits.ref[(size_t)n * Vp + i] = i < V ? rng_float(-4, 4) : NAN;
+  tb_upload(&logits);
+  struct ibuf targets = ib_new((size_t)N, 0, V);
+  for (int n = 0; n < N; n += 5) targets.host[n] = -1; /* masked rows */
+  targets.host[N - 1] = V - 1;                         /* the last real column */
+  must(gpu->memcpy_async(targets.dev, targets.host, (size_t)N * sizeof(int32_t), ZO_COPY_H2D,
+                         gstream),
+       "memcpy_async H2D");
+  gsync();
+  tb_poison(&losses), tb_poison(&dlogits);
+  const float dloss = 1.0f / (float)N;
+  float *cpu_dl = mode == 0 ? dlogits.ref : mode == 2 ? logits.ref : NULL;
+  float *gpu_dl = mode == 0 ? D(&dlogits) : mode == 2 ? D(&logits) : NULL;
+  cpu->crossentropy_forward(losses.ref, cpu_dl, logits.ref, targets.host, dloss, N, V, Vp, NULL);
+  gpu->crossentropy_forward(D(&losses), gpu_dl, D(&logits), targets.dev, dloss, N, V, Vp, gstream);
+  int fail = tb_check("losses", &losses);
+  if (mode == 0) fail |= tb_check("dlogits", &dlogits);
+  if (mode == 2) fail |= tb_check("dlogits (aliasing logits)", &logits);
+  if (fail) fprintf(stderr, "  (N=%d V=%d Vp=%d mode=%d)\n", N, V, Vp, mode);
+  tb_free(&losses), tb_free(&logits), tb_free(&dlogits), ib_free(&targets);
+  return fail;
+}
+
+static int test_crossentropy(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 11);
+    for (int mode = 0; mode < 3; mode++)
+      fail |= report(crossentropy_case(sh->B * sh->T, sh->V, sh->Vp, mode), sh);
+  }
+  rng_seed(111);
+  gstream = test_stream;
+  fail |= crossentropy_case(6, 50257, 50304, 0); /* GPT-2's vocabulary */
+  fail |= crossentropy_case(6, 50257, 50304, 2);
+  return fail;
+}
+
+/* ---- memory, copies, streams ----------------------------------------------------------- */
+
+static int test_memory(void) {
+  int fail = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (gpu->mem_info(&free_bytes, &total_bytes) != 0 || total_bytes == 0 ||
+      free_bytes > total_bytes) {
+    fprintf(stderr, "  mem_info: free %zu total %zu (%s)\n", free_bytes, total_bytes,
+            zo_last_error());
+    fail = 1;
+  }
+  void *p = (void *)1;
+  int err = gpu->mem_alloc(&p, (size_t)1 << 52); /* 4 PiB */
+  if (err != -ENOMEM || p != NULL || !strstr(zo_last_error(), "gpu_memory_budget")) {
+    fprintf(stderr, "  mem_alloc(4 PiB): err %d, ptr %p, message '%s'\n", err, p, zo_last_error());
+    fail = 1;
+  }
+  /* The failed allocation must not leave an error behind for the next op. */
+  struct tbuf x = tb_new(1000), y = tb_new(1000);
+  gstream = NULL;
+  tb_random(&x, -1, 1);
+  tb_poison(&y);
+  memcpy(y.ref, x.ref, 1000 * sizeof(float));
+  gpu->residual_forward(D(&y), D(&x), D(&x), 0, gstream); /* N = 0: a no-op */
+  must(gpu->memcpy_async(D(&y), D(&x), 1000 * sizeof(float), ZO_COPY_D2D, gstream), "D2D");
+  fail |= tb_check("D2D copy", &y);
+  /* memset: bytes 0x00 give 0.0f. */
+  must(gpu->memset_async(D(&y), 0, 1000 * sizeof(float), gstream), "memset_async");
+  memset(y.ref, 0, 1000 * sizeof(float));
+  fail |= tb_check("memset", &y);
+  /* H2H through the backend. */
+  float h1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, h2[8] = {0};
+  must(gpu->memcpy_async(h2, h1, sizeof h1, ZO_COPY_H2H, NULL), "H2H");
+  must(gpu->stream_synchronize(NULL), "stream_synchronize");
+  if (memcmp(h1, h2, sizeof h1)) {
+    fprintf(stderr, "  H2H copy differs\n");
+    fail = 1;
+  }
+  tb_free(&x), tb_free(&y);
+  return fail;
+}
+
+static atomic_int host_func_ran;
+
+static void host_func(void *arg) { atomic_store(&host_func_ran, *(int *)arg); }
+
+/* Work on s1 (slow: a long chain of adds on a large buffer), an event, a wait
+ * on s2, then s2 reads the result: a missing or broken wait shows as a value
+ * from the middle of the chain. Also: events never recorded are complete,
+ * host functions run in stream order, destroy waits for queued work. */
+static int test_streams_events(void) {
+  int fail = 0;
+  const size_t n = (size_t)16 << 20; /* floats: 64 MiB */
+  const int steps = 40;
+  zo_stream_t s1, s2, s3;
+  zo_event_t ev, never;
+  must(gpu->stream_create(&s1), "stream_create");
+  must(gpu->stream_create(&s2), "stream_create");
+  must(gpu->event_create(&ev), "event_create");
+  must(gpu->event_create(&never), "event_create");
+  float *acc, *one, *res;
+  void *p;
+  must(gpu->mem_alloc(&p, n * sizeof(float)), "mem_alloc");
+  acc = p;
+  must(gpu->mem_alloc(&p, n * sizeof(float)), "mem_alloc");
+  one = p;
+  must(gpu->mem_alloc(&p, n * sizeof(float)), "mem_alloc");
+  res = p;
+  float *host = xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) host[i] = 1.0f;
+  must(gpu->memcpy_async(one, host, n * sizeof(float), ZO_COPY_H2D, s1), "H2D");
+  must(gpu->memset_async(acc, 0, n * sizeof(float), s1), "memset");
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s1);
+  must(gpu->event_record(ev, s1), "event_record");
+  must(gpu->stream_wait_event(s2, ev), "stream_wait_event");
+  gpu->residual_forward(res, acc, acc, n, s2);
+  must(gpu->memcpy_async(host, res, n * sizeof(float), ZO_COPY_D2H, s2), "D2H");
+  must(gpu->stream_synchronize(s2), "stream_synchronize");
+  for (size_t i = 0; i < n; i += 4099)
+    if (host[i] != 2.0f * steps) {
+      fprintf(stderr, "  s2 read %g at %zu, want %g: the event wait did not order s2 after s1\n",
+              (double)host[i], i, 2.0 * steps);
+      fail = 1;
+      break;
+    }
+  if (gpu->event_synchronize(ev) != 0) fail = 1;
+  /* A never-recorded event is complete. */
+  if (gpu->stream_wait_event(s2, never) != 0 || gpu->event_synchronize(never) != 0 ||
+      gpu->stream_synchronize(s2) != 0) {
+    fprintf(stderr, "  never-recorded event: %s\n", zo_last_error());
+    fail = 1;
+  }
+  /* Host function after queued work; the stream waits for it. */
+  static int token = 7;
+  atomic_store(&host_func_ran, 0);
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s1);
+  must(gpu->launch_host_func(s1, host_func, &token), "launch_host_func");
+  must(gpu->stream_synchronize(s1), "stream_synchronize");
+  if (atomic_load(&host_func_ran) != 7) {
+    fprintf(stderr, "  launch_host_func: fn had not run when stream_synchronize returned\n");
+    fail = 1;
+  }
+  /* stream_destroy waits for queued work. */
+  must(gpu->stream_create(&s3), "stream_create");
+  must(gpu->memset_async(acc, 0, n * sizeof(float), s3), "memset");
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s3);
+  gpu->stream_destroy(s3);
+  must(gpu->memcpy_async(host, acc, n * sizeof(float), ZO_COPY_D2H, s2), "D2H");
+  must(gpu->stream_synchronize(s2), "stream_synchronize");
+  for (size_t i = 0; i < n; i += 4099)
+    if (host[i] != (float)steps) {
+      fprintf(stderr, "  after stream_destroy read %g, want %d\n", (double)host[i], steps);
+      fail = 1;
+      break;
+    }
+  free(host);
+  gpu->mem_free(acc), gpu->mem_free(one), gpu->mem_free(res);
+  gpu->event_destroy(ev), gpu->event_destroy(never);
+  gpu->stream_destroy(s1), gpu->stream_destroy(s2);
+  gpu->stream_destroy(NULL);
+  gpu->event_destroy(NULL);
+  return fail;
+}
+
+int main(void) {
+  static const struct {
+    const char *name;
+    int (*fn)(void);
+  } tests[] = {
+      {"test_memory", test_memory},
+      {"test_encoder_forward", test_encoder_forward},
+      {"test_encoder_backward", test_encoder_backward},
+      {"test_layernorm_forward", test_layernorm_forward},
+      {"test_layernorm_backward", test_layernorm_backward},
+      {"test_matmul_forward", test_matmul_forward},
+      {"test_matmul_backward", test_matmul_backward},
+      {"test_attention_forward", test_attention_forward},
+      {"test_attention_forward_many_rows", test_attention_forward_many_rows},
+      {"test_attention_backward", test_attention_backward},
+      {"test_gelu", test_gelu},
+      {"test_residual", test_residual},
+      {"test_crossentropy", test_crossentropy},
+      {"test_streams_events", test_streams_events},
+  };
+  gpu = zo_backend_cuda();
+  if (!gpu) {
+    printf("SKIP: %s\n", zo_last_error());
+    return 77;
+  }
+  cpu = zo_backend_cpu();
+  must(gpu->stream_create(&test_stream), "stream_create");
+  int n_failed = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    double t0 = zo_time_s();
+    int fail = tests[i].fn();
+    printf("%s %s (%.2f s)\n", fail ? "FAIL" : "ok  ", tests[i].name, zo_time_s() - t0);
+    fflush(stdout);
+    n_failed += fail;
+  }
+  gpu->stream_destroy(test_stream);
+  if (n_failed) {
+    fprintf(stderr, "%d of %zu tests failed\n", n_failed, sizeof tests / sizeof tests[0]);
+    return 1;
+  }
+  printf("all %zu tests passed\n", sizeof tests / sizeof tests[0]);
+  return 0;
+}
