@@ -73,8 +73,10 @@ struct zo_nvme {
   struct nvme_block *slots; /* (queue_depth) */
   int *free_slots;          /* (queue_depth) stack of free slot indices */
   int n_free;
-  uint64_t *cqe_data; /* (queue_depth + 1) reaped user_data */
-  int *cqe_res;       /* (queue_depth + 1) reaped results */
+  uint64_t *cqe_data;      /* (queue_depth + 1) reaped user_data */
+  int *cqe_res;            /* (queue_depth + 1) reaped results */
+  struct nvme_block *done; /* (queue_depth) blocks transferred, to check */
+  int *done_err;           /* (queue_depth) their transfer's 0 or -errno */
   /* A registration handed to the ring thread; guarded by mu. */
   bool ctl_pending, ctl_done;
   struct zo_nvme_buffer *ctl_regs; /* in: new table; out: the table to free */

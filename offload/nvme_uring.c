@@ -100,12 +100,18 @@ static void ring_ctl(struct zo_nvme *nv) {
   pthread_mutex_unlock(&nv->mu);
 }
 
+/* Order of work in one turn, chosen to keep the device's queue full: take and
+ * submit new blocks first, then compute the CRCs of the writes just submitted
+ * (the kernel only reads those buffers, and the record is stored at
+ * completion, which this thread handles later), then check the reads that
+ * completed last turn, whose slots were already refilled, then wait. */
 void *zo_nvme_ring_main(void *arg) {
   struct zo_nvme *nv = arg;
   struct io_uring *ring = &nv->ring;
   char msg[sizeof((struct zo_nvme_req *)0)->msg];
   int in_ring = 0;  /* SQEs prepared and not completed, the wake read included */
   int n_blocks = 0; /* blocks in flight */
+  int n_done = 0;   /* finished blocks in nv->done, not yet checked */
   bool wake_armed = false;
   for (;;) {
     /* Slots taken now are the entries popped off the free stack: they stay in
@@ -118,18 +124,10 @@ void *zo_nvme_ring_main(void *arg) {
     const bool stop = nv->stop && nv->head == NULL;
     pthread_mutex_unlock(&nv->mu);
     for (int i = nv->n_free; i < n_free_before; i++) {
-      const int s = nv->free_slots[i];
-      struct nvme_block *b = &nv->slots[s];
-      if (b->req->op == ZO_NVME_WRITE) b->crc = zo_nvme_crc32c(b->buf, b->len);
-      ring_prep_block(nv, s);
+      ring_prep_block(nv, nv->free_slots[i]);
       in_ring++;
       n_blocks++;
     }
-    if (ctl && n_blocks == 0 && !wake_armed) {
-      ring_ctl(nv);
-      continue;
-    }
-    if (stop && n_blocks == 0) break;
     if (!wake_armed && !stop && !ctl) {
       struct io_uring_sqe *sqe = ring_sqe(nv);
       io_uring_prep_read(sqe, nv->wake_fd, &nv->wake_val, sizeof nv->wake_val, 0);
@@ -138,6 +136,23 @@ void *zo_nvme_ring_main(void *arg) {
       wake_armed = true;
     }
     ring_submit(nv, in_ring);
+    for (int i = nv->n_free; i < n_free_before; i++) {
+      struct nvme_block *b = &nv->slots[nv->free_slots[i]];
+      if (b->req->op == ZO_NVME_WRITE) b->crc = zo_nvme_crc32c(b->buf, b->len);
+    }
+    for (int i = 0; i < n_done; i++) {
+      struct nvme_block *b = &nv->done[i];
+      const int status = zo_nvme_blk_check(nv, b, nv->done_err[i], msg, sizeof msg);
+      pthread_mutex_lock(&nv->mu);
+      zo_nvme_blk_finish(nv, b, status, msg);
+      pthread_mutex_unlock(&nv->mu);
+    }
+    n_done = 0;
+    if (ctl && n_blocks == 0 && !wake_armed) {
+      ring_ctl(nv);
+      continue;
+    }
+    if (stop && n_blocks == 0) break;
 
     struct io_uring_cqe *cqe;
     int r = io_uring_wait_cqe(ring, &cqe);
@@ -170,11 +185,8 @@ void *zo_nvme_ring_main(void *arg) {
         continue;
       }
       if (res > 0) b->moved += (uint32_t)res;
-      const int err = res < 0 ? res : res == 0 ? -EIO : 0;
-      const int status = zo_nvme_blk_check(nv, b, err, msg, sizeof msg);
-      pthread_mutex_lock(&nv->mu);
-      zo_nvme_blk_finish(nv, b, status, msg);
-      pthread_mutex_unlock(&nv->mu);
+      nv->done[n_done] = *b;
+      nv->done_err[n_done++] = res < 0 ? res : res == 0 ? -EIO : 0;
       nv->free_slots[nv->n_free++] = s;
       n_blocks--;
     }
@@ -191,6 +203,10 @@ void zo_nvme_ring_close(struct zo_nvme *nv) {
   free(nv->free_slots);
   free(nv->cqe_data);
   free(nv->cqe_res);
+  free(nv->done);
+  free(nv->done_err);
+  nv->done = NULL;
+  nv->done_err = NULL;
   nv->slots = NULL;
   nv->free_slots = NULL;
   nv->cqe_data = NULL;
@@ -233,7 +249,10 @@ int zo_nvme_ring_open(struct zo_nvme *nv, char *why, size_t n) {
   nv->free_slots = malloc((size_t)qd * sizeof *nv->free_slots);
   nv->cqe_data = malloc(((size_t)qd + 1) * sizeof *nv->cqe_data);
   nv->cqe_res = malloc(((size_t)qd + 1) * sizeof *nv->cqe_res);
-  if (!nv->slots || !nv->free_slots || !nv->cqe_data || !nv->cqe_res) {
+  nv->done = malloc((size_t)qd * sizeof *nv->done);
+  nv->done_err = malloc((size_t)qd * sizeof *nv->done_err);
+  if (!nv->slots || !nv->free_slots || !nv->cqe_data || !nv->cqe_res || !nv->done ||
+      !nv->done_err) {
     r = -ENOMEM;
     snprintf(why, n, "out of memory");
     goto out_close;
