@@ -2,6 +2,7 @@
  * Exit codes: 0 success, 1 runtime error (data, I/O, memory), 2 bad usage or
  * bad config. Only this file (and tests, benchmarks) calls exit(). */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,107 +111,153 @@ static bool parse_double(const char *s, double *out) {
   return true;
 }
 
+/* Every option of every command; each command allows a subset. */
+enum opt {
+  OPT_END = 0,
+  OPT_SET = 1000, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_CHECKPOINT, OPT_BATCHES, OPT_PROMPT,
+  OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
+  OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
+  OPT_QUEUE_DEPTH,
+};
+
+static const struct option all_options[] = {
+    {"set", required_argument, NULL, OPT_SET},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"sample", required_argument, NULL, OPT_SAMPLE},
+    {"memory-report", no_argument, NULL, OPT_MEMORY_REPORT},
+    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"batches", required_argument, NULL, OPT_BATCHES},
+    {"prompt", required_argument, NULL, OPT_PROMPT},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"out-train", required_argument, NULL, OPT_OUT_TRAIN},
+    {"out-val", required_argument, NULL, OPT_OUT_VAL},
+    {"val-fraction", required_argument, NULL, OPT_VAL_FRACTION},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"params", required_argument, NULL, OPT_PARAMS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"reps", required_argument, NULL, OPT_REPS},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"path", required_argument, NULL, OPT_PATH},
+    {"bytes", required_argument, NULL, OPT_BYTES},
+    {"block", required_argument, NULL, OPT_BLOCK},
+    {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
+};
+#define N_OPTIONS (sizeof all_options / sizeof all_options[0])
+
+enum positional { POS_CONFIG, POS_FILES, POS_NONE };
+
 struct args {
   const char *config;
   const char *sets[MAX_SETS];
   int n_sets;
-  const char *resume, *checkpoint, *prompt, *out_train, *out_val;
-  long sample, batches, tokens, top_k, seed;
-  bool memory_report, seed_given;
+  const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path;
+  long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth;
+  size_t bytes, block;
+  bool memory_report, seed_given, json;
   double temperature, val_fraction;
-  const char *inputs[4096];
+  const char *const *inputs; /* (n_inputs) text files for prepare */
   int n_inputs;
 };
 
-/* An option taking a value: allowed for this command and followed by one. */
-static int need_value(const char *allowed, char letter, const char *o, const char *v, const char *usage) {
-  if (!strchr(allowed, letter)) return bad_usage(usage, "unknown option %s", o);
-  if (!v) return bad_usage(usage, "%s needs a value", o);
-  return 0;
+/* Stores one option's value; returns 0 or 2 after printing a usage error. */
+static int store_option(int id, const char *v, const char *usage, struct args *a) {
+  switch (id) {
+  case OPT_SET:
+    if (a->n_sets == MAX_SETS) return bad_usage(usage, "too many --set options (max %s)", "256");
+    a->sets[a->n_sets++] = v;
+    return 0;
+  case OPT_RESUME: a->resume = v; return 0;
+  case OPT_CHECKPOINT: a->checkpoint = v; return 0;
+  case OPT_PROMPT: a->prompt = v; return 0;
+  case OPT_OUT_TRAIN: a->out_train = v; return 0;
+  case OPT_OUT_VAL: a->out_val = v; return 0;
+  case OPT_PATH: a->path = v; return 0;
+  case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
+  case OPT_JSON: a->json = true; return 0;
+  case OPT_OPTIMIZER:
+    if (strcmp(v, "AdamW") != 0) return bad_usage(usage, "--optimizer %s: valid: AdamW", v);
+    a->optimizer = v;
+    return 0;
+  case OPT_SAMPLE:
+    return parse_int(v, 0, 1 << 20, &a->sample) ? 0 : bad_usage(usage, "--sample %s: need an integer in [0, 1048576]", v);
+  case OPT_BATCHES:
+    return parse_int(v, 1, 1 << 20, &a->batches) ? 0 : bad_usage(usage, "--batches %s: need an integer in [1, 1048576]", v);
+  case OPT_TOKENS:
+    return parse_int(v, 1, 1 << 20, &a->tokens) ? 0 : bad_usage(usage, "--tokens %s: need an integer in [1, 1048576]", v);
+  case OPT_TOP_K:
+    return parse_int(v, 0, 1 << 30, &a->top_k) ? 0 : bad_usage(usage, "--top-k %s: need an integer >= 0", v);
+  case OPT_SEED:
+    a->seed_given = true;
+    return parse_int(v, 0, __LONG_MAX__, &a->seed) ? 0 : bad_usage(usage, "--seed %s: need an integer >= 0", v);
+  case OPT_STEPS:
+    return parse_int(v, 1, 100000, &a->steps) ? 0 : bad_usage(usage, "--steps %s: need an integer in [1, 100000]", v);
+  case OPT_PARAMS:
+    return parse_int(v, 1, 1l << 34, &a->params) ? 0 : bad_usage(usage, "--params %s: need an integer in [1, 2^34]", v);
+  case OPT_THREADS:
+    return parse_int(v, 0, 4096, &a->threads) ? 0 : bad_usage(usage, "--threads %s: need an integer in [0, 4096]", v);
+  case OPT_REPS:
+    return parse_int(v, 1, 1000, &a->reps) ? 0 : bad_usage(usage, "--reps %s: need an integer in [1, 1000]", v);
+  case OPT_QUEUE_DEPTH:
+    return parse_int(v, 1, ZO_NVME_MAX_QUEUE_DEPTH, &a->queue_depth)
+               ? 0 : bad_usage(usage, "--queue-depth %s: need an integer in [1, the store's maximum]", v);
+  case OPT_BYTES:
+    return zo_parse_bytes(v, &a->bytes) == 0 && a->bytes > 0 ? 0 : bad_usage(usage, "--bytes %s: need a size such as 512MiB", v);
+  case OPT_BLOCK:
+    return zo_parse_bytes(v, &a->block) == 0 && a->block > 0 ? 0 : bad_usage(usage, "--block %s: need a size such as 1MiB", v);
+  case OPT_TEMPERATURE:
+    if (!parse_double(v, &a->temperature) || !(a->temperature > 0) || a->temperature > 100)
+      return bad_usage(usage, "--temperature %s: need a number in (0, 100]", v);
+    return 0;
+  case OPT_VAL_FRACTION:
+    if (!parse_double(v, &a->val_fraction) || a->val_fraction < 0 || a->val_fraction >= 1)
+      return bad_usage(usage, "--val-fraction %s: need a number in [0, 1)", v);
+    return 0;
+  }
+  zo_abort(__FILE__, __LINE__, "option id %d has no handler", id);
 }
 
-/* Parses the options a command allows (letters in `allowed`). Returns 0,
- * 1 for --help (printed), or 2 after printing a usage error. */
-static int parse_args(int argc, char **argv, const char *usage, const char *allowed, bool positional,
-                      struct args *a) {
-  for (int i = 0; i < argc; i++) {
-    const char *o = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int r;
-    if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+/* Parses argv[1..argc) with getopt_long, allowing the options listed in
+ * `allowed` (terminated by OPT_END) plus --help. argv[0] names the command.
+ * Returns 0, 1 for --help (printed), or 2 after printing a usage error. */
+static int parse_args(int argc, char **argv, const char *usage, const int *allowed,
+                      enum positional positional, struct args *a) {
+  struct option opts[N_OPTIONS + 2];
+  int n = 0;
+  opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+  for (const int *id = allowed; *id != OPT_END; id++)
+    for (size_t k = 0; k < N_OPTIONS; k++)
+      if (all_options[k].val == *id) opts[n++] = all_options[k];
+  opts[n] = (struct option){0};
+  opterr = 0;
+  optind = 0; /* GNU: restart the scan for this argv */
+  for (;;) {
+    int c = getopt_long(argc, argv, ":h", opts, NULL);
+    if (c == -1) break;
+    if (c == 'h') {
       fputs(usage, stdout);
       return 1;
-    } else if (!strcmp(o, "--set")) {
-      if ((r = need_value(allowed, 's', o, v, usage))) return r;
-      i++;
-      if (a->n_sets == MAX_SETS) return bad_usage(usage, "too many --set options (max %s)", "256");
-      a->sets[a->n_sets++] = v;
-    } else if (!strcmp(o, "--resume")) {
-      if ((r = need_value(allowed, 'r', o, v, usage))) return r;
-      i++;
-      a->resume = v;
-    } else if (!strcmp(o, "--sample")) {
-      if ((r = need_value(allowed, 'n', o, v, usage))) return r;
-      i++;
-      if (!parse_int(v, 0, 1 << 20, &a->sample)) return bad_usage(usage, "--sample %s: need an integer in [0, 1048576]", v);
-    } else if (!strcmp(o, "--memory-report")) {
-      if (!strchr(allowed, 'm')) return bad_usage(usage, "unknown option %s", o);
-      a->memory_report = true;
-    } else if (!strcmp(o, "--checkpoint")) {
-      if ((r = need_value(allowed, 'c', o, v, usage))) return r;
-      i++;
-      a->checkpoint = v;
-    } else if (!strcmp(o, "--batches")) {
-      if ((r = need_value(allowed, 'b', o, v, usage))) return r;
-      i++;
-      if (!parse_int(v, 1, 1 << 20, &a->batches)) return bad_usage(usage, "--batches %s: need an integer in [1, 1048576]", v);
-    } else if (!strcmp(o, "--prompt")) {
-      if ((r = need_value(allowed, 'p', o, v, usage))) return r;
-      i++;
-      a->prompt = v;
-    } else if (!strcmp(o, "--tokens")) {
-      if ((r = need_value(allowed, 'p', o, v, usage))) return r;
-      i++;
-      if (!parse_int(v, 1, 1 << 20, &a->tokens)) return bad_usage(usage, "--tokens %s: need an integer in [1, 1048576]", v);
-    } else if (!strcmp(o, "--temperature")) {
-      if ((r = need_value(allowed, 'p', o, v, usage))) return r;
-      i++;
-      if (!parse_double(v, &a->temperature) || !(a->temperature > 0) || a->temperature > 100)
-        return bad_usage(usage, "--temperature %s: need a number in (0, 100]", v);
-    } else if (!strcmp(o, "--top-k")) {
-      if ((r = need_value(allowed, 'p', o, v, usage))) return r;
-      i++;
-      if (!parse_int(v, 0, 1 << 30, &a->top_k)) return bad_usage(usage, "--top-k %s: need an integer >= 0", v);
-    } else if (!strcmp(o, "--seed")) {
-      if ((r = need_value(allowed, 'p', o, v, usage))) return r;
-      i++;
-      if (!parse_int(v, 0, __LONG_MAX__, &a->seed)) return bad_usage(usage, "--seed %s: need an integer >= 0", v);
-      a->seed_given = true;
-    } else if (!strcmp(o, "--out-train")) {
-      if ((r = need_value(allowed, 'o', o, v, usage))) return r;
-      i++;
-      a->out_train = v;
-    } else if (!strcmp(o, "--out-val")) {
-      if ((r = need_value(allowed, 'o', o, v, usage))) return r;
-      i++;
-      a->out_val = v;
-    } else if (!strcmp(o, "--val-fraction")) {
-      if ((r = need_value(allowed, 'o', o, v, usage))) return r;
-      i++;
-      if (!parse_double(v, &a->val_fraction) || a->val_fraction < 0 || a->val_fraction >= 1)
-        return bad_usage(usage, "--val-fraction %s: need a number in [0, 1)", v);
-    } else if (o[0] == '-' && o[1] == '-') {
-      return bad_usage(usage, "unknown option %s", o);
-    } else if (positional) {
-      if (a->n_inputs == 4096) return bad_usage(usage, "too many input files (max %s)", "4096");
-      a->inputs[a->n_inputs++] = o;
-    } else if (!a->config) {
-      a->config = o;
-    } else {
-      return bad_usage(usage, "unexpected argument %s", o);
     }
+    if (c == ':') return bad_usage(usage, "%s needs a value", argv[optind - 1]);
+    if (c == '?') return bad_usage(usage, "unknown option %s", argv[optind - 1]);
+    int err = store_option(c, optarg, usage, a);
+    if (err) return err;
   }
-  if (!positional && !a->config) return bad_usage(usage, "%s", "missing CONFIG");
+  const int n_pos = argc - optind;
+  if (positional == POS_FILES) {
+    a->inputs = (const char *const *)argv + optind;
+    a->n_inputs = n_pos;
+    return 0;
+  }
+  if (positional == POS_NONE && n_pos > 0) return bad_usage(usage, "unexpected argument %s", argv[optind]);
+  if (positional == POS_CONFIG) {
+    if (n_pos == 0) return bad_usage(usage, "%s", "missing CONFIG");
+    if (n_pos > 1) return bad_usage(usage, "unexpected argument %s", argv[optind + 1]);
+    a->config = argv[optind];
+  }
   return 0;
 }
 
@@ -219,9 +266,19 @@ static int load_config(struct args *a, struct zo_config *cfg) {
   return err ? fail(2, NULL) : 0;
 }
 
+static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_END};
+static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_END};
+static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
+                                  OPT_TOP_K, OPT_SEED, OPT_END};
+static const int set_opts[] = {OPT_SET, OPT_END};
+static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
+static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
+static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
+static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_JSON, OPT_END};
+
 static int cmd_train(int argc, char **argv) {
   struct args a = {0};
-  int r = parse_args(argc, argv, usage_train, "srnm", false, &a);
+  int r = parse_args(argc, argv, usage_train, train_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -234,7 +291,7 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_eval(int argc, char **argv) {
   struct args a = {0};
-  int r = parse_args(argc, argv, usage_eval, "scb", false, &a);
+  int r = parse_args(argc, argv, usage_eval, eval_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -250,7 +307,7 @@ static int cmd_eval(int argc, char **argv) {
 
 static int cmd_sample(int argc, char **argv) {
   struct args a = {.tokens = 256, .temperature = 0.8, .top_k = 40};
-  int r = parse_args(argc, argv, usage_sample, "scp", false, &a);
+  int r = parse_args(argc, argv, usage_sample, sample_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -268,7 +325,7 @@ static const char *device_arg(enum zo_device d) {
 
 static int cmd_plan(int argc, char **argv) {
   struct args a = {0};
-  int r = parse_args(argc, argv, usage_plan, "s", false, &a);
+  int r = parse_args(argc, argv, usage_plan, set_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -290,19 +347,11 @@ static int cmd_plan(int argc, char **argv) {
 }
 
 static int bench_adamw(int argc, char **argv) {
-  long params = 64l << 20, threads = 0, reps = 9;
-  bool json = false;
-  for (int i = 0; i < argc; i++) {
-    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(o, "--json")) { json = true; continue; }
-    if (!v) return bad_usage(usage_bench, "%s needs a value", o);
-    i++;
-    if (!strcmp(o, "--params") && parse_int(v, 1, 1l << 34, &params)) continue;
-    if (!strcmp(o, "--threads") && parse_int(v, 0, 4096, &threads)) continue;
-    if (!strcmp(o, "--reps") && parse_int(v, 1, 1000, &reps)) continue;
-    if (!strcmp(o, "--optimizer") && !strcmp(v, "AdamW")) continue;
-    return bad_usage(usage_bench, "bad option or value: %s", o);
-  }
+  struct args a = {.params = 64l << 20, .threads = 0, .reps = 9};
+  int r = parse_args(argc, argv, usage_bench, bench_adamw_opts, POS_NONE, &a);
+  if (r) return r == 1 ? 0 : r;
+  const long params = a.params, threads = a.threads, reps = a.reps;
+  const bool json = a.json;
   struct zo_bench_adamw b;
   if (zo_bench_adamw_run((size_t)params, (int)threads, (int)reps, &b)) return fail(1, "bench adamw");
   char buf[32];
@@ -320,45 +369,30 @@ static int bench_adamw(int argc, char **argv) {
 }
 
 static int bench_nvme(int argc, char **argv) {
-  const char *path = NULL;
-  size_t bytes = (size_t)1 << 30, block = (size_t)1 << 20;
-  long qd = 32;
-  bool json = false;
-  for (int i = 0; i < argc; i++) {
-    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(o, "--json")) { json = true; continue; }
-    if (!v) return bad_usage(usage_bench, "%s needs a value", o);
-    i++;
-    if (!strcmp(o, "--path")) { path = v; continue; }
-    if (!strcmp(o, "--bytes") && zo_parse_bytes(v, &bytes) == 0) continue;
-    if (!strcmp(o, "--block") && zo_parse_bytes(v, &block) == 0) continue;
-    if (!strcmp(o, "--queue-depth") && parse_int(v, 1, ZO_NVME_MAX_QUEUE_DEPTH, &qd)) continue;
-    return bad_usage(usage_bench, "bad option or value: %s", o);
-  }
+  struct args a = {.bytes = (size_t)1 << 30, .block = (size_t)1 << 20, .queue_depth = 32};
+  int r = parse_args(argc, argv, usage_bench, bench_nvme_opts, POS_NONE, &a);
+  if (r) return r == 1 ? 0 : r;
+  const char *path = a.path;
+  const size_t bytes = a.bytes, block = a.block;
+  const long qd = a.queue_depth;
+  const bool json = a.json;
   if (!path) return bad_usage(usage_bench, "%s", "bench nvme needs --path DIR");
-  double w = 0, r = 0;
-  if (zo_nvme_bench(path, bytes, block, (int)qd, &w, &r)) return fail(1, "bench nvme");
+  double w = 0, rd = 0;
+  if (zo_nvme_bench(path, bytes, block, (int)qd, &w, &rd)) return fail(1, "bench nvme");
   char b1[32], b2[32];
   printf("NVMe tier under %s: %s sequential, %s blocks, queue depth %ld\n", path, zo_format_bytes(bytes, b1),
          zo_format_bytes(block, b2), qd);
-  printf("  write %.3f GB/s, read %.3f GB/s (CRC32C checked)\n", w, r);
-  if (json) printf("{\"bytes\": %zu, \"write_gb_s\": %.4f, \"read_gb_s\": %.4f}\n", bytes, w, r);
+  printf("  write %.3f GB/s, read %.3f GB/s (CRC32C checked)\n", w, rd);
+  if (json) printf("{\"bytes\": %zu, \"write_gb_s\": %.4f, \"read_gb_s\": %.4f}\n", bytes, w, rd);
   return 0;
 }
 
 static int bench_step(int argc, char **argv) {
-  struct args a = {0};
-  long steps = 5;
-  bool json = false;
-  char *rest[MAX_SETS * 2 + 2];
-  int n_rest = 0;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--steps") && i + 1 < argc && parse_int(argv[i + 1], 1, 100000, &steps)) i++;
-    else if (n_rest < MAX_SETS * 2) rest[n_rest++] = argv[i];
-  }
-  int r = parse_args(n_rest, rest, usage_bench, "s", false, &a);
+  struct args a = {.steps = 5};
+  int r = parse_args(argc, argv, usage_bench, bench_step_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
+  const long steps = a.steps;
+  const bool json = a.json;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
   struct zo_bench_step b;
@@ -384,24 +418,20 @@ static int bench_step(int argc, char **argv) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-  if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-    fputs(usage_bench, argc < 1 ? stderr : stdout);
-    return argc < 1 ? 2 : 0;
+  if (argc < 2) return bad_usage(usage_bench, "%s", "missing WHAT (adamw, nvme or step)");
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    fputs(usage_bench, stdout);
+    return 0;
   }
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(usage_bench, stdout);
-      return 0;
-    }
-  if (!strcmp(argv[0], "adamw")) return bench_adamw(argc - 1, argv + 1);
-  if (!strcmp(argv[0], "nvme")) return bench_nvme(argc - 1, argv + 1);
-  if (!strcmp(argv[0], "step")) return bench_step(argc - 1, argv + 1);
-  return bad_usage(usage_bench, "unknown benchmark '%s'", argv[0]);
+  if (!strcmp(argv[1], "adamw")) return bench_adamw(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "nvme")) return bench_nvme(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
+  return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 
 static int cmd_config(int argc, char **argv) {
   struct args a = {0};
-  int r = parse_args(argc, argv, usage_config, "s", false, &a);
+  int r = parse_args(argc, argv, usage_config, set_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -412,7 +442,7 @@ static int cmd_config(int argc, char **argv) {
 
 static int cmd_prepare(int argc, char **argv) {
   struct args a = {.val_fraction = 0.05};
-  int r = parse_args(argc, argv, usage_prepare, "o", true, &a);
+  int r = parse_args(argc, argv, usage_prepare, prepare_opts, POS_FILES, &a);
   if (r) return r == 1 ? 0 : r;
   if (!a.out_train) return bad_usage(usage_prepare, "%s", "missing --out-train FILE");
   if (a.n_inputs == 0) return bad_usage(usage_prepare, "%s", "no input text files");
@@ -439,13 +469,13 @@ int main(int argc, char **argv) {
     puts("zoffload 0.1.0");
     return 0;
   }
-  if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-  if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
-  if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
-  if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
-  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
-  if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
+  if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+  if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
+  if (!strcmp(cmd, "config")) return cmd_config(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;
 }
