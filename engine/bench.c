@@ -5,6 +5,7 @@
 #include "zo/bench.h"
 
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,20 +104,21 @@ static void fill_tokens(int32_t *in, int32_t *tg, size_t n, int V, uint64_t *sta
   }
 }
 
-/* Mean step time over steps steps after 2 warm-up steps; with compute_only the
- * optimizer is skipped and only the micro-batches are timed. */
-static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, bool compute_only,
-                      double *mean_s) {
+/* Mean step time over `steps` steps (after `warmup` untimed ones), steps
+ * numbered from *t; with compute_only the optimizer is skipped and each
+ * step's micro-batches are timed to completion. */
+static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, int warmup,
+                      bool compute_only, long *t, double *mean_s) {
   struct zo_gpt2 *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
                                 .beta2 = (float)cfg->optimizer.betas[1], .eps = (float)cfg->optimizer.eps,
                                 .weight_decay = (float)cfg->optimizer.weight_decay};
-  uint64_t rng = 7;
-  double t0 = 0.0;
+  uint64_t rng = 7 + (uint64_t)*t;
+  double t0 = zo_time_s();
   int err = 0;
-  for (int step = 1; step <= steps + 2 && !err; step++) {
-    if (step == 3) {
+  for (int i = 0; i < steps + warmup && !err; i++) {
+    if (i == warmup) {
       if ((err = zo_sched_synchronize(s))) break;
       t0 = zo_time_s();
     }
@@ -130,7 +132,7 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
     if (compute_only)
       err = zo_sched_synchronize(s);
     else
-      err = zo_sched_step_end(s, step, &hp, cfg->gradient_clipping, &loss);
+      err = zo_sched_step_end(s, ++*t, &hp, cfg->gradient_clipping, &loss);
   }
   if (!err) err = zo_sched_synchronize(s);
   *mean_s = (zo_time_s() - t0) / steps;
@@ -144,13 +146,10 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
   struct zo_gpt2 *m = zo_sched_model(s);
-  float *p = malloc(m->table.numel * sizeof(float));
-  int err = p ? 0 : zo_error(-ENOMEM, "bench step: out of host memory");
-  if (!err) {
-    zo_gpt2_init_params(m, p, cfg->engine.seed);
-    err = zo_sched_set_state(s, p, NULL, NULL);
-  }
-  free(p);
+  float *p, *am, *av;
+  zo_sched_checkpoint_buffers(s, &p, &am, &av);
+  zo_gpt2_init_params(m, p, cfg->engine.seed);
+  int err = zo_sched_set_state(s, p, NULL, NULL);
   if (err) {
     zo_sched_free(s);
     return NULL;
@@ -158,6 +157,66 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
   return s;
 }
 
+/* The optimizer alone: the step's host work (per-tensor sums of squares for
+ * the norm, then zo_adamw_update per tensor) over host arrays of the model's
+ * size, nothing else running; the best of reps passes after one warm-up. */
+struct opt_bench {
+  const struct zo_tensor_table *t;
+  float *p, *g, *m, *v; /* (numel) */
+};
+
+static int opt_bench_init(struct opt_bench *o, const struct zo_tensor_table *t) {
+  const size_t nb = (t->numel * sizeof(float) + 63) / 64 * 64;
+  o->t = t;
+  o->p = aligned_alloc(64, nb), o->g = aligned_alloc(64, nb);
+  o->m = aligned_alloc(64, nb), o->v = aligned_alloc(64, nb);
+  if (!o->p || !o->g || !o->m || !o->v) return zo_error(-ENOMEM, "bench step: out of host memory");
+  for (size_t i = 0; i < t->numel; i++) {
+    const uint32_t h = (uint32_t)(i * 2654435761u);
+    const float u = (float)(h >> 8) * 0x1.0p-24f;
+    o->g[i] = (h & 1 ? -1.0f : 1.0f) * (1e-3f + 1e-2f * u);
+    o->p[i] = 0.02f * (u - 0.5f);
+    o->m[i] = 0.1f * o->g[i];
+    o->v[i] = 1e-3f * o->g[i] * o->g[i];
+  }
+  return 0;
+}
+
+static void opt_bench_free(struct opt_bench *o) {
+  free(o->p);
+  free(o->g);
+  free(o->m);
+  free(o->v);
+}
+
+static double opt_bench_time(struct opt_bench *o, const struct zo_config *cfg, int reps) {
+  const struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
+                                      .beta2 = (float)cfg->optimizer.betas[1], .eps = (float)cfg->optimizer.eps,
+                                      .weight_decay = (float)cfg->optimizer.weight_decay};
+  double best = 0.0;
+  for (int r = 0; r <= reps; r++) {
+    const double t0 = zo_time_s();
+    double sumsq = 0.0;
+    for (int i = 0; i < o->t->n_tensors; i++)
+      sumsq += zo_sumsq(o->g + o->t->tensors[i].offset, o->t->tensors[i].numel);
+    const float coef = zo_clip_coef(sqrt(sumsq), cfg->gradient_clipping);
+    for (int i = 0; i < o->t->n_tensors; i++) {
+      const struct zo_tensor_info *ti = &o->t->tensors[i];
+      zo_adamw_update(o->p + ti->offset, o->g + ti->offset, o->m + ti->offset, o->v + ti->offset, ti->numel,
+                      &hp, ti->decay, r + 1, coef);
+    }
+    const double dt = zo_time_s() - t0;
+    if (r > 0 && (r == 1 || dt < best)) best = dt;
+  }
+  return best;
+}
+
+#define BENCH_ROUNDS 5
+
+/* Rounds of: configured steps, all-device steps, compute alone, I/O alone,
+ * optimizer alone, back to back; each figure is the median over rounds and
+ * the overlap is the median of the per-round ratios, so a drift of the
+ * machine's speed between rounds cancels. */
 int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out) {
   memset(out, 0, sizeof *out);
   out->steps = steps;
@@ -168,26 +227,41 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   dev.optimizer = ZO_OFFLOAD_NONE;
   dev.grads_on_host = false;
   dev.param_slots = 0;
-  struct zo_sched *s = bench_sched(cfg, &plan.placement);
-  if (!s) return -ENOMEM;
-  struct zo_sched_stats a, b;
-  zo_sched_stats(s, &a);
-  err = time_steps(s, cfg, steps, false, &out->step_s);
-  zo_sched_stats(s, &b);
-  /* The optimizer alone: its host functions' time less what they spent
-   * waiting for NVMe reads (the I/O, measured separately). */
-  out->optimizer_s = ((b.optimizer_s - a.optimizer_s) - (b.nvme_wait_s - a.nvme_wait_s)) / (steps + 2);
-  if (!err) err = zo_sched_time_io(s, &out->io_s);
+  struct zo_sched *s = bench_sched(cfg, &plan.placement), *sd = s ? bench_sched(cfg, &dev) : NULL;
+  struct opt_bench ob = {0};
+  if (!s || !sd) {
+    zo_sched_free(s);
+    return -ENOMEM;
+  }
+  double step[BENCH_ROUNDS], device[BENCH_ROUNDS], compute[BENCH_ROUNDS], io[BENCH_ROUNDS], opt[BENCH_ROUNDS];
+  double ratio[BENCH_ROUNDS], overlap[BENCH_ROUNDS];
+  long ts = 0, td = 0;
+  err = opt_bench_init(&ob, &zo_sched_model(s)->table);
+  for (int r = 0; r < BENCH_ROUNDS && !err; r++) {
+    const int warmup = r == 0 ? 2 : 0;
+    if ((err = time_steps(s, cfg, steps, warmup, false, &ts, &step[r])) ||
+        (err = time_steps(sd, cfg, steps, warmup, false, &td, &device[r])) ||
+        (err = time_steps(sd, cfg, steps, warmup, true, &td, &compute[r])) ||
+        (err = zo_sched_time_io(s, &io[r])))
+      break;
+    opt[r] = opt_bench_time(&ob, cfg, 3);
+    double slowest = compute[r];
+    if (io[r] > slowest) slowest = io[r];
+    if (opt[r] > slowest) slowest = opt[r];
+    ratio[r] = step[r] / device[r];
+    overlap[r] = step[r] / slowest;
+  }
+  opt_bench_free(&ob);
+  zo_sched_free(sd);
   zo_sched_free(s);
   if (err) return err;
-  if (!(s = bench_sched(cfg, &dev))) return -ENOMEM;
-  err = time_steps(s, cfg, steps, false, &out->device_step_s);
-  if (!err) err = time_steps(s, cfg, steps, true, &out->compute_s);
-  zo_sched_free(s);
-  if (err) return err;
-  double slowest = out->compute_s;
-  if (out->io_s > slowest) slowest = out->io_s;
-  if (out->optimizer_s > slowest) slowest = out->optimizer_s;
-  out->overlap = out->step_s / slowest;
+  out->step_s = median(step, BENCH_ROUNDS);
+  out->device_step_s = median(device, BENCH_ROUNDS);
+  out->compute_s = median(compute, BENCH_ROUNDS);
+  out->io_s = median(io, BENCH_ROUNDS);
+  out->optimizer_s = median(opt, BENCH_ROUNDS);
+  out->device_ratio = median(ratio, BENCH_ROUNDS);
+  out->overlap = median(overlap, BENCH_ROUNDS);
+  out->rounds = BENCH_ROUNDS;
   return 0;
 }

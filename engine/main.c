@@ -404,7 +404,7 @@ static int bench_step(int argc, char **argv) {
     zo_placement_describe(&pl, where, sizeof where);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "bench step");
-  printf("step (%s), mean of %d steps after 2 warm-up:\n", where, b.steps);
+  printf("step (%s), medians over %d alternating rounds of %d steps:\n", where, b.rounds, b.steps);
   printf("  configured placement %.1f ms, all on device %.1f ms (ratio %.3f)\n", b.step_s * 1e3,
          b.device_step_s * 1e3, b.step_s / b.device_step_s);
   printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,

@@ -83,8 +83,8 @@ void zo_plan_print(const struct zo_plan *p, FILE *out) {
           p->placement.grad_accum == 1 ? "" : "s");
   fprintf(out, "placement: %s\n", zo_placement_describe(&p->placement, line, sizeof line));
   fprintf(out, "  %-16s %12s %12s %12s\n", "category", "device", "host", "nvme");
-  for (int k = 0; k < ZO_MEM_N_CATEGORIES; k++)
-    fprintf(out, "  %-16s %12s %12s %12s\n", zo_mem_category_name((enum zo_mem_category)k),
+  for (int k = 0; k < ZO_SCHED_MEM_N_CATEGORIES; k++)
+    fprintf(out, "  %-16s %12s %12s %12s\n", zo_sched_mem_category_name(k),
             cell(p->bytes[ZO_TIER_DEVICE][k], a), cell(p->bytes[ZO_TIER_HOST][k], b),
             cell(p->bytes[ZO_TIER_NVME][k], c));
   fprintf(out, "  %-16s %12s %12s %12s\n", "total", cell(p->total[ZO_TIER_DEVICE], a),
@@ -121,7 +121,7 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
     if (p->fits[i]) continue;
     /* The three largest categories of the tier. */
     int top[3] = {-1, -1, -1};
-    for (int k = 0; k < ZO_MEM_N_CATEGORIES; k++) {
+    for (int k = 0; k < ZO_SCHED_MEM_N_CATEGORIES; k++) {
       for (int r = 0; r < 3; r++) {
         if (top[r] < 0 || p->bytes[i][k] > p->bytes[i][top[r]]) {
           for (int q = 2; q > r; q--) top[q] = top[q - 1];
@@ -136,7 +136,7 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
     if (n > 0) len += (size_t)n;
     for (int r = 0; r < 3 && len < sizeof msg; r++) {
       if (top[r] < 0 || p->bytes[i][top[r]] == 0) continue;
-      n = snprintf(msg + len, sizeof msg - len, "%s %s %s", r ? "," : "", zo_mem_category_name((enum zo_mem_category)top[r]),
+      n = snprintf(msg + len, sizeof msg - len, "%s %s %s", r ? "," : "", zo_sched_mem_category_name(top[r]),
                    zo_format_bytes(p->bytes[i][top[r]], a));
       if (n > 0) len += (size_t)n;
     }

@@ -1,15 +1,17 @@
 /* The offload scheduler (see zo/sched.h): placement, host and NVMe layouts,
- * and one training step ordered over four streams with events only.
- * Units are the ranges the scheduler moves: unit 0 = embeddings (wte, wpe),
- * units 1..L = blocks, unit L+1 = ln_f; the NVMe tier moves chunks of at most
- * one block's elements, laid out at aliased aio.block_size multiples.
+ * and one training step ordered over four streams (five with NVMe) with
+ * events only. Units are the ranges the scheduler moves: unit 0 =
+ * embeddings (wte, wpe), units 1..L = blocks, unit L+1 = ln_f; the NVMe tier
+ * moves chunks of at most one block's elements, laid out at aligned
+ * aio.block_size multiples.
  * Ordering hazards worth knowing:
- *  - host functions that block on an event (NVMe buffer reuse) only wait on
- *    events recorded before they were queued and recorded once per step, and
- *    step_end first waits for the previous step's optimizer, so an event is
- *    never re-recorded under a host function that waits on it;
- *  - host-function arguments live in s and are either constant per unit or
- *    double-buffered by step parity.
+ *  - no host function blocks on an event; the NVMe ones block only on I/O:
+ *    a refill (I/O stream) on the writes of the chunk whose buffer or range
+ *    it reuses, an update (optimizer stream) on its own reads, issued
+ *    buffer_count chunks earlier;
+ *  - step_end first waits for the previous step's optimizer, so host-function
+ *    arguments, which are double-buffered by step parity, are never
+ *    rewritten while queued.
  * It does not checkpoint, load data or log: engine/train.c does. */
 #include "zo/sched.h"
 
@@ -129,12 +131,17 @@ static size_t nvme_stride(const struct zo_placement *pl, const struct zo_tensor_
   return round_up(t->layer_numel * sizeof(float), pl->nvme_block ? pl->nvme_block : 4096);
 }
 
+const char *zo_sched_mem_category_name(int category) {
+  if (category == ZO_SCHED_MEM_CHECKPOINT) return "ckpt staging";
+  return zo_mem_category_name((enum zo_mem_category)category);
+}
+
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
-                          size_t by_category[ZO_MEM_N_CATEGORIES]) {
+                          size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
   size_t per_file = 0;
   if (pl->optimizer == ZO_OFFLOAD_NVME) per_file = (size_t)make_chunks(t, 0, NULL) * nvme_stride(pl, t);
   if (by_category) {
-    memset(by_category, 0, ZO_MEM_N_CATEGORIES * sizeof *by_category);
+    memset(by_category, 0, ZO_SCHED_MEM_N_CATEGORIES * sizeof *by_category);
     by_category[ZO_MEM_MASTER] = by_category[ZO_MEM_ADAM_M] = by_category[ZO_MEM_ADAM_V] = per_file;
   }
   return 3 * per_file;
@@ -145,11 +152,11 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
 struct host_carver {
   struct zo_host_pool *pool; /* NULL: count only */
   size_t total;
-  size_t by_category[ZO_MEM_N_CATEGORIES];
+  size_t by_category[ZO_SCHED_MEM_N_CATEGORIES];
   int err;
 };
 
-static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, enum zo_mem_category cat) {
+static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int cat) {
   if (c->err || nbytes == 0) return NULL;
   c->total += zo_host_round(nbytes);
   c->by_category[cat] += zo_host_round(nbytes);
@@ -169,6 +176,7 @@ struct host_bufs {
   float *nv_buf;     /* (nvme_buffers, 3, layer_numel) NVMe staging: master, m, v */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
+  float *ck_params, *ck_m, *ck_v; /* (numel) checkpoint staging: init, resume, saves */
 };
 
 static void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
@@ -199,10 +207,16 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
+  /* TODO: stream checkpoints tensor by tensor through the NVMe staging
+   * buffers once engine/checkpoint.c can save from callbacks; until then the
+   * full copies are planned here rather than allocated outside the plan. */
+  h->ck_params = hcarve(c, n * f, "checkpoint staging: parameters", ZO_SCHED_MEM_CHECKPOINT);
+  h->ck_m = hcarve(c, n * f, "checkpoint staging: exp_avg", ZO_SCHED_MEM_CHECKPOINT);
+  h->ck_v = hcarve(c, n * f, "checkpoint staging: exp_avg_sq", ZO_SCHED_MEM_CHECKPOINT);
 }
 
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
-                          int T, size_t by_category[ZO_MEM_N_CATEGORIES]) {
+                          int T, size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
   struct host_carver c = {0};
   struct host_bufs h;
   host_layout(pl, t, B, T, &c, &h);
@@ -237,7 +251,16 @@ struct nv_buffer {
   float *file[NV_FILES];            /* layer_numel each, 4096-aligned */
   struct zo_nvme_req rreq[NV_FILES];
   struct zo_nvme_req wreq[NV_FILES];
-  bool reading, writing;            /* requests outstanding (optimizer stream only) */
+  bool reading, writing;            /* requests outstanding; ordered by the chunk events */
+};
+
+/* Host-function argument of an NVMe refill (I/O stream) or update (optimizer stream). */
+struct nv_task {
+  struct zo_sched *s;
+  int chunk;    /* index into s->chunks */
+  int parity;   /* step parity for struct step_args */
+  int buf;      /* staging buffer of the chunk */
+  int pred_buf; /* refill: buffer of chunk g - d whose writes must finish; -1 none */
 };
 
 struct zo_sched {
@@ -248,6 +271,7 @@ struct zo_sched {
   int L, U, K, B, T;
   struct zo_gpt2_hooks hooks;
   zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
+  zo_stream_t io;               /* NVMe refills (only with the optimizer on NVMe) */
   struct zo_host_pool pool;
   struct host_bufs h;
   float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
@@ -259,10 +283,11 @@ struct zo_sched {
   int *slot_owner;              /* (K) block in the slot, -1 none or stale */
   zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS], gslot_free[ZO_SCHED_GRAD_SLOTS];
   zo_event_t res_ready, res_free, grads_done, grads_ready, norm_done, losses_ready;
-  zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe */
+  zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe: chunk updated, copied to the device */
+  zo_event_t *chunk_issued;     /* (n_chunks) NVMe: chunk's reads issued */
   /* host function arguments */
   struct task *opt_tasks;       /* (2, U) */
-  struct task *nv_tasks;        /* (2, n_chunks) */
+  struct nv_task *nv_refill, *nv_update; /* (2, n_chunks) */
   struct task norm_tasks[2];
   struct acc_task *acc_tasks;   /* (L + 2): blocks, then head, tail */
   struct step_args step[2];
@@ -275,7 +300,10 @@ struct zo_sched {
   zo_nvme_t nv;
   int file_id[NV_FILES];
   struct chunk *chunks;
-  int n_chunks, next_read;
+  int n_chunks;
+  int nv_depth;                 /* chunks read ahead: min(nvme_buffers, n_chunks) */
+  long nv_base;                 /* global index of the next step's first chunk */
+  bool nv_primed;               /* the next step's first nv_depth refills are queued */
   struct nv_buffer *nvb;        /* (nvme_buffers) */
   size_t nvme_planned;
   /* first asynchronous error */
@@ -522,73 +550,136 @@ static void opt_unit_fn(void *arg) {
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
-/* NVMe: buffer j % nbuf holds chunk j. Before reading into a buffer, the
- * writes and the device copy of the chunk it held must be finished. */
-static int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
+/* NVMe pipeline. Chunks are numbered globally across steps (g = step base +
+ * chunk index) and chunk g is staged in buffer g % nbuf. Reads run d =
+ * min(nbuf, n_chunks) chunks ahead: the refill of chunk g (a host function
+ * on the I/O stream) waits, on that stream, for chunk g - d's update and
+ * device copy, then for its writes (the same buffer when d = nbuf, the same
+ * file range when d = n_chunks), and issues the reads. The optimizer stream
+ * only waits for the reads of the chunk it updates, issued long before, and
+ * queues that chunk's writes without waiting for them. The first d refills
+ * of a step are queued with its first micro-batch, so those reads overlap
+ * the forward and backward. */
+static int nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req) {
   int err = 0;
-  if (b->writing) {
-    for (int f = 0; f < NV_FILES; f++) {
-      int e = zo_nvme_wait(s->nv, &b->wreq[f]);
-      if (e && !err) err = e;
-    }
-    b->writing = false;
-  }
-  if (b->reading) {
-    for (int f = 0; f < NV_FILES; f++) {
-      int e = zo_nvme_wait(s->nv, &b->rreq[f]);
-      if (e && !err) err = e;
-    }
-    b->reading = false;
+  for (int f = 0; f < NV_FILES; f++) {
+    int e = zo_nvme_wait(s->nv, &req[f]);
+    if (e && !err) err = e;
   }
   return err;
 }
 
-static int nv_issue_read(struct zo_sched *s, int j) {
-  struct nv_buffer *b = &s->nvb[j % s->pl.nvme_buffers];
-  int err = nv_buffer_drain(s, b);
-  if (err) return err;
-  if (j >= s->pl.nvme_buffers && s->chunk_h2d)
-    if ((err = s->be->event_synchronize(s->chunk_h2d[j - s->pl.nvme_buffers]))) return err;
+static int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b) {
+  if (!b->writing) return 0;
+  b->writing = false;
+  return nv_wait_all(s, b->wreq);
+}
+
+static int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
+  int err = nv_drain_writes(s, b);
+  if (b->reading) {
+    b->reading = false;
+    int e = nv_wait_all(s, b->rreq);
+    if (e && !err) err = e;
+  }
+  return err;
+}
+
+static int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
-  for (int f = 0; f < NV_FILES; f++) {
+  int err = 0;
+  for (int f = 0; f < NV_FILES && !err; f++)
     err = zo_nvme_read_async(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float),
                              &b->rreq[f]);
-    if (err) break;
-  }
   b->reading = true;
   return err;
 }
 
-static void nv_chunk_fn(void *arg) {
-  const struct task *a = arg;
+static int nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b) {
+  const struct chunk *c = &s->chunks[j];
+  int err = 0;
+  for (int f = 0; f < NV_FILES && !err; f++)
+    err = zo_nvme_write_async(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float),
+                              &b->wreq[f]);
+  b->writing = true;
+  return err;
+}
+
+/* I/O stream: chunk g - d's writes finished, then chunk g's reads issued. */
+static void nv_refill_fn(void *arg) {
+  const struct nv_task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  struct nv_buffer *b = &s->nvb[a->buf];
+  int err = a->pred_buf >= 0 ? nv_drain_writes(s, &s->nvb[a->pred_buf]) : 0;
+  if (!err) err = nv_drain_writes(s, b);
+  if (err) {
+    async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
+    return;
+  }
+  if ((err = nv_read_async(s, a->chunk, b))) async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
+}
+
+/* I/O stream, behind the chunk's update: queues its writes. Issued here and
+ * not by the update so that the store (FIFO) sees each write followed by the
+ * read that waits for it, never several writes ahead of a needed read. */
+static void nv_write_fn(void *arg) {
+  const struct nv_task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  int err = nv_write_async(s, a->chunk, &s->nvb[a->buf]);
+  if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
+}
+
+/* Optimizer stream: waits for the chunk's reads (CRC checked) and updates it
+ * in the staging buffer. */
+static void nv_update_fn(void *arg) {
+  const struct nv_task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
   const struct step_args *sa = &s->step[a->parity];
-  const int j = a->index, nbuf = s->pl.nvme_buffers;
-  double t0 = zo_time_s();
-  int err = 0;
-  if (j == 0) s->next_read = 0;
-  while (!err && s->next_read < s->n_chunks && s->next_read <= j + nbuf - 2)
-    err = nv_issue_read(s, s->next_read++);
-  struct nv_buffer *b = &s->nvb[j % nbuf];
-  double tw = zo_time_s();
-  for (int f = 0; f < NV_FILES && !err; f++) err = zo_nvme_wait(s->nv, &b->rreq[f]);
+  struct nv_buffer *b = &s->nvb[a->buf];
+  const double t0 = zo_time_s();
+  int err = nv_wait_all(s, b->rreq);
   b->reading = false;
-  atomic_fetch_add(&s->nv_wait_ns, ns_since(tw));
+  atomic_fetch_add(&s->nv_wait_ns, ns_since(t0));
   if (err) {
     async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
     return;
   }
-  const struct chunk *c = &s->chunks[j];
+  const struct chunk *c = &s->chunks[a->chunk];
   adamw_range(s->t, sa, b->file[NV_MASTER], s->h.grads + c->off, b->file[NV_M], b->file[NV_V],
               c->off, c->numel);
   if (s->K) memcpy(s->h.params + c->off, b->file[NV_MASTER], c->numel * sizeof(float));
-  for (int f = 0; f < NV_FILES && !err; f++)
-    err = zo_nvme_write_async(s->nv, s->file_id[f], c->file_off, b->file[f],
-                              c->numel * sizeof(float), &b->wreq[f]);
-  b->writing = true;
-  if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
+}
+
+/* Queues the refill of chunk j (global index g) of the step with parity p. */
+static void nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
+  zo_backend_t be = s->be;
+  const int n = s->n_chunks, d = s->nv_depth, nbuf = s->pl.nvme_buffers;
+  const int pj = ((j - d) % n + n) % n; /* chunk g - d: this step's or the last */
+  CHECK_Q(be->stream_wait_event(s->io, s->chunk_done[pj]));
+  CHECK_Q(be->stream_wait_event(s->io, s->chunk_h2d[pj]));
+  struct nv_task *task = &s->nv_refill[p * n + j];
+  *task = (struct nv_task){s, j, p, (int)(g % nbuf), g >= d ? (int)((g - d) % nbuf) : -1};
+  CHECK_Q(be->launch_host_func(s->io, nv_refill_fn, task));
+  CHECK_Q(be->event_record(s->chunk_issued[j], s->io));
+}
+
+/* Queues the reads of the next step's first d chunks (once per step). */
+static void nv_prime(struct zo_sched *s, int p) {
+  if (s->nv_primed) return;
+  for (int j = 0; j < s->nv_depth; j++) nv_queue_refill(s, j, s->nv_base + j, p);
+  s->nv_primed = true;
+}
+
+/* After a synchronous use of the staging buffers: reads already issued for
+ * the next step were overwritten, so issue them again. */
+static void nv_reprime(struct zo_sched *s) {
+  if (!s->nv || !s->nv_primed) return;
+  s->nv_primed = false;
+  nv_prime(s, s->parity ^ 1);
 }
 
 /* Queues the optimizer of one step on the optimizer stream, unit by unit in
@@ -599,6 +690,7 @@ static void queue_optimizer(struct zo_sched *s) {
   CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
   CHECK_Q(be->launch_host_func(s->os, norm_fn, &s->norm_tasks[p]));
   CHECK_Q(be->event_record(s->norm_done, s->os));
+  if (s->nv) nv_prime(s, p);
   int j = 0;
   for (int u = 0; u < s->U; u++) {
     const struct range r = unit_range(s->t, u);
@@ -606,17 +698,24 @@ static void queue_optimizer(struct zo_sched *s) {
     if (s->pl.optimizer == ZO_OFFLOAD_NVME) {
       for (; j < s->n_chunks && s->chunks[j].unit == u; j++) {
         const struct chunk *c = &s->chunks[j];
-        CHECK_Q(be->launch_host_func(s->os, nv_chunk_fn, &s->nv_tasks[p * s->n_chunks + j]));
-        if (!dev) continue;
-        /* Device copy straight from the staging buffer, which is not reused
-         * before chunk_h2d[j] completes (nv_issue_read). */
+        const long g = s->nv_base + j;
+        struct nv_task *task = &s->nv_update[p * s->n_chunks + j];
+        *task = (struct nv_task){s, j, p, (int)(g % s->pl.nvme_buffers), -1};
+        CHECK_Q(be->stream_wait_event(s->os, s->chunk_issued[j]));
+        CHECK_Q(be->launch_host_func(s->os, nv_update_fn, task));
         CHECK_Q(be->event_record(s->chunk_done[j], s->os));
-        CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
-        CHECK_Q(be->memcpy_async(dev + (c->off - r.off),
-                                 s->K ? s->h.params + c->off
-                                      : s->nvb[j % s->pl.nvme_buffers].file[NV_MASTER],
-                                 c->numel * sizeof(float), ZO_COPY_H2D, s->h2d));
-        CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
+        if (dev) {
+          /* Device copy straight from the staging buffer, which the refill of
+           * chunk g + d does not reuse before chunk_h2d[j] completes. */
+          CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
+          CHECK_Q(be->memcpy_async(dev + (c->off - r.off),
+                                   s->K ? s->h.params + c->off : s->nvb[task->buf].file[NV_MASTER],
+                                   c->numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+          CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
+        }
+        CHECK_Q(be->stream_wait_event(s->io, s->chunk_done[j]));
+        CHECK_Q(be->launch_host_func(s->io, nv_write_fn, task));
+        if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
     } else {
       CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
@@ -633,11 +732,21 @@ static void queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }
   }
+  if (s->nv) {
+    s->nv_base += s->n_chunks;
+    s->nv_primed = false;
+  }
 }
 
 /* ---- public API ---------------------------------------------------------- */
 
 struct zo_gpt2 *zo_sched_model(struct zo_sched *s) { return s->m; }
+
+void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, float **adam_m, float **adam_v) {
+  *params = s->h.ck_params;
+  *adam_m = s->h.ck_m;
+  *adam_v = s->h.ck_v;
+}
 
 static int events_create(zo_backend_t be, zo_event_t *ev, int n) {
   for (int i = 0; i < n; i++) {
@@ -667,10 +776,14 @@ static int nvme_open(struct zo_sched *s) {
   s->n_chunks = make_chunks(s->t, stride, NULL);
   s->chunks = calloc((size_t)s->n_chunks, sizeof *s->chunks);
   s->nvb = calloc((size_t)s->pl.nvme_buffers, sizeof *s->nvb);
-  s->nv_tasks = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_tasks);
+  s->nv_refill = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_refill);
+  s->nv_update = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_update);
   s->chunk_done = calloc((size_t)s->n_chunks, sizeof *s->chunk_done);
   s->chunk_h2d = calloc((size_t)s->n_chunks, sizeof *s->chunk_h2d);
-  if (!s->chunks || !s->nvb || !s->nv_tasks || !s->chunk_done || !s->chunk_h2d)
+  s->chunk_issued = calloc((size_t)s->n_chunks, sizeof *s->chunk_issued);
+  s->nv_depth = s->pl.nvme_buffers < s->n_chunks ? s->pl.nvme_buffers : s->n_chunks;
+  if (!s->chunks || !s->nvb || !s->nv_refill || !s->nv_update || !s->chunk_done || !s->chunk_h2d ||
+      !s->chunk_issued)
     return zo_error(-ENOMEM, "out of host memory for the NVMe chunk tables");
   make_chunks(s->t, stride, s->chunks);
   int err;
@@ -683,10 +796,9 @@ static int nvme_open(struct zo_sched *s) {
     for (int f = 0; f < NV_FILES; f++) s->nvb[b].file[f] = s->h.nv_buf + ((size_t)b * NV_FILES + (size_t)f) * per;
   /* Registration is an optimization: without it the store uses plain reads. */
   (void)zo_nvme_register_buffers(s->nv, &reg, 1);
-  for (int p = 0; p < 2; p++)
-    for (int j = 0; j < s->n_chunks; j++) s->nv_tasks[p * s->n_chunks + j] = (struct task){s, j, p};
-  if ((err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
-      (err = events_create(s->be, s->chunk_h2d, s->n_chunks)))
+  if ((err = s->be->stream_create(&s->io)) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
+      (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
+      (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;
   s->nvme_planned = 3 * (size_t)s->n_chunks * stride;
   return 0;
@@ -772,11 +884,9 @@ out_free:
 int zo_sched_synchronize(struct zo_sched *s) {
   zo_backend_t be = s->be;
   int err = 0;
-  zo_stream_t streams[4] = {s->cs, s->d2h, s->os, s->h2d};
-  for (int i = 0; i < 4; i++)
+  zo_stream_t streams[5] = {s->cs, s->d2h, s->os, s->h2d, s->io};
+  for (int i = 0; i < 5; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
-  /* The optimizer stream may have queued H2D work after the first pass. */
-  if (!err && s->h2d) err = be->stream_synchronize(s->h2d);
   if (err) return err;
   if (s->nv && !atomic_load(&s->err))
     for (int b = 0; b < s->pl.nvme_buffers && !err; b++) err = nv_buffer_drain(s, &s->nvb[b]);
@@ -793,6 +903,7 @@ void zo_sched_free(struct zo_sched *s) {
     be->stream_destroy(s->h2d);
     be->stream_destroy(s->d2h);
     be->stream_destroy(s->os);
+    be->stream_destroy(s->io);
     const int U = s->U, K = s->K > 0 ? s->K : 1;
     events_destroy(be, s->param_ready, U);
     events_destroy(be, s->opt_done, U);
@@ -806,6 +917,7 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
+    events_destroy(be, s->chunk_issued, s->n_chunks);
   }
   zo_nvme_free(s->nv);
   zo_host_pool_free(&s->pool);
@@ -820,9 +932,11 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->n_valid);
   free(s->chunks);
   free(s->nvb);
-  free(s->nv_tasks);
+  free(s->nv_refill);
+  free(s->nv_update);
   free(s->chunk_done);
   free(s->chunk_h2d);
+  free(s->chunk_issued);
   pthread_mutex_destroy(&s->err_mu);
   free(s);
 }
@@ -865,6 +979,7 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const float *ada
       }
     }
     if (err) return error_prefixed(err, "NVMe tier: writing the initial optimizer state");
+    nv_reprime(s);
   }
   for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
   return s->be->stream_synchronize(s->cs);
@@ -898,6 +1013,7 @@ int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *
       memcpy(dst[f] + c->off, b->file[f], c->numel * sizeof(float));
     }
   }
+  nv_reprime(s);
   return 0;
 }
 
@@ -916,6 +1032,8 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   for (size_t i = 0; i < BT; i++) n += s->h.tg[b][i] >= 0;
   s->n_valid[k] = n;
   s->k = k;
+  /* The step's first state reads overlap its forward and backward. */
+  if (s->nv && k == 0) nv_prime(s, s->parity ^ 1);
   zo_gpt2_forward(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
@@ -1004,21 +1122,25 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   if (err) return err;
   const double t0 = zo_time_s();
   if (s->nv) {
-    const int nbuf = s->pl.nvme_buffers;
-    for (int j0 = 0; j0 < s->n_chunks && !err; j0 += nbuf) {
-      const int j1 = j0 + nbuf < s->n_chunks ? j0 + nbuf : s->n_chunks;
-      for (int j = j0; j < j1 && !err; j++) err = nv_issue_read(s, j);
-      for (int j = j0; j < j1 && !err; j++) {
-        struct nv_buffer *b = &s->nvb[j % nbuf];
-        for (int f = 0; f < NV_FILES && !err; f++) err = zo_nvme_wait(s->nv, &b->rreq[f]);
-        b->reading = false;
-        for (int f = 0; f < NV_FILES && !err; f++)
-          err = zo_nvme_write_async(s->nv, s->file_id[f], s->chunks[j].file_off, b->file[f],
-                                    s->chunks[j].numel * sizeof(float), &b->wreq[f]);
-        b->writing = true;
+    /* The step's pipeline without the update: d chunks read ahead, each
+     * chunk written back as soon as read, its buffer refilled once the
+     * write is done. */
+    const int n = s->n_chunks, d = s->nv_depth, nbuf = s->pl.nvme_buffers;
+    for (int j = 0; j < d && !err; j++) err = nv_read_async(s, j, &s->nvb[j % nbuf]);
+    for (int j = 0; j < n && !err; j++) {
+      struct nv_buffer *b = &s->nvb[j % nbuf];
+      err = nv_wait_all(s, b->rreq);
+      b->reading = false;
+      if (!err) err = nv_write_async(s, j, b);
+      if (!err && j + d < n) {
+        struct nv_buffer *nb = &s->nvb[(j + d) % nbuf];
+        if (!(err = nv_drain_writes(s, b)) && !(err = nv_drain_writes(s, nb))) err = nv_read_async(s, j + d, nb);
       }
     }
-    for (int b = 0; b < nbuf && !err; b++) err = nv_buffer_drain(s, &s->nvb[b]);
+    for (int b = 0; b < nbuf; b++) {
+      int e = nv_buffer_drain(s, &s->nvb[b]);
+      if (e && !err) err = e;
+    }
   } else if (s->pl.optimizer != ZO_OFFLOAD_NONE) {
     /* Gradients out, parameters in (slot loads: forward and backward of
      * every micro-batch), each on its own stream as in a step. */
@@ -1045,5 +1167,6 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   }
   *seconds = zo_time_s() - t0;
   for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1; /* slot 0 was overwritten */
+  nv_reprime(s);
   return err;
 }

@@ -205,7 +205,7 @@ struct trainer {
   zo_backend_t be;
   struct zo_sched *sched;
   struct zo_data *train, *val;
-  float *params, *adam_m, *adam_v; /* host copies for init and checkpoints only */
+  float *params, *adam_m, *adam_v; /* checkpoint staging in the host pool (owned by sched) */
   FILE *metrics;
 };
 
@@ -214,21 +214,6 @@ static void trainer_free(struct trainer *t) {
   zo_data_close(t->train);
   zo_data_close(t->val);
   zo_sched_free(t->sched);
-  free(t->params);
-  free(t->adam_m);
-  free(t->adam_v);
-}
-
-/* Host copies of the whole state, allocated when first needed (checkpoint
- * saves, resume): outside the host pool's plan, like the data loader. */
-static int trainer_host_state(struct trainer *t, size_t n) {
-  if (!t->params) t->params = malloc(n * sizeof(float));
-  if (!t->adam_m) t->adam_m = malloc(n * sizeof(float));
-  if (!t->adam_v) t->adam_v = malloc(n * sizeof(float));
-  if (t->params && t->adam_m && t->adam_v) return 0;
-  char a[32];
-  return zo_error(-ENOMEM, "out of host memory: %s for host copies of the parameters and AdamW state",
-                  zo_format_bytes(3 * n * sizeof(float), a));
 }
 
 static void progress_bar(long step, long total, double elapsed, long first) {
@@ -297,7 +282,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   /* Parameters: resume > init_from > seeded init, staged through host copies. */
   struct zo_train_state st = {.loss_scale = 1.0, .seed = cfg->engine.seed};
   char resume_path[PATH_MAX] = "";
-  if ((err = trainer_host_state(&t, n))) goto out;
+  zo_sched_checkpoint_buffers(t.sched, &t.params, &t.adam_m, &t.adam_v);
   if (opts->resume) {
     if (strcmp(opts->resume, "auto") == 0) {
       if (!cfg->checkpoint.dir || !cfg->checkpoint.dir[0]) {

@@ -17,6 +17,7 @@
 
 #include "zo/data.h"
 #include "zo/fsutil.h"
+#include "zo/host.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
 #include "zo/sched.h"
@@ -75,9 +76,10 @@ struct run {
   struct zo_plan plan;
 };
 
-/* Trains with the placement's --set options; fills r. */
-static int train_steps(const char *name, const char *const *extra, int n_extra, int n_steps,
-                       struct run *r) {
+/* Trains with the placement's --set options (from checkpoint resume when
+ * not NULL); fills r with the n_steps losses logged. */
+static int train_resume(const char *name, const char *const *extra, int n_extra, int n_steps,
+                        const char *resume, struct run *r) {
   char met[400];
   snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", tmpdir, name);
   const char *sets[16];
@@ -93,7 +95,7 @@ static int train_steps(const char *name, const char *const *extra, int n_extra, 
   r->params = malloc(r->n * sizeof(float));
   CHECK(r->params);
   CHECK(zo_plan_build(&cfg, &mc, NULL, &r->plan) == 0);
-  struct zo_train_opts opts = {.stats = &r->stats, .final_params = r->params};
+  struct zo_train_opts opts = {.resume = resume, .stats = &r->stats, .final_params = r->params};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == 0);
@@ -103,17 +105,32 @@ static int train_steps(const char *name, const char *const *extra, int n_extra, 
   return 0;
 }
 
+static int train_steps(const char *name, const char *const *extra, int n_extra, int n_steps,
+                       struct run *r) {
+  return train_resume(name, extra, n_extra, n_steps, NULL, r);
+}
+
 static int train(const char *name, const char *const *extra, int n_extra, struct run *r) {
   return train_steps(name, extra, n_extra, N_STEPS, r);
 }
 
 static struct run ref;
 
+static bool peaks_match(const char *name, const struct run *r) {
+  if (r->stats.device_peak == r->plan.total[ZO_TIER_DEVICE] &&
+      r->stats.host_peak == r->plan.total[ZO_TIER_HOST] &&
+      r->stats.host_planned == r->plan.total[ZO_TIER_HOST] &&
+      r->stats.nvme_planned == r->plan.total[ZO_TIER_NVME])
+    return true;
+  fprintf(stderr, "%s: peaks device %zu host %zu nvme %zu, plan %zu %zu %zu\n", name, r->stats.device_peak,
+          r->stats.host_peak, r->stats.nvme_planned, r->plan.total[0], r->plan.total[1], r->plan.total[2]);
+  return false;
+}
+
 static int test_all_device_reference(void) {
   CHECK(train("device", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
-  CHECK(ref.stats.device_peak == ref.plan.total[ZO_TIER_DEVICE]);
-  CHECK(ref.stats.host_peak == ref.plan.total[ZO_TIER_HOST]);
+  CHECK(peaks_match("device", &ref));
   return 0;
 }
 
@@ -135,13 +152,7 @@ static int check_placement(const char *name, const char *const *sets, int n_sets
     fprintf(stderr, "%s: final weights differ from all-device first at element %zu\n", name, i);
     ret = 1;
   }
-  if (r.stats.device_peak != r.plan.total[ZO_TIER_DEVICE] ||
-      r.stats.host_peak != r.plan.total[ZO_TIER_HOST] ||
-      r.stats.nvme_planned != r.plan.total[ZO_TIER_NVME]) {
-    fprintf(stderr, "%s: peaks device %zu host %zu nvme %zu, plan %zu %zu %zu\n", name, r.stats.device_peak,
-            r.stats.host_peak, r.stats.nvme_planned, r.plan.total[0], r.plan.total[1], r.plan.total[2]);
-    ret = 1;
-  }
+  if (!peaks_match(name, &r)) ret = 1;
   /* The offloaded placements use less device memory. */
   if (strcmp(name, "device") != 0 && !(r.plan.total[ZO_TIER_DEVICE] < ref.plan.total[ZO_TIER_DEVICE])) {
     fprintf(stderr, "%s: device plan %zu is not below all-device %zu\n", name, r.plan.total[0], ref.plan.total[0]);
@@ -179,6 +190,46 @@ static int test_params_cpu_optimizer_nvme(void) {
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
   return check_placement("param-cpu-opt-nvme", s, 4);
+}
+
+/* Checkpoints every 10 steps, then a resume from step 10: the same losses
+ * and final weights as the uninterrupted all-device run, and every host byte
+ * (checkpoint staging included) inside the planned, measured host pool. */
+static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
+  char dir[400], ckdir[400], sub[500];
+  snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-%s", tmpdir, name);
+  snprintf(ckdir, sizeof ckdir, "%s/ck-%s", tmpdir, name);
+  const char *s[16];
+  int n = 0;
+  for (int i = 0; i < n_sets; i++) s[n++] = sets[i];
+  s[n++] = dir;
+  s[n++] = "checkpoint.every=10";
+  s[n++] = "checkpoint.keep=0";
+  struct run a, b;
+  char na[100], nb[100];
+  snprintf(na, sizeof na, "%s-ck", name);
+  snprintf(nb, sizeof nb, "%s-resume", name);
+  CHECK(train(na, s, n, &a) == 0);
+  CHECK(memcmp(a.losses, ref.losses, sizeof ref.losses) == 0);
+  CHECK(memcmp(a.params, ref.params, ref.n * sizeof(float)) == 0);
+  CHECK(peaks_match(na, &a));
+  CHECK(a.plan.bytes[ZO_TIER_HOST][ZO_SCHED_MEM_CHECKPOINT] == 3 * zo_host_round(ref.n * sizeof(float)));
+  snprintf(sub, sizeof sub, "%s/checkpoint-10", ckdir);
+  CHECK(train_resume(nb, s, n, N_STEPS - 10, sub, &b) == 0);
+  CHECK(memcmp(b.losses, ref.losses + 10, (N_STEPS - 10) * sizeof(double)) == 0);
+  CHECK(memcmp(b.params, ref.params, ref.n * sizeof(float)) == 0);
+  CHECK(peaks_match(nb, &b));
+  free(a.params);
+  free(b.params);
+  return 0;
+}
+
+static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
+
+static int test_checkpoint_resume_nvme(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
+  return checkpoint_resume("nvme", s, 2);
 }
 
 /* One accumulation step and three parameter slots (K = L): the other paths. */
@@ -342,6 +393,8 @@ int main(int argc, char **argv) {
       {"params_cpu_optimizer_cpu", test_params_cpu_optimizer_cpu},
       {"params_cpu_optimizer_nvme", test_params_cpu_optimizer_nvme},
       {"single_micro_batch_slots", test_single_micro_batch_slots},
+      {"checkpoint_resume_device", test_checkpoint_resume_device},
+      {"checkpoint_resume_nvme", test_checkpoint_resume_nvme},
       {"budget_too_small", test_budget_too_small},
       {"nvme_corruption_detected", test_nvme_corruption_detected},
   };

@@ -26,18 +26,25 @@ struct zo_bench_adamw {
 int zo_bench_adamw_run(size_t n, int threads, int reps, struct zo_bench_adamw *out);
 
 struct zo_bench_step {
-  int steps;
+  int steps;             /* timed steps per round */
+  int rounds;            /* rounds; every figure below is the median over them */
   double step_s;         /* mean step with the config's placement */
   double device_step_s;  /* mean step with everything on the device */
-  double compute_s;      /* forward + backward of the step's micro-batches alone */
-  double io_s;           /* the step's tier traffic alone (zo_sched_time_io) */
-  double optimizer_s;    /* the optimizer's host functions alone, less NVMe waits */
-  double overlap;        /* step_s / max(compute_s, io_s, optimizer_s); 1 = perfect */
+  double compute_s;      /* compute alone: forward + backward of the step's micro-batches,
+                            everything on the device, no optimizer */
+  double io_s;           /* I/O alone: zo_sched_time_io (NVMe: the step's state bytes read and
+                            written through the store; else the step's H2D/D2H copies) */
+  double optimizer_s;    /* optimizer alone: norm + AdamW over host arrays of the model's size */
+  double device_ratio;   /* median of per-round step_s / device_step_s */
+  double overlap;        /* median of per-round step_s / max(compute_s, io_s, optimizer_s);
+                            1 = perfect */
 };
 
-/* Trains `steps` steps (after 2 warm-up steps) of cfg's model on synthetic
- * tokens with cfg's placement and again all on the device, and times each
- * phase alone. Returns 0 or -errno. */
+/* Builds the config's placement and the all-device one side by side, then
+ * runs BENCH_ROUNDS rounds, each timing `steps` steps of both (2 untimed
+ * warm-up steps in the first round) on synthetic tokens and each phase
+ * alone, back to back, so that drift of the machine's speed cancels in the
+ * per-round ratios. Returns 0 or -errno. */
 int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out);
 
 #ifdef __cplusplus

@@ -24,7 +24,7 @@ struct zo_plan {
   struct zo_gpt2_config model;
   struct zo_placement placement;
   int B, T;                                     /* micro-batch */
-  size_t bytes[ZO_N_TIERS][ZO_MEM_N_CATEGORIES]; /* per tier and category */
+  size_t bytes[ZO_N_TIERS][ZO_SCHED_MEM_N_CATEGORIES]; /* per tier and category */
   size_t total[ZO_N_TIERS];                     /* bytes per tier */
   size_t budget[ZO_N_TIERS];                    /* bytes; 0 = unknown / unlimited */
   char budget_src[ZO_N_TIERS][64];              /* "engine.gpu_memory_budget", "free", ... */

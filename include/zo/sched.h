@@ -5,7 +5,8 @@
  * ahead of the block that needs them, each block's gradients leave for the
  * host as soon as backward produces them and are accumulated there, and after
  * the last micro-batch the CPU AdamW runs block by block in forward order,
- * the NVMe tier reading ahead and writing behind, while the next step's
+ * the NVMe tier reading buffer_count chunks ahead on an I/O stream (the
+ * first ones during the step's compute) and writing behind, while the next step's
  * forward of block l waits only for block l's update.
  * Invariant: every placement computes bit-identical fp32 results to the
  * all-on-device run: each micro-batch's gradients go into zeroed buffers and
@@ -26,6 +27,13 @@ extern "C" {
 #endif
 
 #define ZO_SCHED_GRAD_SLOTS 2 /* device gradient slots when gradients go to the host */
+
+/* Host-only categories after enum zo_mem_category: the full host copies of
+ * parameters, m and v that init, resume and checkpoint saves go through
+ * (zo_sched_checkpoint_buffers), carved from the host pool like the rest. */
+enum { ZO_SCHED_MEM_CHECKPOINT = ZO_MEM_N_CATEGORIES, ZO_SCHED_MEM_N_CATEGORIES };
+/* zo_mem_category_name, extended with "ckpt staging". */
+const char *zo_sched_mem_category_name(int category);
 
 /* Where each state class lives, derived from the config. */
 struct zo_placement {
@@ -53,11 +61,11 @@ struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl);
 /* Host pool bytes of the placement for the model table at micro-batch (B, T),
  * exactly what zo_sched_init carves; by_category may be NULL. */
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
-                          int T, size_t by_category[ZO_MEM_N_CATEGORIES]);
+                          int T, size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
 /* NVMe bytes of the placement (0 unless the optimizer is on NVMe);
  * by_category may be NULL. */
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
-                          size_t by_category[ZO_MEM_N_CATEGORIES]);
+                          size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
 
 struct zo_sched_config {
   struct zo_gpt2_config model; /* checked */
@@ -87,6 +95,11 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const float *ada
 /* Copies parameters, m and v (each may be NULL) to host buffers in table
  * order, after all queued work. Returns 0 or the first asynchronous error. */
 int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *adam_v);
+/* The checkpoint staging buffers (numel floats each, table order), carved
+ * from the host pool and planned as "ckpt staging": what init, resume and
+ * checkpoint saves pass to zo_sched_set_state / zo_sched_get_state and the
+ * checkpoint files. Owned by s; contents are the caller's. */
+void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, float **adam_m, float **adam_v);
 
 /* Host buffers for the next micro-batch's tokens (B, T each), blocking until
  * the forward that last read them has copied them (double-buffered). */
@@ -112,10 +125,11 @@ zo_stream_t zo_sched_stream(struct zo_sched *s);
 int zo_sched_synchronize(struct zo_sched *s);
 
 /* Benchmark helper: the time of one step's tier traffic alone, with nothing
- * else running: for the NVMe tier, reading and writing back every chunk of
- * master, m and v through the staging buffers; otherwise the step's H2D
- * parameter and D2H gradient copies. Leaves the state unchanged.
- * Synchronous. Returns 0 or -errno. */
+ * else running: for the NVMe tier, exactly the step's state bytes (master, m
+ * and v of every chunk) read and written back through the store with the
+ * step's pipeline (the same staging sets, min(buffer_count, chunks) read
+ * ahead); otherwise the step's H2D parameter and D2H gradient copies.
+ * Leaves the state unchanged. Synchronous. Returns 0 or -errno. */
 int zo_sched_time_io(struct zo_sched *s, double *seconds);
 
 struct zo_sched_stats {
