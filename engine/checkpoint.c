@@ -49,9 +49,21 @@ static bool hf_shape(const struct zo_gpt2 *m, const struct zo_tensor_info *ti, i
   return false;
 }
 
-static void transpose(float *dst, const float *src, int rows, int cols) {
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++) dst[(size_t)c * (size_t)rows + (size_t)r] = src[(size_t)r * (size_t)cols + (size_t)c];
+/* One of our (out, in) weights seen as Hugging Face's (in, out): the writer
+ * pulls it in chunks, so no transposed copy of the model is ever made. */
+struct transposed {
+  const float *src; /* (out, in) */
+  size_t out, in;
+};
+
+static void fill_transposed(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  const struct transposed *t = ctx;
+  float *d = dst;
+  size_t first = offset / sizeof(float), n = nbytes / sizeof(float);
+  for (size_t k = 0; k < n; k++) {
+    size_t e = first + k, r = e / t->out, c = e % t->out; /* element (r, c) of (in, out) */
+    d[k] = t->src[c * t->in + r];
+  }
 }
 
 static int write_json(const char *path, json_t *j) {
@@ -69,21 +81,22 @@ int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const floa
   char path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
-  float *hf = malloc(m->table.numel * sizeof(float));
+  struct transposed *views = calloc((size_t)m->table.n_tensors, sizeof *views);
   struct zo_st_writer *w = zo_st_writer_init();
-  if (!hf || !w) {
+  if (!views || !w) {
     err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
     goto out;
   }
   for (int i = 0; i < m->table.n_tensors; i++) {
     const struct zo_tensor_info *ti = &m->table.tensors[i];
     int64_t shape[2];
-    float *dst = hf + ti->offset;
-    if (hf_shape(m, ti, shape))
-      transpose(dst, params + ti->offset, ti->shape[0], ti->shape[1]);
-    else
-      memcpy(dst, params + ti->offset, ti->numel * sizeof(float));
-    err = zo_st_writer_add(w, ti->name, ZO_F32, ti->ndim, shape, dst);
+    if (hf_shape(m, ti, shape)) {
+      views[i] = (struct transposed){params + ti->offset, (size_t)ti->shape[0], (size_t)ti->shape[1]};
+      err = zo_st_writer_add_fill(w, ti->name, ZO_F32, ti->ndim, shape, fill_transposed, &views[i]);
+    } else {
+      /* wte is written without its padded rows: the first V rows are contiguous. */
+      err = zo_st_writer_add(w, ti->name, ZO_F32, ti->ndim, shape, params + ti->offset);
+    }
     if (err) goto out;
   }
   if ((err = join(path, sizeof path, dir, "model.safetensors")) ||
@@ -108,7 +121,7 @@ int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const floa
   json_decref(j);
 out:
   zo_st_writer_free(w);
-  free(hf);
+  free(views);
   return err;
 }
 
@@ -300,8 +313,10 @@ int zo_gpt2_load_safetensors(const char *path_in, const struct zo_gpt2 *m, float
   struct zo_st_file *f = zo_st_open(path);
   if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
   int err = 0;
-  float *scratch = malloc(m->table.numel * sizeof(float));
-  if (!scratch) {
+  /* One Hugging Face row at a time (at most 4C floats): no model-sized copy. */
+  size_t row_cap = 4 * (size_t)m->cfg.n_embd;
+  float *row = malloc(row_cap * sizeof(float));
+  if (!row) {
     err = zo_error(-ENOMEM, "out of host memory loading %s", path);
     goto out;
   }
@@ -328,12 +343,21 @@ int zo_gpt2_load_safetensors(const char *path_in, const struct zo_gpt2 *m, float
       err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", path, t->name, got, want);
       goto out;
     }
-    if ((err = zo_st_read_f32(t, scratch, t->numel))) goto out;
     float *dst = params + ti->offset;
     if (tr) {
-      transpose(dst, scratch, (int)shape[0], (int)shape[1]);
+      /* HF (in, out) row r is column r of our (out, in) weight. */
+      const size_t in = (size_t)shape[0], out_dim = (size_t)shape[1];
+      ZO_ASSERT(out_dim <= row_cap);
+      for (size_t r = 0; r < in; r++) {
+        struct zo_st_tensor row_view = *t;
+        row_view.numel = out_dim;
+        row_view.nbytes = out_dim * zo_dtype_size(t->dtype);
+        row_view.data = (const char *)t->data + r * row_view.nbytes;
+        if ((err = zo_st_read_f32(&row_view, row, out_dim))) goto out;
+        for (size_t c = 0; c < out_dim; c++) dst[c * in + r] = row[c];
+      }
     } else {
-      memcpy(dst, scratch, t->numel * sizeof(float));
+      if ((err = zo_st_read_f32(t, dst, t->numel))) goto out;
       if (t->numel < ti->numel) memset(dst + t->numel, 0, (ti->numel - t->numel) * sizeof(float));
     }
   }
@@ -350,7 +374,7 @@ int zo_gpt2_load_safetensors(const char *path_in, const struct zo_gpt2 *m, float
   }
   (void)matched;
 out:
-  free(scratch);
+  free(row);
   zo_st_close(f);
   return err;
 }

@@ -439,7 +439,9 @@ struct st_entry {
   enum zo_dtype dtype;
   int ndim;
   int64_t *shape;   /* (ndim) */
-  const void *data; /* borrowed host memory */
+  const void *data; /* borrowed host memory, or NULL when fill produces it */
+  zo_st_fill_fn fill; /* NULL, or produces the bytes in chunks while writing */
+  void *fill_ctx;
   size_t nbytes;
 };
 
@@ -473,8 +475,8 @@ void zo_st_writer_free(struct zo_st_writer *w) {
   free(w);
 }
 
-int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
-                     const int64_t *shape, const void *data) {
+static int add_entry(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
+                     const int64_t *shape, const void *data, zo_st_fill_fn fill, void *fill_ctx) {
   ZO_ASSERT(w && name && ndim >= 0 && (shape || ndim == 0));
   if (!*name) return zo_error(-EINVAL, "safetensors writer: empty tensor name");
   if (!strcmp(name, ST_METADATA_KEY))
@@ -500,7 +502,7 @@ int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dty
   if (overflow || __builtin_mul_overflow(numel, (uint64_t)zo_dtype_size(dtype), &nbytes) ||
       nbytes > (uint64_t)INT64_MAX)
     return zo_error(-EINVAL, "safetensors writer: tensor \"%s\": size overflows", name);
-  if (nbytes && !data) return zo_error(-EINVAL, "safetensors writer: tensor \"%s\": NULL data", name);
+  if (nbytes && !data && !fill) return zo_error(-EINVAL, "safetensors writer: tensor \"%s\": NULL data", name);
 
   if (w->n == w->cap) {
     int cap = w->cap ? 2 * w->cap : 64;
@@ -521,8 +523,33 @@ int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dty
   e->dtype = dtype;
   e->ndim = ndim;
   e->data = data;
+  e->fill = fill;
+  e->fill_ctx = fill_ctx;
   e->nbytes = (size_t)nbytes;
   w->n++;
+  return 0;
+}
+
+int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
+                     const int64_t *shape, const void *data) {
+  return add_entry(w, name, dtype, ndim, shape, data, NULL, NULL);
+}
+
+int zo_st_writer_add_fill(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
+                          const int64_t *shape, zo_st_fill_fn fill, void *ctx) {
+  ZO_ASSERT(fill != NULL);
+  return add_entry(w, name, dtype, ndim, shape, NULL, fill, ctx);
+}
+
+/* Streams one produced tensor through a bounded buffer. */
+static int write_filled(struct zo_atomic_file *af, const struct st_entry *e, unsigned char *chunk,
+                        size_t chunk_size) {
+  for (size_t off = 0; off < e->nbytes; off += chunk_size) {
+    size_t n = e->nbytes - off < chunk_size ? e->nbytes - off : chunk_size;
+    e->fill(e->fill_ctx, chunk, off, n);
+    int err = zo_atomic_file_write(af, chunk, n);
+    if (err) return err;
+  }
   return 0;
 }
 
@@ -598,7 +625,21 @@ int zo_st_writer_write(struct zo_st_writer *w, const char *path) {
   int err = zo_atomic_file_begin(&af, path);
   if (err < 0) goto out_buf;
   err = zo_atomic_file_write(&af, buf, 8 + padded);
-  for (int i = 0; i < w->n && err == 0; i++) err = zo_atomic_file_write(&af, w->entries[i].data, w->entries[i].nbytes);
+  unsigned char *chunk = NULL;
+  for (int i = 0; i < w->n && err == 0; i++) {
+    const struct st_entry *e = &w->entries[i];
+    if (!e->fill) {
+      err = zo_atomic_file_write(&af, e->data, e->nbytes);
+      continue;
+    }
+    if (!chunk && !(chunk = malloc(ZO_ST_FILL_CHUNK))) {
+      err = zo_error(-ENOMEM, "%s: out of host memory for a %d-byte write buffer", path, ZO_ST_FILL_CHUNK);
+      zo_atomic_file_abort(&af);
+      break;
+    }
+    err = write_filled(&af, e, chunk, ZO_ST_FILL_CHUNK);
+  }
+  free(chunk);
   if (err == 0) err = zo_atomic_file_commit(&af);
 out_buf:
   free(buf);

@@ -506,6 +506,48 @@ static int test_st_round_trip(void) {
   return bad;
 }
 
+/* Produces float k = k * 0.5 - 7, whatever chunking the writer chose. */
+static void fill_ramp(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  size_t *calls = ctx;
+  float *d = dst;
+  (*calls)++;
+  for (size_t k = 0; k < nbytes / sizeof(float); k++) d[k] = (float)(offset / sizeof(float) + k) * 0.5f - 7.0f;
+}
+
+/* A produced tensor larger than one write chunk, between borrowed ones: the
+ * file holds exactly the bytes the producer made, in order. */
+static int test_st_writer_fill(void) {
+  int bad = 0;
+  const char *p = tmp_path("fill.safetensors");
+  const size_t n = ZO_ST_FILL_CHUNK / sizeof(float) * 2 + 124; /* a multiple of 3 */
+  size_t calls = 0;
+  struct zo_st_writer *w = zo_st_writer_init();
+  bad += !CHECK(w != NULL);
+  if (!w) return bad;
+  const float before[2] = {1.5f, -2.5f};
+  bad += !CHECK(zo_st_writer_add(w, "before", ZO_F32, 1, (int64_t[]){2}, before) == 0);
+  bad += !CHECK(zo_st_writer_add_fill(w, "ramp", ZO_F32, 2, (int64_t[]){(int64_t)n / 3, 3}, fill_ramp, &calls) == 0);
+  bad += !CHECK(zo_st_writer_add(w, "after", ZO_F32, 1, (int64_t[]){2}, before) == 0);
+  bad += !CHECK(zo_st_writer_write(w, p) == 0);
+  zo_st_writer_free(w);
+  bad += !CHECK(calls == 3); /* two full chunks and the tail */
+  struct zo_st_file *f = zo_st_open(p);
+  bad += !CHECK(f != NULL);
+  if (!f) return bad;
+  const struct zo_st_tensor *t = zo_st_find(f, "ramp");
+  bad += !CHECK(t && t->numel == n);
+  float *out = malloc(n * sizeof *out);
+  bad += !CHECK(out && t && zo_st_read_f32(t, out, n) == 0);
+  size_t wrong = 0;
+  for (size_t k = 0; out && t && k < n; k++) wrong += out[k] != (float)k * 0.5f - 7.0f;
+  bad += !CHECK(wrong == 0);
+  float tail[2];
+  bad += !CHECK(zo_st_read_f32(zo_st_find(f, "after"), tail, 2) == 0 && !memcmp(tail, before, sizeof tail));
+  free(out);
+  zo_st_close(f);
+  return bad;
+}
+
 /* The exact bytes: length, compact JSON in insertion order, space padding. */
 static int test_st_header_bytes(void) {
   int bad = 0;
@@ -934,6 +976,7 @@ int main(void) {
       T(test_f16_bf16_bits),
       T(test_read_f32),
       T(test_st_round_trip),
+      T(test_st_writer_fill),
       T(test_st_header_bytes),
       T(test_st_writer_errors),
       T(test_st_malformed),

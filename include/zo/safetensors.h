@@ -90,6 +90,19 @@ void zo_st_writer_free(struct zo_st_writer *w);
  * or -ENOMEM. */
 int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
                      const int64_t *shape, const void *data);
+/* Produces bytes [offset, offset + nbytes) of a tensor's serialized data
+ * into dst. Called while the file is written, in increasing offset order,
+ * with chunks of at most ZO_ST_FILL_CHUNK bytes (multiples of the dtype size
+ * except possibly the last). */
+typedef void (*zo_st_fill_fn)(void *ctx, void *dst, size_t offset, size_t nbytes);
+#define ZO_ST_FILL_CHUNK (1 << 20)
+
+/* Adds a tensor whose bytes fill produces while writing (a transposed or
+ * converted copy that need not exist in memory at once). ctx must stay
+ * valid until zo_st_writer_write returns. Same checks as zo_st_writer_add. */
+int zo_st_writer_add_fill(struct zo_st_writer *w, const char *name, enum zo_dtype dtype, int ndim,
+                          const int64_t *shape, zo_st_fill_fn fill, void *ctx);
+
 /* Sets a metadata entry, replacing an existing one; value NULL removes it.
  * Returns 0, -EINVAL (key or value not UTF-8) or -ENOMEM. */
 int zo_st_writer_set_metadata(struct zo_st_writer *w, const char *key, const char *value);
