@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo_test.h"
+
 #ifndef ZO_TEST_DIR
 #define ZO_TEST_DIR "tests"
 #endif
@@ -28,6 +30,13 @@ static bool expect(bool ok, const char *what, const char *file, int line) {
   return ok;
 }
 #define EXPECT(cond) expect((cond), #cond, __FILE__, __LINE__)
+
+/* A case's result: 0, or 1 after saying how many of its checks failed. */
+static int checks_failed_since(int before) {
+  if (n_failed == before) return 0;
+  fprintf(stderr, "  %d failed checks\n", n_failed - before);
+  return 1;
+}
 
 static bool streq(const char *a, const char *b) {
   return a && b && strcmp(a, b) == 0;
@@ -138,7 +147,7 @@ static int test_defaults(void) {
   EXPECT(load_text(&c, "empty-object", "{ }", sets, 1) == 0);
   EXPECT(c.data.seq_len == 256 && c.model.gpt2.max_seq_len == 256);
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 static const char *every_key_json =
@@ -219,7 +228,7 @@ static int test_every_key(void) {
   EXPECT(c.log.every == 5 && streq(c.log.metrics_path, "m.jsonl"));
   EXPECT(streq(c.checkpoint.dir, "ck") && c.checkpoint.every == 50 && c.checkpoint.keep == 0);
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 static int test_schedulers(void) {
@@ -250,7 +259,7 @@ static int test_schedulers(void) {
   EXPECT(c.lr_schedule.min_lr == 1e-3 * 1e-4 && c.lr_schedule.total_steps == 100);
   EXPECT(fabs(zo_lr_at(&c.lr_schedule, 5) - 5e-4) < 1e-12);
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 struct bad_case {
@@ -446,7 +455,7 @@ static int test_malformed(void) {
   snprintf(want, sizeof want, "%s:3:", path);
   EXPECT(strncmp(zo_last_error(), want, strlen(want)) == 0);
   EXPECT(strstr(zo_last_error(), "JSON syntax error") != NULL);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 static int test_set_overrides(void) {
@@ -503,7 +512,7 @@ static int test_set_overrides(void) {
   EXPECT(load_text(&c, "set-fix", bad_embd, fix, 1) == 0);
   EXPECT(c.model.gpt2.n_head == 5);
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 /* Dumps cfg, loads the dump, and checks the config and the text are unchanged. */
@@ -576,7 +585,7 @@ static int test_round_trip(void) {
   EXPECT(text && strstr(text, "\"block_size\": \"1MiB\"") != NULL);
   free(text);
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 static int test_shipped_configs(void) {
@@ -599,7 +608,7 @@ static int test_shipped_configs(void) {
   EXPECT(c.model.gpt2.vocab_size == 50257 && c.model.gpt2.max_seq_len == 1024);
   check_round_trip(&c, "gpt2-124m");
   zo_config_free(&c);
-  return n_failed - before;
+  return checks_failed_since(before);
 }
 
 static int test_parse_bytes(void) {
@@ -628,39 +637,22 @@ static int test_parse_bytes(void) {
     if (!EXPECT(err == -EINVAL && n == 12345 && strstr(zo_last_error(), "not a byte size")))
       fprintf(stderr, "zo_parse_bytes(\"%s\") = %d, %zu\n", bad[i], err, n);
   }
-  return n_failed - before;
-}
-
-static void remove_tmpdir(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return checks_failed_since(before);
 }
 
 int main(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/zo-config-XXXXXX", base && *base ? base : "/tmp");
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  static const struct { const char *name; int (*fn)(void); } tests[] = {
-    {"defaults", test_defaults},
-    {"every_key", test_every_key},
-    {"schedulers", test_schedulers},
-    {"malformed", test_malformed},
-    {"set_overrides", test_set_overrides},
-    {"round_trip", test_round_trip},
-    {"shipped_configs", test_shipped_configs},
-    {"parse_bytes", test_parse_bytes},
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "config")) return 1;
+  static const struct zo_test tests[] = {
+      ZO_TEST(defaults),
+      ZO_TEST(every_key),
+      ZO_TEST(schedulers),
+      ZO_TEST(malformed),
+      ZO_TEST(set_overrides),
+      ZO_TEST(round_trip),
+      ZO_TEST(shipped_configs),
+      ZO_TEST(parse_bytes),
   };
-  int failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    int n = tests[i].fn();
-    printf("%s test_%s (%d failed checks)\n", n ? "FAIL" : "ok  ", tests[i].name, n);
-    if (n) failed++;
-  }
-  remove_tmpdir();
-  printf("%s\n", failed ? "FAILED" : "all passed");
-  return failed ? 1 : 0;
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  zo_test_rmtree(tmpdir);
+  return zo_test_report(counts);
 }

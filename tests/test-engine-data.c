@@ -15,7 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmp_dir[] = "/tmp/zo-test-data-XXXXXX";
+#include "zo_test.h"
+
+static char tmp_dir[256];
 
 static bool check(bool ok, const char *what, int line) {
   if (!ok) fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, line, what);
@@ -30,12 +32,6 @@ static const char *tmp_path(const char *name) {
   char *p = buf[next++ % 32];
   snprintf(p, sizeof buf[0], "%s/%s", tmp_dir, name);
   return p;
-}
-
-static uint64_t rng_state = 0x1234567;
-static uint32_t rng_u32(void) {
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(rng_state >> 33);
 }
 
 static bool write_raw(const char *path, const void *buf, size_t nbytes) {
@@ -120,7 +116,7 @@ static int order_case(enum zo_data_format fmt, int vocab, const char *name) {
   const size_t N = 37;
   const int B = 2, T = 5;
   uint32_t tok[37];
-  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % (uint32_t)vocab;
+  for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % (uint32_t)vocab;
   const char *path = tmp_path(name);
   if (!CHECK(write_tokens(path, fmt, tok, N))) return 1;
   if (check_sequential(path, fmt, vocab, tok, N, B, T, 30)) return 1;
@@ -149,7 +145,7 @@ static int test_order_long(void) {
   /* Larger file and B*T, many passes, T=1 and B=1 corner shapes. */
   const size_t N = 100003;
   uint32_t *tok = malloc(N * sizeof *tok);
-  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % 65536;
+  for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % 65536;
   int rc = !CHECK(write_tokens(tmp_path("long.u16"), ZO_DATA_U16, tok, N));
   if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 8, 1024, 40);
   if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 1, 1, 50);
@@ -168,7 +164,7 @@ static int seek_case(bool shuffle) {
   const int B = 3, T = 7, n = 300;
   const size_t BT = (size_t)B * T;
   uint32_t tok[1000];
-  for (size_t k = 0; k < N; k++) tok[k] = rng_u32() % 1000;
+  for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % 1000;
   const char *path = tmp_path("seek.u16");
   if (!CHECK(write_tokens(path, ZO_DATA_U16, tok, N))) return 1;
   struct zo_data *a = zo_data_open(path, ZO_DATA_U16, 1000, B, T, shuffle, 42);
@@ -464,7 +460,7 @@ static int test_prepare_roundtrip(void) {
   size_t total = sizes[0] + sizes[1] + sizes[2];
   uint8_t *all = malloc(total), *p = all;
   for (int f = 0; f < 3; f++) {
-    for (size_t k = 0; k < sizes[f]; k++) p[k] = (uint8_t)(rng_u32() & 0xff);
+    for (size_t k = 0; k < sizes[f]; k++) p[k] = (uint8_t)(zo_rng_u32() & 0xff);
     if (!CHECK(write_raw(paths[f], p, sizes[f]))) return 1;
     p += sizes[f];
   }
@@ -531,48 +527,29 @@ static int test_prepare_roundtrip(void) {
   return rc;
 }
 
-static void remove_tmp_dir(void) {
-  DIR *dir = opendir(tmp_dir);
-  if (!dir) return;
-  for (struct dirent *e; (e = readdir(dir));) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    const char *p = tmp_path(e->d_name);
-    if (unlink(p) != 0) rmdir(p);
-  }
-  closedir(dir);
-  rmdir(tmp_dir);
-}
-
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-#define T(name) {#name, name}
-      T(test_order_text),          T(test_order_u16),         T(test_order_llmc),
-      T(test_order_long),          T(test_seek_sequential),   T(test_seek_shuffle),
-      T(test_shuffle_permutation), T(test_error_wrong_magic), T(test_error_wrong_version),
-      T(test_error_truncated),     T(test_read_llmc_header),  T(test_error_too_short),
-      T(test_error_token_over_vocab), T(test_error_empty),    T(test_error_missing),
-      T(test_error_directory),     T(test_format_parse),      T(test_prepare_roundtrip),
-#undef T
+  static const struct zo_test tests[] = {
+      ZO_TEST(order_text),
+      ZO_TEST(order_u16),
+      ZO_TEST(order_llmc),
+      ZO_TEST(order_long),
+      ZO_TEST(seek_sequential),
+      ZO_TEST(seek_shuffle),
+      ZO_TEST(shuffle_permutation),
+      ZO_TEST(error_wrong_magic),
+      ZO_TEST(error_wrong_version),
+      ZO_TEST(error_truncated),
+      ZO_TEST(read_llmc_header),
+      ZO_TEST(error_too_short),
+      ZO_TEST(error_token_over_vocab),
+      ZO_TEST(error_empty),
+      ZO_TEST(error_missing),
+      ZO_TEST(error_directory),
+      ZO_TEST(format_parse),
+      ZO_TEST(prepare_roundtrip),
   };
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  int failed = 0;
-  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
-    if (tests[k].fn() != 0) {
-      fprintf(stderr, "FAIL %s\n", tests[k].name);
-      failed++;
-    }
-  }
-  remove_tmp_dir();
-  if (failed) {
-    fprintf(stderr, "%d test(s) failed\n", failed);
-    return 1;
-  }
-  printf("test-engine-data: all %zu tests passed\n", sizeof tests / sizeof tests[0]);
-  return 0;
+  if (zo_test_mkdtemp(tmp_dir, sizeof tmp_dir, "data")) return 1;
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  zo_test_rmtree(tmp_dir);
+  return zo_test_report(counts);
 }

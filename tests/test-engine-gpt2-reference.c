@@ -15,6 +15,7 @@
 #include "zo/adamw.h"
 #include "zo/backend.h"
 #include "zo/gpt2.h"
+#include "zo_test.h"
 
 #define REF_PATH ZO_TEST_DIR "/reference/gpt2_tiny.bin"
 #define REF_VERSION 1
@@ -578,30 +579,12 @@ int main(void) {
          R.cfg.n_layer, R.cfg.n_head, R.cfg.n_embd, R.cfg.vocab_size, R.cfg.padded_vocab_size,
          R.cfg.max_seq_len, R.B, R.T, R.numel, BE->name);
 
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"test_table", test_table},         {"test_logits", test_logits},
-      {"test_logits_inference", test_logits_inference},
-      {"test_loss", test_loss},           {"test_grads", test_grads},
-      {"test_training", test_training},
+  static const struct zo_test tests[] = {
+      ZO_TEST(table), ZO_TEST(logits), ZO_TEST(logits_inference),
+      ZO_TEST(loss),  ZO_TEST(grads),  ZO_TEST(training),
   };
-  int failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    printf("%s\n", tests[i].name);
-    fflush(stdout);
-    if (tests[i].fn()) {
-      fprintf(stderr, "%s FAILED\n", tests[i].name);
-      failed++;
-    }
-  }
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
   free(R.dir);
   free(R.blob);
-  if (failed) {
-    fprintf(stderr, "%d test(s) failed\n", failed);
-    return 1;
-  }
-  printf("all passed\n");
-  return 0;
+  return zo_test_report(counts);
 }

@@ -16,12 +16,12 @@
 #include <unistd.h>
 
 #include "zo/data.h"
-#include "zo/fsutil.h"
 #include "zo/host.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
 #include "zo/sched.h"
 #include "zo/train.h"
+#include "zo_test.h"
 
 static char tmpdir[256];
 static char data_path[300];
@@ -359,11 +359,7 @@ static int test_nvme_corruption_detected(void) {
 int main(int argc, char **argv) {
   const char *delay = getenv("ZO_STREAM_DELAY_US");
   printf("mode: %s\n", delay ? "random stream delays (ZO_STREAM_DELAY_US set)" : "no stream delays");
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/zo-test-offload-XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "offload")) return 1;
   size_t n = 6000;
   uint16_t *tok = malloc(n * sizeof *tok);
   const char *text = "a stitch in time saves nine; 123 ";
@@ -382,34 +378,24 @@ int main(int argc, char **argv) {
   if (!probe) printf("NVMe cases skipped: the store cannot be created under %s: %s\n", nvme_dir, zo_last_error());
   zo_nvme_free(probe);
 
-  struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"all_device_reference", test_all_device_reference},
-      {"optimizer_cpu_stage1", test_optimizer_cpu_stage1},
-      {"optimizer_cpu_stage2", test_optimizer_cpu_stage2},
-      {"optimizer_nvme_stage2", test_optimizer_nvme_stage2},
-      {"params_cpu_optimizer_cpu", test_params_cpu_optimizer_cpu},
-      {"params_cpu_optimizer_nvme", test_params_cpu_optimizer_nvme},
-      {"single_micro_batch_slots", test_single_micro_batch_slots},
-      {"checkpoint_resume_device", test_checkpoint_resume_device},
-      {"checkpoint_resume_nvme", test_checkpoint_resume_nvme},
-      {"budget_too_small", test_budget_too_small},
-      {"nvme_corruption_detected", test_nvme_corruption_detected},
+  static const struct zo_test tests[] = {
+      ZO_TEST(all_device_reference),
+      ZO_TEST(optimizer_cpu_stage1),
+      ZO_TEST(optimizer_cpu_stage2),
+      ZO_TEST(optimizer_nvme_stage2),
+      ZO_TEST(params_cpu_optimizer_cpu),
+      ZO_TEST(params_cpu_optimizer_nvme),
+      ZO_TEST(single_micro_batch_slots),
+      ZO_TEST(checkpoint_resume_device),
+      ZO_TEST(checkpoint_resume_nvme),
+      ZO_TEST(budget_too_small),
+      ZO_TEST(nvme_corruption_detected),
   };
-  int failed = 0, skipped = 0, n_tests = (int)(sizeof tests / sizeof tests[0]);
-  for (int i = 0; i < n_tests; i++) {
-    int r = tests[i].fn();
-    printf("%s: %s\n", r == 77 ? "skip" : r ? "FAIL" : "ok", tests[i].name);
-    failed += r != 0 && r != 77;
-    skipped += r == 77;
-  }
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
   free(ref.params);
-  zo_remove_tree(tmpdir);
-  printf("%d passed, %d skipped, %d failed (%s)\n", n_tests - failed - skipped, skipped, failed,
-         delay ? "delay mode" : "no delays");
-  if (failed) return 1;
+  zo_test_rmtree(tmpdir);
+  const int rc = zo_test_report(counts);
+  if (rc != 0) return rc;
   if (!delay && argc >= 1) {
     /* Again with random stream delays: the variable is read at the first
      * stream creation, so it needs a fresh process. */

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
+
 #define GUARD 16                  /* sentinel floats on each side of a device tensor */
 #define SENTINEL_BITS 0xdeadbeefu /* their bit pattern */
 #define RTOL 1e-5                 /* relative to the largest |reference| in the tensor */
@@ -41,32 +43,6 @@ static const struct shape shapes[] = {
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
-/* ---- random numbers ------------------------------------------------------------ */
-
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint32_t rng_u32(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-static float rng_float(float lo, float hi) {
-  return lo + (hi - lo) * (float)(rng_u32() >> 8) * (1.0f / 16777216.0f);
-}
-
-static void *xmalloc(size_t nbytes) {
-  void *p = malloc(nbytes ? nbytes : 1);
-  if (!p) {
-    fprintf(stderr, "out of host memory (%zu bytes)\n", nbytes);
-    exit(1);
-  }
-  return p;
-}
-
 /* Broken test setup (allocation, copy) is fatal, not a test failure. */
 static void must(int err, const char *what) {
   if (err) {
@@ -89,7 +65,8 @@ struct tbuf {
 static float *D(const struct tbuf *b) { return b->dev + GUARD; }
 
 static struct tbuf tb_new(size_t n) {
-  struct tbuf b = {n, xmalloc(n * sizeof(float)), NULL, xmalloc((n + 2 * GUARD) * sizeof(float))};
+  struct tbuf b = {n, zo_test_xmalloc(n * sizeof(float)), NULL,
+                   zo_test_xmalloc((n + 2 * GUARD) * sizeof(float))};
   void *p = NULL;
   must(gpu->mem_alloc(&p, (n + 2 * GUARD) * sizeof(float)), "mem_alloc");
   b.dev = p;
@@ -116,7 +93,7 @@ static void tb_upload(struct tbuf *b) {
 }
 
 static void tb_random(struct tbuf *b, float lo, float hi) {
-  for (size_t i = 0; i < b->n; i++) b->ref[i] = rng_float(lo, hi);
+  for (size_t i = 0; i < b->n; i++) b->ref[i] = zo_rng_float(lo, hi);
   tb_upload(b);
 }
 
@@ -153,14 +130,9 @@ static int tb_check(const char *what, struct tbuf *b) {
     if (fabs(b->ref[i]) > maxref) maxref = fabs(b->ref[i]);
   }
   double tol = RTOL * (maxref > 1e-6 ? maxref : 1e-6);
-  for (size_t i = 0; i < b->n; i++) {
-    double diff = fabs((double)got[i] - (double)b->ref[i]);
-    if (!(diff <= tol)) {
-      fprintf(stderr,
-              "  %s[%zu]: gpu %.9g, cpu %.9g (|diff| %.3g > tol %.3g = %g * max|cpu| %.3g)\n", what,
-              i, (double)got[i], (double)b->ref[i], diff, tol, RTOL, maxref);
-      return 1;
-    }
+  if (zo_test_close_f32(what, got, b->ref, b->n, tol, 0.0)) {
+    fprintf(stderr, "  (got: gpu, want: cpu; tol = %g * max|cpu| %.3g)\n", RTOL, maxref);
+    return 1;
   }
   return 0;
 }
@@ -173,8 +145,8 @@ struct ibuf {
 };
 
 static struct ibuf ib_new(size_t n, int lo, int hi) {
-  struct ibuf b = {n, xmalloc(n * sizeof(int32_t)), NULL};
-  for (size_t i = 0; i < n; i++) b.host[i] = lo + (int)(rng_u32() % (uint32_t)(hi - lo));
+  struct ibuf b = {n, zo_test_xmalloc(n * sizeof(int32_t)), NULL};
+  for (size_t i = 0; i < n; i++) b.host[i] = lo + (int)(zo_rng_u32() % (uint32_t)(hi - lo));
   void *p = NULL;
   must(gpu->mem_alloc(&p, n * sizeof(int32_t)), "mem_alloc");
   b.dev = p;
@@ -192,7 +164,7 @@ static zo_stream_t test_stream; /* created in main, used by shapes that are not 
 
 /* Seeds the generator and picks the stream for shape s. */
 static const struct shape *begin_shape(size_t s, uint64_t seed) {
-  rng_seed(seed * 131 + s);
+  zo_rng_seed(seed * 131 + s);
   gstream = shapes[s].on_null ? NULL : test_stream;
   return &shapes[s];
 }
@@ -399,7 +371,7 @@ static int test_attention_forward(void) {
 
 /* B > NH here: the other way of splitting (b, h) into loop and batch. */
 static int test_attention_forward_many_rows(void) {
-  rng_seed(77);
+  zo_rng_seed(77);
   gstream = test_stream;
   const int B = 5, T = 19, C = 32, NH = 2;
   struct tbuf out = tb_new((size_t)B * T * C), att = tb_new((size_t)B * NH * T * T),
@@ -435,7 +407,7 @@ static int test_attention_backward(void) {
     const struct shape *sh = begin_shape(si, 8);
     fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH), sh);
   }
-  rng_seed(88);
+  zo_rng_seed(88);
   gstream = test_stream;
   fail |= attention_backward_case(5, 19, 32, 2);
   return fail;
@@ -499,7 +471,7 @@ static int crossentropy_case(int N, int V, int Vp, int mode) {
               dlogits = tb_new((size_t)N * Vp);
   for (int n = 0; n < N; n++)
     for (int i = 0; i < Vp; i++) /* Padding is NaN: reading it would poison the row. */
-      logits.ref[(size_t)n * Vp + i] = i < V ? rng_float(-4, 4) : NAN;
+      logits.ref[(size_t)n * Vp + i] = i < V ? zo_rng_float(-4, 4) : NAN;
   tb_upload(&logits);
   struct ibuf targets = ib_new((size_t)N, 0, V);
   for (int n = 0; n < N; n += 5) targets.host[n] = -1; /* masked rows */
@@ -529,7 +501,7 @@ static int test_crossentropy(void) {
     for (int mode = 0; mode < 3; mode++)
       fail |= report(crossentropy_case(sh->B * sh->T, sh->V, sh->Vp, mode), sh);
   }
-  rng_seed(111);
+  zo_rng_seed(111);
   gstream = test_stream;
   fail |= crossentropy_case(6, 50257, 50304, 0); /* GPT-2's vocabulary */
   fail |= crossentropy_case(6, 50257, 50304, 2);
@@ -604,7 +576,7 @@ static int test_streams_events(void) {
   one = p;
   must(gpu->mem_alloc(&p, n * sizeof(float)), "mem_alloc");
   res = p;
-  float *host = xmalloc(n * sizeof(float));
+  float *host = zo_test_xmalloc(n * sizeof(float));
   for (size_t i = 0; i < n; i++) host[i] = 1.0f;
   must(gpu->memcpy_async(one, host, n * sizeof(float), ZO_COPY_H2D, s1), "H2D");
   must(gpu->memset_async(acc, 0, n * sizeof(float), s1), "memset");
@@ -661,24 +633,21 @@ static int test_streams_events(void) {
 }
 
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"test_memory", test_memory},
-      {"test_encoder_forward", test_encoder_forward},
-      {"test_encoder_backward", test_encoder_backward},
-      {"test_layernorm_forward", test_layernorm_forward},
-      {"test_layernorm_backward", test_layernorm_backward},
-      {"test_matmul_forward", test_matmul_forward},
-      {"test_matmul_backward", test_matmul_backward},
-      {"test_attention_forward", test_attention_forward},
-      {"test_attention_forward_many_rows", test_attention_forward_many_rows},
-      {"test_attention_backward", test_attention_backward},
-      {"test_gelu", test_gelu},
-      {"test_residual", test_residual},
-      {"test_crossentropy", test_crossentropy},
-      {"test_streams_events", test_streams_events},
+  static const struct zo_test tests[] = {
+      ZO_TEST(memory),
+      ZO_TEST(encoder_forward),
+      ZO_TEST(encoder_backward),
+      ZO_TEST(layernorm_forward),
+      ZO_TEST(layernorm_backward),
+      ZO_TEST(matmul_forward),
+      ZO_TEST(matmul_backward),
+      ZO_TEST(attention_forward),
+      ZO_TEST(attention_forward_many_rows),
+      ZO_TEST(attention_backward),
+      ZO_TEST(gelu),
+      ZO_TEST(residual),
+      ZO_TEST(crossentropy),
+      ZO_TEST(streams_events),
   };
   gpu = zo_backend_cuda();
   if (!gpu) {
@@ -687,19 +656,7 @@ int main(void) {
   }
   cpu = zo_backend_cpu();
   must(gpu->stream_create(&test_stream), "stream_create");
-  int n_failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    double t0 = zo_time_s();
-    int fail = tests[i].fn();
-    printf("%s %s (%.2f s)\n", fail ? "FAIL" : "ok  ", tests[i].name, zo_time_s() - t0);
-    fflush(stdout);
-    n_failed += fail;
-  }
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
   gpu->stream_destroy(test_stream);
-  if (n_failed) {
-    fprintf(stderr, "%d of %zu tests failed\n", n_failed, sizeof tests / sizeof tests[0]);
-    return 1;
-  }
-  printf("all %zu tests passed\n", sizeof tests / sizeof tests[0]);
-  return 0;
+  return zo_test_report(counts);
 }

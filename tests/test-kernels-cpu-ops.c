@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
+
 #define GUARD 16                   /* sentinel floats on each side of an output */
 #define SENTINEL_BITS 0xdeadbeefu  /* their bit pattern */
 #define FD_STEP 1e-5               /* central-difference step */
@@ -25,42 +27,17 @@ static zo_backend_t be;
 
 /* ---- buffers, random numbers, comparisons ---------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint32_t rng_u32(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
-}
-
-/* Uniform in [lo, hi). */
-static float rng_float(float lo, float hi) {
-  return lo + (hi - lo) * (float)(rng_u32() >> 8) * (1.0f / 16777216.0f);
-}
-
 static void fill_random(float *x, size_t n, float lo, float hi) {
-  for (size_t i = 0; i < n; i++) x[i] = rng_float(lo, hi);
+  for (size_t i = 0; i < n; i++) x[i] = zo_rng_float(lo, hi);
 }
 
 static void fill_nan(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = NAN;
 }
 
-static void *xmalloc(size_t nbytes) {
-  void *p = malloc(nbytes ? nbytes : 1);
-  if (!p) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", nbytes);
-    exit(1);
-  }
-  return p;
-}
-
 /* n floats with GUARD sentinel floats on both sides; free with gfree. */
 static float *galloc(size_t n) {
-  float *mem = xmalloc((n + 2 * GUARD) * sizeof(float));
+  float *mem = zo_test_xmalloc((n + 2 * GUARD) * sizeof(float));
   uint32_t bits = SENTINEL_BITS;
   for (size_t i = 0; i < GUARD; i++) {
     memcpy(&mem[i], &bits, sizeof bits);
@@ -92,30 +69,14 @@ static int guard_broken(const char *what, const float *p, size_t n) {
 }
 
 static double *widen(const float *x, size_t n) {
-  double *d = xmalloc(n * sizeof(double));
+  double *d = zo_test_xmalloc(n * sizeof(double));
   for (size_t i = 0; i < n; i++) d[i] = x[i];
   return d;
 }
 
-/* Returns 1 (and prints the first offender) unless |got - ref| <= atol + |ref| * rtol
- * everywhere; NaN never passes. */
-static int check_close(const char *what, const float *got, const double *ref, size_t n,
-                       double atol, double rtol) {
-  for (size_t i = 0; i < n; i++) {
-    double diff = fabs((double)got[i] - ref[i]);
-    double tol = atol + fabs(ref[i]) * rtol;
-    if (!(diff <= tol)) {
-      fprintf(stderr, "  %s[%zu]: got %.9g, want %.9g (|diff| %.3g > tol %.3g)\n", what, i,
-              (double)got[i], ref[i], diff, tol);
-      return 1;
-    }
-  }
-  return 0;
-}
-
 static int check_output(const char *what, const float *got, const double *ref, size_t n,
                         double atol, double rtol) {
-  return guard_broken(what, got, n) | check_close(what, got, ref, n, atol, rtol);
+  return guard_broken(what, got, n) | zo_test_close(what, got, ref, n, atol, rtol);
 }
 
 static double dot64(const double *a, const double *b, size_t n) {
@@ -128,7 +89,7 @@ static double dot64(const double *a, const double *b, size_t n) {
  * loss through ctx) against grad[j], the op's float gradient. */
 static int check_fd(const char *what, double *x, size_t n, const float *grad,
                     double (*loss)(void *ctx), void *ctx) {
-  double *fd = xmalloc(n * sizeof(double));
+  double *fd = zo_test_xmalloc(n * sizeof(double));
   for (size_t j = 0; j < n; j++) {
     double saved = x[j];
     x[j] = saved + FD_STEP;
@@ -138,7 +99,7 @@ static int check_fd(const char *what, double *x, size_t n, const float *grad,
     x[j] = saved;
     fd[j] = (lp - lm) / (2.0 * FD_STEP);
   }
-  int fail = check_close(what, grad, fd, n, FD_ATOL, FD_RTOL);
+  int fail = zo_test_close(what, grad, fd, n, FD_ATOL, FD_RTOL);
   free(fd);
   return fail;
 }
@@ -234,7 +195,7 @@ static void attention_forward64(double *out, double *att, const double *qkv, int
                                 int NH) {
   int hs = C / NH;
   double scale = 1.0 / sqrt((double)hs);
-  double *row = xmalloc((size_t)T * sizeof(double));
+  double *row = zo_test_xmalloc((size_t)T * sizeof(double));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
@@ -267,9 +228,9 @@ static void attention_backward64(double *dqkv, const double *dout, const double 
   int hs = C / NH;
   double scale = 1.0 / sqrt((double)hs);
   size_t n_att = (size_t)B * NH * T * T;
-  double *att = xmalloc(n_att * sizeof(double));
-  double *out = xmalloc((size_t)B * T * C * sizeof(double));
-  double *datt = xmalloc((size_t)T * sizeof(double));
+  double *att = zo_test_xmalloc(n_att * sizeof(double));
+  double *out = zo_test_xmalloc((size_t)B * T * C * sizeof(double));
+  double *datt = zo_test_xmalloc((size_t)T * sizeof(double));
   attention_forward64(out, att, qkv, B, T, C, NH);
   memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
   for (int b = 0; b < B; b++)
@@ -339,16 +300,16 @@ static void crossentropy_forward64(double *losses, double *dlogits, const double
 
 static int test_encoder_forward(void) {
   enum { B = 2, T = 7, C = 24, V = 13, maxT = 9 };
-  rng_seed(1);
+  zo_rng_seed(1);
   int32_t inp[B * T];
-  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
   float *wte = galloc(V * C), *wpe = galloc(maxT * C), *out = galloc(B * T * C);
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);
   fill_nan(out, B * T * C);
   be->encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
   double *wte64 = widen(wte, V * C), *wpe64 = widen(wpe, maxT * C);
-  double *ref = xmalloc(B * T * C * sizeof(double));
+  double *ref = zo_test_xmalloc(B * T * C * sizeof(double));
   encoder_forward64(ref, inp, wte64, wpe64, B, T, C);
   int fail = check_output("out", out, ref, B * T * C, 0, 1e-7);
   free(ref);
@@ -362,9 +323,9 @@ static int test_encoder_forward(void) {
 
 static int test_encoder_backward(void) {
   enum { B = 3, T = 7, C = 37, V = 5, maxT = 9 }; /* V < B*T: tokens repeat */
-  rng_seed(2);
+  zo_rng_seed(2);
   int32_t inp[B * T];
-  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
   float *dout = galloc(B * T * C), *dwte = galloc(V * C), *dwpe = galloc(maxT * C);
   fill_random(dout, B * T * C, -1, 1);
   fill_random(dwte, V * C, -1, 1);
@@ -402,16 +363,16 @@ static double encoder_fd_loss(void *p) {
 
 static int test_encoder_backward_fd(void) {
   enum { B = 2, T = 3, C = 4, V = 3, maxT = 4 };
-  rng_seed(3);
+  zo_rng_seed(3);
   int32_t inp[B * T];
-  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(rng_u32() % V);
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
   float wte[V * C], wpe[maxT * C], dout[B * T * C], dwte[V * C] = {0}, dwpe[maxT * C] = {0};
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);
   fill_random(dout, B * T * C, -1, 1);
   be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
   struct encoder_fd c = {inp, widen(wte, V * C), widen(wpe, maxT * C), widen(dout, B * T * C),
-                         xmalloc(B * T * C * sizeof(double)), B, T, C};
+                         zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C};
   int fail = check_fd("dwte", c.wte, V * C, dwte, encoder_fd_loss, &c) |
              check_fd("dwpe", c.wpe, maxT * C, dwpe, encoder_fd_loss, &c);
   free(c.out);
@@ -425,7 +386,7 @@ static int test_encoder_backward_fd(void) {
 
 static int test_layernorm_forward(void) {
   enum { N = 13, C = 150 };
-  rng_seed(4);
+  zo_rng_seed(4);
   float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C);
   float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
   fill_random(inp, N * C, -2, 3); /* nonzero mean */
@@ -436,8 +397,8 @@ static int test_layernorm_forward(void) {
   fill_nan(rstd, N);
   be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
   double *inp64 = widen(inp, N * C), *w64 = widen(w, C), *b64 = widen(bias, C);
-  double *ref = xmalloc(N * C * sizeof(double)), *ref_mean = xmalloc(N * sizeof(double));
-  double *ref_rstd = xmalloc(N * sizeof(double));
+  double *ref = zo_test_xmalloc(N * C * sizeof(double)), *ref_mean = zo_test_xmalloc(N * sizeof(double));
+  double *ref_rstd = zo_test_xmalloc(N * sizeof(double));
   layernorm_forward64(ref, ref_mean, ref_rstd, inp64, w64, b64, N, C);
   int fail = check_output("out", out, ref, N * C, 1e-6, 1e-5) |
              check_output("mean", mean, ref_mean, N, 1e-6, 1e-6) |
@@ -459,7 +420,7 @@ static int test_layernorm_forward(void) {
 
 static int test_layernorm_backward(void) {
   enum { N = 13, C = 150 };
-  rng_seed(5);
+  zo_rng_seed(5);
   float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C), *dout = galloc(N * C);
   float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
   float *dinp = galloc(N * C), *dw = galloc(C), *db = galloc(C);
@@ -510,7 +471,7 @@ static double layernorm_fd_loss(void *p) {
 
 static int test_layernorm_backward_fd(void) {
   enum { N = 3, C = 5 };
-  rng_seed(6);
+  zo_rng_seed(6);
   float inp[N * C], w[C], bias[C], dout[N * C], out[N * C], mean[N], rstd[N];
   float dinp[N * C] = {0}, dw[C] = {0}, db[C] = {0};
   fill_random(inp, N * C, -2, 2);
@@ -520,7 +481,7 @@ static int test_layernorm_backward_fd(void) {
   be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
   be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
   struct layernorm_fd c = {widen(inp, N * C), widen(w, C), widen(bias, C), widen(dout, N * C),
-                           xmalloc(N * C * sizeof(double)), N, C};
+                           zo_test_xmalloc(N * C * sizeof(double)), N, C};
   int fail = check_fd("dinp", c.inp, N * C, dinp, layernorm_fd_loss, &c) |
              check_fd("dweight", c.w, C, dw, layernorm_fd_loss, &c) |
              check_fd("dbias", c.bias, C, db, layernorm_fd_loss, &c);
@@ -544,7 +505,7 @@ static int matmul_forward_case(int N, int C, int OC, int with_bias) {
   be->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, NULL);
   double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
   double *b64 = widen(bias, OC);
-  double *ref = xmalloc((size_t)N * OC * sizeof(double));
+  double *ref = zo_test_xmalloc((size_t)N * OC * sizeof(double));
   matmul_forward64(ref, inp64, w64, with_bias ? b64 : NULL, N, C, OC);
   int fail =
       check_output(with_bias ? "out" : "out (no bias)", out, ref, (size_t)N * OC, 1e-5, 1e-5);
@@ -560,7 +521,7 @@ static int matmul_forward_case(int N, int C, int OC, int with_bias) {
 }
 
 static int test_matmul_forward(void) {
-  rng_seed(7);
+  zo_rng_seed(7);
   return matmul_forward_case(13, 37, 150, 1) | matmul_forward_case(13, 37, 150, 0) |
          matmul_forward_case(1, 5, 3, 1);
 }
@@ -575,7 +536,7 @@ static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_db
   fill_nan(dinp, (size_t)N * C); /* overwritten */
   fill_random(dw, (size_t)OC * C, -1, 1); /* accumulated */
   fill_random(db, OC, -1, 1);
-  double *ref_dinp = xmalloc((size_t)N * C * sizeof(double));
+  double *ref_dinp = zo_test_xmalloc((size_t)N * C * sizeof(double));
   double *ref_dw = widen(dw, (size_t)OC * C), *ref_db = widen(db, OC);
   be->matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, N, C, OC,
                       NULL);
@@ -601,7 +562,7 @@ static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_db
 }
 
 static int test_matmul_backward(void) {
-  rng_seed(8);
+  zo_rng_seed(8);
   return matmul_backward_case(13, 37, 150, 1, 1) | matmul_backward_case(13, 37, 150, 0, 0) |
          matmul_backward_case(1, 5, 3, 1, 1);
 }
@@ -619,7 +580,7 @@ static double matmul_fd_loss(void *p) {
 
 static int test_matmul_backward_fd(void) {
   enum { N = 3, C = 4, OC = 5 };
-  rng_seed(9);
+  zo_rng_seed(9);
   float inp[N * C], w[OC * C], bias[OC], dout[N * OC];
   float dinp[N * C], dw[OC * C] = {0}, db[OC] = {0};
   fill_random(inp, N * C, -1, 1);
@@ -628,7 +589,7 @@ static int test_matmul_backward_fd(void) {
   fill_random(dout, N * OC, -1, 1);
   be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, NULL);
   struct matmul_fd c = {widen(inp, N * C), widen(w, OC * C), widen(bias, OC), widen(dout, N * OC),
-                        xmalloc(N * OC * sizeof(double)), N, C, OC};
+                        zo_test_xmalloc(N * OC * sizeof(double)), N, C, OC};
   int fail = check_fd("dinp", c.inp, N * C, dinp, matmul_fd_loss, &c) |
              check_fd("dweight", c.w, OC * C, dw, matmul_fd_loss, &c) |
              check_fd("dbias", c.bias, OC, db, matmul_fd_loss, &c);
@@ -650,7 +611,7 @@ static int attention_forward_case(int B, int T, int C, int NH) {
   fill_nan(att, n_att);
   be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
   double *qkv64 = widen(qkv, n_qkv);
-  double *ref = xmalloc(n_out * sizeof(double)), *ref_att = xmalloc(n_att * sizeof(double));
+  double *ref = zo_test_xmalloc(n_out * sizeof(double)), *ref_att = zo_test_xmalloc(n_att * sizeof(double));
   attention_forward64(ref, ref_att, qkv64, B, T, C, NH);
   int fail = check_output("out", out, ref, n_out, 1e-6, 1e-5) |
              check_output("att", att, ref_att, n_att, 1e-7, 1e-5);
@@ -673,7 +634,7 @@ static int attention_forward_case(int B, int T, int C, int NH) {
 }
 
 static int test_attention_forward(void) {
-  rng_seed(10);
+  zo_rng_seed(10);
   /* Second shape: T spans several row blocks, the last one partial. */
   return attention_forward_case(2, 7, 24, 3) | attention_forward_case(1, 150, 32, 2) |
          attention_forward_case(1, 1, 8, 2);
@@ -690,7 +651,7 @@ static int attention_backward_case(int B, int T, int C, int NH) {
   be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
   be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
   double *qkv64 = widen(qkv, n_qkv), *dout64 = widen(dout, n_out);
-  double *ref = xmalloc(n_qkv * sizeof(double));
+  double *ref = zo_test_xmalloc(n_qkv * sizeof(double));
   attention_backward64(ref, dout64, qkv64, B, T, C, NH);
   int fail = check_output("dqkv", dqkv, ref, n_qkv, 2e-6, 2e-5) | guard_broken("datt", datt, n_att);
   free(ref);
@@ -706,7 +667,7 @@ static int attention_backward_case(int B, int T, int C, int NH) {
 }
 
 static int test_attention_backward(void) {
-  rng_seed(11);
+  zo_rng_seed(11);
   return attention_backward_case(2, 7, 24, 3) | attention_backward_case(1, 150, 32, 2) |
          attention_backward_case(1, 1, 8, 2);
 }
@@ -724,7 +685,7 @@ static double attention_fd_loss(void *p) {
 
 static int test_attention_backward_fd(void) {
   enum { B = 2, T = 4, C = 6, NH = 2 };
-  rng_seed(12);
+  zo_rng_seed(12);
   float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T], dout[B * T * C];
   float dqkv[B * T * 3 * C], datt[B * NH * T * T];
   fill_random(qkv, B * T * 3 * C, -2, 2);
@@ -732,7 +693,7 @@ static int test_attention_backward_fd(void) {
   be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
   be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
   struct attention_fd c = {widen(qkv, B * T * 3 * C), widen(dout, B * T * C),
-                           xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
+                           zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
   int fail = check_fd("dqkv", c.qkv, B * T * 3 * C, dqkv, attention_fd_loss, &c);
   free(c.out);
   free(c.dout);
@@ -744,7 +705,7 @@ static int test_attention_backward_fd(void) {
 
 static int test_gelu_forward(void) {
   enum { N = 1001 };
-  rng_seed(13);
+  zo_rng_seed(13);
   float *inp = galloc(N), *out = galloc(N);
   fill_random(inp, N, -8, 8);
   inp[0] = 0.0f;
@@ -752,7 +713,7 @@ static int test_gelu_forward(void) {
   inp[2] = 30.0f;
   fill_nan(out, N);
   be->gelu_forward(out, inp, N, NULL);
-  double *ref = xmalloc(N * sizeof(double));
+  double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = gelu64(inp[i]);
   int fail = check_output("out", out, ref, N, 1e-7, 1e-6);
   free(ref);
@@ -763,13 +724,13 @@ static int test_gelu_forward(void) {
 
 static int test_gelu_backward(void) {
   enum { N = 1001 };
-  rng_seed(14);
+  zo_rng_seed(14);
   float *inp = galloc(N), *dout = galloc(N), *dinp = galloc(N);
   fill_random(inp, N, -8, 8);
   inp[0] = 0.0f;
   fill_random(dout, N, -1, 1);
   fill_nan(dinp, N);
-  double *ref = xmalloc(N * sizeof(double));
+  double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = gelu_grad64(inp[i]) * dout[i];
   be->gelu_backward(dinp, inp, dout, N, NULL);
   int fail = check_output("dinp", dinp, ref, N, 1e-6, 1e-5);
@@ -797,7 +758,7 @@ static double gelu_fd_loss(void *p) {
 
 static int test_gelu_backward_fd(void) {
   enum { N = 17 };
-  rng_seed(15);
+  zo_rng_seed(15);
   float inp[N], dout[N], dinp[N];
   fill_random(inp, N, -5, 5);
   fill_random(dout, N, -1, 1);
@@ -811,12 +772,12 @@ static int test_gelu_backward_fd(void) {
 
 static int test_residual_forward(void) {
   enum { N = 1001 };
-  rng_seed(16);
+  zo_rng_seed(16);
   float *a = galloc(N), *b = galloc(N), *out = galloc(N);
   fill_random(a, N, -1, 1);
   fill_random(b, N, -1, 1);
   fill_nan(out, N);
-  double *ref = xmalloc(N * sizeof(double));
+  double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
   be->residual_forward(out, a, b, N, NULL);
   int fail = check_output("out", out, ref, N, 0, 1e-7);
@@ -836,7 +797,7 @@ static int test_residual_forward(void) {
 
 static int test_residual_backward(void) {
   enum { N = 1001 };
-  rng_seed(17);
+  zo_rng_seed(17);
   float *dout = galloc(N), *d1 = galloc(N), *d2 = galloc(N);
   fill_random(dout, N, -1, 1);
   fill_random(d1, N, -1, 1); /* both accumulate */
@@ -871,7 +832,7 @@ static double residual_fd_loss(void *p) {
 
 static int test_residual_backward_fd(void) {
   enum { N = 9 };
-  rng_seed(18);
+  zo_rng_seed(18);
   float a[N], b[N], dout[N], d1[N] = {0}, d2[N] = {0};
   fill_random(a, N, -1, 1);
   fill_random(b, N, -1, 1);
@@ -908,7 +869,7 @@ static void crossentropy_inputs(float *logits, int32_t *targets, int N, int V, i
   for (int n = 0; n < N; n++) {
     fill_random(logits + (size_t)n * Vp, V, offset - 8, offset + 8);
     fill_nan(logits + (size_t)n * Vp + V, Vp - V);
-    targets[n] = (int32_t)(rng_u32() % V);
+    targets[n] = (int32_t)(zo_rng_u32() % V);
   }
   targets[2] = -1;
   targets[N - 1] = -1;
@@ -926,7 +887,7 @@ static int crossentropy_case(float offset) {
   fill_nan(dlogits, n_logits);
   be->crossentropy_forward(losses, dlogits, logits, targets, dloss, N, V, Vp, NULL);
   double *logits64 = widen(logits, n_logits);
-  double *ref = xmalloc(N * sizeof(double)), *ref_d = xmalloc(n_logits * sizeof(double));
+  double *ref = zo_test_xmalloc(N * sizeof(double)), *ref_d = zo_test_xmalloc(n_logits * sizeof(double));
   crossentropy_forward64(ref, ref_d, logits64, targets, dloss, N, V, Vp);
   /* Loss to ~1e-6 relative (PyTorch parity); padded columns exactly 0. */
   int fail = check_output("losses", losses, ref, N, 1e-6, 1e-6) |
@@ -956,7 +917,7 @@ static int crossentropy_case(float offset) {
 }
 
 static int test_crossentropy_forward(void) {
-  rng_seed(19);
+  zo_rng_seed(19);
   return crossentropy_case(0.0f) | crossentropy_case(300.0f) | crossentropy_case(-300.0f);
 }
 
@@ -977,13 +938,13 @@ static double crossentropy_fd_loss(void *p) {
 
 static int test_crossentropy_fd(void) {
   enum { N = 4, V = 7, Vp = 8 };
-  rng_seed(20);
+  zo_rng_seed(20);
   float logits[N * Vp], losses[N], dlogits[N * Vp];
   int32_t targets[N] = {3, -1, 0, V - 1};
   fill_random(logits, N * Vp, -3, 3);
   for (int n = 0; n < N; n++) logits[n * Vp + V] = 1e30f; /* padding: must not matter */
   be->crossentropy_forward(losses, dlogits, logits, targets, 0.7f, N, V, Vp, NULL);
-  struct crossentropy_fd c = {widen(logits, N * Vp), xmalloc(N * sizeof(double)), targets, 0.7,
+  struct crossentropy_fd c = {widen(logits, N * Vp), zo_test_xmalloc(N * sizeof(double)), targets, 0.7,
                               N, V, Vp};
   /* The float64 forward never reads padding either, so its differences there
    * are 0: the op's padded gradient must be 0 too. */
@@ -1073,7 +1034,7 @@ static int test_memory(void) {
  * (the wrapper copies its arguments at enqueue time). */
 static int test_op_on_stream(void) {
   enum { N = 13, C = 37, OC = 150 };
-  rng_seed(21);
+  zo_rng_seed(21);
   float *inp = galloc(N * C), *w = galloc(OC * C), *bias = galloc(OC);
   float *want = galloc(N * OC), *got = galloc(N * OC);
   fill_random(inp, N * C, -1, 1);
@@ -1099,46 +1060,31 @@ static int test_op_on_stream(void) {
 }
 
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"test_backend_table", test_backend_table},
-      {"test_memory", test_memory},
-      {"test_encoder_forward", test_encoder_forward},
-      {"test_encoder_backward", test_encoder_backward},
-      {"test_encoder_backward_fd", test_encoder_backward_fd},
-      {"test_layernorm_forward", test_layernorm_forward},
-      {"test_layernorm_backward", test_layernorm_backward},
-      {"test_layernorm_backward_fd", test_layernorm_backward_fd},
-      {"test_matmul_forward", test_matmul_forward},
-      {"test_matmul_backward", test_matmul_backward},
-      {"test_matmul_backward_fd", test_matmul_backward_fd},
-      {"test_attention_forward", test_attention_forward},
-      {"test_attention_backward", test_attention_backward},
-      {"test_attention_backward_fd", test_attention_backward_fd},
-      {"test_gelu_forward", test_gelu_forward},
-      {"test_gelu_backward", test_gelu_backward},
-      {"test_gelu_backward_fd", test_gelu_backward_fd},
-      {"test_residual_forward", test_residual_forward},
-      {"test_residual_backward", test_residual_backward},
-      {"test_residual_backward_fd", test_residual_backward_fd},
-      {"test_crossentropy_forward", test_crossentropy_forward},
-      {"test_crossentropy_fd", test_crossentropy_fd},
-      {"test_op_on_stream", test_op_on_stream},
+  static const struct zo_test tests[] = {
+      ZO_TEST(backend_table),
+      ZO_TEST(memory),
+      ZO_TEST(encoder_forward),
+      ZO_TEST(encoder_backward),
+      ZO_TEST(encoder_backward_fd),
+      ZO_TEST(layernorm_forward),
+      ZO_TEST(layernorm_backward),
+      ZO_TEST(layernorm_backward_fd),
+      ZO_TEST(matmul_forward),
+      ZO_TEST(matmul_backward),
+      ZO_TEST(matmul_backward_fd),
+      ZO_TEST(attention_forward),
+      ZO_TEST(attention_backward),
+      ZO_TEST(attention_backward_fd),
+      ZO_TEST(gelu_forward),
+      ZO_TEST(gelu_backward),
+      ZO_TEST(gelu_backward_fd),
+      ZO_TEST(residual_forward),
+      ZO_TEST(residual_backward),
+      ZO_TEST(residual_backward_fd),
+      ZO_TEST(crossentropy_forward),
+      ZO_TEST(crossentropy_fd),
+      ZO_TEST(op_on_stream),
   };
   be = zo_backend_cpu();
-  int n_failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    if (tests[i].fn()) {
-      fprintf(stderr, "FAIL %s\n", tests[i].name);
-      n_failed++;
-    }
-  }
-  if (n_failed) {
-    fprintf(stderr, "%d of %zu tests failed\n", n_failed, sizeof tests / sizeof tests[0]);
-    return 1;
-  }
-  printf("all %zu tests passed\n", sizeof tests / sizeof tests[0]);
-  return 0;
+  return ZO_TEST_MAIN(tests);
 }

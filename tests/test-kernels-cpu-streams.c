@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zo_test.h"
+
 #define DELAY_US "100"
 
 #define CHECK(cond)                                                             \
@@ -422,32 +424,17 @@ int main(void) {
     fprintf(stderr, "zo_backend_cpu: %s\n", zo_last_error());
     return 1;
   }
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } cases[] = {
-#define CASE(name) {#name, test_##name}
-      CASE(fifo_order),
-      CASE(event_orders_streams),
-      CASE(missing_wait_observed),
-      CASE(event_never_recorded),
-      CASE(rerecord_replaces_capture),
-      CASE(event_outlives_stream),
-      CASE(destroy_drains),
-      CASE(queue_full_blocks),
-      CASE(null_stream_inline),
-      CASE(thread_count_propagates),
-#undef CASE
+  static const struct zo_test tests[] = {
+      ZO_TEST(fifo_order),
+      ZO_TEST(event_orders_streams),
+      ZO_TEST(missing_wait_observed),
+      ZO_TEST(event_never_recorded),
+      ZO_TEST(rerecord_replaces_capture),
+      ZO_TEST(event_outlives_stream),
+      ZO_TEST(destroy_drains),
+      ZO_TEST(queue_full_blocks),
+      ZO_TEST(null_stream_inline),
+      ZO_TEST(thread_count_propagates),
   };
-  int n_failed = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    double t0 = zo_time_s();
-    int rc = cases[i].fn();
-    printf("%s %s (%.2f s)\n", rc ? "FAIL" : "ok  ", cases[i].name, zo_time_s() - t0);
-    if (rc) {
-      fprintf(stderr, "test_%s failed\n", cases[i].name);
-      n_failed++;
-    }
-  }
-  return n_failed ? 1 : 0;
+  return ZO_TEST_MAIN(tests);
 }

@@ -8,48 +8,19 @@
 
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
+
 #define GUARD 16
 #define SENTINEL 0x7fa5a5a5u /* a NaN no computation produces */
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("  ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return 1;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-/* splitmix64 */
-static uint64_t rng_u64(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double rng_uniform(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
-
-static double rng_normal(void) {
-  const double u1 = rng_uniform() + 0x1.0p-54, u2 = rng_uniform();
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
 /* A gradient-like value: normal times a magnitude spread over 10^lo..10^hi. */
 static float rng_grad(double lo, double hi) {
-  return (float)(rng_normal() * pow(10.0, lo + (hi - lo) * rng_uniform()));
+  return (float)(zo_rng_normal() * pow(10.0, lo + (hi - lo) * zo_rng_uniform()));
 }
 
 /* n floats with GUARD sentinel floats before and after. */
@@ -106,7 +77,7 @@ static void state_init(struct state *s, size_t n) {
     }
   }
   for (size_t i = 0; i < n; i++) {
-    s->p[i] = (float)(rng_normal() * (i % 7 == 0 ? 1.0 : 0.02));
+    s->p[i] = (float)(zo_rng_normal() * (i % 7 == 0 ? 1.0 : 0.02));
     s->m[i] = 0.0f;
     s->v[i] = 0.0f;
   }
@@ -161,16 +132,16 @@ static int compare_step(const struct state *s, double ulps, long t) {
   } arrs[] = {{"p", s->p, s->rp, s->sp}, {"m", s->m, s->rm, s->sm}, {"v", s->v, s->rv, s->sv}};
   for (size_t k = 0; k < 3; k++) {
     if (!guarded_intact(arrs[k].got, s->n))
-      return fail("t=%ld: write outside %s[0..%zu)", t, arrs[k].name, s->n);
+      return zo_test_fail("t=%ld: write outside %s[0..%zu)", t, arrs[k].name, s->n);
     for (size_t i = 0; i < s->n; i++) {
       const double err = fabs((double)arrs[k].got[i] - arrs[k].ref[i]);
       const double tol = ulps * FLT_EPSILON * arrs[k].scale[i];
       if (!(err <= tol))
-        return fail("t=%ld n=%zu: %s[%zu] = %.9g, float64 %.17g, error %.3g > %.3g (%.1f ulps of the terms)",
+        return zo_test_fail("t=%ld n=%zu: %s[%zu] = %.9g, float64 %.17g, error %.3g > %.3g (%.1f ulps of the terms)",
                     t, s->n, arrs[k].name, i, (double)arrs[k].got[i], arrs[k].ref[i], err, tol, ulps);
     }
   }
-  if (!guarded_intact(s->g, s->n)) return fail("t=%ld: write outside g", t);
+  if (!guarded_intact(s->g, s->n)) return zo_test_fail("t=%ld: write outside g", t);
   return 0;
 }
 
@@ -182,7 +153,7 @@ static int run_lockstep(size_t n, bool decay, float grad_scale, long n_steps, ui
   const struct zo_lr_schedule sched = {
       .kind = ZO_LR_WARMUP_COSINE, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 5, .total_steps = 20};
   struct state s;
-  rng_seed(seed);
+  zo_rng_seed(seed);
   state_init(&s, n);
   int rc = 0;
   for (long t = 1; t <= n_steps && rc == 0; t++) {
@@ -219,9 +190,9 @@ static int test_update_scale_is_read_time(void) {
   const size_t n = 100003;
   const float scale = 0.0371f;
   struct state a, b;
-  rng_seed(5);
+  zo_rng_seed(5);
   state_init(&a, n);
-  rng_seed(5);
+  zo_rng_seed(5);
   state_init(&b, n);
   int rc = 0;
   for (long t = 1; t <= 3 && rc == 0; t++) {
@@ -231,7 +202,7 @@ static int test_update_scale_is_read_time(void) {
     zo_adamw_update(b.p, b.g, b.m, b.v, n, &HP, true, t, 1.0f);
     if (memcmp(a.p, b.p, n * sizeof(float)) || memcmp(a.m, b.m, n * sizeof(float)) ||
         memcmp(a.v, b.v, n * sizeof(float)))
-      rc = fail("t=%ld: grad_scale differs from scaling g beforehand", t);
+      rc = zo_test_fail("t=%ld: grad_scale differs from scaling g beforehand", t);
   }
   state_free(&a);
   state_free(&b);
@@ -258,14 +229,14 @@ static int test_update_torch(void) {
   int rc = 1;
 
   FILE *f = fopen(path, "rb");
-  if (f == NULL) return fail("cannot open %s: regenerate it with /usr/bin/python3 tests/reference/adamw_torch.py", path);
+  if (f == NULL) return zo_test_fail("cannot open %s: regenerate it with /usr/bin/python3 tests/reference/adamw_torch.py", path);
   if (!read_exact(f, magic, 8) || memcmp(magic, "ZOADAMW1", 8) || !read_exact(f, &n_tensors, 4) ||
       !read_exact(f, &n_steps, 4) || n_tensors > MAX_T || n_steps > MAX_S) {
-    fail("%s: bad header", path);
+    zo_test_fail("%s: bad header", path);
     goto out_close;
   }
   if (!read_exact(f, steps, n_steps * sizeof steps[0]) || !read_exact(f, tens, n_tensors * sizeof tens[0])) {
-    fail("%s: truncated header", path);
+    zo_test_fail("%s: truncated header", path);
     goto out_close;
   }
   size_t n_max = 0;
@@ -276,14 +247,14 @@ static int test_update_torch(void) {
     m[k] = guarded_alloc(n);
     v[k] = guarded_alloc(n);
     if (!read_exact(f, p[k], n * 4) || !read_exact(f, m[k], n * 4) || !read_exact(f, v[k], n * 4)) {
-      fail("%s: truncated initial state", path);
+      zo_test_fail("%s: truncated initial state", path);
       goto out_free;
     }
   }
   g = guarded_alloc(n_max);
   ref = malloc(3 * n_max * sizeof(float) + 1);
   if (ref == NULL) {
-    fail("out of memory");
+    zo_test_fail("out of memory");
     goto out_free;
   }
   for (uint32_t s = 0; s < n_steps; s++) {
@@ -293,14 +264,14 @@ static int test_update_torch(void) {
       const struct zo_adamw_hparams hp = {.lr = steps[s][0], .beta1 = steps[s][1], .beta2 = steps[s][2],
                                           .eps = steps[s][3], .weight_decay = tens[k].weight_decay};
       if (!read_exact(f, g, n * 4) || !read_exact(f, ref, 3 * n * 4)) {
-        fail("%s: truncated step %u", path, s);
+        zo_test_fail("%s: truncated step %u", path, s);
         goto out_free;
       }
       zo_adamw_update(p[k], g, m[k], v[k], n, &hp, tens[k].decay != 0, t, steps[s][4]);
       const float *got[3] = {p[k], m[k], v[k]};
       for (int a = 0; a < 3; a++) {
         if (!guarded_intact(got[a], n)) {
-          fail("tensor %u step %u: write outside %c", k, s, "pmv"[a]);
+          zo_test_fail("tensor %u step %u: write outside %c", k, s, "pmv"[a]);
           goto out_free;
         }
         for (size_t i = 0; i < n; i++) {
@@ -308,7 +279,7 @@ static int test_update_torch(void) {
           n_checked++;
           n_bitwise += memcmp(&r, &c, 4) == 0;
           if (!(fabs((double)c - r) <= 1e-6 * fabs((double)r) + 1e-30)) {
-            fail("tensor %u (n=%zu, decay=%u) t=%ld: %c[%zu] = %.9g, torch %.9g", k, n, tens[k].decay, t,
+            zo_test_fail("tensor %u (n=%zu, decay=%u) t=%ld: %c[%zu] = %.9g, torch %.9g", k, n, tens[k].decay, t,
                  "pmv"[a], i, (double)c, (double)r);
             goto out_free;
           }
@@ -336,22 +307,22 @@ out_close:
 static int test_sumsq(void) {
   const size_t n = 1000003;
   float *x = guarded_alloc(n);
-  rng_seed(7);
+  zo_rng_seed(7);
   for (size_t i = 0; i < n; i++) x[i] = rng_grad(-8.0, 3.0);
   long double ref = 0.0L;
   for (size_t i = 0; i < n; i++) ref += (long double)x[i] * x[i];
   const double got = zo_sumsq(x, n);
   int rc = 0;
   if (!(fabs(got - (double)ref) <= 1e-12 * (double)ref))
-    rc = fail("zo_sumsq = %.17g, long double %.17Lg", got, ref);
+    rc = zo_test_fail("zo_sumsq = %.17g, long double %.17Lg", got, ref);
   /* (1 + 2^-23)^2 needs 47 bits: a float accumulator would lose the tail. */
   for (size_t i = 0; i < n && rc == 0; i++) x[i] = 1.0f + 0x1.0p-23f;
   const double sq = (1.0 + 0x1.0p-23) * (1.0 + 0x1.0p-23);
   if (rc == 0 && !(fabs(zo_sumsq(x, n) - sq * (double)n) <= 1e-12 * sq * (double)n))
-    rc = fail("zo_sumsq of %zu x (1+2^-23) = %.17g, expected %.17g", n, zo_sumsq(x, n), sq * (double)n);
-  if (rc == 0 && zo_sumsq(x, 0) != 0.0) rc = fail("zo_sumsq(n=0) != 0");
-  if (rc == 0 && zo_sumsq(x, 1) != sq) rc = fail("zo_sumsq(n=1) != x^2");
-  if (rc == 0 && !guarded_intact(x, n)) rc = fail("zo_sumsq wrote to its input");
+    rc = zo_test_fail("zo_sumsq of %zu x (1+2^-23) = %.17g, expected %.17g", n, zo_sumsq(x, n), sq * (double)n);
+  if (rc == 0 && zo_sumsq(x, 0) != 0.0) rc = zo_test_fail("zo_sumsq(n=0) != 0");
+  if (rc == 0 && zo_sumsq(x, 1) != sq) rc = zo_test_fail("zo_sumsq(n=1) != x^2");
+  if (rc == 0 && !guarded_intact(x, n)) rc = zo_test_fail("zo_sumsq wrote to its input");
   guarded_free(x);
   return rc;
 }
@@ -375,11 +346,11 @@ static int test_clip_coef(void) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const float got = zo_clip_coef(cases[k].norm, cases[k].max_norm);
     if (got != cases[k].want)
-      return fail("zo_clip_coef(%g, %g) = %.9g, expected %.9g", cases[k].norm, cases[k].max_norm, (double)got,
+      return zo_test_fail("zo_clip_coef(%g, %g) = %.9g, expected %.9g", cases[k].norm, cases[k].max_norm, (double)got,
                   (double)cases[k].want);
   }
-  if (!isnan(zo_clip_coef(NAN, 1.0))) return fail("zo_clip_coef(NaN, 1) is not NaN");
-  if (zo_clip_coef(NAN, 0.0) != 1.0f) return fail("zo_clip_coef(NaN, 0) != 1 with clipping off");
+  if (!isnan(zo_clip_coef(NAN, 1.0))) return zo_test_fail("zo_clip_coef(NaN, 1) is not NaN");
+  if (zo_clip_coef(NAN, 0.0) != 1.0f) return zo_test_fail("zo_clip_coef(NaN, 0) != 1 with clipping off");
   return 0;
 }
 
@@ -388,7 +359,7 @@ static int test_clip_coef(void) {
 static int expect_lr(const struct zo_lr_schedule *s, long t, double want) {
   const double got = zo_lr_at(s, t);
   if (!(fabs(got - want) <= 1e-14 * fabs(want) + 1e-300))
-    return fail("kind %d, t=%ld: lr %.17g, expected %.17g", (int)s->kind, t, got, want);
+    return zo_test_fail("kind %d, t=%ld: lr %.17g, expected %.17g", (int)s->kind, t, got, want);
   return 0;
 }
 
@@ -451,30 +422,19 @@ static int test_lr_warmup_decay(void) {
 }
 
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"update_decay", test_update_decay},
-      {"update_no_decay", test_update_no_decay},
-      {"update_grad_scale", test_update_grad_scale},
-      {"update_small_n", test_update_small_n},
-      {"update_scale_is_read_time", test_update_scale_is_read_time},
-      {"update_torch", test_update_torch},
-      {"sumsq", test_sumsq},
-      {"clip_coef", test_clip_coef},
-      {"lr_constant", test_lr_constant},
-      {"lr_warmup", test_lr_warmup},
-      {"lr_warmup_cosine", test_lr_warmup_cosine},
-      {"lr_warmup_decay", test_lr_warmup_decay},
+  static const struct zo_test tests[] = {
+      ZO_TEST(update_decay),
+      ZO_TEST(update_no_decay),
+      ZO_TEST(update_grad_scale),
+      ZO_TEST(update_small_n),
+      ZO_TEST(update_scale_is_read_time),
+      ZO_TEST(update_torch),
+      ZO_TEST(sumsq),
+      ZO_TEST(clip_coef),
+      ZO_TEST(lr_constant),
+      ZO_TEST(lr_warmup),
+      ZO_TEST(lr_warmup_cosine),
+      ZO_TEST(lr_warmup_decay),
   };
-  int n_failed = 0;
-  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
-    const int rc = tests[k].fn();
-    printf("%s test_%s\n", rc ? "FAIL" : "ok  ", tests[k].name);
-    fflush(stdout);
-    n_failed += rc != 0;
-  }
-  if (n_failed) fprintf(stderr, "%d test(s) failed\n", n_failed);
-  return n_failed ? 1 : 0;
+  return ZO_TEST_MAIN(tests);
 }

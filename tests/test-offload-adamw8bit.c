@@ -11,48 +11,19 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_test.h"
+
 #define GUARD 64
 #define SENTINEL_BYTE 0xA5 /* 0xA5A5A5A5 as a float is -2.9e-16: no result here equals it */
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("  ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return 1;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-/* splitmix64 */
-static uint64_t rng_u64(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double rng_uniform(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
-
-static double rng_normal(void) {
-  const double u1 = rng_uniform() + 0x1.0p-54, u2 = rng_uniform();
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
 /* A gradient-like value: normal times a magnitude spread over 10^lo..10^hi. */
 static float rng_grad(double lo, double hi) {
-  return (float)(rng_normal() * pow(10.0, lo + (hi - lo) * rng_uniform()));
+  return (float)(zo_rng_normal() * pow(10.0, lo + (hi - lo) * zo_rng_uniform()));
 }
 
 /* nbytes with GUARD sentinel bytes before and after. */
@@ -115,15 +86,15 @@ static int check_map(enum zo_qmap map, const char *name, uint64_t torch_hash) {
   double d[256];
   map_float64(d, is_signed);
   for (int k = 0; k < 256; k++) {
-    if (k > 0 && !(v[k - 1] < v[k])) return fail("%s map not increasing at %d", name, k);
+    if (k > 0 && !(v[k - 1] < v[k])) return zo_test_fail("%s map not increasing at %d", name, k);
     /* float32 linspace: the ends of each interval are within ~2e-7 of exact,
      * and every mean is >= 0.1 of its decade. */
     if (!(fabs(v[k] - d[k]) <= 4e-6 * fabs(d[k])))
-      return fail("%s map[%d] = %a, float64 construction %a", name, k, (double)v[k], d[k]);
+      return zo_test_fail("%s map[%d] = %a, float64 construction %a", name, k, (double)v[k], d[k]);
   }
   const uint64_t h = fnv1a64(v, 256 * sizeof(float));
   if (h != torch_hash)
-    return fail("%s map hash 0x%016llx, torch's (adamw8bit_ref.py) 0x%016llx", name, (unsigned long long)h,
+    return zo_test_fail("%s map hash 0x%016llx, torch's (adamw8bit_ref.py) 0x%016llx", name, (unsigned long long)h,
                 (unsigned long long)torch_hash);
   return 0;
 }
@@ -133,12 +104,12 @@ static int test_maps(void) {
   /* torch's float32 values (adamw8bit_ref.py --hex): 0.99296875, 5.5e-7, 3.25e-7, 0.996484375 rounded. */
   if (s[0] != -0x1.fc6666p-1f || s[ZO_ADAMW8BIT_M_ZERO_CODE] != 0.0f || s[128] != 0x1.27476ep-21f ||
       s[254] != 0x1.fc6666p-1f || s[255] != 1.0f)
-    return fail("signed map ends: %a %a %a %a %a", (double)s[0], (double)s[127], (double)s[128], (double)s[254],
+    return zo_test_fail("signed map ends: %a %a %a %a %a", (double)s[0], (double)s[127], (double)s[128], (double)s[254],
                 (double)s[255]);
   if (u[ZO_ADAMW8BIT_V_ZERO_CODE] != 0.0f || u[1] != 0x1.5cf754p-22f || u[254] != 0x1.fe3334p-1f || u[255] != 1.0f)
-    return fail("unsigned map ends: %a %a %a %a", (double)u[0], (double)u[1], (double)u[254], (double)u[255]);
+    return zo_test_fail("unsigned map ends: %a %a %a %a", (double)u[0], (double)u[1], (double)u[254], (double)u[255]);
   for (int j = 1; j <= 127; j++)
-    if (s[127 - j] != -s[127 + j]) return fail("signed map not symmetric at %d", j);
+    if (s[127 - j] != -s[127 + j]) return zo_test_fail("signed map not symmetric at %d", j);
   if (check_map(ZO_QMAP_SIGNED, "signed", 0x79441bcb5f3eca10ull)) return 1;
   return check_map(ZO_QMAP_UNSIGNED, "unsigned", 0xf108e079b84f9f81ull);
 }
@@ -199,9 +170,9 @@ static size_t probe_values(float *x, size_t cap, enum zo_qmap map) {
   x[n++] = sgn * 1e-40f;
   x[n++] = -1.0f; /* unsigned: codes as 0 */
   while (n < cap) {
-    const double u = rng_uniform();
-    const double mag = rng_u64() & 1 ? u : pow(10.0, -9.0 * u);
-    x[n++] = (float)(rng_u64() & 1 ? mag : sgn * mag);
+    const double u = zo_rng_uniform();
+    const double mag = zo_rng_u64() & 1 ? u : pow(10.0, -9.0 * u);
+    x[n++] = (float)(zo_rng_u64() & 1 ? mag : sgn * mag);
   }
   return n;
 }
@@ -217,15 +188,15 @@ static int check_quantize_exact(enum zo_qmap map, const char *name) {
   int rc = 0;
   probe_values(x, n, map);
   zo_adamw8bit_quantize(code, absmax, x, n, n, map);
-  if (*absmax != 1.0f) rc = fail("%s: absmax %g, want 1", name, (double)*absmax);
+  if (*absmax != 1.0f) rc = zo_test_fail("%s: absmax %g, want 1", name, (double)*absmax);
   for (size_t i = 0; i < n && !rc; i++) {
     const int want = nearest_brute(map, x[i]);
     if (code[i] != want || nearest(mids, map, x[i]) != want)
-      rc = fail("%s: x = %a: code %d, search %d, brute force %d", name, (double)x[i], code[i],
+      rc = zo_test_fail("%s: x = %a: code %d, search %d, brute force %d", name, (double)x[i], code[i],
                 nearest(mids, map, x[i]), want);
   }
   if (!rc && (!guarded_intact(code, n) || !guarded_intact(absmax, sizeof(float))))
-    rc = fail("%s: write outside code or absmax", name);
+    rc = zo_test_fail("%s: write outside code or absmax", name);
   guarded_free(x);
   guarded_free(code);
   guarded_free(absmax);
@@ -242,16 +213,16 @@ static int check_quantize_subnormal(enum zo_qmap map, const char *name) {
   map_mids(map, mids);
   for (int k = 0; k < N; k++) x[k] = (map == ZO_QMAP_SIGNED && k % 3 == 1 ? -1.0f : 1.0f) * ldexpf((float)k, -149);
   zo_adamw8bit_quantize(code, &absmax, x, N, N, map);
-  if (absmax != fabsf(x[N - 1])) return fail("%s: subnormal absmax %a", name, (double)absmax);
+  if (absmax != fabsf(x[N - 1])) return zo_test_fail("%s: subnormal absmax %a", name, (double)absmax);
   for (int k = 0; k < N; k++) {
     const int want = nearest(mids, map, x[k] / absmax);
-    if (code[k] != want) return fail("%s: subnormal x = %a: code %d, want %d", name, (double)x[k], code[k], want);
+    if (code[k] != want) return zo_test_fail("%s: subnormal x = %a: code %d, want %d", name, (double)x[k], code[k], want);
   }
   return 0;
 }
 
 static int test_quantize_exact(void) {
-  rng_seed(11);
+  zo_rng_seed(11);
   if (check_quantize_exact(ZO_QMAP_SIGNED, "signed")) return 1;
   if (check_quantize_exact(ZO_QMAP_UNSIGNED, "unsigned")) return 1;
   if (check_quantize_subnormal(ZO_QMAP_SIGNED, "signed")) return 1;
@@ -269,7 +240,7 @@ static int check_roundtrip(enum zo_qmap map, const char *name, size_t n, size_t 
   uint8_t *code = guarded_alloc(n);
   float *absmax = guarded_alloc(nb * sizeof(float));
   for (size_t i = 0; i < n; i++) {
-    double r = dist == 0 ? rng_normal() : dist == 1 ? rng_grad(-8.0, 2.0) : 1e-3 * rng_uniform();
+    double r = dist == 0 ? zo_rng_normal() : dist == 1 ? rng_grad(-8.0, 2.0) : 1e-3 * zo_rng_uniform();
     if (map == ZO_QMAP_UNSIGNED) r = r * r;
     x[i] = (float)r;
   }
@@ -282,7 +253,7 @@ static int check_roundtrip(enum zo_qmap map, const char *name, size_t n, size_t 
     const size_t lo = b * block, hi = lo + block < n ? lo + block : n;
     double amax = 0.0, err_max = 0.0;
     for (size_t i = lo; i < hi; i++) amax = fmax(amax, fabs(x[i]));
-    if (absmax[b] != (float)amax) rc = fail("%s block %zu: absmax %g, want %g", name, b, (double)absmax[b], amax);
+    if (absmax[b] != (float)amax) rc = zo_test_fail("%s block %zu: absmax %g, want %g", name, b, (double)absmax[b], amax);
     for (size_t i = lo; i < hi && !rc; i++) {
       const double err = fabs((double)x[i] - y[i]);
       err_max = fmax(err_max, err);
@@ -294,16 +265,16 @@ static int check_roundtrip(enum zo_qmap map, const char *name, size_t n, size_t 
       const bool inside = r >= v[0] && r <= v[255];
       const double half_gap = inside ? 0.5 * ((double)v[k + 1] - v[k]) : 0.5 * max_gap;
       if (!(err <= half_gap * amax + slop))
-        rc = fail("%s block %zu: x[%zu] = %a -> %a, error %.3g > half gap %.3g x absmax %.3g", name, b, i,
+        rc = zo_test_fail("%s block %zu: x[%zu] = %a -> %a, error %.3g > half gap %.3g x absmax %.3g", name, b, i,
                   (double)x[i], (double)y[i], err, half_gap, amax);
     }
     if (!rc && !(err_max <= 0.5 * max_gap * amax + 0x1.0p-23 * amax))
-      rc = fail("%s block %zu: max error %.3g > half the largest gap %.3g x absmax %.3g", name, b, err_max,
+      rc = zo_test_fail("%s block %zu: max error %.3g > half the largest gap %.3g x absmax %.3g", name, b, err_max,
                 0.5 * max_gap, amax);
   }
   if (!rc && (!guarded_intact(code, n) || !guarded_intact(absmax, nb * sizeof(float)) ||
               !guarded_intact(y, n * sizeof(float))))
-    rc = fail("%s: write outside code, absmax or output", name);
+    rc = zo_test_fail("%s: write outside code, absmax or output", name);
   guarded_free(x);
   guarded_free(y);
   guarded_free(code);
@@ -312,7 +283,7 @@ static int check_roundtrip(enum zo_qmap map, const char *name, size_t n, size_t 
 }
 
 static int test_roundtrip_bound(void) {
-  rng_seed(12);
+  zo_rng_seed(12);
   static const size_t blocks[] = {256, 64, 4096, 100, 1};
   for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
     for (int dist = 0; dist < 3; dist++) {
@@ -341,7 +312,7 @@ static void state8_init(struct state8 *s, size_t n, size_t block) {
   s->vc = guarded_alloc(n);
   s->ma = guarded_alloc(s->nb * sizeof(float));
   s->va = guarded_alloc(s->nb * sizeof(float));
-  for (size_t i = 0; i < n; i++) s->p[i] = (float)(rng_normal() * (i % 7 == 0 ? 1.0 : 0.02));
+  for (size_t i = 0; i < n; i++) s->p[i] = (float)(zo_rng_normal() * (i % 7 == 0 ? 1.0 : 0.02));
   zo_adamw8bit_init(s->mc, s->ma, s->vc, s->va, n, block);
 }
 
@@ -351,7 +322,7 @@ static void state8_randomize(struct state8 *s) {
   if (!m || !v) exit(1);
   for (size_t i = 0; i < s->n; i++) {
     const float gi = rng_grad(-6.0, 0.0);
-    m[i] = 0.3f * gi + (float)(1e-7 * rng_normal());
+    m[i] = 0.3f * gi + (float)(1e-7 * zo_rng_normal());
     v[i] = 0.05f * gi * gi;
   }
   zo_adamw8bit_quantize(s->mc, s->ma, m, s->n, s->block, ZO_QMAP_SIGNED);
@@ -462,7 +433,7 @@ static int compare_codes(const char *what, enum zo_qmap map, const uint8_t *code
     const double tol = amax[b] > 0.0 ? 8.0 * FLT_EPSILON * (xs[i] + fabs(r) * samax[b]) / amax[b] : 0.0;
     const double mid = 0.5 * ((double)v[lo] + (double)v[lo + 1]);
     if (abs(code[i] - want) != 1 || !(fabs(r - mid) <= tol + FLT_EPSILON * fabs(r)))
-      return fail("t=%ld %s[%zu]: code %d, float64 %d (x / absmax = %.9g, midpoint %.9g, tol %.3g)", t, what, i,
+      return zo_test_fail("t=%ld %s[%zu]: code %d, float64 %d (x / absmax = %.9g, midpoint %.9g, tol %.3g)", t, what, i,
                   code[i], want, r, mid, tol);
     st->off_by_one++;
   }
@@ -470,18 +441,18 @@ static int compare_codes(const char *what, enum zo_qmap map, const uint8_t *code
 }
 
 static int compare_step8(const struct state8 *s, const struct ref8 *r, double ulps, long t, struct code_stats *st) {
-  if (!state8_intact(s)) return fail("t=%ld: write outside a buffer", t);
+  if (!state8_intact(s)) return zo_test_fail("t=%ld: write outside a buffer", t);
   for (size_t i = 0; i < s->n; i++) {
     const double err = fabs((double)s->p[i] - r->p[i]), tol = ulps * FLT_EPSILON * r->sp[i];
     if (!(err <= tol))
-      return fail("t=%ld: p[%zu] = %.9g, float64 %.17g, error %.3g > %.3g", t, i, (double)s->p[i], r->p[i], err,
+      return zo_test_fail("t=%ld: p[%zu] = %.9g, float64 %.17g, error %.3g > %.3g", t, i, (double)s->p[i], r->p[i], err,
                   tol);
   }
   for (size_t b = 0; b < s->nb; b++) {
     if (!(fabs(s->ma[b] - r->ma[b]) <= ulps * FLT_EPSILON * r->sma[b]))
-      return fail("t=%ld: m absmax[%zu] = %.9g, float64 %.17g", t, b, (double)s->ma[b], r->ma[b]);
+      return zo_test_fail("t=%ld: m absmax[%zu] = %.9g, float64 %.17g", t, b, (double)s->ma[b], r->ma[b]);
     if (!(fabs(s->va[b] - r->va[b]) <= ulps * FLT_EPSILON * r->va[b]))
-      return fail("t=%ld: v absmax[%zu] = %.9g, float64 %.17g", t, b, (double)s->va[b], r->va[b]);
+      return zo_test_fail("t=%ld: v absmax[%zu] = %.9g, float64 %.17g", t, b, (double)s->va[b], r->va[b]);
   }
   if (compare_codes("m", ZO_QMAP_SIGNED, s->mc, r->m, r->sm, r->ma, r->sma, s->n, s->block, t, st)) return 1;
   return compare_codes("v", ZO_QMAP_UNSIGNED, s->vc, r->v, r->v, r->va, r->va, s->n, s->block, t, st);
@@ -496,7 +467,7 @@ static int run_lockstep8(size_t n, size_t block, bool decay, float grad_scale, l
       .kind = ZO_LR_WARMUP_COSINE, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 5, .total_steps = 20};
   struct state8 s;
   struct ref8 r;
-  rng_seed(seed);
+  zo_rng_seed(seed);
   state8_init(&s, n, block);
   ref8_init(&r, n, s.nb);
   if (t0 > 0) state8_randomize(&s);
@@ -511,7 +482,7 @@ static int run_lockstep8(size_t n, size_t block, bool decay, float grad_scale, l
     rc = compare_step8(&s, &r, 6.0, t, &st);
   }
   if (!rc && st.off_by_one * 10000 > st.checked)
-    rc = fail("%zu of %zu codes off by one: more than ties explain", st.off_by_one, st.checked);
+    rc = zo_test_fail("%zu of %zu codes off by one: more than ties explain", st.off_by_one, st.checked);
   if (!rc && st.off_by_one)
     printf("  n=%zu block=%zu: %zu of %zu codes off by one at float64 ties\n", n, block, st.off_by_one, st.checked);
   ref8_free(&r);
@@ -532,7 +503,7 @@ static int test_update_reference(void) {
 static int test_update_composition(void) {
   const size_t n = 70001, block = 256, nb = zo_adamw8bit_n_blocks(n, block);
   struct state8 s;
-  rng_seed(21);
+  zo_rng_seed(21);
   state8_init(&s, n, block);
   state8_randomize(&s);
   float *p = malloc(n * sizeof(float)), *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
@@ -551,7 +522,7 @@ static int test_update_composition(void) {
     update8(&s, &HP, t % 2 == 0, t, 0.5f);
     if (memcmp(p, s.p, n * sizeof(float)) || memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n) ||
         memcmp(ma, s.ma, nb * sizeof(float)) || memcmp(va, s.va, nb * sizeof(float)))
-      rc = fail("t=%ld: fused update differs from dequantize + zo_adamw_update + quantize", t);
+      rc = zo_test_fail("t=%ld: fused update differs from dequantize + zo_adamw_update + quantize", t);
   }
   free(p);
   free(m);
@@ -569,7 +540,7 @@ static int test_update_composition(void) {
 static int test_update_t1(void) {
   const size_t n = 40000, block = 256, nb = zo_adamw8bit_n_blocks(n, block);
   struct state8 s;
-  rng_seed(31);
+  zo_rng_seed(31);
   state8_init(&s, n, block);
   fill_grad(&s);
   float *p = malloc(n * sizeof(float)), *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
@@ -585,10 +556,10 @@ static int test_update_t1(void) {
   zo_adamw8bit_quantize(mc, ma, m, n, block, ZO_QMAP_SIGNED);
   zo_adamw8bit_quantize(vc, va, v, n, block, ZO_QMAP_UNSIGNED);
   int rc = 0;
-  if (memcmp(p, s.p, n * sizeof(float))) rc = fail("t=1: p differs from zo_adamw_update's");
+  if (memcmp(p, s.p, n * sizeof(float))) rc = zo_test_fail("t=1: p differs from zo_adamw_update's");
   if (!rc && (memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n) || memcmp(ma, s.ma, nb * sizeof(float)) ||
               memcmp(va, s.va, nb * sizeof(float))))
-    rc = fail("t=1: states differ from zo_adamw_update's m, v quantized");
+    rc = zo_test_fail("t=1: states differ from zo_adamw_update's m, v quantized");
   /* |g| >> eps: the first step moves the decayed p by lr against the sign of g. */
   const double keep = 1.0 - (double)HP.lr * (double)HP.weight_decay;
   for (size_t i = 0; i < n && !rc; i++) {
@@ -596,7 +567,7 @@ static int test_update_t1(void) {
     const double moved = (double)s.p[i] - (double)p0[i] * keep;
     const double want = s.g[i] > 0.0f ? -(double)HP.lr : (double)HP.lr;
     if (!(fabs(moved - want) <= 2e-4 * HP.lr + 2.0 * FLT_EPSILON * fabs(p0[i])))
-      rc = fail("t=1: p[%zu] moved by %g, want %g", i, moved, want);
+      rc = zo_test_fail("t=1: p[%zu] moved by %g, want %g", i, moved, want);
   }
   free(p0);
   free(p);
@@ -615,17 +586,17 @@ static int test_update_t1(void) {
 static int test_update_zero_grad(void) {
   const size_t n = 30000, block = 256;
   struct state8 s;
-  rng_seed(41);
+  zo_rng_seed(41);
   state8_init(&s, n, block);
   for (size_t i = 0; i < n; i++) {
-    s.mc[i] = (uint8_t)(rng_u64() & 0xFF);
-    s.vc[i] = (uint8_t)(rng_u64() & 0xFF);
+    s.mc[i] = (uint8_t)(zo_rng_u64() & 0xFF);
+    s.vc[i] = (uint8_t)(zo_rng_u64() & 0xFF);
   }
   for (size_t b = 0; b < s.nb; b++) {
     s.mc[b * block] = 255;
     s.vc[b * block] = 255;
-    s.ma[b] = (float)(1e-3 * (1.0 + rng_uniform()));
-    s.va[b] = (float)(1e-7 * (1.0 + rng_uniform()));
+    s.ma[b] = (float)(1e-3 * (1.0 + zo_rng_uniform()));
+    s.va[b] = (float)(1e-7 * (1.0 + zo_rng_uniform()));
   }
   memset(s.g, 0, n * sizeof(float));
   uint8_t *mc = malloc(n), *vc = malloc(n);
@@ -637,15 +608,15 @@ static int test_update_zero_grad(void) {
   memcpy(va, s.va, s.nb * sizeof(float));
   update8(&s, &HP, false, 5, 1.0f);
   int rc = 0;
-  if (memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n)) rc = fail("zero gradient changed the codes");
+  if (memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n)) rc = zo_test_fail("zero gradient changed the codes");
   for (size_t b = 0; b < s.nb && !rc; b++) {
     const double wm = (double)ma[b] * HP.beta1, wv = (double)va[b] * HP.beta2;
     if (!(fabs(s.ma[b] - wm) <= 2.0 * FLT_EPSILON * wm) || !(fabs(s.va[b] - wv) <= 2.0 * FLT_EPSILON * wv))
-      rc = fail("block %zu: absmax %g, %g; want %g, %g", b, (double)s.ma[b], (double)s.va[b], wm, wv);
+      rc = zo_test_fail("block %zu: absmax %g, %g; want %g, %g", b, (double)s.ma[b], (double)s.va[b], wm, wv);
   }
   for (size_t i = 0; i < n && !rc; i++)
-    if (!isfinite(s.p[i])) rc = fail("p[%zu] = %g", i, (double)s.p[i]);
-  if (!rc && !state8_intact(&s)) rc = fail("write outside a buffer");
+    if (!isfinite(s.p[i])) rc = zo_test_fail("p[%zu] = %g", i, (double)s.p[i]);
+  if (!rc && !state8_intact(&s)) rc = zo_test_fail("write outside a buffer");
   free(mc);
   free(vc);
   free(ma);
@@ -659,7 +630,7 @@ static int test_update_zero_grad(void) {
 static int test_update_zero_block(void) {
   const size_t n = 5 * 256 + 17, block = 256;
   struct state8 s;
-  rng_seed(51);
+  zo_rng_seed(51);
   state8_init(&s, n, block);
   float *p0 = malloc(n * sizeof(float));
   if (!p0) exit(1);
@@ -673,17 +644,17 @@ static int test_update_zero_block(void) {
     const float keep = (float)(1.0 - (double)HP.lr * (double)HP.weight_decay);
     for (size_t b = 1; b < s.nb && !rc; b += 4) {
       if (s.ma[b] != 0.0f || s.va[b] != 0.0f)
-        rc = fail("t=%ld: zero block %zu absmax %g, %g", t, b, (double)s.ma[b], (double)s.va[b]);
+        rc = zo_test_fail("t=%ld: zero block %zu absmax %g, %g", t, b, (double)s.ma[b], (double)s.va[b]);
       for (size_t i = b * block; i < n && i < (b + 1) * block && !rc; i++)
         if (s.mc[i] != ZO_ADAMW8BIT_M_ZERO_CODE || s.vc[i] != ZO_ADAMW8BIT_V_ZERO_CODE || s.p[i] != p0[i] * keep)
-          rc = fail("t=%ld: zero block element %zu: codes %d %d, p %a, want %a", t, i, s.mc[i], s.vc[i],
+          rc = zo_test_fail("t=%ld: zero block element %zu: codes %d %d, p %a, want %a", t, i, s.mc[i], s.vc[i],
                     (double)s.p[i], (double)(p0[i] * keep));
     }
     for (size_t b = 0; b < s.nb && !rc; b++)
       if (!isfinite(s.ma[b]) || !isfinite(s.va[b]) || ((b == 0 || b == 2) && !(s.ma[b] > 0.0f && s.va[b] > 0.0f)))
-        rc = fail("t=%ld: block %zu absmax %g, %g", t, b, (double)s.ma[b], (double)s.va[b]);
+        rc = zo_test_fail("t=%ld: block %zu absmax %g, %g", t, b, (double)s.ma[b], (double)s.va[b]);
   }
-  if (!rc && !state8_intact(&s)) rc = fail("write outside a buffer");
+  if (!rc && !state8_intact(&s)) rc = zo_test_fail("write outside a buffer");
   free(p0);
   state8_free(&s);
   return rc;
@@ -696,15 +667,15 @@ static int test_update_nan_free(void) {
   for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
     const size_t n = 4099;
     struct state8 s;
-    rng_seed(61 + k);
+    zo_rng_seed(61 + k);
     state8_init(&s, n, blocks[k]);
     float *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
     if (!m || !v) exit(1);
     int rc = 0;
     for (long t = 1; t <= 200 && !rc; t++) {
       for (size_t i = 0; i < n; i++) {
-        const uint64_t u = rng_u64() % 8;
-        s.g[i] = u == 0 ? 0.0f : u == 1 ? (float)(1e-40 * rng_normal()) : rng_grad(-30.0, 6.0);
+        const uint64_t u = zo_rng_u64() % 8;
+        s.g[i] = u == 0 ? 0.0f : u == 1 ? (float)(1e-40 * zo_rng_normal()) : rng_grad(-30.0, 6.0);
         if ((i / blocks[k]) % 5 == (size_t)t % 5) s.g[i] = 0.0f; /* whole blocks go quiet */
       }
       update8(&s, &HP, true, t, t % 3 ? 1.0f : 1e-3f);
@@ -712,10 +683,10 @@ static int test_update_nan_free(void) {
       zo_adamw8bit_dequantize(v, s.vc, s.va, n, s.block, ZO_QMAP_UNSIGNED);
       for (size_t i = 0; i < n && !rc; i++)
         if (!isfinite(s.p[i]) || !isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0.0f)
-          rc = fail("block %zu t=%ld: element %zu: p %g m %g v %g", blocks[k], t, i, (double)s.p[i], (double)m[i],
+          rc = zo_test_fail("block %zu t=%ld: element %zu: p %g m %g v %g", blocks[k], t, i, (double)s.p[i], (double)m[i],
                     (double)v[i]);
     }
-    if (!rc && !state8_intact(&s)) rc = fail("write outside a buffer");
+    if (!rc && !state8_intact(&s)) rc = zo_test_fail("write outside a buffer");
     free(m);
     free(v);
     state8_free(&s);
@@ -728,15 +699,15 @@ static int test_update_nan_free(void) {
 static int test_update_nan_propagates(void) {
   const size_t n = 1024, block = 256;
   struct state8 s;
-  rng_seed(71);
+  zo_rng_seed(71);
   state8_init(&s, n, block);
   fill_grad(&s);
   s.g[300] = NAN;
   update8(&s, &HP, true, 1, 1.0f);
-  if (!isnan(s.p[300]) || !isnan(s.ma[1]) || !isnan(s.va[1])) return fail("NaN gradient not propagated");
+  if (!isnan(s.p[300]) || !isnan(s.ma[1]) || !isnan(s.va[1])) return zo_test_fail("NaN gradient not propagated");
   for (size_t i = 0; i < n; i++)
-    if (i != 300 && !isfinite(s.p[i])) return fail("p[%zu] = %g", i, (double)s.p[i]);
-  if (isnan(s.ma[0]) || isnan(s.ma[2]) || isnan(s.va[3])) return fail("NaN leaked into another block");
+    if (i != 300 && !isfinite(s.p[i])) return zo_test_fail("p[%zu] = %g", i, (double)s.p[i]);
+  if (isnan(s.ma[0]) || isnan(s.ma[2]) || isnan(s.va[3])) return zo_test_fail("NaN leaked into another block");
   state8_free(&s);
   return 0;
 }
@@ -745,9 +716,9 @@ static int test_update_nan_propagates(void) {
 static int test_update_pieces_threads(void) {
   const size_t n = 200003, block = 128;
   struct state8 a, b;
-  rng_seed(81);
+  zo_rng_seed(81);
   state8_init(&a, n, block);
-  rng_seed(81);
+  zo_rng_seed(81);
   state8_init(&b, n, block);
   int rc = 0;
   const int threads = omp_get_max_threads();
@@ -757,7 +728,7 @@ static int test_update_pieces_threads(void) {
   const int many = threads > 1 ? threads : 2;
 #endif
   for (long t = 1; t <= 4 && !rc; t++) {
-    rng_seed(90 + (uint64_t)t);
+    zo_rng_seed(90 + (uint64_t)t);
     fill_grad(&a);
     memcpy(b.g, a.g, n * sizeof(float));
     omp_set_num_threads(1);
@@ -772,9 +743,9 @@ static int test_update_pieces_threads(void) {
     omp_set_num_threads(threads);
     if (memcmp(a.p, b.p, n * sizeof(float)) || memcmp(a.mc, b.mc, n) || memcmp(a.vc, b.vc, n) ||
         memcmp(a.ma, b.ma, a.nb * sizeof(float)) || memcmp(a.va, b.va, a.nb * sizeof(float)))
-      rc = fail("t=%ld: pieces / threads differ from one call", t);
+      rc = zo_test_fail("t=%ld: pieces / threads differ from one call", t);
   }
-  if (!rc && (!state8_intact(&a) || !state8_intact(&b))) rc = fail("write outside a buffer");
+  if (!rc && (!state8_intact(&a) || !state8_intact(&b))) rc = zo_test_fail("write outside a buffer");
   state8_free(&a);
   state8_free(&b);
   return rc;
@@ -792,9 +763,9 @@ static int test_kernels_identical(void) {
   for (size_t k = 0; k < sizeof blocks / sizeof blocks[0] && !rc; k++) {
     const size_t n = 20000 + 37 * k;
     struct state8 a, b;
-    rng_seed(100 + k);
+    zo_rng_seed(100 + k);
     state8_init(&a, n, blocks[k]);
-    rng_seed(100 + k);
+    zo_rng_seed(100 + k);
     state8_init(&b, n, blocks[k]);
     for (long t = 1; t <= 4 && !rc; t++) {
       fill_grad(&a);
@@ -805,7 +776,7 @@ static int test_kernels_identical(void) {
       zo_adamw8bit_force_portable(false);
       if (memcmp(a.p, b.p, n * sizeof(float)) || memcmp(a.mc, b.mc, n) || memcmp(a.vc, b.vc, n) ||
           memcmp(a.ma, b.ma, a.nb * sizeof(float)) || memcmp(a.va, b.va, a.nb * sizeof(float)))
-        rc = fail("block %zu t=%ld: %s and portable updates differ", blocks[k], t, native);
+        rc = zo_test_fail("block %zu t=%ld: %s and portable updates differ", blocks[k], t, native);
     }
     state8_free(&a);
     state8_free(&b);
@@ -834,7 +805,7 @@ static int test_kernels_identical(void) {
         zo_adamw8bit_quantize(cb, &ab, x, n, block, m);
         zo_adamw8bit_force_portable(false);
         for (size_t i = 0; i < n && !rc; i++)
-          if (ca[i] != cb[i]) rc = fail("map %d: x = %a: %s code %d, portable %d", map, (double)x[i], native, ca[i], cb[i]);
+          if (ca[i] != cb[i]) rc = zo_test_fail("map %d: x = %a: %s code %d, portable %d", map, (double)x[i], native, ca[i], cb[i]);
       }
   free(x);
   free(ca);
@@ -845,42 +816,31 @@ static int test_kernels_identical(void) {
 static int test_state_nbytes(void) {
   if (zo_adamw8bit_n_blocks(0, 256) != 0 || zo_adamw8bit_n_blocks(256, 256) != 1 ||
       zo_adamw8bit_n_blocks(257, 256) != 2)
-    return fail("zo_adamw8bit_n_blocks");
+    return zo_test_fail("zo_adamw8bit_n_blocks");
   if (zo_adamw8bit_state_nbytes(4095, 256, ZO_ADAMW8BIT_MIN_NUMEL) != 8 * 4095)
-    return fail("below the threshold: fp32 states");
+    return zo_test_fail("below the threshold: fp32 states");
   if (zo_adamw8bit_state_nbytes(4096, 256, ZO_ADAMW8BIT_MIN_NUMEL) != 2 * 4096 + 8 * 16)
-    return fail("4096 elements, block 256");
+    return zo_test_fail("4096 elements, block 256");
   if (zo_adamw8bit_state_nbytes(5000, 256, ZO_ADAMW8BIT_MIN_NUMEL) != 2 * 5000 + 8 * 20)
-    return fail("5000 elements, block 256");
+    return zo_test_fail("5000 elements, block 256");
   return 0;
 }
 
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"maps", test_maps},
-      {"quantize_exact", test_quantize_exact},
-      {"roundtrip_bound", test_roundtrip_bound},
-      {"update_reference", test_update_reference},
-      {"update_composition", test_update_composition},
-      {"update_t1", test_update_t1},
-      {"update_zero_grad", test_update_zero_grad},
-      {"update_zero_block", test_update_zero_block},
-      {"update_nan_free", test_update_nan_free},
-      {"update_nan_propagates", test_update_nan_propagates},
-      {"update_pieces_threads", test_update_pieces_threads},
-      {"kernels_identical", test_kernels_identical},
-      {"state_nbytes", test_state_nbytes},
+  static const struct zo_test tests[] = {
+      ZO_TEST(maps),
+      ZO_TEST(quantize_exact),
+      ZO_TEST(roundtrip_bound),
+      ZO_TEST(update_reference),
+      ZO_TEST(update_composition),
+      ZO_TEST(update_t1),
+      ZO_TEST(update_zero_grad),
+      ZO_TEST(update_zero_block),
+      ZO_TEST(update_nan_free),
+      ZO_TEST(update_nan_propagates),
+      ZO_TEST(update_pieces_threads),
+      ZO_TEST(kernels_identical),
+      ZO_TEST(state_nbytes),
   };
-  int n_failed = 0;
-  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
-    const int rc = tests[k].fn();
-    printf("%s test_%s\n", rc ? "FAIL" : "ok  ", tests[k].name);
-    fflush(stdout);
-    n_failed += rc != 0;
-  }
-  if (n_failed) fprintf(stderr, "%d test(s) failed\n", n_failed);
-  return n_failed ? 1 : 0;
+  return ZO_TEST_MAIN(tests);
 }

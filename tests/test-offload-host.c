@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "zo_test.h"
+
 #ifndef MPOL_PREFERRED_MANY
 #define MPOL_PREFERRED_MANY 5
 #endif
@@ -470,28 +472,17 @@ static int test_fault_in_cost(void) {
 }
 
 int main(void) {
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"carve_alignment_peak", test_carve_alignment_peak},
-      {"budget", test_budget},
-      {"reset", test_reset},
-      {"pinned", test_pinned},
+  static const struct zo_test tests[] = {
+      ZO_TEST(carve_alignment_peak),
+      ZO_TEST(budget),
+      ZO_TEST(reset),
+      ZO_TEST(pinned),
       /* Before any OpenMP region: the child of fork() must be single-threaded. */
-      {"pageable_fallback", test_pageable_fallback},
-      {"topology_query", test_topology_query},
-      {"placement", test_placement},
-      {"bind_omp", test_bind_omp},
-      {"fault_in_cost", test_fault_in_cost},
+      ZO_TEST(pageable_fallback),
+      ZO_TEST(topology_query),
+      ZO_TEST(placement),
+      ZO_TEST(bind_omp),
+      ZO_TEST(fault_in_cost),
   };
-  int n_failed = 0;
-  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
-    const int rc = tests[k].fn();
-    printf("%s test_%s\n", rc ? "FAIL" : "ok  ", tests[k].name);
-    fflush(stdout);
-    n_failed += rc != 0;
-  }
-  if (n_failed) fprintf(stderr, "%d test(s) failed\n", n_failed);
-  return n_failed ? 1 : 0;
+  return ZO_TEST_MAIN(tests);
 }

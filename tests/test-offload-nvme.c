@@ -26,6 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "zo_test.h"
+
 #if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -38,17 +40,6 @@
 static char test_dir[3072];  /* where stores are created */
 static bool uring_available; /* io_uring engine starts here */
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("  ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return 1;
-}
-
 static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void note(const char *fmt, ...) {
   va_list ap;
@@ -59,18 +50,10 @@ static void note(const char *fmt, ...) {
   va_end(ap);
 }
 
-/* splitmix64 */
-static uint64_t rng_u64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 static void fill_random(void *buf, size_t n, uint64_t seed) {
   uint64_t s = seed;
   unsigned char *p = buf;
-  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)rng_u64(&s);
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)zo_splitmix64(&s);
 }
 
 /* Bitwise CRC32C (reflected polynomial 0x82F63B78), the reference. */
@@ -112,9 +95,9 @@ static zo_nvme_t open_store(size_t e, const char *dir, size_t block, int qd, int
                                      .force_fallback = engines[e].force_fallback};
   zo_nvme_t nv = zo_nvme_init(&cfg);
   if (nv == NULL)
-    *err = fail("zo_nvme_init(%s): %s", engines[e].name, zo_last_error());
+    *err = zo_test_fail("zo_nvme_init(%s): %s", engines[e].name, zo_last_error());
   else if (strcmp(zo_nvme_engine(nv), engines[e].name) != 0)
-    *err = fail("engine %s, expected %s", zo_nvme_engine(nv), engines[e].name);
+    *err = zo_test_fail("engine %s, expected %s", zo_nvme_engine(nv), engines[e].name);
   return nv;
 }
 
@@ -138,25 +121,25 @@ static int test_roundtrip(void) {
     int fm, fv;
     if (zo_nvme_file_create(nv, "master", n, &fm) || zo_nvme_file_create(nv, "exp_avg", n, &fv)) {
       zo_nvme_free(nv);
-      return fail("%s: file_create: %s", engines[e].name, zo_last_error());
+      return zo_test_fail("%s: file_create: %s", engines[e].name, zo_last_error());
     }
     unsigned char *a = xalloc(n), *b = xalloc(n), *got = xalloc(n + 4096);
     fill_random(a, n, 1 + e);
     fill_random(b, n, 100 + e);
     int rc = 0;
     if (zo_nvme_write(nv, fm, 0, a, n) || zo_nvme_write(nv, fv, 0, b, n))
-      rc = fail("%s: write: %s", engines[e].name, zo_last_error());
+      rc = zo_test_fail("%s: write: %s", engines[e].name, zo_last_error());
     for (int f = 0; f < 2 && rc == 0; f++) {
       memset(got, 0xa5, n + 4096);
       if (zo_nvme_read(nv, f == 0 ? fm : fv, 0, got, n))
-        rc = fail("%s: read: %s", engines[e].name, zo_last_error());
+        rc = zo_test_fail("%s: read: %s", engines[e].name, zo_last_error());
       else if (memcmp(got, f == 0 ? a : b, n) != 0)
-        rc = fail("%s: file %d reads back different bytes", engines[e].name, f);
+        rc = zo_test_fail("%s: file %d reads back different bytes", engines[e].name, f);
       /* I/O rounds up to 4096: bytes past round_up(n, 4096) stay untouched. */
       const size_t end = (n + 4095) / 4096 * 4096;
       for (size_t i = end; i < n + 4096 && rc == 0; i++)
         if (got[i] != 0xa5)
-          rc = fail("%s: byte %zu past the rounded end was written", engines[e].name, i);
+          rc = zo_test_fail("%s: byte %zu past the rounded end was written", engines[e].name, i);
     }
     zo_nvme_free(nv);
     zo_nvme_buffer_free(a);
@@ -182,7 +165,7 @@ static int test_tail_sizes(void) {
     }
     if (zo_nvme_file_create(nv, "params", n_sizes * slot, &f)) {
       zo_nvme_free(nv);
-      return fail("file_create: %s", zo_last_error());
+      return zo_test_fail("file_create: %s", zo_last_error());
     }
     unsigned char *src = xalloc(n_sizes * slot), *dst = xalloc(n_sizes * slot);
     fill_random(src, n_sizes * slot, 7 + e);
@@ -192,14 +175,14 @@ static int test_tail_sizes(void) {
     for (size_t i = 0; i < n_sizes; i++)
       zo_nvme_write_async(nv, f, i * slot, src + i * slot, sizes[i], &req[i]);
     for (size_t i = 0; i < n_sizes; i++)
-      if (zo_nvme_wait(nv, &req[i]) && !rc) rc = fail("write %zu: %s", sizes[i], zo_last_error());
+      if (zo_nvme_wait(nv, &req[i]) && !rc) rc = zo_test_fail("write %zu: %s", sizes[i], zo_last_error());
     for (size_t i = 0; i < n_sizes && !rc; i++)
       zo_nvme_read_async(nv, f, i * slot, dst + i * slot, sizes[i], &req[i]);
     for (size_t i = 0; i < n_sizes && !rc; i++)
-      if (zo_nvme_wait(nv, &req[i])) rc = fail("read %zu: %s", sizes[i], zo_last_error());
+      if (zo_nvme_wait(nv, &req[i])) rc = zo_test_fail("read %zu: %s", sizes[i], zo_last_error());
     for (size_t i = 0; i < n_sizes && !rc; i++)
       if (memcmp(src + i * slot, dst + i * slot, sizes[i]) != 0)
-        rc = fail("%s: %zu bytes read back different", engines[e].name, sizes[i]);
+        rc = zo_test_fail("%s: %zu bytes read back different", engines[e].name, sizes[i]);
     zo_nvme_free(nv);
     zo_nvme_buffer_free(src);
     zo_nvme_buffer_free(dst);
@@ -230,16 +213,16 @@ static void *worker(void *p) {
       zo_nvme_write_async(w->nv, w->file, off, src + i * w->extent, len, &req[i]);
     }
     for (int i = 0; i < N_REQ; i++)
-      if (zo_nvme_wait(w->nv, &req[i])) w->rc = fail("thread %d write: %s", w->id, zo_last_error());
+      if (zo_nvme_wait(w->nv, &req[i])) w->rc = zo_test_fail("thread %d write: %s", w->id, zo_last_error());
     for (int i = 0; i < N_REQ && !w->rc; i++) {
       const uint64_t off = (uint64_t)(w->id * N_REQ + i) * w->extent;
       zo_nvme_read_async(w->nv, w->file, off, dst + i * w->extent, len, &req[i]);
     }
     for (int i = 0; i < N_REQ && !w->rc; i++)
-      if (zo_nvme_wait(w->nv, &req[i])) w->rc = fail("thread %d read: %s", w->id, zo_last_error());
+      if (zo_nvme_wait(w->nv, &req[i])) w->rc = zo_test_fail("thread %d read: %s", w->id, zo_last_error());
     for (int i = 0; i < N_REQ && !w->rc; i++)
       if (memcmp(src + i * w->extent, dst + i * w->extent, len) != 0)
-        w->rc = fail("thread %d round %d request %d: data differs", w->id, r, i);
+        w->rc = zo_test_fail("thread %d round %d request %d: data differs", w->id, r, i);
   }
   zo_nvme_buffer_free(src);
   zo_nvme_buffer_free(dst);
@@ -258,7 +241,7 @@ static int test_many_requests(void) {
     }
     if (zo_nvme_file_create(nv, "exp_avg_sq", N * extent, &f)) {
       zo_nvme_free(nv);
-      return fail("file_create: %s", zo_last_error());
+      return zo_test_fail("file_create: %s", zo_last_error());
     }
     /* N requests of 3 blocks (the last short) at once: 72x the queue depth. */
     const size_t len = extent - 777;
@@ -270,13 +253,13 @@ static int test_many_requests(void) {
     for (int i = 0; i < N; i++)
       zo_nvme_write_async(nv, f, i * extent, src + i * extent, len, &req[i]);
     for (int i = 0; i < N; i++)
-      if (zo_nvme_wait(nv, &req[i]) && !rc) rc = fail("write %d: %s", i, zo_last_error());
+      if (zo_nvme_wait(nv, &req[i]) && !rc) rc = zo_test_fail("write %d: %s", i, zo_last_error());
     for (int i = N - 1; i >= 0 && !rc; i--)
       zo_nvme_read_async(nv, f, i * extent, dst + i * extent, len, &req[i]);
     for (int i = 0; i < N && !rc; i++)
-      if (zo_nvme_wait(nv, &req[i])) rc = fail("read %d: %s", i, zo_last_error());
+      if (zo_nvme_wait(nv, &req[i])) rc = zo_test_fail("read %d: %s", i, zo_last_error());
     for (int i = 0; i < N && !rc; i++)
-      if (memcmp(src + i * extent, dst + i * extent, len) != 0) rc = fail("request %d differs", i);
+      if (memcmp(src + i * extent, dst + i * extent, len) != 0) rc = zo_test_fail("request %d differs", i);
     zo_nvme_buffer_free(src);
     zo_nvme_buffer_free(dst);
 
@@ -285,13 +268,13 @@ static int test_many_requests(void) {
     pthread_t th[N_THREADS];
     for (int t = 0; t < N_THREADS && !rc; t++) {
       w[t] = (struct worker_arg){.nv = nv, .file = f, .id = t, .extent = extent};
-      if (pthread_create(&th[t], NULL, worker, &w[t]) != 0) rc = fail("pthread_create");
+      if (pthread_create(&th[t], NULL, worker, &w[t]) != 0) rc = zo_test_fail("pthread_create");
       for (int u = 0; rc && u < t; u++) pthread_join(th[u], NULL);
     }
     for (int t = 0; t < N_THREADS && !rc; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < N_THREADS && !rc; t++) rc = w[t].rc;
     zo_nvme_free(nv);
-    if (rc) return fail("engine %s", engines[e].name);
+    if (rc) return zo_test_fail("engine %s", engines[e].name);
   }
   return 0;
 }
@@ -308,46 +291,46 @@ static int test_registered_buffers(void) {
     const uint64_t off1 = (n + block - 1) / block * block; /* extent 1 */
     if (zo_nvme_file_create(nv, "master", off1 + n, &f)) {
       zo_nvme_free(nv);
-      return fail("file_create: %s", zo_last_error());
+      return zo_test_fail("file_create: %s", zo_last_error());
     }
     /* reg: registered, holds two extents; plain: never registered. */
     unsigned char *reg = xalloc(3 * n), *plain = xalloc(n), *other = xalloc(8192);
     const struct zo_nvme_buffer bufs[] = {{reg, 3 * n}, {other, 8192}};
     int rc = 0;
-    if (zo_nvme_register_buffers(nv, bufs, 2)) rc = fail("register: %s", zo_last_error());
+    if (zo_nvme_register_buffers(nv, bufs, 2)) rc = zo_test_fail("register: %s", zo_last_error());
     /* Contract errors leave the registration as it was. */
     const struct zo_nvme_buffer bad[] = {{reg + 100, 4096}};
     if (!rc && zo_nvme_register_buffers(nv, bad, 1) != (e == 0 ? -EINVAL : 0))
-      rc = fail("%s: misaligned buffer not refused", engines[e].name);
+      rc = zo_test_fail("%s: misaligned buffer not refused", engines[e].name);
     const struct zo_nvme_buffer overlap[] = {{reg, 8192}, {reg + 4096, 8192}};
     if (!rc && zo_nvme_register_buffers(nv, overlap, 2) != (e == 0 ? -EINVAL : 0))
-      rc = fail("%s: overlapping buffers not refused", engines[e].name);
+      rc = zo_test_fail("%s: overlapping buffers not refused", engines[e].name);
     fill_random(reg, n, 5);
     fill_random(plain, n, 6);
     /* registered -> extent 0, unregistered -> extent 1 */
     if (!rc && (zo_nvme_write(nv, f, 0, reg, n) || zo_nvme_write(nv, f, off1, plain, n)))
-      rc = fail("write: %s", zo_last_error());
+      rc = zo_test_fail("write: %s", zo_last_error());
     /* Read back crosswise: extent 1 into the registered buffer (at an offset
      * inside it), extent 0 into the unregistered one. */
     unsigned char *reg_dst = reg + off1; /* past extent 0's bytes, 4096-aligned */
     if (!rc && (zo_nvme_read(nv, f, off1, reg_dst, n) || zo_nvme_read(nv, f, 0, plain + 0, n)))
-      rc = fail("read: %s", zo_last_error());
-    if (!rc && memcmp(plain, reg, n) != 0) rc = fail("registered -> unregistered differs");
+      rc = zo_test_fail("read: %s", zo_last_error());
+    if (!rc && memcmp(plain, reg, n) != 0) rc = zo_test_fail("registered -> unregistered differs");
     unsigned char *expect = xalloc(n);
     fill_random(expect, n, 6);
-    if (!rc && memcmp(reg_dst, expect, n) != 0) rc = fail("unregistered -> registered differs");
+    if (!rc && memcmp(reg_dst, expect, n) != 0) rc = zo_test_fail("unregistered -> registered differs");
     /* Unregister and go on. */
-    if (!rc && zo_nvme_unregister_buffers(nv)) rc = fail("unregister: %s", zo_last_error());
+    if (!rc && zo_nvme_unregister_buffers(nv)) rc = zo_test_fail("unregister: %s", zo_last_error());
     memset(plain, 0, n);
     if (!rc && (zo_nvme_read(nv, f, off1, plain, n) || memcmp(plain, expect, n) != 0))
-      rc = fail("read after unregister: %s", zo_last_error());
-    if (!rc && zo_nvme_register_buffers(nv, bufs, 2)) rc = fail("re-register: %s", zo_last_error());
+      rc = zo_test_fail("read after unregister: %s", zo_last_error());
+    if (!rc && zo_nvme_register_buffers(nv, bufs, 2)) rc = zo_test_fail("re-register: %s", zo_last_error());
     zo_nvme_free(nv);
     zo_nvme_buffer_free(reg);
     zo_nvme_buffer_free(plain);
     zo_nvme_buffer_free(other);
     zo_nvme_buffer_free(expect);
-    if (rc) return fail("engine %s", engines[e].name);
+    if (rc) return zo_test_fail("engine %s", engines[e].name);
   }
   return 0;
 }
@@ -355,12 +338,12 @@ static int test_registered_buffers(void) {
 /* Overwrites one byte of path at off behind the store's back. */
 static int poke(const char *path, off_t off, unsigned char *old) {
   const int fd = open(path, O_RDWR);
-  if (fd < 0) return fail("open %s: %s", path, strerror(errno));
+  if (fd < 0) return zo_test_fail("open %s: %s", path, strerror(errno));
   unsigned char c;
-  if (pread(fd, &c, 1, off) != 1) return fail("pread: %s", strerror(errno));
+  if (pread(fd, &c, 1, off) != 1) return zo_test_fail("pread: %s", strerror(errno));
   if (old) *old = c;
   c ^= 0x10;
-  if (pwrite(fd, &c, 1, off) != 1 || fdatasync(fd) != 0) return fail("pwrite: %s", strerror(errno));
+  if (pwrite(fd, &c, 1, off) != 1 || fdatasync(fd) != 0) return zo_test_fail("pwrite: %s", strerror(errno));
   close(fd);
   return 0;
 }
@@ -376,12 +359,12 @@ static int test_crc_corruption(void) {
     }
     if (zo_nvme_file_create(nv, "exp_avg", n, &f) || zo_nvme_file_create(nv, "spare", n, &g)) {
       zo_nvme_free(nv);
-      return fail("file_create: %s", zo_last_error());
+      return zo_test_fail("file_create: %s", zo_last_error());
     }
     unsigned char *src = xalloc(n), *dst = xalloc(n);
     fill_random(src, n, 9);
     int rc = 0;
-    if (zo_nvme_write(nv, f, 0, src, n)) rc = fail("write: %s", zo_last_error());
+    if (zo_nvme_write(nv, f, 0, src, n)) rc = zo_test_fail("write: %s", zo_last_error());
     const off_t at = 2 * block + 777;
     if (!rc) rc = poke(zo_nvme_file_path(nv, f), at, NULL);
     if (!rc) {
@@ -393,30 +376,30 @@ static int test_crc_corruption(void) {
       snprintf(got, sizeof got, "0x%08x", ref_crc32c(src + 2 * block, block));
       src[at] ^= 0x10;
       if (r != -EBADMSG)
-        rc = fail("%s: read of a corrupt block returned %d, not -EBADMSG", engines[e].name, r);
+        rc = zo_test_fail("%s: read of a corrupt block returned %d, not -EBADMSG", engines[e].name, r);
       else if (!strstr(msg, "block 2 ") || !strstr(msg, "'exp_avg'") || !strstr(msg, want) ||
                !strstr(msg, got))
-        rc = fail("message lacks block 2, 'exp_avg', %s or %s: %s", want, got, msg);
+        rc = zo_test_fail("message lacks block 2, 'exp_avg', %s or %s: %s", want, got, msg);
       else
         printf("  %s: %s\n", engines[e].name, msg);
     }
     /* The intact blocks still read; a rewrite through the store heals block 2. */
     if (!rc && (zo_nvme_read(nv, f, 0, dst, 2 * block) || memcmp(dst, src, 2 * block) != 0))
-      rc = fail("blocks 0-1 no longer read: %s", zo_last_error());
+      rc = zo_test_fail("blocks 0-1 no longer read: %s", zo_last_error());
     if (!rc && (zo_nvme_write(nv, f, 2 * block, src + 2 * block, block) ||
                 zo_nvme_read(nv, f, 0, dst, n) || memcmp(dst, src, n) != 0))
-      rc = fail("rewrite did not heal block 2: %s", zo_last_error());
+      rc = zo_test_fail("rewrite did not heal block 2: %s", zo_last_error());
     /* Blocks never written must read as zeros. */
     if (!rc && (zo_nvme_read(nv, g, 0, dst, n) || dst[0] != 0 || dst[n - 1] != 0))
-      rc = fail("fresh file does not read as zeros: %s", zo_last_error());
+      rc = zo_test_fail("fresh file does not read as zeros: %s", zo_last_error());
     if (!rc) rc = poke(zo_nvme_file_path(nv, g), 3 * block + 5, NULL);
     if (!rc &&
         (zo_nvme_read(nv, g, 0, dst, n) != -EBADMSG || !strstr(zo_last_error(), "never written")))
-      rc = fail("corrupt unwritten block not caught: %s", zo_last_error());
+      rc = zo_test_fail("corrupt unwritten block not caught: %s", zo_last_error());
     zo_nvme_free(nv);
     zo_nvme_buffer_free(src);
     zo_nvme_buffer_free(dst);
-    if (rc) return fail("engine %s", engines[e].name);
+    if (rc) return zo_test_fail("engine %s", engines[e].name);
   }
   return 0;
 }
@@ -433,7 +416,7 @@ static int test_contract_errors(void) {
 #define EXPECT(call, want)                                                                         \
   do {                                                                                             \
     const int r_ = (call);                                                                         \
-    if (!rc && r_ != (want)) rc = fail("%s returned %d, expected %s", #call, r_, #want);           \
+    if (!rc && r_ != (want)) rc = zo_test_fail("%s returned %d, expected %s", #call, r_, #want);           \
   } while (0)
   EXPECT(zo_nvme_file_create(nv, "master", 3 * block + 100, &f), 0);
   EXPECT(zo_nvme_file_create(nv, "master", block, &err), -EEXIST);
@@ -453,7 +436,7 @@ static int test_contract_errors(void) {
   EXPECT(zo_nvme_write(nv, f, 0, buf, block + block / 2), 0);
   EXPECT(zo_nvme_read(nv, f, 0, buf, 2 * block), -EINVAL);
   if (!rc && !strstr(zo_last_error(), "block 1 of 'master'"))
-    rc = fail("message: %s", zo_last_error());
+    rc = zo_test_fail("message: %s", zo_last_error());
   EXPECT(zo_nvme_read(nv, f, 0, buf, block), 0);
   EXPECT(zo_nvme_read(nv, f, 0, buf, block + block / 2), 0);
   EXPECT(zo_nvme_write(nv, f, 3 * block, buf, 100), 0);
@@ -464,7 +447,7 @@ static int test_contract_errors(void) {
   const struct zo_nvme_config bad_qd = {.dir = test_dir, .block_size = 4096, .queue_depth = 0};
   const struct zo_nvme_config no_dir = {.dir = "", .block_size = 4096, .queue_depth = 4};
   if (!rc && (zo_nvme_init(&bad_block) || zo_nvme_init(&bad_qd) || zo_nvme_init(&no_dir)))
-    rc = fail("a bad config was accepted");
+    rc = zo_test_fail("a bad config was accepted");
 #undef EXPECT
   return rc;
 }
@@ -480,19 +463,19 @@ static int test_private_files(void) {
   char dir[4096], path[4096];
   snprintf(dir, sizeof dir, "%s", zo_nvme_dir(nv));
   umask(0);
-  if (zo_nvme_file_create(nv, "master", 100000, &f)) rc = fail("file_create: %s", zo_last_error());
+  if (zo_nvme_file_create(nv, "master", 100000, &f)) rc = zo_test_fail("file_create: %s", zo_last_error());
   umask(old_umask);
   if (!rc) snprintf(path, sizeof path, "%s", zo_nvme_file_path(nv, f));
   struct stat st;
   if (!rc && (stat(dir, &st) != 0 || (st.st_mode & 07777) != 0700 || !S_ISDIR(st.st_mode)))
-    rc = fail("%s: mode %o, expected a 0700 directory", dir, st.st_mode & 07777);
+    rc = zo_test_fail("%s: mode %o, expected a 0700 directory", dir, st.st_mode & 07777);
   if (!rc && strncmp(dir, test_dir, strlen(test_dir)) != 0)
-    rc = fail("%s is not under %s", dir, test_dir);
+    rc = zo_test_fail("%s is not under %s", dir, test_dir);
   if (!rc && (stat(path, &st) != 0 || (st.st_mode & 07777) != 0600 || !S_ISREG(st.st_mode)))
-    rc = fail("%s: mode %o, expected a 0600 file", path, st.st_mode & 07777);
+    rc = zo_test_fail("%s: mode %o, expected a 0600 file", path, st.st_mode & 07777);
   if (!rc && st.st_size != 102400)
-    rc = fail("%s: %lld bytes, expected 102400", path, (long long)st.st_size);
-  if (!rc && st.st_blocks * 512 < 102400) rc = fail("%s is not preallocated", path);
+    rc = zo_test_fail("%s: %lld bytes, expected 102400", path, (long long)st.st_size);
+  if (!rc && st.st_blocks * 512 < 102400) rc = zo_test_fail("%s is not preallocated", path);
   printf("  %s engine, %s I/O, dir %s\n", zo_nvme_engine(nv),
          zo_nvme_is_direct(nv) ? "O_DIRECT" : "buffered", dir);
   /* Requests never waited for are finished by free, which must not hang. */
@@ -503,7 +486,7 @@ static int test_private_files(void) {
   zo_nvme_free(nv);
   zo_nvme_buffer_free(buf);
   if (!rc && (exists(path) || exists(dir)))
-    rc = fail("%s or its directory survived zo_nvme_free", path);
+    rc = zo_test_fail("%s or its directory survived zo_nvme_free", path);
   zo_nvme_free(NULL);
   return rc;
 }
@@ -525,7 +508,7 @@ static int enospc_child(const char *mnt) {
   /* A stand-in for the last checkpoint, which no error may touch. */
   FILE *fp = fopen(ckpt, "wb");
   if (fp == NULL || fwrite(buf, 1, 4096, fp) != 4096 || fclose(fp) != 0)
-    return fail("write %s", ckpt);
+    return zo_test_fail("write %s", ckpt);
   for (size_t e = 0; e < N_ENGINES; e++) {
     int err, f;
     zo_nvme_t nv = open_store(e, mnt, block, 2, &err);
@@ -535,43 +518,43 @@ static int enospc_child(const char *mnt) {
     }
     /* At creation: 4 MiB asked of 1 MiB. */
     if (zo_nvme_file_create(nv, "master", 4u << 20, &f) != -ENOSPC)
-      return fail("%s: 4 MiB in a 1 MiB tmpfs: not -ENOSPC", engines[e].name);
+      return zo_test_fail("%s: 4 MiB in a 1 MiB tmpfs: not -ENOSPC", engines[e].name);
     const char *msg = zo_last_error();
     if (!strstr(msg, "4194304 bytes") || !strstr(msg, "free of"))
-      return fail("ENOSPC message lacks bytes asked or free space: %s", msg);
+      return zo_test_fail("ENOSPC message lacks bytes asked or free space: %s", msg);
     printf("  %s: %s\n", engines[e].name, msg);
     char path[4096];
     snprintf(path, sizeof path, "%s/master", zo_nvme_dir(nv));
-    if (exists(path)) return fail("%s left behind after ENOSPC", path);
+    if (exists(path)) return zo_test_fail("%s left behind after ENOSPC", path);
     /* Mid-write: punch a hole in a reserved file, fill the disk, write there. */
     if (zo_nvme_file_create(nv, "exp_avg", 2 * block, &f))
-      return fail("file_create: %s", zo_last_error());
+      return zo_test_fail("file_create: %s", zo_last_error());
     const int fd = open(zo_nvme_file_path(nv, f), O_RDWR);
     if (fd < 0 || fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)block) != 0)
-      return fail("punch hole: %s", strerror(errno));
+      return zo_test_fail("punch hole: %s", strerror(errno));
     close(fd);
     const int ffd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (ffd < 0) return fail("open %s: %s", filler, strerror(errno));
+    if (ffd < 0) return zo_test_fail("open %s: %s", filler, strerror(errno));
     while (write(ffd, chk, 4096) == 4096) continue;
     close(ffd);
     const int r = zo_nvme_write(nv, f, 0, buf, 2 * block);
     msg = zo_last_error();
     if (r != -ENOSPC || !strstr(msg, "no space left") || !strstr(msg, "block 0 of 'exp_avg'"))
-      return fail("%s: write into a full disk returned %d: %s", engines[e].name, r, msg);
+      return zo_test_fail("%s: write into a full disk returned %d: %s", engines[e].name, r, msg);
     printf("  %s: %s\n", engines[e].name, msg);
     if (zo_nvme_read(nv, f, 0, buf, block) != -EIO)
-      return fail("%s: read of a block whose write failed: %s", engines[e].name, zo_last_error());
+      return zo_test_fail("%s: read of a block whose write failed: %s", engines[e].name, zo_last_error());
     if (zo_nvme_read(nv, f, block, chk, 4096) != -EINVAL) /* block 1 was written whole */
-      return fail("%s: short read of block 1 not refused", engines[e].name);
+      return zo_test_fail("%s: short read of block 1 not refused", engines[e].name);
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", zo_nvme_dir(nv));
     zo_nvme_free(nv);
-    if (exists(dir)) return fail("%s survived zo_nvme_free", dir);
-    if (unlink(filler) != 0) return fail("unlink %s", filler);
+    if (exists(dir)) return zo_test_fail("%s survived zo_nvme_free", dir);
+    if (unlink(filler) != 0) return zo_test_fail("unlink %s", filler);
     fill_random(buf, 4096, 11);
     fp = fopen(ckpt, "rb");
     if (fp == NULL || fread(chk, 1, 4096, fp) != 4096 || fclose(fp) != 0 || memcmp(chk, buf, 4096))
-      return fail("%s changed", ckpt);
+      return zo_test_fail("%s changed", ckpt);
   }
   zo_nvme_buffer_free(buf);
   zo_nvme_buffer_free(chk);
@@ -583,7 +566,7 @@ static int run_child(int (*fn)(const char *), const char *arg) {
   fflush(stdout);
   fflush(stderr);
   const pid_t pid = fork();
-  if (pid < 0) return fail("fork: %s", strerror(errno));
+  if (pid < 0) return zo_test_fail("fork: %s", strerror(errno));
   if (pid == 0) {
     const int rc = fn(arg);
     fflush(stdout);
@@ -591,8 +574,8 @@ static int run_child(int (*fn)(const char *), const char *arg) {
     _exit(rc);
   }
   int status;
-  if (waitpid(pid, &status, 0) != pid) return fail("waitpid: %s", strerror(errno));
-  if (!WIFEXITED(status)) return fail("child died (status %d)", status);
+  if (waitpid(pid, &status, 0) != pid) return zo_test_fail("waitpid: %s", strerror(errno));
+  if (!WIFEXITED(status)) return zo_test_fail("child died (status %d)", status);
   return WEXITSTATUS(status);
 }
 
@@ -603,7 +586,7 @@ static int test_enospc(void) {
   }
   char mnt[4096];
   snprintf(mnt, sizeof mnt, "%s/tmpfs-mnt", test_dir);
-  if (mkdir(mnt, 0700) != 0 && errno != EEXIST) return fail("mkdir %s: %s", mnt, strerror(errno));
+  if (mkdir(mnt, 0700) != 0 && errno != EEXIST) return zo_test_fail("mkdir %s: %s", mnt, strerror(errno));
   int rc = run_child(enospc_child, mnt);
   rmdir(mnt);
   if (rc == 77) rc = 0; /* reason printed by the child */
@@ -615,7 +598,7 @@ static int test_enospc(void) {
  * once and run on the threads. stderr goes to the file named by arg. */
 static int refused_child(const char *log) {
   const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0 || dup2(fd, 2) < 0) return fail("redirect stderr: %s", strerror(errno));
+  if (fd < 0 || dup2(fd, 2) < 0) return zo_test_fail("redirect stderr: %s", strerror(errno));
   close(fd);
 #if defined(__x86_64__)
   const unsigned arch = AUDIT_ARCH_X86_64;
@@ -637,15 +620,15 @@ static int refused_child(const char *log) {
     return printf("  skipped: seccomp: %s\n", strerror(errno)), 77;
   const struct zo_nvme_config cfg = {.dir = test_dir, .block_size = 64 * KiB, .queue_depth = 4};
   zo_nvme_t nv = zo_nvme_init(&cfg);
-  if (nv == NULL) return fail("zo_nvme_init: %s", zo_last_error());
+  if (nv == NULL) return zo_test_fail("zo_nvme_init: %s", zo_last_error());
   int rc = 0, f;
   if (strcmp(zo_nvme_engine(nv), "threads") != 0)
-    rc = fail("engine %s with io_uring refused", zo_nvme_engine(nv));
+    rc = zo_test_fail("engine %s with io_uring refused", zo_nvme_engine(nv));
   unsigned char *a = xalloc(200000), *b = xalloc(200000);
   fill_random(a, 200000, 3);
   if (!rc && (zo_nvme_file_create(nv, "master", 200000, &f) || zo_nvme_write(nv, f, 0, a, 200000) ||
               zo_nvme_read(nv, f, 0, b, 200000) || memcmp(a, b, 200000) != 0))
-    rc = fail("round trip on the fallback: %s", zo_last_error());
+    rc = zo_test_fail("round trip on the fallback: %s", zo_last_error());
   zo_nvme_free(nv);
   zo_nvme_buffer_free(a);
   zo_nvme_buffer_free(b);
@@ -673,12 +656,12 @@ static int test_io_uring_refused(void) {
   }
   unlink(log);
   if (rc == 77) return 0;
-  if (rc) return fail("child failed; its stderr:\n%s", text);
+  if (rc) return zo_test_fail("child failed; its stderr:\n%s", text);
   /* Exactly one warning line, naming io_uring and the reason. */
   const char *w = strstr(text, "zoffload: warning: io_uring is unavailable");
   if (w == NULL || !strstr(text, "Operation not permitted") ||
       strchr(text, '\n') != text + strlen(text) - 1)
-    return fail("expected one warning naming the io_uring failure, got:\n%s", text);
+    return zo_test_fail("expected one warning naming the io_uring failure, got:\n%s", text);
   printf("  %s", text);
   return 0;
 #endif
@@ -736,36 +719,26 @@ int main(void) {
     zo_nvme_free(nv);
   }
 
-  static const struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"roundtrip", test_roundtrip},
-      {"tail_sizes", test_tail_sizes},
-      {"many_requests", test_many_requests},
-      {"registered_buffers", test_registered_buffers},
-      {"crc_corruption", test_crc_corruption},
-      {"contract_errors", test_contract_errors},
-      {"private_files", test_private_files},
-      {"enospc", test_enospc},
-      {"io_uring_refused", test_io_uring_refused},
+  static const struct zo_test tests[] = {
+      ZO_TEST(roundtrip),
+      ZO_TEST(tail_sizes),
+      ZO_TEST(many_requests),
+      ZO_TEST(registered_buffers),
+      ZO_TEST(crc_corruption),
+      ZO_TEST(contract_errors),
+      ZO_TEST(private_files),
+      ZO_TEST(enospc),
+      ZO_TEST(io_uring_refused),
   };
-  int n_failed = 0;
-  for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
-    const int rc = tests[k].fn();
-    printf("%s test_%s\n", rc ? "FAIL" : "ok  ", tests[k].name);
-    fflush(stdout);
-    n_failed += rc != 0;
-  }
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
   char text[64] = "";
   fp = fopen(sentinel, "r");
   if (fp == NULL || fgets(text, sizeof text, fp) == NULL || strcmp(text, sentinel_text) != 0) {
     fprintf(stderr, "  %s was changed\n", sentinel);
-    n_failed++;
+    counts.failed++;
   }
   if (fp) fclose(fp);
   unlink(sentinel);
   rmdir(test_dir); /* fails harmlessly when another run shares it */
-  if (n_failed) fprintf(stderr, "%d test(s) failed\n", n_failed);
-  return n_failed ? 1 : 0;
+  return zo_test_report(counts);
 }

@@ -1,0 +1,211 @@
+/* Scaffolding shared by the tests/test-*.c executables: the case runner, a
+ * seeded splitmix64 generator, a tolerance check that reports the worst
+ * element, and a private temp directory. Header-only (static inline), because
+ * each test is one translation unit; it uses libc only, so any test can
+ * include it whatever module it links. Messages go to stderr, indented under
+ * the runner's line for the case; nothing here exits except out of memory. */
+#ifndef ZO_TEST_H
+#define ZO_TEST_H
+
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- runner ------------------------------------------------------------- */
+
+#define ZO_TEST_SKIP 77 /* a case or a whole test returns this when skipped */
+
+struct zo_test {
+  const char *name;
+  int (*fn)(void); /* 0 passed, ZO_TEST_SKIP skipped (reason printed), else failed */
+};
+#define ZO_TEST(name) {"test_" #name, test_##name}
+
+struct zo_test_counts {
+  int passed, failed, skipped;
+};
+
+static inline double zo_test_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs tests[0, n) in order, printing "ok", "FAIL" or "skip", the name and
+ * the time of each on stdout, flushed so it stays in order with stderr. */
+static inline struct zo_test_counts zo_test_run(const struct zo_test *tests, size_t n) {
+  struct zo_test_counts c = {0, 0, 0};
+  fflush(stdout);
+  for (size_t i = 0; i < n; i++) {
+    const double t0 = zo_test_now_s();
+    const int rc = tests[i].fn();
+    const double dt = zo_test_now_s() - t0;
+    if (rc == ZO_TEST_SKIP) {
+      printf("skip %s\n", tests[i].name);
+      c.skipped++;
+    } else {
+      printf("%s %s (%.2f s)\n", rc ? "FAIL" : "ok  ", tests[i].name, dt);
+      if (rc)
+        c.failed++;
+      else
+        c.passed++;
+    }
+    fflush(stdout);
+  }
+  return c;
+}
+
+/* Prints "N passed, M failed[, K skipped]" and returns the exit code: 1 when
+ * any failed, ZO_TEST_SKIP when every case skipped, else 0. */
+static inline int zo_test_report(struct zo_test_counts c) {
+  if (c.skipped)
+    printf("%d passed, %d failed, %d skipped\n", c.passed, c.failed, c.skipped);
+  else
+    printf("%d passed, %d failed\n", c.passed, c.failed);
+  fflush(stdout);
+  if (c.failed) return 1;
+  return c.skipped && !c.passed ? ZO_TEST_SKIP : 0;
+}
+
+#define ZO_TEST_MAIN(tests) zo_test_report(zo_test_run((tests), sizeof(tests) / sizeof((tests)[0])))
+
+/* Prints "  <message>" on stderr; returns 1, for `return zo_test_fail(...)`. */
+static inline int zo_test_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int zo_test_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("  ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+/* malloc that never returns NULL: a test that cannot allocate exits. */
+static inline void *zo_test_xmalloc(size_t nbytes) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of host memory (%zu bytes)\n", nbytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* ---- random numbers: splitmix64 ----------------------------------------- */
+
+/* The next value of the stream whose state is *s (any seed is fine). */
+static inline uint64_t zo_splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* One stream per test executable, reseeded by each case that draws from it. */
+static uint64_t zo_rng_state = 0x9e3779b97f4a7c15ull;
+
+static inline void zo_rng_seed(uint64_t seed) { zo_rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
+static inline uint64_t zo_rng_u64(void) { return zo_splitmix64(&zo_rng_state); }
+static inline uint32_t zo_rng_u32(void) { return (uint32_t)(zo_rng_u64() >> 32); }
+
+/* Uniform in [0, 1), 53 random bits. */
+static inline double zo_rng_uniform(void) { return (double)(zo_rng_u64() >> 11) * 0x1.0p-53; }
+
+/* Uniform float in [lo, hi), 24 random bits. */
+static inline float zo_rng_float(float lo, float hi) {
+  return lo + (hi - lo) * (float)(zo_rng_u32() >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Standard normal (Box-Muller; u1 > 0 so the log is finite). */
+static inline double zo_rng_normal(void) {
+  const double u1 = zo_rng_uniform() + 0x1.0p-54, u2 = zo_rng_uniform();
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* ---- tolerance ---------------------------------------------------------- */
+
+/* Shared body of zo_test_close and zo_test_close_f32: exactly one of ref64
+ * and ref32 is non-NULL. */
+static inline int zo_test_close_impl(const char *what, const float *got, const double *ref64,
+                                     const float *ref32, size_t n, double atol, double rtol) {
+  size_t n_bad = 0, worst = 0;
+  double worst_score = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double ref = ref64 ? ref64[i] : (double)ref32[i];
+    const double diff = fabs((double)got[i] - ref), tol = atol + fabs(ref) * rtol;
+    if (diff <= tol) continue;
+    const double score = isnan(diff) || !(tol > 0.0) ? INFINITY : diff / tol;
+    if (n_bad++ == 0 || score > worst_score) {
+      worst_score = score;
+      worst = i;
+    }
+  }
+  if (n_bad == 0) return 0;
+  const double ref = ref64 ? ref64[worst] : (double)ref32[worst];
+  const double diff = fabs((double)got[worst] - ref);
+  fprintf(stderr,
+          "  %s: %zu of %zu over tolerance; worst [%zu]: got %.9g, want %.9g "
+          "(|diff| %.3g > tol %.3g = %g + %g * |want|)\n",
+          what, n_bad, n, worst, (double)got[worst], ref, diff, atol + fabs(ref) * rtol, atol, rtol);
+  return 1;
+}
+
+/* Returns 0 when |got[i] - ref[i]| <= atol + rtol * |ref[i]| for every i in
+ * [0, n), NaN never passing; else 1, after printing under `what` how many
+ * elements failed and the worst one (largest |diff| / tol). */
+static inline int zo_test_close(const char *what, const float *got, const double *ref, size_t n,
+                                double atol, double rtol) {
+  return zo_test_close_impl(what, got, ref, NULL, n, atol, rtol);
+}
+
+/* zo_test_close against a float reference. */
+static inline int zo_test_close_f32(const char *what, const float *got, const float *ref, size_t n,
+                                    double atol, double rtol) {
+  return zo_test_close_impl(what, got, NULL, ref, n, atol, rtol);
+}
+
+/* ---- temp directory ----------------------------------------------------- */
+
+/* Creates $TMPDIR/zo-test-<tag>-XXXXXX (TMPDIR defaults to /tmp) mode 0700,
+ * its name in dir[0, cap). Returns 0, or -1 after saying why on stderr. */
+static inline int zo_test_mkdtemp(char *dir, size_t cap, const char *tag) {
+  const char *base = getenv("TMPDIR");
+  const int len = snprintf(dir, cap, "%s/zo-test-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+  if (len < 0 || (size_t)len >= cap) {
+    fprintf(stderr, "temp directory name too long for %zu bytes: %s\n", cap, dir);
+    return -1;
+  }
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "mkdtemp %s: %s (set TMPDIR to a writable directory)\n", dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static inline int zo_test_rmtree_entry(const char *path, const struct stat *st, int type,
+                                       struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0)
+    fprintf(stderr, "  cannot remove %s: %s\n", path, strerror(errno));
+  return 0;
+}
+
+/* Removes dir and all below it, not following links; says on stderr what
+ * could not be removed. Returns 0, or -1 when dir is still there. */
+static inline int zo_test_rmtree(const char *dir) {
+  nftw(dir, zo_test_rmtree_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return access(dir, F_OK) == 0 ? -1 : 0;
+}
+
+#endif /* ZO_TEST_H */
