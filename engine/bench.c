@@ -146,7 +146,8 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
   struct zo_gpt2 *m = zo_sched_model(s);
-  float *p, *am, *av;
+  float *p;
+  void *am, *av;
   zo_sched_checkpoint_buffers(s, &p, &am, &av);
   zo_gpt2_init_params(m, p, cfg->engine.seed);
   int err = zo_sched_set_state(s, p, NULL, NULL);

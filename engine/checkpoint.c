@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo/adamw8bit.h"
 #include "zo/fsutil.h"
 #include "zo/safetensors.h"
 
@@ -204,9 +205,85 @@ int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size) {
   return 0;
 }
 
+/* ---- optimizer states ----------------------------------------------------
+ * An AdamW8bit state in the canonical layout (zo/sched.h) is stored as three
+ * flat tensors per state, each the concatenation in table order of one kind
+ * of segment: the 8-bit tensors' codes, their absmax, the others' fp32. */
+enum seg_kind { SEG_CODE, SEG_ABSMAX, SEG_FP32, SEG_KINDS };
+static const char *const seg_suffix[SEG_KINDS] = {"code", "absmax", "fp32"};
+static const enum zo_dtype seg_dtype[SEG_KINDS] = {ZO_U8, ZO_F32, ZO_F32};
+
+/* Tensor i's segment of kind k: its bytes (0: none) and offset in the
+ * canonical layout, given the tensor's canonical offset soff. */
+static size_t seg_of(const struct zo_optim_format *f, const struct zo_tensor_info *ti, enum seg_kind k,
+                     size_t soff, size_t *off) {
+  const bool q = zo_optim_is_8bit(f, ti->numel);
+  *off = soff;
+  if (k == SEG_FP32) return q ? 0 : ti->numel * sizeof(float);
+  if (!q) return 0;
+  if (k == SEG_CODE) return ti->numel;
+  *off = soff + (ti->numel + 3) / 4 * 4;
+  return zo_adamw8bit_n_blocks(ti->numel, f->block) * sizeof(float);
+}
+
+static size_t seg_total(const struct zo_optim_format *f, const struct zo_tensor_table *t, enum seg_kind k) {
+  size_t n = 0, off;
+  for (int i = 0; i < t->n_tensors; i++) n += seg_of(f, &t->tensors[i], k, 0, &off);
+  return n;
+}
+
+struct seg_view {
+  const struct zo_optim_format *f;
+  const struct zo_tensor_table *t;
+  const uint8_t *canon;
+  enum seg_kind kind;
+};
+
+/* zo_st_fill_fn: bytes [offset, offset + nbytes) of the concatenated segments. */
+static void fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  const struct seg_view *v = ctx;
+  size_t pos = 0, soff = 0;
+  for (int i = 0; i < v->t->n_tensors && nbytes; i++) {
+    const struct zo_tensor_info *ti = &v->t->tensors[i];
+    size_t at;
+    const size_t len = seg_of(v->f, ti, v->kind, soff, &at);
+    soff += zo_optim_piece_nbytes(v->f, zo_optim_is_8bit(v->f, ti->numel), ti->numel);
+    if (offset < pos + len) {
+      const size_t skip = offset - pos, take = len - skip < nbytes ? len - skip : nbytes;
+      memcpy(dst, v->canon + at + skip, take);
+      dst = (char *)dst + take;
+      offset += take;
+      nbytes -= take;
+    }
+    pos += len;
+  }
+  ZO_ASSERT(nbytes == 0);
+}
+
+/* Adds one state (m or v, named name) to w. */
+static int add_state(struct zo_st_writer *w, const char *name, const struct zo_optim_format *f,
+                     const struct zo_tensor_table *t, const void *canon, struct seg_view views[SEG_KINDS]) {
+  if (!f->eightbit) {
+    int64_t shape[1] = {(int64_t)t->numel};
+    return zo_st_writer_add(w, name, ZO_F32, 1, shape, canon);
+  }
+  for (int k = 0; k < SEG_KINDS; k++) {
+    const size_t nb = seg_total(f, t, (enum seg_kind)k);
+    const int64_t shape[1] = {(int64_t)(nb / zo_dtype_size(seg_dtype[k]))};
+    char tn[64];
+    snprintf(tn, sizeof tn, "%s.%s", name, seg_suffix[k]);
+    views[k] = (struct seg_view){f, t, canon, (enum seg_kind)k};
+    int err = zo_st_writer_add_fill(w, tn, seg_dtype[k], 1, shape, fill_segments, &views[k]);
+    if (err) return err;
+  }
+  return 0;
+}
+
 int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
-                       const float *adam_m, const float *adam_v, const struct zo_train_state *state,
-                       int keep, char *out_path, size_t out_size) {
+                       const struct zo_optim_format *opt, const void *adam_m, const void *adam_v,
+                       const struct zo_train_state *state, int keep, char *out_path, size_t out_size) {
+  const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
+  const struct zo_optim_format *f = opt ? opt : &fp32;
   char tmp[PATH_MAX], final[PATH_MAX], path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
@@ -223,11 +300,17 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
     err = zo_error(-ENOMEM, "out of host memory saving the optimizer state");
     goto out_remove;
   }
-  int64_t shape[1] = {(int64_t)m->table.numel};
+  struct seg_view views[2][SEG_KINDS];
+  char bs[32], mn[32];
+  snprintf(bs, sizeof bs, "%zu", f->block);
+  snprintf(mn, sizeof mn, "%zu", f->min_numel);
   if (!(err = join(path, sizeof path, tmp, "optimizer.safetensors")) &&
-      !(err = zo_st_writer_add(w, "exp_avg", ZO_F32, 1, shape, adam_m)) &&
-      !(err = zo_st_writer_add(w, "exp_avg_sq", ZO_F32, 1, shape, adam_v)) &&
-      !(err = zo_st_writer_set_metadata(w, "layout", "zoffload gpt2 parameter table v1")))
+      !(err = add_state(w, "exp_avg", f, &m->table, adam_m, views[0])) &&
+      !(err = add_state(w, "exp_avg_sq", f, &m->table, adam_v, views[1])) &&
+      !(err = zo_st_writer_set_metadata(w, "layout", "zoffload gpt2 parameter table v1")) &&
+      !(err = zo_st_writer_set_metadata(w, "optimizer", f->eightbit ? "AdamW8bit" : "AdamW")) &&
+      (!f->eightbit || (!(err = zo_st_writer_set_metadata(w, "block_size", bs)) &&
+                        !(err = zo_st_writer_set_metadata(w, "min_8bit_size", mn)))))
     err = zo_st_writer_write(w, path);
   zo_st_writer_free(w);
   if (err) goto out_remove;
@@ -431,8 +514,81 @@ int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_
   return err ? zo_error(err, "%s: %s", path, zo_last_error()) : 0;
 }
 
+/* Checks that optimizer.safetensors (f, at p) holds states of format opt and
+ * copies them into adam_m, adam_v (canonical layout; each may be NULL). */
+static int load_states(const struct zo_st_file *f, const char *p, const struct zo_tensor_table *t,
+                       const struct zo_optim_format *opt, void *adam_m, void *adam_v) {
+  const char *kind = zo_st_metadata(f, "optimizer");
+  const bool file8 = zo_st_find(f, "exp_avg.code") != NULL || (kind && strcmp(kind, "AdamW8bit") == 0);
+  if (file8 != opt->eightbit)
+    return zo_error(-EINVAL, "%s holds %s optimizer states but optimizer.type is \"%s\": resume with "
+                             "optimizer.type = \"%s\" (states are not converted between the formats)",
+                    p, file8 ? "8-bit (AdamW8bit)" : "fp32 (AdamW)", opt->eightbit ? "AdamW8bit" : "AdamW",
+                    file8 ? "AdamW8bit" : "AdamW");
+  if (opt->eightbit) {
+    const char *bs = zo_st_metadata(f, "block_size"), *mn = zo_st_metadata(f, "min_8bit_size");
+    char want_bs[32], want_mn[32];
+    snprintf(want_bs, sizeof want_bs, "%zu", opt->block);
+    snprintf(want_mn, sizeof want_mn, "%zu", opt->min_numel);
+    if (!bs || !mn || strcmp(bs, want_bs) != 0 || strcmp(mn, want_mn) != 0)
+      return zo_error(-EINVAL, "%s: 8-bit states with block_size %s and min_8bit_size %s, the config has "
+                               "optimizer.params.block_size = %zu and min_8bit_size = %zu: set them to the "
+                               "checkpoint's values to resume",
+                      p, bs ? bs : "(missing)", mn ? mn : "(missing)", opt->block, opt->min_numel);
+  }
+  const char *names[2] = {"exp_avg", "exp_avg_sq"};
+  uint8_t *dst[2] = {adam_m, adam_v};
+  for (int s = 0; s < 2; s++) {
+    if (!opt->eightbit) {
+      const struct zo_st_tensor *x = zo_st_find(f, names[s]);
+      if (!x || x->dtype != ZO_F32 || x->numel != t->numel)
+        return zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[s], t->numel);
+      if (dst[s]) memcpy(dst[s], x->data, x->nbytes);
+      continue;
+    }
+    for (int k = 0; k < SEG_KINDS; k++) {
+      char tn[64];
+      snprintf(tn, sizeof tn, "%s.%s", names[s], seg_suffix[k]);
+      const size_t want = seg_total(opt, t, (enum seg_kind)k);
+      const struct zo_st_tensor *x = zo_st_find(f, tn);
+      if (!x || x->dtype != seg_dtype[k] || x->nbytes != want)
+        return zo_error(-EINVAL, "%s: tensor %s missing or not %s of %zu bytes", p, tn,
+                        k == SEG_CODE ? "U8" : "F32", want);
+      if (!dst[s]) continue;
+      size_t pos = 0, soff = 0;
+      for (int i = 0; i < t->n_tensors; i++) {
+        const struct zo_tensor_info *ti = &t->tensors[i];
+        size_t at;
+        const size_t len = seg_of(opt, ti, (enum seg_kind)k, soff, &at);
+        memcpy(dst[s] + at, (const uint8_t *)x->data + pos, len);
+        pos += len;
+        soff += zo_optim_piece_nbytes(opt, zo_optim_is_8bit(opt, ti->numel), ti->numel);
+      }
+    }
+    if (dst[s]) {
+      /* Padding after the codes: zero, as in a fresh state. */
+      size_t soff = 0;
+      for (int i = 0; i < t->n_tensors; i++) {
+        const size_t n = t->tensors[i].numel;
+        const bool q = zo_optim_is_8bit(opt, n);
+        if (q) memset(dst[s] + soff + n, 0, (n + 3) / 4 * 4 - n);
+        soff += zo_optim_piece_nbytes(opt, q, n);
+      }
+    }
+  }
+  return 0;
+}
+
 int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
                        float *adam_v, struct zo_train_state *state) {
+  return zo_checkpoint_load_optim(path, m, params, NULL, adam_m, adam_v, state);
+}
+
+int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *params,
+                             const struct zo_optim_format *opt_in, void *adam_m, void *adam_v,
+                             struct zo_train_state *state) {
+  const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
+  const struct zo_optim_format *opt = opt_in ? opt_in : &fp32;
   char p[PATH_MAX];
   int err = join(p, sizeof p, path, "trainer_state.json");
   if (err) return err;
@@ -489,16 +645,7 @@ int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params,
       err = zo_error(-EINVAL, "%s", zo_last_error());
       goto out;
     }
-    const char *names[2] = {"exp_avg", "exp_avg_sq"};
-    float *dst[2] = {adam_m, adam_v};
-    for (int i = 0; i < 2 && !err; i++) {
-      const struct zo_st_tensor *t = zo_st_find(f, names[i]);
-      if (!t || t->dtype != ZO_F32 || t->numel != m->table.numel)
-        err = zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[i],
-                       m->table.numel);
-      else if (dst[i])
-        memcpy(dst[i], t->data, t->nbytes);
-    }
+    err = load_states(f, p, &m->table, opt, adam_m, adam_v);
     zo_st_close(f);
     if (err) goto out;
   }

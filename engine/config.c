@@ -7,6 +7,8 @@
  * copies of its strings: nothing points into the JSON tree once it is freed. */
 #include "zo/config.h"
 
+#include "zo/adamw8bit.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -97,6 +99,11 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("optimizer.params.eps", KEY_REAL, optimizer.eps), ABOVE(0), .def = "1e-8"},
   {KEY("optimizer.params.weight_decay", KEY_REAL, optimizer.weight_decay), ATLEAST(0),
    .def = "0.01"},
+  /* AdamW8bit only (AdamW ignores them): DeepSpeed has no 8-bit AdamW, these
+   * follow bitsandbytes (block size 256, min_8bit_size 4096). */
+  {KEY("optimizer.params.block_size", KEY_INT, optimizer.block_size), RANGE(1, ZO_ADAMW8BIT_BLOCK_MAX),
+   .def = "256"},
+  {KEY("optimizer.params.min_8bit_size", KEY_INT, optimizer.min_8bit_size), ATLEAST(0), .def = "4096"},
 
   SECTION("scheduler"),
   {KEY("scheduler.type", KEY_ENUM, scheduler.type), .names = scheduler_names, .def = "\"none\""},

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "zo/bench.h"
+#include "zo/bench8.h"
 #include "zo/config.h"
 #include "zo/data.h"
 #include "zo/nvme.h"
@@ -60,11 +61,12 @@ static const char *usage_plan =
     "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n";
 
 static const char *usage_bench =
-    "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW] [--json]\n"
+    "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--json]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
-    "         (default 64M parameters, 9 repetitions, all threads)\n"
+    "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
+    "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
     "  nvme:  sequential write then read through the NVMe tier (default 1 GiB, 1 MiB\n"
     "         blocks, queue depth 32)\n"
     "  step:  step time with the config's placement vs everything on the device, and\n"
@@ -179,7 +181,8 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_OPTIMIZER:
-    if (strcmp(v, "AdamW") != 0) return bad_usage(usage, "--optimizer %s: valid: AdamW", v);
+    if (strcmp(v, "AdamW") != 0 && strcmp(v, "AdamW8bit") != 0)
+      return bad_usage(usage, "--optimizer %s: valid: AdamW, AdamW8bit", v);
     a->optimizer = v;
     return 0;
   case OPT_SAMPLE:
@@ -352,6 +355,29 @@ static int bench_adamw(int argc, char **argv) {
   if (r) return r == 1 ? 0 : r;
   const long params = a.params, threads = a.threads, reps = a.reps;
   const bool json = a.json;
+  if (a.optimizer && strcmp(a.optimizer, "AdamW8bit") == 0) {
+    struct zo_bench_adamw8bit b8;
+    if (zo_bench_adamw8bit_run((size_t)params, (int)threads, (int)reps, &b8)) return fail(1, "bench adamw");
+    printf("AdamW8bit vs AdamW fp32: %zu params, block %zu, %d threads, median of %d rounds\n", b8.n, b8.block,
+           b8.threads, b8.reps);
+    printf("  zo_adamw8bit_update: %8.2f ms  %8.1f Mparams/s  %6.2f GB/s (%.3f B/param moved)\n",
+           b8.adamw8bit_s * 1e3, b8.params_per_s * 1e-6, b8.bytes_per_param * b8.params_per_s * 1e-9,
+           b8.bytes_per_param);
+    printf("  zo_adamw_update:     %8.2f ms  %8.1f Mparams/s  %6.2f GB/s (%.3f B/param moved)\n",
+           b8.adamw_s * 1e3, b8.fp32_params_per_s * 1e-6, b8.fp32_bytes_per_param * b8.fp32_params_per_s * 1e-9,
+           b8.fp32_bytes_per_param);
+    printf("  8-bit / fp32 speed: %.3f (median of per-round ratios); 8-bit traffic loop / 8-bit: %.3f\n",
+           b8.speedup, b8.yardstick_ratio);
+    printf("  m + v at rest (host, NVMe): %.4f B/param (fp32: 8)\n", b8.state_bytes_per_param);
+    if (json)
+      printf("{\"params\": %zu, \"threads\": %d, \"block_size\": %zu, \"params_per_s\": %.1f, "
+             "\"fp32_params_per_s\": %.1f, \"speedup_vs_fp32\": %.4f, \"bytes_per_param\": %.4f, "
+             "\"fp32_bytes_per_param\": %.1f, \"state_bytes_per_param\": %.4f, "
+             "\"fp32_state_bytes_per_param\": 8.0, \"yardstick_ratio\": %.4f}\n",
+             b8.n, b8.threads, b8.block, b8.params_per_s, b8.fp32_params_per_s, b8.speedup, b8.bytes_per_param,
+             b8.fp32_bytes_per_param, b8.state_bytes_per_param, b8.yardstick_ratio);
+    return 0;
+  }
   struct zo_bench_adamw b;
   if (zo_bench_adamw_run((size_t)params, (int)threads, (int)reps, &b)) return fail(1, "bench adamw");
   char buf[32];

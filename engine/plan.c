@@ -1,7 +1,9 @@
 /* The memory planner (see zo/plan.h). Sizes come only from the layout
- * functions that also allocate (zo_gpt2_device_plan, zo_sched_host_plan,
- * zo_sched_nvme_plan); this file adds budgets, the table and the advice.
- * It allocates nothing on any tier and opens no file. */
+ * functions that also allocate (zo_sched_device_plan over zo_gpt2_device_plan,
+ * zo_sched_host_plan, zo_sched_nvme_plan), so 8-bit optimizer states count
+ * their exact bytes on whichever tier holds them; this file adds budgets,
+ * the table and the advice. It allocates nothing on any tier and opens no
+ * file. */
 #include "zo/plan.h"
 
 #include <errno.h>
@@ -43,8 +45,7 @@ int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, 
   if (err) return err;
   struct zo_tensor_table t;
   if ((err = zo_gpt2_build_table(mc, &t))) return err;
-  const struct zo_gpt2_layout lo = zo_placement_layout(&p->placement);
-  p->total[ZO_TIER_DEVICE] = zo_gpt2_device_plan(mc, p->B, p->T, &lo, p->bytes[ZO_TIER_DEVICE]);
+  p->total[ZO_TIER_DEVICE] = zo_sched_device_plan(&p->placement, mc, p->B, p->T, p->bytes[ZO_TIER_DEVICE]);
   p->total[ZO_TIER_HOST] = zo_sched_host_plan(&p->placement, &t, p->B, p->T, p->bytes[ZO_TIER_HOST]);
   p->total[ZO_TIER_NVME] = zo_sched_nvme_plan(&p->placement, &t, p->bytes[ZO_TIER_NVME]);
   zo_tensor_table_free(&t);

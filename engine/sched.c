@@ -2,8 +2,11 @@
  * and one training step ordered over four streams (five with NVMe) with
  * events only. Units are the ranges the scheduler moves: unit 0 =
  * embeddings (wte, wpe), units 1..L = blocks, unit L+1 = ln_f; the NVMe tier
- * moves chunks of at most one block's elements, laid out at aligned
- * aio.block_size multiples.
+ * moves chunks of at most one block's elements (8-bit tensors split only at
+ * quantization block multiples), laid out at aligned aio.block_size
+ * multiples. m and v move as their bytes: fp32 or 8-bit codes + absmax, in
+ * the canonical layout (zo/sched.h) on the device and cpu tiers, in pieces
+ * packed per chunk on the NVMe tier.
  * Ordering hazards worth knowing:
  *  - no host function blocks on an event; the NVMe ones block only on I/O:
  *    a refill (I/O stream) on the writes of the chunk whose buffer or range
@@ -23,11 +26,64 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/adamw8bit.h"
 #include "zo/host.h"
 #include "zo/nvme.h"
 
 enum { NV_MASTER, NV_M, NV_V, NV_FILES };
 static const char *const nv_class[NV_FILES] = {"master", "exp_avg", "exp_avg_sq"};
+
+/* ---- optimizer state format --------------------------------------------- */
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+struct zo_optim_format zo_optim_format_from_config(const struct zo_config *cfg) {
+  return (struct zo_optim_format){.eightbit = cfg->optimizer.type == ZO_OPTIMIZER_ADAMW8BIT,
+                                  .block = (size_t)cfg->optimizer.block_size,
+                                  .min_numel = (size_t)cfg->optimizer.min_8bit_size};
+}
+
+bool zo_optim_is_8bit(const struct zo_optim_format *f, size_t numel) {
+  return f->eightbit && numel >= f->min_numel && numel > 0;
+}
+
+size_t zo_optim_piece_nbytes(const struct zo_optim_format *f, bool q, size_t n) {
+  if (!q) return n * sizeof(float);
+  return round_up(n, 4) + sizeof(float) * zo_adamw8bit_n_blocks(n, f->block);
+}
+
+size_t zo_optim_tensor_offset(const struct zo_optim_format *f, const struct zo_tensor_table *t, int i) {
+  size_t off = 0;
+  for (int k = 0; k < i; k++)
+    off += zo_optim_piece_nbytes(f, zo_optim_is_8bit(f, t->tensors[k].numel), t->tensors[k].numel);
+  return off;
+}
+
+size_t zo_optim_state_nbytes(const struct zo_optim_format *f, const struct zo_tensor_table *t) {
+  return zo_optim_tensor_offset(f, t, t->n_tensors);
+}
+
+size_t zo_optim_numel_8bit(const struct zo_optim_format *f, const struct zo_tensor_table *t) {
+  size_t n = 0;
+  for (int i = 0; i < t->n_tensors; i++)
+    if (zo_optim_is_8bit(f, t->tensors[i].numel)) n += t->tensors[i].numel;
+  return n;
+}
+
+void zo_optim_state_fresh(const struct zo_optim_format *f, const struct zo_tensor_table *t, void *adam_m,
+                          void *adam_v) {
+  const size_t nb = zo_optim_state_nbytes(f, t);
+  if (adam_m) memset(adam_m, 0, nb);
+  if (adam_v) memset(adam_v, 0, nb); /* v's code of 0.0 is 0 */
+  if (!adam_m || !f->eightbit) return;
+  size_t off = 0;
+  for (int i = 0; i < t->n_tensors; i++) {
+    const size_t n = t->tensors[i].numel;
+    const bool q = zo_optim_is_8bit(f, n);
+    if (q) memset((uint8_t *)adam_m + off, ZO_ADAMW8BIT_M_ZERO_CODE, n);
+    off += zo_optim_piece_nbytes(f, q, n);
+  }
+}
 
 /* ---- placement ----------------------------------------------------------- */
 
@@ -41,6 +97,10 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->nvme_queue_depth = cfg->aio.queue_depth;
   pl->nvme_path = z->offload_optimizer.nvme_path;
   pl->pin = z->offload_optimizer.pin_memory;
+  pl->opt = zo_optim_format_from_config(cfg);
+  if (pl->opt.eightbit && (pl->opt.block < 1 || pl->opt.block > ZO_ADAMW8BIT_BLOCK_MAX))
+    return zo_error(-EINVAL, "optimizer.params.block_size = %zu: need 1..%d", pl->opt.block,
+                    ZO_ADAMW8BIT_BLOCK_MAX);
   if (z->offload_param.device == ZO_OFFLOAD_NVME)
     return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" is not "
                               "implemented; use \"cpu\" (parameters in host memory)");
@@ -73,8 +133,12 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   static const char *const dev[] = {"device", "cpu", "nvme"};
   char slots[64] = "device";
   if (pl->param_slots) snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
-  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots);
+  char fmt[96] = "";
+  if (pl->opt.eightbit)
+    snprintf(fmt, sizeof fmt, " (AdamW8bit: block %zu, tensors >= %zu elements)", pl->opt.block,
+             pl->opt.min_numel);
+  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s",
+           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt);
   return buf;
 }
 
@@ -84,7 +148,7 @@ struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl) {
       .param_slots = pl->param_slots,
       .grad_slots = pl->grads_on_host ? ZO_SCHED_GRAD_SLOTS : 0,
       .grad_accum = !pl->grads_on_host && pl->grad_accum > 1,
-      .optimizer = pl->optimizer == ZO_OFFLOAD_NONE,
+      .optimizer = pl->optimizer == ZO_OFFLOAD_NONE && !pl->opt.eightbit,
   };
 }
 
@@ -102,33 +166,89 @@ static struct range unit_range(const struct zo_tensor_table *t, int u) {
   return (struct range){end, t->numel - end};
 }
 
+/* One piece of a tensor inside an NVMe chunk: table elements [off, off +
+ * numel) of tensor `tensor`, whose m (v) state lies at byte sbyte of the
+ * chunk's state region. An 8-bit tensor is cut only at block multiples from
+ * its first element. */
+struct piece {
+  int tensor;
+  bool q;        /* 8-bit states */
+  size_t off, numel;
+  size_t sbyte;
+};
+
 struct chunk {
   int unit;
   size_t off, numel;  /* elements of the table */
-  uint64_t file_off;  /* bytes into each NVMe file */
+  int first, n_pieces; /* into the piece table */
+  size_t sbytes;      /* bytes of m (v alike) */
+  uint64_t mfile_off; /* bytes into the master file */
+  uint64_t sfile_off; /* bytes into each state file */
 };
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+struct chunk_plan {
+  int n_chunks, n_pieces;
+  size_t max_numel;  /* elements of the largest chunk */
+  size_t max_sbytes; /* state bytes of m of the largest chunk */
+};
 
-/* Chunks of at most one block's elements, unit by unit in forward order;
- * chunks may be NULL to count. Returns the count. */
-static int make_chunks(const struct zo_tensor_table *t, size_t stride, struct chunk *chunks) {
-  int n = 0;
-  for (int u = 0; u < t->n_layer + 2; u++) {
-    struct range r = unit_range(t, u);
-    for (size_t o = 0; o < r.numel; o += t->layer_numel) {
-      if (chunks) {
-        size_t len = r.numel - o < t->layer_numel ? r.numel - o : t->layer_numel;
-        chunks[n] = (struct chunk){u, r.off + o, len, (uint64_t)n * stride};
+/* Chunks of at most one block's elements (at least one quantization block),
+ * unit by unit in forward order, each a run of tensor pieces; chunks and
+ * pieces may be NULL to count. File offsets are left 0. */
+static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_optim_format *f,
+                                     struct chunk *chunks, struct piece *pieces) {
+  size_t cap = t->layer_numel;
+  if (f->eightbit && cap < f->block) cap = f->block;
+  struct chunk_plan cp = {0};
+  struct chunk cur = {0};
+  bool open = false, full = false;
+  for (int i = 0; i < t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &t->tensors[i];
+    const int unit = ti->layer >= 0 ? 1 + ti->layer : ti->offset < t->layer_offset[0] ? 0 : t->n_layer + 1;
+    const bool q = zo_optim_is_8bit(f, ti->numel);
+    for (size_t a = 0; a < ti->numel;) {
+      if (open && (cur.unit != unit || cur.numel == cap || full)) {
+        if (cp.max_numel < cur.numel) cp.max_numel = cur.numel;
+        if (cp.max_sbytes < cur.sbytes) cp.max_sbytes = cur.sbytes;
+        if (chunks) chunks[cp.n_chunks] = cur;
+        cp.n_chunks++;
+        open = false;
       }
-      n++;
+      if (!open) {
+        cur = (struct chunk){.unit = unit, .off = ti->offset + a, .first = cp.n_pieces};
+        open = true;
+        full = false;
+      }
+      size_t take = ti->numel - a < cap - cur.numel ? ti->numel - a : cap - cur.numel;
+      if (q && take < ti->numel - a) take = take / f->block * f->block;
+      if (take == 0) { /* no whole block fits: the next chunk takes it */
+        full = true;
+        continue;
+      }
+      if (pieces) pieces[cp.n_pieces] = (struct piece){i, q, ti->offset + a, take, cur.sbytes};
+      cp.n_pieces++;
+      cur.n_pieces++;
+      cur.numel += take;
+      cur.sbytes += zo_optim_piece_nbytes(f, q, take);
+      a += take;
     }
   }
-  return n;
+  if (open) {
+    if (cp.max_numel < cur.numel) cp.max_numel = cur.numel;
+    if (cp.max_sbytes < cur.sbytes) cp.max_sbytes = cur.sbytes;
+    if (chunks) chunks[cp.n_chunks] = cur;
+    cp.n_chunks++;
+  }
+  return cp;
 }
 
-static size_t nvme_stride(const struct zo_placement *pl, const struct zo_tensor_table *t) {
-  return round_up(t->layer_numel * sizeof(float), pl->nvme_block ? pl->nvme_block : 4096);
+/* Bytes per chunk in the master file and in each state file: the largest
+ * chunk rounded up to aio.block_size. */
+static void nvme_strides(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mstride,
+                         size_t *sstride) {
+  const size_t blk = pl->nvme_block ? pl->nvme_block : 4096;
+  *mstride = round_up(cp->max_numel * sizeof(float), blk);
+  *sstride = round_up(cp->max_sbytes, blk);
 }
 
 const char *zo_sched_mem_category_name(int category) {
@@ -138,13 +258,37 @@ const char *zo_sched_mem_category_name(int category) {
 
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
-  size_t per_file = 0;
-  if (pl->optimizer == ZO_OFFLOAD_NVME) per_file = (size_t)make_chunks(t, 0, NULL) * nvme_stride(pl, t);
+  size_t master = 0, state = 0;
+  if (pl->optimizer == ZO_OFFLOAD_NVME) {
+    const struct chunk_plan cp = make_chunks(t, &pl->opt, NULL, NULL);
+    size_t ms, ss;
+    nvme_strides(pl, &cp, &ms, &ss);
+    master = (size_t)cp.n_chunks * ms;
+    state = (size_t)cp.n_chunks * ss;
+  }
   if (by_category) {
     memset(by_category, 0, ZO_SCHED_MEM_N_CATEGORIES * sizeof *by_category);
-    by_category[ZO_MEM_MASTER] = by_category[ZO_MEM_ADAM_M] = by_category[ZO_MEM_ADAM_V] = per_file;
+    by_category[ZO_MEM_MASTER] = master;
+    by_category[ZO_MEM_ADAM_M] = by_category[ZO_MEM_ADAM_V] = state;
   }
-  return 3 * per_file;
+  return master + 2 * state;
+}
+
+size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_config *mc, int B, int T,
+                            size_t by_category[ZO_MEM_N_CATEGORIES]) {
+  const struct zo_gpt2_layout lo = zo_placement_layout(pl);
+  size_t total = zo_gpt2_device_plan(mc, B, T, &lo, by_category);
+  if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE || !pl->opt.eightbit) return total;
+  struct zo_gpt2_config c = *mc;
+  struct zo_tensor_table t;
+  if (zo_gpt2_config_check(&c) || zo_gpt2_build_table(&c, &t)) return 0;
+  const size_t nb = zo_arena_round(zo_optim_state_nbytes(&pl->opt, &t));
+  zo_tensor_table_free(&t);
+  if (by_category) {
+    by_category[ZO_MEM_ADAM_M] += nb;
+    by_category[ZO_MEM_ADAM_V] += nb;
+  }
+  return total + 2 * nb;
 }
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
@@ -169,14 +313,16 @@ static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int 
 struct host_bufs {
   float *params;     /* (numel) working parameters with param slots; == master for cpu */
   float *master;     /* (numel) fp32 master weights, optimizer on cpu */
-  float *adam_m, *adam_v; /* (numel) optimizer on cpu */
+  uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
   float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
   float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, K > 1 */
   float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
-  float *nv_buf;     /* (nvme_buffers, 3, layer_numel) NVMe staging: master, m, v */
+  uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
+                      * each rounded up to 4096 bytes */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
-  float *ck_params, *ck_m, *ck_v; /* (numel) checkpoint staging: init, resume, saves */
+  float *ck_params;  /* (numel) checkpoint staging: init, resume, saves */
+  uint8_t *ck_m, *ck_v; /* (zo_optim_state_nbytes) the same for m, v */
 };
 
 static void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
@@ -184,11 +330,12 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
   const size_t f = sizeof(float), n = t->numel, BT = (size_t)B * (size_t)T;
   const size_t resident = n - (size_t)t->n_layer * t->layer_numel;
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
+  const size_t sb = zo_optim_state_nbytes(&pl->opt, t);
   memset(h, 0, sizeof *h);
   if (pl->optimizer == ZO_OFFLOAD_CPU) {
     h->master = hcarve(c, n * f, "master weights", ZO_MEM_MASTER);
-    h->adam_m = hcarve(c, n * f, "AdamW m", ZO_MEM_ADAM_M);
-    h->adam_v = hcarve(c, n * f, "AdamW v", ZO_MEM_ADAM_V);
+    h->adam_m = hcarve(c, sb, "AdamW m", ZO_MEM_ADAM_M);
+    h->adam_v = hcarve(c, sb, "AdamW v", ZO_MEM_ADAM_V);
     if (pl->param_slots) h->params = h->master; /* fp32: the master copy is the working copy */
   } else if (pl->param_slots) {
     h->params = hcarve(c, n * f, "parameters", ZO_MEM_PARAMS);
@@ -199,9 +346,11 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
     h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
   }
-  if (pl->optimizer == ZO_OFFLOAD_NVME)
-    h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * NV_FILES * round_up(t->layer_numel * f, 4096),
-                       "NVMe staging", ZO_MEM_BUFFERS);
+  if (pl->optimizer == ZO_OFFLOAD_NVME) {
+    const struct chunk_plan cp = make_chunks(t, &pl->opt, NULL, NULL);
+    const size_t set = round_up(cp.max_numel * f, 4096) + 2 * round_up(cp.max_sbytes, 4096);
+    h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * set, "NVMe staging", ZO_MEM_BUFFERS);
+  }
   for (int b = 0; b < 2; b++) {
     h->in[b] = hcarve(c, BT * sizeof(int32_t), "input tokens", ZO_MEM_ACTIVATIONS);
     h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
@@ -211,8 +360,8 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
    * buffers once engine/checkpoint.c can save from callbacks; until then the
    * full copies are planned here rather than allocated outside the plan. */
   h->ck_params = hcarve(c, n * f, "checkpoint staging: parameters", ZO_SCHED_MEM_CHECKPOINT);
-  h->ck_m = hcarve(c, n * f, "checkpoint staging: exp_avg", ZO_SCHED_MEM_CHECKPOINT);
-  h->ck_v = hcarve(c, n * f, "checkpoint staging: exp_avg_sq", ZO_SCHED_MEM_CHECKPOINT);
+  h->ck_m = hcarve(c, sb, "checkpoint staging: exp_avg", ZO_SCHED_MEM_CHECKPOINT);
+  h->ck_v = hcarve(c, sb, "checkpoint staging: exp_avg_sq", ZO_SCHED_MEM_CHECKPOINT);
 }
 
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
@@ -248,7 +397,7 @@ struct acc_task {
 };
 
 struct nv_buffer {
-  float *file[NV_FILES];            /* layer_numel each, 4096-aligned */
+  void *file[NV_FILES];             /* master (chunk floats), m, v (chunk state bytes), 4096-aligned */
   struct zo_nvme_req rreq[NV_FILES];
   struct zo_nvme_req wreq[NV_FILES];
   bool reading, writing;            /* requests outstanding; ordered by the chunk events */
@@ -275,6 +424,9 @@ struct zo_sched {
   struct zo_host_pool pool;
   struct host_bufs h;
   float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
+  uint8_t *st_m, *st_v;         /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
+  size_t *soff;                 /* (n_tensors) byte offset of each tensor in the canonical layout */
+  struct zo_arena opt_arena;    /* device: 8-bit m, v (AdamW8bit on the device only) */
   /* events */
   zo_event_t *param_ready;      /* (U) unit's device (or host, for slotted blocks) copy updated */
   zo_event_t *opt_done;         /* (U) unit's update finished */
@@ -301,6 +453,8 @@ struct zo_sched {
   int file_id[NV_FILES];
   struct chunk *chunks;
   int n_chunks;
+  struct piece *pieces;         /* (n_pieces) of the chunks, in order */
+  int n_pieces;
   int nv_depth;                 /* chunks read ahead: min(nvme_buffers, n_chunks) */
   long nv_base;                 /* global index of the next step's first chunk */
   bool nv_primed;               /* the next step's first nv_depth refills are queued */
@@ -521,19 +675,20 @@ static void norm_fn(void *arg) {
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
-/* AdamW over table range [off, off + n); p, g, m, v point at element off. */
-static void adamw_range(const struct zo_tensor_table *t, const struct step_args *sa, float *p,
-                        const float *g, float *m, float *v, size_t off, size_t n) {
-  for (int i = 0; i < t->n_tensors; i++) {
-    const struct zo_tensor_info *ti = &t->tensors[i];
-    size_t lo = ti->offset > off ? ti->offset : off;
-    size_t hi = ti->offset + ti->numel < off + n ? ti->offset + ti->numel : off + n;
-    if (lo >= hi) continue;
-    zo_adamw_update(p + (lo - off), g + (lo - off), m + (lo - off), v + (lo - off), hi - lo, &sa->hp,
-                    ti->decay, sa->t, sa->coef);
+/* AdamW on one piece of tensor ti: n elements at p, g; its m, v state at
+ * ms, vs (fp32, or codes then absmax when q). */
+static void piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
+                         bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n) {
+  if (!q) {
+    zo_adamw_update(p, g, (float *)ms, (float *)vs, n, &sa->hp, ti->decay, sa->t, sa->coef);
+    return;
   }
+  const size_t cb = round_up(n, 4);
+  zo_adamw8bit_update(p, g, ms, (float *)(ms + cb), vs, (float *)(vs + cb), n, s->pl.opt.block, &sa->hp,
+                      ti->decay, sa->t, sa->coef);
 }
 
+/* Unit u's tensors, whole, with states in the canonical layout. */
 static void opt_unit_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
@@ -541,12 +696,14 @@ static void opt_unit_fn(void *arg) {
   const struct step_args *sa = &s->step[a->parity];
   const struct range r = unit_range(s->t, a->index);
   double t0 = zo_time_s();
-  if (s->pl.optimizer == ZO_OFFLOAD_NONE)
-    adamw_range(s->t, sa, s->m->params + r.off, s->acc + r.off, s->m->adam_m + r.off,
-                s->m->adam_v + r.off, r.off, r.numel);
-  else
-    adamw_range(s->t, sa, s->h.master + r.off, s->h.grads + r.off, s->h.adam_m + r.off,
-                s->h.adam_v + r.off, r.off, r.numel);
+  float *p = s->pl.optimizer == ZO_OFFLOAD_NONE ? s->m->params : s->h.master;
+  const float *g = opt_grads(s);
+  for (int i = 0; i < s->t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &s->t->tensors[i];
+    if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
+    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p + ti->offset, g + ti->offset,
+                 s->st_m + s->soff[i], s->st_v + s->soff[i], ti->numel);
+  }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
@@ -585,12 +742,15 @@ static int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
   return err;
 }
 
+/* File offset and bytes of chunk c in file f. */
+static uint64_t nv_off(const struct chunk *c, int f) { return f == NV_MASTER ? c->mfile_off : c->sfile_off; }
+static size_t nv_nbytes(const struct chunk *c, int f) { return f == NV_MASTER ? c->numel * sizeof(float) : c->sbytes; }
+
 static int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
-    err = zo_nvme_read_async(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float),
-                             &b->rreq[f]);
+    err = zo_nvme_read_async(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->rreq[f]);
   b->reading = true;
   return err;
 }
@@ -599,8 +759,7 @@ static int nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
-    err = zo_nvme_write_async(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float),
-                              &b->wreq[f]);
+    err = zo_nvme_write_async(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->wreq[f]);
   b->writing = true;
   return err;
 }
@@ -648,9 +807,13 @@ static void nv_update_fn(void *arg) {
     return;
   }
   const struct chunk *c = &s->chunks[a->chunk];
-  adamw_range(s->t, sa, b->file[NV_MASTER], s->h.grads + c->off, b->file[NV_M], b->file[NV_V],
-              c->off, c->numel);
-  if (s->K) memcpy(s->h.params + c->off, b->file[NV_MASTER], c->numel * sizeof(float));
+  float *master = b->file[NV_MASTER];
+  for (int k = c->first; k < c->first + c->n_pieces; k++) {
+    const struct piece *pc = &s->pieces[k];
+    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), s->h.grads + pc->off,
+                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel);
+  }
+  if (s->K) memcpy(s->h.params + c->off, master, c->numel * sizeof(float));
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
@@ -709,7 +872,7 @@ static void queue_optimizer(struct zo_sched *s) {
            * chunk g + d does not reuse before chunk_h2d[j] completes. */
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
           CHECK_Q(be->memcpy_async(dev + (c->off - r.off),
-                                   s->K ? s->h.params + c->off : s->nvb[task->buf].file[NV_MASTER],
+                                   s->K ? s->h.params + c->off : (const float *)s->nvb[task->buf].file[NV_MASTER],
                                    c->numel * sizeof(float), ZO_COPY_H2D, s->h2d));
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }
@@ -742,7 +905,7 @@ static void queue_optimizer(struct zo_sched *s) {
 
 struct zo_gpt2 *zo_sched_model(struct zo_sched *s) { return s->m; }
 
-void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, float **adam_m, float **adam_v) {
+void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, void **adam_m, void **adam_v) {
   *params = s->h.ck_params;
   *adam_m = s->h.ck_m;
   *adam_v = s->h.ck_v;
@@ -772,9 +935,13 @@ static int nvme_open(struct zo_sched *s) {
              s->pl.nvme_path);
     return error_prefixed(-EIO, what);
   }
-  const size_t stride = nvme_stride(&s->pl, s->t);
-  s->n_chunks = make_chunks(s->t, stride, NULL);
+  const struct chunk_plan cp = make_chunks(s->t, &s->pl.opt, NULL, NULL);
+  size_t mstride, sstride;
+  nvme_strides(&s->pl, &cp, &mstride, &sstride);
+  s->n_chunks = cp.n_chunks;
+  s->n_pieces = cp.n_pieces;
   s->chunks = calloc((size_t)s->n_chunks, sizeof *s->chunks);
+  s->pieces = calloc((size_t)s->n_pieces, sizeof *s->pieces);
   s->nvb = calloc((size_t)s->pl.nvme_buffers, sizeof *s->nvb);
   s->nv_refill = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_refill);
   s->nv_update = calloc(2 * (size_t)s->n_chunks, sizeof *s->nv_update);
@@ -782,25 +949,36 @@ static int nvme_open(struct zo_sched *s) {
   s->chunk_h2d = calloc((size_t)s->n_chunks, sizeof *s->chunk_h2d);
   s->chunk_issued = calloc((size_t)s->n_chunks, sizeof *s->chunk_issued);
   s->nv_depth = s->pl.nvme_buffers < s->n_chunks ? s->pl.nvme_buffers : s->n_chunks;
-  if (!s->chunks || !s->nvb || !s->nv_refill || !s->nv_update || !s->chunk_done || !s->chunk_h2d ||
-      !s->chunk_issued)
+  if (!s->chunks || !s->pieces || !s->nvb || !s->nv_refill || !s->nv_update || !s->chunk_done ||
+      !s->chunk_h2d || !s->chunk_issued)
     return zo_error(-ENOMEM, "out of host memory for the NVMe chunk tables");
-  make_chunks(s->t, stride, s->chunks);
+  make_chunks(s->t, &s->pl.opt, s->chunks, s->pieces);
+  for (int j = 0; j < s->n_chunks; j++) {
+    s->chunks[j].mfile_off = (uint64_t)j * mstride;
+    s->chunks[j].sfile_off = (uint64_t)j * sstride;
+  }
   int err;
+  const size_t file_bytes[NV_FILES] = {(size_t)s->n_chunks * mstride, (size_t)s->n_chunks * sstride,
+                                       (size_t)s->n_chunks * sstride};
   for (int f = 0; f < NV_FILES; f++)
-    if ((err = zo_nvme_file_create(s->nv, nv_class[f], (size_t)s->n_chunks * stride, &s->file_id[f])))
+    if ((err = zo_nvme_file_create(s->nv, nv_class[f], file_bytes[f], &s->file_id[f])))
       return error_prefixed(err, "NVMe tier: creating a state file");
-  const size_t per = round_up(s->t->layer_numel * sizeof(float), 4096) / sizeof(float);
-  struct zo_nvme_buffer reg = {s->h.nv_buf, (size_t)s->pl.nvme_buffers * NV_FILES * per * sizeof(float)};
-  for (int b = 0; b < s->pl.nvme_buffers; b++)
-    for (int f = 0; f < NV_FILES; f++) s->nvb[b].file[f] = s->h.nv_buf + ((size_t)b * NV_FILES + (size_t)f) * per;
+  const size_t mper = round_up(cp.max_numel * sizeof(float), 4096), sper = round_up(cp.max_sbytes, 4096);
+  const size_t set = mper + 2 * sper;
+  struct zo_nvme_buffer reg = {s->h.nv_buf, (size_t)s->pl.nvme_buffers * set};
+  for (int b = 0; b < s->pl.nvme_buffers; b++) {
+    uint8_t *base = s->h.nv_buf + (size_t)b * set;
+    s->nvb[b].file[NV_MASTER] = base;
+    s->nvb[b].file[NV_M] = base + mper;
+    s->nvb[b].file[NV_V] = base + mper + sper;
+  }
   /* Registration is an optimization: without it the store uses plain reads. */
   (void)zo_nvme_register_buffers(s->nv, &reg, 1);
   if ((err = s->be->stream_create(&s->io)) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;
-  s->nvme_planned = 3 * (size_t)s->n_chunks * stride;
+  s->nvme_planned = file_bytes[NV_MASTER] + file_bytes[NV_M] + file_bytes[NV_V];
   return 0;
 }
 
@@ -831,6 +1009,35 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   struct host_carver carver = {.pool = &s->pool};
   host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
   if (carver.err) goto out_free;
+  s->soff = calloc((size_t)s->t->n_tensors, sizeof *s->soff);
+  if (!s->soff) {
+    zo_error(-ENOMEM, "out of host memory for the scheduler");
+    goto out_free;
+  }
+  size_t soff = 0;
+  for (int i = 0; i < s->t->n_tensors; i++) {
+    const size_t n = s->t->tensors[i].numel;
+    s->soff[i] = soff;
+    soff += zo_optim_piece_nbytes(&s->pl.opt, zo_optim_is_8bit(&s->pl.opt, n), n);
+  }
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    s->st_m = s->h.adam_m;
+    s->st_v = s->h.adam_v;
+  } else if (s->pl.optimizer == ZO_OFFLOAD_NONE && !s->pl.opt.eightbit) {
+    s->st_m = (uint8_t *)s->m->adam_m;
+    s->st_v = (uint8_t *)s->m->adam_v;
+  } else if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    /* 8-bit states on the device: an arena of their own, since the model's
+     * arena carves fp32 m, v only. */
+    const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
+    void *pm, *pv;
+    if (zo_arena_init(&s->opt_arena, c->backend, 2 * zo_arena_round(sb), "device") ||
+        zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit m", &pm) ||
+        zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit v", &pv))
+      goto out_free;
+    s->st_m = pm;
+    s->st_v = pv;
+  }
 
   zo_backend_t be = s->be;
   const int U = s->U, K = s->K > 0 ? s->K : 1;
@@ -921,7 +1128,10 @@ void zo_sched_free(struct zo_sched *s) {
   }
   zo_nvme_free(s->nv);
   zo_host_pool_free(&s->pool);
+  zo_arena_free(&s->opt_arena);
   zo_gpt2_free(s->m);
+  free(s->soff);
+  free(s->pieces);
   free(s->param_ready);
   free(s->opt_done);
   free(s->slot_free);
@@ -947,36 +1157,74 @@ static int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbyt
   return err ? err : s->be->stream_synchronize(s->cs);
 }
 
-int zo_sched_set_state(struct zo_sched *s, const float *params, const float *adam_m,
-                       const float *adam_v) {
+/* Copies piece pc of a chunk's m (or v) state between the chunk buffer and
+ * the canonical layout (to_chunk: canonical -> chunk). */
+static void piece_copy(const struct zo_sched *s, const struct piece *pc, uint8_t *chunk, uint8_t *canon,
+                       bool to_chunk) {
+  const struct zo_tensor_info *ti = &s->t->tensors[pc->tensor];
+  const size_t a = pc->off - ti->offset;
+  uint8_t *dst[2], *src[2];
+  size_t nb[2];
+  uint8_t *c = canon + s->soff[pc->tensor], *k = chunk + pc->sbyte;
+  if (!pc->q) {
+    dst[0] = c + a * sizeof(float);
+    nb[0] = pc->numel * sizeof(float);
+    nb[1] = 0;
+  } else {
+    const size_t block = s->pl.opt.block;
+    dst[0] = c + a;
+    nb[0] = pc->numel;
+    dst[1] = c + round_up(ti->numel, 4) + a / block * sizeof(float);
+    nb[1] = zo_adamw8bit_n_blocks(pc->numel, block) * sizeof(float);
+  }
+  src[0] = k;
+  src[1] = k + round_up(pc->numel, 4);
+  for (int h = 0; h < 2; h++) {
+    if (!nb[h]) continue;
+    if (to_chunk) memcpy(src[h], dst[h], nb[h]);
+    else memcpy(dst[h], src[h], nb[h]);
+  }
+}
+
+int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m, const void *adam_v) {
   int err = zo_sched_synchronize(s);
   if (err) return err;
   const size_t n = s->t->numel, nb = n * sizeof(float);
+  const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
   for (int u = 0; u < s->U; u++) {
     float *dev = dev_unit_params(s, u);
     const struct range r = unit_range(s->t, u);
     if (dev && (err = copy_sync(s, dev, params + r.off, r.numel * sizeof(float), ZO_COPY_H2D))) return err;
   }
+  /* A fresh state is built in the staging buffers (unless passed in). */
+  if (!adam_m) {
+    zo_optim_state_fresh(&s->pl.opt, s->t, s->h.ck_m, NULL);
+    adam_m = s->h.ck_m;
+  }
+  if (!adam_v) {
+    zo_optim_state_fresh(&s->pl.opt, s->t, NULL, s->h.ck_v);
+    adam_v = s->h.ck_v;
+  }
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    float *dm = s->m->adam_m, *dv = s->m->adam_v;
-    if ((err = adam_m ? copy_sync(s, dm, adam_m, nb, ZO_COPY_H2D) : s->be->memset_async(dm, 0, nb, s->cs)) ||
-        (err = adam_v ? copy_sync(s, dv, adam_v, nb, ZO_COPY_H2D) : s->be->memset_async(dv, 0, nb, s->cs)))
+    if ((err = copy_sync(s, s->st_m, adam_m, sb, ZO_COPY_H2D)) ||
+        (err = copy_sync(s, s->st_v, adam_v, sb, ZO_COPY_H2D)))
       return err;
   } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
     memcpy(s->h.master, params, nb);
-    if (adam_m) memcpy(s->h.adam_m, adam_m, nb); else memset(s->h.adam_m, 0, nb);
-    if (adam_v) memcpy(s->h.adam_v, adam_v, nb); else memset(s->h.adam_v, 0, nb);
+    memcpy(s->st_m, adam_m, sb);
+    memcpy(s->st_v, adam_v, sb);
   } else {
     if (s->K) memcpy(s->h.params, params, nb);
     struct nv_buffer *b = &s->nvb[0];
+    const void *canon[NV_FILES] = {NULL, adam_m, adam_v};
     for (int j = 0; j < s->n_chunks && !err; j++) {
       const struct chunk *c = &s->chunks[j];
-      const size_t cb = c->numel * sizeof(float);
-      const float *src[NV_FILES] = {params, adam_m, adam_v};
-      for (int f = 0; f < NV_FILES && !err; f++) {
-        if (src[f]) memcpy(b->file[f], src[f] + c->off, cb); else memset(b->file[f], 0, cb);
-        err = zo_nvme_write(s->nv, s->file_id[f], c->file_off, b->file[f], cb);
-      }
+      memcpy(b->file[NV_MASTER], params + c->off, c->numel * sizeof(float));
+      for (int f = NV_M; f < NV_FILES; f++)
+        for (int k = c->first; k < c->first + c->n_pieces; k++)
+          piece_copy(s, &s->pieces[k], b->file[f], (uint8_t *)(uintptr_t)canon[f], true);
+      for (int f = 0; f < NV_FILES && !err; f++)
+        err = zo_nvme_write(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f));
     }
     if (err) return error_prefixed(err, "NVMe tier: writing the initial optimizer state");
     nv_reprime(s);
@@ -985,32 +1233,37 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const float *ada
   return s->be->stream_synchronize(s->cs);
 }
 
-int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *adam_v) {
+int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v) {
   int err = zo_sched_synchronize(s);
   if (err) return err;
   const size_t nb = s->t->numel * sizeof(float);
+  const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     if ((params && (err = copy_sync(s, params, s->m->params, nb, ZO_COPY_D2H))) ||
-        (adam_m && (err = copy_sync(s, adam_m, s->m->adam_m, nb, ZO_COPY_D2H))) ||
-        (adam_v && (err = copy_sync(s, adam_v, s->m->adam_v, nb, ZO_COPY_D2H))))
+        (adam_m && (err = copy_sync(s, adam_m, s->st_m, sb, ZO_COPY_D2H))) ||
+        (adam_v && (err = copy_sync(s, adam_v, s->st_v, sb, ZO_COPY_D2H))))
       return err;
     return 0;
   }
   if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
     if (params) memcpy(params, s->h.master, nb);
-    if (adam_m) memcpy(adam_m, s->h.adam_m, nb);
-    if (adam_v) memcpy(adam_v, s->h.adam_v, nb);
+    if (adam_m) memcpy(adam_m, s->st_m, sb);
+    if (adam_v) memcpy(adam_v, s->st_v, sb);
     return 0;
   }
   struct nv_buffer *b = &s->nvb[0];
-  float *dst[NV_FILES] = {params, adam_m, adam_v};
+  void *dst[NV_FILES] = {params, adam_m, adam_v};
   for (int j = 0; j < s->n_chunks; j++) {
     const struct chunk *c = &s->chunks[j];
     for (int f = 0; f < NV_FILES; f++) {
       if (!dst[f]) continue;
-      if ((err = zo_nvme_read(s->nv, s->file_id[f], c->file_off, b->file[f], c->numel * sizeof(float))))
+      if ((err = zo_nvme_read(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f))))
         return error_prefixed(err, "NVMe tier: reading the optimizer state");
-      memcpy(dst[f] + c->off, b->file[f], c->numel * sizeof(float));
+      if (f == NV_MASTER)
+        memcpy(params + c->off, b->file[f], c->numel * sizeof(float));
+      else
+        for (int k = c->first; k < c->first + c->n_pieces; k++)
+          piece_copy(s, &s->pieces[k], b->file[f], dst[f], false);
     }
   }
   nv_reprime(s);
@@ -1106,8 +1359,8 @@ int zo_sched_eval(struct zo_sched *s, double *loss) {
 
 void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
   memset(out, 0, sizeof *out);
-  out->device_planned = s->m->arena.capacity;
-  out->device_peak = s->m->arena.peak;
+  out->device_planned = s->m->arena.capacity + s->opt_arena.capacity;
+  out->device_peak = s->m->arena.peak + s->opt_arena.peak;
   out->host_planned = s->pool.capacity;
   out->host_peak = s->pool.peak;
   out->nvme_planned = s->nvme_planned;

@@ -4,9 +4,10 @@
  * decay only on 2-D tensors; the scheduler (engine/sched.c) places and orders
  * all of it as the config's zero_optimization section says, after the
  * planner (engine/plan.c) has checked that every tier fits. The reported loss
- * is the mean of the micro-batch losses. fp32 only: mixed precision,
- * activation checkpointing, 8-bit AdamW and parameters on NVMe are refused
- * with -ENOTSUP. */
+ * is the mean of the micro-batch losses. AdamW or AdamW8bit (8-bit m, v on
+ * any optimizer tier; the CPU backend only, like the rest of training).
+ * fp32 weights only: mixed precision, activation checkpointing and
+ * parameters on NVMe are refused with -ENOTSUP. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -32,8 +33,6 @@ static const char *device_name(enum zo_device d) {
 /* Refuses what this version of the engine does not run yet, naming the key. */
 static int check_supported(const struct zo_config *cfg) {
   const char *file = cfg->path && cfg->path[0] ? cfg->path : "config";
-  if (cfg->optimizer.type != ZO_OPTIMIZER_ADAMW)
-    return zo_error(-ENOTSUP, "%s: optimizer.type \"AdamW8bit\" is not implemented yet; use \"AdamW\"", file);
   if (cfg->bf16 || cfg->fp16.enabled)
     return zo_error(-ENOTSUP, "%s: %s.enabled: mixed precision is not implemented yet; set it to false",
                     file, cfg->bf16 ? "bf16" : "fp16");
@@ -205,7 +204,8 @@ struct trainer {
   zo_backend_t be;
   struct zo_sched *sched;
   struct zo_data *train, *val;
-  float *params, *adam_m, *adam_v; /* checkpoint staging in the host pool (owned by sched) */
+  float *params;                   /* checkpoint staging in the host pool (owned by sched) */
+  void *adam_m, *adam_v;           /* the same for m, v (canonical layout of the format) */
   FILE *metrics;
 };
 
@@ -293,7 +293,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     } else {
       snprintf(resume_path, sizeof resume_path, "%s", opts->resume);
     }
-    if ((err = zo_checkpoint_load(resume_path, m, t.params, t.adam_m, t.adam_v, &st))) goto out;
+    if ((err = zo_checkpoint_load_optim(resume_path, m, t.params, &plan.placement.opt, t.adam_m, t.adam_v,
+                                        &st)))
+      goto out;
     zo_data_seek(t.train, st.data_position);
     printf("resumed from %s at step %ld\n", resume_path, st.step);
     err = zo_sched_set_state(t.sched, t.params, t.adam_m, t.adam_v);
@@ -330,6 +332,13 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   printf("train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
          cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
   printf("placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
+  if (plan.placement.opt.eightbit) {
+    const struct zo_optim_format *of = &plan.placement.opt;
+    const size_t n8 = zo_optim_numel_8bit(of, &m->table), sb = zo_optim_state_nbytes(of, &m->table);
+    printf("optimizer: AdamW8bit, block %zu, %.1f%% of parameters with 8-bit m, v (tensors >= %zu "
+           "elements); m + v %.3f B/param (fp32: 8)\n",
+           of->block, 100.0 * (double)n8 / (double)n, of->min_numel, 2.0 * (double)sb / (double)n);
+  }
   int n_val = t.val ? val_batches(t.val, B, T) : 0;
   if (t.val && st.step == 0) {
     double vl;
@@ -411,8 +420,8 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       if (save) {
         char path[PATH_MAX];
         if ((err = zo_sched_get_state(t.sched, t.params, t.adam_m, t.adam_v)) ||
-            (err = zo_checkpoint_save(cfg->checkpoint.dir, m, t.params, t.adam_m, t.adam_v, &st,
-                                      cfg->checkpoint.keep, path, sizeof path)))
+            (err = zo_checkpoint_save(cfg->checkpoint.dir, m, t.params, &plan.placement.opt, t.adam_m,
+                                      t.adam_v, &st, cfg->checkpoint.keep, path, sizeof path)))
           goto out;
         printf("%ssaved %s\n", isatty(STDOUT_FILENO) ? "\r" : "", path);
       }

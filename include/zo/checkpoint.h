@@ -4,7 +4,13 @@
  *                         stored): loadable by transformers.GPT2LMHeadModel
  *   config.json           Hugging Face GPT2Config
  *   optimizer.safetensors AdamW m and v ("exp_avg", "exp_avg_sq"), fp32, flat
- *                         in our parameter-table order
+ *                         in our parameter-table order; AdamW8bit: per state
+ *                         s in (exp_avg, exp_avg_sq) "s.code" (U8, the codes
+ *                         of the 8-bit tensors), "s.absmax" (F32, their block
+ *                         absmax) and "s.fp32" (F32, the m or v of the tensors
+ *                         below min_8bit_size), each concatenated in table
+ *                         order; metadata "optimizer" ("AdamW" or
+ *                         "AdamW8bit"), "block_size", "min_8bit_size"
  *   trainer_state.json    step, data position, schedule, and the CRC32 of every
  *                         other file, written last
  * A save writes a temporary directory, fsyncs every file, renames it into
@@ -15,6 +21,7 @@
 #define ZO_CHECKPOINT_H
 
 #include "zo/gpt2.h"
+#include "zo/sched.h" /* struct zo_optim_format */
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,13 +36,14 @@ struct zo_train_state {
 };
 
 /* Saves host copies of parameters (table order, m->table.numel floats), and
- * AdamW m and v (same layout) as checkpoint-<state->step> under dir, then
+ * AdamW m and v (the canonical layout of format opt, zo/sched.h; NULL: fp32
+ * AdamW, numel floats each) as checkpoint-<state->step> under dir, then
  * removes the oldest checkpoint-* directories beyond keep (0 = keep all).
  * Writes the final path to out_path (may be NULL). Returns 0 or -errno with a
  * message; on error the previous checkpoints are untouched. */
 int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
-                       const float *adam_m, const float *adam_v, const struct zo_train_state *state,
-                       int keep, char *out_path, size_t out_size);
+                       const struct zo_optim_format *opt, const void *adam_m, const void *adam_v,
+                       const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
 /* Loads a checkpoint directory saved by zo_checkpoint_save into host buffers
  * laid out by m's table (adam_m, adam_v may be NULL to skip the optimizer).
@@ -44,6 +52,14 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
  * naming the file and the problem. */
 int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
                        float *adam_v, struct zo_train_state *state);
+/* The same for the optimizer format opt (NULL: fp32 AdamW): adam_m, adam_v
+ * (may be NULL) receive the canonical layout. A checkpoint of another format
+ * (fp32 states into an AdamW8bit run, 8-bit ones into AdamW, another
+ * block_size or min_8bit_size) is refused with -EINVAL naming both; states
+ * are never converted. Returns 0 or -errno with a message. */
+int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *params,
+                             const struct zo_optim_format *opt, void *adam_m, void *adam_v,
+                             struct zo_train_state *state);
 
 /* Finds the checkpoint-<step> directory with the highest step under dir.
  * Returns 0 and writes its path, -ENOENT when there is none. */

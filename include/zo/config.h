@@ -21,7 +21,7 @@ extern "C" {
 
 enum zo_optimizer_type {
   ZO_OPTIMIZER_ADAMW,     /* "AdamW" */
-  ZO_OPTIMIZER_ADAMW8BIT, /* "AdamW8bit": known here, not implemented by the engine yet */
+  ZO_OPTIMIZER_ADAMW8BIT, /* "AdamW8bit" (bitsandbytes): block-wise 8-bit m, v, zo/adamw8bit.h */
 };
 
 /* DeepSpeed scheduler types. The raw DeepSpeed parameters are kept in
@@ -74,6 +74,11 @@ struct zo_config_optimizer {      /* "optimizer" */
   double betas[2];                /* params.betas: each in [0, 1), default [0.9, 0.999] */
   double eps;                     /* params.eps: > 0, default 1e-8 */
   double weight_decay;            /* params.weight_decay: decoupled, >= 0, default 0.01 */
+  int block_size;                 /* params.block_size: AdamW8bit elements per quantization
+                                   * block (one fp32 absmax each), 1..4096, default 256 */
+  long min_8bit_size;             /* params.min_8bit_size: AdamW8bit keeps fp32 m, v for
+                                   * tensors with fewer elements (bitsandbytes' name),
+                                   * >= 0, default 4096 */
 };
 
 struct zo_config_scheduler {      /* "scheduler" (DeepSpeed parameters, see above) */

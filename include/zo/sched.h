@@ -12,13 +12,17 @@
  * all-on-device run: each micro-batch's gradients go into zeroed buffers and
  * are accumulated by a separate elementwise add (acc = micro for the first),
  * the gradient norm is a sum of per-tensor zo_sumsq in table order, and the
- * update is zo_adamw_update per tensor (elementwise, so chunking is exact).
+ * update is zo_adamw_update per tensor (elementwise, so chunking is exact)
+ * or, for AdamW8bit, zo_adamw8bit_update per tensor, split only at multiples
+ * of the quantization block from the tensor's first element (blocks are
+ * independent, so that chunking is exact too).
  * The device-resident optimizer (no offload) runs as host functions on device
  * memory: correct on the CPU backend only. */
 #ifndef ZO_SCHED_H
 #define ZO_SCHED_H
 
 #include "zo/adamw.h"
+#include "zo/arena.h"
 #include "zo/config.h"
 #include "zo/gpt2.h"
 
@@ -35,8 +39,42 @@ enum { ZO_SCHED_MEM_CHECKPOINT = ZO_MEM_N_CATEGORIES, ZO_SCHED_MEM_N_CATEGORIES 
 /* zo_mem_category_name, extended with "ckpt staging". */
 const char *zo_sched_mem_category_name(int category);
 
+/* The optimizer state format (optimizer.type and optimizer.params). AdamW:
+ * fp32 m, v. AdamW8bit: a tensor of >= min_numel elements keeps m and v as
+ * uint8 codes plus one fp32 absmax per block of `block` elements (see
+ * zo/adamw8bit.h), a smaller one fp32 m, v.
+ * Canonical layout of m (v alike: two separate buffers), what the device and
+ * cpu tiers hold and checkpoints stage: one record per tensor in table order,
+ * an fp32 tensor as numel floats, an 8-bit one as its codes padded to a
+ * multiple of 4 bytes followed by its ceil(numel / block) absmax floats. For
+ * AdamW this is exactly a flat fp32 array in table order. */
+struct zo_optim_format {
+  bool eightbit;    /* optimizer.type "AdamW8bit" */
+  size_t block;     /* optimizer.params.block_size: elements per quantization block */
+  size_t min_numel; /* optimizer.params.min_8bit_size: smaller tensors keep fp32 m, v */
+};
+
+/* The format of cfg's optimizer section. */
+struct zo_optim_format zo_optim_format_from_config(const struct zo_config *cfg);
+/* Whether a tensor of numel elements has 8-bit states. */
+bool zo_optim_is_8bit(const struct zo_optim_format *f, size_t numel);
+/* Bytes of one piece of m (or v) of n elements: 4n for fp32 states (q false),
+ * else round_up(n, 4) + 4 ceil(n / block). */
+size_t zo_optim_piece_nbytes(const struct zo_optim_format *f, bool q, size_t n);
+/* Bytes of m (v: the same) in the canonical layout for table t. */
+size_t zo_optim_state_nbytes(const struct zo_optim_format *f, const struct zo_tensor_table *t);
+/* Byte offset of tensor i's record in the canonical layout. */
+size_t zo_optim_tensor_offset(const struct zo_optim_format *f, const struct zo_tensor_table *t, int i);
+/* Parameters of t whose tensors have 8-bit states. */
+size_t zo_optim_numel_8bit(const struct zo_optim_format *f, const struct zo_tensor_table *t);
+/* Fresh state (m = v = 0) in the canonical layout: fp32 zeros, 8-bit codes of
+ * zero (zo_adamw8bit_init), zero padding. Either pointer may be NULL. */
+void zo_optim_state_fresh(const struct zo_optim_format *f, const struct zo_tensor_table *t, void *adam_m,
+                          void *adam_v);
+
 /* Where each state class lives, derived from the config. */
 struct zo_placement {
+  struct zo_optim_format opt; /* fp32 or 8-bit m, v */
   enum zo_offload_device optimizer; /* master weights, m, v: device, host or NVMe */
   bool grads_on_host;   /* gradients accumulated on the host (stage >= 2 with offload) */
   int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
@@ -62,6 +100,12 @@ struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl);
  * exactly what zo_sched_init carves; by_category may be NULL. */
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                           int T, size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
+/* Device bytes of the placement: zo_gpt2_device_plan of zo_placement_layout
+ * plus, for 8-bit states on the device, the scheduler's own state arena (m
+ * and v in the canonical layout), counted as AdamW m and v. by_category may
+ * be NULL. 0 when mc is invalid. */
+size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_config *mc, int B, int T,
+                            size_t by_category[ZO_MEM_N_CATEGORIES]);
 /* NVMe bytes of the placement (0 unless the optimizer is on NVMe);
  * by_category may be NULL. */
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
@@ -88,18 +132,22 @@ void zo_sched_free(struct zo_sched *s);
 /* The model (activations, device views); owned by s. */
 struct zo_gpt2 *zo_sched_model(struct zo_sched *s);
 
-/* Sets parameters and AdamW state from host buffers in table order (m, v NULL:
- * zeros). Synchronous. Returns 0 or -errno. */
-int zo_sched_set_state(struct zo_sched *s, const float *params, const float *adam_m,
-                       const float *adam_v);
-/* Copies parameters, m and v (each may be NULL) to host buffers in table
- * order, after all queued work. Returns 0 or the first asynchronous error. */
-int zo_sched_get_state(struct zo_sched *s, float *params, float *adam_m, float *adam_v);
-/* The checkpoint staging buffers (numel floats each, table order), carved
- * from the host pool and planned as "ckpt staging": what init, resume and
- * checkpoint saves pass to zo_sched_set_state / zo_sched_get_state and the
- * checkpoint files. Owned by s; contents are the caller's. */
-void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, float **adam_m, float **adam_v);
+/* Sets parameters (numel floats, table order) and AdamW m, v (each in the
+ * canonical layout of the placement's format, zo_optim_state_nbytes bytes;
+ * NULL: a fresh state, m = v = 0) from host buffers. Synchronous.
+ * Returns 0 or -errno. */
+int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m,
+                       const void *adam_v);
+/* Copies parameters, m and v (each may be NULL; layouts as for set_state) to
+ * host buffers, after all queued work. Returns 0 or the first asynchronous
+ * error. */
+int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v);
+/* The checkpoint staging buffers (parameters: numel floats; m, v:
+ * zo_optim_state_nbytes bytes each), carved from the host pool and planned
+ * as "ckpt staging": what init, resume and checkpoint saves pass to
+ * zo_sched_set_state / zo_sched_get_state and the checkpoint files. Owned by
+ * s; contents are the caller's. */
+void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, void **adam_m, void **adam_v);
 
 /* Host buffers for the next micro-batch's tokens (B, T each), blocking until
  * the forward that last read them has copied them (double-buffered). */

@@ -2,8 +2,9 @@
  * backend selection, model and optimizer state, data, gradient accumulation,
  * clipping, the LR schedule, progress lines, metrics JSONL and checkpoints.
  * Placement (zero_optimization) follows engine/sched.c after the planner
- * (engine/plan.c) has checked every tier; fp32 only: mixed precision,
- * activation checkpointing and 8-bit AdamW are refused with -ENOTSUP. */
+ * (engine/plan.c) has checked every tier; optimizer AdamW or AdamW8bit
+ * (8-bit m, v on any optimizer tier); fp32 weights only: mixed precision and
+ * activation checkpointing are refused with -ENOTSUP. */
 #ifndef ZO_TRAIN_H
 #define ZO_TRAIN_H
 

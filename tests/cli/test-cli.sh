@@ -52,7 +52,7 @@ expect 2 "No such file" -- train "$tmp/missing.json"
 expect 2 "did you mean \"optimizer.type\"" -- train "$tmp/ok.json" --set optimiser.type=AdamW
 expect 2 "engine.threads" -- train "$tmp/ok.json" --set engine.threads=-1
 expect 2 "not implemented yet" -- train "$tmp/ok.json" --set bf16.enabled=true
-expect 2 "not implemented yet" -- train "$tmp/ok.json" --set optimizer.type=AdamW8bit
+expect 2 "optimizer.params.block_size" -- train "$tmp/ok.json" --set optimizer.type=AdamW8bit --set optimizer.params.block_size=0
 expect 2 "--temperature 0: need a number" -- sample "$tmp/ok.json" --temperature 0
 expect 2 "--tokens x: need an integer" -- sample "$tmp/ok.json" --tokens x
 expect 2 "missing --out-train" -- prepare "$tmp/text.txt"
