@@ -17,6 +17,7 @@
  *    rewritten while queued.
  * It does not checkpoint, load data or log: engine/train.c does. */
 #include "zo/sched.h"
+#include "zo/topology.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1006,6 +1007,11 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   struct host_carver plan = {0};
   host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
   if (zo_host_pool_init(&s->pool, plan.total, c->host_budget, s->pl.pin, c->backend)) goto out_free;
+  /* The OpenMP workers (and the stream threads created from here on) run on
+   * the node that holds the host pool. A refused binding costs speed, not
+   * correctness: warn and go on. */
+  if (s->pool.numa_node >= 0 && zo_topology_bind_omp(s->pool.numa_node, NULL) != 0)
+    fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
   struct host_carver carver = {.pool = &s->pool};
   host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
   if (carver.err) goto out_free;
