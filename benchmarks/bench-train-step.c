@@ -12,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 static void usage(void) {
   fprintf(stderr, "usage: bench-train-step [--B 4] [--T 256] [--steps 5] [--threads 0] "
                   "[--layers 12] [--embd 768] [--heads 12] [--vocab 50257]\n");
@@ -108,12 +98,12 @@ int main(int argc, char **argv) {
     t_step[step - 1] = t3 - t0;
     printf("step %d: loss %.4f, %.1f ms\n", step, loss, 1e3 * (t3 - t0));
   }
-  double ms = 1e3 * median(t_step, steps);
+  double ms = 1e3 * zo_median(t_step, steps);
   double tps = (double)BT / (ms / 1e3);
   double tflops = zo_gpt2_flops_per_token(&m->cfg, T) * tps / 1e12;
   printf("\n| phase    | median ms |\n|----------|-----------|\n");
   printf("| forward  | %9.1f |\n| backward | %9.1f |\n| AdamW    | %9.1f |\n| step     | %9.1f |\n",
-         1e3 * median(t_fwd, steps), 1e3 * median(t_bwd, steps), 1e3 * median(t_opt, steps), ms);
+         1e3 * zo_median(t_fwd, steps), 1e3 * zo_median(t_bwd, steps), 1e3 * zo_median(t_opt, steps), ms);
   printf("tokens/s %.0f, %.3f TFLOP/s\n", tps, tflops);
   printf("zoffload ms_per_step=%.1f tokens_per_s=%.0f\n", ms, tps);
   be->stream_destroy(stream);

@@ -14,16 +14,6 @@
 #include "zo/plan.h"
 #include "zo/sched.h"
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* Same traffic as the AdamW step; v stays positive and nothing goes subnormal. */
 static void yardstick(float *restrict p, const float *restrict g, float *restrict m,
                       float *restrict v, size_t n, float s) {
@@ -80,9 +70,9 @@ int zo_bench_adamw_run(size_t n, int threads, int reps, struct zo_bench_adamw *o
   out->n = n;
   out->threads = omp_get_max_threads();
   out->reps = reps;
-  out->adamw_s = median(ta, reps);
-  out->yardstick_s = median(ty, reps);
-  out->ratio = median(ratio, reps);
+  out->adamw_s = zo_median(ta, reps);
+  out->yardstick_s = zo_median(ty, reps);
+  out->ratio = zo_median(ratio, reps);
   out->params_per_s = (double)n / out->adamw_s;
 out:
   free(p);
@@ -256,13 +246,13 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   zo_sched_free(sd);
   zo_sched_free(s);
   if (err) return err;
-  out->step_s = median(step, BENCH_ROUNDS);
-  out->device_step_s = median(device, BENCH_ROUNDS);
-  out->compute_s = median(compute, BENCH_ROUNDS);
-  out->io_s = median(io, BENCH_ROUNDS);
-  out->optimizer_s = median(opt, BENCH_ROUNDS);
-  out->device_ratio = median(ratio, BENCH_ROUNDS);
-  out->overlap = median(overlap, BENCH_ROUNDS);
+  out->step_s = zo_median(step, BENCH_ROUNDS);
+  out->device_step_s = zo_median(device, BENCH_ROUNDS);
+  out->compute_s = zo_median(compute, BENCH_ROUNDS);
+  out->io_s = zo_median(io, BENCH_ROUNDS);
+  out->optimizer_s = zo_median(opt, BENCH_ROUNDS);
+  out->device_ratio = zo_median(ratio, BENCH_ROUNDS);
+  out->overlap = zo_median(overlap, BENCH_ROUNDS);
   out->rounds = BENCH_ROUNDS;
   return 0;
 }

@@ -14,16 +14,6 @@
 #include "zo/adamw.h"
 #include "zo/adamw8bit.h"
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* The 8-bit update's traffic (p r/w, g, both codes r/w; the absmax, 1/16 of a
  * byte per parameter, is left out) with trivial arithmetic; parallel over the
  * same blocks as the update. */
@@ -104,11 +94,11 @@ int zo_bench_adamw8bit_run(size_t n, int threads, int reps, struct zo_bench_adam
   out->block = block;
   out->threads = omp_get_max_threads();
   out->reps = reps;
-  out->adamw8bit_s = median(t8, reps);
-  out->adamw_s = median(t32, reps);
-  out->yardstick_s = median(ty, reps);
-  out->speedup = median(sp, reps);
-  out->yardstick_ratio = median(yr, reps);
+  out->adamw8bit_s = zo_median(t8, reps);
+  out->adamw_s = zo_median(t32, reps);
+  out->yardstick_s = zo_median(ty, reps);
+  out->speedup = zo_median(sp, reps);
+  out->yardstick_ratio = zo_median(yr, reps);
   out->params_per_s = (double)n / out->adamw8bit_s;
   out->fp32_params_per_s = (double)n / out->adamw_s;
   out->bytes_per_param = 16.0 + 16.0 / (double)block;

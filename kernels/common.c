@@ -80,6 +80,17 @@ const char *zo_format_bytes(size_t nbytes, char buf[32]) {
   return buf;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double zo_median(double *x, int n) {
+  ZO_ASSERT(n >= 1);
+  qsort(x, (size_t)n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 double zo_time_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -48,6 +48,9 @@ ZO_NORETURN void zo_abort(const char *file, int line, const char *fmt, ...)
 /* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
 const char *zo_format_bytes(size_t nbytes, char buf[32]);
 
+/* Median of x[0..n) (n >= 1); sorts x in place. For benchmark figures. */
+double zo_median(double *x, int n);
+
 /* Monotonic time in seconds. */
 double zo_time_s(void);
 
