@@ -3,7 +3,9 @@
  * transformer block is one contiguous range; gradients share the table.
  * Does not own optimizer state or data, and never allocates after init.
  * Backward keeps one residual-gradient buffer: layernorm_backward accumulates
- * into it, which is exactly the residual connection's gradient. */
+ * into it, which is exactly the residual connection's gradient. The LM head
+ * runs in row chunks (one chunk of logits exists at a time); checkpointed
+ * blocks are recomputed with the forward's own code (block_forward). */
 #include "zo/gpt2.h"
 
 #include <errno.h>
@@ -117,9 +119,43 @@ static void *carve(struct carver *c, size_t nbytes, const char *what, enum zo_me
   return p;
 }
 
+int zo_gpt2_head_rows(const struct zo_gpt2_config *cfg, int B, int T,
+                      const struct zo_gpt2_layout *lo) {
+  const size_t BT = (size_t)B * (size_t)T, row = (size_t)cfg->padded_vocab_size * sizeof(float);
+  size_t rows = lo->head_chunk_rows > 0 ? (size_t)lo->head_chunk_rows : ZO_GPT2_HEAD_CHUNK_BYTES / row;
+  if (rows < 1) rows = 1;
+  return (int)(rows < BT ? rows : BT);
+}
+
+/* The activations one block keeps for backward; res3 only when want_res3. */
+static void carve_block_acts(struct carver *c, struct zo_gpt2_block_acts *a, size_t BT, size_t C,
+                             size_t NH, size_t T, bool want_res3) {
+  const size_t f = sizeof(float);
+  const enum zo_mem_category A = ZO_MEM_ACTIVATIONS;
+  a->ln1 = carve(c, BT * C * f, "activations (ln_1)", A);
+  a->ln1_mean = carve(c, BT * f, "activations (ln_1 mean)", A);
+  a->ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)", A);
+  a->qkv = carve(c, BT * 3 * C * f, "activations (qkv)", A);
+  a->atty = carve(c, BT * C * f, "activations (attention out)", A);
+  a->att = carve(c, BT * NH * T * f, "activations (attention probabilities)", A);
+  a->res2 = carve(c, BT * C * f, "activations (residual)", A);
+  a->ln2 = carve(c, BT * C * f, "activations (ln_2)", A);
+  a->ln2_mean = carve(c, BT * f, "activations (ln_2 mean)", A);
+  a->ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)", A);
+  a->fch = carve(c, BT * 4 * C * f, "activations (mlp fc)", A);
+  a->fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)", A);
+  a->res3 = want_res3 ? carve(c, BT * C * f, "activations (block output)", A) : NULL;
+}
+
 /* Training keeps every block's activations; inference keeps one block's and
  * reuses them for all blocks (a block's input is only read before its output
- * buffer is written), and has no gradients or backward scratch. */
+ * buffer is written), and has no gradients or backward scratch. With
+ * activation checkpointing the first n blocks share one set (recomputed in
+ * backward) and each keeps only its output, which is the next block's input;
+ * with ckpt_on_host those outputs alternate between two input buffers
+ * (ckpt_in, the first being the embedding output) and leave for the host,
+ * except the last one, block n's input, which stays like any kept activation.
+ * The logits hold one LM-head chunk. */
 static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
                    const struct zo_tensor_table *t, struct carver *c, int B, int T,
                    const struct zo_gpt2_layout *lo) {
@@ -127,6 +163,8 @@ static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
   const size_t f = sizeof(float), n_params = t->numel;
   const size_t resident = n_params - (size_t)t->n_layer * t->layer_numel;
   const bool training = lo->training;
+  const int n_ckpt = training ? lo->ckpt_blocks : 0;
+  const bool on_host = n_ckpt > 0 && lo->ckpt_on_host;
   m->params = carve(c, (lo->param_slots ? resident : n_params) * f, "parameters", ZO_MEM_PARAMS);
   for (int k = 0; k < lo->param_slots; k++) {
     float *p = carve(c, t->layer_numel * f, "parameter slot", ZO_MEM_BUFFERS);
@@ -148,32 +186,34 @@ static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
   const enum zo_mem_category A = ZO_MEM_ACTIVATIONS, W = ZO_MEM_WORKSPACE;
   m->inputs = carve(c, BT * sizeof(int32_t), "input tokens", A);
   m->targets = carve(c, BT * sizeof(int32_t), "target tokens", A);
-  m->encoded = carve(c, BT * C * f, "activations (embedding)", A);
+  m->encoded = carve(c, BT * C * f, on_host ? "checkpoint input buffer 0 (embedding)"
+                                            : "activations (embedding)", A);
+  m->ckpt_in[0] = on_host ? m->encoded : NULL;
+  m->ckpt_in[1] = on_host && n_ckpt > 1 ? carve(c, BT * C * f, "checkpoint input buffer 1", A) : NULL;
+  struct zo_gpt2_block_acts shared = {0};
+  if (n_ckpt > 0) carve_block_acts(c, &shared, BT, C, NH, (size_t)T, false);
   for (int l = 0; l < cfg->n_layer; l++) {
     struct zo_gpt2_block_acts a;
     if (!training && l > 0) {
       if (m->acts) m->acts[l] = m->acts[0];
       continue;
     }
-    a.ln1 = carve(c, BT * C * f, "activations (ln_1)", A);
-    a.ln1_mean = carve(c, BT * f, "activations (ln_1 mean)", A);
-    a.ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)", A);
-    a.qkv = carve(c, BT * 3 * C * f, "activations (qkv)", A);
-    a.atty = carve(c, BT * C * f, "activations (attention out)", A);
-    a.att = carve(c, BT * NH * (size_t)T * f, "activations (attention probabilities)", A);
-    a.res2 = carve(c, BT * C * f, "activations (residual)", A);
-    a.ln2 = carve(c, BT * C * f, "activations (ln_2)", A);
-    a.ln2_mean = carve(c, BT * f, "activations (ln_2 mean)", A);
-    a.ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)", A);
-    a.fch = carve(c, BT * 4 * C * f, "activations (mlp fc)", A);
-    a.fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)", A);
-    a.res3 = carve(c, BT * C * f, "activations (block output)", A);
+    if (l < n_ckpt) {
+      a = shared;
+      if (on_host && l < n_ckpt - 1)
+        a.res3 = m->ckpt_in[(l + 1) % 2];
+      else
+        a.res3 = carve(c, BT * C * f, "activations (checkpoint: block output)", A);
+    } else {
+      carve_block_acts(c, &a, BT, C, NH, (size_t)T, true);
+    }
     if (m->acts) m->acts[l] = a;
   }
   m->lnf = carve(c, BT * C * f, "activations (ln_f)", A);
   m->lnf_mean = carve(c, BT * f, "activations (ln_f mean)", A);
   m->lnf_rstd = carve(c, BT * f, "activations (ln_f rstd)", A);
-  m->logits = carve(c, BT * (size_t)cfg->padded_vocab_size * f, "logits", A);
+  const size_t rows = (size_t)zo_gpt2_head_rows(cfg, B, T, lo);
+  m->logits = carve(c, rows * (size_t)cfg->padded_vocab_size * f, "logits (one LM-head chunk)", A);
   m->losses = carve(c, BT * f, "losses", A);
   if (!training) return;
   m->dresidual = carve(c, BT * C * f, "backward scratch (residual grad)", W);
@@ -250,7 +290,15 @@ static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t ba
     m->layout.grad_slots = 0;
     m->layout.grad_accum = false;
     m->layout.optimizer = false;
+    m->layout.ckpt_blocks = 0;
   }
+  if (m->layout.ckpt_blocks < 0 || m->layout.ckpt_blocks > cfg.n_layer) {
+    zo_error(-EINVAL, "activation checkpointing of %d blocks: the model has %d (model.n_layer)",
+             m->layout.ckpt_blocks, cfg.n_layer);
+    goto out_free;
+  }
+  if (m->layout.ckpt_blocks == 0) m->layout.ckpt_on_host = false;
+  m->head_rows = zo_gpt2_head_rows(&cfg, B, T, &m->layout);
   if (zo_gpt2_build_table(&cfg, &m->table)) goto out_free;
   const int L = cfg.n_layer;
   m->head_numel = m->table.layer_offset[0];
@@ -393,45 +441,107 @@ static void hook_end(struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_
   if (m->hooks && m->hooks->block_end) m->hooks->block_end(m->hooks->ctx, m, l, ph, s);
 }
 
-void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
-                     int T, zo_stream_t s) {
+float *zo_gpt2_block_input(struct zo_gpt2 *m, int l) {
+  ZO_ASSERT(l >= 0 && l < m->cfg.n_layer);
+  return l == 0 ? m->encoded : m->acts[l - 1].res3;
+}
+
+/* Block l's forward from its input; without the output (res3) when
+ * recomputing, since its backward does not read it. */
+static void block_forward(struct zo_gpt2 *m, int l, int B, int T, bool output, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+  const size_t nbt = (size_t)BT;
+  const float *residual = zo_gpt2_block_input(m, l);
+  const struct zo_gpt2_block *w = &m->blocks[l];
+  struct zo_gpt2_block_acts *a = &m->acts[l];
+  be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, s);
+  be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, s);
+  be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
+  be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, s);
+  be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, s);
+  be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, s);
+  be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, s);
+  be->gelu_forward(a->fch_gelu, a->fch, nbt * 4 * (size_t)C, s);
+  if (!output) return;
+  be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, s);
+  be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, s);
+}
+
+/* The LM head over row chunks of ln_f's output: logits, then with targets
+ * the losses, and with backward dlogits in place (dloss applied), the
+ * chunk's rows of d(ln_f) into dbtc and its part of dwte (accumulated). A
+ * row's logits and loss do not depend on the chunking; dwte sums the chunks
+ * in order (the chunk size changes only its rounding). */
+static void head_chunks(struct zo_gpt2 *m, int B, int T, bool targets, bool backward, float dloss,
+                        zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, BT = B * T;
+  for (int r = 0; r < BT; r += m->head_rows) {
+    const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
+    const float *lnf = m->lnf + (size_t)r * (size_t)C;
+    be->matmul_forward(m->logits, lnf, m->wte, NULL, n, C, Vp, s);
+    if (targets)
+      be->crossentropy_forward(m->losses + r, backward ? m->logits : NULL, m->logits, m->targets + r,
+                               backward ? dloss : 0.0f, n, V, Vp, s);
+    if (backward)
+      be->matmul_backward(m->dbtc + (size_t)r * (size_t)C, m->dwte, NULL, m->logits, lnf, m->wte, n, C,
+                          Vp, s);
+    m->head_row0 = r;
+  }
+}
+
+/* Everything up to and including ln_f. */
+static void forward_body(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
+                         int T, zo_stream_t s) {
   ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
   zo_backend_t be = m->backend;
-  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size,
-            Vp = m->cfg.padded_vocab_size, BT = B * T;
+  const int C = m->cfg.n_embd, BT = B * T, L = m->cfg.n_layer;
   const size_t nbt = (size_t)BT;
   ZO_ASSERT(be->memcpy_async(m->inputs, inputs, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
   if (targets)
     ZO_ASSERT(be->memcpy_async(m->targets, targets, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
-
-  const int L = m->cfg.n_layer;
-  ZO_ASSERT(m->hooks || m->layout.param_slots == 0);
+  ZO_ASSERT(m->hooks || (m->layout.param_slots == 0 && !m->layout.ckpt_on_host));
+  m->head_done = false;
   hook_begin(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
   be->encoder_forward(m->encoded, m->inputs, m->wte, m->wpe, B, T, C, s);
   hook_end(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
-  const float *residual = m->encoded;
   for (int l = 0; l < L; l++) {
     hook_begin(m, l, ZO_GPT2_FORWARD, s);
-    const struct zo_gpt2_block *w = &m->blocks[l];
-    struct zo_gpt2_block_acts *a = &m->acts[l];
-    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, s);
-    be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, s);
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
-    be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, s);
-    be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, s);
-    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, s);
-    be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, s);
-    be->gelu_forward(a->fch_gelu, a->fch, nbt * 4 * (size_t)C, s);
-    be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, s);
-    be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, s);
-    residual = a->res3;
+    block_forward(m, l, B, T, true, s);
     hook_end(m, l, ZO_GPT2_FORWARD, s);
   }
   hook_begin(m, L, ZO_GPT2_FORWARD, s);
-  be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, residual, m->lnfw, m->lnfb, BT, C, s);
-  be->matmul_forward(m->logits, m->lnf, m->wte, NULL, BT, C, Vp, s);
-  if (targets) be->crossentropy_forward(m->losses, NULL, m->logits, m->targets, 0.0f, BT, V, Vp, s);
-  hook_end(m, L, ZO_GPT2_FORWARD, s);
+  be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->acts[L - 1].res3, m->lnfw, m->lnfb, BT,
+                        C, s);
+}
+
+void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
+                     int T, zo_stream_t s) {
+  forward_body(m, inputs, targets, B, T, s);
+  head_chunks(m, B, T, targets != NULL, false, 0.0f, s);
+  hook_end(m, m->cfg.n_layer, ZO_GPT2_FORWARD, s);
+}
+
+/* Unit L's backward: the head (chunked) and ln_f. */
+static void head_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, L = m->cfg.n_layer, BT = B * T;
+  hook_begin(m, L, ZO_GPT2_BACKWARD, s);
+  head_chunks(m, B, T, true, true, dloss, s);
+  ZO_ASSERT(be->memset_async(m->dresidual, 0, (size_t)BT * (size_t)C * sizeof(float), s) == 0);
+  be->layernorm_backward(m->dresidual, m->dlnfw, m->dlnfb, m->dbtc, m->acts[L - 1].res3, m->lnfw,
+                         m->lnf_mean, m->lnf_rstd, BT, C, s);
+  hook_end(m, L, ZO_GPT2_BACKWARD, s);
+}
+
+void zo_gpt2_forward_train(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
+                           int T, float dloss, zo_stream_t s) {
+  ZO_ASSERT(m->training && targets);
+  forward_body(m, inputs, targets, B, T, s);
+  hook_end(m, m->cfg.n_layer, ZO_GPT2_FORWARD, s);
+  head_backward(m, B, T, dloss, s);
+  m->head_done = true;
 }
 
 void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t s) {
@@ -444,24 +554,20 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
   ZO_ASSERT(m->training);
   ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
   zo_backend_t be = m->backend;
-  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size,
-            Vp = m->cfg.padded_vocab_size, L = m->cfg.n_layer, BT = B * T;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, BT = B * T;
   const size_t nbt = (size_t)BT;
 
-  float *dlogits = m->logits;
-  hook_begin(m, L, ZO_GPT2_BACKWARD, s);
-  be->crossentropy_forward(m->losses, dlogits, m->logits, m->targets, dloss, BT, V, Vp, s);
-  be->matmul_backward(m->dbtc, m->dwte, NULL, dlogits, m->lnf, m->wte, BT, C, Vp, s);
-  ZO_ASSERT(be->memset_async(m->dresidual, 0, nbt * (size_t)C * sizeof(float), s) == 0);
-  be->layernorm_backward(m->dresidual, m->dlnfw, m->dlnfb, m->dbtc, m->acts[L - 1].res3, m->lnfw,
-                         m->lnf_mean, m->lnf_rstd, BT, C, s);
-  hook_end(m, L, ZO_GPT2_BACKWARD, s);
+  if (!m->head_done) head_backward(m, B, T, dloss, s);
+  m->head_done = false;
   for (int l = L - 1; l >= 0; l--) {
     hook_begin(m, l, ZO_GPT2_BACKWARD, s);
+    /* A checkpointed block's activations are recomputed from its input with
+     * the forward's kernels, so backward sees the same bits. */
+    if (l < m->layout.ckpt_blocks) block_forward(m, l, B, T, false, s);
     const struct zo_gpt2_block *w = &m->blocks[l];
     const struct zo_gpt2_block *dw = &m->dblocks[l];
     const struct zo_gpt2_block_acts *a = &m->acts[l];
-    const float *residual_in = l == 0 ? m->encoded : m->acts[l - 1].res3;
+    const float *residual_in = zo_gpt2_block_input(m, l);
     /* dresidual holds d(res3) here; the MLP branch adds its part of d(res2). */
     be->matmul_backward(m->dfch, dw->fcprojw, dw->fcprojb, m->dresidual, a->fch_gelu, w->fcprojw,
                         BT, 4 * C, C, s);

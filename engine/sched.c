@@ -117,6 +117,14 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
                                                               : n_layer;
     pl->pin = pl->pin || z->offload_param.pin_memory;
   }
+  const struct zo_config_checkpointing *ac = &cfg->activation_checkpointing;
+  if (ac->enabled) {
+    if (ac->number_checkpoints < 0 || ac->number_checkpoints > n_layer)
+      return zo_error(-EINVAL, "activation_checkpointing.number_checkpoints = %d: need 0 (every "
+                               "block) .. model.n_layer = %d", ac->number_checkpoints, n_layer);
+    pl->ckpt_blocks = ac->number_checkpoints ? ac->number_checkpoints : n_layer;
+    pl->ckpt_cpu = ac->cpu_checkpointing;
+  }
   pl->grads_on_host = pl->optimizer != ZO_OFFLOAD_NONE && z->stage >= 2;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
@@ -138,8 +146,12 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   if (pl->opt.eightbit)
     snprintf(fmt, sizeof fmt, " (AdamW8bit: block %zu, tensors >= %zu elements)", pl->opt.block,
              pl->opt.min_numel);
-  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt);
+  char ck[96] = "";
+  if (pl->ckpt_blocks)
+    snprintf(ck, sizeof ck, ", activation checkpointing of %d blocks (inputs on %s)", pl->ckpt_blocks,
+             pl->ckpt_cpu ? "host" : "device");
+  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s",
+           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck);
   return buf;
 }
 
@@ -150,6 +162,8 @@ struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl) {
       .grad_slots = pl->grads_on_host ? ZO_SCHED_GRAD_SLOTS : 0,
       .grad_accum = !pl->grads_on_host && pl->grad_accum > 1,
       .optimizer = pl->optimizer == ZO_OFFLOAD_NONE && !pl->opt.eightbit,
+      .ckpt_blocks = pl->ckpt_blocks,
+      .ckpt_on_host = pl->ckpt_cpu,
   };
 }
 
@@ -322,6 +336,7 @@ struct host_bufs {
                       * each rounded up to 4096 bytes */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
+  float *act_ckpt;   /* (ckpt_blocks, B*T, C) inputs of checkpointed blocks, cpu_checkpointing */
   float *ck_params;  /* (numel) checkpoint staging: init, resume, saves */
   uint8_t *ck_m, *ck_v; /* (zo_optim_state_nbytes) the same for m, v */
 };
@@ -357,6 +372,11 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
+  if (pl->ckpt_blocks && pl->ckpt_cpu) {
+    const size_t C = (size_t)t->tensors[0].shape[1]; /* wte (Vp, C) */
+    h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * f, "activation checkpoints",
+                         ZO_MEM_ACTIVATIONS);
+  }
   /* TODO: stream checkpoints tensor by tensor through the NVMe staging
    * buffers once engine/checkpoint.c can save from callbacks; until then the
    * full copies are planned here rather than allocated outside the plan. */
@@ -438,6 +458,12 @@ struct zo_sched {
   zo_event_t res_ready, res_free, grads_done, grads_ready, norm_done, losses_ready;
   zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe: chunk updated, copied to the device */
   zo_event_t *chunk_issued;     /* (n_chunks) NVMe: chunk's reads issued */
+  /* cpu_checkpointing: block l's input lives in the model's ckpt_in[l % 2] */
+  zo_event_t *ck_saved;         /* (ckpt_blocks) input of block l copied to the host */
+  zo_event_t ck_out;            /* recorded on cs where a block's input may leave */
+  zo_event_t ck_free[2], ck_ready[2]; /* input buffer read for the last time, loaded */
+  int ck_owner[2];              /* block whose input a buffer holds (loaded), -1 none */
+  int n_ck;                     /* events in ck_saved */
   /* host function arguments */
   struct task *opt_tasks;       /* (2, U) */
   struct nv_task *nv_refill, *nv_update; /* (2, n_chunks) */
@@ -564,10 +590,58 @@ static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n
   CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, task));
 }
 
+/* ---- activation checkpoints in host memory -------------------------------- */
+
+static bool ck_on_host(const struct zo_sched *s, int l) {
+  return s->pl.ckpt_cpu && l >= 0 && l < s->pl.ckpt_blocks;
+}
+
+static float *ck_host(struct zo_sched *s, int l) {
+  return s->h.act_ckpt + (size_t)l * (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd;
+}
+
+static size_t ck_nbytes(const struct zo_sched *s) {
+  return (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd * sizeof(float);
+}
+
+/* After block l's forward: its input leaves on the D2H stream. */
+static void ck_save(struct zo_sched *s, struct zo_gpt2 *m, int l, zo_stream_t cs) {
+  zo_backend_t be = s->be;
+  CHECK_Q(be->event_record(s->ck_out, cs));
+  CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->ck_out));
+  CHECK_Q(be->memcpy_async(ck_host(s, l), m->ckpt_in[l % 2], ck_nbytes(s), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->event_record(s->ck_saved[l], s->d2h));
+}
+
+/* Block l's input back into its buffer on the H2D stream, once the buffer's
+ * last reader is done and the host copy is complete. */
+static void ck_load(struct zo_sched *s, struct zo_gpt2 *m, int l) {
+  zo_backend_t be = s->be;
+  const int b = l % 2;
+  if (s->ck_owner[b] == l) return;
+  CHECK_Q(be->stream_wait_event(s->h2d, s->ck_free[b]));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->ck_saved[l]));
+  CHECK_Q(be->memcpy_async(m->ckpt_in[b], ck_host(s, l), ck_nbytes(s), ZO_COPY_H2D, s->h2d));
+  CHECK_Q(be->event_record(s->ck_ready[b], s->h2d));
+  s->ck_owner[b] = l;
+}
+
 static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
+  if (ph == ZO_GPT2_FORWARD && s->pl.ckpt_cpu) {
+    /* The embedding and block l write the input buffers: the copies out of
+     * their previous contents must be done (the last save covers all, the
+     * D2H stream being in order), and the loaded inputs are stale. */
+    if (l == ZO_GPT2_EMBED) {
+      CHECK_Q(be->stream_wait_event(cs, s->ck_saved[s->pl.ckpt_blocks - 1]));
+      s->ck_owner[0] = s->ck_owner[1] = -1;
+    } else if (l >= 1 && l < s->pl.ckpt_blocks - 1) {
+      CHECK_Q(be->stream_wait_event(cs, s->ck_saved[l - 1]));
+    }
+  }
   if (ph == ZO_GPT2_FORWARD) {
     if (l == ZO_GPT2_EMBED) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
@@ -594,6 +668,13 @@ static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase p
   }
   if (l == ZO_GPT2_EMBED) return;
   if (s->K) slots_acquire(s, m, l, ph, cs);
+  if (ck_on_host(s, l)) {
+    /* The recompute reads the input first; the next block's input is
+     * fetched meanwhile into the other buffer. */
+    ck_load(s, m, l);
+    CHECK_Q(be->stream_wait_event(cs, s->ck_ready[l % 2]));
+    if (l > 0) ck_load(s, m, l - 1);
+  }
   if (s->pl.grads_on_host) {
     const int g = l % ZO_SCHED_GRAD_SLOTS;
     CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
@@ -610,6 +691,10 @@ static void hook_end(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph,
   zo_backend_t be = s->be;
   const int L = s->L;
   if (l >= 0 && l < L && s->K) CHECK_Q(be->event_record(s->slot_free[l % s->K], cs));
+  if (ck_on_host(s, l)) {
+    if (ph == ZO_GPT2_FORWARD) ck_save(s, m, l, cs);
+    else CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
+  }
   if (ph == ZO_GPT2_FORWARD) return;
   const bool last = s->k == s->pl.grad_accum - 1;
   if (l >= 0 && l < L && s->pl.grads_on_host) {
@@ -1055,8 +1140,11 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
   s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
   s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
+  const int NCK = s->pl.ckpt_cpu ? s->pl.ckpt_blocks : 0;
+  s->ck_saved = calloc((size_t)NCK + 1, sizeof(zo_event_t));
+  s->n_ck = NCK;
   if (!s->param_ready || !s->opt_done || !s->slot_free || !s->slot_ready || !s->slot_owner ||
-      !s->opt_tasks || !s->acc_tasks || !s->n_valid) {
+      !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->ck_saved) {
     zo_error(-ENOMEM, "out of host memory for the scheduler");
     goto out_free;
   }
@@ -1068,8 +1156,11 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
       events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS) || be->event_create(&s->res_ready) ||
       be->event_create(&s->res_free) || be->event_create(&s->grads_done) ||
       be->event_create(&s->grads_ready) || be->event_create(&s->norm_done) ||
-      be->event_create(&s->losses_ready))
+      be->event_create(&s->losses_ready) || events_create(be, s->ck_saved, NCK) ||
+      be->event_create(&s->ck_out) || events_create(be, s->ck_free, 2) ||
+      events_create(be, s->ck_ready, 2))
     goto out_free;
+  s->ck_owner[0] = s->ck_owner[1] = -1;
   for (int k = 0; k < K; k++) s->slot_owner[k] = -1;
   for (int p = 0; p < 2; p++) {
     s->norm_tasks[p] = (struct task){s, 0, p};
@@ -1131,6 +1222,9 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
     events_destroy(be, s->chunk_issued, s->n_chunks);
+    events_destroy(be, s->ck_saved, s->n_ck);
+    zo_event_t ck[] = {s->ck_out, s->ck_free[0], s->ck_free[1], s->ck_ready[0], s->ck_ready[1]};
+    events_destroy(be, ck, 5);
   }
   zo_nvme_free(s->nv);
   zo_host_pool_free(&s->pool);
@@ -1153,6 +1247,7 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->chunk_done);
   free(s->chunk_h2d);
   free(s->chunk_issued);
+  free(s->ck_saved);
   pthread_mutex_destroy(&s->err_mu);
   free(s);
 }
@@ -1293,11 +1388,13 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   s->k = k;
   /* The step's first state reads overlap its forward and backward. */
   if (s->nv && k == 0) nv_prime(s, s->parity ^ 1);
-  zo_gpt2_forward(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, s->cs);
+  /* The LM head's backward runs chunk by chunk inside the forward. */
+  const float dloss = 1.0f / ((float)BT * (float)K);
+  zo_gpt2_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
                               ZO_COPY_D2H, s->cs));
-  zo_gpt2_backward(s->m, s->B, s->T, 1.0f / ((float)BT * (float)K), s->cs);
+  zo_gpt2_backward(s->m, s->B, s->T, dloss, s->cs);
   s->batch_buf ^= 1;
   if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->cs));
 }

@@ -6,8 +6,9 @@
  * planner (engine/plan.c) has checked that every tier fits. The reported loss
  * is the mean of the micro-batch losses. AdamW or AdamW8bit (8-bit m, v on
  * any optimizer tier; the CPU backend only, like the rest of training).
- * fp32 weights only: mixed precision, activation checkpointing and
- * parameters on NVMe are refused with -ENOTSUP. */
+ * fp32 weights only: mixed precision and parameters on NVMe are refused
+ * with -ENOTSUP. Activation checkpointing and the chunked LM head live in
+ * the model and the scheduler. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -39,8 +40,6 @@ static int check_supported(const struct zo_config *cfg) {
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
     return zo_error(-ENOTSUP, "%s: zero_optimization.offload_param.device = \"nvme\" is not "
                               "implemented yet; use \"cpu\"", file);
-  if (cfg->activation_checkpointing.enabled)
-    return zo_error(-ENOTSUP, "%s: activation_checkpointing.enabled: not implemented yet; set it to false", file);
   return 0;
 }
 
@@ -137,7 +136,8 @@ static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, i
     int len = n_ctx < T ? n_ctx : T;
     memcpy(window, ctx + n_ctx - len, (size_t)len * sizeof *window);
     zo_gpt2_forward(m, window, NULL, 1, len, s);
-    const float *last = m->logits + (size_t)(len - 1) * (size_t)Vp;
+    /* The LM head runs in chunks; the last row is in the last one. */
+    const float *last = m->logits + (size_t)(len - 1 - m->head_row0) * (size_t)Vp;
     if ((err = m->backend->memcpy_async(row, last, (size_t)Vp * sizeof(float), ZO_COPY_D2H, s)) ||
         (err = m->backend->stream_synchronize(s)))
       goto out;

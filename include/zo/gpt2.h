@@ -11,7 +11,13 @@
  * the blocks' parameters with K block slots and the device gradients with G
  * block slots; an optional hooks table, called before and after every block
  * in both directions, then rebinds m->blocks[l] / m->dblocks[l] to a slot
- * (engine/sched.c). The embeddings (wte, wpe) and ln_f always stay resident. */
+ * (engine/sched.c). The embeddings (wte, wpe) and ln_f always stay resident.
+ * Memory savers: the LM head and cross-entropy run in chunks of rows, so
+ * (B, T, Vp) logits never exist at once unless they fit the chunk; with
+ * activation checkpointing the first ckpt_blocks blocks keep only their input
+ * and backward recomputes each of them into one shared set of activation
+ * buffers right before its backward (the same kernels in the same order, so
+ * the results are bit-identical). */
 #ifndef ZO_GPT2_H
 #define ZO_GPT2_H
 
@@ -59,7 +65,24 @@ struct zo_gpt2_layout {
   bool grad_accum; /* a second full gradient buffer, the accumulator
                     * (gradient_accumulation_steps > 1 with grad_slots == 0) */
   bool optimizer;  /* AdamW m and v on the device (no optimizer offload) */
+  int head_chunk_rows; /* rows of (B*T) per LM-head chunk; 0: as many as fit
+                        * ZO_GPT2_HEAD_CHUNK_BYTES of logits (at least 1) */
+  int ckpt_blocks;     /* activation checkpointing: blocks 0..ckpt_blocks-1 keep
+                        * only their input and are recomputed in backward; 0 off
+                        * (training only) */
+  bool ckpt_on_host;   /* their inputs live in host memory: the hooks copy each
+                        * out after the block's forward and back before its
+                        * recompute, through two device input buffers */
 };
+
+/* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
+ * padded vocabulary (50304) that is 333 rows. */
+#define ZO_GPT2_HEAD_CHUNK_BYTES ((size_t)64 << 20)
+
+/* Rows per LM-head chunk of the layout at micro-batch (B, T): head_chunk_rows
+ * or the default, at most B*T. */
+int zo_gpt2_head_rows(const struct zo_gpt2_config *cfg, int B, int T,
+                      const struct zo_gpt2_layout *layout);
 
 /* Hooks called by zo_gpt2_forward and zo_gpt2_backward, in queue order on the
  * pass's stream, with l = ZO_GPT2_EMBED for the embedding, 0..n_layer-1 for
@@ -68,7 +91,12 @@ struct zo_gpt2_layout {
  * begin(L), end(L), begin(L-1), ..., end(0), begin(EMBED), end(EMBED).
  * begin may queue waits and rebind m->blocks[l] (and in backward
  * m->dblocks[l] and the resident gradient views) before the block's ops are
- * queued; end runs after they are queued. */
+ * queued; end runs after they are queued. With activation checkpointing the
+ * recompute of a checkpointed block runs inside its backward begin/end pair,
+ * so the parameters bound by begin(l, BACKWARD) serve it; with ckpt_on_host
+ * the hooks also own the input copies (zo_gpt2_block_input): end(l, FORWARD)
+ * copies block l's input out and begin(l, BACKWARD) makes it resident again
+ * before anything reads it. */
 #define ZO_GPT2_EMBED (-1)
 enum zo_gpt2_phase { ZO_GPT2_FORWARD, ZO_GPT2_BACKWARD };
 struct zo_gpt2;
@@ -141,9 +169,17 @@ struct zo_gpt2 {
   int32_t *inputs;               /* (B, T) */
   int32_t *targets;              /* (B, T) */
   float *encoded;                /* (B, T, C) */
-  struct zo_gpt2_block_acts *acts; /* (n_layer) */
+  struct zo_gpt2_block_acts *acts; /* (n_layer); checkpointed blocks point at one
+                                    * shared set, except res3, their own output */
+  float *ckpt_in[2];             /* (B, T, C) each, ckpt_on_host: the inputs of
+                                  * checkpointed block l live in ckpt_in[l % 2]
+                                  * (ckpt_in[0] is encoded) */
   float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-  float *logits;                 /* (B, T, Vp); holds dlogits after backward */
+  int head_rows;                 /* rows per LM-head chunk (zo_gpt2_head_rows) */
+  int head_row0;                 /* first row of (B*T) that logits holds now */
+  bool head_done;                /* forward_train already ran the head's backward */
+  float *logits;                 /* (head_rows, Vp): the last chunk computed, rows
+                                  * head_row0.. of (B*T); dlogits after backward */
   float *losses;                 /* (B, T) */
   /* backward scratch (device) */
   float *dresidual;              /* (B, T, C) */
@@ -211,9 +247,25 @@ int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params);
 /* Queues the forward pass on stream. inputs, targets: host (B, T) token ids,
  * copied to the device on stream (the host buffers must stay valid until the
  * stream is synchronized); targets NULL skips the loss. B, T must not exceed
- * the planned shapes. */
+ * the planned shapes. The LM head runs in chunks: afterwards logits holds the
+ * last chunk, rows head_row0..B*T-1 (so always the last row, for sampling;
+ * all rows when head_rows >= B*T). */
 void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
                      int T, zo_stream_t stream);
+
+/* Queues the forward pass and, chunk by chunk, the LM head's backward: each
+ * chunk's logits, losses and dlogits (in place, scaled by dloss), then its
+ * rows of d(ln_f) and its part of dwte (accumulated), then ln_f's backward;
+ * zo_gpt2_backward then starts at the last block. The same arithmetic as
+ * zo_gpt2_forward followed by zo_gpt2_backward (bit-identical), without
+ * computing the logits twice. Hooks run in the same order (the unit-L
+ * backward pair right after the forward). Training models only. */
+void zo_gpt2_forward_train(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
+                           int T, float dloss, zo_stream_t stream);
+
+/* Device address of block l's input (the embedding output or block l-1's
+ * output), (B, T, C). */
+float *zo_gpt2_block_input(struct zo_gpt2 *m, int l);
 
 /* Queues zeroing of the gradient buffer (m->grads, whichever its size). */
 void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t stream);
@@ -221,7 +273,9 @@ void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t stream);
 /* Queues the backward pass of the last forward (which must have had targets):
  * gradients of (dloss * sum of per-token losses) are ACCUMULATED into
  * m->grads. For the mean over B*T tokens and K accumulation steps pass
- * dloss = 1 / (B*T*K). Overwrites logits with dlogits. */
+ * dloss = 1 / (B*T*K). Recomputes the LM head's logits chunk by chunk
+ * (unless zo_gpt2_forward_train did the head) and leaves dlogits of the last
+ * chunk in logits. */
 void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t stream);
 
 /* Synchronizes stream, then returns the mean per-token loss of the last

@@ -8,6 +8,9 @@
  * the NVMe tier reading buffer_count chunks ahead on an I/O stream (the
  * first ones during the step's compute) and writing behind, while the next step's
  * forward of block l waits only for block l's update.
+ * With cpu_checkpointing the inputs of the checkpointed blocks leave for the
+ * host pool on the D2H stream after each block's forward and come back on
+ * the H2D stream, one block ahead, before each block's recompute.
  * Invariant: every placement computes bit-identical fp32 results to the
  * all-on-device run: each micro-batch's gradients go into zeroed buffers and
  * are accumulated by a separate elementwise add (acc = micro for the first),
@@ -84,6 +87,9 @@ struct zo_placement {
   int nvme_queue_depth; /* aio.queue_depth */
   const char *nvme_path; /* borrowed from the config */
   bool pin;             /* pinned host pool */
+  int ckpt_blocks;      /* activation checkpointing: blocks 0..n-1 keep only their
+                         * input (number_checkpoints, 0 = every block); 0 off */
+  bool ckpt_cpu;        /* cpu_checkpointing: those inputs in the host pool */
 };
 
 /* Derives the placement. Returns 0, or -ENOTSUP / -EINVAL with a message
