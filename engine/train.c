@@ -31,6 +31,23 @@ static const char *device_name(enum zo_device d) {
   return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
 }
 
+/* The backend the engine runs on. Training and inference drive host-side
+ * code on the device buffers, so only the CPU backend can run them yet:
+ * "auto" falls back to it with one line when a GPU is present, "cuda" is an
+ * error that says so. Returns NULL with zo_last_error() set. */
+static zo_backend_t engine_backend(const struct zo_config *cfg) {
+  zo_backend_t be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
+  if (!be || strcmp(be->name, "cpu") == 0) return be;
+  if (cfg->engine.device == ZO_DEVICE_AUTO) {
+    fprintf(stderr, "zoffload: device auto: a GPU is present, but training on the %s backend is not "
+                    "implemented yet; using the CPU backend\n", be->name);
+    return zo_backend_init("cpu", cfg->engine.threads);
+  }
+  zo_error(-ENOTSUP, "engine.device \"%s\": training on this backend is not implemented yet; use "
+                     "\"cpu\" or \"auto\"", be->name);
+  return NULL;
+}
+
 /* Refuses what this version of the engine does not run yet, naming the key. */
 static int check_supported(const struct zo_config *cfg) {
   const char *file = cfg->path && cfg->path[0] ? cfg->path : "config";
@@ -244,12 +261,8 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   const int B = cfg->micro_batch, T = cfg->data.seq_len, K = cfg->grad_accum;
   const size_t BT = (size_t)B * (size_t)T;
 
-  t.be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
-  if (!t.be) return -ENODEV;
-  if (strcmp(t.be->name, "cpu") != 0) {
-    err = zo_error(-ENOTSUP, "the %s backend cannot train yet; set engine.device to \"cpu\"", t.be->name);
-    goto out;
-  }
+  t.be = engine_backend(cfg);
+  if (!t.be) return cfg->engine.device == ZO_DEVICE_CUDA ? -ENOTSUP : -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan plan;
   if ((err = zo_plan_build(cfg, &mc, t.be, &plan))) goto out;
@@ -466,12 +479,8 @@ static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *c
     return NULL;
   }
   if (T > mc.max_seq_len) T = mc.max_seq_len;
-  zo_backend_t be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
+  zo_backend_t be = engine_backend(cfg);
   if (!be) return NULL;
-  if (strcmp(be->name, "cpu") != 0) {
-    zo_error(-ENOTSUP, "the %s backend cannot run the model yet; set engine.device to \"cpu\"", be->name);
-    return NULL;
-  }
   struct zo_gpt2 *m = zo_gpt2_init_inference(&mc, be, B, T);
   if (!m) return NULL;
   int err = 0;
