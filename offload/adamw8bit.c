@@ -44,7 +44,7 @@
  * within +-FAST_DELTA (checked against the table on every float in [-1, 1]:
  * 2^-14 suffices, 2^-16 does not). */
 #define FAST_OCT_MIN 96 /* octaves below this exponent hold no threshold */
-#define FAST_DELTA 0x1.0p-10f
+#define FAST_DELTA 0x1.0p-13f
 #define FAST_PREFETCH 2048 /* elements ahead */
 
 struct qtable {
@@ -52,8 +52,8 @@ struct qtable {
   uint32_t lut[LUT_MAX]; /* (lut_n) */
   uint32_t lut_lo, lut_n;
   uint8_t planes[4][256] __attribute__((aligned(64))); /* byte k of values[c] */
-  uint32_t oct_q[32] __attribute__((aligned(64)));     /* by exponent & 31: #{D_k below the octave} */
-  uint32_t oct_d[32] __attribute__((aligned(64)));     /* bits of the D_k inside the octave, else +inf */
+  uint32_t oct_q[16] __attribute__((aligned(64)));     /* by octave pair: #{D_k below the pair} */
+  uint32_t oct_d[16] __attribute__((aligned(64)));     /* bits of the D_k inside the pair, else +inf */
   float fs[16] __attribute__((aligned(64)));           /* by q */
   float fo[16] __attribute__((aligned(64)));           /* by q */
   uint32_t fcmax[16] __attribute__((aligned(64)));     /* by q */
@@ -143,13 +143,13 @@ static void build_fast(struct qtable *q, const uint32_t *thr, int n_thr, bool is
     q->fo[k] = (float)c + 0.5f;
     q->fcmax[k] = (uint32_t)c;
   }
-  for (int e = 0; e < 32; e++) {
-    const uint32_t oct = (uint32_t)(FAST_OCT_MIN + e), lo = oct << 23, hi = lo + (1u << 23);
+  for (int e = 0; e < 16; e++) {
+    const uint32_t oct = (uint32_t)(FAST_OCT_MIN + 2 * e), lo = oct << 23, hi = lo + (2u << 23);
     uint32_t below = 0, inside = 0x7F800000u;
     for (int k = 0; k < 8; k++) {
       below += d_bits[k] < lo;
       if (d_bits[k] >= lo && d_bits[k] < hi) {
-        ZO_ASSERT(inside == 0x7F800000u); /* one decade edge per octave */
+        ZO_ASSERT(inside == 0x7F800000u); /* one decade edge per octave pair */
         inside = d_bits[k];
       }
     }
@@ -349,27 +349,127 @@ static inline void dequant64(__m512i codes, const struct qtable *q, __m512 out[4
   out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(w01hi, w23hi));
 }
 
-/* Codes (int32) of 16 values r; *unsure gets the lanes the table must decide. */
+/* The count of thresholds at or below the value a (bits; a negative value,
+ * read as a signed integer, falls in the empty bottom pair of octaves and
+ * counts 0); *unsure gets the lanes the table must decide. The pairs of
+ * octaves from FAST_OCT_MIN to 2^1 are 16, one vpermd each: (a >> 24) mod 16
+ * with a >> 24 clamped to [FAST_OCT_MIN / 2, 63]. */
 ZO_AVX512
-static inline __m512i quant16(__m512 r, const struct qtable *q, bool is_signed, __mmask16 *unsure) {
-  const __m512i b = _mm512_castps_si512(r);
-  const __m512i a = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
-  const __m512i oct = _mm512_max_epu32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(FAST_OCT_MIN));
-  const __m512i qlo = _mm512_permutex2var_epi32(_mm512_load_si512(q->oct_q), oct, _mm512_load_si512(q->oct_q + 16));
-  const __m512i dn = _mm512_permutex2var_epi32(_mm512_load_si512(q->oct_d), oct, _mm512_load_si512(q->oct_d + 16));
-  const __m512i reg = _mm512_mask_add_epi32(qlo, _mm512_cmpge_epu32_mask(a, dn), qlo, _mm512_set1_epi32(1));
+static inline __m512i count16(__m512i a, const struct qtable *q, __mmask16 *unsure) {
+  const __m512i pair = _mm512_min_epi32(_mm512_max_epi32(_mm512_srai_epi32(a, 24), _mm512_set1_epi32(FAST_OCT_MIN / 2)),
+                                        _mm512_set1_epi32(63)); /* 2 and above (NaN too) count as 1 */
+  const __m512i qlo = _mm512_permutexvar_epi32(pair, _mm512_load_si512(q->oct_q));
+  const __m512i dn = _mm512_permutexvar_epi32(pair, _mm512_load_si512(q->oct_d));
+  const __m512i reg = _mm512_mask_add_epi32(qlo, _mm512_cmpge_epi32_mask(a, dn), qlo, _mm512_set1_epi32(1));
   const __m512 y = _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(reg, _mm512_load_ps(q->fs)),
                                    _mm512_permutexvar_ps(reg, _mm512_load_ps(q->fo)));
   const __m512 delta = _mm512_set1_ps(FAST_DELTA);
   const __m512i below = _mm512_cvttps_epi32(_mm512_sub_ps(y, delta));
   const __m512i above = _mm512_cvttps_epi32(_mm512_add_ps(y, delta));
-  const __m512i c = _mm512_min_epu32(above, _mm512_permutexvar_epi32(reg, _mm512_load_si512(q->fcmax)));
   *unsure = _mm512_cmpneq_epi32_mask(below, above);
-  const __mmask16 neg = _mm512_movepi32_mask(b);
-  if (!is_signed) return _mm512_maskz_mov_epi32((__mmask16)~neg, c);
-  const __m512i zero_code = _mm512_set1_epi32(ZO_ADAMW8BIT_M_ZERO_CODE);
-  const __m512i s = _mm512_mask_sub_epi32(c, neg, _mm512_setzero_si512(), _mm512_min_epu32(c, zero_code));
-  return _mm512_add_epi32(s, zero_code);
+  return _mm512_min_epu32(above, _mm512_permutexvar_epi32(reg, _mm512_load_si512(q->fcmax)));
+}
+
+/* Signed map: 127 +- count as int32, -1 for 127 - 128 (the packs saturate it to 0). */
+ZO_AVX512
+static inline __m512i quant16_m(__m512 r, __mmask16 *unsure) {
+  const __m512i b = _mm512_castps_si512(r);
+  const __m512i c = count16(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)), &qt_signed, unsure);
+  const __m512i s = _mm512_mask_sub_epi32(c, _mm512_movepi32_mask(b), _mm512_setzero_si512(), c);
+  return _mm512_add_epi32(s, _mm512_set1_epi32(ZO_ADAMW8BIT_M_ZERO_CODE));
+}
+
+/* Unsigned map: negative values (and -NaN) count 0. */
+ZO_AVX512
+static inline __m512i quant16_v(__m512 r, __mmask16 *unsure) {
+  return count16(_mm512_castps_si512(r), &qt_unsigned, unsure);
+}
+
+/* 64 codes from four int32 vectors: two saturating packs and a dword transpose. */
+ZO_AVX512
+static inline __m512i pack64(const __m512i c[4]) {
+  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+  return _mm512_permutexvar_epi32(transpose, bytes);
+}
+
+ZO_AVX512
+static inline __m128i pack16(__m512i c) {
+  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0),
+      _mm512_packus_epi16(_mm512_packus_epi32(c, c), _mm512_setzero_si512())));
+}
+
+/* The lanes of 16 elements from i the table decides. */
+static inline void fixup16(uint8_t *code, const float *x, size_t i, __mmask16 un, float inv,
+                           const struct qtable *q, bool is_signed) {
+  for (; un; un &= (__mmask16)(un - 1)) {
+    const size_t j = i + (size_t)__builtin_ctz(un);
+    code[j] = quant_lut(q, is_signed, x[j] * inv);
+  }
+}
+
+/* Quantizes one map's x (len) against inv = 1 / absmax; 64 at a time with
+ * one plain store (AMD's vpmovdb and masked stores are slow). */
+ZO_AVX512
+static inline void quantize_avx512(uint8_t *restrict code, const float *restrict x, size_t len, float inv,
+                                   bool is_signed) {
+  const struct qtable *q = is_signed ? &qt_signed : &qt_unsigned;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  size_t i0 = 0;
+  for (; i0 + 64 <= len; i0 += 64) {
+    __mmask16 u[4];
+    __m512i c[4];
+    for (int h = 0; h < 4; h++) {
+      const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(x + i0 + 16 * h), vinv);
+      c[h] = is_signed ? quant16_m(r, &u[h]) : quant16_v(r, &u[h]);
+    }
+    _mm512_storeu_si512(code + i0, pack64(c));
+    if (__builtin_expect((u[0] | u[1] | u[2] | u[3]) != 0, 0))
+      for (int h = 0; h < 4; h++) fixup16(code, x, i0 + 16 * (size_t)h, u[h], inv, q, is_signed);
+  }
+  for (size_t i = i0; i < len; i += 16) {
+    __mmask16 unsure;
+    if (len - i >= 16) {
+      const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+      const __m512i c = is_signed ? quant16_m(r, &unsure) : quant16_v(r, &unsure);
+      _mm_storeu_si128((__m128i *)(code + i), pack16(c));
+    } else {
+      const __mmask16 msk = tail16(len - i);
+      const __m512 r = _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + i), vinv);
+      const __m512i c = is_signed ? quant16_m(r, &unsure) : quant16_v(r, &unsure);
+      _mm_mask_storeu_epi8(code + i, msk, pack16(c));
+      unsure &= msk;
+    }
+    fixup16(code, x, i, unsure, inv, q, is_signed);
+  }
+}
+
+/* Both maps of one block, m and v interleaved for more independent work. */
+ZO_AVX512
+static inline void quantize_mv_avx512(uint8_t *restrict mc, const float *restrict mt, float minv,
+                                      uint8_t *restrict vc, const float *restrict vt, float vinv_s, size_t len) {
+  const __m512 minv_v = _mm512_set1_ps(minv), vinv = _mm512_set1_ps(vinv_s);
+  size_t i0 = 0;
+  for (; i0 + 64 <= len; i0 += 64) {
+    __mmask16 um[4], uv[4];
+    __m512i cm[4], cv[4];
+    for (int h = 0; h < 4; h++) {
+      cm[h] = quant16_m(_mm512_mul_ps(_mm512_load_ps(mt + i0 + 16 * h), minv_v), &um[h]);
+      cv[h] = quant16_v(_mm512_mul_ps(_mm512_load_ps(vt + i0 + 16 * h), vinv), &uv[h]);
+    }
+    _mm512_storeu_si512(mc + i0, pack64(cm));
+    _mm512_storeu_si512(vc + i0, pack64(cv));
+    if (__builtin_expect((um[0] | um[1] | um[2] | um[3] | uv[0] | uv[1] | uv[2] | uv[3]) != 0, 0))
+      for (int h = 0; h < 4; h++) {
+        fixup16(mc, mt, i0 + 16 * (size_t)h, um[h], minv, &qt_signed, true);
+        fixup16(vc, vt, i0 + 16 * (size_t)h, uv[h], vinv_s, &qt_unsigned, false);
+      }
+  }
+  if (i0 < len) {
+    quantize_avx512(mc + i0, mt + i0, len - i0, minv, true);
+    quantize_avx512(vc + i0, vt + i0, len - i0, vinv_s, false);
+  }
 }
 
 ZO_AVX512
@@ -380,41 +480,10 @@ static void quantize_block_avx512(uint8_t *restrict code, const float *restrict 
     quantize_block_portable(code, x, len, amax, q, is_signed);
     return;
   }
-  const __m512 vinv = _mm512_set1_ps(inv);
-  /* 64 at a time: four vectors of codes packed to bytes by two packs and a
-   * dword transpose, one plain store (AMD's vpmovdb and masked stores are slow). */
-  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  size_t i0 = 0;
-  for (; i0 + 64 <= len; i0 += 64) {
-    __mmask16 u[4];
-    __m512i c[4];
-    for (int h = 0; h < 4; h++)
-      c[h] = quant16(_mm512_mul_ps(_mm512_loadu_ps(x + i0 + 16 * h), vinv), q, is_signed, &u[h]);
-    const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
-    _mm512_storeu_si512(code + i0, _mm512_permutexvar_epi32(transpose, bytes));
-    for (int h = 0; h < 4; h++)
-      for (__mmask16 un = u[h]; un; un &= (__mmask16)(un - 1)) {
-        const size_t i = i0 + 16 * (size_t)h + (size_t)__builtin_ctz(un);
-        code[i] = quant_lut(q, is_signed, x[i] * inv);
-      }
-  }
-  for (size_t i = i0; i < len; i += 16) {
-    __mmask16 unsure;
-    /* Plain loads and stores for full vectors: AMD's masked stores are slow. */
-    if (len - i >= 16) {
-      const __m512i c = quant16(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv), q, is_signed, &unsure);
-      _mm_storeu_si128((__m128i *)(code + i), _mm512_cvtepi32_epi8(c));
-    } else {
-      const __mmask16 msk = tail16(len - i);
-      const __m512i c = quant16(_mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + i), vinv), q, is_signed, &unsure);
-      _mm_mask_storeu_epi8(code + i, msk, _mm512_cvtepi32_epi8(c));
-      unsure &= msk;
-    }
-    for (; unsure; unsure &= (__mmask16)(unsure - 1)) {
-      const int l = __builtin_ctz(unsure);
-      code[i + l] = quant_lut(q, is_signed, x[i + l] * inv);
-    }
-  }
+  if (is_signed)
+    quantize_avx512(code, x, len, inv, true);
+  else
+    quantize_avx512(code, x, len, inv, false);
 }
 
 /* The AdamW update of 16 elements: p written, the new m and v returned. */
@@ -481,8 +550,14 @@ static void update_block_avx512(float *restrict p, const float *restrict g, uint
     }
   }
   const float mx = _mm512_reduce_max_ps(mmax), vx = _mm512_reduce_max_ps(vmax);
-  quantize_block_avx512(mc, mt, len, mx > 0.0f ? mx : 1.0f, &qt_signed, true);
-  quantize_block_avx512(vc, vt, len, vx > 0.0f ? vx : 1.0f, &qt_unsigned, false);
+  const float ma1 = mx > 0.0f ? mx : 1.0f, va1 = vx > 0.0f ? vx : 1.0f;
+  float minv, vinv;
+  if (block_scale(ma1, &minv) && block_scale(va1, &vinv)) {
+    quantize_mv_avx512(mc, mt, minv, vc, vt, vinv, len);
+  } else {
+    quantize_block_avx512(mc, mt, len, ma1, &qt_signed, true);
+    quantize_block_avx512(vc, vt, len, va1, &qt_unsigned, false);
+  }
   *ma = nan ? NAN : mx;
   *va = nan ? NAN : vx;
 }
