@@ -1,5 +1,5 @@
-/* `zoffload bench adamw|step` measurements (nvme is zo_nvme_bench in
- * offload/). AdamW is timed against a yardstick loop with exactly its memory
+/* `zoffload bench adamw|step|memory` measurements (nvme is zo_nvme_bench
+ * in offload/). memory builds schedulers without stepping them. AdamW is timed against a yardstick loop with exactly its memory
  * traffic and trivial arithmetic, in alternating back-to-back pairs, and the
  * medians reported: only the ratio is comparable across runs. */
 #include "zo/bench.h"
@@ -254,5 +254,108 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   out->device_ratio = zo_median(ratio, BENCH_ROUNDS);
   out->overlap = zo_median(overlap, BENCH_ROUNDS);
   out->rounds = BENCH_ROUNDS;
+  return 0;
+}
+
+/* ---- bench memory -------------------------------------------------------- */
+
+/* One row's config: cfg with the row's savers. */
+static void memory_row_config(const struct zo_config *cfg, int row, struct zo_config *v) {
+  *v = *cfg;
+  v->bf16 = false;
+  v->fp16.enabled = false;
+  v->zero.stage = 0;
+  v->zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
+  v->zero.offload_param.device = ZO_OFFLOAD_NONE;
+  v->activation_checkpointing.enabled = false;
+  v->activation_checkpointing.cpu_checkpointing = false;
+  v->activation_checkpointing.number_checkpoints = 0;
+  switch (row) {
+  case 3:
+    v->activation_checkpointing.enabled = true;
+    break;
+  case 4:
+    v->zero.stage = 2;
+    v->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    break;
+  case 6:
+    v->activation_checkpointing.enabled = true;
+    v->activation_checkpointing.cpu_checkpointing = true;
+    /* fall through */
+  case 5:
+    v->zero.stage = 3;
+    v->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    v->zero.offload_param.device = ZO_OFFLOAD_CPU;
+    break;
+  }
+}
+
+int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS]) {
+  static const char *const names[ZO_BENCH_MEMORY_ROWS] = {
+      "fp32, all on device, unchunked LM head", "fp32, all on device (chunked LM head)", "bf16",
+      "+ activation checkpointing", "+ optimizer offload", "+ parameter offload", "all combined"};
+  static const char *const sets[ZO_BENCH_MEMORY_ROWS] = {
+      "", "", "--set bf16.enabled=true", "--set activation_checkpointing.enabled=true",
+      "--set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu",
+      "--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu "
+      "--set zero_optimization.offload_param.device=cpu",
+      "--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu "
+      "--set zero_optimization.offload_param.device=cpu --set activation_checkpointing.enabled=true "
+      "--set activation_checkpointing.cpu_checkpointing=true"};
+  zo_backend_t be = zo_backend_cpu();
+  memset(rows, 0, ZO_BENCH_MEMORY_ROWS * sizeof *rows);
+  for (int r = 0; r < ZO_BENCH_MEMORY_ROWS; r++) {
+    struct zo_bench_memory_row *row = &rows[r];
+    row->name = names[r];
+    row->sets = sets[r];
+    if (r == 2) {
+      row->status = ZO_BENCH_MEMORY_NOT_IMPLEMENTED;
+      snprintf(row->reason, sizeof row->reason, "bf16 mixed precision is not implemented yet");
+      continue;
+    }
+    struct zo_config v;
+    struct zo_plan plan;
+    memory_row_config(cfg, r, &v);
+    int err = zo_plan_build(&v, &v.model.gpt2, NULL, &plan);
+    if (err) return err;
+    row->device_planned = plan.total[ZO_TIER_DEVICE];
+    row->host_planned = plan.total[ZO_TIER_HOST];
+    if (r == 0) {
+      /* The chunked head cannot be turned off: one chunk of all B*T rows is
+       * the unchunked head's logits. */
+      struct zo_gpt2_layout lo = zo_placement_layout(&plan.placement);
+      lo.head_chunk_rows = plan.B * plan.T;
+      row->device_planned = zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
+      row->status = ZO_BENCH_MEMORY_PLANNED_ONLY;
+      snprintf(row->reason, sizeof row->reason,
+               "the chunked LM head is always on: plan with one chunk of all %d x %d rows", plan.B, plan.T);
+      continue;
+    }
+    size_t free_b = 0, total_b = 0;
+    if ((err = be->mem_info(&free_b, &total_b))) return err;
+    const size_t need = row->device_planned + row->host_planned;
+    if ((double)need > 0.6 * (double)free_b) {
+      char a[32], b[32];
+      row->status = ZO_BENCH_MEMORY_PLANNED_ONLY;
+      snprintf(row->reason, sizeof row->reason,
+               "building it needs %s of RAM (device arena on the CPU backend + host pool), over 60%% of "
+               "the %s available", zo_format_bytes(need, a), zo_format_bytes(free_b, b));
+      continue;
+    }
+    struct zo_placement pl = plan.placement;
+    pl.pin = false; /* bytes, not speed: no page locking of gigabytes */
+    const struct zo_sched_config sc = {.model = v.model.gpt2, .B = plan.B, .T = plan.T, .placement = pl,
+                                       .backend = be, .host_budget = 0};
+    struct zo_sched *s = zo_sched_init(&sc);
+    if (!s) return zo_error(-ENOMEM, "bench memory: building \"%s\": %s", row->name, zo_last_error());
+    struct zo_sched_mem mem;
+    err = zo_sched_memory(s, &mem);
+    zo_sched_free(s);
+    if (err) return err;
+    row->status = ZO_BENCH_MEMORY_MEASURED;
+    row->device_measured = mem.peak_total[ZO_TIER_DEVICE];
+    row->device_free = mem.capacity[ZO_TIER_DEVICE] - mem.used[ZO_TIER_DEVICE];
+    row->host_measured = mem.peak_total[ZO_TIER_HOST];
+  }
   return 0;
 }

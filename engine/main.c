@@ -25,7 +25,7 @@ static const char *usage_main =
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
-    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
     "\n"
@@ -39,7 +39,8 @@ static const char *usage_train =
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
-    "  --memory-report   print the device and host memory plan before the first step\n";
+    "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
+    "                    every run ends with the memory report (planned, peak, current)\n";
 
 static const char *usage_eval =
     "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N]\n"
@@ -64,6 +65,7 @@ static const char *usage_bench =
     "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--json]\n"
+    "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
     "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
@@ -71,7 +73,10 @@ static const char *usage_bench =
     "         blocks, queue depth 32)\n"
     "  step:  step time with the config's placement vs everything on the device, and\n"
     "         overlap efficiency = step / max(compute alone, I/O alone, optimizer alone)\n"
-    "  --json makes the last line one JSON object.\n";
+    "  memory: device bytes planned and measured (schedulers built, no step run) for fp32 all on\n"
+    "         device (unchunked head from the plan, chunked head), bf16, + activation checkpointing,\n"
+    "         + optimizer offload, + parameter offload, all combined\n"
+    "  --json makes the last line one JSON object (memory: one JSON object per row).\n";
 
 static const char *usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";
 
@@ -278,6 +283,7 @@ static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
 static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_JSON, OPT_END};
+static const int bench_memory_opts[] = {OPT_SET, OPT_JSON, OPT_END};
 
 static int cmd_train(int argc, char **argv) {
   struct args a = {0};
@@ -443,8 +449,69 @@ static int bench_step(int argc, char **argv) {
   return 0;
 }
 
+/* A byte count for the savings table, or a dash. */
+static const char *mem_cell(size_t n, bool have, char buf[32]) {
+  if (!have) return "-";
+  return zo_format_bytes(n, buf);
+}
+
+static int bench_memory(int argc, char **argv) {
+  struct args a = {0};
+  int r = parse_args(argc, argv, usage_bench, bench_memory_opts, POS_CONFIG, &a);
+  if (r) return r == 1 ? 0 : r;
+  struct zo_config cfg;
+  if ((r = load_config(&a, &cfg))) return r;
+  struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS];
+  int err = zo_train_model_config(&cfg, &cfg.model.gpt2);
+  if (!err) err = zo_bench_memory_run(&cfg, rows);
+  const int B = cfg.micro_batch, T = cfg.data.seq_len, L = cfg.model.gpt2.n_layer, C = cfg.model.gpt2.n_embd;
+  zo_config_free(&cfg);
+  if (err) return fail(exit_code(err), "bench memory");
+  const size_t base = rows[0].device_planned;
+  printf("device memory, GPT-2 %d layers width %d, micro-batch %d x %d (measured: scheduler built, no step;\n"
+         "saved: planned bytes against the first row)\n", L, C, B, T);
+  printf("  %-40s %12s %12s %12s %7s %12s %12s  %s\n", "configuration", "device plan", "measured", "arena free",
+         "saved", "host plan", "measured", "note");
+  for (int i = 0; i < ZO_BENCH_MEMORY_ROWS; i++) {
+    const struct zo_bench_memory_row *w = &rows[i];
+    const bool planned = w->status != ZO_BENCH_MEMORY_NOT_IMPLEMENTED;
+    const bool measured = w->status == ZO_BENCH_MEMORY_MEASURED;
+    char dp[32], dm[32], df[32], hp[32], hm[32], saved[16] = "-";
+    if (planned && base)
+      snprintf(saved, sizeof saved, "%.1f%%", 100.0 * (1.0 - (double)w->device_planned / (double)base));
+    printf("  %-40s %12s %12s %12s %7s %12s %12s  %s\n", w->name, mem_cell(w->device_planned, planned, dp),
+           measured ? mem_cell(w->device_measured, true, dm)
+                    : w->status == ZO_BENCH_MEMORY_PLANNED_ONLY ? "planned only" : "not implemented",
+           mem_cell(w->device_free, measured, df), saved, mem_cell(w->host_planned, planned, hp),
+           mem_cell(w->host_measured, measured, hm), measured ? (w->device_measured == w->device_planned
+                                                                     ? "measured == plan" : "measured != plan")
+                                                              : w->reason);
+  }
+  for (int i = 0; i < ZO_BENCH_MEMORY_ROWS; i++)
+    if (rows[i].sets[0]) printf("  %s: %s\n", rows[i].name, rows[i].sets);
+  if (a.json) {
+    static const char *const status[] = {"measured", "planned only", "not implemented"};
+    for (int i = 0; i < ZO_BENCH_MEMORY_ROWS; i++) {
+      const struct zo_bench_memory_row *w = &rows[i];
+      const bool planned = w->status != ZO_BENCH_MEMORY_NOT_IMPLEMENTED;
+      const bool measured = w->status == ZO_BENCH_MEMORY_MEASURED;
+      char dp[24] = "null", dm[24] = "null", df[24] = "null", hp[24] = "null", hm[24] = "null";
+      if (planned) snprintf(dp, sizeof dp, "%zu", w->device_planned);
+      if (planned) snprintf(hp, sizeof hp, "%zu", w->host_planned);
+      if (measured) snprintf(dm, sizeof dm, "%zu", w->device_measured);
+      if (measured) snprintf(df, sizeof df, "%zu", w->device_free);
+      if (measured) snprintf(hm, sizeof hm, "%zu", w->host_measured);
+      printf("{\"row\": \"%s\", \"status\": \"%s\", \"B\": %d, \"T\": %d, \"device_planned\": %s, "
+             "\"device_measured\": %s, \"device_arena_free\": %s, \"host_planned\": %s, \"host_measured\": %s, "
+             "\"sets\": \"%s\", \"reason\": \"%s\"}\n",
+             w->name, status[w->status], B, T, dp, dm, df, hp, hm, w->sets, measured ? "" : w->reason);
+    }
+  }
+  return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
-  if (argc < 2) return bad_usage(usage_bench, "%s", "missing WHAT (adamw, nvme or step)");
+  if (argc < 2) return bad_usage(usage_bench, "%s", "missing WHAT (adamw, nvme, step or memory)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     fputs(usage_bench, stdout);
     return 0;
@@ -452,6 +519,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "adamw")) return bench_adamw(argc - 1, argv + 1);
   if (!strcmp(argv[1], "nvme")) return bench_nvme(argc - 1, argv + 1);
   if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "memory")) return bench_memory(argc - 1, argv + 1);
   return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 

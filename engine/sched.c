@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "zo/adamw8bit.h"
 #include "zo/host.h"
@@ -308,8 +309,16 @@ size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
 
+/* The pool's carves by category, as carved (for zo_sched_memory). */
+struct host_tags {
+  int8_t cat[ZO_HOST_MAX_CARVES];            /* category of pool->carves[i]; -1 none */
+  size_t live[ZO_SCHED_MEM_N_CATEGORIES];    /* bytes the pool handed out */
+  size_t peak[ZO_SCHED_MEM_N_CATEGORIES];    /* high-water mark of live */
+};
+
 struct host_carver {
   struct zo_host_pool *pool; /* NULL: count only */
+  struct host_tags *tags;    /* NULL: not recorded */
   size_t total;
   size_t by_category[ZO_SCHED_MEM_N_CATEGORIES];
   int err;
@@ -321,7 +330,16 @@ static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int 
   c->by_category[cat] += zo_host_round(nbytes);
   if (!c->pool) return NULL;
   void *p = NULL;
+  const size_t before = c->pool->used;
+  const int n_before = c->pool->n_carves;
   c->err = zo_host_pool_alloc(c->pool, nbytes, what, &p);
+  if (c->err || !c->tags) return p;
+  struct host_tags *t = c->tags;
+  /* A full carve table merges later carves into "(other)": no category. */
+  if (c->pool->n_carves > n_before) t->cat[c->pool->n_carves - 1] = (int8_t)cat;
+  else if (c->pool->n_carves > 0) t->cat[c->pool->n_carves - 1] = -1;
+  t->live[cat] += c->pool->used - before;
+  if (t->live[cat] > t->peak[cat]) t->peak[cat] = t->live[cat];
   return p;
 }
 
@@ -443,6 +461,7 @@ struct zo_sched {
   zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
   zo_stream_t io;               /* NVMe refills (only with the optimizer on NVMe) */
   struct zo_host_pool pool;
+  struct host_tags pool_tags;   /* the pool's carves by category */
   struct host_bufs h;
   float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
   uint8_t *st_m, *st_v;         /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
@@ -1097,7 +1116,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
    * correctness: warn and go on. */
   if (s->pool.numa_node >= 0 && zo_topology_bind_omp(s->pool.numa_node, NULL) != 0)
     fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
-  struct host_carver carver = {.pool = &s->pool};
+  struct host_carver carver = {.pool = &s->pool, .tags = &s->pool_tags};
   host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
   if (carver.err) goto out_free;
   s->soff = calloc((size_t)s->t->n_tensors, sizeof *s->soff);
@@ -1471,6 +1490,79 @@ void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
   out->accumulate_s = (double)atomic_load(&s->acc_ns) * 1e-9;
   out->nvme_wait_s = (double)atomic_load(&s->nv_wait_ns) * 1e-9;
   out->pinned = s->pool.pinned;
+}
+
+int zo_sched_device_category(const char *group) {
+  static const struct {
+    const char *prefix;
+    int cat;
+  } map[] = {
+      {"parameter slot", ZO_MEM_BUFFERS}, {"gradient slot", ZO_MEM_BUFFERS},
+      {"parameters", ZO_MEM_PARAMS},      {"gradient", ZO_MEM_GRADS}, /* "gradients", "... accumulator" */
+      {"AdamW m", ZO_MEM_ADAM_M},         {"AdamW8bit m", ZO_MEM_ADAM_M},
+      {"AdamW v", ZO_MEM_ADAM_V},         {"AdamW8bit v", ZO_MEM_ADAM_V},
+      {"master weights", ZO_MEM_MASTER},  {"activations", ZO_MEM_ACTIVATIONS},
+      {"input tokens", ZO_MEM_ACTIVATIONS}, {"target tokens", ZO_MEM_ACTIVATIONS},
+      {"logits", ZO_MEM_ACTIVATIONS},     {"losses", ZO_MEM_ACTIVATIONS},
+      {"checkpoint input buffer", ZO_MEM_ACTIVATIONS}, {"backward scratch", ZO_MEM_WORKSPACE},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strncmp(group, map[i].prefix, strlen(map[i].prefix)) == 0) return map[i].cat;
+  return -1;
+}
+
+static void device_memory(const struct zo_arena *a, struct zo_sched_mem *out) {
+  const int D = ZO_TIER_DEVICE;
+  for (int g = 0; g < a->n_groups; g++) {
+    const int cat = zo_sched_device_category(a->groups[g].name);
+    if (cat < 0) {
+      out->unclassified[D] += a->groups[g].peak;
+      continue;
+    }
+    out->current[D][cat] += a->groups[g].used;
+    out->peak[D][cat] += a->groups[g].peak;
+  }
+  out->capacity[D] += a->capacity;
+  out->used[D] += a->used;
+  out->peak_total[D] += a->peak;
+  out->n_device_carves += a->n_carves;
+}
+
+int zo_sched_memory(const struct zo_sched *s, struct zo_sched_mem *out) {
+  memset(out, 0, sizeof *out);
+  /* Each group's peak is its own high-water mark; summed per category they
+   * are the category's peak because the arenas are carved once and never
+   * reset while the scheduler lives. */
+  device_memory(&s->m->arena, out);
+  device_memory(&s->opt_arena, out);
+
+  const int H = ZO_TIER_HOST;
+  for (int i = 0; i < s->pool.n_carves; i++) {
+    const int cat = s->pool_tags.cat[i];
+    if (cat < 0)
+      out->unclassified[H] += s->pool.carves[i].nbytes;
+    else
+      out->current[H][cat] += s->pool.carves[i].nbytes;
+  }
+  memcpy(out->peak[H], s->pool_tags.peak, sizeof out->peak[H]);
+  out->capacity[H] = s->pool.capacity;
+  out->used[H] = s->pool.used;
+  out->peak_total[H] = s->pool.peak;
+
+  if (!s->nv) return 0;
+  const int N = ZO_TIER_NVME;
+  static const int nv_cat[NV_FILES] = {ZO_MEM_MASTER, ZO_MEM_ADAM_M, ZO_MEM_ADAM_V};
+  for (int f = 0; f < NV_FILES; f++) {
+    struct stat st;
+    const char *path = zo_nvme_file_path(s->nv, s->file_id[f]);
+    if (stat(path, &st) != 0)
+      return zo_error(-errno, "memory report: cannot stat NVMe state file %s: %s", path, strerror(errno));
+    out->current[N][nv_cat[f]] += (size_t)st.st_size;
+    out->peak[N][nv_cat[f]] += (size_t)st.st_size;
+    out->used[N] += (size_t)st.st_size;
+  }
+  out->capacity[N] = out->peak_total[N] = out->used[N];
+  return 0;
 }
 
 int zo_sched_time_io(struct zo_sched *s, double *seconds) {

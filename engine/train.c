@@ -8,7 +8,9 @@
  * any optimizer tier; the CPU backend only, like the rest of training).
  * fp32 weights only: mixed precision and parameters on NVMe are refused
  * with -ENOTSUP. Activation checkpointing and the chunked LM head live in
- * the model and the scheduler. */
+ * the model and the scheduler. Every run ends with the memory report
+ * (planned, peak and current bytes per tier and category, measured in the
+ * allocators); --memory-report prints the plan before anything is allocated. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -444,6 +446,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   if ((err = zo_sched_synchronize(t.sched))) goto out;
   zo_sched_stats(t.sched, &s1);
   print_peaks(&s1, stdout);
+  struct zo_sched_mem mem;
+  if ((err = zo_sched_memory(t.sched, &mem))) goto out;
+  zo_plan_report_print(&plan, &mem, stdout);
   if (opts->stats) *opts->stats = s1;
   if (opts->final_params && (err = zo_sched_get_state(t.sched, opts->final_params, NULL, NULL))) goto out;
   if (opts->sample_tokens > 0) {

@@ -1,10 +1,14 @@
 /* Device arena: one backend allocation carved by a bump pointer. Everything
  * placed on the device comes from an arena sized by the plan at start-up, so
  * the engine never allocates on the device inside a step and cannot fragment.
- * Carves are ZO_ARENA_ALIGN-aligned; reset returns to a mark (LIFO only). */
+ * Carves are ZO_ARENA_ALIGN-aligned; reset returns to a mark (LIFO only).
+ * Each carve is also counted under its purpose group (used and peak bytes)
+ * so the memory report measures the arena itself, not the plan. */
 #include "zo/arena.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t zo_arena_round(size_t nbytes) {
@@ -37,8 +41,28 @@ int zo_arena_init(struct zo_arena *a, zo_backend_t backend, size_t capacity, con
 
 void zo_arena_free(struct zo_arena *a) {
   if (a->base) a->backend->mem_free(a->base);
+  free(a->carves);
   a->base = NULL;
+  a->carves = NULL;
   a->capacity = a->used = 0;
+  a->n_carves = a->cap_carves = 0;
+}
+
+/* The group of purpose (its text up to " ("), created on first use. */
+static int arena_group(struct zo_arena *a, const char *purpose) {
+  const char *paren = strstr(purpose, " (");
+  size_t len = paren ? (size_t)(paren - purpose) : strlen(purpose);
+  if (len >= sizeof a->groups[0].name) len = sizeof a->groups[0].name - 1;
+  for (int g = 0; g < a->n_groups; g++)
+    if (strncmp(a->groups[g].name, purpose, len) == 0 && a->groups[g].name[len] == '\0') return g;
+  if (a->n_groups == ZO_ARENA_MAX_GROUPS) {
+    snprintf(a->groups[ZO_ARENA_MAX_GROUPS - 1].name, sizeof a->groups[0].name, "(other)");
+    return ZO_ARENA_MAX_GROUPS - 1;
+  }
+  struct zo_arena_group *g = &a->groups[a->n_groups];
+  memcpy(g->name, purpose, len);
+  g->name[len] = '\0';
+  return a->n_groups++;
 }
 
 int zo_arena_alloc(struct zo_arena *a, size_t nbytes, const char *purpose, void **out) {
@@ -52,6 +76,20 @@ int zo_arena_alloc(struct zo_arena *a, size_t nbytes, const char *purpose, void 
                     a->what, purpose, zo_format_bytes(need, asked), need,
                     zo_format_bytes(a->capacity - a->used, left), zo_format_bytes(a->capacity, cap));
   }
+  if (a->n_carves == a->cap_carves) {
+    const int cap = a->cap_carves ? 2 * a->cap_carves : 64;
+    struct zo_arena_carve *c = realloc(a->carves, (size_t)cap * sizeof *c);
+    if (!c) {
+      *out = NULL;
+      return zo_error(-ENOMEM, "%s arena: out of host memory for the list of carves (%s)", a->what, purpose);
+    }
+    a->carves = c;
+    a->cap_carves = cap;
+  }
+  const int g = arena_group(a, purpose);
+  a->carves[a->n_carves++] = (struct zo_arena_carve){.offset = a->used, .nbytes = need, .group = g};
+  a->groups[g].used += need;
+  if (a->groups[g].used > a->groups[g].peak) a->groups[g].peak = a->groups[g].used;
   *out = a->base + a->used;
   a->used += need;
   if (a->used > a->peak) a->peak = a->used;
@@ -60,5 +98,11 @@ int zo_arena_alloc(struct zo_arena *a, size_t nbytes, const char *purpose, void 
 
 void zo_arena_reset(struct zo_arena *a, size_t mark) {
   ZO_ASSERT(mark <= a->used);
+  while (a->n_carves > 0 && a->carves[a->n_carves - 1].offset >= mark) {
+    const struct zo_arena_carve *c = &a->carves[--a->n_carves];
+    a->groups[c->group].used -= c->nbytes;
+  }
   a->used = mark;
 }
+
+size_t zo_arena_free_bytes(const struct zo_arena *a) { return a->capacity - a->used; }

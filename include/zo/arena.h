@@ -11,7 +11,24 @@
 extern "C" {
 #endif
 
-#define ZO_ARENA_ALIGN 256 /* bytes; every carve starts on this boundary */
+#define ZO_ARENA_ALIGN 256     /* bytes; every carve starts on this boundary */
+#define ZO_ARENA_MAX_GROUPS 32 /* purpose groups counted by name; later ones share the last */
+
+/* Bytes by purpose for the memory report. A carve's group is its purpose up
+ * to the first " (": "activations (ln_1)" and "activations (qkv)" are both
+ * "activations". */
+struct zo_arena_group {
+  char name[40]; /* truncated to fit */
+  size_t used;   /* bytes carved now */
+  size_t peak;   /* high-water mark of used */
+};
+
+/* One carve, for reset: which group gets its bytes back. */
+struct zo_arena_carve {
+  size_t offset; /* bytes from base */
+  size_t nbytes; /* bytes, a multiple of ZO_ARENA_ALIGN */
+  int group;     /* index into groups[] */
+};
 
 struct zo_arena {
   zo_backend_t backend;
@@ -20,6 +37,10 @@ struct zo_arena {
   size_t used;     /* bytes carved so far */
   size_t peak;     /* high-water mark of used */
   const char *what; /* "device", ... for messages */
+  int n_groups;    /* rows of groups[] in use, in order of first carve */
+  struct zo_arena_group groups[ZO_ARENA_MAX_GROUPS];
+  struct zo_arena_carve *carves; /* (n_carves) host memory, in offset order */
+  int n_carves, cap_carves;
 };
 
 /* Rounds nbytes up to ZO_ARENA_ALIGN. */
@@ -30,11 +51,15 @@ size_t zo_arena_round(size_t nbytes);
 int zo_arena_init(struct zo_arena *a, zo_backend_t backend, size_t capacity, const char *what);
 /* Frees the memory. Accepts a zeroed arena. */
 void zo_arena_free(struct zo_arena *a);
-/* Carves nbytes (rounded up to ZO_ARENA_ALIGN) for `purpose`. Returns 0, or
- * -ENOMEM with a message naming purpose, bytes asked and bytes left. */
+/* Carves nbytes (rounded up to ZO_ARENA_ALIGN) for `purpose`, counted in
+ * the purpose's group. Returns 0, or -ENOMEM with a message naming purpose,
+ * bytes asked and bytes left (or the host memory the carve list needs). */
 int zo_arena_alloc(struct zo_arena *a, size_t nbytes, const char *purpose, void **out);
-/* Releases everything carved since mark (a previous value of a->used). */
+/* Releases everything carved since mark (a previous value of a->used); the
+ * groups' used bytes drop with it, their peaks stay. */
 void zo_arena_reset(struct zo_arena *a, size_t mark);
+/* Bytes not carved: capacity - used. */
+size_t zo_arena_free_bytes(const struct zo_arena *a);
 
 #ifdef __cplusplus
 }

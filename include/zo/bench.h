@@ -47,6 +47,40 @@ struct zo_bench_step {
  * per-round ratios. Returns 0 or -errno. */
 int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out);
 
+enum zo_bench_memory_status {
+  ZO_BENCH_MEMORY_MEASURED,        /* planned, and measured by building the scheduler */
+  ZO_BENCH_MEMORY_PLANNED_ONLY,    /* planned; reason says why not measured */
+  ZO_BENCH_MEMORY_NOT_IMPLEMENTED, /* the engine cannot run it yet; no figures */
+};
+
+struct zo_bench_memory_row {
+  const char *name;        /* "fp32, all on device", ... */
+  const char *sets;        /* --set options that turn CONFIG into this row ("" none) */
+  enum zo_bench_memory_status status;
+  char reason[200];        /* for planned only / not implemented */
+  size_t device_planned;   /* bytes, the plan's device total */
+  size_t device_measured;  /* bytes, the device arenas' peak after zo_sched_init (measured rows) */
+  size_t device_free;      /* bytes left in the device arenas (measured rows) */
+  size_t host_planned;     /* bytes, the plan's host pool */
+  size_t host_measured;    /* bytes, the host pool's peak (measured rows) */
+};
+
+#define ZO_BENCH_MEMORY_ROWS 7
+
+/* Proof of savings: device (and host) bytes of CONFIG's model and
+ * micro-batch under each memory saver, from the plan and, where the
+ * machine's RAM allows (the CPU backend's device arena is host memory; a row
+ * is measured when its device + host plan is at most 60% of the available
+ * RAM), measured by building the scheduler for the row without running a
+ * step and reading zo_sched_memory. Rows: fp32 all on device with the
+ * unchunked LM head (plan only: the chunked head is always on), fp32 all on
+ * device (chunked head), bf16 (not implemented), + activation checkpointing,
+ * + optimizer offload (cpu, stage 2), + parameter offload (cpu, stage 3),
+ * all combined (parameter and optimizer offload, checkpointing every block
+ * with cpu_checkpointing). Each scheduler is freed before the next is built.
+ * Returns 0 or -errno (a row that cannot be planned, or a build that fails). */
+int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,8 +18,6 @@
 extern "C" {
 #endif
 
-enum zo_tier { ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_TIER_NVME, ZO_N_TIERS };
-
 struct zo_plan {
   struct zo_gpt2_config model;
   struct zo_placement placement;
@@ -45,6 +43,14 @@ bool zo_plan_fits(const struct zo_plan *p);
 
 /* The table: one row per category, one column per tier, totals, budgets. */
 void zo_plan_print(const struct zo_plan *p, FILE *out);
+
+/* The memory report: for each tier (device, host, nvme) and each category
+ * the planned bytes and, from mem (zo_sched_memory; NULL before start-up:
+ * plan only), the peak and current bytes, the bytes reserved, carved and
+ * free in the device arena and the host pool, whether the arena's peak
+ * equals the plan, and one line stating that fragmentation cannot happen by
+ * construction. */
+void zo_plan_report_print(const struct zo_plan *p, const struct zo_sched_mem *mem, FILE *out);
 
 /* 0 when the plan fits; else -ENOMEM with a message naming each tier over
  * budget, its largest consumers with their bytes, and the changes (as --set

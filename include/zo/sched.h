@@ -35,6 +35,9 @@ extern "C" {
 
 #define ZO_SCHED_GRAD_SLOTS 2 /* device gradient slots when gradients go to the host */
 
+/* The memory tiers: the device arena(s), the host pool, the NVMe files. */
+enum zo_tier { ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_TIER_NVME, ZO_N_TIERS };
+
 /* Host-only categories after enum zo_mem_category: the full host copies of
  * parameters, m and v that init, resume and checkpoint saves go through
  * (zo_sched_checkpoint_buffers), carved from the host pool like the rest. */
@@ -196,6 +199,27 @@ struct zo_sched_stats {
   bool pinned;                        /* host pool page-locked */
 };
 void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out);
+
+/* Bytes per tier and category as the allocators hold them, for the memory
+ * report: device from the arenas' purpose groups (the model's arena and the
+ * 8-bit state arena), host from the pool's carves (each tagged with its
+ * category when carved), NVMe from the state files' sizes on disk. Peaks
+ * per category are each category's own high-water mark. */
+struct zo_sched_mem {
+  size_t current[ZO_N_TIERS][ZO_SCHED_MEM_N_CATEGORIES]; /* bytes held now */
+  size_t peak[ZO_N_TIERS][ZO_SCHED_MEM_N_CATEGORIES];    /* bytes, high-water mark */
+  size_t unclassified[ZO_N_TIERS]; /* bytes of carves no category claims (a bug: 0) */
+  size_t capacity[ZO_N_TIERS];     /* arena / pool bytes reserved; NVMe: file bytes */
+  size_t used[ZO_N_TIERS];         /* bytes carved now */
+  size_t peak_total[ZO_N_TIERS];   /* the allocator's own high-water mark */
+  int n_device_carves;             /* carves in the device arenas */
+};
+/* Fills out from the allocators (stat()s the NVMe files). Returns 0 or
+ * -errno when a state file cannot be stat()ed. */
+int zo_sched_memory(const struct zo_sched *s, struct zo_sched_mem *out);
+/* The category of a device arena group ("activations", "parameter slot",
+ * ...), or -1 when none claims it. */
+int zo_sched_device_category(const char *group);
 
 #ifdef __cplusplus
 }
