@@ -17,7 +17,7 @@ scripts/install-hf.sh || echo "test.sh: warning: scripts/install-hf.sh failed; h
 
 if [[ "${1:-}" != "--quick" ]]; then
   scripts/build.sh asan
-  (cd build/asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L cpu -LE slow -E hf-transformers --timeout 900)
+  (cd build/asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L 'cpu|nvme' -LE slow -E hf-transformers --timeout 900)
   scripts/build.sh tsan
-  (cd build/tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -L cpu -LE slow -E hf-transformers --timeout 900)
+  (cd build/tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -L 'cpu|nvme' -LE slow -E hf-transformers --timeout 900)
 fi
