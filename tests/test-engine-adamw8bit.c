@@ -14,36 +14,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "zo/adamw8bit.h"
 #include "zo/checkpoint.h"
-#include "zo/data.h"
-#include "zo/fsutil.h"
 #include "zo/host.h"
-#include "zo/nvme.h"
-#include "zo/plan.h"
 #include "zo/safetensors.h"
-#include "zo/sched.h"
-#include "zo/train.h"
+#include "zo_engine_test.h"
 
 static char tmpdir[256];
 static char data_path[300];
 static char nvme_dir[300];
 static bool have_nvme;
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
+static bool delay_mode; /* ZO_STREAM_DELAY_US set: this is the re-run */
 
 #define N_STEPS 20
-#define MAX_STEPS 400
 
 /* 3 layers of width 32 (layer_numel 12704), vocab 500 (wte 16384 elements:
  * longer than a chunk), block 96: wte's chunk cut falls at 12672 = 132 * 96
@@ -52,102 +37,28 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400], nvme_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *sets[64] = {"model.n_layer=3", "model.n_head=2", "model.n_embd=32",
-                          "model.vocab_size=500", "model.max_seq_len=16", "data.seq_len=11",
-                          "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
-                          "gradient_accumulation_steps=2", "steps=20", "optimizer.params.lr=0.01",
-                          "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
-                          "engine.device=cpu", "log.every=100", "aio.block_size=4096",
-                          "zero_optimization.offload_param.buffer_count=2", "optimizer.type=AdamW8bit",
-                          "optimizer.params.block_size=96", "optimizer.params.min_8bit_size=1024",
-                          train_set, nvme_set};
-  int n = 23;
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
-  return zo_config_load(cfg, NULL, sets, n);
+  const char *base[] = {"model.n_layer=3", "model.n_head=2", "model.n_embd=32",
+                        "model.vocab_size=500", "model.max_seq_len=16", "data.seq_len=11",
+                        "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
+                        "gradient_accumulation_steps=2", "steps=20", "optimizer.params.lr=0.01",
+                        "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
+                        "engine.device=cpu", "log.every=100", "aio.block_size=4096",
+                        "zero_optimization.offload_param.buffer_count=2", "optimizer.type=AdamW8bit",
+                        "optimizer.params.block_size=96", "optimizer.params.min_8bit_size=1024",
+                        train_set, nvme_set};
+  return zo_etest_config_load(cfg, base, 23, extra, n_extra);
 }
-
-static int read_losses(const char *path, const char *key, double *out, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[512], pat[64];
-  snprintf(pat, sizeof pat, "\"%s\": ", key);
-  int n = 0;
-  while (fgets(line, sizeof line, f) && n < cap) {
-    const char *p = strstr(line, pat);
-    if (p) out[n++] = strtod(p + strlen(pat), NULL);
-  }
-  fclose(f);
-  return n;
-}
-
-struct run {
-  double losses[MAX_STEPS];
-  float *params;
-  size_t n;
-  struct zo_sched_stats stats;
-  struct zo_plan plan;
-};
 
 static int train_resume(const char *name, const char *const *extra, int n_extra, int n_steps,
-                        const char *resume, struct run *r) {
-  char met[400];
-  snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", tmpdir, name);
-  const char *sets[16];
-  for (int i = 0; i < n_extra; i++) sets[i] = extra[i];
-  sets[n_extra] = met;
-  struct zo_config cfg;
-  CHECK(load(&cfg, sets, n_extra + 1) == 0);
-  struct zo_gpt2_config mc = cfg.model.gpt2;
-  struct zo_tensor_table t;
-  CHECK(zo_gpt2_build_table(&mc, &t) == 0);
-  r->n = t.numel;
-  zo_tensor_table_free(&t);
-  r->params = malloc(r->n * sizeof(float));
-  CHECK(r->params);
-  CHECK(zo_plan_build(&cfg, &mc, NULL, &r->plan) == 0);
-  struct zo_train_opts opts = {.resume = resume, .stats = &r->stats, .final_params = r->params};
-  int err = zo_train(&cfg, &opts);
-  zo_config_free(&cfg);
-  CHECK(err == 0);
-  char path[500];
-  snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
-  CHECK(read_losses(path, "loss", r->losses, MAX_STEPS) == n_steps);
-  return 0;
+                        const char *resume, struct zo_etest_run *r) {
+  return zo_etest_train(load, tmpdir, name, extra, n_extra, n_steps, resume, r);
 }
 
-static int train(const char *name, const char *const *extra, int n_extra, struct run *r) {
+static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
   return train_resume(name, extra, n_extra, N_STEPS, NULL, r);
 }
 
-static struct run ref;
-
-static bool peaks_match(const char *name, const struct run *r) {
-  if (r->stats.device_peak == r->plan.total[ZO_TIER_DEVICE] &&
-      r->stats.device_planned == r->plan.total[ZO_TIER_DEVICE] &&
-      r->stats.host_peak == r->plan.total[ZO_TIER_HOST] &&
-      r->stats.host_planned == r->plan.total[ZO_TIER_HOST] &&
-      r->stats.nvme_planned == r->plan.total[ZO_TIER_NVME])
-    return true;
-  fprintf(stderr, "%s: peaks device %zu host %zu nvme %zu, plan %zu %zu %zu\n", name, r->stats.device_peak,
-          r->stats.host_peak, r->stats.nvme_planned, r->plan.total[0], r->plan.total[1], r->plan.total[2]);
-  return false;
-}
-
-static int same_run(const char *name, const struct run *r, const struct run *want, int first, int n) {
-  for (int i = 0; i < n; i++)
-    if (memcmp(&r->losses[i], &want->losses[first + i], sizeof(double)) != 0) {
-      fprintf(stderr, "%s: step %d loss %.17g, reference %.17g\n", name, first + i + 1, r->losses[i],
-              want->losses[first + i]);
-      return 1;
-    }
-  if (r->n != want->n || memcmp(r->params, want->params, r->n * sizeof(float)) != 0) {
-    size_t i = 0;
-    while (i < r->n && memcmp(&r->params[i], &want->params[i], sizeof(float)) == 0) i++;
-    fprintf(stderr, "%s: final weights differ from the reference first at element %zu\n", name, i);
-    return 1;
-  }
-  return 0;
-}
+static struct zo_etest_run ref;
 
 /* The exact state bytes of the test model's format. */
 static size_t state_bytes(const struct zo_plan *p, size_t *n8, size_t *numel) {
@@ -163,7 +74,7 @@ static size_t state_bytes(const struct zo_plan *p, size_t *n8, size_t *numel) {
 static int test_all_device_reference(void) {
   CHECK(train("device", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
-  CHECK(peaks_match("device", &ref));
+  CHECK(zo_etest_peaks_match("device", &ref));
   size_t n8 = 0, n = 0;
   const size_t sb = state_bytes(&ref.plan, &n8, &n);
   CHECK(n8 > n / 2);
@@ -177,10 +88,10 @@ static int test_all_device_reference(void) {
 }
 
 static int check_placement(const char *name, const char *const *sets, int n_sets, enum zo_tier tier) {
-  struct run r;
+  struct zo_etest_run r;
   CHECK(train(name, sets, n_sets, &r) == 0);
-  int ret = same_run(name, &r, &ref, 0, N_STEPS);
-  if (!peaks_match(name, &r)) ret = 1;
+  int ret = zo_etest_same_run(name, &r, &ref, "all-device", 0, N_STEPS);
+  if (!zo_etest_peaks_match(name, &r)) ret = 1;
   size_t n8 = 0, n = 0;
   const size_t sb = state_bytes(&r.plan, &n8, &n);
   if (tier == ZO_TIER_HOST && (r.plan.bytes[ZO_TIER_HOST][ZO_MEM_ADAM_M] != zo_host_round(sb) ||
@@ -223,11 +134,11 @@ static int test_nvme_block_4096(void) {
   const char *a[] = {"optimizer.params.block_size=4096", "optimizer.params.min_8bit_size=0", "steps=4"};
   const char *b[] = {"optimizer.params.block_size=4096", "optimizer.params.min_8bit_size=0", "steps=4",
                      "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  struct run r0, r1;
+  struct zo_etest_run r0, r1;
   CHECK(train_resume("b4096-device", a, 3, 4, NULL, &r0) == 0);
   CHECK(train_resume("b4096-nvme", b, 5, 4, NULL, &r1) == 0);
-  int ret = same_run("b4096-nvme", &r1, &r0, 0, 4);
-  CHECK(peaks_match("b4096-nvme", &r1));
+  int ret = zo_etest_same_run("b4096-nvme", &r1, &r0, "b4096-device", 0, 4);
+  CHECK(zo_etest_peaks_match("b4096-nvme", &r1));
   free(r0.params);
   free(r1.params);
   return ret;
@@ -244,13 +155,13 @@ static int checkpoint_resume(const char *name, const char *const *sets, int n_se
   s[n++] = dir;
   s[n++] = "checkpoint.every=10";
   s[n++] = "checkpoint.keep=0";
-  struct run a, b;
+  struct zo_etest_run a, b;
   char na[100], nb[100];
   snprintf(na, sizeof na, "%s-ck", name);
   snprintf(nb, sizeof nb, "%s-resume", name);
   CHECK(train(na, s, n, &a) == 0);
-  CHECK(same_run(na, &a, &ref, 0, N_STEPS) == 0);
-  CHECK(peaks_match(na, &a));
+  CHECK(zo_etest_same_run(na, &a, &ref, "all-device", 0, N_STEPS) == 0);
+  CHECK(zo_etest_peaks_match(na, &a));
   snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-10", tmpdir, name);
   /* The file holds codes as U8, absmax as F32 and the format's metadata. */
   char opt[600];
@@ -266,8 +177,8 @@ static int checkpoint_resume(const char *name, const char *const *sets, int n_se
   zo_st_close(f);
   CHECK(ok);
   CHECK(train_resume(nb, s, n, N_STEPS - 10, sub, &b) == 0);
-  CHECK(same_run(nb, &b, &ref, 10, N_STEPS - 10) == 0);
-  CHECK(peaks_match(nb, &b));
+  CHECK(zo_etest_same_run(nb, &b, &ref, "all-device", 10, N_STEPS - 10) == 0);
+  CHECK(zo_etest_peaks_match(nb, &b));
   free(a.params);
   free(b.params);
   return 0;
@@ -281,13 +192,21 @@ static int test_checkpoint_resume_nvme(void) {
   return checkpoint_resume("nvme", s, 2);
 }
 
+/* The cases without stream ordering to test run once, not in the re-run with
+ * random stream delays. */
+static bool once_only(void) {
+  if (delay_mode) printf("  skipped: runs once, without stream delays\n");
+  return delay_mode;
+}
+
 /* An fp32 checkpoint does not resume an 8-bit run, nor the reverse, nor one
  * with another block size: clear errors, nothing trained. */
 static int test_checkpoint_format_mismatch(void) {
+  if (once_only()) return ZO_TEST_SKIP;
   char dir[400], sub[500];
   snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-fp32", tmpdir);
   const char *fp32[] = {"optimizer.type=AdamW", dir, "steps=2"};
-  struct run r;
+  struct zo_etest_run r;
   CHECK(train_resume("fp32-ck", fp32, 3, 2, NULL, &r) == 0);
   free(r.params);
   snprintf(sub, sizeof sub, "%s/ck-fp32/checkpoint-2", tmpdir);
@@ -318,6 +237,7 @@ static int test_checkpoint_format_mismatch(void) {
 }
 
 static int test_config_validation(void) {
+  if (once_only()) return ZO_TEST_SKIP;
   struct zo_config cfg;
   const char *zero[] = {"optimizer.params.block_size=0"};
   CHECK(load(&cfg, zero, 1) == -EINVAL);
@@ -413,7 +333,7 @@ static int quality_run(const char *name, const char *const *extra, int n_extra, 
   char path[500];
   snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
   double vals[8];
-  const int nv_read = read_losses(path, "val_loss", vals, 8);
+  const int nv_read = zo_etest_read_metric(path, "val_loss", vals, 8);
   CHECK(nv_read >= 1);
   *val = vals[nv_read - 1];
   printf("%s: val loss %.4f after %d steps (%.1f s)\n", name, *val, Q_STEPS, zo_time_s() - t0);
@@ -421,6 +341,7 @@ static int quality_run(const char *name, const char *const *extra, int n_extra, 
 }
 
 static int test_quality_real_text(void) {
+  if (once_only()) return ZO_TEST_SKIP;
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   /* 600 training steps of arithmetic with nothing new for a sanitizer to see
    * (the bit-identity cases cover the threading): the release suite runs it. */
@@ -452,72 +373,31 @@ static int test_quality_real_text(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *delay = getenv("ZO_STREAM_DELAY_US");
-  printf("mode: %s\n", delay ? "random stream delays (ZO_STREAM_DELAY_US set)" : "no stream delays");
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/zo-test-adamw8bit-XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  size_t n = 6000;
-  uint16_t *tok = malloc(n * sizeof *tok);
-  const char *text = "a stitch in time saves nine; 123 ";
-  for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((unsigned char)text[i % strlen(text)] % 200);
+  delay_mode = zo_etest_delay_mode();
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "adamw8bit")) return 1;
   snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_data_write_u16(data_path, tok, n)) {
-    fprintf(stderr, "%s\n", zo_last_error());
-    return 1;
-  }
-  free(tok);
+  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  struct zo_nvme_config nc = {.dir = nvme_dir, .block_size = 4096, .queue_depth = 8};
-  zo_nvme_t probe = zo_nvme_init(&nc);
-  have_nvme = probe != NULL;
-  if (!probe) printf("NVMe cases skipped: the store cannot be created under %s: %s\n", nvme_dir, zo_last_error());
-  zo_nvme_free(probe);
+  have_nvme = zo_etest_nvme_probe(nvme_dir);
   printf("AdamW8bit kernel: %s\n", zo_adamw8bit_kernel());
 
-  struct {
-    const char *name;
-    int (*fn)(void);
-    bool once; /* not repeated in delay mode */
-  } tests[] = {
-      {"all_device_reference", test_all_device_reference, false},
-      {"optimizer_cpu_stage2", test_optimizer_cpu_stage2, false},
-      {"optimizer_nvme_stage2", test_optimizer_nvme_stage2, false},
-      {"params_cpu_optimizer_nvme", test_params_cpu_optimizer_nvme, false},
-      {"nvme_block_4096", test_nvme_block_4096, false},
-      {"checkpoint_resume_device", test_checkpoint_resume_device, false},
-      {"checkpoint_resume_nvme", test_checkpoint_resume_nvme, false},
-      {"checkpoint_format_mismatch", test_checkpoint_format_mismatch, true},
-      {"config_validation", test_config_validation, true},
-      {"quality_real_text", test_quality_real_text, true},
+  static const struct zo_test tests[] = {
+      ZO_TEST(all_device_reference),
+      ZO_TEST(optimizer_cpu_stage2),
+      ZO_TEST(optimizer_nvme_stage2),
+      ZO_TEST(params_cpu_optimizer_nvme),
+      ZO_TEST(nvme_block_4096),
+      ZO_TEST(checkpoint_resume_device),
+      ZO_TEST(checkpoint_resume_nvme),
+      ZO_TEST(checkpoint_format_mismatch), /* once */
+      ZO_TEST(config_validation),          /* once */
+      ZO_TEST(quality_real_text),          /* once */
   };
-  int failed = 0, skipped = 0, n_tests = (int)(sizeof tests / sizeof tests[0]);
-  for (int i = 0; i < n_tests; i++) {
-    int r = delay && tests[i].once ? 77 : tests[i].fn();
-    printf("%s: %s\n", r == 77 ? "skip" : r ? "FAIL" : "ok", tests[i].name);
-    fflush(stdout);
-    failed += r != 0 && r != 77;
-    skipped += r == 77;
-  }
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
   free(ref.params);
-  zo_remove_tree(tmpdir);
-  printf("%d passed, %d skipped, %d failed (%s)\n", n_tests - failed - skipped, skipped, failed,
-         delay ? "delay mode" : "no delays");
-  if (failed) return 1;
-  if (!delay && argc >= 1) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      setenv("ZO_STREAM_DELAY_US", "200", 1);
-      execv("/proc/self/exe", argv);
-      perror("execv");
-      _exit(1);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
-  }
+  zo_test_rmtree(tmpdir);
+  const int rc = zo_test_report(counts);
+  if (rc != 0) return rc;
+  if (!delay_mode && argc >= 1) return zo_etest_rerun_with_delays(argv);
   return 0;
 }

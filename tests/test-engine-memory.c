@@ -13,27 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "zo/data.h"
 #include "zo/gpt2.h"
-#include "zo/plan.h"
-#include "zo/sched.h"
-#include "zo/train.h"
-#include "zo_test.h"
+#include "zo_engine_test.h"
 
 static char tmpdir[256];
 static char data_path[300];
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
 
 /* ---- chunked LM head ---------------------------------------------------- */
 
@@ -169,82 +155,26 @@ static int test_head_plan_shrinks(void) {
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  const char *sets[48] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                          "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
-                          "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
-                          "gradient_accumulation_steps=2", "steps=10", "optimizer.params.lr=0.01",
-                          "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
-                          "engine.device=cpu", "log.every=100",
-                          "zero_optimization.offload_param.buffer_count=2", train_set};
-  int n = 18;
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
-  return zo_config_load(cfg, NULL, sets, n);
+  const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
+                        "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
+                        "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
+                        "gradient_accumulation_steps=2", "steps=10", "optimizer.params.lr=0.01",
+                        "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
+                        "engine.device=cpu", "log.every=100",
+                        "zero_optimization.offload_param.buffer_count=2", train_set};
+  return zo_etest_config_load(cfg, base, 18, extra, n_extra);
 }
 
-static int read_losses(const char *path, double *losses, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[512];
-  int n = 0;
-  while (fgets(line, sizeof line, f) && n < cap) {
-    const char *p = strstr(line, "\"loss\": ");
-    if (p) losses[n++] = strtod(p + 8, NULL);
-  }
-  fclose(f);
-  return n;
+static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
+  return zo_etest_train(load, tmpdir, name, extra, n_extra, N_STEPS, NULL, r);
 }
 
-struct run {
-  double losses[N_STEPS];
-  float *params;
-  size_t n;
-  struct zo_sched_stats stats;
-  struct zo_plan plan;
-};
-
-static int train(const char *name, const char *const *extra, int n_extra, struct run *r) {
-  char met[400];
-  snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", tmpdir, name);
-  const char *sets[16];
-  for (int i = 0; i < n_extra; i++) sets[i] = extra[i];
-  sets[n_extra] = met;
-  struct zo_config cfg;
-  CHECK(load(&cfg, sets, n_extra + 1) == 0);
-  struct zo_gpt2_config mc = cfg.model.gpt2;
-  struct zo_tensor_table t;
-  CHECK(zo_gpt2_build_table(&mc, &t) == 0);
-  r->n = t.numel;
-  zo_tensor_table_free(&t);
-  r->params = malloc(r->n * sizeof(float));
-  CHECK(r->params);
-  CHECK(zo_plan_build(&cfg, &mc, NULL, &r->plan) == 0);
-  struct zo_train_opts opts = {.stats = &r->stats, .final_params = r->params};
-  int err = zo_train(&cfg, &opts);
-  zo_config_free(&cfg);
-  CHECK(err == 0);
-  char path[500];
-  snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
-  CHECK(read_losses(path, r->losses, N_STEPS) == N_STEPS);
-  return 0;
-}
-
-static struct run ref;
-
-static bool peaks_match(const char *name, const struct run *r) {
-  if (r->stats.device_peak == r->plan.total[ZO_TIER_DEVICE] &&
-      r->stats.device_planned == r->plan.total[ZO_TIER_DEVICE] &&
-      r->stats.host_peak == r->plan.total[ZO_TIER_HOST] &&
-      r->stats.host_planned == r->plan.total[ZO_TIER_HOST])
-    return true;
-  fprintf(stderr, "  %s: peaks device %zu host %zu, plan %zu %zu\n", name, r->stats.device_peak,
-          r->stats.host_peak, r->plan.total[0], r->plan.total[1]);
-  return false;
-}
+static struct zo_etest_run ref;
 
 static int test_reference_without_checkpointing(void) {
   CHECK(train("ref", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
-  CHECK(peaks_match("ref", &ref));
+  CHECK(zo_etest_peaks_match("ref", &ref));
   return 0;
 }
 
@@ -252,23 +182,10 @@ static int test_reference_without_checkpointing(void) {
  * against the same placement without checkpointing (base, n_base sets
  * first in sets). */
 static int check_ckpt(const char *name, const char *const *sets, int n_sets, int n_base) {
-  struct run r, base;
+  struct zo_etest_run r, base;
   CHECK(train(name, sets, n_sets, &r) == 0);
-  int ret = 0;
-  for (int i = 0; i < N_STEPS; i++)
-    if (memcmp(&r.losses[i], &ref.losses[i], sizeof(double)) != 0) {
-      fprintf(stderr, "  %s: step %d loss %.17g, without checkpointing %.17g\n", name, i + 1, r.losses[i],
-              ref.losses[i]);
-      ret = 1;
-      break;
-    }
-  if (r.n != ref.n || memcmp(r.params, ref.params, r.n * sizeof(float)) != 0) {
-    size_t i = 0;
-    while (i < r.n && memcmp(&r.params[i], &ref.params[i], sizeof(float)) == 0) i++;
-    fprintf(stderr, "  %s: final weights differ first at element %zu\n", name, i);
-    ret = 1;
-  }
-  if (!peaks_match(name, &r)) ret = 1;
+  int ret = zo_etest_same_run(name, &r, &ref, "without checkpointing", 0, N_STEPS);
+  if (!zo_etest_peaks_match(name, &r)) ret = 1;
   /* Planned savings: device activations shrink; cpu_checkpointing puts the
    * kept inputs in the host pool. */
   struct zo_config cfg;
@@ -356,19 +273,10 @@ static int test_ckpt_too_many_refused(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *delay = getenv("ZO_STREAM_DELAY_US");
-  printf("mode: %s\n", delay ? "random stream delays (ZO_STREAM_DELAY_US set)" : "no stream delays");
+  const bool delay = zo_etest_delay_mode();
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "memory")) return 1;
-  size_t n = 6000;
-  uint16_t *tok = malloc(n * sizeof *tok);
-  const char *text = "a stitch in time saves nine; 123 ";
-  for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((unsigned char)text[i % strlen(text)] % 200);
   snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_data_write_u16(data_path, tok, n)) {
-    fprintf(stderr, "%s\n", zo_last_error());
-    return 1;
-  }
-  free(tok);
+  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(head_chunks_match_one_chunk),
       ZO_TEST(head_plan_shrinks),
@@ -388,20 +296,6 @@ int main(int argc, char **argv) {
   zo_test_rmtree(tmpdir);
   const int rc = zo_test_report(counts);
   if (rc != 0) return rc;
-  if (!delay && argc >= 1) {
-    /* Again with random stream delays: the variable is read at the first
-     * stream creation, so it needs a fresh process. */
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      setenv("ZO_STREAM_DELAY_US", "200", 1);
-      execv("/proc/self/exe", argv);
-      perror("execv");
-      _exit(1);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
-  }
+  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
   return 0;
 }

@@ -14,53 +14,36 @@
 
 #include "zo/arena.h"
 #include "zo/bench.h"
-#include "zo/plan.h"
-#include "zo/sched.h"
-#include "zo_test.h"
+#include "zo_engine_test.h"
 
 static char tmpdir[256];
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char nvme_set[400];
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s/nvme", tmpdir);
-  const char *sets[32] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                          "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
-                          "data.train=unused.bin", "train_micro_batch_size_per_gpu=3",
-                          "gradient_accumulation_steps=2", "engine.device=cpu", "aio.block_size=4096",
-                          "zero_optimization.offload_param.buffer_count=2", nvme_set};
-  int n = 13;
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
-  return zo_config_load(cfg, NULL, sets, n);
+  const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
+                        "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
+                        "data.train=unused.bin", "train_micro_batch_size_per_gpu=3",
+                        "gradient_accumulation_steps=2", "engine.device=cpu", "aio.block_size=4096",
+                        "zero_optimization.offload_param.buffer_count=2", nvme_set};
+  return zo_etest_config_load(cfg, base, 13, extra, n_extra);
+}
+
+static void fill_random(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
+  for (size_t i = 0; i < BT; i++) {
+    in[i] = (int32_t)(zo_rng_u32() % (uint32_t)vocab_size);
+    tg[i] = (int32_t)(zo_rng_u32() % (uint32_t)vocab_size);
+  }
 }
 
 /* Two steps of K micro-batches on pseudo-random tokens. */
 static int run_steps(struct zo_sched *s, const struct zo_config *cfg) {
-  const struct zo_gpt2 *m = zo_sched_model(s);
-  const size_t BT = (size_t)m->B * (size_t)m->T;
   const struct zo_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                       .weight_decay = 0.1f};
   zo_rng_seed(5);
   for (long step = 1; step <= 2; step++) {
-    for (int k = 0; k < cfg->grad_accum; k++) {
-      int32_t *in, *tg;
-      zo_sched_batch(s, &in, &tg);
-      for (size_t i = 0; i < BT; i++) {
-        in[i] = (int32_t)(zo_rng_u32() % (uint32_t)m->cfg.vocab_size);
-        tg[i] = (int32_t)(zo_rng_u32() % (uint32_t)m->cfg.vocab_size);
-      }
-      zo_sched_micro_batch(s, k);
-    }
     double loss;
-    CHECK(zo_sched_step_end(s, step, &hp, 1.0, &loss) == 0);
+    CHECK(zo_etest_sched_step(s, step, cfg->grad_accum, &hp, fill_random, &loss) == 0);
   }
   CHECK(zo_sched_synchronize(s) == 0);
   return 0;

@@ -10,51 +10,23 @@
 #include <unistd.h>
 
 #include "zo/checkpoint.h"
-#include "zo/config.h"
-#include "zo/data.h"
-#include "zo/fsutil.h"
 #include "zo/safetensors.h"
-#include "zo/train.h"
+#include "zo_engine_test.h"
 
 static char tmpdir[256];
 static char data_path[300];
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
 
 /* A config for a tiny model on the test's token file, plus extra overrides. */
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400], val_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(val_set, sizeof val_set, "data.val=%s", data_path);
-  const char *sets[64] = {"model.n_layer=2", "model.n_head=3", "model.n_embd=24",
-                          "model.vocab_size=256", "model.max_seq_len=16", "data.seq_len=12",
-                          "data.format=u16", "data.shuffle=false", "train_micro_batch_size_per_gpu=4",
-                          "steps=6", "optimizer.params.lr=0.003", "gradient_clipping=1.0",
-                          "engine.device=cpu", "log.every=100", train_set, val_set};
-  int n = 16;
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
-  return zo_config_load(cfg, NULL, sets, n);
-}
-
-/* Reads "loss" of every step line of a metrics JSONL file. */
-static int read_losses(const char *path, double *losses, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[512];
-  int n = 0;
-  while (fgets(line, sizeof line, f) && n < cap) {
-    const char *p = strstr(line, "\"loss\": ");
-    if (p) losses[n++] = strtod(p + 8, NULL);
-  }
-  fclose(f);
-  return n;
+  const char *base[] = {"model.n_layer=2", "model.n_head=3", "model.n_embd=24",
+                        "model.vocab_size=256", "model.max_seq_len=16", "data.seq_len=12",
+                        "data.format=u16", "data.shuffle=false", "train_micro_batch_size_per_gpu=4",
+                        "steps=6", "optimizer.params.lr=0.003", "gradient_clipping=1.0",
+                        "engine.device=cpu", "log.every=100", train_set, val_set};
+  return zo_etest_config_load(cfg, base, 16, extra, n_extra);
 }
 
 static int load_params(const char *ckpt, float **params, size_t *n) {
@@ -106,9 +78,9 @@ static int test_resume_is_bit_exact(void) {
   char pa[500], pb[500], path[500];
   double la[16], lb[16];
   snprintf(path, sizeof path, "%s/a.jsonl", tmpdir);
-  int na = read_losses(path, la, 16);
+  int na = zo_etest_read_metric(path, "loss", la, 16);
   snprintf(path, sizeof path, "%s/b.jsonl", tmpdir);
-  int nb = read_losses(path, lb, 16);
+  int nb = zo_etest_read_metric(path, "loss", lb, 16);
   CHECK(na == 6 && nb == 6);
   for (int i = 0; i < 6; i++) CHECK(la[i] == lb[i]);
   snprintf(pa, sizeof pa, "%s/checkpoint-6", dir_a);
@@ -141,9 +113,9 @@ static int test_accumulation_matches_big_batch(void) {
   zo_config_free(&cfg);
   double la[16], lb[16];
   snprintf(path, sizeof path, "%s/acc1.jsonl", tmpdir);
-  int na = read_losses(path, la, 16);
+  int na = zo_etest_read_metric(path, "loss", la, 16);
   snprintf(path, sizeof path, "%s/acc2.jsonl", tmpdir);
-  int nb = read_losses(path, lb, 16);
+  int nb = zo_etest_read_metric(path, "loss", lb, 16);
   CHECK(na == 6 && nb == 6);
   for (int i = 0; i < 6; i++) {
     double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
@@ -280,40 +252,19 @@ static int test_eval_uses_less_device_memory(void) {
 }
 
 int main(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/zo-test-train-XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "train")) return 1;
   /* Real-looking bytes: a repeating sentence with a counter, so there is
    * structure to learn. */
-  size_t n = 20000;
-  uint16_t *tok = malloc(n * sizeof *tok);
-  const char *text = "the quick brown fox jumps over the lazy dog; ";
-  for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)(unsigned char)text[i % strlen(text)];
   snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_data_write_u16(data_path, tok, n)) {
-    fprintf(stderr, "%s\n", zo_last_error());
-    return 1;
-  }
-  free(tok);
-  struct {
-    const char *name;
-    int (*fn)(void);
-  } tests[] = {
-      {"resume_is_bit_exact", test_resume_is_bit_exact},
-      {"accumulation_matches_big_batch", test_accumulation_matches_big_batch},
-      {"corrupt_checkpoint_is_refused", test_corrupt_checkpoint_is_refused},
-      {"pretrained_round_trip_and_mismatch", test_pretrained_round_trip_and_mismatch},
-      {"eval_uses_less_device_memory", test_eval_uses_less_device_memory},
+  if (zo_etest_write_tokens(data_path, 20000, "the quick brown fox jumps over the lazy dog; ", 256)) return 1;
+  static const struct zo_test tests[] = {
+      ZO_TEST(resume_is_bit_exact),
+      ZO_TEST(accumulation_matches_big_batch),
+      ZO_TEST(corrupt_checkpoint_is_refused),
+      ZO_TEST(pretrained_round_trip_and_mismatch),
+      ZO_TEST(eval_uses_less_device_memory),
   };
-  int failed = 0, n_tests = (int)(sizeof tests / sizeof tests[0]);
-  for (int i = 0; i < n_tests; i++) {
-    int r = tests[i].fn();
-    printf("%s: %s\n", r ? "FAIL" : "ok", tests[i].name);
-    failed += r != 0;
-  }
-  zo_remove_tree(tmpdir);
-  printf("%d passed, %d failed\n", n_tests - failed, failed);
-  return failed ? 1 : 0;
+  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  zo_test_rmtree(tmpdir);
+  return zo_test_report(counts);
 }

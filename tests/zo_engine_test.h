@@ -1,0 +1,218 @@
+/* Scaffolding shared by the engine-level tests (test-engine-train, -offload,
+ * -memory, -adamw8bit, -report): a CHECK that names zo_last_error(), config
+ * loading from a base list of --set options plus extras, the token file, the
+ * NVMe probe, metrics JSONL reading, a training run that keeps its losses,
+ * final weights, stats and plan, the bit-for-bit comparison of two runs, one
+ * scheduler step on synthetic tokens, and the re-run with random stream
+ * delays. Each test keeps its own model config and cases; nothing here
+ * chooses a config. Header-only (static inline), on zo_test.h and the public
+ * include/zo/ APIs. */
+#ifndef ZO_ENGINE_TEST_H
+#define ZO_ENGINE_TEST_H
+
+#include <sys/wait.h>
+
+#include "zo/data.h"
+#include "zo/nvme.h"
+#include "zo/plan.h"
+#include "zo/sched.h"
+#include "zo/train.h"
+#include "zo_test.h"
+
+/* Returns 1 from the calling case, printing file:line, the condition and
+ * zo_last_error(). */
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
+              zo_last_error());                                                     \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+
+#define ZO_ETEST_MAX_SETS 64  /* --set options in one config load */
+#define ZO_ETEST_MAX_STEPS 64 /* losses kept by one run */
+
+/* zo_config_load of base[0, n_base) then extra[0, n_extra), in that order. */
+static inline int zo_etest_config_load(struct zo_config *cfg, const char *const *base, int n_base,
+                                       const char *const *extra, int n_extra) {
+  const char *sets[ZO_ETEST_MAX_SETS];
+  if (n_base + n_extra > ZO_ETEST_MAX_SETS) {
+    fprintf(stderr, "  %d --set options, the test allows %d\n", n_base + n_extra, ZO_ETEST_MAX_SETS);
+    return -EINVAL;
+  }
+  int n = 0;
+  for (int i = 0; i < n_base; i++) sets[n++] = base[i];
+  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  return zo_config_load(cfg, NULL, sets, n);
+}
+
+/* Writes n u16 tokens to path: the bytes of text repeated, each modulo
+ * vocab_size. Returns 0, or -1 after printing zo_last_error(). */
+static inline int zo_etest_write_tokens(const char *path, size_t n, const char *text, unsigned vocab_size) {
+  uint16_t *tok = zo_test_xmalloc(n * sizeof *tok);
+  const size_t len = strlen(text);
+  for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((unsigned char)text[i % len] % vocab_size);
+  const int err = zo_data_write_u16(path, tok, n);
+  free(tok);
+  if (err) fprintf(stderr, "%s\n", zo_last_error());
+  return err ? -1 : 0;
+}
+
+/* Whether an NVMe store can be created under dir; when not, prints why the
+ * NVMe cases will skip. */
+static inline bool zo_etest_nvme_probe(const char *dir) {
+  struct zo_nvme_config nc = {.dir = dir, .block_size = 4096, .queue_depth = 8};
+  zo_nvme_t probe = zo_nvme_init(&nc);
+  if (!probe) printf("NVMe cases skipped: the store cannot be created under %s: %s\n", dir, zo_last_error());
+  zo_nvme_free(probe);
+  return probe != NULL;
+}
+
+/* Reads the number after "<key>": of each line of a metrics JSONL file that
+ * has one, at most cap. Returns how many, or -1 when path cannot be opened. */
+static inline int zo_etest_read_metric(const char *path, const char *key, double *out, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512], pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  int n = 0;
+  while (fgets(line, sizeof line, f) && n < cap) {
+    const char *p = strstr(line, pat);
+    if (p) out[n++] = strtod(p + strlen(pat), NULL);
+  }
+  fclose(f);
+  return n;
+}
+
+/* ---- training runs ------------------------------------------------------ */
+
+typedef int (*zo_etest_load_fn)(struct zo_config *cfg, const char *const *extra, int n_extra);
+
+struct zo_etest_run {
+  double losses[ZO_ETEST_MAX_STEPS]; /* per step, from the metrics file */
+  float *params;                     /* (n) final weights; the caller frees */
+  size_t n;
+  struct zo_sched_stats stats;
+  struct zo_plan plan;
+};
+
+/* Trains the config load(extra, log.metrics_path=<dir>/<name>.jsonl), from
+ * checkpoint resume when not NULL, filling r; fails unless it logged exactly
+ * n_steps losses. */
+static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const char *name,
+                                 const char *const *extra, int n_extra, int n_steps, const char *resume,
+                                 struct zo_etest_run *r) {
+  char met[400];
+  snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", dir, name);
+  const char *sets[16];
+  CHECK(n_extra < 16);
+  for (int i = 0; i < n_extra; i++) sets[i] = extra[i];
+  sets[n_extra] = met;
+  struct zo_config cfg;
+  CHECK(load(&cfg, sets, n_extra + 1) == 0);
+  struct zo_gpt2_config mc = cfg.model.gpt2;
+  struct zo_tensor_table t;
+  CHECK(zo_gpt2_build_table(&mc, &t) == 0);
+  r->n = t.numel;
+  zo_tensor_table_free(&t);
+  r->params = malloc(r->n * sizeof(float));
+  CHECK(r->params);
+  CHECK(zo_plan_build(&cfg, &mc, NULL, &r->plan) == 0);
+  struct zo_train_opts opts = {.resume = resume, .stats = &r->stats, .final_params = r->params};
+  int err = zo_train(&cfg, &opts);
+  zo_config_free(&cfg);
+  CHECK(err == 0);
+  char path[500];
+  snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+  CHECK(zo_etest_read_metric(path, "loss", r->losses, ZO_ETEST_MAX_STEPS) == n_steps);
+  return 0;
+}
+
+/* Whether the measured peaks and planned pools of r equal its plan on every
+ * tier; says which did not. */
+static inline bool zo_etest_peaks_match(const char *name, const struct zo_etest_run *r) {
+  const struct zo_sched_stats *s = &r->stats;
+  const size_t *t = r->plan.total;
+  if (s->device_peak == t[ZO_TIER_DEVICE] && s->device_planned == t[ZO_TIER_DEVICE] &&
+      s->host_peak == t[ZO_TIER_HOST] && s->host_planned == t[ZO_TIER_HOST] &&
+      s->nvme_planned == t[ZO_TIER_NVME])
+    return true;
+  fprintf(stderr, "  %s: device peak %zu planned %zu, host peak %zu planned %zu, nvme planned %zu; plan %zu %zu %zu\n",
+          name, s->device_peak, s->device_planned, s->host_peak, s->host_planned, s->nvme_planned,
+          t[ZO_TIER_DEVICE], t[ZO_TIER_HOST], t[ZO_TIER_NVME]);
+  return false;
+}
+
+/* Compares r's n losses with want's from step first + 1, and r's final
+ * weights with want's, bit for bit. Returns 0, or 1 after printing the first
+ * differing step and element against want_name. */
+static inline int zo_etest_same_run(const char *name, const struct zo_etest_run *r,
+                                    const struct zo_etest_run *want, const char *want_name, int first, int n) {
+  int ret = 0;
+  for (int i = 0; i < n; i++)
+    if (memcmp(&r->losses[i], &want->losses[first + i], sizeof(double)) != 0) {
+      fprintf(stderr, "  %s: step %d loss %.17g, %s %.17g\n", name, first + i + 1, r->losses[i], want_name,
+              want->losses[first + i]);
+      ret = 1;
+      break;
+    }
+  if (r->n != want->n || memcmp(r->params, want->params, r->n * sizeof(float)) != 0) {
+    size_t i = 0;
+    while (i < r->n && i < want->n && memcmp(&r->params[i], &want->params[i], sizeof(float)) == 0) i++;
+    fprintf(stderr, "  %s: final weights differ from %s first at element %zu (of %zu, %zu)\n", name, want_name, i,
+            r->n, want->n);
+    ret = 1;
+  }
+  return ret;
+}
+
+/* ---- the scheduler directly -------------------------------------------- */
+
+/* Fills the B*T inputs and targets of one micro-batch. */
+typedef void (*zo_etest_fill_fn)(int32_t *inputs, int32_t *targets, size_t BT, int vocab_size);
+
+/* One optimizer step t of n_micro micro-batches, tokens from fill; the loss
+ * in *loss. Returns zo_sched_step_end's result (asynchronous: the caller
+ * synchronizes). */
+static inline int zo_etest_sched_step(struct zo_sched *s, long t, int n_micro, const struct zo_adamw_hparams *hp,
+                                      zo_etest_fill_fn fill, double *loss) {
+  const struct zo_gpt2 *m = zo_sched_model(s);
+  const size_t BT = (size_t)m->B * (size_t)m->T;
+  for (int k = 0; k < n_micro; k++) {
+    int32_t *in, *tg;
+    zo_sched_batch(s, &in, &tg);
+    fill(in, tg, BT, m->cfg.vocab_size);
+    zo_sched_micro_batch(s, k);
+  }
+  return zo_sched_step_end(s, t, hp, 1.0, loss);
+}
+
+/* ---- random stream delays ----------------------------------------------- */
+
+/* Whether this process runs with ZO_STREAM_DELAY_US set; prints the mode. */
+static inline bool zo_etest_delay_mode(void) {
+  const bool delay = getenv("ZO_STREAM_DELAY_US") != NULL;
+  printf("mode: %s\n", delay ? "random stream delays (ZO_STREAM_DELAY_US set)" : "no stream delays");
+  return delay;
+}
+
+/* Runs this binary again with ZO_STREAM_DELAY_US=200 (the CPU streams sleep
+ * at random before each task, so a missing wait shows as a different
+ * result). The variable is read at the first stream creation, hence a fresh
+ * process. Returns 0 when the re-run passed, else 1. */
+static inline int zo_etest_rerun_with_delays(char **argv) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("ZO_STREAM_DELAY_US", "200", 1);
+    execv("/proc/self/exe", argv);
+    perror("execv");
+    _exit(1);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+#endif /* ZO_ENGINE_TEST_H */
