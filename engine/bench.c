@@ -324,8 +324,11 @@ int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row 
       /* The chunked head cannot be turned off: one chunk of all B*T rows is
        * the unchunked head's logits. */
       struct zo_gpt2_layout lo = zo_placement_layout(&plan.placement);
+      const size_t chunked = zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
       lo.head_chunk_rows = plan.B * plan.T;
-      row->device_planned = zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
+      /* The scheduler's own device bytes (norm partials) stay as planned. */
+      row->device_planned = plan.total[ZO_TIER_DEVICE] - chunked +
+                            zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
       row->status = ZO_BENCH_MEMORY_PLANNED_ONLY;
       snprintf(row->reason, sizeof row->reason,
                "the chunked LM head is always on: plan with one chunk of all %d x %d rows", plan.B, plan.T);

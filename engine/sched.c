@@ -294,17 +294,19 @@ size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_
                             size_t by_category[ZO_MEM_N_CATEGORIES]) {
   const struct zo_gpt2_layout lo = zo_placement_layout(pl);
   size_t total = zo_gpt2_device_plan(mc, B, T, &lo, by_category);
-  if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE || !pl->opt.eightbit) return total;
+  if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE) return total;
   struct zo_gpt2_config c = *mc;
   struct zo_tensor_table t;
   if (zo_gpt2_config_check(&c) || zo_gpt2_build_table(&c, &t)) return 0;
-  const size_t nb = zo_arena_round(zo_optim_state_nbytes(&pl->opt, &t));
+  const size_t nb = pl->opt.eightbit ? zo_arena_round(zo_optim_state_nbytes(&pl->opt, &t)) : 0;
+  const size_t norm = zo_arena_round((size_t)t.n_tensors * sizeof(double));
   zo_tensor_table_free(&t);
   if (by_category) {
     by_category[ZO_MEM_ADAM_M] += nb;
     by_category[ZO_MEM_ADAM_V] += nb;
+    by_category[ZO_MEM_GRADS] += norm;
   }
-  return total + 2 * nb;
+  return total + 2 * nb + norm;
 }
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
@@ -466,7 +468,9 @@ struct zo_sched {
   float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
   uint8_t *st_m, *st_v;         /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
   size_t *soff;                 /* (n_tensors) byte offset of each tensor in the canonical layout */
-  struct zo_arena opt_arena;    /* device: 8-bit m, v (AdamW8bit on the device only) */
+  struct zo_arena opt_arena;    /* device, optimizer on the device: norm partials, 8-bit m, v */
+  double *norm_dev;             /* (n_tensors) device: per-tensor sums of squares of the gradients */
+  double *norm_host;            /* (n_tensors) their host copy, summed in table order */
   /* events */
   zo_event_t *param_ready;      /* (U) unit's device (or host, for slotted blocks) copy updated */
   zo_event_t *opt_done;         /* (U) unit's update finished */
@@ -770,12 +774,21 @@ static const float *opt_grads(const struct zo_sched *s) {
   return s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads;
 }
 
+/* Optimizer stream. With the optimizer on the device the per-tensor sums
+ * were computed there (backend sumsq) and copied to norm_host before this
+ * runs; the host only adds them, in the same table order. */
 static void norm_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   struct step_args *sa = &s->step[a->parity];
   double t0 = zo_time_s();
-  sa->norm = sqrt(grad_sumsq(s->t, opt_grads(s)));
+  double sum = 0.0;
+  if (s->norm_host) {
+    for (int i = 0; i < s->t->n_tensors; i++) sum += s->norm_host[i];
+  } else {
+    sum = grad_sumsq(s->t, opt_grads(s));
+  }
+  sa->norm = sqrt(sum);
   sa->coef = zo_clip_coef(sa->norm, sa->max_norm);
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
@@ -950,14 +963,45 @@ static void nv_reprime(struct zo_sched *s) {
   nv_prime(s, s->parity ^ 1);
 }
 
+/* Optimizer on the device, fp32 states: unit u's tensors updated by the
+ * backend's AdamW on the optimizer stream, never touched by the host. */
+static void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) {
+  const struct range r = unit_range(s->t, u);
+  float *m = (float *)s->st_m, *v = (float *)s->st_v;
+  for (int i = 0; i < s->t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &s->t->tensors[i];
+    if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
+    const size_t o = ti->offset;
+    s->be->adamw_update(s->m->params + o, s->acc + o, m + o, v + o, ti->numel, sa->hp.lr, sa->hp.beta1,
+                        sa->hp.beta2, sa->hp.eps, sa->hp.weight_decay, ti->decay, sa->t, sa->coef, s->os);
+  }
+}
+
 /* Queues the optimizer of one step on the optimizer stream, unit by unit in
- * forward order, each unit's new parameters copied to the device behind it. */
-static void queue_optimizer(struct zo_sched *s) {
+ * forward order, each unit's new parameters copied to the device behind it.
+ * With the optimizer on the device the gradient norm is per-tensor backend
+ * sumsq, copied to the host and added there; the fp32 update then needs the
+ * clip coefficient as an argument, so this waits for the norm (the host
+ * stalls until the last backward has run, as llm.c does) and returns 0 or
+ * -errno. */
+static int queue_optimizer(struct zo_sched *s) {
   zo_backend_t be = s->be;
   const int p = s->parity;
+  const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
   CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
+  if (on_device) {
+    for (int i = 0; i < s->t->n_tensors; i++)
+      be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->os);
+    CHECK_Q(be->memcpy_async(s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
+                             ZO_COPY_D2H, s->os));
+  }
   CHECK_Q(be->launch_host_func(s->os, norm_fn, &s->norm_tasks[p]));
   CHECK_Q(be->event_record(s->norm_done, s->os));
+  const bool dev_update = on_device && !s->pl.opt.eightbit;
+  if (dev_update) {
+    int err = be->event_synchronize(s->norm_done);
+    if (err) return err;
+  }
   if (s->nv) nv_prime(s, p);
   int j = 0;
   for (int u = 0; u < s->U; u++) {
@@ -985,6 +1029,8 @@ static void queue_optimizer(struct zo_sched *s) {
         CHECK_Q(be->launch_host_func(s->io, nv_write_fn, task));
         if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
+    } else if (dev_update) {
+      queue_device_update(s, &s->step[p], u);
     } else {
       CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
@@ -1004,6 +1050,7 @@ static void queue_optimizer(struct zo_sched *s) {
     s->nv_base += s->n_chunks;
     s->nv_primed = false;
   }
+  return 0;
 }
 
 /* ---- public API ---------------------------------------------------------- */
@@ -1133,20 +1180,25 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
     s->st_m = s->h.adam_m;
     s->st_v = s->h.adam_v;
-  } else if (s->pl.optimizer == ZO_OFFLOAD_NONE && !s->pl.opt.eightbit) {
-    s->st_m = (uint8_t *)s->m->adam_m;
-    s->st_v = (uint8_t *)s->m->adam_v;
   } else if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    /* 8-bit states on the device: an arena of their own, since the model's
-     * arena carves fp32 m, v only. */
-    const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
-    void *pm, *pv;
-    if (zo_arena_init(&s->opt_arena, c->backend, 2 * zo_arena_round(sb), "device") ||
-        zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit m", &pm) ||
-        zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit v", &pv))
+    /* Optimizer on the device: an arena of the scheduler's own (planned by
+     * zo_sched_device_plan) for the per-tensor norm partials and, for 8-bit
+     * states, m and v, since the model's arena carves fp32 m, v only. */
+    const size_t sb = s->pl.opt.eightbit ? zo_optim_state_nbytes(&s->pl.opt, s->t) : 0;
+    const size_t nb = (size_t)s->t->n_tensors * sizeof(double);
+    void *pn, *pm = NULL, *pv = NULL;
+    if (zo_arena_init(&s->opt_arena, c->backend, zo_arena_round(nb) + 2 * zo_arena_round(sb), "device") ||
+        zo_arena_alloc(&s->opt_arena, nb, "gradient norm partials", &pn) ||
+        (sb && (zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit m", &pm) ||
+                zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit v", &pv))))
       goto out_free;
-    s->st_m = pm;
-    s->st_v = pv;
+    s->norm_dev = pn;
+    if (!(s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host))) {
+      zo_error(-ENOMEM, "out of host memory for the scheduler");
+      goto out_free;
+    }
+    s->st_m = sb ? pm : (uint8_t *)s->m->adam_m;
+    s->st_v = sb ? pv : (uint8_t *)s->m->adam_v;
   }
 
   zo_backend_t be = s->be;
@@ -1250,6 +1302,7 @@ void zo_sched_free(struct zo_sched *s) {
   zo_arena_free(&s->opt_arena);
   zo_gpt2_free(s->m);
   free(s->soff);
+  free(s->norm_host);
   free(s->pieces);
   free(s->param_ready);
   free(s->opt_done);
@@ -1442,8 +1495,9 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   sa->t = t;
   sa->hp = *hp;
   sa->max_norm = max_norm;
-  queue_optimizer(s);
-  s->stepped = true;
+  err = queue_optimizer(s);
+  s->stepped = true; /* work was queued even on failure */
+  if (err) return err;
   if (s->K) slots_invalidate(s);
   if ((err = be->event_synchronize(s->losses_ready))) return err;
   const size_t BT = (size_t)s->B * (size_t)s->T;

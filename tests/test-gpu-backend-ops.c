@@ -510,6 +510,87 @@ static int test_crossentropy(void) {
 
 /* ---- memory, copies, streams ----------------------------------------------------------- */
 
+/* Largest distance in ulps between the device copy read back by tb_check and
+ * the reference (same sign assumed away: bit patterns as ordered integers). */
+static uint64_t tb_max_ulp(const struct tbuf *b) {
+  uint64_t worst = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    int32_t x, y;
+    memcpy(&x, &b->got[GUARD + i], sizeof x);
+    memcpy(&y, &b->ref[i], sizeof y);
+    int64_t a = x < 0 ? (int64_t)INT32_MIN - x : x, c = y < 0 ? (int64_t)INT32_MIN - y : y;
+    uint64_t d = (uint64_t)(a > c ? a - c : c - a);
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+/* adamw_update: the CUDA kernel uses only IEEE round-to-nearest intrinsics in
+ * the CPU's order, so it is expected bit-identical; the test allows 1 ulp on
+ * p, m, v and prints the largest difference seen. */
+static int test_adamw_update(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 14);
+    const size_t N = (size_t)sh->B * sh->T * sh->C * 3 + 5;
+    struct tbuf p = tb_new(N), g = tb_new(N), m = tb_new(N), v = tb_new(N);
+    for (int decay = 0; decay < 2; decay++) {
+      const long t = 1 + 9 * decay;
+      tb_random(&p, -1, 1), tb_random(&g, -2, 2), tb_random(&m, -0.1f, 0.1f), tb_random(&v, 0, 0.01f);
+      cpu->adamw_update(p.ref, g.ref, m.ref, v.ref, N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t, 0.42f, NULL);
+      gpu->adamw_update(D(&p), D(&g), D(&m), D(&v), N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t, 0.42f,
+                        gstream);
+      struct tbuf *outs[] = {&p, &m, &v, &g};
+      static const char *names[] = {"adamw p", "adamw m", "adamw v", "adamw g (read only)"};
+      for (int k = 0; k < 4; k++) {
+        int f = tb_check(names[k], outs[k]);
+        const uint64_t ulp = tb_max_ulp(outs[k]);
+        if (ulp > 1) {
+          fprintf(stderr, "  %s (decay %d, t %ld): %llu ulp from the CPU\n", names[k], decay, t,
+                  (unsigned long long)ulp);
+          f = 1;
+        }
+        if (k == 0) printf("  adamw p, decay %d: max %llu ulp from the CPU backend\n", decay, (unsigned long long)ulp);
+        fail |= report(f, sh);
+      }
+    }
+    tb_free(&p), tb_free(&g), tb_free(&m), tb_free(&v);
+  }
+  return fail;
+}
+
+/* sumsq: deterministic (two runs bitwise equal) and within 1e-12 relative of
+ * the CPU's zo_sumsq (different association inside each chunk); n = 0 gives 0. */
+static int test_sumsq(void) {
+  int fail = 0;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    const struct shape *sh = begin_shape(si, 15);
+    const size_t sizes[] = {0, 5, (size_t)sh->B * sh->T * sh->C * 40 + 3};
+    for (size_t k = 0; k < 3; k++) {
+      const size_t N = sizes[k];
+      struct tbuf x = tb_new(N + 1);
+      tb_random(&x, -3, 3);
+      void *pd = NULL;
+      must(gpu->mem_alloc(&pd, 2 * sizeof(double)), "mem_alloc");
+      double *d = pd, want = NAN, got[2] = {NAN, NAN};
+      must(gpu->memset_async(d, 0xff, 2 * sizeof(double), gstream), "memset_async");
+      cpu->sumsq(&want, x.ref, N, NULL);
+      gpu->sumsq(&d[0], D(&x), N, gstream);
+      gpu->sumsq(&d[1], D(&x), N, gstream);
+      must(gpu->memcpy_async(got, d, sizeof got, ZO_COPY_D2H, gstream), "memcpy_async D2H");
+      gsync();
+      if (memcmp(&got[0], &got[1], sizeof got[0]) || !(fabs(got[0] - want) <= 1e-12 * want) ||
+          (N == 0 && got[0] != 0.0)) {
+        fprintf(stderr, "  sumsq n=%zu: gpu %.17g then %.17g, cpu %.17g\n", N, got[0], got[1], want);
+        fail |= report(1, sh);
+      }
+      gpu->mem_free(pd);
+      tb_free(&x);
+    }
+  }
+  return fail;
+}
+
 static int test_memory(void) {
   int fail = 0;
   size_t free_bytes = 0, total_bytes = 0;
@@ -647,6 +728,8 @@ int main(void) {
       ZO_TEST(gelu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),
+      ZO_TEST(adamw_update),
+      ZO_TEST(sumsq),
       ZO_TEST(streams_events),
   };
   gpu = zo_backend_cuda();

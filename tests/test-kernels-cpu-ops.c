@@ -10,6 +10,7 @@
 #include "zo/backend.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -973,7 +974,8 @@ static int test_backend_table(void) {
       (const void *)be->attention_forward, (const void *)be->attention_backward,
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
       (const void *)be->residual_forward, (const void *)be->residual_backward,
-      (const void *)be->crossentropy_forward,
+      (const void *)be->crossentropy_forward, (const void *)be->adamw_update,
+      (const void *)be->sumsq,
   };
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
     if (!fields[i]) {
@@ -1059,6 +1061,97 @@ static int test_op_on_stream(void) {
   return fail;
 }
 
+/* adamw_update through the table, on the NULL stream and on a created one,
+ * is bitwise zo_cpu_adamw_update (which offload/adamw.c's zo_adamw_update is,
+ * and test-offload-adamw checks against torch); both decay settings, a
+ * clipping scale, t > 1, an odd n above the parallel threshold. Also within
+ * 4 ulp of a float64 evaluation of the same formula. */
+static int test_adamw_update(void) {
+  enum { N = (1 << 15) + 77 };
+  zo_rng_seed(31);
+  float *p0 = galloc(N), *g = galloc(N), *m0 = galloc(N), *v0 = galloc(N);
+  fill_random(p0, N, -1, 1);
+  fill_random(g, N, -2, 2);
+  fill_random(m0, N, -0.1f, 0.1f);
+  fill_random(v0, N, 0, 0.01f);
+  float *p[3], *m[3], *v[3];
+  for (int k = 0; k < 3; k++) {
+    p[k] = galloc(N), m[k] = galloc(N), v[k] = galloc(N);
+  }
+  zo_stream_t stream = NULL;
+  int fail = be->stream_create(&stream) != 0;
+  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, scale = 0.37f;
+  for (int decay = 0; decay < 2 && !fail; decay++) {
+    for (long t = 1; t <= 7; t += 6) {
+      for (int k = 0; k < 3; k++) {
+        memcpy(p[k], p0, sizeof(float) * N), memcpy(m[k], m0, sizeof(float) * N);
+        memcpy(v[k], v0, sizeof(float) * N);
+      }
+      zo_cpu_adamw_update(p[0], g, m[0], v[0], N, lr, b1, b2, eps, wd, decay, t, scale);
+      be->adamw_update(p[1], g, m[1], v[1], N, lr, b1, b2, eps, wd, decay, t, scale, NULL);
+      be->adamw_update(p[2], g, m[2], v[2], N, lr, b1, b2, eps, wd, decay, t, scale, stream);
+      fail |= be->stream_synchronize(stream) != 0;
+      for (int k = 1; k < 3; k++)
+        if (memcmp(p[k], p[0], sizeof(float) * N) || memcmp(m[k], m[0], sizeof(float) * N) ||
+            memcmp(v[k], v[0], sizeof(float) * N)) {
+          fprintf(stderr, "  adamw_update (%s stream, decay %d, t %ld) differs bitwise\n",
+                  k == 1 ? "NULL" : "created", decay, t);
+          fail = 1;
+        }
+      for (size_t i = 0; i < N; i++) {
+        const double gi = (double)g[i] * scale;
+        const double mi = b1 * (double)m0[i] + (1.0 - b1) * gi;
+        const double vi = b2 * (double)v0[i] + (1.0 - b2) * gi * gi;
+        const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+        double pi = (double)p0[i] * (decay ? 1.0 - (double)lr * wd : 1.0);
+        pi -= (double)lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps);
+        const double tol = 4.0 * FLT_EPSILON * (fabs(pi) + fabs((double)lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps)));
+        if (!(fabs(p[0][i] - pi) <= tol) || !(fabs(m[0][i] - mi) <= 4.0 * FLT_EPSILON * (b1 * fabs((double)m0[i]) + fabs(gi)))) {
+          fprintf(stderr, "  adamw_update[%zu] (decay %d, t %ld): p %.9g want %.9g, m %.9g want %.9g\n", i,
+                  decay, t, p[0][i], pi, m[0][i], mi);
+          fail = 1;
+          break;
+        }
+      }
+    }
+  }
+  be->stream_destroy(stream);
+  for (int k = 0; k < 3; k++) gfree(p[k]), gfree(m[k]), gfree(v[k]);
+  gfree(p0), gfree(g), gfree(m0), gfree(v0);
+  return fail;
+}
+
+/* sumsq through the table writes zo_cpu_sumsq's double (zo_sumsq's code)
+ * bitwise, on both streams, for n = 0, n below ZO_SUMSQ_CHUNKS, and n above
+ * the parallel threshold; and is within 1e-12 relative of a long double sum. */
+static int test_sumsq(void) {
+  static const size_t ns[] = {0, 1, 63, 1000, (1 << 15) + 77, (1 << 20) + 3};
+  zo_rng_seed(32);
+  zo_stream_t stream = NULL;
+  int fail = be->stream_create(&stream) != 0;
+  for (size_t k = 0; k < sizeof ns / sizeof ns[0] && !fail; k++) {
+    const size_t n = ns[k];
+    float *x = galloc(n + 1);
+    fill_random(x, n, -3, 3);
+    double got[2] = {NAN, NAN};
+    be->sumsq(&got[0], x, n, NULL);
+    be->sumsq(&got[1], x, n, stream);
+    fail |= be->stream_synchronize(stream) != 0;
+    const double want = zo_cpu_sumsq(x, n);
+    long double ref = 0.0L;
+    for (size_t i = 0; i < n; i++) ref += (long double)x[i] * x[i];
+    if (memcmp(&got[0], &want, sizeof want) || memcmp(&got[1], &want, sizeof want) ||
+        !(fabsl((long double)want - ref) <= 1e-12L * ref)) {
+      fprintf(stderr, "  sumsq n=%zu: NULL %.17g, stream %.17g, zo_cpu_sumsq %.17g, long double %.17Lg\n", n,
+              got[0], got[1], want, ref);
+      fail = 1;
+    }
+    gfree(x);
+  }
+  be->stream_destroy(stream);
+  return fail;
+}
+
 int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(backend_table),
@@ -1084,6 +1177,8 @@ int main(void) {
       ZO_TEST(crossentropy_forward),
       ZO_TEST(crossentropy_fd),
       ZO_TEST(op_on_stream),
+      ZO_TEST(adamw_update),
+      ZO_TEST(sumsq),
   };
   be = zo_backend_cpu();
   return ZO_TEST_MAIN(tests);

@@ -123,10 +123,36 @@ struct zo_backend {
   void (*crossentropy_forward)(float *losses, float *dlogits, const float *logits,
                                const int32_t *targets, float dloss, int N, int V, int Vp,
                                zo_stream_t stream);
+  /* One AdamW step over n elements, in place on p, m, v (fp32); g is read
+   * only. Exactly zo_adamw_update's arithmetic (zo/adamw.h: PyTorch's
+   * single-tensor order, g scaled by grad_scale, decoupled weight decay
+   * when decay, bias corrections from the 1-based step t). The CPU backend
+   * is bit-identical to zo_adamw_update; CUDA agrees to within an ulp and is
+   * expected to be bit-identical (kernels/cuda/adamw.cu says why). */
+  void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, bool decay, long t,
+                       float grad_scale, zo_stream_t stream);
+  /* *out (one double, device memory) = sum of x[i]^2 over n elements,
+   * accumulated in double in ZO_SUMSQ_CHUNKS fixed chunks combined in chunk
+   * order: the same value on every run, whatever the thread count. The CPU
+   * backend is bit-identical to zo_sumsq; CUDA associates within a chunk
+   * differently (relative difference ~1e-15). */
+  void (*sumsq)(double *out, const float *x, size_t n, zo_stream_t stream);
 };
+
+/* Chunks of the deterministic sum of squares (sumsq, zo_sumsq). */
+#define ZO_SUMSQ_CHUNKS 64
 
 /* The CPU backend (always available). */
 zo_backend_t zo_backend_cpu(void);
+
+/* The CPU backend's adamw_update and sumsq run now on the calling thread
+ * (its OpenMP team) on host memory: what offload/adamw.c's zo_adamw_update
+ * and zo_sumsq are, so the optimizer on every tier is one code. */
+void zo_cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, bool decay,
+                         long t, float grad_scale);
+double zo_cpu_sumsq(const float *x, size_t n);
 
 /* The CUDA backend, or NULL with zo_last_error() set when the build has no
  * CUDA, no driver or no GPU is present, or the backend is not complete. */

@@ -19,7 +19,12 @@
  * or, for AdamW8bit, zo_adamw8bit_update per tensor, split only at multiples
  * of the quantization block from the tensor's first element (blocks are
  * independent, so that chunking is exact too).
- * The device-resident optimizer (no offload) runs as host functions on device
+ * With the optimizer on the device (no offload) the per-tensor sums are the
+ * backend's sumsq (on the CPU backend the same code as zo_sumsq), copied to
+ * the host and added there in table order, and the fp32 update is the
+ * backend's adamw_update (on the CPU backend zo_adamw_update's code), queued
+ * once the norm is known: neither touches device memory from the host. The
+ * 8-bit update on the device still runs as a host function on device
  * memory: correct on the CPU backend only. */
 #ifndef ZO_SCHED_H
 #define ZO_SCHED_H

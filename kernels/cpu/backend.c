@@ -331,6 +331,46 @@ static void cpu_crossentropy_forward(float *losses, float *dlogits, const float 
   zo_cpu_stream_enqueue(stream, crossentropy_forward_run, &a, sizeof a);
 }
 
+struct adamw_update_args {
+  float *p, *m, *v;
+  const float *g;
+  size_t n;
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  bool decay;
+  long t;
+};
+
+static void adamw_update_run(void *p) {
+  struct adamw_update_args *a = p;
+  zo_cpu_adamw_update(a->p, a->g, a->m, a->v, a->n, a->lr, a->beta1, a->beta2, a->eps,
+                      a->weight_decay, a->decay, a->t, a->grad_scale);
+}
+
+static void cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, bool decay,
+                             long t, float grad_scale, zo_stream_t stream) {
+  struct adamw_update_args a = {.p = p, .m = m, .v = v, .g = g, .n = n, .lr = lr, .beta1 = beta1,
+                                .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
+                                .grad_scale = grad_scale, .decay = decay, .t = t};
+  zo_cpu_stream_enqueue(stream, adamw_update_run, &a, sizeof a);
+}
+
+struct sumsq_args {
+  double *out;
+  const float *x;
+  size_t n;
+};
+
+static void sumsq_run(void *p) {
+  struct sumsq_args *a = p;
+  *a->out = zo_cpu_sumsq(a->x, a->n);
+}
+
+static void cpu_sumsq(double *out, const float *x, size_t n, zo_stream_t stream) {
+  struct sumsq_args a = {out, x, n};
+  zo_cpu_stream_enqueue(stream, sumsq_run, &a, sizeof a);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 static const struct zo_backend cpu_backend = {
@@ -363,6 +403,8 @@ static const struct zo_backend cpu_backend = {
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
     .crossentropy_forward = cpu_crossentropy_forward,
+    .adamw_update = cpu_adamw_update,
+    .sumsq = cpu_sumsq,
 };
 
 zo_backend_t zo_backend_cpu(void) { return &cpu_backend; }

@@ -9,6 +9,7 @@
  * count them, and the arena should own them. */
 #include "common.cuh"
 
+#include "adamw.cuh"
 #include "attention.cuh"
 #include "crossentropy.cuh"
 #include "encoder.cuh"
@@ -16,6 +17,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "residual.cuh"
+#include "sumsq.cuh"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -178,6 +180,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->residual_forward = zo_cuda_residual_forward;
   t->residual_backward = zo_cuda_residual_backward;
   t->crossentropy_forward = zo_cuda_crossentropy_forward;
+  t->adamw_update = zo_cuda_adamw_update;
+  t->sumsq = zo_cuda_sumsq;
 }
 
 /* ---- initialisation ------------------------------------------------------------------ */

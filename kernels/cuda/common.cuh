@@ -62,7 +62,9 @@ static inline int zo_cuda_try(cudaError_t err, const char *stmt, const char *fil
 
 /* A zo_stream on CUDA: the stream plus the cuBLASLt workspace that GEMMs on it
  * use (a workspace must never serve two GEMMs running at once, and GEMMs on
- * different streams may run at once). backend.cu owns creation. */
+ * different streams may run at once). Other ops on the same stream may use it
+ * as scratch between GEMMs (sumsq does): stream order keeps them apart.
+ * backend.cu owns creation. */
 struct zo_stream {
   cudaStream_t cu;
   void *workspace; /* device, ZO_CUDA_WORKSPACE_BYTES */
