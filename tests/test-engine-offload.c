@@ -107,31 +107,14 @@ static int test_params_cpu_optimizer_nvme(void) {
 /* Checkpoints every 10 steps, then a resume from step 10: the same losses
  * and final weights as the uninterrupted all-device run, and every host byte
  * (checkpoint staging included) inside the planned, measured host pool. */
-static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
-  char dir[400], ckdir[400], sub[500];
-  snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-%s", tmpdir, name);
-  snprintf(ckdir, sizeof ckdir, "%s/ck-%s", tmpdir, name);
-  const char *s[16];
-  int n = 0;
-  for (int i = 0; i < n_sets; i++) s[n++] = sets[i];
-  s[n++] = dir;
-  s[n++] = "checkpoint.every=10";
-  s[n++] = "checkpoint.keep=0";
-  struct zo_etest_run a, b;
-  char na[100], nb[100];
-  snprintf(na, sizeof na, "%s-ck", name);
-  snprintf(nb, sizeof nb, "%s-resume", name);
-  CHECK(train(na, s, n, &a) == 0);
-  CHECK(zo_etest_same_run(na, &a, &ref, "all-device", 0, N_STEPS) == 0);
-  CHECK(zo_etest_peaks_match(na, &a));
-  CHECK(a.plan.bytes[ZO_TIER_HOST][ZO_SCHED_MEM_CHECKPOINT] == 3 * zo_host_round(ref.n * sizeof(float)));
-  snprintf(sub, sizeof sub, "%s/checkpoint-10", ckdir);
-  CHECK(train_resume(nb, s, n, N_STEPS - 10, sub, &b) == 0);
-  CHECK(zo_etest_same_run(nb, &b, &ref, "all-device", 10, N_STEPS - 10) == 0);
-  CHECK(zo_etest_peaks_match(nb, &b));
-  free(a.params);
-  free(b.params);
+/* The checkpoint staging carved from the host pool: params, m and v. */
+static int inspect_staging(const char *ckpt_dir, const struct zo_etest_run *first) {
+  CHECK(first->plan.bytes[ZO_TIER_HOST][ZO_SCHED_MEM_CHECKPOINT] == 3 * zo_host_round(ref.n * sizeof(float)));
   return 0;
+}
+
+static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
+  return zo_etest_checkpoint_resume(load, tmpdir, name, sets, n_sets, N_STEPS, &ref, inspect_staging);
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }

@@ -167,6 +167,44 @@ static inline int zo_etest_same_run(const char *name, const struct zo_etest_run 
   return ret;
 }
 
+/* Checks the checkpoint the first run left at step 10 (dir checkpoint-10)
+ * beyond the resume itself; returns 0 when it is as expected. */
+typedef int (*zo_etest_inspect_fn)(const char *ckpt_dir, const struct zo_etest_run *first);
+
+/* Trains n_steps with the --set options sets plus a checkpoint every 10
+ * steps under <dir>/ck-<name>, expects it to equal ref, inspects the step-10
+ * checkpoint (inspect may be NULL), resumes from it and expects the
+ * remaining steps and the final weights to equal ref bit for bit; both runs'
+ * measured peaks must equal their plans. */
+static inline int zo_etest_checkpoint_resume(zo_etest_load_fn load, const char *dir, const char *name,
+                                             const char *const *sets, int n_sets, int n_steps,
+                                             const struct zo_etest_run *ref, zo_etest_inspect_fn inspect) {
+  char ckset[400], sub[500], na[100], nb[100];
+  snprintf(ckset, sizeof ckset, "checkpoint.dir=%s/ck-%s", dir, name);
+  snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-10", dir, name);
+  snprintf(na, sizeof na, "%s-ck", name);
+  snprintf(nb, sizeof nb, "%s-resume", name);
+  const char *s[16];
+  int n = 0;
+  CHECK(n_sets + 3 <= 15);
+  for (int i = 0; i < n_sets; i++) s[n++] = sets[i];
+  s[n++] = ckset;
+  s[n++] = "checkpoint.every=10";
+  s[n++] = "checkpoint.keep=0";
+  struct zo_etest_run a, b;
+  CHECK(zo_etest_train(load, dir, na, s, n, n_steps, NULL, &a) == 0);
+  CHECK(zo_etest_same_run(na, &a, ref, "all-device", 0, n_steps) == 0);
+  CHECK(zo_etest_peaks_match(na, &a));
+  CHECK(!inspect || inspect(sub, &a) == 0);
+  CHECK(zo_etest_train(load, dir, nb, s, n, n_steps - 10, sub, &b) == 0);
+  CHECK(zo_etest_same_run(nb, &b, ref, "all-device", 10, n_steps - 10) == 0);
+  CHECK(zo_etest_peaks_match(nb, &b));
+  free(a.params);
+  free(b.params);
+  return 0;
+}
+
+
 /* ---- the scheduler directly -------------------------------------------- */
 
 /* Fills the B*T inputs and targets of one micro-batch. */
