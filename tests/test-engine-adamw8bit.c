@@ -250,77 +250,15 @@ static int test_config_validation(void) {
 
 /* ---- quality on real text ------------------------------------------------ */
 
-static char fort_train[400], fort_val[400];
+static struct zo_etest_corpus corpus;
 
-static int prepare_fortunes(void) {
-  const char *dir = "/usr/share/games/fortunes";
-  DIR *d = opendir(dir);
-  if (!d) {
-    printf("quality cases skipped: %s is absent (install fortune-mod's data files)\n", dir);
-    return 77;
-  }
-  static char names[64][300];
-  const char *paths[64];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 64) {
-    /* The plain-text files: no extension (.dat indexes, .u8 duplicates). */
-    if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
-    snprintf(names[n], sizeof names[n], "%s/%s", dir, e->d_name);
-    FILE *f = fopen(names[n], "r");
-    if (!f) continue;
-    fclose(f);
-    n++;
-  }
-  closedir(d);
-  if (n == 0) {
-    printf("quality cases skipped: no plain-text fortune files under %s\n", dir);
-    return 77;
-  }
-  /* Sorted: the corpus must not depend on directory order. */
-  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-  for (int i = 0; i < n; i++) paths[i] = names[i];
-  snprintf(fort_train, sizeof fort_train, "%s/fortunes-train.u16", tmpdir);
-  snprintf(fort_val, sizeof fort_val, "%s/fortunes-val.u16", tmpdir);
-  size_t nt = 0, nv = 0;
-  CHECK(zo_data_prepare(paths, n, fort_train, fort_val, 0.05, &nt, &nv) == 0);
-  printf("fortune corpus: %d files, %zu training and %zu validation tokens\n", n, nt, nv);
-  return 0;
-}
-
-#define Q_STEPS 300
-
-/* A 3-layer width-128 byte-level GPT for Q_STEPS steps: the final val loss. */
+/* The quality run of this test: AdamW or AdamW8bit on the corpus. */
 static int quality_run(const char *name, const char *const *extra, int n_extra, double *val) {
-  char met[400], tr[500], va[500], nv[400];
-  snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", tmpdir, name);
-  snprintf(tr, sizeof tr, "data.train=%s", fort_train);
-  snprintf(va, sizeof va, "data.val=%s", fort_val);
+  char nv[400];
   snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *sets[32] = {"model.n_layer=3", "model.n_head=4", "model.n_embd=128", "model.vocab_size=256",
-                          "model.max_seq_len=64", "data.seq_len=64", "data.format=u16",
-                          "train_micro_batch_size_per_gpu=8", "steps=300", "optimizer.params.lr=2e-3",
-                          "optimizer.params.betas=[0.9, 0.95]", "optimizer.params.weight_decay=0.1",
-                          "scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
-                          "scheduler.params.cos_min_ratio=0.1", "gradient_clipping=1.0", "engine.device=cpu",
-                          "log.every=50", "engine.seed=7", met, tr, va, nv};
-  int n = 23;
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
-  struct zo_config cfg;
-  CHECK(zo_config_load(&cfg, NULL, sets, n) == 0);
-  struct zo_train_opts opts = {0};
-  const double t0 = zo_time_s();
-  int err = zo_train(&cfg, &opts);
-  zo_config_free(&cfg);
-  CHECK(err == 0);
-  char path[500];
-  snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
-  double vals[8];
-  const int nv_read = zo_etest_read_metric(path, "val_loss", vals, 8);
-  CHECK(nv_read >= 1);
-  *val = vals[nv_read - 1];
-  printf("%s: val loss %.4f after %d steps (%.1f s)\n", name, *val, Q_STEPS, zo_time_s() - t0);
-  return 0;
+  const char *sets[8] = {nv};
+  for (int i = 0; i < n_extra && i < 7; i++) sets[1 + i] = extra[i];
+  return zo_etest_quality_run(&corpus, tmpdir, name, sets, n_extra + 1, val);
 }
 
 static int test_quality_real_text(void) {
@@ -331,7 +269,7 @@ static int test_quality_real_text(void) {
   printf("SKIP: the quality run is left to the release build (sanitizers make it ~10x slower)\n");
   return 77;
 #endif
-  int r = prepare_fortunes();
+  int r = zo_etest_prepare_fortunes(tmpdir, &corpus);
   if (r) return r;
   double fp32, q8, q8nv = 0.0;
   const char *a[] = {"optimizer.type=AdamW"};

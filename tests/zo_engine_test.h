@@ -10,6 +10,7 @@
 #ifndef ZO_ENGINE_TEST_H
 #define ZO_ENGINE_TEST_H
 
+#include <dirent.h>
 #include <sys/wait.h>
 
 #include "zo/data.h"
@@ -103,7 +104,7 @@ struct zo_etest_run {
 static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const char *name,
                                  const char *const *extra, int n_extra, int n_steps, const char *resume,
                                  struct zo_etest_run *r) {
-  char met[400];
+  char met[600];
   snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", dir, name);
   const char *sets[16];
   CHECK(n_extra < 16);
@@ -123,7 +124,7 @@ static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const c
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == 0);
-  char path[500];
+  char path[600];
   snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
   CHECK(zo_etest_read_metric(path, "loss", r->losses, ZO_ETEST_MAX_STEPS) == n_steps);
   return 0;
@@ -204,6 +205,89 @@ static inline int zo_etest_checkpoint_resume(zo_etest_load_fn load, const char *
   return 0;
 }
 
+
+/* ---- quality on real text ------------------------------------------------ */
+
+/* The byte-level corpus of Debian's fortune files, prepared as u16 tokens. */
+struct zo_etest_corpus {
+  char train[400], val[400];
+};
+
+/* Prepares the corpus under dir (sorted file list, 5% validation). Returns
+ * 0, 77 with the reason printed when the files are absent, or 1. */
+static inline int zo_etest_prepare_fortunes(const char *dir, struct zo_etest_corpus *c) {
+  const char *fdir = "/usr/share/games/fortunes";
+  DIR *d = opendir(fdir);
+  if (!d) {
+    printf("quality cases skipped: %s is absent (install fortune-mod's data files)\n", fdir);
+    return 77;
+  }
+  static char names[64][300];
+  const char *paths[64];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 64) {
+    /* The plain-text files: no extension (.dat indexes, .u8 duplicates). */
+    if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
+    snprintf(names[n], sizeof names[n], "%s/%s", fdir, e->d_name);
+    FILE *f = fopen(names[n], "r");
+    if (!f) continue;
+    fclose(f);
+    n++;
+  }
+  closedir(d);
+  if (n == 0) {
+    printf("quality cases skipped: no plain-text fortune files under %s\n", fdir);
+    return 77;
+  }
+  /* Sorted: the corpus must not depend on directory order. */
+  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  for (int i = 0; i < n; i++) paths[i] = names[i];
+  snprintf(c->train, sizeof c->train, "%s/fortunes-train.u16", dir);
+  snprintf(c->val, sizeof c->val, "%s/fortunes-val.u16", dir);
+  size_t nt = 0, nv = 0;
+  CHECK(zo_data_prepare(paths, n, c->train, c->val, 0.05, &nt, &nv) == 0);
+  printf("fortune corpus: %d files, %zu training and %zu validation tokens\n", n, nt, nv);
+  return 0;
+}
+
+#define ZO_ETEST_Q_STEPS 300
+
+/* A 3-layer width-128 byte-level GPT on the corpus for ZO_ETEST_Q_STEPS
+ * steps with the --set options extra (metrics under dir/name.jsonl): the
+ * final validation loss in *val. */
+static inline int zo_etest_quality_run(const struct zo_etest_corpus *c, const char *dir, const char *name,
+                                       const char *const *extra, int n_extra, double *val) {
+  char met[600], tr[500], va[500];
+  snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", dir, name);
+  snprintf(tr, sizeof tr, "data.train=%s", c->train);
+  snprintf(va, sizeof va, "data.val=%s", c->val);
+  const char *sets[40] = {"model.n_layer=3", "model.n_head=4", "model.n_embd=128", "model.vocab_size=256",
+                          "model.max_seq_len=64", "data.seq_len=64", "data.format=u16",
+                          "train_micro_batch_size_per_gpu=8", "steps=300", "optimizer.params.lr=2e-3",
+                          "optimizer.params.betas=[0.9, 0.95]", "optimizer.params.weight_decay=0.1",
+                          "scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
+                          "scheduler.params.cos_min_ratio=0.1", "gradient_clipping=1.0", "engine.device=cpu",
+                          "log.every=50", "engine.seed=7", met, tr, va};
+  int n = 22;
+  CHECK(n + n_extra <= 40);
+  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  struct zo_config cfg;
+  CHECK(zo_config_load(&cfg, NULL, sets, n) == 0);
+  struct zo_train_opts opts = {0};
+  const double t0 = zo_time_s();
+  int err = zo_train(&cfg, &opts);
+  zo_config_free(&cfg);
+  CHECK(err == 0);
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+  double vals[8];
+  const int nv_read = zo_etest_read_metric(path, "val_loss", vals, 8);
+  CHECK(nv_read >= 1);
+  *val = vals[nv_read - 1];
+  printf("%s: val loss %.4f after %d steps (%.1f s)\n", name, *val, ZO_ETEST_Q_STEPS, zo_time_s() - t0);
+  return 0;
+}
 
 /* ---- the scheduler directly -------------------------------------------- */
 
