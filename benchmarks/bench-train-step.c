@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     float coef = zo_clip_coef(norm, 1.0);
     for (int i = 0; i < m->table.n_tensors; i++) {
       const struct zo_tensor_info *ti = &m->table.tensors[i];
-      zo_adamw_update(m->params + ti->offset, m->grads + ti->offset, mom + ti->offset,
+      zo_adamw_update((float *)m->params + ti->offset, m->grads + ti->offset, mom + ti->offset,
                       var + ti->offset, ti->numel, &hp, ti->decay, step + 1, coef);
     }
     double t3 = zo_time_s();

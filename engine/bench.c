@@ -259,60 +259,37 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
 
 /* ---- bench memory -------------------------------------------------------- */
 
-/* One row's config: cfg with the row's savers. */
+/* One row's config: cfg with the row's savers. From row 2 on they add up:
+ * bf16, then activation checkpointing, then the optimizer offloaded, then
+ * the parameters too, then the kept activations in host memory. */
 static void memory_row_config(const struct zo_config *cfg, int row, struct zo_config *v) {
   *v = *cfg;
-  v->bf16 = false;
+  v->bf16 = row >= 2;
   v->fp16.enabled = false;
-  v->zero.stage = 0;
-  v->zero.offload_optimizer.device = ZO_OFFLOAD_NONE;
-  v->zero.offload_param.device = ZO_OFFLOAD_NONE;
-  v->activation_checkpointing.enabled = false;
-  v->activation_checkpointing.cpu_checkpointing = false;
+  v->zero.stage = row >= 5 ? 3 : row >= 4 ? 2 : 0;
+  v->zero.offload_optimizer.device = row >= 4 ? ZO_OFFLOAD_CPU : ZO_OFFLOAD_NONE;
+  v->zero.offload_param.device = row >= 5 ? ZO_OFFLOAD_CPU : ZO_OFFLOAD_NONE;
+  v->activation_checkpointing.enabled = row >= 3;
+  v->activation_checkpointing.cpu_checkpointing = row >= 6;
   v->activation_checkpointing.number_checkpoints = 0;
-  switch (row) {
-  case 3:
-    v->activation_checkpointing.enabled = true;
-    break;
-  case 4:
-    v->zero.stage = 2;
-    v->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-    break;
-  case 6:
-    v->activation_checkpointing.enabled = true;
-    v->activation_checkpointing.cpu_checkpointing = true;
-    /* fall through */
-  case 5:
-    v->zero.stage = 3;
-    v->zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
-    v->zero.offload_param.device = ZO_OFFLOAD_CPU;
-    break;
-  }
 }
 
 int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS]) {
   static const char *const names[ZO_BENCH_MEMORY_ROWS] = {
-      "fp32, all on device, unchunked LM head", "fp32, all on device (chunked LM head)", "bf16",
-      "+ activation checkpointing", "+ optimizer offload", "+ parameter offload", "all combined"};
+      "fp32, all on device, unchunked LM head", "fp32, all on device (chunked LM head)",
+      "bf16 (chunked LM head)", "+ activation checkpointing", "+ optimizer offload",
+      "+ parameter offload", "all combined (+ checkpoints in host memory)"};
   static const char *const sets[ZO_BENCH_MEMORY_ROWS] = {
-      "", "", "--set bf16.enabled=true", "--set activation_checkpointing.enabled=true",
-      "--set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu",
-      "--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu "
-      "--set zero_optimization.offload_param.device=cpu",
-      "--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu "
-      "--set zero_optimization.offload_param.device=cpu --set activation_checkpointing.enabled=true "
-      "--set activation_checkpointing.cpu_checkpointing=true"};
+      "", "", "--set bf16.enabled=true", "+ --set activation_checkpointing.enabled=true",
+      "+ --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu",
+      "+ --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu",
+      "+ --set activation_checkpointing.cpu_checkpointing=true"};
   zo_backend_t be = zo_backend_cpu();
   memset(rows, 0, ZO_BENCH_MEMORY_ROWS * sizeof *rows);
   for (int r = 0; r < ZO_BENCH_MEMORY_ROWS; r++) {
     struct zo_bench_memory_row *row = &rows[r];
     row->name = names[r];
     row->sets = sets[r];
-    if (r == 2) {
-      row->status = ZO_BENCH_MEMORY_NOT_IMPLEMENTED;
-      snprintf(row->reason, sizeof row->reason, "bf16 mixed precision is not implemented yet");
-      continue;
-    }
     struct zo_config v;
     struct zo_plan plan;
     memory_row_config(cfg, r, &v);

@@ -324,10 +324,15 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
     }
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
   }
-  json_t *j = files ? json_pack("{s:i, s:I, s:f, s:I, s:I, s:o}", "step", (json_int_t)state->step,
-                                "data_position", (json_int_t)state->data_position, "loss_scale",
-                                state->loss_scale, "good_steps", (json_int_t)state->good_steps,
-                                "seed", (json_int_t)state->seed, "files", files)
+  const struct zo_loss_scaler *ls = &state->scaler;
+  json_t *j = files ? json_pack("{s:I, s:I, s:I, s:I, s:f, s:i, s:I, s:I, s:I, s:o}", "step",
+                                (json_int_t)state->step, "applied_steps", (json_int_t)state->applied_steps,
+                                "skipped_steps", (json_int_t)state->skipped_steps, "data_position",
+                                (json_int_t)state->data_position, "loss_scale", ls->scale,
+                                "loss_scale_hysteresis_left", ls->hysteresis_left, "loss_scale_iter",
+                                (json_int_t)ls->iter, "loss_scale_last_overflow",
+                                (json_int_t)ls->last_overflow, "seed", (json_int_t)state->seed,
+                                "files", files)
                     : NULL;
   if (!j) {
     err = zo_error(-ENOMEM, "out of memory building trainer_state.json");
@@ -614,15 +619,24 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *p
       goto out;
     }
   }
-  long step = 0, pos = 0, good = 0, seed = 0;
+  long step = 0, applied = 0, skipped = 0, pos = 0, hleft = 0, siter = 0, slast = 0, seed = 0;
   if ((err = json_int_field(j, "step", path, &step)) ||
+      (err = json_int_field(j, "applied_steps", path, &applied)) ||
+      (err = json_int_field(j, "skipped_steps", path, &skipped)) ||
       (err = json_int_field(j, "data_position", path, &pos)) ||
-      (err = json_int_field(j, "good_steps", path, &good)) ||
+      (err = json_int_field(j, "loss_scale_hysteresis_left", path, &hleft)) ||
+      (err = json_int_field(j, "loss_scale_iter", path, &siter)) ||
+      (err = json_int_field(j, "loss_scale_last_overflow", path, &slast)) ||
       (err = json_int_field(j, "seed", path, &seed)))
     goto out;
   json_t *ls = json_object_get(j, "loss_scale");
-  if (!json_is_number(ls)) {
-    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is missing", path);
+  if (!json_is_number(ls) || !(json_number_value(ls) > 0)) {
+    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is missing or not positive", path);
+    goto out;
+  }
+  if (applied + skipped != step || applied < 0 || skipped < 0) {
+    err = zo_error(-EINVAL, "%s/trainer_state.json: applied_steps %ld + skipped_steps %ld != step %ld",
+                   path, applied, skipped, step);
     goto out;
   }
   struct zo_gpt2_config c;
@@ -649,9 +663,17 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *p
     zo_st_close(f);
     if (err) goto out;
   }
-  *state = (struct zo_train_state){.step = step, .data_position = (uint64_t)pos,
-                                   .loss_scale = json_number_value(ls), .good_steps = good,
-                                   .seed = (uint64_t)seed};
+  /* The scaler's settings come from the config (zo_loss_scaler_init); the
+   * checkpoint restores where it stands. */
+  state->step = step;
+  state->applied_steps = applied;
+  state->skipped_steps = skipped;
+  state->data_position = (uint64_t)pos;
+  state->scaler.scale = json_number_value(ls);
+  state->scaler.hysteresis_left = (int)hleft;
+  state->scaler.iter = siter;
+  state->scaler.last_overflow = slast;
+  state->seed = (uint64_t)seed;
 out:
   json_decref(j);
   return err;

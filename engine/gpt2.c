@@ -5,7 +5,10 @@
  * Backward keeps one residual-gradient buffer: layernorm_backward accumulates
  * into it, which is exactly the residual connection's gradient. The LM head
  * runs in row chunks (one chunk of logits exists at a time); checkpointed
- * blocks are recomputed with the forward's own code (block_forward). */
+ * blocks are recomputed with the forward's own code (block_forward).
+ * Every carve is sized in the working dtype's element size (e) or fp32 (f),
+ * by kind: working parameters and activations e, gradients, statistics,
+ * losses, master weights and m, v f. */
 #include "zo/gpt2.h"
 
 #include <errno.h>
@@ -127,24 +130,25 @@ int zo_gpt2_head_rows(const struct zo_gpt2_config *cfg, int B, int T,
   return (int)(rows < BT ? rows : BT);
 }
 
-/* The activations one block keeps for backward; res3 only when want_res3. */
+/* The activations one block keeps for backward; res3 only when want_res3.
+ * e: bytes of a working-dtype element. */
 static void carve_block_acts(struct carver *c, struct zo_gpt2_block_acts *a, size_t BT, size_t C,
-                             size_t NH, size_t T, bool want_res3) {
+                             size_t NH, size_t T, size_t e, bool want_res3) {
   const size_t f = sizeof(float);
   const enum zo_mem_category A = ZO_MEM_ACTIVATIONS;
-  a->ln1 = carve(c, BT * C * f, "activations (ln_1)", A);
+  a->ln1 = carve(c, BT * C * e, "activations (ln_1)", A);
   a->ln1_mean = carve(c, BT * f, "activations (ln_1 mean)", A);
   a->ln1_rstd = carve(c, BT * f, "activations (ln_1 rstd)", A);
-  a->qkv = carve(c, BT * 3 * C * f, "activations (qkv)", A);
-  a->atty = carve(c, BT * C * f, "activations (attention out)", A);
-  a->att = carve(c, BT * NH * T * f, "activations (attention probabilities)", A);
-  a->res2 = carve(c, BT * C * f, "activations (residual)", A);
-  a->ln2 = carve(c, BT * C * f, "activations (ln_2)", A);
+  a->qkv = carve(c, BT * 3 * C * e, "activations (qkv)", A);
+  a->atty = carve(c, BT * C * e, "activations (attention out)", A);
+  a->att = carve(c, BT * NH * T * e, "activations (attention probabilities)", A);
+  a->res2 = carve(c, BT * C * e, "activations (residual)", A);
+  a->ln2 = carve(c, BT * C * e, "activations (ln_2)", A);
   a->ln2_mean = carve(c, BT * f, "activations (ln_2 mean)", A);
   a->ln2_rstd = carve(c, BT * f, "activations (ln_2 rstd)", A);
-  a->fch = carve(c, BT * 4 * C * f, "activations (mlp fc)", A);
-  a->fch_gelu = carve(c, BT * 4 * C * f, "activations (mlp gelu)", A);
-  a->res3 = want_res3 ? carve(c, BT * C * f, "activations (block output)", A) : NULL;
+  a->fch = carve(c, BT * 4 * C * e, "activations (mlp fc)", A);
+  a->fch_gelu = carve(c, BT * 4 * C * e, "activations (mlp gelu)", A);
+  a->res3 = want_res3 ? carve(c, BT * C * e, "activations (block output)", A) : NULL;
 }
 
 /* Training keeps every block's activations; inference keeps one block's and
@@ -160,16 +164,18 @@ static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
                    const struct zo_tensor_table *t, struct carver *c, int B, int T,
                    const struct zo_gpt2_layout *lo) {
   const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, BT = (size_t)B * (size_t)T;
-  const size_t f = sizeof(float), n_params = t->numel;
+  const size_t f = sizeof(float), e = zo_dtype_size(lo->dtype), n_params = t->numel;
   const size_t resident = n_params - (size_t)t->n_layer * t->layer_numel;
   const bool training = lo->training;
   const int n_ckpt = training ? lo->ckpt_blocks : 0;
   const bool on_host = n_ckpt > 0 && lo->ckpt_on_host;
-  m->params = carve(c, (lo->param_slots ? resident : n_params) * f, "parameters", ZO_MEM_PARAMS);
+  m->params = carve(c, (lo->param_slots ? resident : n_params) * e, "parameters", ZO_MEM_PARAMS);
   for (int k = 0; k < lo->param_slots; k++) {
-    float *p = carve(c, t->layer_numel * f, "parameter slot", ZO_MEM_BUFFERS);
+    void *p = carve(c, t->layer_numel * e, "parameter slot", ZO_MEM_BUFFERS);
     if (m->param_slots) m->param_slots[k] = p;
   }
+  if (training && lo->master)
+    m->master = carve(c, n_params * f, "master weights", ZO_MEM_MASTER);
   if (training) {
     m->grads = carve(c, (lo->grad_slots ? resident : n_params) * f, "gradients", ZO_MEM_GRADS);
     if (lo->grad_accum)
@@ -186,12 +192,12 @@ static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
   const enum zo_mem_category A = ZO_MEM_ACTIVATIONS, W = ZO_MEM_WORKSPACE;
   m->inputs = carve(c, BT * sizeof(int32_t), "input tokens", A);
   m->targets = carve(c, BT * sizeof(int32_t), "target tokens", A);
-  m->encoded = carve(c, BT * C * f, on_host ? "checkpoint input buffer 0 (embedding)"
+  m->encoded = carve(c, BT * C * e, on_host ? "checkpoint input buffer 0 (embedding)"
                                             : "activations (embedding)", A);
   m->ckpt_in[0] = on_host ? m->encoded : NULL;
-  m->ckpt_in[1] = on_host && n_ckpt > 1 ? carve(c, BT * C * f, "checkpoint input buffer 1", A) : NULL;
+  m->ckpt_in[1] = on_host && n_ckpt > 1 ? carve(c, BT * C * e, "checkpoint input buffer 1", A) : NULL;
   struct zo_gpt2_block_acts shared = {0};
-  if (n_ckpt > 0) carve_block_acts(c, &shared, BT, C, NH, (size_t)T, false);
+  if (n_ckpt > 0) carve_block_acts(c, &shared, BT, C, NH, (size_t)T, e, false);
   for (int l = 0; l < cfg->n_layer; l++) {
     struct zo_gpt2_block_acts a;
     if (!training && l > 0) {
@@ -203,24 +209,24 @@ static void layout(struct zo_gpt2 *m, const struct zo_gpt2_config *cfg,
       if (on_host && l < n_ckpt - 1)
         a.res3 = m->ckpt_in[(l + 1) % 2];
       else
-        a.res3 = carve(c, BT * C * f, "activations (checkpoint: block output)", A);
+        a.res3 = carve(c, BT * C * e, "activations (checkpoint: block output)", A);
     } else {
-      carve_block_acts(c, &a, BT, C, NH, (size_t)T, true);
+      carve_block_acts(c, &a, BT, C, NH, (size_t)T, e, true);
     }
     if (m->acts) m->acts[l] = a;
   }
-  m->lnf = carve(c, BT * C * f, "activations (ln_f)", A);
+  m->lnf = carve(c, BT * C * e, "activations (ln_f)", A);
   m->lnf_mean = carve(c, BT * f, "activations (ln_f mean)", A);
   m->lnf_rstd = carve(c, BT * f, "activations (ln_f rstd)", A);
   const size_t rows = (size_t)zo_gpt2_head_rows(cfg, B, T, lo);
-  m->logits = carve(c, rows * (size_t)cfg->padded_vocab_size * f, "logits (one LM-head chunk)", A);
+  m->logits = carve(c, rows * (size_t)cfg->padded_vocab_size * e, "logits (one LM-head chunk)", A);
   m->losses = carve(c, BT * f, "losses", A);
   if (!training) return;
-  m->dresidual = carve(c, BT * C * f, "backward scratch (residual grad)", W);
-  m->dbtc = carve(c, BT * C * f, "backward scratch (B,T,C)", W);
-  m->dqkv = carve(c, BT * 3 * C * f, "backward scratch (qkv grad)", W);
-  m->dfch = carve(c, BT * 4 * C * f, "backward scratch (mlp grad)", W);
-  m->datt = carve(c, BT * NH * (size_t)T * f, "backward scratch (attention grad)", W);
+  m->dresidual = carve(c, BT * C * e, "backward scratch (residual grad)", W);
+  m->dbtc = carve(c, BT * C * e, "backward scratch (B,T,C)", W);
+  m->dqkv = carve(c, BT * 3 * C * e, "backward scratch (qkv grad)", W);
+  m->dfch = carve(c, BT * 4 * C * e, "backward scratch (mlp grad)", W);
+  m->datt = carve(c, BT * NH * (size_t)T * e, "backward scratch (attention grad)", W);
 }
 
 size_t zo_gpt2_device_plan(const struct zo_gpt2_config *cfg_in, int B, int T,
@@ -242,19 +248,24 @@ size_t zo_gpt2_device_bytes(const struct zo_gpt2_config *cfg, int B, int T, bool
   return zo_gpt2_device_plan(cfg, B, T, &lo, NULL);
 }
 
-static void block_views(const struct zo_tensor_table *t, float *base, int l, struct zo_gpt2_block *b) {
-  float **fields[ZO_GPT2_BLOCK_TENSORS] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb,
-                                           &b->attprojw, &b->attprojb, &b->ln2w, &b->ln2b,
-                                           &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+/* Views of block l's tensors in a buffer whose element 0 is table element
+ * origin, e bytes per element (the block's own buffer may start at its
+ * layer offset: origin is then that offset). */
+static void block_views(const struct zo_tensor_table *t, void *base, size_t origin, size_t e, int l,
+                        struct zo_gpt2_block *b) {
+  void **fields[ZO_GPT2_BLOCK_TENSORS] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb,
+                                          &b->attprojw, &b->attprojb, &b->ln2w, &b->ln2b,
+                                          &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
   const struct zo_tensor_info *ti = &t->tensors[2 + l * ZO_GPT2_BLOCK_TENSORS];
-  for (int i = 0; i < ZO_GPT2_BLOCK_TENSORS; i++) *fields[i] = base + ti[i].offset;
+  for (int i = 0; i < ZO_GPT2_BLOCK_TENSORS; i++)
+    *fields[i] = (char *)base + (ti[i].offset - origin) * e;
 }
 
-void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, float *params_base, float *grads_base) {
+void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, void *params_base, float *grads_base) {
   ZO_ASSERT(l >= 0 && l < m->cfg.n_layer);
   const size_t off = m->table.layer_offset[l];
-  if (params_base) block_views(&m->table, params_base - off, l, &m->blocks[l]);
-  if (grads_base) block_views(&m->table, grads_base - off, l, &m->dblocks[l]);
+  if (params_base) block_views(&m->table, params_base, off, m->esize, l, &m->blocks[l]);
+  if (grads_base) block_views(&m->table, grads_base, off, sizeof(float), l, &m->dblocks[l]);
 }
 
 void zo_gpt2_bind_resident_grads(struct zo_gpt2 *m, float *head, float *tail) {
@@ -286,10 +297,17 @@ static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t ba
   m->T = T;
   m->training = training;
   m->layout = *lo;
+  if (lo->dtype != ZO_F32 && lo->dtype != ZO_BF16 && lo->dtype != ZO_F16) {
+    zo_error(-EINVAL, "model dtype %s: need F32, BF16 or F16", zo_dtype_name(lo->dtype));
+    goto out_free;
+  }
+  m->dtype = lo->dtype;
+  m->esize = zo_dtype_size(lo->dtype);
   if (!training) {
     m->layout.grad_slots = 0;
     m->layout.grad_accum = false;
     m->layout.optimizer = false;
+    m->layout.master = false;
     m->layout.ckpt_blocks = 0;
   }
   if (m->layout.ckpt_blocks < 0 || m->layout.ckpt_blocks > cfg.n_layer) {
@@ -325,18 +343,20 @@ static struct zo_gpt2 *init(const struct zo_gpt2_config *cfg_in, zo_backend_t ba
   const bool pslots = m->layout.param_slots > 0, gslots = m->layout.grad_slots > 0;
   const size_t n_par = pslots ? m->head_numel + m->tail_numel : m->table.numel;
   const size_t tail_off = m->table.numel - m->tail_numel;
-  m->wte = m->params + ti[0].offset;
-  m->wpe = m->params + ti[1].offset;
-  m->lnfw = m->params + (pslots ? m->head_numel : tail_off);
-  m->lnfb = m->lnfw + (ti[m->table.n_tensors - 1].offset - ti[m->table.n_tensors - 2].offset);
+  m->wte = zo_gpt2_at(m, m->params, ti[0].offset);
+  m->wpe = zo_gpt2_at(m, m->params, ti[1].offset);
+  m->lnfw = zo_gpt2_at(m, m->params, pslots ? m->head_numel : tail_off);
+  m->lnfb = zo_gpt2_at(m, m->lnfw, ti[m->table.n_tensors - 1].offset - ti[m->table.n_tensors - 2].offset);
   if (!pslots)
-    for (int l = 0; l < L; l++) block_views(&m->table, m->params, l, &m->blocks[l]);
-  if (backend->memset_async(m->params, 0, n_par * sizeof(float), NULL)) goto out_free;
+    for (int l = 0; l < L; l++) block_views(&m->table, m->params, 0, m->esize, l, &m->blocks[l]);
+  if (backend->memset_async(m->params, 0, n_par * m->esize, NULL)) goto out_free;
+  if (m->master && backend->memset_async(m->master, 0, m->table.numel * sizeof(float), NULL))
+    goto out_free;
   if (training) {
     const size_t n_grad = gslots ? m->head_numel + m->tail_numel : m->table.numel;
     zo_gpt2_bind_resident_grads(m, m->grads, m->grads + (gslots ? m->head_numel : tail_off));
     if (!gslots)
-      for (int l = 0; l < L; l++) block_views(&m->table, m->grads, l, &m->dblocks[l]);
+      for (int l = 0; l < L; l++) block_views(&m->table, m->grads, 0, sizeof(float), l, &m->dblocks[l]);
     if (backend->memset_async(m->grads, 0, n_grad * sizeof(float), NULL)) goto out_free;
   }
   if (backend->stream_synchronize(NULL)) goto out_free;
@@ -419,18 +439,52 @@ void zo_gpt2_init_params(const struct zo_gpt2 *m, float *params, uint64_t seed) 
   memset(params + t->tensors[0].offset + V * C, 0, (Vp - V) * C * sizeof(float));
 }
 
+/* Elements per host staging chunk of a converting upload or download. */
+#define ZO_GPT2_STAGE_NUMEL ((size_t)1 << 20)
+
 int zo_gpt2_upload_params(struct zo_gpt2 *m, const float *host_params) {
   ZO_ASSERT(m->layout.param_slots == 0);
-  int err = m->backend->memcpy_async(m->params, host_params, m->table.numel * sizeof(float),
-                                     ZO_COPY_H2D, NULL);
-  return err ? err : m->backend->stream_synchronize(NULL);
+  zo_backend_t be = m->backend;
+  const size_t n = m->table.numel;
+  int err = 0;
+  if (m->master)
+    err = be->memcpy_async(m->master, host_params, n * sizeof(float), ZO_COPY_H2D, NULL);
+  if (!err && m->dtype == ZO_F32)
+    err = be->memcpy_async(m->params, host_params, n * sizeof(float), ZO_COPY_H2D, NULL);
+  if (err || m->dtype == ZO_F32) return err ? err : be->stream_synchronize(NULL);
+  void *stage = malloc(ZO_GPT2_STAGE_NUMEL * m->esize);
+  if (!stage) return zo_error(-ENOMEM, "out of host memory staging the parameter upload");
+  for (size_t i = 0; i < n && !err; i += ZO_GPT2_STAGE_NUMEL) {
+    const size_t k = n - i < ZO_GPT2_STAGE_NUMEL ? n - i : ZO_GPT2_STAGE_NUMEL;
+    zo_cpu_cast(stage, m->dtype, host_params + i, ZO_F32, k);
+    err = be->memcpy_async(zo_gpt2_at(m, m->params, i), stage, k * m->esize, ZO_COPY_H2D, NULL);
+    if (!err) err = be->stream_synchronize(NULL); /* before the stage is rewritten */
+  }
+  free(stage);
+  return err;
 }
 
 int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params) {
   ZO_ASSERT(m->layout.param_slots == 0);
-  int err = m->backend->memcpy_async(host_params, m->params, m->table.numel * sizeof(float),
-                                     ZO_COPY_D2H, NULL);
-  return err ? err : m->backend->stream_synchronize(NULL);
+  zo_backend_t be = m->backend;
+  const size_t n = m->table.numel;
+  if (m->master || m->dtype == ZO_F32) {
+    int err = be->memcpy_async(host_params, m->master ? m->master : m->params, n * sizeof(float),
+                               ZO_COPY_D2H, NULL);
+    return err ? err : be->stream_synchronize(NULL);
+  }
+  void *stage = malloc(ZO_GPT2_STAGE_NUMEL * m->esize);
+  if (!stage) return zo_error(-ENOMEM, "out of host memory staging the parameter download");
+  int err = 0;
+  for (size_t i = 0; i < n && !err; i += ZO_GPT2_STAGE_NUMEL) {
+    const size_t k = n - i < ZO_GPT2_STAGE_NUMEL ? n - i : ZO_GPT2_STAGE_NUMEL;
+    err = be->memcpy_async(stage, (const char *)m->params + i * m->esize, k * m->esize, ZO_COPY_D2H,
+                           NULL);
+    if (!err) err = be->stream_synchronize(NULL);
+    if (!err) zo_cpu_cast(host_params + i, ZO_F32, stage, m->dtype, k);
+  }
+  free(stage);
+  return err;
 }
 
 static void hook_begin(struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t s) {
@@ -441,7 +495,7 @@ static void hook_end(struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_
   if (m->hooks && m->hooks->block_end) m->hooks->block_end(m->hooks->ctx, m, l, ph, s);
 }
 
-float *zo_gpt2_block_input(struct zo_gpt2 *m, int l) {
+void *zo_gpt2_block_input(struct zo_gpt2 *m, int l) {
   ZO_ASSERT(l >= 0 && l < m->cfg.n_layer);
   return l == 0 ? m->encoded : m->acts[l - 1].res3;
 }
@@ -452,20 +506,21 @@ static void block_forward(struct zo_gpt2 *m, int l, int B, int T, bool output, z
   zo_backend_t be = m->backend;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
   const size_t nbt = (size_t)BT;
-  const float *residual = zo_gpt2_block_input(m, l);
+  const enum zo_dtype dt = m->dtype;
+  const void *residual = zo_gpt2_block_input(m, l);
   const struct zo_gpt2_block *w = &m->blocks[l];
   struct zo_gpt2_block_acts *a = &m->acts[l];
-  be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, s);
-  be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, s);
-  be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
-  be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, s);
-  be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, s);
-  be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, s);
-  be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, s);
-  be->gelu_forward(a->fch_gelu, a->fch, nbt * 4 * (size_t)C, s);
+  be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, dt, s);
+  be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, dt, s);
+  be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, dt, s);
+  be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, dt, s);
+  be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, dt, s);
+  be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, dt, s);
+  be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, dt, s);
+  be->gelu_forward(a->fch_gelu, a->fch, nbt * 4 * (size_t)C, dt, s);
   if (!output) return;
-  be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, s);
-  be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, s);
+  be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, dt, s);
+  be->residual_forward(a->res3, a->res3, a->res2, nbt * (size_t)C, dt, s);
 }
 
 /* The LM head over row chunks of ln_f's output: logits, then with targets
@@ -477,16 +532,17 @@ static void head_chunks(struct zo_gpt2 *m, int B, int T, bool targets, bool back
                         zo_stream_t s) {
   zo_backend_t be = m->backend;
   const int C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, BT = B * T;
+  const enum zo_dtype dt = m->dtype;
   for (int r = 0; r < BT; r += m->head_rows) {
     const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
-    const float *lnf = m->lnf + (size_t)r * (size_t)C;
-    be->matmul_forward(m->logits, lnf, m->wte, NULL, n, C, Vp, s);
+    const void *lnf = zo_gpt2_at(m, m->lnf, (size_t)r * (size_t)C);
+    be->matmul_forward(m->logits, lnf, m->wte, NULL, n, C, Vp, dt, s);
     if (targets)
       be->crossentropy_forward(m->losses + r, backward ? m->logits : NULL, m->logits, m->targets + r,
-                               backward ? dloss : 0.0f, n, V, Vp, s);
+                               backward ? dloss : 0.0f, n, V, Vp, dt, s);
     if (backward)
-      be->matmul_backward(m->dbtc + (size_t)r * (size_t)C, m->dwte, NULL, m->logits, lnf, m->wte, n, C,
-                          Vp, s);
+      be->matmul_backward(zo_gpt2_at(m, m->dbtc, (size_t)r * (size_t)C), m->dwte, NULL, m->logits, lnf,
+                          m->wte, n, C, Vp, dt, s);
     m->head_row0 = r;
   }
 }
@@ -504,7 +560,7 @@ static void forward_body(struct zo_gpt2 *m, const int32_t *inputs, const int32_t
   ZO_ASSERT(m->hooks || (m->layout.param_slots == 0 && !m->layout.ckpt_on_host));
   m->head_done = false;
   hook_begin(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
-  be->encoder_forward(m->encoded, m->inputs, m->wte, m->wpe, B, T, C, s);
+  be->encoder_forward(m->encoded, m->inputs, m->wte, m->wpe, B, T, C, m->dtype, s);
   hook_end(m, ZO_GPT2_EMBED, ZO_GPT2_FORWARD, s);
   for (int l = 0; l < L; l++) {
     hook_begin(m, l, ZO_GPT2_FORWARD, s);
@@ -513,7 +569,7 @@ static void forward_body(struct zo_gpt2 *m, const int32_t *inputs, const int32_t
   }
   hook_begin(m, L, ZO_GPT2_FORWARD, s);
   be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->acts[L - 1].res3, m->lnfw, m->lnfb, BT,
-                        C, s);
+                        C, m->dtype, s);
 }
 
 void zo_gpt2_forward(struct zo_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -529,9 +585,9 @@ static void head_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_strea
   const int C = m->cfg.n_embd, L = m->cfg.n_layer, BT = B * T;
   hook_begin(m, L, ZO_GPT2_BACKWARD, s);
   head_chunks(m, B, T, true, true, dloss, s);
-  ZO_ASSERT(be->memset_async(m->dresidual, 0, (size_t)BT * (size_t)C * sizeof(float), s) == 0);
+  ZO_ASSERT(be->memset_async(m->dresidual, 0, (size_t)BT * (size_t)C * m->esize, s) == 0);
   be->layernorm_backward(m->dresidual, m->dlnfw, m->dlnfb, m->dbtc, m->acts[L - 1].res3, m->lnfw,
-                         m->lnf_mean, m->lnf_rstd, BT, C, s);
+                         m->lnf_mean, m->lnf_rstd, BT, C, m->dtype, s);
   hook_end(m, L, ZO_GPT2_BACKWARD, s);
 }
 
@@ -556,6 +612,7 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
   zo_backend_t be = m->backend;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, BT = B * T;
   const size_t nbt = (size_t)BT;
+  const enum zo_dtype dt = m->dtype;
 
   if (!m->head_done) head_backward(m, B, T, dloss, s);
   m->head_done = false;
@@ -567,25 +624,25 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
     const struct zo_gpt2_block *w = &m->blocks[l];
     const struct zo_gpt2_block *dw = &m->dblocks[l];
     const struct zo_gpt2_block_acts *a = &m->acts[l];
-    const float *residual_in = zo_gpt2_block_input(m, l);
+    const void *residual_in = zo_gpt2_block_input(m, l);
     /* dresidual holds d(res3) here; the MLP branch adds its part of d(res2). */
     be->matmul_backward(m->dfch, dw->fcprojw, dw->fcprojb, m->dresidual, a->fch_gelu, w->fcprojw,
-                        BT, 4 * C, C, s);
-    be->gelu_backward(m->dfch, a->fch, m->dfch, nbt * 4 * (size_t)C, s);
-    be->matmul_backward(m->dbtc, dw->fcw, dw->fcb, m->dfch, a->ln2, w->fcw, BT, C, 4 * C, s);
+                        BT, 4 * C, C, dt, s);
+    be->gelu_backward(m->dfch, a->fch, m->dfch, nbt * 4 * (size_t)C, dt, s);
+    be->matmul_backward(m->dbtc, dw->fcw, dw->fcb, m->dfch, a->ln2, w->fcw, BT, C, 4 * C, dt, s);
     be->layernorm_backward(m->dresidual, dw->ln2w, dw->ln2b, m->dbtc, a->res2, w->ln2w,
-                           a->ln2_mean, a->ln2_rstd, BT, C, s);
+                           a->ln2_mean, a->ln2_rstd, BT, C, dt, s);
     /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
     be->matmul_backward(m->dbtc, dw->attprojw, dw->attprojb, m->dresidual, a->atty, w->attprojw,
-                        BT, C, C, s);
-    be->attention_backward(m->dqkv, m->datt, m->dbtc, a->qkv, a->att, B, T, C, NH, s);
-    be->matmul_backward(m->dbtc, dw->qkvw, dw->qkvb, m->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, s);
+                        BT, C, C, dt, s);
+    be->attention_backward(m->dqkv, m->datt, m->dbtc, a->qkv, a->att, B, T, C, NH, dt, s);
+    be->matmul_backward(m->dbtc, dw->qkvw, dw->qkvb, m->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, dt, s);
     be->layernorm_backward(m->dresidual, dw->ln1w, dw->ln1b, m->dbtc, residual_in, w->ln1w,
-                           a->ln1_mean, a->ln1_rstd, BT, C, s);
+                           a->ln1_mean, a->ln1_rstd, BT, C, dt, s);
     hook_end(m, l, ZO_GPT2_BACKWARD, s);
   }
   hook_begin(m, ZO_GPT2_EMBED, ZO_GPT2_BACKWARD, s);
-  be->encoder_backward(m->dwte, m->dwpe, m->dresidual, m->inputs, B, T, C, s);
+  be->encoder_backward(m->dwte, m->dwpe, m->dresidual, m->inputs, B, T, C, dt, s);
   hook_end(m, ZO_GPT2_EMBED, ZO_GPT2_BACKWARD, s);
 }
 

@@ -100,6 +100,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->nvme_path = z->offload_optimizer.nvme_path;
   pl->pin = z->offload_optimizer.pin_memory;
   pl->opt = zo_optim_format_from_config(cfg);
+  pl->dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32;
   if (pl->opt.eightbit && (pl->opt.block < 1 || pl->opt.block > ZO_ADAMW8BIT_BLOCK_MAX))
     return zo_error(-EINVAL, "optimizer.params.block_size = %zu: need 1..%d", pl->opt.block,
                     ZO_ADAMW8BIT_BLOCK_MAX);
@@ -151,13 +152,18 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   if (pl->ckpt_blocks)
     snprintf(ck, sizeof ck, ", activation checkpointing of %d blocks (inputs on %s)", pl->ckpt_blocks,
              pl->ckpt_cpu ? "host" : "device");
-  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck);
+  const char *prec = pl->dtype == ZO_BF16 ? ", bf16 mixed precision"
+                     : pl->dtype == ZO_F16  ? ", fp16 mixed precision (dynamic loss scaling)"
+                                            : "";
+  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s",
+           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec);
   return buf;
 }
 
 struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl) {
   return (struct zo_gpt2_layout){
+      .dtype = pl->dtype,
+      .master = pl->dtype != ZO_F32 && pl->optimizer == ZO_OFFLOAD_NONE,
       .training = true,
       .param_slots = pl->param_slots,
       .grad_slots = pl->grads_on_host ? ZO_SCHED_GRAD_SLOTS : 0,
@@ -346,7 +352,9 @@ static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int 
 }
 
 struct host_bufs {
-  float *params;     /* (numel) working parameters with param slots; == master for cpu */
+  void *params;      /* (numel) working parameters (working dtype): with param slots
+                      * (== master for fp32 on cpu), and the rounded copy the
+                      * device loads in mixed precision with the optimizer offloaded */
   float *master;     /* (numel) fp32 master weights, optimizer on cpu */
   uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
   float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
@@ -356,26 +364,29 @@ struct host_bufs {
                       * each rounded up to 4096 bytes */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
-  float *act_ckpt;   /* (ckpt_blocks, B*T, C) inputs of checkpointed blocks, cpu_checkpointing */
+  uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
+                      * cpu_checkpointing */
   float *ck_params;  /* (numel) checkpoint staging: init, resume, saves */
   uint8_t *ck_m, *ck_v; /* (zo_optim_state_nbytes) the same for m, v */
 };
 
 static void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                         int T, struct host_carver *c, struct host_bufs *h) {
-  const size_t f = sizeof(float), n = t->numel, BT = (size_t)B * (size_t)T;
+  const size_t f = sizeof(float), e = zo_dtype_size(pl->dtype), n = t->numel, BT = (size_t)B * (size_t)T;
   const size_t resident = n - (size_t)t->n_layer * t->layer_numel;
-  const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
+  const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE, mixed = pl->dtype != ZO_F32;
   const size_t sb = zo_optim_state_nbytes(&pl->opt, t);
   memset(h, 0, sizeof *h);
   if (pl->optimizer == ZO_OFFLOAD_CPU) {
     h->master = hcarve(c, n * f, "master weights", ZO_MEM_MASTER);
     h->adam_m = hcarve(c, sb, "AdamW m", ZO_MEM_ADAM_M);
     h->adam_v = hcarve(c, sb, "AdamW v", ZO_MEM_ADAM_V);
-    if (pl->param_slots) h->params = h->master; /* fp32: the master copy is the working copy */
-  } else if (pl->param_slots) {
-    h->params = hcarve(c, n * f, "parameters", ZO_MEM_PARAMS);
+    if (pl->param_slots && !mixed) h->params = h->master; /* fp32: the master copy is the working copy */
   }
+  /* A separate working copy: the rounded one in mixed precision, or the
+   * slots' source next to NVMe-resident master weights. */
+  if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
+    h->params = hcarve(c, n * e, "parameters", ZO_MEM_PARAMS);
   if (offloaded) h->grads = hcarve(c, n * f, "gradients", ZO_MEM_GRADS);
   if (pl->grads_on_host && pl->grad_accum > 1) {
     for (int g = 0; g < ZO_SCHED_GRAD_SLOTS; g++)
@@ -394,7 +405,7 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
   if (pl->ckpt_blocks && pl->ckpt_cpu) {
     const size_t C = (size_t)t->tensors[0].shape[1]; /* wte (Vp, C) */
-    h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * f, "activation checkpoints",
+    h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * e, "activation checkpoints",
                          ZO_MEM_ACTIVATIONS);
   }
   /* TODO: stream checkpoints tensor by tensor through the NVMe staging
@@ -420,8 +431,11 @@ struct step_args {
   long t;
   struct zo_adamw_hparams hp;
   double max_norm;
-  double norm;
-  float coef;
+  double loss_scale;  /* the gradients are scaled by it (fp16); 1 otherwise */
+  bool skip_nonfinite; /* a non-finite gradient skips the step (fp16) */
+  double norm;        /* of the unscaled gradients */
+  float coef;         /* clip coefficient over the loss scale: what scales g */
+  bool skip;          /* set with norm: this step's update is skipped */
 };
 
 struct task {
@@ -493,6 +507,7 @@ struct zo_sched {
   struct task norm_tasks[2];
   struct acc_task *acc_tasks;   /* (L + 2): blocks, then head, tail */
   struct step_args step[2];
+  double loss_scale;            /* of the micro-batches being queued (zo_sched_set_loss_scale) */
   int parity;
   bool stepped;                 /* an optimizer step has been queued */
   /* micro-batch state */
@@ -547,12 +562,18 @@ static uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9
 
 #define CHECK_Q(call) ZO_ASSERT((call) == 0) /* queueing on a live stream cannot fail */
 
-/* Device address of unit u's parameters (NULL: a block living in slots). */
-static float *dev_unit_params(struct zo_sched *s, int u) {
-  if (!s->K) return s->m->params + unit_range(s->t, u).off;
+/* Device address of unit u's parameters, working dtype (NULL: a block
+ * living in slots). */
+static void *dev_unit_params(struct zo_sched *s, int u) {
+  if (!s->K) return zo_gpt2_at(s->m, s->m->params, unit_range(s->t, u).off);
   if (u == 0) return s->m->params;
-  if (u == s->U - 1) return s->m->params + s->m->head_numel;
+  if (u == s->U - 1) return zo_gpt2_at(s->m, s->m->params, s->m->head_numel);
   return NULL;
+}
+
+/* Host working parameters (working dtype) from table element off. */
+static void *host_params_at(struct zo_sched *s, size_t off) {
+  return (uint8_t *)s->h.params + off * s->m->esize;
 }
 
 /* ---- parameter slots ----------------------------------------------------- */
@@ -564,7 +585,7 @@ static void slot_ensure(struct zo_sched *s, int l) {
   const struct range r = unit_range(s->t, 1 + l);
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
-  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->h.params + r.off, r.numel * sizeof(float),
+  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], host_params_at(s, r.off), r.numel * s->m->esize,
                               ZO_COPY_H2D, s->h2d));
   CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
   s->slot_owner[k] = l;
@@ -619,13 +640,11 @@ static bool ck_on_host(const struct zo_sched *s, int l) {
   return s->pl.ckpt_cpu && l >= 0 && l < s->pl.ckpt_blocks;
 }
 
-static float *ck_host(struct zo_sched *s, int l) {
-  return s->h.act_ckpt + (size_t)l * (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd;
+static size_t ck_nbytes(const struct zo_sched *s) {
+  return (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd * s->m->esize;
 }
 
-static size_t ck_nbytes(const struct zo_sched *s) {
-  return (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd * sizeof(float);
-}
+static void *ck_host(struct zo_sched *s, int l) { return s->h.act_ckpt + (size_t)l * ck_nbytes(s); }
 
 /* After block l's forward: its input leaves on the D2H stream. */
 static void ck_save(struct zo_sched *s, struct zo_gpt2 *m, int l, zo_stream_t cs) {
@@ -746,7 +765,7 @@ static void hook_end(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph,
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
     return;
   }
-  if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, cs);
+  if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
   if (!last) return;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     CHECK_Q(be->event_record(s->grads_ready, cs));
@@ -788,22 +807,40 @@ static void norm_fn(void *arg) {
   } else {
     sum = grad_sumsq(s->t, opt_grads(s));
   }
-  sa->norm = sqrt(sum);
-  sa->coef = zo_clip_coef(sa->norm, sa->max_norm);
+  /* The gradients carry the loss scale: the norm, the clip and the skip
+   * are decided on the unscaled values, and the update's grad_scale takes
+   * the scale out again. The sum of squares is a double: finite floats
+   * never overflow it, so it is finite exactly when every gradient is. */
+  sa->norm = sqrt(sum) / sa->loss_scale;
+  sa->skip = sa->skip_nonfinite && !isfinite(sa->norm);
+  sa->coef = (float)((double)zo_clip_coef(sa->norm, sa->max_norm) / sa->loss_scale);
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
-/* AdamW on one piece of tensor ti: n elements at p, g; its m, v state at
- * ms, vs (fp32, or codes then absmax when q). */
+/* Elements of one update-then-round pass in mixed precision: the rounding
+ * reads the master weights while they are still in cache, and the pass is
+ * large enough for the update's own parallel loop. A multiple of every
+ * quantization block size (ZO_ADAMW8BIT_BLOCK_MAX divides it). */
+#define ZO_SCHED_CAST_SPAN ((size_t)1 << 18)
+
+/* AdamW on one piece of tensor ti: n elements at p (fp32 master), g; its m,
+ * v state at ms, vs (fp32, or codes then absmax when q). With work (mixed
+ * precision) the updated p is rounded into work (n elements of the working
+ * dtype) span by span; spans split 8-bit states at block multiples from the
+ * piece's first element, which is exact (blocks are independent). */
 static void piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
-                         bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n) {
-  if (!q) {
-    zo_adamw_update(p, g, (float *)ms, (float *)vs, n, &sa->hp, ti->decay, sa->t, sa->coef);
-    return;
+                         bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n, void *work) {
+  const size_t span = work ? ZO_SCHED_CAST_SPAN : n, cb = round_up(n, 4), blk = s->pl.opt.block;
+  const size_t e = zo_dtype_size(s->pl.dtype);
+  for (size_t a = 0; a < n; a += span) {
+    const size_t k = n - a < span ? n - a : span;
+    if (!q)
+      zo_adamw_update(p + a, g + a, (float *)ms + a, (float *)vs + a, k, &sa->hp, ti->decay, sa->t, sa->coef);
+    else
+      zo_adamw8bit_update(p + a, g + a, ms + a, (float *)(ms + cb) + a / blk, vs + a, (float *)(vs + cb) + a / blk,
+                          k, blk, &sa->hp, ti->decay, sa->t, sa->coef);
+    if (work) zo_cpu_cast((uint8_t *)work + a * e, s->pl.dtype, p + a, ZO_F32, k);
   }
-  const size_t cb = round_up(n, 4);
-  zo_adamw8bit_update(p, g, ms, (float *)(ms + cb), vs, (float *)(vs + cb), n, s->pl.opt.block, &sa->hp,
-                      ti->decay, sa->t, sa->coef);
 }
 
 /* Unit u's tensors, whole, with states in the canonical layout. */
@@ -812,15 +849,22 @@ static void opt_unit_fn(void *arg) {
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
   const struct step_args *sa = &s->step[a->parity];
+  if (sa->skip) return;
   const struct range r = unit_range(s->t, a->index);
   double t0 = zo_time_s();
-  float *p = s->pl.optimizer == ZO_OFFLOAD_NONE ? s->m->params : s->h.master;
+  /* fp32: the working copy is the master; mixed precision: the master is
+   * rounded into the working copy (on the device with the optimizer there:
+   * this host function then runs on the CPU backend only). */
+  const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE, mixed = s->pl.dtype != ZO_F32;
+  float *p = on_device ? (mixed ? s->m->master : (float *)s->m->params) : s->h.master;
+  uint8_t *work = !mixed ? NULL : on_device ? s->m->params : s->h.params;
+  const size_t e = s->m->esize;
   const float *g = opt_grads(s);
   for (int i = 0; i < s->t->n_tensors; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p + ti->offset, g + ti->offset,
-                 s->st_m + s->soff[i], s->st_v + s->soff[i], ti->numel);
+                 s->st_m + s->soff[i], s->st_v + s->soff[i], ti->numel, work ? work + ti->offset * e : NULL);
   }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
@@ -924,14 +968,18 @@ static void nv_update_fn(void *arg) {
     async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
     return;
   }
+  /* A skipped step writes the chunk back unchanged. */
+  if (sa->skip) return;
   const struct chunk *c = &s->chunks[a->chunk];
   float *master = b->file[NV_MASTER];
+  const bool mixed = s->pl.dtype != ZO_F32;
   for (int k = c->first; k < c->first + c->n_pieces; k++) {
     const struct piece *pc = &s->pieces[k];
     piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), s->h.grads + pc->off,
-                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel);
+                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel,
+                 mixed ? host_params_at(s, pc->off) : NULL);
   }
-  if (s->K) memcpy(s->h.params + c->off, master, c->numel * sizeof(float));
+  if (s->K && !mixed) memcpy(host_params_at(s, c->off), master, c->numel * sizeof(float));
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
@@ -964,16 +1012,21 @@ static void nv_reprime(struct zo_sched *s) {
 }
 
 /* Optimizer on the device, fp32 states: unit u's tensors updated by the
- * backend's AdamW on the optimizer stream, never touched by the host. */
+ * backend's AdamW on the optimizer stream, never touched by the host; in
+ * mixed precision the fp32 master is updated and rounded into the working
+ * copy by the backend's cast. */
 static void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) {
   const struct range r = unit_range(s->t, u);
   float *m = (float *)s->st_m, *v = (float *)s->st_v;
+  float *p = s->m->master ? s->m->master : (float *)s->m->params;
   for (int i = 0; i < s->t->n_tensors; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     const size_t o = ti->offset;
-    s->be->adamw_update(s->m->params + o, s->acc + o, m + o, v + o, ti->numel, sa->hp.lr, sa->hp.beta1,
+    s->be->adamw_update(p + o, s->acc + o, m + o, v + o, ti->numel, sa->hp.lr, sa->hp.beta1,
                         sa->hp.beta2, sa->hp.eps, sa->hp.weight_decay, ti->decay, sa->t, sa->coef, s->os);
+    if (s->m->master)
+      s->be->cast(zo_gpt2_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, ti->numel, s->os);
   }
 }
 
@@ -1002,11 +1055,15 @@ static int queue_optimizer(struct zo_sched *s) {
     int err = be->event_synchronize(s->norm_done);
     if (err) return err;
   }
+  /* A step skipped for a non-finite gradient queues no device update (the
+   * host functions check the flag themselves). */
+  const bool dev_skip = dev_update && s->step[p].skip;
   if (s->nv) nv_prime(s, p);
   int j = 0;
   for (int u = 0; u < s->U; u++) {
     const struct range r = unit_range(s->t, u);
-    float *dev = dev_unit_params(s, u);
+    void *dev = dev_unit_params(s, u);
+    const size_t e = s->m->esize;
     if (s->pl.optimizer == ZO_OFFLOAD_NVME) {
       for (; j < s->n_chunks && s->chunks[j].unit == u; j++) {
         const struct chunk *c = &s->chunks[j];
@@ -1020,9 +1077,9 @@ static int queue_optimizer(struct zo_sched *s) {
           /* Device copy straight from the staging buffer, which the refill of
            * chunk g + d does not reuse before chunk_h2d[j] completes. */
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
-          CHECK_Q(be->memcpy_async(dev + (c->off - r.off),
-                                   s->K ? s->h.params + c->off : (const float *)s->nvb[task->buf].file[NV_MASTER],
-                                   c->numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+          CHECK_Q(be->memcpy_async((uint8_t *)dev + (c->off - r.off) * e,
+                                   s->h.params ? host_params_at(s, c->off) : s->nvb[task->buf].file[NV_MASTER],
+                                   c->numel * e, ZO_COPY_H2D, s->h2d));
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }
         CHECK_Q(be->stream_wait_event(s->io, s->chunk_done[j]));
@@ -1030,7 +1087,7 @@ static int queue_optimizer(struct zo_sched *s) {
         if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
     } else if (dev_update) {
-      queue_device_update(s, &s->step[p], u);
+      if (!dev_skip) queue_device_update(s, &s->step[p], u);
     } else {
       CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
@@ -1042,7 +1099,8 @@ static int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
-      CHECK_Q(be->memcpy_async(dev, s->h.master + r.off, r.numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+      CHECK_Q(be->memcpy_async(dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off),
+                               r.numel * e, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }
   }
@@ -1141,6 +1199,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     return NULL;
   }
   pthread_mutex_init(&s->err_mu, NULL);
+  s->loss_scale = 1.0;
   s->pl = c->placement;
   s->be = c->backend;
   s->B = c->B;
@@ -1364,10 +1423,28 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam
   if (err) return err;
   const size_t n = s->t->numel, nb = n * sizeof(float);
   const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
-  for (int u = 0; u < s->U; u++) {
-    float *dev = dev_unit_params(s, u);
+  const bool mixed = s->pl.dtype != ZO_F32;
+  /* The device's working copy: fp32 straight from params; mixed precision
+   * with the optimizer on the device: the fp32 master, rounded there by the
+   * backend; offloaded: rounded on the host into the host working copy,
+   * which the device units (and the slots) load. */
+  const void *src = params;
+  if (mixed && s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    if ((err = copy_sync(s, s->m->master, params, nb, ZO_COPY_H2D))) return err;
+    s->be->cast(s->m->params, s->m->dtype, s->m->master, ZO_F32, n, s->cs);
+    src = NULL;
+  } else if (mixed) {
+    zo_cpu_cast(s->h.params, s->pl.dtype, params, ZO_F32, n);
+    src = s->h.params;
+  } else if (s->K && s->h.params != s->h.master) {
+    memcpy(s->h.params, params, nb);
+  }
+  for (int u = 0; u < s->U && src; u++) {
+    void *dev = dev_unit_params(s, u);
     const struct range r = unit_range(s->t, u);
-    if (dev && (err = copy_sync(s, dev, params + r.off, r.numel * sizeof(float), ZO_COPY_H2D))) return err;
+    if (dev && (err = copy_sync(s, dev, (const uint8_t *)src + r.off * s->m->esize, r.numel * s->m->esize,
+                                ZO_COPY_H2D)))
+      return err;
   }
   /* A fresh state is built in the staging buffers (unless passed in). */
   if (!adam_m) {
@@ -1387,7 +1464,6 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam
     memcpy(s->st_m, adam_m, sb);
     memcpy(s->st_v, adam_v, sb);
   } else {
-    if (s->K) memcpy(s->h.params, params, nb);
     struct nv_buffer *b = &s->nvb[0];
     const void *canon[NV_FILES] = {NULL, adam_m, adam_v};
     for (int j = 0; j < s->n_chunks && !err; j++) {
@@ -1412,7 +1488,8 @@ int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *ad
   const size_t nb = s->t->numel * sizeof(float);
   const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    if ((params && (err = copy_sync(s, params, s->m->params, nb, ZO_COPY_D2H))) ||
+    const void *p = s->m->master ? (const void *)s->m->master : s->m->params;
+    if ((params && (err = copy_sync(s, params, p, nb, ZO_COPY_D2H))) ||
         (adam_m && (err = copy_sync(s, adam_m, s->st_m, sb, ZO_COPY_D2H))) ||
         (adam_v && (err = copy_sync(s, adam_v, s->st_v, sb, ZO_COPY_D2H))))
       return err;
@@ -1460,8 +1537,9 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   s->k = k;
   /* The step's first state reads overlap its forward and backward. */
   if (s->nv && k == 0) nv_prime(s, s->parity ^ 1);
-  /* The LM head's backward runs chunk by chunk inside the forward. */
-  const float dloss = 1.0f / ((float)BT * (float)K);
+  /* The LM head's backward runs chunk by chunk inside the forward. The loss
+   * scale is a power of two, so scaling dloss is exact. */
+  const float dloss = (float)s->loss_scale / ((float)BT * (float)K);
   zo_gpt2_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
@@ -1495,6 +1573,9 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   sa->t = t;
   sa->hp = *hp;
   sa->max_norm = max_norm;
+  sa->loss_scale = s->loss_scale;
+  sa->skip_nonfinite = s->pl.dtype == ZO_F16;
+  sa->skip = false;
   err = queue_optimizer(s);
   s->stepped = true; /* work was queued even on failure */
   if (err) return err;
@@ -1508,11 +1589,17 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   return async_error(s);
 }
 
-int zo_sched_norm(struct zo_sched *s, double *norm) {
+int zo_sched_norm(struct zo_sched *s, double *norm, bool *skipped) {
   int err = s->be->event_synchronize(s->norm_done);
   if (err) return err;
   *norm = s->step[s->parity].norm;
+  if (skipped) *skipped = s->step[s->parity].skip;
   return 0;
+}
+
+void zo_sched_set_loss_scale(struct zo_sched *s, double scale) {
+  ZO_ASSERT(scale > 0.0);
+  s->loss_scale = scale;
 }
 
 zo_stream_t zo_sched_stream(struct zo_sched *s) { return s->cs; }
@@ -1646,23 +1733,23 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   } else if (s->pl.optimizer != ZO_OFFLOAD_NONE) {
     /* Gradients out, parameters in (slot loads: forward and backward of
      * every micro-batch), each on its own stream as in a step. */
-    const size_t nb = s->t->numel * sizeof(float);
+    const size_t nb = s->t->numel * sizeof(float), e = s->m->esize;
     CHECK_Q(s->be->memcpy_async(s->h.grads, s->acc ? s->acc : s->m->grads,
                                 s->pl.grads_on_host ? (s->m->head_numel + s->m->tail_numel) * sizeof(float) : nb,
                                 ZO_COPY_D2H, s->d2h));
     for (int u = 0; u < s->U; u++) {
       const struct range r = unit_range(s->t, u);
-      float *dev = dev_unit_params(s, u);
-      const float *src = s->h.params ? s->h.params : s->h.master;
-      if (dev) CHECK_Q(s->be->memcpy_async(dev, src + r.off, r.numel * sizeof(float), ZO_COPY_H2D, s->h2d));
+      void *dev = dev_unit_params(s, u);
+      const uint8_t *src = s->h.params ? s->h.params : (const uint8_t *)s->h.master;
+      if (dev) CHECK_Q(s->be->memcpy_async(dev, src + r.off * e, r.numel * e, ZO_COPY_H2D, s->h2d));
       if (s->pl.grads_on_host && u > 0 && u < s->U - 1)
         for (int k = 0; k < s->pl.grad_accum; k++)
           CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       if (!dev)
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], src + r.off, r.numel * sizeof(float),
-                                      ZO_COPY_H2D, s->h2d));
+          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], src + r.off * e, r.numel * e, ZO_COPY_H2D,
+                                      s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);
     if (!err) err = s->be->stream_synchronize(s->d2h);

@@ -6,9 +6,12 @@
  * planner (engine/plan.c) has checked that every tier fits. The reported loss
  * is the mean of the micro-batch losses. AdamW or AdamW8bit (8-bit m, v on
  * any optimizer tier; the CPU backend only, like the rest of training).
- * fp32 weights only: mixed precision and parameters on NVMe are refused
- * with -ENOTSUP. Activation checkpointing and the chunked LM head live in
- * the model and the scheduler. Every run ends with the memory report
+ * fp32, or bf16 / fp16 mixed precision (fp32 master weights); fp16 scales the
+ * loss (zo/loss_scale.h), and a step with an overflowed gradient is skipped:
+ * it counts as a step (data consumed, logged with "skipped": true) but not
+ * as an AdamW step or LR-schedule step, as in DeepSpeed. Parameters on NVMe
+ * are refused with -ENOTSUP. Activation checkpointing and the chunked LM
+ * head live in the model and the scheduler. Every run ends with the memory report
  * (planned, peak and current bytes per tier and category, measured in the
  * allocators); --memory-report prints the plan before anything is allocated. */
 #include "zo/train.h"
@@ -26,6 +29,7 @@
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/gpt2.h"
+#include "zo/loss_scale.h"
 #include "zo/plan.h"
 #include "zo/sched.h"
 
@@ -53,9 +57,6 @@ static zo_backend_t engine_backend(const struct zo_config *cfg) {
 /* Refuses what this version of the engine does not run yet, naming the key. */
 static int check_supported(const struct zo_config *cfg) {
   const char *file = cfg->path && cfg->path[0] ? cfg->path : "config";
-  if (cfg->bf16 || cfg->fp16.enabled)
-    return zo_error(-ENOTSUP, "%s: %s.enabled: mixed precision is not implemented yet; set it to false",
-                    file, cfg->bf16 ? "bf16" : "fp16");
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
     return zo_error(-ENOTSUP, "%s: zero_optimization.offload_param.device = \"nvme\" is not "
                               "implemented yet; use \"cpu\"", file);
@@ -145,8 +146,9 @@ static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, i
   const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
   int32_t *window = calloc((size_t)T, sizeof *window);
   float *row = malloc((size_t)Vp * sizeof *row), *scratch = malloc((size_t)V * sizeof *scratch);
+  void *raw = malloc((size_t)Vp * m->esize);
   int err = 0;
-  if (!window || !row || !scratch) {
+  if (!window || !row || !scratch || !raw) {
     err = zo_error(-ENOMEM, "out of host memory for sampling");
     goto out;
   }
@@ -155,11 +157,13 @@ static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, i
     int len = n_ctx < T ? n_ctx : T;
     memcpy(window, ctx + n_ctx - len, (size_t)len * sizeof *window);
     zo_gpt2_forward(m, window, NULL, 1, len, s);
-    /* The LM head runs in chunks; the last row is in the last one. */
-    const float *last = m->logits + (size_t)(len - 1 - m->head_row0) * (size_t)Vp;
-    if ((err = m->backend->memcpy_async(row, last, (size_t)Vp * sizeof(float), ZO_COPY_D2H, s)) ||
+    /* The LM head runs in chunks; the last row is in the last one, in the
+     * working dtype, widened here. */
+    const void *last = zo_gpt2_at(m, m->logits, (size_t)(len - 1 - m->head_row0) * (size_t)Vp);
+    if ((err = m->backend->memcpy_async(raw, last, (size_t)Vp * m->esize, ZO_COPY_D2H, s)) ||
         (err = m->backend->stream_synchronize(s)))
       goto out;
+    zo_cpu_cast(row, ZO_F32, raw, m->dtype, (size_t)Vp);
     int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
     ctx[n_ctx++] = tok;
     if (V == 256)
@@ -171,6 +175,7 @@ static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, i
   fputc('\n', out);
 out:
   free(window);
+  free(raw);
   free(row);
   free(scratch);
   return err;
@@ -295,7 +300,8 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   }
 
   /* Parameters: resume > init_from > seeded init, staged through host copies. */
-  struct zo_train_state st = {.loss_scale = 1.0, .seed = cfg->engine.seed};
+  struct zo_train_state st = {.seed = cfg->engine.seed};
+  zo_loss_scaler_init(&st.scaler, cfg);
   char resume_path[PATH_MAX] = "";
   zo_sched_checkpoint_buffers(t.sched, &t.params, &t.adam_m, &t.adam_v);
   if (opts->resume) {
@@ -373,6 +379,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   long acc_n = 0;
   for (long step = st.step + 1; step <= cfg->steps; step++) {
     double t0 = zo_time_s(), io = 0.0, loss = 0.0, norm = 0.0;
+    const double scale = st.scaler.scale;
+    bool skipped = false;
+    zo_sched_set_loss_scale(t.sched, scale);
     for (int k = 0; k < K; k++) {
       int32_t *in, *tg;
       zo_sched_batch(t.sched, &in, &tg);
@@ -381,12 +390,22 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       io += zo_time_s() - ti;
       zo_sched_micro_batch(t.sched, k);
     }
+    /* AdamW's step count and the schedule advance with applied steps only. */
+    const long opt_step = st.applied_steps + 1;
     struct zo_adamw_hparams hp = hp0;
-    hp.lr = (float)zo_lr_at(&cfg->lr_schedule, step);
-    if ((err = zo_sched_step_end(t.sched, step, &hp, cfg->gradient_clipping, &loss))) goto out;
+    hp.lr = (float)zo_lr_at(&cfg->lr_schedule, opt_step);
+    if ((err = zo_sched_step_end(t.sched, opt_step, &hp, cfg->gradient_clipping, &loss))) goto out;
     double t1 = zo_time_s();
-    if ((err = zo_sched_norm(t.sched, &norm))) goto out;
+    if ((err = zo_sched_norm(t.sched, &norm, &skipped))) goto out;
     double t2 = zo_time_s();
+    if (skipped) {
+      st.skipped_steps++;
+      printf("%sstep %ld: gradient overflow at loss scale %g: update skipped\n",
+             isatty(STDOUT_FILENO) ? "\r" : "", step, scale);
+    } else {
+      st.applied_steps++;
+    }
+    if ((err = zo_loss_scaler_update(&st.scaler, skipped))) goto out;
     double tok_s = (double)(BT * (size_t)K) / (t2 - t0);
     acc_compute += t1 - t0 - io;
     acc_io += io;
@@ -394,10 +413,13 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     acc_loss += loss;
     acc_n++;
     if (t.metrics) {
+      /* JSON has no inf or NaN: an overflowed step's norm is null. */
+      char norm_s[32] = "null";
+      if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
       fprintf(t.metrics,
-              "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": "
-              "%.1f, \"ms\": %.2f}\n",
-              step, loss, hp.lr, norm, tok_s, 1e3 * (t2 - t0));
+              "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
+              "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f}\n",
+              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0));
       fflush(t.metrics);
     }
     st.step = step;
@@ -408,9 +430,11 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       char peak[32];
       zo_sched_stats(t.sched, &s1);
       if (isatty(STDOUT_FILENO)) printf("\r");
-      printf("step %ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.3f TFLOP/s | ms: "
+      char scale_s[48] = "";
+      if (st.scaler.enabled) snprintf(scale_s, sizeof scale_s, " | scale %g, %ld skipped", scale, st.skipped_steps);
+      printf("step %ld/%ld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.3f TFLOP/s | ms: "
              "compute %.0f, copies %.1f, optimizer %.0f, io wait %.1f, nvme wait %.1f | device peak %s\n",
-             step, cfg->steps, acc_loss / acc_n, hp.lr, norm, (double)(BT * (size_t)K) / dt,
+             step, cfg->steps, acc_loss / acc_n, hp.lr, norm, scale_s, (double)(BT * (size_t)K) / dt,
              flops_per_token * (double)(BT * (size_t)K) / dt / 1e12, 1e3 * acc_compute / acc_n,
              1e3 * (s1.accumulate_s - s0.accumulate_s) / acc_n, 1e3 * (s1.optimizer_s - s0.optimizer_s) / acc_n,
              1e3 * acc_io / acc_n, 1e3 * (s1.nvme_wait_s - s0.nvme_wait_s) / acc_n,
@@ -486,23 +510,33 @@ static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *c
   if (T > mc.max_seq_len) T = mc.max_seq_len;
   zo_backend_t be = engine_backend(cfg);
   if (!be) return NULL;
-  struct zo_gpt2 *m = zo_gpt2_init_inference(&mc, be, B, T);
+  /* Inference runs in the config's precision, like training would. */
+  const struct zo_gpt2_layout lo = {
+      .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
+  struct zo_gpt2 *m = zo_gpt2_init_layout(&mc, be, B, T, &lo);
   if (!m) return NULL;
+  /* Parameters are read into host memory and uploaded (rounded to the
+   * working dtype on the way): the device is never written from the host. */
+  float *host = malloc(m->table.numel * sizeof *host);
   int err = 0;
-  if (path[0]) {
+  if (!host) {
+    err = zo_error(-ENOMEM, "out of host memory for the parameters (%zu bytes)", m->table.numel * sizeof *host);
+  } else if (path[0]) {
     char file[PATH_MAX + 32];
-    struct zo_train_state st;
+    struct zo_train_state st = {0};
     if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0)
-      err = zo_checkpoint_load(path, m, m->params, NULL, NULL, &st);
+      err = zo_checkpoint_load(path, m, host, NULL, NULL, &st);
     else {
       snprintf(file, sizeof file, "%s/model.safetensors", path);
-      err = zo_gpt2_load_safetensors(access(file, F_OK) == 0 ? file : path, m, m->params);
+      err = zo_gpt2_load_safetensors(access(file, F_OK) == 0 ? file : path, m, host);
     }
   } else if (cfg->model.init_from && cfg->model.init_from[0]) {
-    err = zo_gpt2_load_safetensors(cfg->model.init_from, m, m->params);
+    err = zo_gpt2_load_safetensors(cfg->model.init_from, m, host);
   } else {
-    zo_gpt2_init_params(m, m->params, cfg->engine.seed);
+    zo_gpt2_init_params(m, host, cfg->engine.seed);
   }
+  if (!err) err = zo_gpt2_upload_params(m, host);
+  free(host);
   if (err) {
     zo_gpt2_free(m);
     return NULL;

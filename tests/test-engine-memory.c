@@ -72,7 +72,8 @@ static int head_run(int chunk_rows, bool fused, struct head_run *r) {
   zo_gpt2_forward(m, in, NULL, HB, HT, NULL);
   CHECK(m->backend->stream_synchronize(NULL) == 0);
   CHECK(m->head_row0 == (chunk_rows ? (HBT - 1) / chunk_rows * chunk_rows : 0));
-  memcpy(r->last_logits, m->logits + (size_t)(HBT - 1 - m->head_row0) * (size_t)Vp, sizeof r->last_logits);
+  memcpy(r->last_logits, (const float *)m->logits + (size_t)(HBT - 1 - m->head_row0) * (size_t)Vp,
+         sizeof r->last_logits);
   /* The arena never needed more than the plan, which counts one chunk. */
   size_t cat[ZO_MEM_N_CATEGORIES];
   const size_t plan = zo_gpt2_device_plan(&head_cfg, HB, HT, &lo, cat);
@@ -152,6 +153,8 @@ static int test_head_plan_shrinks(void) {
 
 #define N_STEPS 10
 
+static const char *precision; /* NULL: fp32, else the --set enabling bf16 or fp16 */
+
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
@@ -161,17 +164,20 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "gradient_accumulation_steps=2", "steps=10", "optimizer.params.lr=0.01",
                         "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
                         "engine.device=cpu", "log.every=100",
-                        "zero_optimization.offload_param.buffer_count=2", train_set};
-  return zo_etest_config_load(cfg, base, 18, extra, n_extra);
+                        "zero_optimization.offload_param.buffer_count=2", train_set, precision};
+  return zo_etest_config_load(cfg, base, precision ? 19 : 18, extra, n_extra);
 }
 
 static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
-  return zo_etest_train(load, tmpdir, name, extra, n_extra, N_STEPS, NULL, r);
+  char full[128];
+  snprintf(full, sizeof full, "%s%s", precision ? (strstr(precision, "bf16") ? "bf16-" : "fp16-") : "", name);
+  return zo_etest_train(load, tmpdir, full, extra, n_extra, N_STEPS, NULL, r);
 }
 
 static struct zo_etest_run ref;
 
 static int test_reference_without_checkpointing(void) {
+  free(ref.params);
   CHECK(train("ref", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
   CHECK(zo_etest_peaks_match("ref", &ref));
@@ -277,9 +283,13 @@ int main(int argc, char **argv) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "memory")) return 1;
   snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
   if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  static const struct zo_test tests[] = {
+  static const struct zo_test once[] = {
       ZO_TEST(head_chunks_match_one_chunk),
       ZO_TEST(head_plan_shrinks),
+      ZO_TEST(ckpt_too_many_refused),
+  };
+  /* Checkpointing is bit-identical to its absence in fp32, bf16 and fp16. */
+  static const struct zo_test per_precision[] = {
       ZO_TEST(reference_without_checkpointing),
       ZO_TEST(ckpt_every_block_device),
       ZO_TEST(ckpt_two_blocks_device),
@@ -289,9 +299,15 @@ int main(int argc, char **argv) {
       ZO_TEST(ckpt_params_in_slots),
       ZO_TEST(ckpt_cpu_params_in_slots),
       ZO_TEST(ckpt_cpu_one_slot_two_blocks),
-      ZO_TEST(ckpt_too_many_refused),
   };
-  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  struct zo_test_counts counts = zo_test_run(once, sizeof once / sizeof once[0]);
+  static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
+  for (int p = 0; p < 3; p++) {
+    precision = precisions[p];
+    printf("precision: %s\n", precision ? precision : "fp32");
+    struct zo_test_counts c = zo_test_run(per_precision, sizeof per_precision / sizeof per_precision[0]);
+    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+  }
   free(ref.params);
   zo_test_rmtree(tmpdir);
   const int rc = zo_test_report(counts);

@@ -1,7 +1,8 @@
 /* Offload placements against the all-on-device run: 20 steps of a small
  * model (3 layers, odd width, 2 accumulation steps, clipping active) give
- * bit-identical losses and final weights in every placement; the measured
- * peaks equal the plan; a budget too small fails before step 1 with the
+ * bit-identical losses and final weights in every placement, in fp32, in
+ * bf16 and in fp16 mixed precision (each precision against its own
+ * all-on-device run); the measured peaks equal the plan; a budget too small fails before step 1 with the
  * planner's message; a corrupted NVMe state file is an error on the next read.
  * The binary runs its cases twice: once as is, then re-executed with
  * ZO_STREAM_DELAY_US=200 (the CPU streams sleep at random before each task,
@@ -21,6 +22,7 @@ static char tmpdir[256];
 static char data_path[300];
 static char nvme_dir[300];
 static bool have_nvme;
+static const char *precision; /* NULL: fp32, else the --set that enables bf16 or fp16 */
 
 #define N_STEPS 20
 
@@ -34,8 +36,9 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "gradient_accumulation_steps=2", "steps=20", "optimizer.params.lr=0.01",
                         "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
                         "engine.device=cpu", "log.every=100", "aio.block_size=4096",
-                        "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set};
-  return zo_etest_config_load(cfg, base, 20, extra, n_extra);
+                        "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set,
+                        precision};
+  return zo_etest_config_load(cfg, base, precision ? 21 : 20, extra, n_extra);
 }
 
 /* Trains the placement's --set options for n_steps (from checkpoint resume
@@ -49,10 +52,20 @@ static int train(const char *name, const char *const *extra, int n_extra, struct
   return train_resume(name, extra, n_extra, N_STEPS, NULL, r);
 }
 
+/* A run's name with the precision, so metrics and checkpoints never collide. */
+static const char *prec_name(const char *name) {
+  static char buf[4][128];
+  static int next;
+  char *b = buf[next++ % 4];
+  snprintf(b, sizeof buf[0], "%s%s", precision ? (strstr(precision, "bf16") ? "bf16-" : "fp16-") : "", name);
+  return b;
+}
+
 static struct zo_etest_run ref;
 
 static int test_all_device_reference(void) {
-  CHECK(train("device", NULL, 0, &ref) == 0);
+  free(ref.params);
+  CHECK(train(prec_name("device"), NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
   CHECK(zo_etest_peaks_match("device", &ref));
   return 0;
@@ -62,11 +75,12 @@ static int test_all_device_reference(void) {
  * peaks equal to the plan. */
 static int check_placement(const char *name, const char *const *sets, int n_sets) {
   struct zo_etest_run r;
+  name = prec_name(name);
   CHECK(train(name, sets, n_sets, &r) == 0);
   int ret = zo_etest_same_run(name, &r, &ref, "all-device", 0, N_STEPS);
   if (!zo_etest_peaks_match(name, &r)) ret = 1;
   /* The offloaded placements use less device memory. */
-  if (strcmp(name, "device") != 0 && !(r.plan.total[ZO_TIER_DEVICE] < ref.plan.total[ZO_TIER_DEVICE])) {
+  if (!(r.plan.total[ZO_TIER_DEVICE] < ref.plan.total[ZO_TIER_DEVICE])) {
     fprintf(stderr, "%s: device plan %zu is not below all-device %zu\n", name, r.plan.total[0], ref.plan.total[0]);
     ret = 1;
   }
@@ -114,7 +128,7 @@ static int inspect_staging(const char *ckpt_dir, const struct zo_etest_run *firs
 }
 
 static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
-  return zo_etest_checkpoint_resume(load, tmpdir, name, sets, n_sets, N_STEPS, &ref, inspect_staging);
+  return zo_etest_checkpoint_resume(load, tmpdir, prec_name(name), sets, n_sets, N_STEPS, &ref, inspect_staging);
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
@@ -133,8 +147,8 @@ static int test_single_micro_batch_slots(void) {
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_param.buffer_count=3"};
   struct zo_etest_run r0, r1;
-  CHECK(train_resume("k1-device", a, 2, 5, NULL, &r0) == 0);
-  CHECK(train_resume("k1-slots", b, 6, 5, NULL, &r1) == 0);
+  CHECK(train_resume(prec_name("k1-device"), a, 2, 5, NULL, &r0) == 0);
+  CHECK(train_resume(prec_name("k1-slots"), b, 6, 5, NULL, &r1) == 0);
   CHECK(zo_etest_same_run("k1-slots", &r1, &r0, "k1-device", 0, 5) == 0);
   free(r0.params);
   free(r1.params);
@@ -254,7 +268,9 @@ int main(int argc, char **argv) {
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
   have_nvme = zo_etest_nvme_probe(nvme_dir);
 
-  static const struct zo_test tests[] = {
+  /* Every placement in every precision, each against the all-device run
+   * of its precision; then the cases that do not depend on it, in fp32. */
+  static const struct zo_test placements[] = {
       ZO_TEST(all_device_reference),
       ZO_TEST(optimizer_cpu_stage1),
       ZO_TEST(optimizer_cpu_stage2),
@@ -264,10 +280,23 @@ int main(int argc, char **argv) {
       ZO_TEST(single_micro_batch_slots),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),
+  };
+  static const struct zo_test once[] = {
       ZO_TEST(budget_too_small),
       ZO_TEST(nvme_corruption_detected),
   };
-  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
+  struct zo_test_counts counts = {0, 0, 0};
+  for (int p = 0; p < 3; p++) {
+    precision = precisions[p];
+    printf("precision: %s\n", precision ? precision : "fp32");
+    struct zo_test_counts c = zo_test_run(placements, sizeof placements / sizeof placements[0]);
+    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+  }
+  precision = NULL;
+  CHECK(test_all_device_reference() == 0);
+  struct zo_test_counts c = zo_test_run(once, sizeof once / sizeof once[0]);
+  counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
   free(ref.params);
   zo_test_rmtree(tmpdir);
   const int rc = zo_test_report(counts);

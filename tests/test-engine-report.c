@@ -148,7 +148,9 @@ static int test_optimizer_nvme(void) {
 }
 
 /* bench memory on the small model: every buildable row measured equal to
- * its plan, the savers below the baseline, bf16 not implemented. */
+ * its plan, each saver below the row before it (they add up from bf16 on;
+ * the optimizer offload moves master weights and m, v off the device, which
+ * outweighs the rounded host copy it loads from). */
 static int test_bench_memory_rows(void) {
   struct zo_config cfg;
   CHECK(load(&cfg, NULL, 0) == 0);
@@ -156,15 +158,18 @@ static int test_bench_memory_rows(void) {
   struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS];
   CHECK(zo_bench_memory_run(&cfg, rows) == 0);
   zo_config_free(&cfg);
-  CHECK(rows[0].status == ZO_BENCH_MEMORY_PLANNED_ONLY && rows[2].status == ZO_BENCH_MEMORY_NOT_IMPLEMENTED);
-  for (int i = 0; i < ZO_BENCH_MEMORY_ROWS; i++) {
-    if (i == 0 || i == 2) continue;
+  CHECK(rows[0].status == ZO_BENCH_MEMORY_PLANNED_ONLY);
+  for (int i = 1; i < ZO_BENCH_MEMORY_ROWS; i++) {
     CHECK(rows[i].status == ZO_BENCH_MEMORY_MEASURED);
     CHECK(rows[i].device_measured == rows[i].device_planned && rows[i].host_measured == rows[i].host_planned);
-    CHECK(rows[i].device_planned <= rows[0].device_planned);
+    /* (row 1: the unchunked head of this small batch is one chunk anyway) */
+    CHECK(i == 1 ? rows[i].device_planned <= rows[0].device_planned
+                 : rows[i].device_planned < rows[i - 1].device_planned);
   }
-  CHECK(rows[3].device_planned < rows[1].device_planned && rows[4].device_planned < rows[1].device_planned);
-  CHECK(rows[6].device_planned < rows[5].device_planned && rows[5].device_planned < rows[1].device_planned);
+  /* bf16 halves the activations: the all-device bf16 plan is below fp32's
+   * even though it adds fp32 master weights. */
+  CHECK(rows[2].device_planned < rows[1].device_planned);
+  CHECK(rows[6].host_planned > rows[5].host_planned);
   return 0;
 }
 

@@ -1,17 +1,23 @@
 /* CUDA backend parity: every op of zo_backend_cuda() against the CPU backend
- * (the reference, run on the NULL stream), with fixed-seed random inputs on a
- * GPT-2-like small shape and an awkward one (odd T, V not a multiple of 4,
- * padded Vp, head size 24), outputs poisoned with NaN on both sides before the
- * call, sentinel floats around every device output (an out-of-bounds write
- * fails), += outputs pre-filled, and the aliasing the contract allows. fp32
- * tolerance: |gpu - cpu| <= 1e-5 * max|cpu| over the tensor; NaN never passes.
- * Ops of the first shape run on a created stream, of the second on the NULL
- * (legacy default) stream. Also: memory errors, copies, memset, and stream /
- * event / host-function ordering. Uses only the public backend table.
- * Exits 77 (skipped) with the reason when there is no CUDA backend. */
+ * (the reference, run on the NULL stream), in F32, BF16 and F16, with
+ * fixed-seed random inputs on a GPT-2-like small shape and an awkward one
+ * (odd T, V not a multiple of 4, padded Vp, head size 24), outputs poisoned
+ * with NaN on both sides before the call, sentinel bytes around every device
+ * output (an out-of-bounds write fails), += outputs pre-filled, and the
+ * aliasing the contract allows. BF16/F16 inputs are drawn as floats and
+ * rounded on the host with zo_cpu_cast, and the same dt bytes go to both
+ * backends. Tolerance: |gpu - cpu| <= rtol * max|cpu| over the tensor, rtol
+ * 1e-5 for F32 ops and 1e-2 for BF16/F16 ones (on all their outputs, the fp32
+ * ones included); NaN never passes. cast must be bit-exact (both sides round
+ * to nearest even), NaN matching NaN. Ops of the first shape run on a created
+ * stream, of the second on the NULL (legacy default) stream. Also: memory
+ * errors, copies, memset, and stream / event / host-function ordering. Uses
+ * only the public backend table. Exits 77 (skipped) with the reason when
+ * there is no CUDA backend. */
 #include "zo/backend.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,12 +26,20 @@
 
 #include "zo_test.h"
 
-#define GUARD 16                  /* sentinel floats on each side of a device tensor */
-#define SENTINEL_BITS 0xdeadbeefu /* their bit pattern */
-#define RTOL 1e-5                 /* relative to the largest |reference| in the tensor */
+#define GUARD_BYTES 64            /* sentinel bytes on each side of a device tensor */
+#define SENTINEL_BITS 0xdeadbeefu /* their bit pattern, repeated */
 
 static zo_backend_t cpu, gpu;
 static zo_stream_t gstream; /* where the GPU ops of the current shape run */
+
+/* ---- dtypes -------------------------------------------------------------------- */
+
+static const enum zo_dtype op_dtypes[] = {ZO_F32, ZO_BF16, ZO_F16};
+#define N_DTYPES (sizeof op_dtypes / sizeof op_dtypes[0])
+
+static enum zo_dtype op_dt = ZO_F32; /* the dtype of the op under test: sets the tolerance */
+
+static double op_rtol(void) { return op_dt == ZO_F32 ? 1e-5 : 1e-2; }
 
 /* ---- shapes -------------------------------------------------------------------- */
 
@@ -57,82 +71,125 @@ static void gsync(void) { must(gpu->stream_synchronize(gstream), "stream_synchro
 
 struct tbuf {
   size_t n;
-  float *ref; /* (n) host, what the CPU backend computes on */
-  float *dev; /* (GUARD + n + GUARD) device; the tensor starts at dev + GUARD */
-  float *got; /* (GUARD + n + GUARD) host, the device copy read back */
+  enum zo_dtype dt;
+  size_t es;          /* bytes per element */
+  void *ref;          /* (n) dt elements on the host, what the CPU backend computes on */
+  void *dev;          /* (GUARD_BYTES + n * es + GUARD_BYTES) device; the tensor starts at
+                         dev + GUARD_BYTES */
+  unsigned char *got; /* (GUARD_BYTES + n * es + GUARD_BYTES) host, the device copy read back */
+  float *ref32;       /* (n) ref widened, for comparisons */
+  float *got32;       /* (n) the device tensor widened */
 };
 
-static float *D(const struct tbuf *b) { return b->dev + GUARD; }
+static void *D(const struct tbuf *b) { return (char *)b->dev + GUARD_BYTES; }
 
-static struct tbuf tb_new(size_t n) {
-  struct tbuf b = {n, zo_test_xmalloc(n * sizeof(float)), NULL,
-                   zo_test_xmalloc((n + 2 * GUARD) * sizeof(float))};
-  void *p = NULL;
-  must(gpu->mem_alloc(&p, (n + 2 * GUARD) * sizeof(float)), "mem_alloc");
-  b.dev = p;
+static size_t tb_bytes(const struct tbuf *b) { return b->n * b->es + 2 * GUARD_BYTES; }
+
+static struct tbuf tb_new(size_t n, enum zo_dtype dt) {
+  struct tbuf b = {n, dt, zo_dtype_size(dt), NULL, NULL, NULL, NULL, NULL};
+  b.ref = zo_test_xmalloc(n * b.es);
+  b.got = zo_test_xmalloc(tb_bytes(&b));
+  b.ref32 = zo_test_xmalloc(n * sizeof(float));
+  b.got32 = zo_test_xmalloc(n * sizeof(float));
+  must(gpu->mem_alloc(&b.dev, tb_bytes(&b)), "mem_alloc");
   return b;
 }
 
 static void tb_free(struct tbuf *b) {
   free(b->ref);
   free(b->got);
+  free(b->ref32);
+  free(b->got32);
   gpu->mem_free(b->dev);
 }
 
-/* Sets both copies to ref's current contents, with fresh sentinels on the device. */
+static void fill_sentinels(unsigned char *p) {
+  const uint32_t bits = SENTINEL_BITS;
+  for (size_t i = 0; i < GUARD_BYTES; i += sizeof bits) memcpy(p + i, &bits, sizeof bits);
+}
+
+static bool sentinels_ok(const unsigned char *p) {
+  unsigned char want[GUARD_BYTES];
+  fill_sentinels(want);
+  return memcmp(p, want, GUARD_BYTES) == 0;
+}
+
+/* Sets the device copy to ref's current contents, with fresh sentinels. */
 static void tb_upload(struct tbuf *b) {
-  uint32_t bits = SENTINEL_BITS;
-  for (size_t i = 0; i < GUARD; i++) {
-    memcpy(&b->got[i], &bits, sizeof bits);
-    memcpy(&b->got[GUARD + b->n + i], &bits, sizeof bits);
-  }
-  memcpy(b->got + GUARD, b->ref, b->n * sizeof(float));
-  must(gpu->memcpy_async(b->dev, b->got, (b->n + 2 * GUARD) * sizeof(float), ZO_COPY_H2D, gstream),
-       "memcpy_async H2D");
+  fill_sentinels(b->got);
+  fill_sentinels(b->got + GUARD_BYTES + b->n * b->es);
+  memcpy(b->got + GUARD_BYTES, b->ref, b->n * b->es);
+  must(gpu->memcpy_async(b->dev, b->got, tb_bytes(b), ZO_COPY_H2D, gstream), "memcpy_async H2D");
   gsync();
+}
+
+/* Both copies = x (n floats) rounded to the buffer's dtype. */
+static void tb_set(struct tbuf *b, const float *x) {
+  zo_cpu_cast(b->ref, b->dt, x, ZO_F32, b->n);
+  tb_upload(b);
 }
 
 static void tb_random(struct tbuf *b, float lo, float hi) {
-  for (size_t i = 0; i < b->n; i++) b->ref[i] = zo_rng_float(lo, hi);
-  tb_upload(b);
+  for (size_t i = 0; i < b->n; i++) b->ref32[i] = zo_rng_float(lo, hi);
+  tb_set(b, b->ref32);
 }
 
 static void tb_poison(struct tbuf *b) {
-  for (size_t i = 0; i < b->n; i++) b->ref[i] = NAN;
-  tb_upload(b);
+  for (size_t i = 0; i < b->n; i++) b->ref32[i] = NAN;
+  tb_set(b, b->ref32);
 }
 
-/* Waits for the GPU stream, reads the device copy back and compares it with
- * the reference. Returns 1 (saying where) on a broken sentinel, a NaN, or a
- * difference over RTOL * max|ref|. */
-static int tb_check(const char *what, struct tbuf *b) {
+/* Waits for the GPU stream and reads the device copy back into got, and
+ * widened into got32 (ref widened into ref32). Returns 1 (saying where) on a
+ * broken sentinel. */
+static int tb_read(const char *what, struct tbuf *b) {
   gsync();
-  must(gpu->memcpy_async(b->got, b->dev, (b->n + 2 * GUARD) * sizeof(float), ZO_COPY_D2H, gstream),
-       "memcpy_async D2H");
+  must(gpu->memcpy_async(b->got, b->dev, tb_bytes(b), ZO_COPY_D2H, gstream), "memcpy_async D2H");
   gsync();
-  for (size_t i = 0; i < GUARD; i++) {
-    uint32_t lo, hi;
-    memcpy(&lo, &b->got[i], sizeof lo);
-    memcpy(&hi, &b->got[GUARD + b->n + i], sizeof hi);
-    if (lo != SENTINEL_BITS || hi != SENTINEL_BITS) {
-      fprintf(stderr, "  %s: write out of bounds (%s the tensor)\n", what,
-              lo != SENTINEL_BITS ? "before" : "after");
-      return 1;
-    }
+  const bool lo = sentinels_ok(b->got), hi = sentinels_ok(b->got + GUARD_BYTES + b->n * b->es);
+  if (!lo || !hi) {
+    fprintf(stderr, "  %s: write out of bounds (%s the tensor)\n", what, !lo ? "before" : "after");
+    return 1;
   }
-  const float *got = b->got + GUARD;
+  zo_cpu_cast(b->got32, ZO_F32, b->got + GUARD_BYTES, b->dt, b->n);
+  zo_cpu_cast(b->ref32, ZO_F32, b->ref, b->dt, b->n);
+  return 0;
+}
+
+/* tb_read, then compares with the reference. Returns 1 (saying where) on a
+ * broken sentinel, a NaN, or a difference over op_rtol() * max|ref|. */
+static int tb_check(const char *what, struct tbuf *b) {
+  if (tb_read(what, b)) return 1;
   double maxref = 0.0;
   for (size_t i = 0; i < b->n; i++) {
-    if (isnan(b->ref[i])) {
+    if (isnan(b->ref32[i])) {
       fprintf(stderr, "  %s[%zu]: the CPU reference is NaN\n", what, i);
       return 1;
     }
-    if (fabs(b->ref[i]) > maxref) maxref = fabs(b->ref[i]);
+    if (fabs(b->ref32[i]) > maxref) maxref = fabs(b->ref32[i]);
   }
-  double tol = RTOL * (maxref > 1e-6 ? maxref : 1e-6);
-  if (zo_test_close_f32(what, got, b->ref, b->n, tol, 0.0)) {
-    fprintf(stderr, "  (got: gpu, want: cpu; tol = %g * max|cpu| %.3g)\n", RTOL, maxref);
+  double tol = op_rtol() * (maxref > 1e-6 ? maxref : 1e-6);
+  if (zo_test_close_f32(what, b->got32, b->ref32, b->n, tol, 0.0)) {
+    fprintf(stderr, "  (got: gpu, want: cpu; %s; tol = %g * max|cpu| %.3g)\n", zo_dtype_name(b->dt),
+            op_rtol(), maxref);
     return 1;
+  }
+  return 0;
+}
+
+/* tb_read, then every element bit for bit equal to the reference, except
+ * that any NaN matches any NaN (the payload of a narrowed NaN is not part of
+ * the contract). */
+static int tb_check_exact(const char *what, struct tbuf *b) {
+  if (tb_read(what, b)) return 1;
+  const unsigned char *got = b->got + GUARD_BYTES, *ref = b->ref;
+  for (size_t i = 0; i < b->n; i++) {
+    if (isnan(b->ref32[i]) && isnan(b->got32[i])) continue;
+    if (memcmp(got + i * b->es, ref + i * b->es, b->es) != 0) {
+      fprintf(stderr, "  %s[%zu] (%s): got %.9g, want %.9g (bits differ)\n", what, i,
+              zo_dtype_name(b->dt), (double)b->got32[i], (double)b->ref32[i]);
+      return 1;
+    }
   }
   return 0;
 }
@@ -171,61 +228,69 @@ static const struct shape *begin_shape(size_t s, uint64_t seed) {
 
 static int report(int fail, const struct shape *sh) {
   if (fail)
-    fprintf(stderr, "  (shape %s, %s stream)\n", sh->name, sh->on_null ? "NULL" : "created");
+    fprintf(stderr, "  (shape %s, %s stream, %s)\n", sh->name, sh->on_null ? "NULL" : "created",
+            zo_dtype_name(op_dt));
   return fail;
 }
 
-/* ---- ops ------------------------------------------------------------------------- */
+/* ---- ops: each case runs once per dtype in op_dtypes (op_dt) ------------------------ */
 
 static int test_encoder_forward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 1);
-    const int B = sh->B, T = sh->T, C = sh->C, V = sh->V;
-    struct tbuf out = tb_new((size_t)B * T * C), wte = tb_new((size_t)V * C),
-                wpe = tb_new((size_t)sh->maxT * C);
-    struct ibuf inp = ib_new((size_t)B * T, 0, V);
-    tb_random(&wte, -1, 1);
-    tb_random(&wpe, -1, 1);
-    tb_poison(&out);
-    cpu->encoder_forward(out.ref, inp.host, wte.ref, wpe.ref, B, T, C, NULL);
-    gpu->encoder_forward(D(&out), inp.dev, D(&wte), D(&wpe), B, T, C, gstream);
-    fail |= report(tb_check("out", &out), sh);
-    tb_free(&out), tb_free(&wte), tb_free(&wpe), ib_free(&inp);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 1);
+      const int B = sh->B, T = sh->T, C = sh->C, V = sh->V;
+      struct tbuf out = tb_new((size_t)B * T * C, dt), wte = tb_new((size_t)V * C, dt),
+                  wpe = tb_new((size_t)sh->maxT * C, dt);
+      struct ibuf inp = ib_new((size_t)B * T, 0, V);
+      tb_random(&wte, -1, 1);
+      tb_random(&wpe, -1, 1);
+      tb_poison(&out);
+      cpu->encoder_forward(out.ref, inp.host, wte.ref, wpe.ref, B, T, C, dt, NULL);
+      gpu->encoder_forward(D(&out), inp.dev, D(&wte), D(&wpe), B, T, C, dt, gstream);
+      fail |= report(tb_check("out", &out), sh);
+      tb_free(&out), tb_free(&wte), tb_free(&wpe), ib_free(&inp);
+    }
   }
   return fail;
 }
 
 static int test_encoder_backward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 2);
-    const int B = sh->B, T = sh->T, C = sh->C;
-    /* Few distinct tokens, so ids repeat across positions and batch rows. */
-    const int V = 7;
-    struct tbuf dwte = tb_new((size_t)V * C), dwpe = tb_new((size_t)sh->maxT * C),
-                dout = tb_new((size_t)B * T * C);
-    struct ibuf inp = ib_new((size_t)B * T, 0, V);
-    tb_random(&dwte, -1, 1); /* += outputs: pre-filled */
-    tb_random(&dwpe, -1, 1);
-    tb_random(&dout, -1, 1);
-    cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, NULL);
-    gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, gstream);
-    fail |= report(tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe), sh);
-    tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 2);
+      const int B = sh->B, T = sh->T, C = sh->C;
+      /* Few distinct tokens, so ids repeat across positions and batch rows. */
+      const int V = 7;
+      struct tbuf dwte = tb_new((size_t)V * C, ZO_F32), dwpe = tb_new((size_t)sh->maxT * C, ZO_F32),
+                  dout = tb_new((size_t)B * T * C, dt);
+      struct ibuf inp = ib_new((size_t)B * T, 0, V);
+      tb_random(&dwte, -1, 1); /* += outputs: pre-filled */
+      tb_random(&dwpe, -1, 1);
+      tb_random(&dout, -1, 1);
+      cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, dt, NULL);
+      gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, dt, gstream);
+      fail |= report(tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe), sh);
+      tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
+    }
   }
   return fail;
 }
 
-static int layernorm_forward_case(const struct shape *sh, int N, int C) {
-  struct tbuf out = tb_new((size_t)N * C), mean = tb_new((size_t)N), rstd = tb_new((size_t)N),
-              inp = tb_new((size_t)N * C), w = tb_new((size_t)C), b = tb_new((size_t)C);
+static int layernorm_forward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf out = tb_new((size_t)N * C, dt), mean = tb_new((size_t)N, ZO_F32),
+              rstd = tb_new((size_t)N, ZO_F32), inp = tb_new((size_t)N * C, dt),
+              w = tb_new((size_t)C, dt), b = tb_new((size_t)C, dt);
   tb_random(&inp, -2, 3); /* nonzero mean: the centring matters */
   tb_random(&w, 0.5f, 1.5f);
   tb_random(&b, -0.5f, 0.5f);
   tb_poison(&out), tb_poison(&mean), tb_poison(&rstd);
-  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, NULL);
-  gpu->layernorm_forward(D(&out), D(&mean), D(&rstd), D(&inp), D(&w), D(&b), N, C, gstream);
+  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, dt, NULL);
+  gpu->layernorm_forward(D(&out), D(&mean), D(&rstd), D(&inp), D(&w), D(&b), N, C, dt, gstream);
   int fail = report(tb_check("out", &out) | tb_check("mean", &mean) | tb_check("rstd", &rstd), sh);
   tb_free(&out), tb_free(&mean), tb_free(&rstd), tb_free(&inp), tb_free(&w), tb_free(&b);
   return fail;
@@ -233,31 +298,35 @@ static int layernorm_forward_case(const struct shape *sh, int N, int C) {
 
 static int test_layernorm_forward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 3);
-    fail |= layernorm_forward_case(sh, sh->B * sh->T, sh->C);
-    fail |= layernorm_forward_case(sh, 5, 1000); /* rows many warp-widths long */
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 3);
+      fail |= layernorm_forward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |= layernorm_forward_case(sh, 5, 1000, op_dt); /* rows many warp-widths long */
+    }
   }
   return fail;
 }
 
-static int layernorm_backward_case(const struct shape *sh, int N, int C) {
-  struct tbuf dinp = tb_new((size_t)N * C), dw = tb_new((size_t)C), db = tb_new((size_t)C),
-              dout = tb_new((size_t)N * C), inp = tb_new((size_t)N * C), w = tb_new((size_t)C),
-              b = tb_new((size_t)C), out = tb_new((size_t)N * C), mean = tb_new((size_t)N),
-              rstd = tb_new((size_t)N);
+static int layernorm_backward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)C, ZO_F32),
+              db = tb_new((size_t)C, ZO_F32), dout = tb_new((size_t)N * C, dt),
+              inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)C, dt), b = tb_new((size_t)C, dt),
+              out = tb_new((size_t)N * C, dt), mean = tb_new((size_t)N, ZO_F32),
+              rstd = tb_new((size_t)N, ZO_F32);
   tb_random(&inp, -2, 3);
   tb_random(&w, 0.5f, 1.5f);
   tb_random(&b, -0.5f, 0.5f);
   tb_random(&dout, -1, 1);
   /* Saved statistics from the CPU forward, the same on both sides. */
-  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, NULL);
+  cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, dt, NULL);
   tb_upload(&mean), tb_upload(&rstd);
   tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1), tb_random(&db, -1, 1); /* all += */
   cpu->layernorm_backward(dinp.ref, dw.ref, db.ref, dout.ref, inp.ref, w.ref, mean.ref, rstd.ref, N,
-                          C, NULL);
+                          C, dt, NULL);
   gpu->layernorm_backward(D(&dinp), D(&dw), D(&db), D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N,
-                          C, gstream);
+                          C, dt, gstream);
   int fail =
       report(tb_check("dinp", &dinp) | tb_check("dweight", &dw) | tb_check("dbias", &db), sh);
   tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
@@ -267,64 +336,100 @@ static int layernorm_backward_case(const struct shape *sh, int N, int C) {
 
 static int test_layernorm_backward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 4);
-    fail |= layernorm_backward_case(sh, sh->B * sh->T, sh->C);
-    fail |= layernorm_backward_case(sh, 300, 1000); /* several row chunks: the atomics path */
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 4);
+      fail |= layernorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |=
+          layernorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks: the atomics path */
+    }
   }
   return fail;
 }
 
-static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, bool with_bias) {
-  struct tbuf out = tb_new((size_t)N * OC), inp = tb_new((size_t)N * C), w = tb_new((size_t)OC * C),
-              b = tb_new((size_t)OC);
+static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, bool with_bias,
+                               enum zo_dtype dt) {
+  struct tbuf out = tb_new((size_t)N * OC, dt), inp = tb_new((size_t)N * C, dt),
+              w = tb_new((size_t)OC * C, dt), b = tb_new((size_t)OC, dt);
   tb_random(&inp, -1, 1), tb_random(&w, -1, 1), tb_random(&b, -1, 1);
   tb_poison(&out);
-  cpu->matmul_forward(out.ref, inp.ref, w.ref, with_bias ? b.ref : NULL, N, C, OC, NULL);
-  gpu->matmul_forward(D(&out), D(&inp), D(&w), with_bias ? D(&b) : NULL, N, C, OC, gstream);
+  cpu->matmul_forward(out.ref, inp.ref, w.ref, with_bias ? b.ref : NULL, N, C, OC, dt, NULL);
+  gpu->matmul_forward(D(&out), D(&inp), D(&w), with_bias ? D(&b) : NULL, N, C, OC, dt, gstream);
   int fail = tb_check("out", &out);
   if (fail) fprintf(stderr, "  (N=%d C=%d OC=%d bias=%d)\n", N, C, OC, (int)with_bias);
   tb_free(&out), tb_free(&inp), tb_free(&w), tb_free(&b);
   return report(fail, sh);
 }
 
+/* BF16/F16: the bias is added in fp32 before the one rounding of out. With
+ * u the dtype's ulp at 1, every row computes 1 * 1 + 1 * u/4 (exact in fp32)
+ * plus a bias of u/2: 1 + 3u/4 rounds to 1 + u, while rounding the product
+ * first (to 1) and then adding the bias (a tie, to even) would give 1. Checked
+ * bit for bit. */
+static int matmul_bias_rounding_case(enum zo_dtype dt) {
+  const int N = 16, C = 2, OC = 8;
+  const float u = dt == ZO_BF16 ? 0x1p-7f : 0x1p-10f;
+  struct tbuf out = tb_new((size_t)N * OC, dt), inp = tb_new((size_t)N * C, dt),
+              w = tb_new((size_t)OC * C, dt), b = tb_new((size_t)OC, dt);
+  for (size_t i = 0; i < inp.n; i++) inp.ref32[i] = 1.0f;
+  for (size_t i = 0; i < w.n; i++) w.ref32[i] = i % 2 ? u / 4 : 1.0f;
+  for (size_t i = 0; i < b.n; i++) b.ref32[i] = u / 2;
+  tb_set(&inp, inp.ref32), tb_set(&w, w.ref32), tb_set(&b, b.ref32);
+  tb_poison(&out);
+  cpu->matmul_forward(out.ref, inp.ref, w.ref, b.ref, N, C, OC, dt, NULL);
+  gpu->matmul_forward(D(&out), D(&inp), D(&w), D(&b), N, C, OC, dt, gstream);
+  int fail = tb_check_exact("out (bias rounding)", &out);
+  if (!fail && out.ref32[0] != 1.0f + u) {
+    fprintf(stderr, "  the CPU reference gives %.9g, want %.9g\n", (double)out.ref32[0],
+            1.0 + (double)u);
+    fail = 1;
+  }
+  tb_free(&out), tb_free(&inp), tb_free(&w), tb_free(&b);
+  return fail;
+}
+
 static int test_matmul_forward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 5);
-    const int N = sh->B * sh->T, C = sh->C;
-    fail |= matmul_forward_case(sh, N, C, 3 * C, true);   /* qkv */
-    fail |= matmul_forward_case(sh, N, 4 * C, C, true);   /* mlp projection */
-    fail |= matmul_forward_case(sh, N, C, sh->Vp, false); /* lm head, no bias */
-    fail |= matmul_forward_case(sh, N, C, sh->V, true);   /* odd OC: unaligned rows of out */
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 5);
+      const int N = sh->B * sh->T, C = sh->C;
+      fail |= matmul_forward_case(sh, N, C, 3 * C, true, dt);   /* qkv */
+      fail |= matmul_forward_case(sh, N, 4 * C, C, true, dt);   /* mlp projection */
+      fail |= matmul_forward_case(sh, N, C, sh->Vp, false, dt); /* lm head, no bias */
+      fail |= matmul_forward_case(sh, N, C, sh->V, true, dt);   /* odd OC: unaligned rows of out */
+    }
+    if (dt != ZO_F32) {
+      const struct shape *sh = begin_shape(0, 5);
+      fail |= report(matmul_bias_rounding_case(dt), sh);
+    }
   }
   return fail;
 }
 
 static int matmul_backward_case(const struct shape *sh, int N, int C, int OC, bool with_dinp,
-                                bool with_dbias) {
-  struct tbuf dinp = tb_new((size_t)N * C), dw = tb_new((size_t)OC * C), db = tb_new((size_t)OC),
-              dout = tb_new((size_t)N * OC), inp = tb_new((size_t)N * C),
-              w = tb_new((size_t)OC * C);
+                                bool with_dbias, enum zo_dtype dt) {
+  struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)OC * C, ZO_F32),
+              db = tb_new((size_t)OC, ZO_F32), dout = tb_new((size_t)N * OC, dt),
+              inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)OC * C, dt);
   tb_random(&dout, -1, 1), tb_random(&inp, -1, 1), tb_random(&w, -1, 1);
   tb_poison(&dinp);                             /* overwritten */
   tb_random(&dw, -1, 1), tb_random(&db, -1, 1); /* += */
   cpu->matmul_backward(with_dinp ? dinp.ref : NULL, dw.ref, with_dbias ? db.ref : NULL, dout.ref,
-                       inp.ref, w.ref, N, C, OC, NULL);
+                       inp.ref, w.ref, N, C, OC, dt, NULL);
   gpu->matmul_backward(with_dinp ? D(&dinp) : NULL, D(&dw), with_dbias ? D(&db) : NULL, D(&dout),
-                       D(&inp), D(&w), N, C, OC, gstream);
+                       D(&inp), D(&w), N, C, OC, dt, gstream);
   /* Skipped outputs stay as they were: NaN for dinp, the pre-fill for dbias. */
   int fail = tb_check("dweight", &dw) | tb_check("dbias", &db);
   if (with_dinp) {
     fail |= tb_check("dinp", &dinp);
+  } else if (tb_read("dinp", &dinp)) {
+    fail = 1;
   } else {
-    gsync();
-    must(gpu->memcpy_async(dinp.got, dinp.dev, (dinp.n + 2 * GUARD) * sizeof(float), ZO_COPY_D2H,
-                           gstream),
-         "memcpy_async D2H");
-    gsync();
     for (size_t i = 0; i < dinp.n; i++)
-      if (!isnan(dinp.got[GUARD + i])) {
+      if (!isnan(dinp.got32[i])) {
         fprintf(stderr, "  dinp[%zu] written although dinp was NULL\n", i);
         fail = 1;
         break;
@@ -339,140 +444,179 @@ static int matmul_backward_case(const struct shape *sh, int N, int C, int OC, bo
 
 static int test_matmul_backward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 6);
-    const int N = sh->B * sh->T, C = sh->C;
-    fail |= matmul_backward_case(sh, N, C, 3 * C, true, true);
-    fail |= matmul_backward_case(sh, N, 4 * C, C, true, true);
-    fail |= matmul_backward_case(sh, N, C, sh->V, true, true);
-    fail |= matmul_backward_case(sh, N, C, sh->Vp, true, false);
-    fail |= matmul_backward_case(sh, N, C, 4 * C, false, true);
-    fail |= matmul_backward_case(sh, 4096, C, 3 * C, true, true); /* dbias over many row chunks */
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 6);
+      const int N = sh->B * sh->T, C = sh->C;
+      fail |= matmul_backward_case(sh, N, C, 3 * C, true, true, dt);
+      fail |= matmul_backward_case(sh, N, 4 * C, C, true, true, dt);
+      fail |= matmul_backward_case(sh, N, C, sh->V, true, true, dt);
+      fail |= matmul_backward_case(sh, N, C, sh->Vp, true, false, dt);
+      fail |= matmul_backward_case(sh, N, C, 4 * C, false, true, dt);
+      fail |=
+          matmul_backward_case(sh, 4096, C, 3 * C, true, true, dt); /* dbias over many row chunks */
+    }
   }
+  return fail;
+}
+
+static int attention_forward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
+  struct tbuf out = tb_new((size_t)B * T * C, dt), att = tb_new((size_t)B * NH * T * T, dt),
+              qkv = tb_new((size_t)B * T * 3 * C, dt);
+  tb_random(&qkv, -2, 2);
+  tb_poison(&out), tb_poison(&att);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
+  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, dt, gstream);
+  int fail = tb_check("out", &out) | tb_check("att", &att);
+  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
+  tb_free(&out), tb_free(&att), tb_free(&qkv);
   return fail;
 }
 
 static int test_attention_forward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 7);
-    const int B = sh->B, T = sh->T, C = sh->C, NH = sh->NH;
-    struct tbuf out = tb_new((size_t)B * T * C), att = tb_new((size_t)B * NH * T * T),
-                qkv = tb_new((size_t)B * T * 3 * C);
-    tb_random(&qkv, -2, 2);
-    tb_poison(&out), tb_poison(&att);
-    cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
-    gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, gstream);
-    fail |= report(tb_check("out", &out) | tb_check("att", &att), sh);
-    tb_free(&out), tb_free(&att), tb_free(&qkv);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 7);
+      fail |= report(attention_forward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+    }
   }
   return fail;
 }
 
 /* B > NH here: the other way of splitting (b, h) into loop and batch. */
 static int test_attention_forward_many_rows(void) {
-  zo_rng_seed(77);
-  gstream = test_stream;
-  const int B = 5, T = 19, C = 32, NH = 2;
-  struct tbuf out = tb_new((size_t)B * T * C), att = tb_new((size_t)B * NH * T * T),
-              qkv = tb_new((size_t)B * T * 3 * C);
-  tb_random(&qkv, -2, 2);
-  tb_poison(&out), tb_poison(&att);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
-  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, gstream);
-  int fail = tb_check("out", &out) | tb_check("att", &att);
-  tb_free(&out), tb_free(&att), tb_free(&qkv);
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    zo_rng_seed(77);
+    gstream = test_stream;
+    fail |= attention_forward_case(5, 19, 32, 2, op_dt);
+  }
   return fail;
 }
 
-static int attention_backward_case(int B, int T, int C, int NH) {
-  struct tbuf dqkv = tb_new((size_t)B * T * 3 * C), datt = tb_new((size_t)B * NH * T * T),
-              dout = tb_new((size_t)B * T * C), qkv = tb_new((size_t)B * T * 3 * C),
-              att = tb_new((size_t)B * NH * T * T), out = tb_new((size_t)B * T * C);
+static int attention_backward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
+  struct tbuf dqkv = tb_new((size_t)B * T * 3 * C, dt), datt = tb_new((size_t)B * NH * T * T, dt),
+              dout = tb_new((size_t)B * T * C, dt), qkv = tb_new((size_t)B * T * 3 * C, dt),
+              att = tb_new((size_t)B * NH * T * T, dt), out = tb_new((size_t)B * T * C, dt);
   tb_random(&qkv, -2, 2);
   tb_random(&dout, -1, 1);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, NULL);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
   tb_upload(&att); /* the same saved probabilities on both sides */
   tb_poison(&dqkv), tb_poison(&datt);
-  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, C, NH, NULL);
-  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, C, NH, gstream);
+  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, C, NH, dt, NULL);
+  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, C, NH, dt, gstream);
   int fail = tb_check("dqkv", &dqkv); /* datt is scratch: contents unspecified */
+  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
   tb_free(&dqkv), tb_free(&datt), tb_free(&dout), tb_free(&qkv), tb_free(&att), tb_free(&out);
   return fail;
 }
 
 static int test_attention_backward(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 8);
-    fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH), sh);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 8);
+      fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+    }
+    zo_rng_seed(88);
+    gstream = test_stream;
+    fail |= attention_backward_case(5, 19, 32, 2, op_dt);
   }
-  zo_rng_seed(88);
-  gstream = test_stream;
-  fail |= attention_backward_case(5, 19, 32, 2);
+  return fail;
+}
+
+/* BF16/F16 only: long sequences whose fp32 scores the CUDA backend computes
+ * in chunks of its stream workspace: T = 1024 takes several chunks of heads,
+ * T = 2100 (one head's T x T scores over the scratch) blocks of query rows. */
+static int test_attention_chunked(void) {
+  static const int cases[][4] = {{2, 1024, 48, 6}, {1, 2100, 16, 1}}; /* B, T, C, NH */
+  int fail = 0;
+  for (size_t di = 1; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const int *c = cases[k];
+      zo_rng_seed(99 + k);
+      gstream = test_stream;
+      fail |= attention_forward_case(c[0], c[1], c[2], c[3], op_dt);
+      fail |= attention_backward_case(c[0], c[1], c[2], c[3], op_dt);
+    }
+  }
   return fail;
 }
 
 static int test_gelu(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 9);
-    const size_t N = (size_t)sh->B * sh->T * 4 * sh->C + 3; /* not a multiple of 4 */
-    struct tbuf out = tb_new(N), inp = tb_new(N), dinp = tb_new(N), dout = tb_new(N);
-    tb_random(&inp, -6, 6);
-    tb_random(&dout, -1, 1);
-    tb_poison(&out), tb_poison(&dinp);
-    cpu->gelu_forward(out.ref, inp.ref, N, NULL);
-    gpu->gelu_forward(D(&out), D(&inp), N, gstream);
-    fail |= report(tb_check("gelu out", &out), sh);
-    cpu->gelu_backward(dinp.ref, inp.ref, dout.ref, N, NULL);
-    gpu->gelu_backward(D(&dinp), D(&inp), D(&dout), N, gstream);
-    fail |= report(tb_check("gelu dinp", &dinp), sh);
-    /* dinp may alias dout. */
-    cpu->gelu_backward(dout.ref, inp.ref, dout.ref, N, NULL);
-    gpu->gelu_backward(D(&dout), D(&inp), D(&dout), N, gstream);
-    fail |= report(tb_check("gelu dinp aliasing dout", &dout), sh);
-    tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 9);
+      const size_t N = (size_t)sh->B * sh->T * 4 * sh->C + 3; /* not a multiple of 4 */
+      struct tbuf out = tb_new(N, dt), inp = tb_new(N, dt), dinp = tb_new(N, dt),
+                  dout = tb_new(N, dt);
+      tb_random(&inp, -6, 6);
+      tb_random(&dout, -1, 1);
+      tb_poison(&out), tb_poison(&dinp);
+      cpu->gelu_forward(out.ref, inp.ref, N, dt, NULL);
+      gpu->gelu_forward(D(&out), D(&inp), N, dt, gstream);
+      fail |= report(tb_check("gelu out", &out), sh);
+      cpu->gelu_backward(dinp.ref, inp.ref, dout.ref, N, dt, NULL);
+      gpu->gelu_backward(D(&dinp), D(&inp), D(&dout), N, dt, gstream);
+      fail |= report(tb_check("gelu dinp", &dinp), sh);
+      /* dinp may alias dout. */
+      cpu->gelu_backward(dout.ref, inp.ref, dout.ref, N, dt, NULL);
+      gpu->gelu_backward(D(&dout), D(&inp), D(&dout), N, dt, gstream);
+      fail |= report(tb_check("gelu dinp aliasing dout", &dout), sh);
+      tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
+    }
   }
   return fail;
 }
 
 static int test_residual(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 10);
-    const size_t N = (size_t)sh->B * sh->T * sh->C + 1;
-    struct tbuf out = tb_new(N), a = tb_new(N), b = tb_new(N), d1 = tb_new(N), d2 = tb_new(N);
-    tb_random(&a, -1, 1), tb_random(&b, -1, 1);
-    tb_poison(&out);
-    cpu->residual_forward(out.ref, a.ref, b.ref, N, NULL);
-    gpu->residual_forward(D(&out), D(&a), D(&b), N, gstream);
-    fail |= report(tb_check("residual out", &out), sh);
-    /* out may alias either input. */
-    cpu->residual_forward(a.ref, a.ref, b.ref, N, NULL);
-    gpu->residual_forward(D(&a), D(&a), D(&b), N, gstream);
-    fail |= report(tb_check("residual out aliasing inp1", &a), sh);
-    cpu->residual_forward(b.ref, a.ref, b.ref, N, NULL);
-    gpu->residual_forward(D(&b), D(&a), D(&b), N, gstream);
-    fail |= report(tb_check("residual out aliasing inp2", &b), sh);
-    /* Backward accumulates into both. */
-    tb_random(&d1, -1, 1), tb_random(&d2, -1, 1);
-    cpu->residual_backward(d1.ref, d2.ref, out.ref, N, NULL);
-    gpu->residual_backward(D(&d1), D(&d2), D(&out), N, gstream);
-    fail |= report(tb_check("residual dinp1", &d1) | tb_check("residual dinp2", &d2), sh);
-    tb_free(&out), tb_free(&a), tb_free(&b), tb_free(&d1), tb_free(&d2);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 10);
+      const size_t N = (size_t)sh->B * sh->T * sh->C + 1;
+      struct tbuf out = tb_new(N, dt), a = tb_new(N, dt), b = tb_new(N, dt), d1 = tb_new(N, dt),
+                  d2 = tb_new(N, dt);
+      tb_random(&a, -1, 1), tb_random(&b, -1, 1);
+      tb_poison(&out);
+      cpu->residual_forward(out.ref, a.ref, b.ref, N, dt, NULL);
+      gpu->residual_forward(D(&out), D(&a), D(&b), N, dt, gstream);
+      fail |= report(tb_check("residual out", &out), sh);
+      /* out may alias either input. */
+      cpu->residual_forward(a.ref, a.ref, b.ref, N, dt, NULL);
+      gpu->residual_forward(D(&a), D(&a), D(&b), N, dt, gstream);
+      fail |= report(tb_check("residual out aliasing inp1", &a), sh);
+      cpu->residual_forward(b.ref, a.ref, b.ref, N, dt, NULL);
+      gpu->residual_forward(D(&b), D(&a), D(&b), N, dt, gstream);
+      fail |= report(tb_check("residual out aliasing inp2", &b), sh);
+      /* Backward accumulates into both. */
+      tb_random(&d1, -1, 1), tb_random(&d2, -1, 1);
+      cpu->residual_backward(d1.ref, d2.ref, out.ref, N, dt, NULL);
+      gpu->residual_backward(D(&d1), D(&d2), D(&out), N, dt, gstream);
+      fail |= report(tb_check("residual dinp1", &d1) | tb_check("residual dinp2", &d2), sh);
+      tb_free(&out), tb_free(&a), tb_free(&b), tb_free(&d1), tb_free(&d2);
+    }
   }
   return fail;
 }
 
 /* mode 0: dlogits separate; 1: dlogits NULL; 2: dlogits aliases logits. */
-static int crossentropy_case(int N, int V, int Vp, int mode) {
-  struct tbuf losses = tb_new((size_t)N), logits = tb_new((size_t)N * Vp),
-              dlogits = tb_new((size_t)N * Vp);
+static int crossentropy_case(int N, int V, int Vp, int mode, enum zo_dtype dt) {
+  struct tbuf losses = tb_new((size_t)N, ZO_F32), logits = tb_new((size_t)N * Vp, dt),
+              dlogits = tb_new((size_t)N * Vp, dt);
   for (int n = 0; n < N; n++)
     for (int i = 0; i < Vp; i++) /* Padding is NaN: reading it would poison the row. */
-      logits.ref[(size_t)n * Vp + i] = i < V ? zo_rng_float(-4, 4) : NAN;
-  tb_upload(&logits);
+      logits.ref32[(size_t)n * Vp + i] = i < V ? zo_rng_float(-4, 4) : NAN;
+  tb_set(&logits, logits.ref32);
   struct ibuf targets = ib_new((size_t)N, 0, V);
   for (int n = 0; n < N; n += 5) targets.host[n] = -1; /* masked rows */
   targets.host[N - 1] = V - 1;                         /* the last real column */
@@ -482,29 +626,92 @@ static int crossentropy_case(int N, int V, int Vp, int mode) {
   gsync();
   tb_poison(&losses), tb_poison(&dlogits);
   const float dloss = 1.0f / (float)N;
-  float *cpu_dl = mode == 0 ? dlogits.ref : mode == 2 ? logits.ref : NULL;
-  float *gpu_dl = mode == 0 ? D(&dlogits) : mode == 2 ? D(&logits) : NULL;
-  cpu->crossentropy_forward(losses.ref, cpu_dl, logits.ref, targets.host, dloss, N, V, Vp, NULL);
-  gpu->crossentropy_forward(D(&losses), gpu_dl, D(&logits), targets.dev, dloss, N, V, Vp, gstream);
+  void *cpu_dl = mode == 0 ? dlogits.ref : mode == 2 ? logits.ref : NULL;
+  void *gpu_dl = mode == 0 ? D(&dlogits) : mode == 2 ? D(&logits) : NULL;
+  cpu->crossentropy_forward(losses.ref, cpu_dl, logits.ref, targets.host, dloss, N, V, Vp, dt,
+                            NULL);
+  gpu->crossentropy_forward(D(&losses), gpu_dl, D(&logits), targets.dev, dloss, N, V, Vp, dt,
+                            gstream);
   int fail = tb_check("losses", &losses);
   if (mode == 0) fail |= tb_check("dlogits", &dlogits);
   if (mode == 2) fail |= tb_check("dlogits (aliasing logits)", &logits);
-  if (fail) fprintf(stderr, "  (N=%d V=%d Vp=%d mode=%d)\n", N, V, Vp, mode);
+  if (fail) fprintf(stderr, "  (N=%d V=%d Vp=%d mode=%d, %s)\n", N, V, Vp, mode, zo_dtype_name(dt));
   tb_free(&losses), tb_free(&logits), tb_free(&dlogits), ib_free(&targets);
   return fail;
 }
 
 static int test_crossentropy(void) {
   int fail = 0;
-  for (size_t si = 0; si < N_SHAPES; si++) {
-    const struct shape *sh = begin_shape(si, 11);
-    for (int mode = 0; mode < 3; mode++)
-      fail |= report(crossentropy_case(sh->B * sh->T, sh->V, sh->Vp, mode), sh);
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 11);
+      for (int mode = 0; mode < 3; mode++)
+        fail |= report(crossentropy_case(sh->B * sh->T, sh->V, sh->Vp, mode, op_dt), sh);
+    }
+    zo_rng_seed(111);
+    gstream = test_stream;
+    fail |= crossentropy_case(6, 50257, 50304, 0, op_dt); /* GPT-2's vocabulary */
+    fail |= crossentropy_case(6, 50257, 50304, 2, op_dt);
   }
-  zo_rng_seed(111);
-  gstream = test_stream;
-  fail |= crossentropy_case(6, 50257, 50304, 0); /* GPT-2's vocabulary */
-  fail |= crossentropy_case(6, 50257, 50304, 2);
+  return fail;
+}
+
+/* Values for the cast test: zeros, ties and near-ties of both 16-bit formats,
+ * fp16's range edges (largest finite, overflow to inf, subnormals, underflow
+ * to 0), fp32 subnormals and extremes, inf and NaN; then random magnitudes
+ * over 2^-30 .. 2^20 of either sign. */
+static void cast_values(float *x, size_t n) {
+  static const float special[] = {
+      0.0f,          -0.0f,         1.0f,           -1.0f,
+      1.00390625f, /* 1 + 2^-8 */
+      1.01171875f,   1.0009765625f, 1.00048828125f, 65504.0f,
+      65519.0f,      65520.0f,      -70000.0f,      6.103515625e-5f,
+      5.9604645e-8f, 2.9802322e-8f, 1e-9f,          1e-40f,
+      -1e-42f,       FLT_MIN,       FLT_MAX,        -FLT_MAX,
+      3.3895314e38f, INFINITY,      -INFINITY,      NAN,
+      0.1f,          -0.3333333f,   1234.5678f,     3.1415927f,
+      -2.7182817f,
+  };
+  const size_t n_special = sizeof special / sizeof special[0];
+  for (size_t i = 0; i < n; i++) {
+    if (i < n_special) {
+      x[i] = special[i];
+      continue;
+    }
+    const float m = zo_rng_float(1.0f, 2.0f);
+    const int e = (int)(zo_rng_u32() % 51u) - 30;
+    x[i] = ldexpf(zo_rng_u32() & 1u ? -m : m, e);
+  }
+}
+
+static int test_cast(void) {
+  int fail = 0;
+  const size_t n = 10007;
+  for (size_t si = 0; si < N_SHAPES; si++) {
+    begin_shape(si, 12);
+    for (size_t a = 0; a < N_DTYPES; a++) {
+      for (size_t b = 0; b < N_DTYPES; b++) {
+        const enum zo_dtype src_dt = op_dtypes[a], dst_dt = op_dtypes[b];
+        struct tbuf src = tb_new(n, src_dt), dst = tb_new(n, dst_dt);
+        cast_values(src.ref32, n);
+        tb_set(&src, src.ref32);
+        tb_poison(&dst);
+        cpu->cast(dst.ref, dst_dt, src.ref, src_dt, n, NULL);
+        gpu->cast(D(&dst), dst_dt, D(&src), src_dt, n, gstream);
+        int f = tb_check_exact("cast dst", &dst) | tb_check_exact("cast src (read only)", &src);
+        if (src_dt == dst_dt) { /* in place: nothing changes */
+          gpu->cast(D(&src), src_dt, D(&src), src_dt, n, gstream);
+          f |= tb_check_exact("cast in place", &src);
+        }
+        if (f)
+          fprintf(stderr, "  (cast %s -> %s, %s stream)\n", zo_dtype_name(src_dt),
+                  zo_dtype_name(dst_dt), gstream ? "created" : "NULL");
+        fail |= f;
+        tb_free(&src), tb_free(&dst);
+      }
+    }
+  }
   return fail;
 }
 
@@ -516,8 +723,8 @@ static uint64_t tb_max_ulp(const struct tbuf *b) {
   uint64_t worst = 0;
   for (size_t i = 0; i < b->n; i++) {
     int32_t x, y;
-    memcpy(&x, &b->got[GUARD + i], sizeof x);
-    memcpy(&y, &b->ref[i], sizeof y);
+    memcpy(&x, b->got + GUARD_BYTES + i * sizeof x, sizeof x);
+    memcpy(&y, (const unsigned char *)b->ref + i * sizeof y, sizeof y);
     int64_t a = x < 0 ? (int64_t)INT32_MIN - x : x, c = y < 0 ? (int64_t)INT32_MIN - y : y;
     uint64_t d = (uint64_t)(a > c ? a - c : c - a);
     if (d > worst) worst = d;
@@ -530,16 +737,20 @@ static uint64_t tb_max_ulp(const struct tbuf *b) {
  * p, m, v and prints the largest difference seen. */
 static int test_adamw_update(void) {
   int fail = 0;
+  op_dt = ZO_F32;
   for (size_t si = 0; si < N_SHAPES; si++) {
     const struct shape *sh = begin_shape(si, 14);
     const size_t N = (size_t)sh->B * sh->T * sh->C * 3 + 5;
-    struct tbuf p = tb_new(N), g = tb_new(N), m = tb_new(N), v = tb_new(N);
+    struct tbuf p = tb_new(N, ZO_F32), g = tb_new(N, ZO_F32), m = tb_new(N, ZO_F32),
+                v = tb_new(N, ZO_F32);
     for (int decay = 0; decay < 2; decay++) {
       const long t = 1 + 9 * decay;
-      tb_random(&p, -1, 1), tb_random(&g, -2, 2), tb_random(&m, -0.1f, 0.1f), tb_random(&v, 0, 0.01f);
-      cpu->adamw_update(p.ref, g.ref, m.ref, v.ref, N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t, 0.42f, NULL);
-      gpu->adamw_update(D(&p), D(&g), D(&m), D(&v), N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t, 0.42f,
-                        gstream);
+      tb_random(&p, -1, 1), tb_random(&g, -2, 2), tb_random(&m, -0.1f, 0.1f),
+          tb_random(&v, 0, 0.01f);
+      cpu->adamw_update(p.ref, g.ref, m.ref, v.ref, N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t,
+                        0.42f, NULL);
+      gpu->adamw_update(D(&p), D(&g), D(&m), D(&v), N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, t,
+                        0.42f, gstream);
       struct tbuf *outs[] = {&p, &m, &v, &g};
       static const char *names[] = {"adamw p", "adamw m", "adamw v", "adamw g (read only)"};
       for (int k = 0; k < 4; k++) {
@@ -550,7 +761,9 @@ static int test_adamw_update(void) {
                   (unsigned long long)ulp);
           f = 1;
         }
-        if (k == 0) printf("  adamw p, decay %d: max %llu ulp from the CPU backend\n", decay, (unsigned long long)ulp);
+        if (k == 0)
+          printf("  adamw p, decay %d: max %llu ulp from the CPU backend\n", decay,
+                 (unsigned long long)ulp);
         fail |= report(f, sh);
       }
     }
@@ -563,12 +776,13 @@ static int test_adamw_update(void) {
  * the CPU's zo_sumsq (different association inside each chunk); n = 0 gives 0. */
 static int test_sumsq(void) {
   int fail = 0;
+  op_dt = ZO_F32;
   for (size_t si = 0; si < N_SHAPES; si++) {
     const struct shape *sh = begin_shape(si, 15);
     const size_t sizes[] = {0, 5, (size_t)sh->B * sh->T * sh->C * 40 + 3};
     for (size_t k = 0; k < 3; k++) {
       const size_t N = sizes[k];
-      struct tbuf x = tb_new(N + 1);
+      struct tbuf x = tb_new(N + 1, ZO_F32);
       tb_random(&x, -3, 3);
       void *pd = NULL;
       must(gpu->mem_alloc(&pd, 2 * sizeof(double)), "mem_alloc");
@@ -581,7 +795,8 @@ static int test_sumsq(void) {
       gsync();
       if (memcmp(&got[0], &got[1], sizeof got[0]) || !(fabs(got[0] - want) <= 1e-12 * want) ||
           (N == 0 && got[0] != 0.0)) {
-        fprintf(stderr, "  sumsq n=%zu: gpu %.17g then %.17g, cpu %.17g\n", N, got[0], got[1], want);
+        fprintf(stderr, "  sumsq n=%zu: gpu %.17g then %.17g, cpu %.17g\n", N, got[0], got[1],
+                want);
         fail |= report(1, sh);
       }
       gpu->mem_free(pd);
@@ -593,6 +808,7 @@ static int test_sumsq(void) {
 
 static int test_memory(void) {
   int fail = 0;
+  op_dt = ZO_F32;
   size_t free_bytes = 0, total_bytes = 0;
   if (gpu->mem_info(&free_bytes, &total_bytes) != 0 || total_bytes == 0 ||
       free_bytes > total_bytes) {
@@ -607,12 +823,12 @@ static int test_memory(void) {
     fail = 1;
   }
   /* The failed allocation must not leave an error behind for the next op. */
-  struct tbuf x = tb_new(1000), y = tb_new(1000);
+  struct tbuf x = tb_new(1000, ZO_F32), y = tb_new(1000, ZO_F32);
   gstream = NULL;
   tb_random(&x, -1, 1);
   tb_poison(&y);
   memcpy(y.ref, x.ref, 1000 * sizeof(float));
-  gpu->residual_forward(D(&y), D(&x), D(&x), 0, gstream); /* N = 0: a no-op */
+  gpu->residual_forward(D(&y), D(&x), D(&x), 0, ZO_F32, gstream); /* N = 0: a no-op */
   must(gpu->memcpy_async(D(&y), D(&x), 1000 * sizeof(float), ZO_COPY_D2D, gstream), "D2D");
   fail |= tb_check("D2D copy", &y);
   /* memset: bytes 0x00 give 0.0f. */
@@ -661,10 +877,10 @@ static int test_streams_events(void) {
   for (size_t i = 0; i < n; i++) host[i] = 1.0f;
   must(gpu->memcpy_async(one, host, n * sizeof(float), ZO_COPY_H2D, s1), "H2D");
   must(gpu->memset_async(acc, 0, n * sizeof(float), s1), "memset");
-  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s1);
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, ZO_F32, s1);
   must(gpu->event_record(ev, s1), "event_record");
   must(gpu->stream_wait_event(s2, ev), "stream_wait_event");
-  gpu->residual_forward(res, acc, acc, n, s2);
+  gpu->residual_forward(res, acc, acc, n, ZO_F32, s2);
   must(gpu->memcpy_async(host, res, n * sizeof(float), ZO_COPY_D2H, s2), "D2H");
   must(gpu->stream_synchronize(s2), "stream_synchronize");
   for (size_t i = 0; i < n; i += 4099)
@@ -684,7 +900,7 @@ static int test_streams_events(void) {
   /* Host function after queued work; the stream waits for it. */
   static int token = 7;
   atomic_store(&host_func_ran, 0);
-  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s1);
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, ZO_F32, s1);
   must(gpu->launch_host_func(s1, host_func, &token), "launch_host_func");
   must(gpu->stream_synchronize(s1), "stream_synchronize");
   if (atomic_load(&host_func_ran) != 7) {
@@ -694,7 +910,7 @@ static int test_streams_events(void) {
   /* stream_destroy waits for queued work. */
   must(gpu->stream_create(&s3), "stream_create");
   must(gpu->memset_async(acc, 0, n * sizeof(float), s3), "memset");
-  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, s3);
+  for (int k = 0; k < steps; k++) gpu->residual_forward(acc, acc, one, n, ZO_F32, s3);
   gpu->stream_destroy(s3);
   must(gpu->memcpy_async(host, acc, n * sizeof(float), ZO_COPY_D2H, s2), "D2H");
   must(gpu->stream_synchronize(s2), "stream_synchronize");
@@ -725,9 +941,11 @@ int main(void) {
       ZO_TEST(attention_forward),
       ZO_TEST(attention_forward_many_rows),
       ZO_TEST(attention_backward),
+      ZO_TEST(attention_chunked),
       ZO_TEST(gelu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),
+      ZO_TEST(cast),
       ZO_TEST(adamw_update),
       ZO_TEST(sumsq),
       ZO_TEST(streams_events),

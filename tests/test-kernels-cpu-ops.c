@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_ref64.h"
 #include "zo_test.h"
 
 #define GUARD 16                   /* sentinel floats on each side of an output */
@@ -105,198 +106,6 @@ static int check_fd(const char *what, double *x, size_t n, const float *grad,
   return fail;
 }
 
-/* ---- float64 references -------------------------------------------------- */
-
-static void encoder_forward64(double *out, const int32_t *inp, const double *wte, const double *wpe,
-                              int B, int T, int C) {
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++)
-      for (int c = 0; c < C; c++)
-        out[((size_t)b * T + t) * C + c] =
-            wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
-}
-
-/* mean and rstd may be NULL. */
-static void layernorm_forward64(double *out, double *mean, double *rstd, const double *inp,
-                                const double *w, const double *bias, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const double *x = inp + (size_t)n * C;
-    double m = 0.0, v = 0.0;
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= C;
-    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-    double s = 1.0 / sqrt(v / C + 1e-5);
-    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + bias[c];
-    if (mean) mean[n] = m;
-    if (rstd) rstd[n] = s;
-  }
-}
-
-/* dinp, dw, db +=. */
-static void layernorm_backward64(double *dinp, double *dw, double *db, const double *dout,
-                                 const double *inp, const double *w, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const double *x = inp + (size_t)n * C;
-    const double *d = dout + (size_t)n * C;
-    double m = 0.0, v = 0.0;
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= C;
-    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-    double s = 1.0 / sqrt(v / C + 1e-5);
-    double a = 0.0, g = 0.0;
-    for (int c = 0; c < C; c++) {
-      a += w[c] * d[c];
-      g += w[c] * d[c] * (x[c] - m) * s;
-    }
-    a /= C;
-    g /= C;
-    for (int c = 0; c < C; c++) {
-      double norm = (x[c] - m) * s;
-      dinp[(size_t)n * C + c] += (w[c] * d[c] - a - norm * g) * s;
-      dw[c] += d[c] * norm;
-      db[c] += d[c];
-    }
-  }
-}
-
-/* bias may be NULL. */
-static void matmul_forward64(double *out, const double *inp, const double *w, const double *bias,
-                             int N, int C, int OC) {
-  for (int n = 0; n < N; n++)
-    for (int o = 0; o < OC; o++) {
-      double s = bias ? bias[o] : 0.0;
-      for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
-      out[(size_t)n * OC + o] = s;
-    }
-}
-
-/* dinp =, dw +=, db +=; each may be NULL. */
-static void matmul_backward64(double *dinp, double *dw, double *db, const double *dout,
-                              const double *inp, const double *w, int N, int C, int OC) {
-  for (int n = 0; n < N; n++)
-    for (int c = 0; c < C; c++) {
-      double s = 0.0;
-      for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
-      if (dinp) dinp[(size_t)n * C + c] = s;
-    }
-  for (int o = 0; o < OC; o++) {
-    for (int c = 0; c < C; c++) {
-      double s = 0.0;
-      for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
-      if (dw) dw[(size_t)o * C + c] += s;
-    }
-    double s = 0.0;
-    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
-    if (db) db[o] += s;
-  }
-}
-
-/* att (B,NH,T,T) may be NULL. */
-static void attention_forward64(double *out, double *att, const double *qkv, int B, int T, int C,
-                                int NH) {
-  int hs = C / NH;
-  double scale = 1.0 / sqrt((double)hs);
-  double *row = zo_test_xmalloc((size_t)T * sizeof(double));
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-        double maxv = -INFINITY, sum = 0.0;
-        for (int u = 0; u <= t; u++) {
-          const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
-          double s = 0.0;
-          for (int i = 0; i < hs; i++) s += q[i] * k[i];
-          row[u] = s * scale;
-          maxv = fmax(maxv, row[u]);
-        }
-        for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
-        for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] / sum : 0.0;
-        if (att) memcpy(att + (((size_t)b * NH + h) * T + t) * T, row, (size_t)T * sizeof(double));
-        double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-        const double *v = qkv + (size_t)b * T * 3 * C + 2 * C + (size_t)h * hs;
-        for (int i = 0; i < hs; i++) {
-          double s = 0.0;
-          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * 3 * C + i];
-          o[i] = s;
-        }
-      }
-  free(row);
-}
-
-/* dqkv (B,T,3C) overwritten. */
-static void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B, int T,
-                                 int C, int NH) {
-  int hs = C / NH;
-  double scale = 1.0 / sqrt((double)hs);
-  size_t n_att = (size_t)B * NH * T * T;
-  double *att = zo_test_xmalloc(n_att * sizeof(double));
-  double *out = zo_test_xmalloc((size_t)B * T * C * sizeof(double));
-  double *datt = zo_test_xmalloc((size_t)T * sizeof(double));
-  attention_forward64(out, att, qkv, B, T, C, NH);
-  memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const double *a = att + (((size_t)b * NH + h) * T + t) * T;
-        const double *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-        size_t qoff = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-        double dot = 0.0;
-        for (int u = 0; u <= t; u++) {
-          size_t voff = ((size_t)b * T + u) * 3 * C + 2 * C + (size_t)h * hs;
-          double s = 0.0;
-          for (int i = 0; i < hs; i++) {
-            s += d[i] * qkv[voff + i];
-            dqkv[voff + i] += a[u] * d[i];
-          }
-          datt[u] = s;
-          dot += a[u] * s;
-        }
-        for (int u = 0; u <= t; u++) {
-          double dpre = a[u] * (datt[u] - dot) * scale;
-          size_t koff = ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
-          for (int i = 0; i < hs; i++) {
-            dqkv[qoff + i] += dpre * qkv[koff + i];
-            dqkv[koff + i] += dpre * qkv[qoff + i];
-          }
-        }
-      }
-  free(datt);
-  free(out);
-  free(att);
-}
-
-static const double gelu_k = 0.79788456080286535588; /* sqrt(2/pi) */
-
-static double gelu64(double x) {
-  return 0.5 * x * (1.0 + tanh(gelu_k * (x + 0.044715 * x * x * x)));
-}
-
-static double gelu_grad64(double x) {
-  double th = tanh(gelu_k * (x + 0.044715 * x * x * x));
-  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * gelu_k * (1.0 + 3.0 * 0.044715 * x * x);
-}
-
-/* dlogits (N,Vp) may be NULL; padded columns get 0. */
-static void crossentropy_forward64(double *losses, double *dlogits, const double *logits,
-                                   const int32_t *targets, double dloss, int N, int V, int Vp) {
-  for (int n = 0; n < N; n++) {
-    const double *x = logits + (size_t)n * Vp;
-    double *dx = dlogits ? dlogits + (size_t)n * Vp : NULL;
-    if (dx)
-      for (int i = 0; i < Vp; i++) dx[i] = 0.0;
-    if (targets[n] < 0) {
-      losses[n] = 0.0;
-      continue;
-    }
-    double maxv = -INFINITY, sum = 0.0;
-    for (int i = 0; i < V; i++) maxv = fmax(maxv, x[i]);
-    for (int i = 0; i < V; i++) sum += exp(x[i] - maxv);
-    losses[n] = log(sum) - (x[targets[n]] - maxv);
-    if (dx)
-      for (int i = 0; i < V; i++) dx[i] = (exp(x[i] - maxv) / sum - (i == targets[n])) * dloss;
-  }
-}
-
 /* ---- encoder -------------------------------------------------------------- */
 
 static int test_encoder_forward(void) {
@@ -308,7 +117,7 @@ static int test_encoder_forward(void) {
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);
   fill_nan(out, B * T * C);
-  be->encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
+  be->encoder_forward(out, inp, wte, wpe, B, T, C, ZO_F32, NULL);
   double *wte64 = widen(wte, V * C), *wpe64 = widen(wpe, maxT * C);
   double *ref = zo_test_xmalloc(B * T * C * sizeof(double));
   encoder_forward64(ref, inp, wte64, wpe64, B, T, C);
@@ -332,7 +141,7 @@ static int test_encoder_backward(void) {
   fill_random(dwte, V * C, -1, 1);
   fill_random(dwpe, maxT * C, -1, 1);
   double *ref_wte = widen(dwte, V * C), *ref_wpe = widen(dwpe, maxT * C);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, ZO_F32, NULL);
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int c = 0; c < C; c++) {
@@ -371,7 +180,7 @@ static int test_encoder_backward_fd(void) {
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);
   fill_random(dout, B * T * C, -1, 1);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, ZO_F32, NULL);
   struct encoder_fd c = {inp, widen(wte, V * C), widen(wpe, maxT * C), widen(dout, B * T * C),
                          zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C};
   int fail = check_fd("dwte", c.wte, V * C, dwte, encoder_fd_loss, &c) |
@@ -396,7 +205,7 @@ static int test_layernorm_forward(void) {
   fill_nan(out, N * C);
   fill_nan(mean, N);
   fill_nan(rstd, N);
-  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, ZO_F32, NULL);
   double *inp64 = widen(inp, N * C), *w64 = widen(w, C), *b64 = widen(bias, C);
   double *ref = zo_test_xmalloc(N * C * sizeof(double)), *ref_mean = zo_test_xmalloc(N * sizeof(double));
   double *ref_rstd = zo_test_xmalloc(N * sizeof(double));
@@ -432,9 +241,9 @@ static int test_layernorm_backward(void) {
   fill_random(dinp, N * C, -1, 1); /* all three accumulate */
   fill_random(dw, C, -1, 1);
   fill_random(db, C, -1, 1);
-  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, ZO_F32, NULL);
   double *ref_dinp = widen(dinp, N * C), *ref_dw = widen(dw, C), *ref_db = widen(db, C);
-  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
+  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ZO_F32, NULL);
   double *inp64 = widen(inp, N * C), *w64 = widen(w, C), *dout64 = widen(dout, N * C);
   layernorm_backward64(ref_dinp, ref_dw, ref_db, dout64, inp64, w64, N, C);
   int fail = check_output("dinp", dinp, ref_dinp, N * C, 1e-5, 1e-5) |
@@ -479,8 +288,8 @@ static int test_layernorm_backward_fd(void) {
   fill_random(w, C, -1, 1);
   fill_random(bias, C, -1, 1);
   fill_random(dout, N * C, -1, 1);
-  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, NULL);
-  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
+  be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, ZO_F32, NULL);
+  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ZO_F32, NULL);
   struct layernorm_fd c = {widen(inp, N * C), widen(w, C), widen(bias, C), widen(dout, N * C),
                            zo_test_xmalloc(N * C * sizeof(double)), N, C};
   int fail = check_fd("dinp", c.inp, N * C, dinp, layernorm_fd_loss, &c) |
@@ -503,7 +312,7 @@ static int matmul_forward_case(int N, int C, int OC, int with_bias) {
   fill_random(w, (size_t)OC * C, -1, 1);
   fill_random(bias, OC, -1, 1);
   fill_nan(out, (size_t)N * OC);
-  be->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, NULL);
+  be->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, ZO_F32, NULL);
   double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
   double *b64 = widen(bias, OC);
   double *ref = zo_test_xmalloc((size_t)N * OC * sizeof(double));
@@ -539,7 +348,7 @@ static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_db
   fill_random(db, OC, -1, 1);
   double *ref_dinp = zo_test_xmalloc((size_t)N * C * sizeof(double));
   double *ref_dw = widen(dw, (size_t)OC * C), *ref_db = widen(db, OC);
-  be->matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, N, C, OC,
+  be->matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, inp, w, N, C, OC, ZO_F32,
                       NULL);
   double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
   double *dout64 = widen(dout, (size_t)N * OC);
@@ -588,7 +397,7 @@ static int test_matmul_backward_fd(void) {
   fill_random(w, OC * C, -1, 1);
   fill_random(bias, OC, -1, 1);
   fill_random(dout, N * OC, -1, 1);
-  be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, NULL);
+  be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, ZO_F32, NULL);
   struct matmul_fd c = {widen(inp, N * C), widen(w, OC * C), widen(bias, OC), widen(dout, N * OC),
                         zo_test_xmalloc(N * OC * sizeof(double)), N, C, OC};
   int fail = check_fd("dinp", c.inp, N * C, dinp, matmul_fd_loss, &c) |
@@ -610,7 +419,7 @@ static int attention_forward_case(int B, int T, int C, int NH) {
   fill_random(qkv, n_qkv, -2, 2);
   fill_nan(out, n_out);
   fill_nan(att, n_att);
-  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
+  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv);
   double *ref = zo_test_xmalloc(n_out * sizeof(double)), *ref_att = zo_test_xmalloc(n_att * sizeof(double));
   attention_forward64(ref, ref_att, qkv64, B, T, C, NH);
@@ -649,8 +458,8 @@ static int attention_backward_case(int B, int T, int C, int NH) {
   fill_random(dout, n_out, -1, 1);
   fill_nan(dqkv, n_qkv); /* overwritten */
   fill_nan(datt, n_att); /* scratch: NaN must not leak into dqkv */
-  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
+  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv), *dout64 = widen(dout, n_out);
   double *ref = zo_test_xmalloc(n_qkv * sizeof(double));
   attention_backward64(ref, dout64, qkv64, B, T, C, NH);
@@ -691,8 +500,8 @@ static int test_attention_backward_fd(void) {
   float dqkv[B * T * 3 * C], datt[B * NH * T * T];
   fill_random(qkv, B * T * 3 * C, -2, 2);
   fill_random(dout, B * T * C, -1, 1);
-  be->attention_forward(out, att, qkv, B, T, C, NH, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NULL);
+  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
   struct attention_fd c = {widen(qkv, B * T * 3 * C), widen(dout, B * T * C),
                            zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
   int fail = check_fd("dqkv", c.qkv, B * T * 3 * C, dqkv, attention_fd_loss, &c);
@@ -713,7 +522,7 @@ static int test_gelu_forward(void) {
   inp[1] = -30.0f;
   inp[2] = 30.0f;
   fill_nan(out, N);
-  be->gelu_forward(out, inp, N, NULL);
+  be->gelu_forward(out, inp, N, ZO_F32, NULL);
   double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = gelu64(inp[i]);
   int fail = check_output("out", out, ref, N, 1e-7, 1e-6);
@@ -733,10 +542,10 @@ static int test_gelu_backward(void) {
   fill_nan(dinp, N);
   double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = gelu_grad64(inp[i]) * dout[i];
-  be->gelu_backward(dinp, inp, dout, N, NULL);
+  be->gelu_backward(dinp, inp, dout, N, ZO_F32, NULL);
   int fail = check_output("dinp", dinp, ref, N, 1e-6, 1e-5);
   /* dinp may alias dout. */
-  be->gelu_backward(dout, inp, dout, N, NULL);
+  be->gelu_backward(dout, inp, dout, N, ZO_F32, NULL);
   fail |= check_output("dinp (aliasing dout)", dout, ref, N, 1e-6, 1e-5);
   free(ref);
   gfree(dinp);
@@ -763,7 +572,7 @@ static int test_gelu_backward_fd(void) {
   float inp[N], dout[N], dinp[N];
   fill_random(inp, N, -5, 5);
   fill_random(dout, N, -1, 1);
-  be->gelu_backward(dinp, inp, dout, N, NULL);
+  be->gelu_backward(dinp, inp, dout, N, ZO_F32, NULL);
   struct gelu_fd c = {widen(inp, N), widen(dout, N), N};
   int fail = check_fd("dinp", c.inp, N, dinp, gelu_fd_loss, &c);
   free(c.dout);
@@ -780,14 +589,14 @@ static int test_residual_forward(void) {
   fill_nan(out, N);
   double *ref = zo_test_xmalloc(N * sizeof(double));
   for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
-  be->residual_forward(out, a, b, N, NULL);
+  be->residual_forward(out, a, b, N, ZO_F32, NULL);
   int fail = check_output("out", out, ref, N, 0, 1e-7);
   /* out may alias either input. */
-  be->residual_forward(a, a, b, N, NULL);
+  be->residual_forward(a, a, b, N, ZO_F32, NULL);
   fail |= check_output("out (aliasing inp1)", a, ref, N, 0, 1e-7);
   fill_random(a, N, -1, 1);
   for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
-  be->residual_forward(b, a, b, N, NULL);
+  be->residual_forward(b, a, b, N, ZO_F32, NULL);
   fail |= check_output("out (aliasing inp2)", b, ref, N, 0, 1e-7);
   free(ref);
   gfree(out);
@@ -808,7 +617,7 @@ static int test_residual_backward(void) {
     ref1[i] += dout[i];
     ref2[i] += dout[i];
   }
-  be->residual_backward(d1, d2, dout, N, NULL);
+  be->residual_backward(d1, d2, dout, N, ZO_F32, NULL);
   int fail = check_output("dinp1", d1, ref1, N, 0, 1e-7) |
              check_output("dinp2", d2, ref2, N, 0, 1e-7);
   free(ref2);
@@ -838,7 +647,7 @@ static int test_residual_backward_fd(void) {
   fill_random(a, N, -1, 1);
   fill_random(b, N, -1, 1);
   fill_random(dout, N, -1, 1);
-  be->residual_backward(d1, d2, dout, N, NULL);
+  be->residual_backward(d1, d2, dout, N, ZO_F32, NULL);
   struct residual_fd c = {widen(a, N), widen(b, N), widen(dout, N), N};
   int fail = check_fd("dinp1", c.a, N, d1, residual_fd_loss, &c) |
              check_fd("dinp2", c.b, N, d2, residual_fd_loss, &c);
@@ -886,7 +695,7 @@ static int crossentropy_case(float offset) {
   crossentropy_inputs(logits, targets, N, V, Vp, offset);
   fill_nan(losses, N);
   fill_nan(dlogits, n_logits);
-  be->crossentropy_forward(losses, dlogits, logits, targets, dloss, N, V, Vp, NULL);
+  be->crossentropy_forward(losses, dlogits, logits, targets, dloss, N, V, Vp, ZO_F32, NULL);
   double *logits64 = widen(logits, n_logits);
   double *ref = zo_test_xmalloc(N * sizeof(double)), *ref_d = zo_test_xmalloc(n_logits * sizeof(double));
   crossentropy_forward64(ref, ref_d, logits64, targets, dloss, N, V, Vp);
@@ -898,12 +707,12 @@ static int crossentropy_case(float offset) {
   /* Without dlogits: the same losses, nothing else written. */
   float *losses2 = galloc(N);
   fill_nan(losses2, N);
-  be->crossentropy_forward(losses2, NULL, logits, targets, dloss, N, V, Vp, NULL);
+  be->crossentropy_forward(losses2, NULL, logits, targets, dloss, N, V, Vp, ZO_F32, NULL);
   fail |= check_output("losses (dlogits NULL)", losses2, ref, N, 1e-6, 1e-6);
 
   /* dlogits aliasing logits. */
   fill_nan(losses2, N);
-  be->crossentropy_forward(losses2, logits, logits, targets, dloss, N, V, Vp, NULL);
+  be->crossentropy_forward(losses2, logits, logits, targets, dloss, N, V, Vp, ZO_F32, NULL);
   fail |= check_output("losses (in place)", losses2, ref, N, 1e-6, 1e-6) |
           check_output("dlogits (in place)", logits, ref_d, n_logits, 1e-8, 1e-5) |
           padding_nonzero("dlogits (in place)", logits, N, V, Vp);
@@ -944,7 +753,7 @@ static int test_crossentropy_fd(void) {
   int32_t targets[N] = {3, -1, 0, V - 1};
   fill_random(logits, N * Vp, -3, 3);
   for (int n = 0; n < N; n++) logits[n * Vp + V] = 1e30f; /* padding: must not matter */
-  be->crossentropy_forward(losses, dlogits, logits, targets, 0.7f, N, V, Vp, NULL);
+  be->crossentropy_forward(losses, dlogits, logits, targets, 0.7f, N, V, Vp, ZO_F32, NULL);
   struct crossentropy_fd c = {widen(logits, N * Vp), zo_test_xmalloc(N * sizeof(double)), targets, 0.7,
                               N, V, Vp};
   /* The float64 forward never reads padding either, so its differences there
@@ -1043,11 +852,11 @@ static int test_op_on_stream(void) {
   fill_random(w, OC * C, -1, 1);
   fill_random(bias, OC, -1, 1);
   fill_nan(got, N * OC);
-  be->matmul_forward(want, inp, w, bias, N, C, OC, NULL);
+  be->matmul_forward(want, inp, w, bias, N, C, OC, ZO_F32, NULL);
   zo_stream_t stream = NULL;
   int fail = be->stream_create(&stream) != 0;
   if (!fail) {
-    be->matmul_forward(got, inp, w, bias, N, C, OC, stream);
+    be->matmul_forward(got, inp, w, bias, N, C, OC, ZO_F32, stream);
     fail |= be->stream_synchronize(stream) != 0;
     be->stream_destroy(stream);
     fail |= memcmp(got, want, sizeof(float) * N * OC) != 0;

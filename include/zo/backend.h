@@ -9,10 +9,14 @@
  * thread before returning; on CUDA it is the legacy default stream.
  *
  * Pointers passed to ops are device pointers (on the CPU backend, host memory).
- * Op argument order is outputs, inputs, shape letters, stream (llm.c). All ops
- * here are fp32 with fp32 accumulation. Gradient outputs named d<param>
- * accumulate (+=); activation gradients overwrite unless the comment says +=.
- * No op allocates: scratch space is passed in by the caller. */
+ * Op argument order is outputs, inputs, shape letters, dtype, stream (llm.c).
+ * Ops compute in fp32 over fp32, bf16 or fp16 storage (see "ops" below).
+ * Gradient outputs named d<param> accumulate (+=) and are always fp32;
+ * activation gradients overwrite unless the comment says +=.
+ * No op allocates device memory: scratch space is passed in by the caller.
+ * (The CPU backend converts bf16/fp16 operands into per-thread fp32 tiles of
+ * at most a few MiB, allocated once per thread, as OpenBLAS keeps its own
+ * packing buffers.) */
 #ifndef ZO_BACKEND_H
 #define ZO_BACKEND_H
 
@@ -70,59 +74,76 @@ struct zo_backend {
   int (*launch_host_func)(zo_stream_t stream, void (*fn)(void *arg), void *arg);
 
   /* ---- ops -------------------------------------------------------------- */
+  /* Every op over activations and working parameters takes their dtype dt:
+   * ZO_F32, ZO_BF16 or ZO_F16 (mixed precision). Pointers declared void *
+   * hold dt elements; float * ones are fp32 whatever dt is: parameter
+   * gradients (d<param>), layernorm statistics, losses. Arithmetic is fp32
+   * (GEMMs accumulate in fp32, softmax and layernorm statistics are fp32);
+   * a dt output is rounded once, to nearest even, when stored. An fp32
+   * result is computed exactly as it was before dtypes existed. */
+
   /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;
    * wte (V,C), wpe (maxT,C) with T <= maxT. */
-  void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                          int B, int T, int C, zo_stream_t stream);
+  void (*encoder_forward)(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
+                          int T, int C, enum zo_dtype dt, zo_stream_t stream);
   /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. */
-  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                           int B, int T, int C, zo_stream_t stream);
+  void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
+                           int T, int C, enum zo_dtype dt, zo_stream_t stream);
   /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for
    * backward. eps = 1e-5, biased variance (PyTorch LayerNorm). */
-  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, const float *bias, int N, int C,
+  void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
+                            const void *weight, const void *bias, int N, int C, enum zo_dtype dt,
                             zo_stream_t stream);
   /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
    * dweight, dbias (C) +=. */
-  void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                             const float *inp, const float *weight, const float *mean,
-                             const float *rstd, int N, int C, zo_stream_t stream);
+  void (*layernorm_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
+                             const void *inp, const void *weight, const float *mean,
+                             const float *rstd, int N, int C, enum zo_dtype dt,
+                             zo_stream_t stream);
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
-  void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
-                         int N, int C, int OC, zo_stream_t stream);
+  void (*matmul_forward)(void *out, const void *inp, const void *weight, const void *bias, int N,
+                         int C, int OC, enum zo_dtype dt, zo_stream_t stream);
   /* dinp (N,C) = dout (N,OC) @ weight (overwrites; NULL skips);
    * dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (NULL skips). */
-  void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int C, int OC,
-                          zo_stream_t stream);
+  void (*matmul_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
+                          const void *inp, const void *weight, int N, int C, int OC,
+                          enum zo_dtype dt, zo_stream_t stream);
   /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (B,T,NH,C/NH);
    * out (B,T,C) heads concatenated; att (B,NH,T,T) softmax probabilities, saved for
-   * backward (entries above the diagonal are written as 0). Scale 1/sqrt(C/NH). */
-  void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                            int NH, zo_stream_t stream);
+   * backward (entries above the diagonal are written as 0). Scale 1/sqrt(C/NH).
+   * With dt != F32 the probabilities are rounded to dt before they weight v. */
+  void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
+                            enum zo_dtype dt, zo_stream_t stream);
   /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch. */
-  void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH, zo_stream_t stream);
+  void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv,
+                             const void *att, int B, int T, int C, int NH, enum zo_dtype dt,
+                             zo_stream_t stream);
   /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
-  void (*gelu_forward)(float *out, const float *inp, size_t N, zo_stream_t stream);
+  void (*gelu_forward)(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */
-  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N,
+  void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt,
                         zo_stream_t stream);
   /* out = inp1 + inp2 over N elements; out may alias either input. */
-  void (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t N,
-                           zo_stream_t stream);
+  void (*residual_forward)(void *out, const void *inp1, const void *inp2, size_t N,
+                           enum zo_dtype dt, zo_stream_t stream);
   /* dinp1 += dout; dinp2 += dout. */
-  void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, size_t N,
+  void (*residual_backward)(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt,
                             zo_stream_t stream);
   /* Fused softmax + cross-entropy over the rows of logits (N,Vp) whose first V
    * columns are real (columns V..Vp-1 are padding and never enter the softmax).
-   * losses (N) = -log softmax(row)[targets[n]]; a row whose target is -1 gets
-   * loss 0 and zero gradient. If dlogits is not NULL it receives
+   * losses (N, fp32) = -log softmax(row)[targets[n]]; a row whose target is -1
+   * gets loss 0 and zero gradient. If dlogits is not NULL it receives
    * (softmax(row) - onehot(target)) * dloss with padded columns 0; dlogits may
    * alias logits. targets must be -1 or in [0, V). */
-  void (*crossentropy_forward)(float *losses, float *dlogits, const float *logits,
+  void (*crossentropy_forward)(float *losses, void *dlogits, const void *logits,
                                const int32_t *targets, float dloss, int N, int V, int Vp,
-                               zo_stream_t stream);
+                               enum zo_dtype dt, zo_stream_t stream);
+  /* dst (n elements of dst_dt) = src (n elements of src_dt), each of F32, BF16,
+   * F16; narrowing rounds to nearest even (NaN stays NaN, overflow gives inf),
+   * widening is exact. dst and src must not overlap unless equal with equal
+   * dtypes. */
+  void (*cast)(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n,
+               zo_stream_t stream);
   /* One AdamW step over n elements, in place on p, m, v (fp32); g is read
    * only. Exactly zo_adamw_update's arithmetic (zo/adamw.h: PyTorch's
    * single-tensor order, g scaled by grad_scale, decoupled weight decay
@@ -153,6 +174,10 @@ void zo_cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
                          float beta1, float beta2, float eps, float weight_decay, bool decay,
                          long t, float grad_scale);
 double zo_cpu_sumsq(const float *x, size_t n);
+/* The CPU backend's cast, now, on host memory (OpenMP inside): host-side
+ * conversions of the engine (uploads, checkpoints, sampling) are the same
+ * rounding as every op's. */
+void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n);
 
 /* The CUDA backend, or NULL with zo_last_error() set when the build has no
  * CUDA, no driver or no GPU is present, or the backend is not complete. */

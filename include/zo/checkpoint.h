@@ -21,6 +21,7 @@
 #define ZO_CHECKPOINT_H
 
 #include "zo/gpt2.h"
+#include "zo/loss_scale.h"
 #include "zo/sched.h" /* struct zo_optim_format */
 
 #ifdef __cplusplus
@@ -28,10 +29,12 @@ extern "C" {
 #endif
 
 struct zo_train_state {
-  long step;                /* optimizer steps completed */
+  long step;                /* optimizer steps completed (applied or skipped) */
+  long applied_steps;       /* of those, steps whose update was applied: AdamW's
+                             * step count and the LR schedule's position */
+  long skipped_steps;       /* fp16: steps skipped for a gradient overflow */
   uint64_t data_position;   /* training micro-batches consumed */
-  double loss_scale;        /* fp16 dynamic loss scale (1 when unused) */
-  long good_steps;          /* fp16: clean steps since the last scale change */
+  struct zo_loss_scaler scaler; /* fp16 loss scaler state (scale 1 when unused) */
   uint64_t seed;            /* engine.seed of the run */
 };
 

@@ -17,7 +17,12 @@
  * activation checkpointing the first ckpt_blocks blocks keep only their input
  * and backward recomputes each of them into one shared set of activation
  * buffers right before its backward (the same kernels in the same order, so
- * the results are bit-identical). */
+ * the results are bit-identical).
+ * Mixed precision: the layout's dtype (F32, BF16 or F16) is the working dtype
+ * of the parameters, the parameter slots, every activation and the backward
+ * scratch; gradients of parameters (and their accumulator), layernorm
+ * statistics, losses and the optimizer's master weights and m, v are fp32.
+ * Pointers declared void * below hold dtype elements, float * ones fp32. */
 #ifndef ZO_GPT2_H
 #define ZO_GPT2_H
 
@@ -57,6 +62,8 @@ const char *zo_mem_category_name(enum zo_mem_category c);
 /* What the device holds besides activations: the single description used by
  * both the planner and the allocation, so they cannot drift. */
 struct zo_gpt2_layout {
+  enum zo_dtype dtype; /* working dtype of parameters and activations: ZO_F32
+                        * (the zero value), ZO_BF16 or ZO_F16 */
   bool training;   /* false: forward only, one block's activations shared */
   int param_slots; /* 0: every block's parameters on the device; K > 0: only
                     * the resident ranges (wte, wpe, ln_f) and K block slots */
@@ -65,6 +72,8 @@ struct zo_gpt2_layout {
   bool grad_accum; /* a second full gradient buffer, the accumulator
                     * (gradient_accumulation_steps > 1 with grad_slots == 0) */
   bool optimizer;  /* AdamW m and v on the device (no optimizer offload) */
+  bool master;     /* fp32 master weights on the device (table.numel): mixed
+                    * precision with the optimizer on the device */
   int head_chunk_rows; /* rows of (B*T) per LM-head chunk; 0: as many as fit
                         * ZO_GPT2_HEAD_CHUNK_BYTES of logits (at least 1) */
   int ckpt_blocks;     /* activation checkpointing: blocks 0..ckpt_blocks-1 keep
@@ -108,38 +117,39 @@ struct zo_gpt2_hooks {
                     zo_stream_t stream);
 };
 
-/* Views of one transformer block inside a parameter (or gradient) buffer. */
+/* Views of one transformer block inside a parameter buffer (working dtype)
+ * or a gradient buffer (fp32). */
 struct zo_gpt2_block {
-  float *ln1w;     /* (C) */
-  float *ln1b;     /* (C) */
-  float *qkvw;     /* (3C, C) */
-  float *qkvb;     /* (3C) */
-  float *attprojw; /* (C, C) */
-  float *attprojb; /* (C) */
-  float *ln2w;     /* (C) */
-  float *ln2b;     /* (C) */
-  float *fcw;      /* (4C, C) */
-  float *fcb;      /* (4C) */
-  float *fcprojw;  /* (C, 4C) */
-  float *fcprojb;  /* (C) */
+  void *ln1w;     /* (C) */
+  void *ln1b;     /* (C) */
+  void *qkvw;     /* (3C, C) */
+  void *qkvb;     /* (3C) */
+  void *attprojw; /* (C, C) */
+  void *attprojb; /* (C) */
+  void *ln2w;     /* (C) */
+  void *ln2b;     /* (C) */
+  void *fcw;      /* (4C, C) */
+  void *fcb;      /* (4C) */
+  void *fcprojw;  /* (C, 4C) */
+  void *fcprojb;  /* (C) */
 };
 #define ZO_GPT2_BLOCK_TENSORS 12
 
-/* Activations of one block kept for backward. */
+/* Activations of one block kept for backward (working dtype, statistics fp32). */
 struct zo_gpt2_block_acts {
-  float *ln1;      /* (B, T, C) */
+  void *ln1;       /* (B, T, C) */
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
-  float *qkv;      /* (B, T, 3C) */
-  float *atty;     /* (B, T, C) */
-  float *att;      /* (B, NH, T, T) */
-  float *res2;     /* (B, T, C) residual after attention */
-  float *ln2;      /* (B, T, C) */
+  void *qkv;       /* (B, T, 3C) */
+  void *atty;      /* (B, T, C) */
+  void *att;       /* (B, NH, T, T) */
+  void *res2;      /* (B, T, C) residual after attention */
+  void *ln2;       /* (B, T, C) */
   float *ln2_mean; /* (B, T) */
   float *ln2_rstd; /* (B, T) */
-  float *fch;      /* (B, T, 4C) */
-  float *fch_gelu; /* (B, T, 4C) */
-  float *res3;     /* (B, T, C) block output */
+  void *fch;       /* (B, T, 4C) */
+  void *fch_gelu;  /* (B, T, 4C) */
+  void *res3;      /* (B, T, C) block output */
 };
 
 struct zo_gpt2 {
@@ -149,44 +159,49 @@ struct zo_gpt2 {
   int B, T;                     /* activation shapes were planned for (B, T) */
   bool training;                /* false: no gradients, one block's activations reused */
   struct zo_gpt2_layout layout;
+  enum zo_dtype dtype;          /* layout.dtype: parameters and activations */
+  size_t esize;                 /* bytes of one dtype element */
   size_t head_numel;            /* elements of the embedding range [0, layer_offset[0]) */
   size_t tail_numel;            /* elements of the ln_f range at the end of the table */
   /* params: device (table.numel), or with param_slots the resident ranges
    * only, (head_numel + tail_numel): embeddings then ln_f. grads likewise
    * with grad_slots. */
-  float *params;
+  void *params;                 /* working dtype */
   float *grads;
   float *grads_acc;             /* device (table.numel) accumulator, or NULL */
-  float **param_slots;          /* (layout.param_slots) device, layer_numel each */
+  float *master;                /* device (table.numel) fp32 master weights when
+                                 * layout.master, else NULL */
+  void **param_slots;           /* (layout.param_slots) device, layer_numel each */
   float **grad_slots;           /* (layout.grad_slots) device, layer_numel each */
   float *adam_m, *adam_v;       /* device (table.numel) when layout.optimizer */
   const struct zo_gpt2_hooks *hooks; /* NULL: no hooks */
-  float *wte, *wpe, *lnfw, *lnfb;       /* views into params */
+  void *wte, *wpe, *lnfw, *lnfb;        /* views into params */
   float *dwte, *dwpe, *dlnfw, *dlnfb;   /* views into grads */
   struct zo_gpt2_block *blocks;  /* (n_layer) views into params */
-  struct zo_gpt2_block *dblocks; /* (n_layer) views into grads */
-  /* activations (device) */
+  struct zo_gpt2_block *dblocks; /* (n_layer) views into grads (fp32) */
+  /* activations (device, working dtype unless noted) */
   int32_t *inputs;               /* (B, T) */
   int32_t *targets;              /* (B, T) */
-  float *encoded;                /* (B, T, C) */
+  void *encoded;                 /* (B, T, C) */
   struct zo_gpt2_block_acts *acts; /* (n_layer); checkpointed blocks point at one
                                     * shared set, except res3, their own output */
-  float *ckpt_in[2];             /* (B, T, C) each, ckpt_on_host: the inputs of
+  void *ckpt_in[2];              /* (B, T, C) each, ckpt_on_host: the inputs of
                                   * checkpointed block l live in ckpt_in[l % 2]
                                   * (ckpt_in[0] is encoded) */
-  float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
+  void *lnf;                     /* (B, T, C) */
+  float *lnf_mean, *lnf_rstd;    /* (B, T) each, fp32 */
   int head_rows;                 /* rows per LM-head chunk (zo_gpt2_head_rows) */
   int head_row0;                 /* first row of (B*T) that logits holds now */
   bool head_done;                /* forward_train already ran the head's backward */
-  float *logits;                 /* (head_rows, Vp): the last chunk computed, rows
+  void *logits;                  /* (head_rows, Vp): the last chunk computed, rows
                                   * head_row0.. of (B*T); dlogits after backward */
-  float *losses;                 /* (B, T) */
-  /* backward scratch (device) */
-  float *dresidual;              /* (B, T, C) */
-  float *dbtc;                   /* (B, T, C) */
-  float *dqkv;                   /* (B, T, 3C) */
-  float *dfch;                   /* (B, T, 4C) */
-  float *datt;                   /* (B, NH, T, T) */
+  float *losses;                 /* (B, T) fp32 */
+  /* backward scratch (device, working dtype) */
+  void *dresidual;               /* (B, T, C) */
+  void *dbtc;                    /* (B, T, C) */
+  void *dqkv;                    /* (B, T, 3C) */
+  void *dfch;                    /* (B, T, 4C) */
+  void *datt;                    /* (B, NH, T, T) */
   struct zo_arena arena;         /* owns all device memory above */
   float *host_losses;            /* (B, T) host copy for mean_loss */
 };
@@ -210,16 +225,17 @@ size_t zo_gpt2_device_plan(const struct zo_gpt2_config *cfg, int B, int T,
                            const struct zo_gpt2_layout *layout,
                            size_t by_category[ZO_MEM_N_CATEGORIES]);
 
-/* Creates a model with device buffers for micro-batch (B, T) (T <= max_seq_len),
- * parameters zeroed. Returns NULL with zo_last_error() set. */
+/* Creates an fp32 model with device buffers for micro-batch (B, T)
+ * (T <= max_seq_len), parameters zeroed. Returns NULL with zo_last_error() set. */
 struct zo_gpt2 *zo_gpt2_init(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B, int T);
 /* The same with an offload layout; the arena is sized by zo_gpt2_device_plan.
  * With param_slots the blocks' views are unset until a hook binds them. */
 struct zo_gpt2 *zo_gpt2_init_layout(const struct zo_gpt2_config *cfg, zo_backend_t backend, int B,
                                     int T, const struct zo_gpt2_layout *layout);
-/* A forward-only model (eval, sample): no gradients or backward scratch, and
- * one block's activations shared by all blocks, so it needs far less device
- * memory. zo_gpt2_zero_grad and zo_gpt2_backward must not be called on it. */
+/* A forward-only fp32 model (eval, sample): no gradients or backward scratch,
+ * and one block's activations shared by all blocks, so it needs far less
+ * device memory. zo_gpt2_zero_grad and zo_gpt2_backward must not be called on
+ * it. (zo_gpt2_init_layout with training false gives one in another dtype.) */
 struct zo_gpt2 *zo_gpt2_init_inference(const struct zo_gpt2_config *cfg, zo_backend_t backend,
                                        int B, int T);
 /* Frees the model and its device memory. Accepts NULL. */
@@ -232,15 +248,18 @@ void zo_gpt2_free(struct zo_gpt2 *m);
 void zo_gpt2_init_params(const struct zo_gpt2 *m, float *params, uint64_t seed);
 
 /* Points m->blocks[l] at a block's parameters starting at params_base (device,
- * layer_numel elements) and m->dblocks[l] at grads_base; NULL leaves a view as
- * it is. */
-void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, float *params_base, float *grads_base);
+ * layer_numel elements of the working dtype) and m->dblocks[l] at grads_base
+ * (fp32); NULL leaves a view as it is. */
+void zo_gpt2_bind_block(struct zo_gpt2 *m, int l, void *params_base, float *grads_base);
 /* Points the resident gradient views (dwte, dwpe, dlnfw, dlnfb) at head
  * (head_numel elements) and tail (tail_numel elements). */
 void zo_gpt2_bind_resident_grads(struct zo_gpt2 *m, float *head, float *tail);
 
-/* Host <-> device parameter copies (synchronous), full layouts only.
- * Return 0 or -errno. */
+/* Host <-> device parameter copies (synchronous), full layouts only: host
+ * params are fp32 (table.numel); upload rounds them to the working dtype (and
+ * sets the fp32 master when the layout has one, which download then reads;
+ * otherwise download widens the working copy). Conversions go through a
+ * small host staging buffer, chunk by chunk. Return 0 or -errno. */
 int zo_gpt2_upload_params(struct zo_gpt2 *m, const float *host_params);
 int zo_gpt2_download_params(const struct zo_gpt2 *m, float *host_params);
 
@@ -264,8 +283,13 @@ void zo_gpt2_forward_train(struct zo_gpt2 *m, const int32_t *inputs, const int32
                            int T, float dloss, zo_stream_t stream);
 
 /* Device address of block l's input (the embedding output or block l-1's
- * output), (B, T, C). */
-float *zo_gpt2_block_input(struct zo_gpt2 *m, int l);
+ * output), (B, T, C) of the working dtype. */
+void *zo_gpt2_block_input(struct zo_gpt2 *m, int l);
+
+/* Device address of element i of a working-dtype buffer p of m. */
+static inline void *zo_gpt2_at(const struct zo_gpt2 *m, void *p, size_t i) {
+  return (char *)p + i * m->esize;
+}
 
 /* Queues zeroing of the gradient buffer (m->grads, whichever its size). */
 void zo_gpt2_zero_grad(struct zo_gpt2 *m, zo_stream_t stream);

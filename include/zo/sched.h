@@ -25,7 +25,15 @@
  * backend's adamw_update (on the CPU backend zo_adamw_update's code), queued
  * once the norm is known: neither touches device memory from the host. The
  * 8-bit update on the device still runs as a host function on device
- * memory: correct on the CPU backend only. */
+ * memory: correct on the CPU backend only.
+ * Mixed precision (placement dtype BF16 or F16): the working parameters,
+ * slots and activations are in that dtype, gradients and the optimizer's
+ * master weights, m, v stay fp32; each update rounds the master into the
+ * working copy (device: backend cast; host: into a host working copy the
+ * device loads). With fp16 the micro-batches' dloss carries the loss scale
+ * (zo_sched_set_loss_scale), the norm and clip are taken on unscaled
+ * values, and a non-finite gradient skips the step's update everywhere.
+ * Placements stay bit-identical to all-on-device in every dtype. */
 #ifndef ZO_SCHED_H
 #define ZO_SCHED_H
 
@@ -86,6 +94,8 @@ void zo_optim_state_fresh(const struct zo_optim_format *f, const struct zo_tenso
 /* Where each state class lives, derived from the config. */
 struct zo_placement {
   struct zo_optim_format opt; /* fp32 or 8-bit m, v */
+  enum zo_dtype dtype;  /* working parameters and activations: F32, or BF16 / F16
+                         * (bf16.enabled / fp16.enabled) with fp32 master weights */
   enum zo_offload_device optimizer; /* master weights, m, v: device, host or NVMe */
   bool grads_on_host;   /* gradients accumulated on the host (stage >= 2 with offload) */
   int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
@@ -174,8 +184,15 @@ void zo_sched_micro_batch(struct zo_sched *s, int k);
  * writes their mean. Returns 0 or the first asynchronous error. */
 int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams *hp,
                       double max_norm, double *loss);
-/* Waits for the last step's gradient norm. Returns 0 or -errno. */
-int zo_sched_norm(struct zo_sched *s, double *norm);
+/* Waits for the last step's gradient norm (of the unscaled gradients) and
+ * whether its update was skipped: with fp16 a non-finite gradient skips the
+ * step, leaving parameters, master weights and m, v untouched. skipped may
+ * be NULL. Returns 0 or -errno. */
+int zo_sched_norm(struct zo_sched *s, double *norm, bool *skipped);
+/* The loss scale (> 0, a power of two for exact scaling) of the micro-batches
+ * queued from now on: dloss is multiplied by it and the optimizer divides
+ * the gradients by it again. 1 unless fp16's loss scaler sets it. */
+void zo_sched_set_loss_scale(struct zo_sched *s, double scale);
 /* Forward only (validation) on the tokens of the last zo_sched_batch,
  * synchronous: mean loss over the tokens whose target is not -1.
  * Returns 0 or -errno. */

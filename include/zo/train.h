@@ -3,8 +3,9 @@
  * clipping, the LR schedule, progress lines, metrics JSONL and checkpoints.
  * Placement (zero_optimization) follows engine/sched.c after the planner
  * (engine/plan.c) has checked every tier; optimizer AdamW or AdamW8bit
- * (8-bit m, v on any optimizer tier); fp32 weights only: mixed precision and
- * activation checkpointing are refused with -ENOTSUP. */
+ * (8-bit m, v on any optimizer tier); fp32, or bf16 / fp16 mixed precision
+ * (fp16 with loss scaling, zo/loss_scale.h: an overflowed step is skipped);
+ * activation checkpointing. Parameters on NVMe are refused with -ENOTSUP. */
 #ifndef ZO_TRAIN_H
 #define ZO_TRAIN_H
 

@@ -111,224 +111,290 @@ static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void 
 /* ---- ops: args struct, task function, table entry ------------------------- */
 
 struct encoder_forward_args {
-  float *out;
+  void *out;
   const int32_t *inp;
-  const float *wte, *wpe;
-  int B, T, C;
+  const void *wte;
+  const void *wpe;
+  int B;
+  int T;
+  int C;
+  enum zo_dtype dt;
 };
 
 static void encoder_forward_run(void *p) {
   struct encoder_forward_args *a = p;
-  zo_cpu_encoder_forward(a->out, a->inp, a->wte, a->wpe, a->B, a->T, a->C);
+  zo_cpu_encoder_forward(a->out, a->inp, a->wte, a->wpe, a->B, a->T, a->C, a->dt);
 }
 
-static void cpu_encoder_forward(float *out, const int32_t *inp, const float *wte,
-                                const float *wpe, int B, int T, int C, zo_stream_t stream) {
-  struct encoder_forward_args a = {out, inp, wte, wpe, B, T, C};
+static void cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B, int T, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct encoder_forward_args a = {out, inp, wte, wpe, B, T, C, dt};
   zo_cpu_stream_enqueue(stream, encoder_forward_run, &a, sizeof a);
 }
 
 struct encoder_backward_args {
-  float *dwte, *dwpe;
-  const float *dout;
+  float *dwte;
+  float *dwpe;
+  const void *dout;
   const int32_t *inp;
-  int B, T, C;
+  int B;
+  int T;
+  int C;
+  enum zo_dtype dt;
 };
 
 static void encoder_backward_run(void *p) {
   struct encoder_backward_args *a = p;
-  zo_cpu_encoder_backward(a->dwte, a->dwpe, a->dout, a->inp, a->B, a->T, a->C);
+  zo_cpu_encoder_backward(a->dwte, a->dwpe, a->dout, a->inp, a->B, a->T, a->C, a->dt);
 }
 
-static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                                 int B, int T, int C, zo_stream_t stream) {
-  struct encoder_backward_args a = {dwte, dwpe, dout, inp, B, T, C};
+static void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B, int T, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct encoder_backward_args a = {dwte, dwpe, dout, inp, B, T, C, dt};
   zo_cpu_stream_enqueue(stream, encoder_backward_run, &a, sizeof a);
 }
 
 struct layernorm_forward_args {
-  float *out, *mean, *rstd;
-  const float *inp, *weight, *bias;
-  int N, C;
+  void *out;
+  float *mean;
+  float *rstd;
+  const void *inp;
+  const void *weight;
+  const void *bias;
+  int N;
+  int C;
+  enum zo_dtype dt;
 };
 
 static void layernorm_forward_run(void *p) {
   struct layernorm_forward_args *a = p;
-  zo_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->N, a->C);
+  zo_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->N, a->C, a->dt);
 }
 
-static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                  const float *weight, const float *bias, int N, int C,
-                                  zo_stream_t stream) {
-  struct layernorm_forward_args a = {out, mean, rstd, inp, weight, bias, N, C};
+static void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct layernorm_forward_args a = {out, mean, rstd, inp, weight, bias, N, C, dt};
   zo_cpu_stream_enqueue(stream, layernorm_forward_run, &a, sizeof a);
 }
 
 struct layernorm_backward_args {
-  float *dinp, *dweight, *dbias;
-  const float *dout, *inp, *weight, *mean, *rstd;
-  int N, C;
+  void *dinp;
+  float *dweight;
+  float *dbias;
+  const void *dout;
+  const void *inp;
+  const void *weight;
+  const float *mean;
+  const float *rstd;
+  int N;
+  int C;
+  enum zo_dtype dt;
 };
 
 static void layernorm_backward_run(void *p) {
   struct layernorm_backward_args *a = p;
-  zo_cpu_layernorm_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean,
-                            a->rstd, a->N, a->C);
+  zo_cpu_layernorm_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean, a->rstd, a->N, a->C, a->dt);
 }
 
-static void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                   const float *inp, const float *weight, const float *mean,
-                                   const float *rstd, int N, int C, zo_stream_t stream) {
-  struct layernorm_backward_args a = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
+static void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight, const float *mean, const float *rstd, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct layernorm_backward_args a = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dt};
   zo_cpu_stream_enqueue(stream, layernorm_backward_run, &a, sizeof a);
 }
 
 struct matmul_forward_args {
-  float *out;
-  const float *inp, *weight, *bias;
-  int N, C, OC;
+  void *out;
+  const void *inp;
+  const void *weight;
+  const void *bias;
+  int N;
+  int C;
+  int OC;
+  enum zo_dtype dt;
 };
 
 static void matmul_forward_run(void *p) {
   struct matmul_forward_args *a = p;
-  zo_cpu_matmul_forward(a->out, a->inp, a->weight, a->bias, a->N, a->C, a->OC);
+  zo_cpu_matmul_forward(a->out, a->inp, a->weight, a->bias, a->N, a->C, a->OC, a->dt);
 }
 
-static void cpu_matmul_forward(float *out, const float *inp, const float *weight,
-                               const float *bias, int N, int C, int OC, zo_stream_t stream) {
-  struct matmul_forward_args a = {out, inp, weight, bias, N, C, OC};
+static void cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N, int C, int OC, enum zo_dtype dt, zo_stream_t stream) {
+  struct matmul_forward_args a = {out, inp, weight, bias, N, C, OC, dt};
   zo_cpu_stream_enqueue(stream, matmul_forward_run, &a, sizeof a);
 }
 
 struct matmul_backward_args {
-  float *dinp, *dweight, *dbias;
-  const float *dout, *inp, *weight;
-  int N, C, OC;
+  void *dinp;
+  float *dweight;
+  float *dbias;
+  const void *dout;
+  const void *inp;
+  const void *weight;
+  int N;
+  int C;
+  int OC;
+  enum zo_dtype dt;
 };
 
 static void matmul_backward_run(void *p) {
   struct matmul_backward_args *a = p;
-  zo_cpu_matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->N, a->C,
-                         a->OC);
+  zo_cpu_matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->N, a->C, a->OC, a->dt);
 }
 
-static void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, int N, int C, int OC,
-                                zo_stream_t stream) {
-  struct matmul_backward_args a = {dinp, dweight, dbias, dout, inp, weight, N, C, OC};
+static void cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight, int N, int C, int OC, enum zo_dtype dt, zo_stream_t stream) {
+  struct matmul_backward_args a = {dinp, dweight, dbias, dout, inp, weight, N, C, OC, dt};
   zo_cpu_stream_enqueue(stream, matmul_backward_run, &a, sizeof a);
 }
 
 struct attention_forward_args {
-  float *out, *att;
-  const float *qkv;
-  int B, T, C, NH;
+  void *out;
+  void *att;
+  const void *qkv;
+  int B;
+  int T;
+  int C;
+  int NH;
+  enum zo_dtype dt;
 };
 
 static void attention_forward_run(void *p) {
   struct attention_forward_args *a = p;
-  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH);
+  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->dt);
 }
 
-static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH, zo_stream_t stream) {
-  struct attention_forward_args a = {out, att, qkv, B, T, C, NH};
+static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_forward_args a = {out, att, qkv, B, T, C, NH, dt};
   zo_cpu_stream_enqueue(stream, attention_forward_run, &a, sizeof a);
 }
 
 struct attention_backward_args {
-  float *dqkv, *datt;
-  const float *dout, *qkv, *att;
-  int B, T, C, NH;
+  void *dqkv;
+  void *datt;
+  const void *dout;
+  const void *qkv;
+  const void *att;
+  int B;
+  int T;
+  int C;
+  int NH;
+  enum zo_dtype dt;
 };
 
 static void attention_backward_run(void *p) {
   struct attention_backward_args *a = p;
-  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->C, a->NH);
+  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->C, a->NH, a->dt);
 }
 
-static void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH,
-                                   zo_stream_t stream) {
-  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, C, NH};
+static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, C, NH, dt};
   zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
 }
 
-/* gelu and residual share one shape: out, in1, in2, N. */
-struct elementwise_args {
-  float *out;
-  const float *in1, *in2;
+struct gelu_forward_args {
+  void *out;
+  const void *inp;
   size_t N;
+  enum zo_dtype dt;
 };
 
 static void gelu_forward_run(void *p) {
-  struct elementwise_args *a = p;
-  zo_cpu_gelu_forward(a->out, a->in1, a->N);
+  struct gelu_forward_args *a = p;
+  zo_cpu_gelu_forward(a->out, a->inp, a->N, a->dt);
 }
 
-static void cpu_gelu_forward(float *out, const float *inp, size_t N, zo_stream_t stream) {
-  struct elementwise_args a = {out, inp, NULL, N};
+static void cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream) {
+  struct gelu_forward_args a = {out, inp, N, dt};
   zo_cpu_stream_enqueue(stream, gelu_forward_run, &a, sizeof a);
 }
 
+struct gelu_backward_args {
+  void *dinp;
+  const void *inp;
+  const void *dout;
+  size_t N;
+  enum zo_dtype dt;
+};
+
 static void gelu_backward_run(void *p) {
-  struct elementwise_args *a = p;
-  zo_cpu_gelu_backward(a->out, a->in1, a->in2, a->N);
+  struct gelu_backward_args *a = p;
+  zo_cpu_gelu_backward(a->dinp, a->inp, a->dout, a->N, a->dt);
 }
 
-static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N,
-                              zo_stream_t stream) {
-  struct elementwise_args a = {dinp, inp, dout, N};
+static void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt, zo_stream_t stream) {
+  struct gelu_backward_args a = {dinp, inp, dout, N, dt};
   zo_cpu_stream_enqueue(stream, gelu_backward_run, &a, sizeof a);
 }
 
+struct residual_forward_args {
+  void *out;
+  const void *inp1;
+  const void *inp2;
+  size_t N;
+  enum zo_dtype dt;
+};
+
 static void residual_forward_run(void *p) {
-  struct elementwise_args *a = p;
-  zo_cpu_residual_forward(a->out, a->in1, a->in2, a->N);
+  struct residual_forward_args *a = p;
+  zo_cpu_residual_forward(a->out, a->inp1, a->inp2, a->N, a->dt);
 }
 
-static void cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N,
-                                 zo_stream_t stream) {
-  struct elementwise_args a = {out, inp1, inp2, N};
+static void cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N, enum zo_dtype dt, zo_stream_t stream) {
+  struct residual_forward_args a = {out, inp1, inp2, N, dt};
   zo_cpu_stream_enqueue(stream, residual_forward_run, &a, sizeof a);
 }
 
 struct residual_backward_args {
-  float *dinp1, *dinp2;
-  const float *dout;
+  void *dinp1;
+  void *dinp2;
+  const void *dout;
   size_t N;
+  enum zo_dtype dt;
 };
 
 static void residual_backward_run(void *p) {
   struct residual_backward_args *a = p;
-  zo_cpu_residual_backward(a->dinp1, a->dinp2, a->dout, a->N);
+  zo_cpu_residual_backward(a->dinp1, a->dinp2, a->dout, a->N, a->dt);
 }
 
-static void cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N,
-                                  zo_stream_t stream) {
-  struct residual_backward_args a = {dinp1, dinp2, dout, N};
+static void cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt, zo_stream_t stream) {
+  struct residual_backward_args a = {dinp1, dinp2, dout, N, dt};
   zo_cpu_stream_enqueue(stream, residual_backward_run, &a, sizeof a);
 }
 
 struct crossentropy_forward_args {
-  float *losses, *dlogits;
-  const float *logits;
+  float *losses;
+  void *dlogits;
+  const void *logits;
   const int32_t *targets;
   float dloss;
-  int N, V, Vp;
+  int N;
+  int V;
+  int Vp;
+  enum zo_dtype dt;
 };
 
 static void crossentropy_forward_run(void *p) {
   struct crossentropy_forward_args *a = p;
-  zo_cpu_crossentropy_forward(a->losses, a->dlogits, a->logits, a->targets, a->dloss, a->N, a->V,
-                              a->Vp);
+  zo_cpu_crossentropy_forward(a->losses, a->dlogits, a->logits, a->targets, a->dloss, a->N, a->V, a->Vp, a->dt);
 }
 
-static void cpu_crossentropy_forward(float *losses, float *dlogits, const float *logits,
-                                     const int32_t *targets, float dloss, int N, int V, int Vp,
-                                     zo_stream_t stream) {
-  struct crossentropy_forward_args a = {losses, dlogits, logits, targets, dloss, N, V, Vp};
+static void cpu_crossentropy_forward(float *losses, void *dlogits, const void *logits, const int32_t *targets, float dloss, int N, int V, int Vp, enum zo_dtype dt, zo_stream_t stream) {
+  struct crossentropy_forward_args a = {losses, dlogits, logits, targets, dloss, N, V, Vp, dt};
   zo_cpu_stream_enqueue(stream, crossentropy_forward_run, &a, sizeof a);
+}
+
+struct cast_args {
+  void *dst;
+  const void *src;
+  enum zo_dtype dst_dt, src_dt;
+  size_t n;
+};
+
+static void cast_run(void *p) {
+  struct cast_args *a = p;
+  zo_cpu_cast(a->dst, a->dst_dt, a->src, a->src_dt, a->n);
+}
+
+static void cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n,
+                     zo_stream_t stream) {
+  struct cast_args a = {dst, src, dst_dt, src_dt, n};
+  zo_cpu_stream_enqueue(stream, cast_run, &a, sizeof a);
 }
 
 struct adamw_update_args {
@@ -403,6 +469,7 @@ static const struct zo_backend cpu_backend = {
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
     .crossentropy_forward = cpu_crossentropy_forward,
+    .cast = cpu_cast,
     .adamw_update = cpu_adamw_update,
     .sumsq = cpu_sumsq,
 };

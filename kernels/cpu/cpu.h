@@ -7,29 +7,37 @@
 #include "zo/backend.h"
 
 /* ---- ops: same contracts as the zo_backend fields of the same name ------- */
-void zo_cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C);
-void zo_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C);
-void zo_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C);
-void zo_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
-void zo_cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                           int N, int C, int OC);
-void zo_cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int N, int C, int OC);
-void zo_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
-void zo_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
-void zo_cpu_gelu_forward(float *out, const float *inp, size_t N);
-void zo_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
-void zo_cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N);
-void zo_cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N);
-void zo_cpu_crossentropy_forward(float *losses, float *dlogits, const float *logits,
-                                 const int32_t *targets, float dloss, int N, int V, int Vp);
+void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
+                            int T, int C, enum zo_dtype dt);
+void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
+                             int T, int C, enum zo_dtype dt);
+void zo_cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                              const void *weight, const void *bias, int N, int C, enum zo_dtype dt);
+void zo_cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                               const void *inp, const void *weight, const float *mean,
+                               const float *rstd, int N, int C, enum zo_dtype dt);
+void zo_cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N,
+                           int C, int OC, enum zo_dtype dt);
+void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                            const void *inp, const void *weight, int N, int C, int OC,
+                            enum zo_dtype dt);
+void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
+                              enum zo_dtype dt);
+void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
+                               const void *att, int B, int T, int C, int NH, enum zo_dtype dt);
+void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
+void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
+void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
+                             enum zo_dtype dt);
+void zo_cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt);
+void zo_cpu_crossentropy_forward(float *losses, void *dlogits, const void *logits,
+                                 const int32_t *targets, float dloss, int N, int V, int Vp,
+                                 enum zo_dtype dt);
+
+/* This thread's fp32 scratch of at least n_floats (scratch.c): grows, never
+ * shrinks, freed at thread exit; contents do not survive the next call.
+ * Aborts when host memory runs out. */
+float *zo_cpu_scratch(size_t n_floats);
 
 /* ---- streams (stream.c) ------------------------------------------------- */
 /* A task: fn(args) runs on the stream's worker thread, in queue order.

@@ -1,42 +1,115 @@
-/* Elementwise ops: GELU (tanh approximation) and the residual add, forward and
- * backward. GELU uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it needs one
- * vectorized exp and no tanh (gcc keeps tanhf scalar) and never cancels. */
+/* Elementwise ops: GELU (tanh approximation), the residual add, forward and
+ * backward, and dtype casts, over fp32, bf16 or fp16 storage with fp32
+ * arithmetic. GELU uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it needs one
+ * vectorized exp and no tanh (gcc keeps tanhf scalar) and never cancels.
+ * Each op is one always-inline loop instantiated per dtype (ZO_DT_DISPATCH),
+ * so the fp32 loop is the plain fp32 code. */
 #include "cpu.h"
+#include "ops_half.h"
 #include "ops_math.h"
+
+#include <string.h>
 
 #define ZO_GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define ZO_GELU_A 0.044715f
 
-void zo_cpu_gelu_forward(float *out, const float *inp, size_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < N; i++) {
-    float x = inp[i];
-    float u = ZO_GELU_K * (x + ZO_GELU_A * x * x * x);
-    out[i] = x / (1.0f + zo_expf(-2.0f * u));
+ZO_INLINE float gelu(float x) {
+  float u = ZO_GELU_K * (x + ZO_GELU_A * x * x * x);
+  return x / (1.0f + zo_expf(-2.0f * u));
+}
+
+ZO_INLINE float gelu_grad(float x) {
+  float u = ZO_GELU_K * (x + ZO_GELU_A * x * x * x);
+  float du = ZO_GELU_K * (1.0f + 3.0f * ZO_GELU_A * x * x);
+  float s = 1.0f / (1.0f + zo_expf(-2.0f * u)); /* 0.5 (1 + tanh u) */
+  /* d/dx [x s(2u)] = s + x * 2 s (1 - s) u', since sech^2 u = 4 s (1 - s). */
+  return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+/* The parallel loops run over chunks and dispatch on the dtype per chunk:
+ * OpenMP outlines a parallel region before inlining, so a region inside an
+ * instantiated worker would see the dtype as a run-time value. */
+#define ZO_EW_CHUNK ((size_t)1 << 14)
+#define ZO_EW_CHUNKS(N) (((N) + ZO_EW_CHUNK - 1) / ZO_EW_CHUNK)
+#define ZO_EW_END(i0, N) ((N) - (i0) < ZO_EW_CHUNK ? (N) : (i0) + ZO_EW_CHUNK)
+
+ZO_INLINE void gelu_forward_t(void *out, const void *inp, size_t i0, size_t i1, enum zo_dtype dt) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++) zo_st(out, i, gelu(zo_ld(inp, i, dt)), dt);
+}
+
+void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt) {
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < ZO_EW_CHUNKS(N); k++)
+    ZO_DT_DISPATCH(dt, gelu_forward_t, out, inp, k * ZO_EW_CHUNK, ZO_EW_END(k * ZO_EW_CHUNK, N));
+}
+
+ZO_INLINE void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t i0,
+                               size_t i1, enum zo_dtype dt) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++)
+    zo_st(dinp, i, gelu_grad(zo_ld(inp, i, dt)) * zo_ld(dout, i, dt), dt);
+}
+
+void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N,
+                          enum zo_dtype dt) {
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < ZO_EW_CHUNKS(N); k++)
+    ZO_DT_DISPATCH(dt, gelu_backward_t, dinp, inp, dout, k * ZO_EW_CHUNK,
+                   ZO_EW_END(k * ZO_EW_CHUNK, N));
+}
+
+ZO_INLINE void residual_forward_t(void *out, const void *inp1, const void *inp2, size_t i0,
+                                  size_t i1, enum zo_dtype dt) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++) zo_st(out, i, zo_ld(inp1, i, dt) + zo_ld(inp2, i, dt), dt);
+}
+
+void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
+                             enum zo_dtype dt) {
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < ZO_EW_CHUNKS(N); k++)
+    ZO_DT_DISPATCH(dt, residual_forward_t, out, inp1, inp2, k * ZO_EW_CHUNK,
+                   ZO_EW_END(k * ZO_EW_CHUNK, N));
+}
+
+ZO_INLINE void residual_backward_t(void *dinp1, void *dinp2, const void *dout, size_t i0,
+                                   size_t i1, enum zo_dtype dt) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++) {
+    const float d = zo_ld(dout, i, dt);
+    zo_st(dinp1, i, zo_ld(dinp1, i, dt) + d, dt);
+    zo_st(dinp2, i, zo_ld(dinp2, i, dt) + d, dt);
   }
 }
 
-void zo_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < N; i++) {
-    float x = inp[i];
-    float u = ZO_GELU_K * (x + ZO_GELU_A * x * x * x);
-    float du = ZO_GELU_K * (1.0f + 3.0f * ZO_GELU_A * x * x);
-    float s = 1.0f / (1.0f + zo_expf(-2.0f * u)); /* 0.5 (1 + tanh u) */
-    /* d/dx [x s(2u)] = s + x * 2 s (1 - s) u', since sech^2 u = 4 s (1 - s). */
-    dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
-  }
+void zo_cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N,
+                              enum zo_dtype dt) {
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < ZO_EW_CHUNKS(N); k++)
+    ZO_DT_DISPATCH(dt, residual_backward_t, dinp1, dinp2, dout, k * ZO_EW_CHUNK,
+                   ZO_EW_END(k * ZO_EW_CHUNK, N));
 }
 
-void zo_cpu_residual_forward(float *out, const float *inp1, const float *inp2, size_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+ZO_INLINE void cast_to_t(void *dst, const void *src, enum zo_dtype src_dt, size_t i0, size_t i1,
+                         enum zo_dtype dst_dt) {
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++) zo_st(dst, i, zo_ld(src, i, src_dt), dst_dt);
 }
 
-void zo_cpu_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < N; i++) {
-    dinp1[i] += dout[i];
-    dinp2[i] += dout[i];
+/* Instantiated per source dtype, dispatching on the destination's. */
+ZO_INLINE void cast_t(void *dst, enum zo_dtype dst_dt, const void *src, size_t i0, size_t i1,
+                      enum zo_dtype src_dt) {
+  ZO_DT_DISPATCH(dst_dt, cast_to_t, dst, src, src_dt, i0, i1);
+}
+
+void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n) {
+  if (n == 0) return;
+  if (dst_dt == src_dt) {
+    if (dst != src) memcpy(dst, src, n * zo_dtype_size(dst_dt));
+    return;
   }
+#pragma omp parallel for schedule(static) if (n >= 4 * ZO_EW_CHUNK)
+  for (size_t k = 0; k < ZO_EW_CHUNKS(n); k++)
+    ZO_DT_DISPATCH(src_dt, cast_t, dst, dst_dt, src, k * ZO_EW_CHUNK, ZO_EW_END(k * ZO_EW_CHUNK, n));
 }

@@ -4,10 +4,10 @@
 
 #include "common.cuh"
 
-extern "C" void zo_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T,
-                                          int C, int NH, zo_stream_t stream);
-extern "C" void zo_cuda_attention_backward(float *dqkv, float *datt, const float *dout,
-                                           const float *qkv, const float *att, int B, int T, int C,
-                                           int NH, zo_stream_t stream);
+extern "C" void zo_cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T,
+                                          int C, int NH, enum zo_dtype dt, zo_stream_t stream);
+extern "C" void zo_cuda_attention_backward(void *dqkv, void *datt, const void *dout,
+                                           const void *qkv, const void *att, int B, int T, int C,
+                                           int NH, enum zo_dtype dt, zo_stream_t stream);
 
 #endif /* ZO_CUDA_ATTENTION_CUH */

@@ -11,6 +11,7 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "cast.cuh"
 #include "crossentropy.cuh"
 #include "encoder.cuh"
 #include "gelu.cuh"
@@ -180,6 +181,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->residual_forward = zo_cuda_residual_forward;
   t->residual_backward = zo_cuda_residual_backward;
   t->crossentropy_forward = zo_cuda_crossentropy_forward;
+  t->cast = zo_cuda_cast;
   t->adamw_update = zo_cuda_adamw_update;
   t->sumsq = zo_cuda_sumsq;
 }

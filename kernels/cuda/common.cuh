@@ -1,6 +1,7 @@
 /* Shared by every CUDA op: the check macros, the zo_stream -> cudaStream_t
- * mapping, launch geometry helpers and warp/block reductions. Not a public
- * header: CUDA types stay inside kernels/cuda/. Nothing here allocates.
+ * mapping, dtype loads, stores and dispatch, launch geometry helpers and
+ * warp/block reductions. Not a public header: CUDA types stay inside
+ * kernels/cuda/. Nothing here allocates.
  * Invariant: this code is compiled without --default-stream per-thread, so
  * stream 0 is the legacy default stream that the contract gives the NULL
  * zo_stream. */
@@ -8,6 +9,8 @@
 #define ZO_CUDA_COMMON_CUH
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <errno.h>
@@ -63,8 +66,9 @@ static inline int zo_cuda_try(cudaError_t err, const char *stmt, const char *fil
 /* A zo_stream on CUDA: the stream plus the cuBLASLt workspace that GEMMs on it
  * use (a workspace must never serve two GEMMs running at once, and GEMMs on
  * different streams may run at once). Other ops on the same stream may use it
- * as scratch between GEMMs (sumsq does): stream order keeps them apart.
- * backend.cu owns creation. */
+ * as scratch between GEMMs (sumsq does; attention's bf16/fp16 path keeps fp32
+ * scores in its upper half while its GEMMs get the lower half): stream order
+ * keeps them apart. backend.cu owns creation. */
 struct zo_stream {
   cudaStream_t cu;
   void *workspace; /* device, ZO_CUDA_WORKSPACE_BYTES */
@@ -88,6 +92,51 @@ extern struct zo_cuda_state zo_cuda;
 
 static inline void *zo_cuda_workspace(zo_stream_t stream) {
   return stream ? stream->workspace : zo_cuda.default_workspace;
+}
+
+/* ---- dtypes -------------------------------------------------------------------- */
+
+/* Element i of p as a float (widening is exact), and x stored as element i
+ * of p, rounded once to nearest even: the CPU backend's zo_ld / zo_st
+ * (kernels/cpu/ops_half.h), overloaded on the storage type. Kernels are
+ * templates over scalar_t = float, __nv_bfloat16 or __half and do their
+ * arithmetic in float between one zo_ld and one zo_st. */
+static __device__ __forceinline__ float zo_ld(const float *p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float zo_ld(const __nv_bfloat16 *p, size_t i) {
+  return __bfloat162float(p[i]);
+}
+static __device__ __forceinline__ float zo_ld(const __half *p, size_t i) {
+  return __half2float(p[i]);
+}
+static __device__ __forceinline__ void zo_st(float *p, size_t i, float x) { p[i] = x; }
+static __device__ __forceinline__ void zo_st(__nv_bfloat16 *p, size_t i, float x) {
+  p[i] = __float2bfloat16_rn(x);
+}
+static __device__ __forceinline__ void zo_st(__half *p, size_t i, float x) {
+  p[i] = __float2half_rn(x);
+}
+
+/* Calls fn<scalar_t>(args...) with scalar_t the storage type of dt (the CPU
+ * backend's ZO_DT_DISPATCH); other dtypes are a broken contract. */
+#define ZO_CUDA_DT_DISPATCH(dt, fn, ...)                                                           \
+  do {                                                                                             \
+    switch (dt) {                                                                                  \
+    case ZO_F32: fn<float>(__VA_ARGS__); break;                                                    \
+    case ZO_BF16: fn<__nv_bfloat16>(__VA_ARGS__); break;                                           \
+    case ZO_F16: fn<__half>(__VA_ARGS__); break;                                                   \
+    default:                                                                                       \
+        zo_abort(__FILE__, __LINE__, "op dtype %s: need F32, BF16 or F16", zo_dtype_name(dt));     \
+    }                                                                                              \
+  } while (0)
+
+/* The cuBLASLt matrix type of an op dtype. */
+static inline cudaDataType_t zo_cuda_data_type(enum zo_dtype dt) {
+  switch (dt) {
+  case ZO_F32: return CUDA_R_32F;
+  case ZO_BF16: return CUDA_R_16BF;
+  case ZO_F16: return CUDA_R_16F;
+  default: zo_abort(__FILE__, __LINE__, "op dtype %s: need F32, BF16 or F16", zo_dtype_name(dt));
+  }
 }
 
 /* ---- launch geometry and reductions --------------------------------------------- */

@@ -5,7 +5,9 @@
  * padding [V, Vp). Rows with target -1 get loss 0 and a zero gradient row.
  * dlogits may alias logits: the target logit is read before the block barrier
  * that precedes any write, and each later write to element i follows the read
- * of element i by the same thread. Only columns [0, V) are read. */
+ * of element i by the same thread. Only columns [0, V) are read. fp32, bf16
+ * or fp16 logits are widened as read; everything is fp32 and each dlogits
+ * element is rounded once when stored (losses are fp32). */
 #include "crossentropy.cuh"
 
 #include <math.h>
@@ -25,26 +27,27 @@ static __device__ __forceinline__ void online_merge(float *m, float *s, float m2
   *m = mx;
 }
 
-static __global__ void crossentropy_forward_kernel(float *losses, float *dlogits,
-                                                   const float *logits, const int32_t *targets,
+template <typename scalar_t>
+static __global__ void crossentropy_forward_kernel(float *losses, scalar_t *dlogits,
+                                                   const scalar_t *logits, const int32_t *targets,
                                                    float dloss, int V, int Vp) {
   __shared__ float red_m[CE_BLOCK / ZO_WARP], red_s[CE_BLOCK / ZO_WARP];
   __shared__ float x_target;
   const int row = blockIdx.x;
-  const float *x = logits + (size_t)row * Vp;
-  float *dx = dlogits ? dlogits + (size_t)row * Vp : NULL;
+  const scalar_t *x = logits + (size_t)row * Vp;
+  scalar_t *dx = dlogits ? dlogits + (size_t)row * Vp : NULL;
   const int target = targets[row];
   if (target < 0) {
     if (threadIdx.x == 0) losses[row] = 0.0f;
     if (dx)
-      for (int i = threadIdx.x; i < Vp; i += blockDim.x) dx[i] = 0.0f;
+      for (int i = threadIdx.x; i < Vp; i += blockDim.x) zo_st(dx, i, 0.0f);
     return;
   }
-  if (threadIdx.x == 0) x_target = x[target];
+  if (threadIdx.x == 0) x_target = zo_ld(x, target);
 
   float m = -INFINITY, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float v = x[i];
+    float v = zo_ld(x, i);
     if (v > m) {
       s = s * expf(m - v) + 1.0f; /* first element: s = 0, expf(-inf) = 0 */
       m = v;
@@ -72,18 +75,26 @@ static __global__ void crossentropy_forward_kernel(float *losses, float *dlogits
   if (!dx) return;
   const float norm = dloss / s;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float g = expf(x[i] - m) * norm;
-    dx[i] = i == target ? g - dloss : g;
+    float g = expf(zo_ld(x, i) - m) * norm;
+    zo_st(dx, i, i == target ? g - dloss : g);
   }
-  for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) dx[i] = 0.0f;
+  for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) zo_st(dx, i, 0.0f);
 }
 
-extern "C" void zo_cuda_crossentropy_forward(float *losses, float *dlogits, const float *logits,
+template <typename scalar_t>
+static void crossentropy_forward(float *losses, void *dlogits, const void *logits,
+                                 const int32_t *targets, float dloss, int N, int V, int Vp,
+                                 zo_stream_t stream) {
+  crossentropy_forward_kernel<scalar_t><<<(unsigned)N, CE_BLOCK, 0, zo_cuda_stream(stream)>>>(
+      losses, (scalar_t *)dlogits, (const scalar_t *)logits, targets, dloss, V, Vp);
+  ZO_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void zo_cuda_crossentropy_forward(float *losses, void *dlogits, const void *logits,
                                              const int32_t *targets, float dloss, int N, int V,
-                                             int Vp, zo_stream_t stream) {
+                                             int Vp, enum zo_dtype dt, zo_stream_t stream) {
   ZO_ASSERT(V >= 1 && V <= Vp);
   if (N == 0) return;
-  crossentropy_forward_kernel<<<(unsigned)N, CE_BLOCK, 0, zo_cuda_stream(stream)>>>(
-      losses, dlogits, logits, targets, dloss, V, Vp);
-  ZO_CUDA_CHECK_LAUNCH();
+  ZO_CUDA_DT_DISPATCH(dt, crossentropy_forward, losses, dlogits, logits, targets, dloss, N, V, Vp,
+                      stream);
 }

@@ -4,8 +4,8 @@
 
 #include "common.cuh"
 
-extern "C" void zo_cuda_crossentropy_forward(float *losses, float *dlogits, const float *logits,
+extern "C" void zo_cuda_crossentropy_forward(float *losses, void *dlogits, const void *logits,
                                              const int32_t *targets, float dloss, int N, int V,
-                                             int Vp, zo_stream_t stream);
+                                             int Vp, enum zo_dtype dt, zo_stream_t stream);
 
 #endif /* ZO_CUDA_CROSSENTROPY_CUH */

@@ -1,35 +1,39 @@
-/* LayerNorm (PyTorch semantics: biased variance, eps 1e-5), one warp per row.
+/* LayerNorm (PyTorch semantics: biased variance, eps 1e-5), one warp per row,
+ * over fp32, bf16 or fp16 activations and weights; statistics, arithmetic and
+ * the weight gradients are fp32, and each dt output is rounded once.
  * Statistics are fp32 in two passes, mean then centred squares, as on the CPU
  * (no E[x^2] - E[x]^2 cancellation); the second pass re-reads the row, which
- * is in L1 by then. Backward: dinp += one warp per row; dweight and dbias +=
- * column sums over rows, each block summing a chunk of rows for 32 columns in
- * shared memory and adding its partial with one atomic per column (a plain +=
- * when one chunk covers all rows), so the last bits vary with the
- * interleaving of blocks. */
+ * is in L1 by then. Backward: dinp += one warp per row (read, add in fp32,
+ * round once); dweight and dbias += column sums over rows, each block summing
+ * a chunk of rows for 32 columns in shared memory and adding its partial with
+ * one atomic per column (a plain += when one chunk covers all rows), so the
+ * last bits vary with the interleaving of blocks. */
 #include "layernorm.cuh"
 
 #define LN_WARPS 8     /* rows (warps) per block in the row kernels */
 #define LN_COL_ROWS 8  /* threadIdx.y extent of the column kernel */
 #define LN_MIN_ROWS 64 /* rows per column-kernel block at least */
 
-static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
-                                                const float *__restrict__ inp,
-                                                const float *__restrict__ weight,
-                                                const float *__restrict__ bias, int N, int C) {
+template <typename scalar_t>
+static __global__ void layernorm_forward_kernel(scalar_t *out, float *mean, float *rstd,
+                                                const scalar_t *__restrict__ inp,
+                                                const scalar_t *__restrict__ weight,
+                                                const scalar_t *__restrict__ bias, int N, int C) {
   int row = blockIdx.x * LN_WARPS + threadIdx.y;
   if (row >= N) return;
-  const float *x = inp + (size_t)row * C;
-  float *o = out + (size_t)row * C;
+  const scalar_t *x = inp + (size_t)row * C;
+  scalar_t *o = out + (size_t)row * C;
   float sum = 0.0f;
-  for (int c = threadIdx.x; c < C; c += ZO_WARP) sum += x[c];
+  for (int c = threadIdx.x; c < C; c += ZO_WARP) sum += zo_ld(x, c);
   float m = zo_warp_sum(sum) / (float)C;
   float sq = 0.0f;
   for (int c = threadIdx.x; c < C; c += ZO_WARP) {
-    float d = x[c] - m;
+    float d = zo_ld(x, c) - m;
     sq += d * d;
   }
   float s = 1.0f / sqrtf(zo_warp_sum(sq) / (float)C + 1e-5f);
-  for (int c = threadIdx.x; c < C; c += ZO_WARP) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (int c = threadIdx.x; c < C; c += ZO_WARP)
+    zo_st(o, c, (zo_ld(x, c) - m) * s * zo_ld(weight, c) + zo_ld(bias, c));
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -37,36 +41,38 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout. */
-static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *__restrict__ dout,
-                                                      const float *__restrict__ inp,
-                                                      const float *__restrict__ weight,
-                                                      const float *__restrict__ mean,
-                                                      const float *__restrict__ rstd, int N,
-                                                      int C) {
+template <typename scalar_t>
+static __global__ void
+layernorm_backward_dinp_kernel(scalar_t *dinp, const scalar_t *__restrict__ dout,
+                               const scalar_t *__restrict__ inp,
+                               const scalar_t *__restrict__ weight, const float *__restrict__ mean,
+                               const float *__restrict__ rstd, int N, int C) {
   int row = blockIdx.x * LN_WARPS + threadIdx.y;
   if (row >= N) return;
-  const float *x = inp + (size_t)row * C;
-  const float *d = dout + (size_t)row * C;
-  float *di = dinp + (size_t)row * C;
+  const scalar_t *x = inp + (size_t)row * C;
+  const scalar_t *d = dout + (size_t)row * C;
+  scalar_t *di = dinp + (size_t)row * C;
   float m = mean[row], s = rstd[row];
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
   for (int c = threadIdx.x; c < C; c += ZO_WARP) {
-    float dnorm = weight[c] * d[c];
+    float dnorm = zo_ld(weight, c) * zo_ld(d, c);
     dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (x[c] - m) * s;
+    dnorm_norm_sum += dnorm * (zo_ld(x, c) - m) * s;
   }
   float dnorm_mean = zo_warp_sum(dnorm_sum) / (float)C;
   float dnorm_norm_mean = zo_warp_sum(dnorm_norm_sum) / (float)C;
   for (int c = threadIdx.x; c < C; c += ZO_WARP) {
-    float norm = (x[c] - m) * s;
-    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    float norm = (zo_ld(x, c) - m) * s;
+    float g = (zo_ld(weight, c) * zo_ld(d, c) - dnorm_mean - norm * dnorm_norm_mean) * s;
+    zo_st(di, c, zo_ld(di, c) + g);
   }
 }
 
 /* Block (32, LN_COL_ROWS): rows [row0, row0 + rows_per_chunk) of 32 columns. */
+template <typename scalar_t>
 static __global__ void
-layernorm_backward_params_kernel(float *dweight, float *dbias, const float *__restrict__ dout,
-                                 const float *__restrict__ inp, const float *__restrict__ mean,
+layernorm_backward_params_kernel(float *dweight, float *dbias, const scalar_t *__restrict__ dout,
+                                 const scalar_t *__restrict__ inp, const float *__restrict__ mean,
                                  const float *__restrict__ rstd, int N, int C, int rows_per_chunk,
                                  int use_atomics) {
   __shared__ float part_w[LN_COL_ROWS][ZO_WARP + 1], part_b[LN_COL_ROWS][ZO_WARP + 1];
@@ -77,8 +83,8 @@ layernorm_backward_params_kernel(float *dweight, float *dbias, const float *__re
   if (c < C) {
     for (int r = row0 + threadIdx.y; r < row1; r += LN_COL_ROWS) {
       size_t i = (size_t)r * C + c;
-      float d = dout[i];
-      dw += d * (inp[i] - mean[r]) * rstd[r];
+      float d = zo_ld(dout, i);
+      dw += d * (zo_ld(inp, i) - mean[r]) * rstd[r];
       db += d;
     }
   }
@@ -99,25 +105,27 @@ layernorm_backward_params_kernel(float *dweight, float *dbias, const float *__re
   }
 }
 
-extern "C" void zo_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                          const float *weight, const float *bias, int N, int C,
-                                          zo_stream_t stream) {
-  if (N == 0) return;
+template <typename scalar_t>
+static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                              const void *weight, const void *bias, int N, int C,
+                              zo_stream_t stream) {
   dim3 block(ZO_WARP, LN_WARPS);
-  layernorm_forward_kernel<<<zo_ceil_div((size_t)N, LN_WARPS), block, 0, zo_cuda_stream(stream)>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
+  layernorm_forward_kernel<scalar_t>
+      <<<zo_ceil_div((size_t)N, LN_WARPS), block, 0, zo_cuda_stream(stream)>>>(
+          (scalar_t *)out, mean, rstd, (const scalar_t *)inp, (const scalar_t *)weight,
+          (const scalar_t *)bias, N, C);
   ZO_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void zo_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                           const float *dout, const float *inp, const float *weight,
-                                           const float *mean, const float *rstd, int N, int C,
-                                           zo_stream_t stream) {
-  if (N == 0) return;
+template <typename scalar_t>
+static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                               const void *inp, const void *weight, const float *mean,
+                               const float *rstd, int N, int C, zo_stream_t stream) {
   cudaStream_t s = zo_cuda_stream(stream);
   dim3 row_block(ZO_WARP, LN_WARPS);
-  layernorm_backward_dinp_kernel<<<zo_ceil_div((size_t)N, LN_WARPS), row_block, 0, s>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_dinp_kernel<scalar_t><<<zo_ceil_div((size_t)N, LN_WARPS), row_block, 0, s>>>(
+      (scalar_t *)dinp, (const scalar_t *)dout, (const scalar_t *)inp, (const scalar_t *)weight,
+      mean, rstd, N, C);
   ZO_CUDA_CHECK_LAUNCH();
 
   unsigned col_blocks = zo_ceil_div((size_t)C, ZO_WARP);
@@ -129,7 +137,24 @@ extern "C" void zo_cuda_layernorm_backward(float *dinp, float *dweight, float *d
   int rows_per_chunk = (int)zo_ceil_div((size_t)N, chunks);
   chunks = zo_ceil_div((size_t)N, (size_t)rows_per_chunk);
   dim3 grid(col_blocks, chunks), col_block(ZO_WARP, LN_COL_ROWS);
-  layernorm_backward_params_kernel<<<grid, col_block, 0, s>>>(dweight, dbias, dout, inp, mean, rstd,
-                                                              N, C, rows_per_chunk, chunks > 1);
+  layernorm_backward_params_kernel<scalar_t>
+      <<<grid, col_block, 0, s>>>(dweight, dbias, (const scalar_t *)dout, (const scalar_t *)inp,
+                                  mean, rstd, N, C, rows_per_chunk, chunks > 1);
   ZO_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void zo_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                                          const void *weight, const void *bias, int N, int C,
+                                          enum zo_dtype dt, zo_stream_t stream) {
+  if (N == 0) return;
+  ZO_CUDA_DT_DISPATCH(dt, layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, stream);
+}
+
+extern "C" void zo_cuda_layernorm_backward(void *dinp, float *dweight, float *dbias,
+                                           const void *dout, const void *inp, const void *weight,
+                                           const float *mean, const float *rstd, int N, int C,
+                                           enum zo_dtype dt, zo_stream_t stream) {
+  if (N == 0) return;
+  ZO_CUDA_DT_DISPATCH(dt, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                      N, C, stream);
 }

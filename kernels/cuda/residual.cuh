@@ -4,9 +4,9 @@
 
 #include "common.cuh"
 
-extern "C" void zo_cuda_residual_forward(float *out, const float *inp1, const float *inp2, size_t N,
-                                         zo_stream_t stream);
-extern "C" void zo_cuda_residual_backward(float *dinp1, float *dinp2, const float *dout, size_t N,
-                                          zo_stream_t stream);
+extern "C" void zo_cuda_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
+                                         enum zo_dtype dt, zo_stream_t stream);
+extern "C" void zo_cuda_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N,
+                                          enum zo_dtype dt, zo_stream_t stream);
 
 #endif /* ZO_CUDA_RESIDUAL_CUH */

@@ -51,7 +51,10 @@ expect 2 "--set needs a value" -- train "$tmp/ok.json" --set
 expect 2 "No such file" -- train "$tmp/missing.json"
 expect 2 "did you mean \"optimizer.type\"" -- train "$tmp/ok.json" --set optimiser.type=AdamW
 expect 2 "engine.threads" -- train "$tmp/ok.json" --set engine.threads=-1
-expect 2 "not implemented yet" -- train "$tmp/ok.json" --set bf16.enabled=true
+expect 2 "bf16.enabled and fp16.enabled are both true" -- train "$tmp/ok.json" --set bf16.enabled=true --set fp16.enabled=true
+expect 0 "bf16 mixed precision" -- train "$tmp/ok.json" --set bf16.enabled=true --set checkpoint.dir="$tmp/ck-bf16" --set log.metrics_path="$tmp/m-bf16.jsonl"
+expect 0 "fp16 mixed precision" -- train "$tmp/ok.json" --set fp16.enabled=true --set checkpoint.dir="$tmp/ck-fp16" --set log.metrics_path="$tmp/m-fp16.jsonl"
+expect 0 "val loss" -- eval "$tmp/ok.json" --set bf16.enabled=true --set checkpoint.dir="$tmp/ck-bf16"
 expect 2 "optimizer.params.block_size" -- train "$tmp/ok.json" --set optimizer.type=AdamW8bit --set optimizer.params.block_size=0
 expect 2 "--temperature 0: need a number" -- sample "$tmp/ok.json" --temperature 0
 expect 2 "--tokens x: need an integer" -- sample "$tmp/ok.json" --tokens x

@@ -1,0 +1,206 @@
+/* float64 references of the backend ops, shared by the CPU op tests
+ * (tests/test-kernels-cpu-ops.c, tests/test-kernels-cpu-mixed.c): plain loops
+ * in double precision, written from the ops' contracts (zo/backend.h) and
+ * not from their implementations. Header-only (static), one test per
+ * translation unit; libc and libm only. */
+#ifndef ZO_REF64_H
+#define ZO_REF64_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "zo_test.h"
+
+static inline void encoder_forward64(double *out, const int32_t *inp, const double *wte, const double *wpe,
+                              int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++)
+        out[((size_t)b * T + t) * C + c] =
+            wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+
+/* mean and rstd may be NULL. */
+static inline void layernorm_forward64(double *out, double *mean, double *rstd, const double *inp,
+                                const double *w, const double *bias, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    double s = 1.0 / sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + bias[c];
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = s;
+  }
+}
+
+/* dinp, dw, db +=. */
+static inline void layernorm_backward64(double *dinp, double *dw, double *db, const double *dout,
+                                 const double *inp, const double *w, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    const double *d = dout + (size_t)n * C;
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    double s = 1.0 / sqrt(v / C + 1e-5);
+    double a = 0.0, g = 0.0;
+    for (int c = 0; c < C; c++) {
+      a += w[c] * d[c];
+      g += w[c] * d[c] * (x[c] - m) * s;
+    }
+    a /= C;
+    g /= C;
+    for (int c = 0; c < C; c++) {
+      double norm = (x[c] - m) * s;
+      dinp[(size_t)n * C + c] += (w[c] * d[c] - a - norm * g) * s;
+      dw[c] += d[c] * norm;
+      db[c] += d[c];
+    }
+  }
+}
+
+/* bias may be NULL. */
+static inline void matmul_forward64(double *out, const double *inp, const double *w, const double *bias,
+                             int N, int C, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias ? bias[o] : 0.0;
+      for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+      out[(size_t)n * OC + o] = s;
+    }
+}
+
+/* dinp =, dw +=, db +=; each may be NULL. */
+static inline void matmul_backward64(double *dinp, double *dw, double *db, const double *dout,
+                              const double *inp, const double *w, int N, int C, int OC) {
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      double s = 0.0;
+      for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+      if (dinp) dinp[(size_t)n * C + c] = s;
+    }
+  for (int o = 0; o < OC; o++) {
+    for (int c = 0; c < C; c++) {
+      double s = 0.0;
+      for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+      if (dw) dw[(size_t)o * C + c] += s;
+    }
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+    if (db) db[o] += s;
+  }
+}
+
+/* att (B,NH,T,T) may be NULL. */
+static inline void attention_forward64(double *out, double *att, const double *qkv, int B, int T, int C,
+                                int NH) {
+  int hs = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  double *row = zo_test_xmalloc((size_t)T * sizeof(double));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        double maxv = -INFINITY, sum = 0.0;
+        for (int u = 0; u <= t; u++) {
+          const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          double s = 0.0;
+          for (int i = 0; i < hs; i++) s += q[i] * k[i];
+          row[u] = s * scale;
+          maxv = fmax(maxv, row[u]);
+        }
+        for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
+        for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] / sum : 0.0;
+        if (att) memcpy(att + (((size_t)b * NH + h) * T + t) * T, row, (size_t)T * sizeof(double));
+        double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+        const double *v = qkv + (size_t)b * T * 3 * C + 2 * C + (size_t)h * hs;
+        for (int i = 0; i < hs; i++) {
+          double s = 0.0;
+          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * 3 * C + i];
+          o[i] = s;
+        }
+      }
+  free(row);
+}
+
+/* dqkv (B,T,3C) overwritten. */
+static inline void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B, int T,
+                                 int C, int NH) {
+  int hs = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  size_t n_att = (size_t)B * NH * T * T;
+  double *att = zo_test_xmalloc(n_att * sizeof(double));
+  double *out = zo_test_xmalloc((size_t)B * T * C * sizeof(double));
+  double *datt = zo_test_xmalloc((size_t)T * sizeof(double));
+  attention_forward64(out, att, qkv, B, T, C, NH);
+  memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *a = att + (((size_t)b * NH + h) * T + t) * T;
+        const double *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+        size_t qoff = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        double dot = 0.0;
+        for (int u = 0; u <= t; u++) {
+          size_t voff = ((size_t)b * T + u) * 3 * C + 2 * C + (size_t)h * hs;
+          double s = 0.0;
+          for (int i = 0; i < hs; i++) {
+            s += d[i] * qkv[voff + i];
+            dqkv[voff + i] += a[u] * d[i];
+          }
+          datt[u] = s;
+          dot += a[u] * s;
+        }
+        for (int u = 0; u <= t; u++) {
+          double dpre = a[u] * (datt[u] - dot) * scale;
+          size_t koff = ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          for (int i = 0; i < hs; i++) {
+            dqkv[qoff + i] += dpre * qkv[koff + i];
+            dqkv[koff + i] += dpre * qkv[qoff + i];
+          }
+        }
+      }
+  free(datt);
+  free(out);
+  free(att);
+}
+
+static const double gelu_k = 0.79788456080286535588; /* sqrt(2/pi) */
+
+static inline double gelu64(double x) {
+  return 0.5 * x * (1.0 + tanh(gelu_k * (x + 0.044715 * x * x * x)));
+}
+
+static inline double gelu_grad64(double x) {
+  double th = tanh(gelu_k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * gelu_k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* dlogits (N,Vp) may be NULL; padded columns get 0. */
+static inline void crossentropy_forward64(double *losses, double *dlogits, const double *logits,
+                                   const int32_t *targets, double dloss, int N, int V, int Vp) {
+  for (int n = 0; n < N; n++) {
+    const double *x = logits + (size_t)n * Vp;
+    double *dx = dlogits ? dlogits + (size_t)n * Vp : NULL;
+    if (dx)
+      for (int i = 0; i < Vp; i++) dx[i] = 0.0;
+    if (targets[n] < 0) {
+      losses[n] = 0.0;
+      continue;
+    }
+    double maxv = -INFINITY, sum = 0.0;
+    for (int i = 0; i < V; i++) maxv = fmax(maxv, x[i]);
+    for (int i = 0; i < V; i++) sum += exp(x[i] - maxv);
+    losses[n] = log(sum) - (x[targets[n]] - maxv);
+    if (dx)
+      for (int i = 0; i < V; i++) dx[i] = (exp(x[i] - maxv) / sum - (i == targets[n])) * dloss;
+  }
+}
+
+#endif /* ZO_REF64_H */
