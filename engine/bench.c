@@ -129,9 +129,10 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   return err;
 }
 
-static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo_placement *pl) {
+static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo_placement *pl,
+                                    zo_backend_t be) {
   const struct zo_sched_config sc = {.model = cfg->model.gpt2, .B = cfg->micro_batch, .T = cfg->data.seq_len,
-                                     .placement = *pl, .backend = zo_backend_cpu(),
+                                     .placement = *pl, .backend = be,
                                      .host_budget = cfg->engine.host_memory_budget};
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
@@ -211,14 +212,17 @@ static double opt_bench_time(struct opt_bench *o, const struct zo_config *cfg, i
 int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out) {
   memset(out, 0, sizeof *out);
   out->steps = steps;
+  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+  if (!be) return -ENODEV;
+  snprintf(out->backend, sizeof out->backend, "%s", be->name);
   struct zo_plan plan;
-  int err = zo_plan_build(cfg, &cfg->model.gpt2, zo_backend_cpu(), &plan);
+  int err = zo_plan_build(cfg, &cfg->model.gpt2, be, &plan);
   if (err) return err;
   struct zo_placement dev = plan.placement;
   dev.optimizer = ZO_OFFLOAD_NONE;
   dev.grads_on_host = false;
   dev.param_slots = 0;
-  struct zo_sched *s = bench_sched(cfg, &plan.placement), *sd = s ? bench_sched(cfg, &dev) : NULL;
+  struct zo_sched *s = bench_sched(cfg, &plan.placement, be), *sd = s ? bench_sched(cfg, &dev, be) : NULL;
   struct opt_bench ob = {0};
   if (!s || !sd) {
     zo_sched_free(s);
@@ -252,6 +256,12 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   out->io_s = zo_median(io, BENCH_ROUNDS);
   out->optimizer_s = zo_median(opt, BENCH_ROUNDS);
   out->device_ratio = zo_median(ratio, BENCH_ROUNDS);
+  const double tokens = (double)cfg->micro_batch * cfg->data.seq_len * cfg->grad_accum;
+  const double flops = zo_gpt2_flops_per_token(&cfg->model.gpt2, cfg->data.seq_len) * tokens;
+  out->tokens_per_s = tokens / out->step_s;
+  out->device_tokens_per_s = tokens / out->device_step_s;
+  out->tflops = flops / out->step_s / 1e12;
+  out->device_tflops = flops / out->device_step_s / 1e12;
   out->overlap = zo_median(overlap, BENCH_ROUNDS);
   out->rounds = BENCH_ROUNDS;
   return 0;

@@ -57,6 +57,11 @@ static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
+const char *zo_device_name(enum zo_device d) {
+  ZO_ASSERT((unsigned)d < 3);
+  return device_names[d];
+}
+
 _Static_assert(sizeof(enum zo_optimizer_type) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_scheduler_type) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_warmup_type) == sizeof(int), "enum fields are stored as int");

@@ -436,16 +436,21 @@ static int bench_step(int argc, char **argv) {
     zo_placement_describe(&pl, where, sizeof where);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "bench step");
-  printf("step (%s), medians over %d alternating rounds of %d steps:\n", where, b.rounds, b.steps);
+  printf("step (%s, %s backend), medians over %d alternating rounds of %d steps:\n", where, b.backend, b.rounds,
+         b.steps);
   printf("  configured placement %.1f ms, all on device %.1f ms (ratio %.3f)\n", b.step_s * 1e3,
          b.device_step_s * 1e3, b.step_s / b.device_step_s);
+  printf("  configured placement %.0f tokens/s, %.3f TFLOP/s; all on device %.0f tokens/s, %.3f TFLOP/s\n",
+         b.tokens_per_s, b.tflops, b.device_tokens_per_s, b.device_tflops);
   printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,
          b.optimizer_s * 1e3);
   printf("  overlap efficiency (step / slowest alone): %.3f\n", b.overlap);
   if (json)
-    printf("{\"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, \"io_ms\": %.3f, "
-           "\"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f}\n", b.step_s * 1e3, b.device_step_s * 1e3,
-           b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3, b.overlap);
+    printf("{\"backend\": \"%s\", \"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, "
+           "\"io_ms\": %.3f, \"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f, \"tokens_per_s\": %.1f, "
+           "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f}\n",
+           b.backend, b.step_s * 1e3, b.device_step_s * 1e3, b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3,
+           b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops);
   return 0;
 }
 

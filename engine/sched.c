@@ -1204,6 +1204,15 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->be = c->backend;
   s->B = c->B;
   s->T = c->T;
+  /* The 8-bit update of device-resident states runs as a host function on
+   * device memory, which only the CPU backend's memory allows. */
+  if (s->pl.opt.eightbit && s->pl.optimizer == ZO_OFFLOAD_NONE && strcmp(c->backend->name, "cpu") != 0) {
+    zo_error(-ENOTSUP, "optimizer.type = \"AdamW8bit\" with the optimizer states on the %s device is not "
+                       "implemented yet: offload them (zero_optimization.stage = 2, "
+                       "zero_optimization.offload_optimizer.device = \"cpu\") or use \"AdamW\"",
+             c->backend->name);
+    goto out_free;
+  }
   const struct zo_gpt2_layout lo = zo_placement_layout(&s->pl);
   s->m = zo_gpt2_init_layout(&c->model, c->backend, c->B, c->T, &lo);
   if (!s->m) goto out_free;

@@ -33,25 +33,11 @@
 #include "zo/plan.h"
 #include "zo/sched.h"
 
-static const char *device_name(enum zo_device d) {
-  return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
-}
-
-/* The backend the engine runs on. Training and inference drive host-side
- * code on the device buffers, so only the CPU backend can run them yet:
- * "auto" falls back to it with one line when a GPU is present, "cuda" is an
- * error that says so. Returns NULL with zo_last_error() set. */
+/* The backend the engine runs on: engine.device, "auto" taking CUDA when a
+ * GPU answers (zo_backend_init prints one line when it falls back to the
+ * CPU). Returns NULL with zo_last_error() set. */
 static zo_backend_t engine_backend(const struct zo_config *cfg) {
-  zo_backend_t be = zo_backend_init(device_name(cfg->engine.device), cfg->engine.threads);
-  if (!be || strcmp(be->name, "cpu") == 0) return be;
-  if (cfg->engine.device == ZO_DEVICE_AUTO) {
-    fprintf(stderr, "zoffload: device auto: a GPU is present, but training on the %s backend is not "
-                    "implemented yet; using the CPU backend\n", be->name);
-    return zo_backend_init("cpu", cfg->engine.threads);
-  }
-  zo_error(-ENOTSUP, "engine.device \"%s\": training on this backend is not implemented yet; use "
-                     "\"cpu\" or \"auto\"", be->name);
-  return NULL;
+  return zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
 }
 
 /* Refuses what this version of the engine does not run yet, naming the key. */
@@ -269,7 +255,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   const size_t BT = (size_t)B * (size_t)T;
 
   t.be = engine_backend(cfg);
-  if (!t.be) return cfg->engine.device == ZO_DEVICE_CUDA ? -ENOTSUP : -ENODEV;
+  if (!t.be) return -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan plan;
   if ((err = zo_plan_build(cfg, &mc, t.be, &plan))) goto out;

@@ -128,10 +128,10 @@ int zo_host_pool_init(struct zo_host_pool *p, size_t capacity, size_t budget, bo
   struct zo_topology topo;
   int node = 0;
   zo_topology_query(&topo);
-  /* TODO(cuda): pass the device's PCI bus id once the backend exposes it; the
-   * calling thread's node stands in (right on the CPU backend and on
-   * single-node machines). */
-  int err = zo_topology_node_near(NULL, &node);
+  /* The node nearest the device; on the CPU backend the calling thread's. */
+  char bus[64] = "";
+  const bool have_bus = backend && backend->device_pci_bus_id && backend->device_pci_bus_id(bus, sizeof bus) == 0;
+  int err = zo_topology_node_near(have_bus ? bus : NULL, &node);
   if (err == 0) err = zo_topology_bind_memory(base, capacity, node);
   if (err == 0 && topo.has_hwloc)
     p->numa_node = node;
@@ -150,6 +150,17 @@ int zo_host_pool_init(struct zo_host_pool *p, size_t capacity, size_t budget, bo
     err = populate_pages(base, capacity);
     if (err) goto out_unmap;
   }
+  /* Locked pages are what the CPU backend needs; a GPU also needs them
+   * registered to copy them by DMA, asynchronously. */
+  if (p->pinned && backend && backend->host_register) {
+    if (backend->host_register(base, capacity) == 0) {
+      p->registered = true;
+    } else {
+      fprintf(stderr, "zoffload: warning: the host pool is locked but could not be registered with "
+                      "the %s device (%s): host<->device copies from it are staged and do not overlap "
+                      "compute\n", backend->name, zo_last_error());
+    }
+  }
   p->fault_in_s = zo_time_s() - t0;
   p->base = base;
   p->capacity = capacity;
@@ -164,6 +175,8 @@ out_unmap:
 }
 
 void zo_host_pool_free(struct zo_host_pool *p) {
+  if (p->registered) p->backend->host_unregister(p->base);
+  p->registered = false;
   if (p->base) munmap(p->base, p->capacity);
   p->base = NULL;
   p->capacity = p->used = 0;

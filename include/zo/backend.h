@@ -44,6 +44,16 @@ struct zo_backend {
   int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
   /* Number of worker threads ops may use (OpenMP on the CPU backend). */
   void (*set_threads)(int n_threads);
+  /* Registers [ptr, ptr + nbytes) of host memory (page aligned, resident)
+   * with the device so that copies from and to it are asynchronous DMA
+   * (cudaHostRegister); unregister undoes it. NULL on the CPU backend, where
+   * locking the pages is all pinning means. Returns 0 or -errno. */
+  int (*host_register)(void *ptr, size_t nbytes);
+  void (*host_unregister)(void *ptr);
+  /* The device's PCI bus id ("0000:3b:00.0") into buf, for placing host
+   * memory on the nearest NUMA node. NULL on the CPU backend. Returns 0 or
+   * -errno. */
+  int (*device_pci_bus_id)(char *buf, size_t size);
 
   /* ---- streams and events ----------------------------------------------- */
   /* Returns 0 or -errno. */

@@ -26,6 +26,7 @@ struct zo_bench_adamw {
 int zo_bench_adamw_run(size_t n, int threads, int reps, struct zo_bench_adamw *out);
 
 struct zo_bench_step {
+  char backend[16];      /* "cpu", "cuda": engine.device resolved */
   int steps;             /* timed steps per round */
   int rounds;            /* rounds; every figure below is the median over them */
   double step_s;         /* mean step with the config's placement */
@@ -38,9 +39,12 @@ struct zo_bench_step {
   double device_ratio;   /* median of per-round step_s / device_step_s */
   double overlap;        /* median of per-round step_s / max(compute_s, io_s, optimizer_s);
                             1 = perfect */
+  double tokens_per_s, device_tokens_per_s; /* B * T * grad_accum over step_s, device_step_s */
+  double tflops, device_tflops;             /* zo_gpt2_flops_per_token x tokens over the same */
 };
 
-/* Builds the config's placement and the all-device one side by side, then
+/* Builds the config's placement and the all-device one side by side on the
+ * config's engine.device, then
  * runs BENCH_ROUNDS rounds, each timing `steps` steps of both (2 untimed
  * warm-up steps in the first round) on synthetic tokens and each phase
  * alone, back to back, so that drift of the machine's speed cancels in the

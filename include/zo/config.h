@@ -203,6 +203,9 @@ struct zo_config {
  * thread's zo_last_error(). */
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
 
+/* "auto", "cpu" or "cuda": the engine.device value, as zo_backend_init takes it. */
+const char *zo_device_name(enum zo_device d);
+
 /* Frees the strings cfg owns and zeroes it. Accepts NULL. */
 void zo_config_free(struct zo_config *cfg);
 

@@ -35,6 +35,7 @@ struct zo_host_pool {
   size_t peak;          /* high-water mark of used */
   size_t budget;        /* bytes, 0 = unlimited (engine.host_memory_budget) */
   bool pinned;          /* page-locked; false: pageable (not asked, or refused) */
+  bool registered;      /* also registered with the device (backend host_register) */
   int numa_node;        /* node the pages are placed on; -1 when unplaced (no hwloc) */
   double fault_in_s;    /* seconds init spent making every page resident */
   int n_carves;         /* rows of carves[] in use */
@@ -50,9 +51,11 @@ size_t zo_host_round(size_t nbytes);
  * and faults every page in, timing that in p->fault_in_s. A refused lock
  * (RLIMIT_MEMLOCK) is not an error: the pool stays pageable and the first
  * refusal in the process prints one warning line naming the limit and how to
- * raise it. On the CUDA backend the pages are locked with mlock as well; TODO:
- * register them with cudaHostRegister once the backend exposes it, until then
- * the driver stages copies from them. The engine binds its OpenMP threads to
+ * raise it. On a backend with host_register (CUDA) the locked pages are also
+ * registered, so copies are DMA and overlap compute; a refused registration
+ * warns and leaves the pool locked but staged. The NUMA node is the one
+ * nearest the device's PCI bus id when the backend tells it (CUDA), else the
+ * calling thread's. The engine binds its OpenMP threads to
  * the same node with zo_topology_bind_omp(p->numa_node). budget is
  * engine.host_memory_budget (0 = unlimited). Returns 0, or -ENOMEM with a
  * message naming the bytes asked, the budget or the memory available, and the

@@ -65,6 +65,18 @@ static void cuda_mem_free(void *ptr) {
 /* Ops size their own launches; nothing to set. */
 static void cuda_set_threads(int n_threads) { (void)n_threads; }
 
+/* The host pool's pages are locked already; registering them makes copies
+ * from and to them DMA, asynchronous on their stream. */
+static int cuda_host_register(void *ptr, size_t nbytes) {
+  return ZO_CUDA_TRY(cudaHostRegister(ptr, nbytes, cudaHostRegisterDefault));
+}
+
+static void cuda_host_unregister(void *ptr) { ZO_CUDA_CHECK(cudaHostUnregister(ptr)); }
+
+static int cuda_device_pci_bus_id(char *buf, size_t size) {
+  return ZO_CUDA_TRY(cudaDeviceGetPCIBusId(buf, (int)size, zo_cuda.device));
+}
+
 /* ---- streams and events ----------------------------------------------------------- */
 
 static int cuda_stream_create(zo_stream_t *stream) {
@@ -157,6 +169,9 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->mem_free = cuda_mem_free;
   t->mem_info = cuda_mem_info;
   t->set_threads = cuda_set_threads;
+  t->host_register = cuda_host_register;
+  t->host_unregister = cuda_host_unregister;
+  t->device_pci_bus_id = cuda_device_pci_bus_id;
   t->stream_create = cuda_stream_create;
   t->stream_destroy = cuda_stream_destroy;
   t->stream_synchronize = cuda_stream_synchronize;
