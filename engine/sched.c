@@ -843,7 +843,8 @@ static void piece_update(const struct zo_sched *s, const struct step_args *sa, c
   }
 }
 
-/* Unit u's tensors, whole, with states in the canonical layout. */
+/* Optimizer on the cpu tier: unit u's tensors, whole, with states in the
+ * canonical layout. */
 static void opt_unit_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
@@ -852,12 +853,9 @@ static void opt_unit_fn(void *arg) {
   if (sa->skip) return;
   const struct range r = unit_range(s->t, a->index);
   double t0 = zo_time_s();
-  /* fp32: the working copy is the master; mixed precision: the master is
-   * rounded into the working copy (on the device with the optimizer there:
-   * this host function then runs on the CPU backend only). */
-  const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE, mixed = s->pl.dtype != ZO_F32;
-  float *p = on_device ? (mixed ? s->m->master : (float *)s->m->params) : s->h.master;
-  uint8_t *work = !mixed ? NULL : on_device ? s->m->params : s->h.params;
+  /* The host master; in mixed precision rounded into the host working copy. */
+  float *p = s->h.master;
+  uint8_t *work = s->pl.dtype != ZO_F32 ? s->h.params : NULL;
   const size_t e = s->m->esize;
   const float *g = opt_grads(s);
   for (int i = 0; i < s->t->n_tensors; i++) {
@@ -1011,22 +1009,29 @@ static void nv_reprime(struct zo_sched *s) {
   nv_prime(s, s->parity ^ 1);
 }
 
-/* Optimizer on the device, fp32 states: unit u's tensors updated by the
- * backend's AdamW on the optimizer stream, never touched by the host; in
- * mixed precision the fp32 master is updated and rounded into the working
- * copy by the backend's cast. */
+/* Optimizer on the device: unit u's tensors updated by the backend's AdamW
+ * or AdamW8bit on the optimizer stream, states in the canonical layout,
+ * never touched by the host; in mixed precision the fp32 master is updated
+ * and rounded into the working copy by the backend's cast. */
 static void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) {
   const struct range r = unit_range(s->t, u);
-  float *m = (float *)s->st_m, *v = (float *)s->st_v;
   float *p = s->m->master ? s->m->master : (float *)s->m->params;
+  const struct zo_adamw_hparams *hp = &sa->hp;
   for (int i = 0; i < s->t->n_tensors; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
-    const size_t o = ti->offset;
-    s->be->adamw_update(p + o, s->acc + o, m + o, v + o, ti->numel, sa->hp.lr, sa->hp.beta1,
-                        sa->hp.beta2, sa->hp.eps, sa->hp.weight_decay, ti->decay, sa->t, sa->coef, s->os);
-    if (s->m->master)
-      s->be->cast(zo_gpt2_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, ti->numel, s->os);
+    const size_t o = ti->offset, n = ti->numel;
+    uint8_t *ms = s->st_m + s->soff[i], *vs = s->st_v + s->soff[i];
+    if (zo_optim_is_8bit(&s->pl.opt, n)) {
+      const size_t cb = round_up(n, 4);
+      s->be->adamw8bit_update(p + o, s->acc + o, ms, (float *)(ms + cb), vs, (float *)(vs + cb), n, s->pl.opt.block,
+                              hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, ti->decay, sa->t, sa->coef,
+                              s->os);
+    } else {
+      s->be->adamw_update(p + o, s->acc + o, (float *)ms, (float *)vs, n, hp->lr, hp->beta1, hp->beta2, hp->eps,
+                          hp->weight_decay, ti->decay, sa->t, sa->coef, s->os);
+    }
+    if (s->m->master) s->be->cast(zo_gpt2_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->os);
   }
 }
 
@@ -1050,7 +1055,7 @@ static int queue_optimizer(struct zo_sched *s) {
   }
   CHECK_Q(be->launch_host_func(s->os, norm_fn, &s->norm_tasks[p]));
   CHECK_Q(be->event_record(s->norm_done, s->os));
-  const bool dev_update = on_device && !s->pl.opt.eightbit;
+  const bool dev_update = on_device;
   if (dev_update) {
     int err = be->event_synchronize(s->norm_done);
     if (err) return err;
@@ -1204,15 +1209,6 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->be = c->backend;
   s->B = c->B;
   s->T = c->T;
-  /* The 8-bit update of device-resident states runs as a host function on
-   * device memory, which only the CPU backend's memory allows. */
-  if (s->pl.opt.eightbit && s->pl.optimizer == ZO_OFFLOAD_NONE && strcmp(c->backend->name, "cpu") != 0) {
-    zo_error(-ENOTSUP, "optimizer.type = \"AdamW8bit\" with the optimizer states on the %s device is not "
-                       "implemented yet: offload them (zero_optimization.stage = 2, "
-                       "zero_optimization.offload_optimizer.device = \"cpu\") or use \"AdamW\"",
-             c->backend->name);
-    goto out_free;
-  }
   const struct zo_gpt2_layout lo = zo_placement_layout(&s->pl);
   s->m = zo_gpt2_init_layout(&c->model, c->backend, c->B, c->T, &lo);
   if (!s->m) goto out_free;

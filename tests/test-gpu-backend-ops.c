@@ -14,6 +14,7 @@
  * errors, copies, memset, and stream / event / host-function ordering. Uses
  * only the public backend table. Exits 77 (skipped) with the reason when
  * there is no CUDA backend. */
+#include "zo/adamw8bit.h"
 #include "zo/backend.h"
 
 #include <errno.h>
@@ -772,6 +773,74 @@ static int test_adamw_update(void) {
   return fail;
 }
 
+/* A host array's device copy (no guards: the byte-exact comparison of the
+ * whole allocation reads back past the tensor's end too). */
+static void *dev_copy(const void *host, size_t nbytes, size_t slack) {
+  void *d = NULL;
+  must(gpu->mem_alloc(&d, nbytes + slack), "mem_alloc");
+  must(gpu->memset_async(d, 0x5a, nbytes + slack, gstream), "memset_async");
+  must(gpu->memcpy_async(d, host, nbytes, ZO_COPY_H2D, gstream), "memcpy_async H2D");
+  gsync();
+  return d;
+}
+
+/* adamw8bit_update: p, the codes and the absmax bit for bit the CPU's
+ * (zo_adamw8bit_update), block sizes 256 and 100 (partial last block), two
+ * steps, with a block of all-zero states and one whose tiny m takes the
+ * division path; nothing past the tensors written. */
+static int test_adamw8bit_update(void) {
+  int fail = 0;
+  const size_t blocks[] = {256, 100};
+  for (size_t bi = 0; bi < 2; bi++) {
+    const size_t N = 70000 + 37, B = blocks[bi], nb = (N + B - 1) / B, slack = 256;
+    zo_rng_seed(40 + bi);
+    float *p = zo_test_xmalloc(N * 4), *g = zo_test_xmalloc(N * 4), *x = zo_test_xmalloc(N * 4);
+    uint8_t *mc = zo_test_xmalloc(N), *vc = zo_test_xmalloc(N);
+    float *ma = zo_test_xmalloc(nb * 4), *va = zo_test_xmalloc(nb * 4);
+    for (size_t i = 0; i < N; i++) p[i] = zo_rng_float(-1, 1), g[i] = zo_rng_float(-2, 2);
+    for (size_t i = 0; i < N; i++) x[i] = zo_rng_float(-0.1f, 0.1f);
+    for (size_t i = 0; i < B; i++) x[i] = 0.0f;            /* block 0: zero m */
+    for (size_t i = B; i < 2 * B; i++) x[i] *= 1e-38f;    /* block 1: subnormal m */
+    zo_adamw8bit_quantize(mc, ma, x, N, B, ZO_QMAP_SIGNED);
+    for (size_t i = 0; i < N; i++) x[i] = zo_rng_float(0, 0.01f);
+    zo_adamw8bit_quantize(vc, va, x, N, B, ZO_QMAP_UNSIGNED);
+    for (size_t i = B; i < 2 * B; i++) g[i] *= 1e-30f;     /* keeps block 1's new m subnormal */
+    void *dp = dev_copy(p, N * 4, slack), *dg = dev_copy(g, N * 4, slack), *dmc = dev_copy(mc, N, slack),
+         *dvc = dev_copy(vc, N, slack), *dma = dev_copy(ma, nb * 4, slack), *dva = dev_copy(va, nb * 4, slack);
+    for (long t = 1; t <= 2; t++) {
+      const struct zo_adamw_hparams hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                          .weight_decay = 0.1f};
+      zo_adamw8bit_update(p, g, mc, ma, vc, va, N, B, &hp, true, t, 0.42f);
+      gpu->adamw8bit_update(dp, dg, dmc, dma, dvc, dva, N, B, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                            hp.weight_decay, true, t, 0.42f, gstream);
+    }
+    gsync();
+    const struct { const char *what; void *dev; const void *host; size_t nbytes; } outs[] = {
+        {"p", dp, p, N * 4}, {"m codes", dmc, mc, N}, {"v codes", dvc, vc, N},
+        {"m absmax", dma, ma, nb * 4}, {"v absmax", dva, va, nb * 4}};
+    for (size_t k = 0; k < 5; k++) {
+      unsigned char *back = zo_test_xmalloc(outs[k].nbytes + slack);
+      must(gpu->memcpy_async(back, outs[k].dev, outs[k].nbytes + slack, ZO_COPY_D2H, gstream), "memcpy_async D2H");
+      gsync();
+      size_t i = 0;
+      while (i < outs[k].nbytes && back[i] == ((const unsigned char *)outs[k].host)[i]) i++;
+      bool tail_ok = true;
+      for (size_t j = 0; j < slack; j++) tail_ok &= back[outs[k].nbytes + j] == 0x5a;
+      if (i < outs[k].nbytes || !tail_ok) {
+        fprintf(stderr, "  adamw8bit %s (block %zu): %s at byte %zu of %zu\n", outs[k].what, B,
+                tail_ok ? "differs from the CPU" : "written past its end", i, outs[k].nbytes);
+        fail = 1;
+      }
+      free(back);
+    }
+    void *devs[] = {dp, dg, dmc, dvc, dma, dva};
+    for (int k = 0; k < 6; k++) gpu->mem_free(devs[k]);
+    free(p), free(g), free(x), free(mc), free(vc), free(ma), free(va);
+  }
+  printf("  adamw8bit_update: %s\n", fail ? "differs" : "bit-identical to the CPU backend");
+  return fail;
+}
+
 /* sumsq: deterministic (two runs bitwise equal) and within 1e-12 relative of
  * the CPU's zo_sumsq (different association inside each chunk); n = 0 gives 0. */
 static int test_sumsq(void) {
@@ -947,6 +1016,7 @@ int main(void) {
       ZO_TEST(crossentropy),
       ZO_TEST(cast),
       ZO_TEST(adamw_update),
+      ZO_TEST(adamw8bit_update),
       ZO_TEST(sumsq),
       ZO_TEST(streams_events),
   };

@@ -7,6 +7,7 @@
  * Each backward op is also checked against central differences of its float64
  * forward on tiny shapes (gradient of a random linear functional of the
  * output). Not a benchmark: shapes are small. */
+#include "zo/adamw8bit.h"
 #include "zo/backend.h"
 
 #include <errno.h>
@@ -783,7 +784,7 @@ static int test_backend_table(void) {
       (const void *)be->attention_forward, (const void *)be->attention_backward,
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
       (const void *)be->residual_forward, (const void *)be->residual_backward,
-      (const void *)be->crossentropy_forward, (const void *)be->adamw_update,
+      (const void *)be->crossentropy_forward, (const void *)be->adamw_update, (const void *)be->adamw8bit_update, (const void *)be->cast,
       (const void *)be->sumsq,
   };
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
@@ -930,6 +931,52 @@ static int test_adamw_update(void) {
   return fail;
 }
 
+/* adamw8bit_update through the table (NULL and created stream) writes
+ * zo_adamw8bit_update's bits, with a block size that leaves a partial block;
+ * the arithmetic itself is checked against float64 in test-offload-adamw8bit. */
+static int test_adamw8bit_update(void) {
+  enum { N = (1 << 15) + 77, BLOCK = 256 };
+  const size_t nb = (N + BLOCK - 1) / BLOCK;
+  zo_rng_seed(33);
+  float *p0 = galloc(N), *g = galloc(N), *m0 = galloc(N), *v0 = galloc(N);
+  fill_random(p0, N, -1, 1);
+  fill_random(g, N, -2, 2);
+  fill_random(m0, N, -0.1f, 0.1f);
+  fill_random(v0, N, 0, 0.01f);
+  uint8_t *mc0 = malloc(N), *vc0 = malloc(N), *mc[3], *vc[3];
+  float *ma0 = malloc(nb * 4), *va0 = malloc(nb * 4), *p[3], *ma[3], *va[3];
+  zo_adamw8bit_quantize(mc0, ma0, m0, N, BLOCK, ZO_QMAP_SIGNED);
+  zo_adamw8bit_quantize(vc0, va0, v0, N, BLOCK, ZO_QMAP_UNSIGNED);
+  for (int k = 0; k < 3; k++) {
+    p[k] = galloc(N), mc[k] = malloc(N), vc[k] = malloc(N), ma[k] = malloc(nb * 4), va[k] = malloc(nb * 4);
+    memcpy(p[k], p0, N * 4), memcpy(mc[k], mc0, N), memcpy(vc[k], vc0, N);
+    memcpy(ma[k], ma0, nb * 4), memcpy(va[k], va0, nb * 4);
+  }
+  zo_stream_t stream = NULL;
+  int fail = be->stream_create(&stream) != 0;
+  const struct zo_adamw_hparams hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+  for (long t = 1; t <= 3 && !fail; t++) {
+    zo_adamw8bit_update(p[0], g, mc[0], ma[0], vc[0], va[0], N, BLOCK, &hp, true, t, 0.37f);
+    be->adamw8bit_update(p[1], g, mc[1], ma[1], vc[1], va[1], N, BLOCK, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                         hp.weight_decay, true, t, 0.37f, NULL);
+    be->adamw8bit_update(p[2], g, mc[2], ma[2], vc[2], va[2], N, BLOCK, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                         hp.weight_decay, true, t, 0.37f, stream);
+    fail |= be->stream_synchronize(stream) != 0;
+    for (int k = 1; k < 3; k++)
+      if (memcmp(p[k], p[0], N * 4) || memcmp(mc[k], mc[0], N) || memcmp(vc[k], vc[0], N) ||
+          memcmp(ma[k], ma[0], nb * 4) || memcmp(va[k], va[0], nb * 4)) {
+        fprintf(stderr, "  adamw8bit_update (%s stream, t %ld) differs bitwise\n", k == 1 ? "NULL" : "created", t);
+        fail = 1;
+      }
+  }
+  fail |= memcmp(p[0], p0, N * 4) == 0; /* it did update */
+  be->stream_destroy(stream);
+  for (int k = 0; k < 3; k++) gfree(p[k]), free(mc[k]), free(vc[k]), free(ma[k]), free(va[k]);
+  gfree(p0), gfree(g), gfree(m0), gfree(v0);
+  free(mc0), free(vc0), free(ma0), free(va0);
+  return fail;
+}
+
 /* sumsq through the table writes zo_cpu_sumsq's double (zo_sumsq's code)
  * bitwise, on both streams, for n = 0, n below ZO_SUMSQ_CHUNKS, and n above
  * the parallel threshold; and is within 1e-12 relative of a long double sum. */
@@ -987,6 +1034,7 @@ int main(void) {
       ZO_TEST(crossentropy_fd),
       ZO_TEST(op_on_stream),
       ZO_TEST(adamw_update),
+      ZO_TEST(adamw8bit_update),
       ZO_TEST(sumsq),
   };
   be = zo_backend_cpu();

@@ -1,4 +1,4 @@
-/* Tests for offload/adamw8bit.c: the dynamic maps against a float64
+/* Tests for kernels/cpu/ops_adamw8bit.c (zo/adamw8bit.h): the dynamic maps against a float64
  * construction and against torch's float32 one (hash from
  * tests/reference/adamw8bit_ref.py); quantization against a brute-force
  * nearest search; the round-trip error bound; the fused update against a

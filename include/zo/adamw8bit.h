@@ -1,11 +1,14 @@
-/* CPU AdamW with 8-bit block-wise quantized states (Dettmers et al. 2021,
+/* AdamW with 8-bit block-wise quantized states (Dettmers et al. 2021,
  * "8-bit Optimizers via Block-wise Quantization"; bitsandbytes' AdamW8bit).
  * m and v of a tensor are stored as one uint8 code per element plus one fp32
  * absmax per block of `block` consecutive elements; m uses the signed dynamic
  * map, v the unsigned one (bitsandbytes' create_dynamic_map), and an element
  * is map[code] * absmax. State: 2 + 8/block bytes per parameter (fp32 m, v:
  * 8). Tensors below ZO_ADAMW8BIT_MIN_NUMEL elements keep fp32 m, v and go
- * through zo_adamw_update: the caller decides per tensor. */
+ * through zo_adamw_update: the caller decides per tensor. The host
+ * implementation is the CPU backend's (kernels/cpu/ops_adamw8bit.c, also its
+ * adamw8bit_update op); the CUDA backend's op computes the same bits from
+ * the same map values and thresholds. */
 #ifndef ZO_ADAMW8BIT_H
 #define ZO_ADAMW8BIT_H
 
@@ -33,6 +36,15 @@ enum zo_qmap {
  * linspace gives up to 45 entries 1 ulp apart, nothing else.
  * Thread-safe; the table lives for the whole program. */
 const float *zo_qmap_values(enum zo_qmap map);
+
+/* The decision thresholds of map's quantization: thr[k] is the smallest
+ * float above the exact midpoint of neighbouring map values, so a ratio r
+ * codes as the count c of thresholds whose bits are <= the bits of |r| (NaN
+ * and inf count them all). Unsigned map: 255 thresholds over values[0..255],
+ * code c for r >= 0 and 0 for r < 0. Signed map: 128 thresholds over the
+ * magnitudes values[127..255], code 127 + c for r >= 0 and 127 - min(c, 127)
+ * for r < 0. Writes them to thr (room for 255) and returns their count. */
+int zo_qmap_thresholds(enum zo_qmap map, float *thr);
 
 /* Blocks of a tensor: ceil(numel / block). */
 size_t zo_adamw8bit_n_blocks(size_t numel, size_t block);

@@ -163,6 +163,16 @@ struct zo_backend {
   void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                        float beta2, float eps, float weight_decay, bool decay, long t,
                        float grad_scale, zo_stream_t stream);
+  /* AdamW8bit over n elements of one tensor, in place on p and the 8-bit
+   * states: zo_adamw8bit_update's arithmetic and layout (zo/adamw8bit.h:
+   * m_code, v_code (n) uint8, m_absmax, v_absmax (ceil(n / block)) fp32,
+   * block in [1, 4096]). The CPU backend is zo_adamw8bit_update; CUDA uses
+   * the same map values, thresholds and IEEE-rounded operations, expected
+   * bit-identical. */
+  void (*adamw8bit_update)(float *p, const float *g, uint8_t *m_code, float *m_absmax, uint8_t *v_code,
+                           float *v_absmax, size_t n, size_t block, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, bool decay, long t, float grad_scale,
+                           zo_stream_t stream);
   /* *out (one double, device memory) = sum of x[i]^2 over n elements,
    * accumulated in double in ZO_SUMSQ_CHUNKS fixed chunks combined in chunk
    * order: the same value on every run, whatever the thread count. The CPU

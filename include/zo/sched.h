@@ -22,10 +22,9 @@
  * With the optimizer on the device (no offload) the per-tensor sums are the
  * backend's sumsq (on the CPU backend the same code as zo_sumsq), copied to
  * the host and added there in table order, and the fp32 update is the
- * backend's adamw_update (on the CPU backend zo_adamw_update's code), queued
- * once the norm is known: neither touches device memory from the host. The
- * 8-bit update on the device still runs as a host function on device
- * memory: correct on the CPU backend only.
+ * backend's adamw_update or adamw8bit_update (on the CPU backend
+ * zo_adamw_update's and zo_adamw8bit_update's code), queued once the norm is
+ * known: nothing touches device memory from the host.
  * Mixed precision (placement dtype BF16 or F16): the working parameters,
  * slots and activations are in that dtype, gradients and the optimizer's
  * master weights, m, v stay fp32; each update rounds the master into the

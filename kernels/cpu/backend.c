@@ -4,6 +4,8 @@
  * host memory, page aligned. Nothing here computes or keeps state. */
 #include "cpu.h"
 
+#include "zo/adamw8bit.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,6 +423,34 @@ static void cpu_adamw_update(float *p, const float *g, float *m, float *v, size_
   zo_cpu_stream_enqueue(stream, adamw_update_run, &a, sizeof a);
 }
 
+struct adamw8bit_update_args {
+  float *p, *m_absmax, *v_absmax;
+  uint8_t *m_code, *v_code;
+  const float *g;
+  size_t n, block;
+  struct zo_adamw_hparams hp;
+  float grad_scale;
+  bool decay;
+  long t;
+};
+
+static void adamw8bit_update_run(void *p) {
+  struct adamw8bit_update_args *a = p;
+  zo_adamw8bit_update(a->p, a->g, a->m_code, a->m_absmax, a->v_code, a->v_absmax, a->n, a->block, &a->hp,
+                      a->decay, a->t, a->grad_scale);
+}
+
+static void cpu_adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m_absmax, uint8_t *v_code,
+                                 float *v_absmax, size_t n, size_t block, float lr, float beta1, float beta2,
+                                 float eps, float weight_decay, bool decay, long t, float grad_scale,
+                                 zo_stream_t stream) {
+  struct adamw8bit_update_args a = {
+      .p = p, .m_absmax = m_absmax, .v_absmax = v_absmax, .m_code = m_code, .v_code = v_code, .g = g, .n = n,
+      .block = block, .hp = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay},
+      .grad_scale = grad_scale, .decay = decay, .t = t};
+  zo_cpu_stream_enqueue(stream, adamw8bit_update_run, &a, sizeof a);
+}
+
 struct sumsq_args {
   double *out;
   const float *x;
@@ -471,6 +501,7 @@ static const struct zo_backend cpu_backend = {
     .crossentropy_forward = cpu_crossentropy_forward,
     .cast = cpu_cast,
     .adamw_update = cpu_adamw_update,
+    .adamw8bit_update = cpu_adamw8bit_update,
     .sumsq = cpu_sumsq,
 };
 

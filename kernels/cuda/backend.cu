@@ -10,6 +10,7 @@
 #include "common.cuh"
 
 #include "adamw.cuh"
+#include "adamw8bit.cuh"
 #include "attention.cuh"
 #include "cast.cuh"
 #include "crossentropy.cuh"
@@ -198,6 +199,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->crossentropy_forward = zo_cuda_crossentropy_forward;
   t->cast = zo_cuda_cast;
   t->adamw_update = zo_cuda_adamw_update;
+  t->adamw8bit_update = zo_cuda_adamw8bit_update;
   t->sumsq = zo_cuda_sumsq;
 }
 

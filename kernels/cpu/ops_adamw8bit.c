@@ -1,4 +1,5 @@
-/* CPU AdamW with block-wise 8-bit states: the dynamic quantization maps,
+/* AdamW with block-wise 8-bit states on the CPU (zo/adamw8bit.h; the CPU
+ * backend's adamw8bit_update op): the dynamic quantization maps,
  * quantization to the nearest map entry, and the fused update (dequantize,
  * AdamW in fp32, requantize against the block's new absmax, write p), one
  * pass per block, OpenMP over blocks and SIMD within one. Two kernels with
@@ -49,6 +50,8 @@
 
 struct qtable {
   float values[256];     /* the map, increasing */
+  float thr[255];        /* (n_thr) the decision thresholds, increasing */
+  int n_thr;
   uint32_t lut[LUT_MAX]; /* (lut_n) */
   uint32_t lut_lo, lut_n;
   uint8_t planes[4][256] __attribute__((aligned(64))); /* byte k of values[c] */
@@ -172,6 +175,8 @@ static void build_lut(struct qtable *q, const float *v, int n, bool is_signed) {
     thr[k] = float_bits(f);
   }
   const int n_thr = n - 1;
+  q->n_thr = n_thr;
+  memcpy(q->thr, thr, (size_t)n_thr * sizeof(float));
   q->lut_lo = (thr[0] >> 16) - 1;
   q->lut_n = (float_bits(1.0f) >> 16) - q->lut_lo + 1;
   ZO_ASSERT(q->lut_n <= LUT_MAX);
@@ -209,6 +214,13 @@ static void tables_init(void) { ZO_ASSERT(pthread_once(&qt_once, build_tables) =
 const float *zo_qmap_values(enum zo_qmap map) {
   tables_init();
   return map == ZO_QMAP_SIGNED ? qt_signed.values : qt_unsigned.values;
+}
+
+int zo_qmap_thresholds(enum zo_qmap map, float *thr) {
+  tables_init();
+  const struct qtable *q = map == ZO_QMAP_SIGNED ? &qt_signed : &qt_unsigned;
+  memcpy(thr, q->thr, (size_t)q->n_thr * sizeof(float));
+  return q->n_thr;
 }
 
 /* ---- kernels --------------------------------------------------------------
