@@ -4,7 +4,7 @@
  * `zoffload ms_per_step=... tokens_per_s=...` (median over the timed steps,
  * the first step is warm-up and not timed). Random tokens, seeded. */
 #include "zo/adamw.h"
-#include "zo/gpt2.h"
+#include "zo/model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,7 +20,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   int B = 4, T = 256, steps = 5, threads = 0;
-  struct zo_gpt2_config cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
+  struct zo_model_config cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
                                .max_seq_len = 1024};
   for (int i = 1; i < argc; i++) {
     if (i + 1 >= argc) usage();
@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
   if (T > cfg.max_seq_len) cfg.max_seq_len = T;
 
   zo_backend_t be = zo_backend_init("cpu", threads);
-  struct zo_gpt2 *m = be ? zo_gpt2_init(&cfg, be, B, T) : NULL;
+  struct zo_model *m = be ? zo_model_init(&cfg, be, B, T) : NULL;
   if (!m) {
     fprintf(stderr, "bench-train-step: %s\n", zo_last_error());
     return 1;
@@ -55,8 +55,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench-train-step: out of host memory\n");
     return 1;
   }
-  zo_gpt2_init_params(m, host, 1337);
-  zo_gpt2_upload_params(m, host);
+  zo_model_init_params(m, host, 1337);
+  zo_model_upload_params(m, host);
   uint64_t s = 42;
   for (size_t i = 0; i < BT; i++) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -76,14 +76,14 @@ int main(int argc, char **argv) {
          cfg.n_embd, cfg.n_head, cfg.vocab_size, (double)n / 1e6, B, T, be->name);
   for (int step = 0; step <= steps; step++) {
     double t0 = zo_time_s();
-    zo_gpt2_zero_grad(m, stream);
+    zo_model_zero_grad(m, stream);
     /* The training loop's path: the chunked LM head computes each chunk's
      * logits, loss and gradient at once (no logits recomputed in backward). */
-    zo_gpt2_forward_train(m, inputs, targets, B, T, 1.0f / (float)BT, stream);
+    zo_model_forward_train(m, inputs, targets, B, T, 1.0f / (float)BT, stream);
     be->stream_synchronize(stream);
     double t1 = zo_time_s();
-    zo_gpt2_backward(m, B, T, 1.0f / (float)BT, stream);
-    zo_gpt2_mean_loss(m, targets, B, T, stream, &loss);
+    zo_model_backward(m, B, T, 1.0f / (float)BT, stream);
+    zo_model_mean_loss(m, targets, B, T, stream, &loss);
     double t2 = zo_time_s();
     double norm = sqrt(zo_sumsq(m->grads, n));
     float coef = zo_clip_coef(norm, 1.0);
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
   }
   double ms = 1e3 * zo_median(t_step, steps);
   double tps = (double)BT / (ms / 1e3);
-  double tflops = zo_gpt2_flops_per_token(&m->cfg, T) * tps / 1e12;
+  double tflops = zo_model_flops_per_token(&m->cfg, T) * tps / 1e12;
   printf("\n| phase                     | median ms |\n|---------------------------|-----------|\n");
   printf("| forward + LM head fwd/bwd | %9.1f |\n| backward (blocks)         | %9.1f |\n"
          "| AdamW                     | %9.1f |\n| step                      | %9.1f |\n",
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
   printf("tokens/s %.0f, %.3f TFLOP/s\n", tps, tflops);
   printf("zoffload ms_per_step=%.1f tokens_per_s=%.0f\n", ms, tps);
   be->stream_destroy(stream);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   free(host); free(mom); free(var); free(inputs); free(targets);
   free(t_step); free(t_fwd); free(t_bwd); free(t_opt);
   return 0;

@@ -99,7 +99,7 @@ static void fill_tokens(int32_t *in, int32_t *tg, size_t n, int V, uint64_t *sta
  * step's micro-batches are timed to completion. */
 static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, int warmup,
                       bool compute_only, long *t, double *mean_s) {
-  struct zo_gpt2 *m = zo_sched_model(s);
+  struct zo_model *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
                                 .beta2 = (float)cfg->optimizer.betas[1], .eps = (float)cfg->optimizer.eps,
@@ -131,16 +131,16 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
 
 static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo_placement *pl,
                                     zo_backend_t be) {
-  const struct zo_sched_config sc = {.model = cfg->model.gpt2, .B = cfg->micro_batch, .T = cfg->data.seq_len,
+  const struct zo_sched_config sc = {.model = cfg->model.spec, .B = cfg->micro_batch, .T = cfg->data.seq_len,
                                      .placement = *pl, .backend = be,
                                      .host_budget = cfg->engine.host_memory_budget};
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
-  struct zo_gpt2 *m = zo_sched_model(s);
+  struct zo_model *m = zo_sched_model(s);
   float *p;
   void *am, *av;
   zo_sched_checkpoint_buffers(s, &p, &am, &av);
-  zo_gpt2_init_params(m, p, cfg->engine.seed);
+  zo_model_init_params(m, p, cfg->engine.seed);
   int err = zo_sched_set_state(s, p, NULL, NULL);
   if (err) {
     zo_sched_free(s);
@@ -216,7 +216,7 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   if (!be) return -ENODEV;
   snprintf(out->backend, sizeof out->backend, "%s", be->name);
   struct zo_plan plan;
-  int err = zo_plan_build(cfg, &cfg->model.gpt2, be, &plan);
+  int err = zo_plan_build(cfg, &cfg->model.spec, be, &plan);
   if (err) return err;
   struct zo_placement dev = plan.placement;
   dev.optimizer = ZO_OFFLOAD_NONE;
@@ -257,7 +257,7 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   out->optimizer_s = zo_median(opt, BENCH_ROUNDS);
   out->device_ratio = zo_median(ratio, BENCH_ROUNDS);
   const double tokens = (double)cfg->micro_batch * cfg->data.seq_len * cfg->grad_accum;
-  const double flops = zo_gpt2_flops_per_token(&cfg->model.gpt2, cfg->data.seq_len) * tokens;
+  const double flops = zo_model_flops_per_token(&cfg->model.spec, cfg->data.seq_len) * tokens;
   out->tokens_per_s = tokens / out->step_s;
   out->device_tokens_per_s = tokens / out->device_step_s;
   out->tflops = flops / out->step_s / 1e12;
@@ -303,19 +303,19 @@ int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row 
     struct zo_config v;
     struct zo_plan plan;
     memory_row_config(cfg, r, &v);
-    int err = zo_plan_build(&v, &v.model.gpt2, NULL, &plan);
+    int err = zo_plan_build(&v, &v.model.spec, NULL, &plan);
     if (err) return err;
     row->device_planned = plan.total[ZO_TIER_DEVICE];
     row->host_planned = plan.total[ZO_TIER_HOST];
     if (r == 0) {
       /* The chunked head cannot be turned off: one chunk of all B*T rows is
        * the unchunked head's logits. */
-      struct zo_gpt2_layout lo = zo_placement_layout(&plan.placement);
-      const size_t chunked = zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
+      struct zo_model_layout lo = zo_placement_layout(&plan.placement);
+      const size_t chunked = zo_model_device_plan(&v.model.spec, plan.B, plan.T, &lo, NULL);
       lo.head_chunk_rows = plan.B * plan.T;
       /* The scheduler's own device bytes (norm partials) stay as planned. */
       row->device_planned = plan.total[ZO_TIER_DEVICE] - chunked +
-                            zo_gpt2_device_plan(&v.model.gpt2, plan.B, plan.T, &lo, NULL);
+                            zo_model_device_plan(&v.model.spec, plan.B, plan.T, &lo, NULL);
       row->status = ZO_BENCH_MEMORY_PLANNED_ONLY;
       snprintf(row->reason, sizeof row->reason,
                "the chunked LM head is always on: plan with one chunk of all %d x %d rows", plan.B, plan.T);
@@ -334,7 +334,7 @@ int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row 
     }
     struct zo_placement pl = plan.placement;
     pl.pin = false; /* bytes, not speed: no page locking of gigabytes */
-    const struct zo_sched_config sc = {.model = v.model.gpt2, .B = plan.B, .T = plan.T, .placement = pl,
+    const struct zo_sched_config sc = {.model = v.model.spec, .B = plan.B, .T = plan.T, .placement = pl,
                                        .backend = be, .host_budget = 0};
     struct zo_sched *s = zo_sched_init(&sc);
     if (!s) return zo_error(-ENOMEM, "bench memory: building \"%s\": %s", row->name, zo_last_error());

@@ -1,9 +1,12 @@
-/* Checkpoints and Hugging Face GPT-2 weights. Our table stores Linear weights
- * (out, in) and wte padded to a multiple of 64 rows; Hugging Face stores
- * Conv1D weights (in, out) and wte (V, C): conversion happens here and only
- * here. Saves are atomic directories whose files are listed with their CRC32
- * in trainer_state.json (written last); loads verify every CRC before reading
- * a single tensor. */
+/* Checkpoints and Hugging Face weights. Our table stores Linear weights
+ * (out, in), fused projections and the vocabulary padded to a multiple of 64
+ * rows; each architecture describes its Hugging Face tensors as views of
+ * ours (engine/arch.h: a row range, transposed or not) and this file is the
+ * only code that converts, driven by that list. Loads accept one
+ * model.safetensors or the shards of model.safetensors.index.json, tensors in
+ * F32, BF16 or F16. Saves are atomic directories whose files are listed with
+ * their CRC32 in trainer_state.json (written last); loads verify every CRC
+ * before reading a single tensor. */
 #include "zo/checkpoint.h"
 
 #include <dirent.h>
@@ -23,6 +26,8 @@
 #include "zo/fsutil.h"
 #include "zo/safetensors.h"
 
+#include "arch.h"
+
 /* dir/name into out; -ENAMETOOLONG (with a message) when it does not fit. */
 static int join(char *out, size_t size, const char *dir, const char *name) {
   int n = snprintf(out, size, "%s/%s", dir, name);
@@ -33,28 +38,12 @@ static int join(char *out, size_t size, const char *dir, const char *name) {
 static const char *const ckpt_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
 #define N_CKPT_FILES 3
 
-/* Hugging Face shape of one of our tensors; returns true when the data is
- * transposed between the two layouts (Conv1D weights inside blocks). */
-static bool hf_shape(const struct zo_gpt2 *m, const struct zo_tensor_info *ti, int64_t shape[2]) {
-  if (ti->ndim == 1) {
-    shape[0] = ti->shape[0];
-    return false;
-  }
-  if (ti->layer >= 0) {
-    shape[0] = ti->shape[1];
-    shape[1] = ti->shape[0];
-    return true;
-  }
-  shape[0] = ti == &m->table.tensors[0] ? m->cfg.vocab_size : ti->shape[0];
-  shape[1] = ti->shape[1];
-  return false;
-}
-
-/* One of our (out, in) weights seen as Hugging Face's (in, out): the writer
- * pulls it in chunks, so no transposed copy of the model is ever made. */
+/* A transposed row range of one of our (rows, cols) weights seen as Hugging
+ * Face's (cols, n_rows): the writer pulls it in chunks, so no transposed copy
+ * of the model is ever made. */
 struct transposed {
-  const float *src; /* (out, in) */
-  size_t out, in;
+  const float *src; /* first row of the range, row stride cols */
+  size_t n_rows, cols;
 };
 
 static void fill_transposed(void *ctx, void *dst, size_t offset, size_t nbytes) {
@@ -62,10 +51,22 @@ static void fill_transposed(void *ctx, void *dst, size_t offset, size_t nbytes) 
   float *d = dst;
   size_t first = offset / sizeof(float), n = nbytes / sizeof(float);
   for (size_t k = 0; k < n; k++) {
-    size_t e = first + k, r = e / t->out, c = e % t->out; /* element (r, c) of (in, out) */
-    d[k] = t->src[c * t->in + r];
+    size_t e = first + k, r = e / t->n_rows, c = e % t->n_rows; /* element (r, c) of (cols, n_rows) */
+    d[k] = t->src[c * t->cols + r];
   }
 }
+
+/* The architecture's Hugging Face tensors of m (allocated; free them). */
+static int hf_list(const struct zo_model *m, struct zo_hf_tensor **out, int *n) {
+  *n = m->arch->hf_tensors(m, NULL);
+  *out = calloc((size_t)*n + 1, sizeof **out);
+  if (!*out) return zo_error(-ENOMEM, "out of host memory listing the checkpoint's tensors");
+  m->arch->hf_tensors(m, *out);
+  return 0;
+}
+
+/* Columns of table tensor ti (1 for a 1-D tensor). */
+static size_t tensor_cols(const struct zo_tensor_info *ti) { return ti->ndim == 2 ? (size_t)ti->shape[1] : 1; }
 
 static int write_json(const char *path, json_t *j) {
   char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -77,26 +78,31 @@ static int write_json(const char *path, json_t *j) {
   return err;
 }
 
-int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const float *params) {
-  const struct zo_gpt2_config *c = &m->cfg;
+int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params) {
   char path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
-  struct transposed *views = calloc((size_t)m->table.n_tensors, sizeof *views);
+  struct zo_hf_tensor *hf = NULL;
+  int n_hf = 0;
+  struct transposed *views = NULL;
   struct zo_st_writer *w = zo_st_writer_init();
+  if ((err = hf_list(m, &hf, &n_hf))) goto out;
+  views = calloc((size_t)n_hf + 1, sizeof *views);
   if (!views || !w) {
     err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
     goto out;
   }
-  for (int i = 0; i < m->table.n_tensors; i++) {
-    const struct zo_tensor_info *ti = &m->table.tensors[i];
-    int64_t shape[2];
-    if (hf_shape(m, ti, shape)) {
-      views[i] = (struct transposed){params + ti->offset, (size_t)ti->shape[0], (size_t)ti->shape[1]};
-      err = zo_st_writer_add_fill(w, ti->name, ZO_F32, ti->ndim, shape, fill_transposed, &views[i]);
+  for (int i = 0; i < n_hf; i++) {
+    const struct zo_hf_tensor *h = &hf[i];
+    const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
+    const size_t cols = tensor_cols(ti);
+    const float *src = params + ti->offset + (size_t)h->row0 * cols;
+    if (h->transpose) {
+      views[i] = (struct transposed){src, (size_t)h->rows, cols};
+      err = zo_st_writer_add_fill(w, h->name, ZO_F32, h->ndim, h->shape, fill_transposed, &views[i]);
     } else {
-      /* wte is written without its padded rows: the first V rows are contiguous. */
-      err = zo_st_writer_add(w, ti->name, ZO_F32, ti->ndim, shape, params + ti->offset);
+      /* A row range is contiguous (the padded vocabulary rows are left out). */
+      err = zo_st_writer_add(w, h->name, ZO_F32, h->ndim, h->shape, src);
     }
     if (err) goto out;
   }
@@ -104,15 +110,7 @@ int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const floa
       (err = zo_st_writer_set_metadata(w, "format", "pt")) || (err = zo_st_writer_write(w, path)))
     goto out;
 
-  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, "
-                        "s:f, s:b, s:s, s:s}",
-                        "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size",
-                        c->vocab_size, "n_positions", c->max_seq_len, "n_ctx", c->max_seq_len,
-                        "n_embd", c->n_embd, "n_layer", c->n_layer, "n_head", c->n_head, "n_inner",
-                        "activation_function", "gelu_new", "resid_pdrop", 0.0, "embd_pdrop", 0.0,
-                        "attn_pdrop", 0.0, "layer_norm_epsilon", 1e-5, "initializer_range", 0.02,
-                        "tie_word_embeddings", 1, "torch_dtype", "float32", "zoffload_version",
-                        "0.1.0");
+  json_t *j = m->arch->hf_config(&m->cfg);
   if (!j) {
     err = zo_error(-ENOMEM, "out of memory building %s/config.json", dir);
     goto out;
@@ -123,6 +121,7 @@ int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const floa
 out:
   zo_st_writer_free(w);
   free(views);
+  free(hf);
   return err;
 }
 
@@ -279,7 +278,7 @@ static int add_state(struct zo_st_writer *w, const char *name, const struct zo_o
   return 0;
 }
 
-int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
+int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *params,
                        const struct zo_optim_format *opt, const void *adam_m, const void *adam_v,
                        const struct zo_train_state *state, int keep, char *out_path, size_t out_size) {
   const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
@@ -293,7 +292,7 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
   if ((err = join(final, sizeof final, dir, name + 1))) return err;
   *strstr(final + strlen(dir), ".tmp-") = '\0';
   zo_remove_tree(tmp); /* a leftover of a crashed save with the same pid */
-  if ((err = zo_gpt2_save_pretrained(tmp, m, params))) goto out_remove;
+  if ((err = zo_model_save_pretrained(tmp, m, params))) goto out_remove;
 
   struct zo_st_writer *w = zo_st_writer_init();
   if (!w) {
@@ -307,7 +306,7 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
   if (!(err = join(path, sizeof path, tmp, "optimizer.safetensors")) &&
       !(err = add_state(w, "exp_avg", f, &m->table, adam_m, views[0])) &&
       !(err = add_state(w, "exp_avg_sq", f, &m->table, adam_v, views[1])) &&
-      !(err = zo_st_writer_set_metadata(w, "layout", "zoffload gpt2 parameter table v1")) &&
+      !(err = zo_st_writer_set_metadata(w, "layout", zo_model_arch_name(m->cfg.arch))) &&
       !(err = zo_st_writer_set_metadata(w, "optimizer", f->eightbit ? "AdamW8bit" : "AdamW")) &&
       (!f->eightbit || (!(err = zo_st_writer_set_metadata(w, "block_size", bs)) &&
                         !(err = zo_st_writer_set_metadata(w, "min_8bit_size", mn)))))
@@ -369,112 +368,183 @@ out_remove:;
   return zo_error(err, "saving checkpoint %s: %s", final, msg);
 }
 
-static const struct zo_st_tensor *find_hf(const struct zo_st_file *f, const char *name) {
-  const struct zo_st_tensor *t = zo_st_find(f, name);
-  if (!t && strncmp(name, "transformer.", 12) == 0) t = zo_st_find(f, name + 12);
-  return t;
+/* The safetensors files of a checkpoint: one file, or the shards that
+ * model.safetensors.index.json names. */
+#define MAX_SHARDS 256
+
+struct source {
+  int n;
+  struct zo_st_file *files[MAX_SHARDS];
+  char where[PATH_MAX]; /* for messages: the file or the index */
+};
+
+static void source_close(struct source *src) {
+  for (int i = 0; i < src->n; i++) zo_st_close(src->files[i]);
+  src->n = 0;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-static bool is_ignored_extra(const char *name) {
-  /* The tied head and Hugging Face's attention-mask buffers (the causal
-   * mask "h.N.attn.bias" and "h.N.attn.masked_bias" in the published GPT-2
-   * files) carry no weights of ours. */
-  return strcmp(name, "lm_head.weight") == 0 || ends_with(name, ".attn.bias") ||
-         ends_with(name, ".attn.masked_bias");
-}
-
-int zo_gpt2_load_safetensors(const char *path_in, const struct zo_gpt2 *m, float *params) {
-  /* A directory (save_pretrained, or a checkpoint) holds model.safetensors. */
-  char path[PATH_MAX];
-  struct stat st;
-  if (stat(path_in, &st) == 0 && S_ISDIR(st.st_mode)) {
-    int jerr = join(path, sizeof path, path_in, "model.safetensors");
-    if (jerr) return jerr;
-  } else {
-    snprintf(path, sizeof path, "%s", path_in);
-  }
+static int source_add(struct source *src, const char *path) {
+  for (int i = 0; i < src->n; i++)
+    if (strcmp(zo_st_path(src->files[i]), path) == 0) return 0;
+  if (src->n == MAX_SHARDS) return zo_error(-EINVAL, "%s: more than %d shards", src->where, MAX_SHARDS);
   struct zo_st_file *f = zo_st_open(path);
   if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
-  int err = 0;
-  /* One Hugging Face row at a time (at most 4C floats): no model-sized copy. */
-  size_t row_cap = 4 * (size_t)m->cfg.n_embd;
-  float *row = malloc(row_cap * sizeof(float));
-  if (!row) {
-    err = zo_error(-ENOMEM, "out of host memory loading %s", path);
-    goto out;
-  }
-  int matched = 0;
-  for (int i = 0; i < m->table.n_tensors; i++) {
-    const struct zo_tensor_info *ti = &m->table.tensors[i];
-    const struct zo_st_tensor *t = find_hf(f, ti->name);
-    if (!t) {
-      err = zo_error(-EINVAL, "%s: tensor %s is missing", path, ti->name);
-      goto out;
-    }
-    matched++;
-    int64_t shape[2] = {0, 0};
-    bool tr = hf_shape(m, ti, shape);
-    if (t->ndim != ti->ndim || t->shape[0] != shape[0] || (ti->ndim == 2 && t->shape[1] != shape[1])) {
-      char got[64] = "(", want[64];
-      for (int k = 0; k < t->ndim && k < 4; k++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, k ? ", " : "", t->shape[k]);
-      strcat(got, ")");
-      if (ti->ndim == 2)
-        snprintf(want, sizeof want, "(%" PRId64 ", %" PRId64 ")", shape[0], shape[1]);
-      else
-        snprintf(want, sizeof want, "(%" PRId64 ")", shape[0]);
-      err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", path, t->name, got, want);
-      goto out;
-    }
-    float *dst = params + ti->offset;
-    if (tr) {
-      /* HF (in, out) row r is column r of our (out, in) weight. */
-      const size_t in = (size_t)shape[0], out_dim = (size_t)shape[1];
-      ZO_ASSERT(out_dim <= row_cap);
-      for (size_t r = 0; r < in; r++) {
-        struct zo_st_tensor row_view = *t;
-        row_view.numel = out_dim;
-        row_view.nbytes = out_dim * zo_dtype_size(t->dtype);
-        row_view.data = (const char *)t->data + r * row_view.nbytes;
-        if ((err = zo_st_read_f32(&row_view, row, out_dim))) goto out;
-        for (size_t c = 0; c < out_dim; c++) dst[c * in + r] = row[c];
-      }
-    } else {
-      if ((err = zo_st_read_f32(t, dst, t->numel))) goto out;
-      if (t->numel < ti->numel) memset(dst + t->numel, 0, (ti->numel - t->numel) * sizeof(float));
-    }
-  }
-  for (int i = 0; i < zo_st_n_tensors(f); i++) {
-    const struct zo_st_tensor *t = zo_st_tensor_at(f, i);
-    char name[ZO_TENSOR_NAME_MAX + 16];
-    snprintf(name, sizeof name, "transformer.%s", t->name);
-    if (is_ignored_extra(t->name) || zo_tensor_table_find(&m->table, t->name) ||
-        zo_tensor_table_find(&m->table, name))
-      continue;
-    err = zo_error(-EINVAL, "%s: unexpected tensor %s (the model has %d layers of width %d)", path,
-                   t->name, m->cfg.n_layer, m->cfg.n_embd);
-    goto out;
-  }
-  (void)matched;
-out:
-  free(row);
-  zo_st_close(f);
-  return err;
-}
-
-static int json_int_field(json_t *j, const char *key, const char *path, long *out) {
-  json_t *v = json_object_get(j, key);
-  if (!json_is_integer(v)) return zo_error(-EINVAL, "%s: \"%s\" is missing or not an integer", path, key);
-  *out = (long)json_integer_value(v);
+  src->files[src->n++] = f;
   return 0;
 }
 
-int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_config *cfg) {
+/* path: a .safetensors file, or a directory holding model.safetensors or
+ * model.safetensors.index.json (whose "weight_map" names the shards, files
+ * in the same directory). */
+static int source_open(struct source *src, const char *path) {
+  memset(src, 0, sizeof *src);
+  snprintf(src->where, sizeof src->where, "%s", path);
+  struct stat st;
+  if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return source_add(src, path);
+  char p[PATH_MAX];
+  int err = join(p, sizeof p, path, "model.safetensors");
+  if (err) return err;
+  if (access(p, F_OK) == 0) {
+    snprintf(src->where, sizeof src->where, "%s", p);
+    return source_add(src, p);
+  }
+  if ((err = join(p, sizeof p, path, "model.safetensors.index.json"))) return err;
+  snprintf(src->where, sizeof src->where, "%s", p);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  if (!j)
+    return zo_error(-ENOENT, "%s holds neither model.safetensors nor a readable model.safetensors.index.json "
+                             "(%s:%d: %s)", path, p, je.line, je.text);
+  json_t *map = json_object_get(j, "weight_map");
+  if (!json_is_object(map)) {
+    json_decref(j);
+    return zo_error(-EINVAL, "%s: no \"weight_map\" object", p);
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(map, key, v) {
+    const char *file = json_string_value(v);
+    char sp[PATH_MAX];
+    if (!file || strchr(file, '/')) {
+      err = zo_error(-EINVAL, "%s: weight_map[\"%s\"] is not a file name in the same directory", p, key);
+      break;
+    }
+    if ((err = join(sp, sizeof sp, path, file)) || (err = source_add(src, sp))) break;
+  }
+  json_decref(j);
+  if (!err && src->n == 0) err = zo_error(-EINVAL, "%s: the weight_map is empty", p);
+  if (err) source_close(src);
+  return err;
+}
+
+static const struct zo_st_tensor *source_find(const struct source *src, const char *name) {
+  for (int i = 0; i < src->n; i++) {
+    const struct zo_st_tensor *t = zo_st_find(src->files[i], name);
+    if (t) return t;
+  }
+  return NULL;
+}
+
+/* name, or the architecture's other spelling of it. */
+static const struct zo_st_tensor *find_hf(const struct zo_model *m, const struct source *src, const char *name) {
+  const struct zo_st_tensor *t = source_find(src, name);
+  char buf[ZO_TENSOR_NAME_MAX + 32];
+  const char *alias = !t && m->arch->hf_alias ? m->arch->hf_alias(name, buf, sizeof buf) : NULL;
+  return alias ? source_find(src, alias) : t;
+}
+
+static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
+  int n = snprintf(buf, size, "(");
+  for (int k = 0; k < ndim && k < 4 && n > 0 && (size_t)n < size; k++)
+    n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, k ? ", " : "", shape[k]);
+  if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ")");
+}
+
+int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params) {
+  struct source src;
+  int err = source_open(&src, path);
+  if (err) return err;
+  struct zo_hf_tensor *hf = NULL;
+  int n_hf = 0;
+  float *row = NULL;
+  if ((err = hf_list(m, &hf, &n_hf))) goto out;
+  /* Rows of each table tensor the checkpoint fills; the rest (padded
+   * vocabulary rows) is zeroed. */
+  int *filled = calloc((size_t)m->table.n_tensors, sizeof *filled);
+  size_t row_cap = 1;
+  for (int i = 0; i < n_hf; i++)
+    if (hf[i].transpose && (size_t)hf[i].rows > row_cap) row_cap = (size_t)hf[i].rows;
+  row = malloc(row_cap * sizeof(float));
+  if (!filled || !row) {
+    free(filled);
+    err = zo_error(-ENOMEM, "out of host memory loading %s", src.where);
+    goto out;
+  }
+  for (int i = 0; i < n_hf && !err; i++) {
+    const struct zo_hf_tensor *h = &hf[i];
+    const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
+    const struct zo_st_tensor *t = find_hf(m, &src, h->name);
+    if (!t) {
+      err = zo_error(-EINVAL, "%s: tensor %s is missing", src.where, h->name);
+      break;
+    }
+    if (t->ndim != h->ndim || t->shape[0] != h->shape[0] || (h->ndim == 2 && t->shape[1] != h->shape[1])) {
+      char got[64], want[64];
+      shape_str(got, sizeof got, t->ndim, t->shape);
+      shape_str(want, sizeof want, h->ndim, h->shape);
+      err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", src.where, t->name, got, want);
+      break;
+    }
+    const size_t cols = tensor_cols(ti);
+    float *dst = params + ti->offset + (size_t)h->row0 * cols;
+    if (h->transpose) {
+      /* Hugging Face (cols, rows): its row r is column r of our rows. */
+      for (size_t r = 0; r < cols && !err; r++) {
+        struct zo_st_tensor row_view = *t;
+        row_view.numel = (size_t)h->rows;
+        row_view.nbytes = (size_t)h->rows * zo_dtype_size(t->dtype);
+        row_view.data = (const char *)t->data + r * row_view.nbytes;
+        if ((err = zo_st_read_f32(&row_view, row, (size_t)h->rows))) break;
+        for (size_t c = 0; c < (size_t)h->rows; c++) dst[c * cols + r] = row[c];
+      }
+    } else {
+      err = zo_st_read_f32(t, dst, (size_t)h->rows * cols);
+    }
+    if (h->row0 + h->rows > filled[h->tensor]) filled[h->tensor] = h->row0 + h->rows;
+  }
+  for (int i = 0; i < m->table.n_tensors && !err; i++) {
+    const struct zo_tensor_info *ti = &m->table.tensors[i];
+    const size_t rows = ti->ndim == 2 ? (size_t)ti->shape[0] : ti->numel, cols = tensor_cols(ti);
+    if ((size_t)filled[i] < rows)
+      memset(params + ti->offset + (size_t)filled[i] * cols, 0, (rows - (size_t)filled[i]) * cols * sizeof(float));
+  }
+  free(filled);
+  /* Every tensor of the files must be one of ours or known to carry nothing. */
+  for (int k = 0; k < src.n && !err; k++) {
+    for (int i = 0; i < zo_st_n_tensors(src.files[k]) && !err; i++) {
+      const struct zo_st_tensor *t = zo_st_tensor_at(src.files[k], i);
+      bool known = m->arch->hf_ignored && m->arch->hf_ignored(&m->cfg, t->name);
+      char buf[ZO_TENSOR_NAME_MAX + 32];
+      for (int h = 0; h < n_hf && !known; h++) {
+        const char *alias = m->arch->hf_alias ? m->arch->hf_alias(hf[h].name, buf, sizeof buf) : NULL;
+        known = strcmp(hf[h].name, t->name) == 0 || (alias && strcmp(alias, t->name) == 0);
+      }
+      if (!known) {
+        char desc[160];
+        err = zo_error(-EINVAL, "%s: unexpected tensor %s (the model is %s)", zo_st_path(src.files[k]), t->name,
+                       zo_model_describe(&m->cfg, desc, sizeof desc));
+      }
+    }
+  }
+out:
+  free(row);
+  free(hf);
+  source_close(&src);
+  return err;
+}
+
+int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg) {
   struct stat st;
   if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
   memset(cfg, 0, sizeof *cfg);
@@ -485,23 +555,31 @@ int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);
     if (!j) return zo_error(-EINVAL, "%s:%d:%d: %s", p, je.line, je.column, je.text);
-    long L = 0, NH = 0, C = 0, V = 0, maxT = 0;
-    int err = json_int_field(j, "n_layer", p, &L);
-    if (!err) err = json_int_field(j, "n_head", p, &NH);
-    if (!err) err = json_int_field(j, "n_embd", p, &C);
-    if (!err) err = json_int_field(j, "vocab_size", p, &V);
-    if (!err) err = json_int_field(j, "n_positions", p, &maxT);
+    const char *type = json_string_value(json_object_get(j, "model_type"));
+    int err = 0;
+    if (!type || strcmp(type, "gpt2") == 0)
+      err = zo_arch_gpt2.hf_config_parse(j, p, cfg);
+    else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 || strcmp(type, "qwen2") == 0)
+      err = zo_arch_llama.hf_config_parse(j, p, cfg);
+    else
+      err = zo_error(-ENOTSUP, "%s: model_type \"%s\" is not supported: \"gpt2\" or \"llama\" (also "
+                               "\"mistral\", \"qwen2\" without sliding windows or biases)", p, type);
     json_decref(j);
     if (err) return err;
-    *cfg = (struct zo_gpt2_config){.n_layer = (int)L, .n_head = (int)NH, .n_embd = (int)C,
-                                   .vocab_size = (int)V, .max_seq_len = (int)maxT};
   } else {
-    struct zo_st_file *f = zo_st_open(path);
-    if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
-    const struct zo_st_tensor *wte = find_hf(f, "transformer.wte.weight");
-    const struct zo_st_tensor *wpe = find_hf(f, "transformer.wpe.weight");
+    /* A bare GPT-2 safetensors file: shapes from the tensors, n_head given. */
+    struct source src;
+    int err = source_open(&src, path);
+    if (err) return err;
+    struct zo_model m0 = {.arch = &zo_arch_gpt2};
+    const struct zo_st_tensor *wte = find_hf(&m0, &src, "transformer.wte.weight");
+    const struct zo_st_tensor *wpe = find_hf(&m0, &src, "transformer.wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
-      zo_st_close(f);
+      const bool llama = source_find(&src, "model.embed_tokens.weight") != NULL;
+      source_close(&src);
+      if (llama)
+        return zo_error(-EINVAL, "%s: a Llama checkpoint's shapes come from its config.json: give the directory "
+                                 "that holds both", path);
       return zo_error(-EINVAL, "%s: not a GPT-2 checkpoint (needs 2-D transformer.wte.weight and "
                                "transformer.wpe.weight)", path);
     }
@@ -509,13 +587,14 @@ int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_
     char name[64];
     for (;; L++) {
       snprintf(name, sizeof name, "transformer.h.%d.ln_1.weight", L);
-      if (!find_hf(f, name)) break;
+      if (!find_hf(&m0, &src, name)) break;
     }
-    *cfg = (struct zo_gpt2_config){.n_layer = L, .n_head = n_head, .n_embd = (int)wte->shape[1],
-                                   .vocab_size = (int)wte->shape[0], .max_seq_len = (int)wpe->shape[0]};
-    zo_st_close(f);
+    *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .n_layer = L, .n_head = n_head,
+                                    .n_embd = (int)wte->shape[1], .vocab_size = (int)wte->shape[0],
+                                    .max_seq_len = (int)wpe->shape[0]};
+    source_close(&src);
   }
-  int err = zo_gpt2_config_check(cfg);
+  int err = zo_model_config_check(cfg);
   return err ? zo_error(err, "%s: %s", path, zo_last_error()) : 0;
 }
 
@@ -584,12 +663,12 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
   return 0;
 }
 
-int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
+int zo_checkpoint_load(const char *path, const struct zo_model *m, float *params, float *adam_m,
                        float *adam_v, struct zo_train_state *state) {
   return zo_checkpoint_load_optim(path, m, params, NULL, adam_m, adam_v, state);
 }
 
-int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *params,
+int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *params,
                              const struct zo_optim_format *opt_in, void *adam_m, void *adam_v,
                              struct zo_train_state *state) {
   const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
@@ -620,14 +699,14 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *p
     }
   }
   long step = 0, applied = 0, skipped = 0, pos = 0, hleft = 0, siter = 0, slast = 0, seed = 0;
-  if ((err = json_int_field(j, "step", path, &step)) ||
-      (err = json_int_field(j, "applied_steps", path, &applied)) ||
-      (err = json_int_field(j, "skipped_steps", path, &skipped)) ||
-      (err = json_int_field(j, "data_position", path, &pos)) ||
-      (err = json_int_field(j, "loss_scale_hysteresis_left", path, &hleft)) ||
-      (err = json_int_field(j, "loss_scale_iter", path, &siter)) ||
-      (err = json_int_field(j, "loss_scale_last_overflow", path, &slast)) ||
-      (err = json_int_field(j, "seed", path, &seed)))
+  if ((err = zo_arch_json_int(j, "step", path, &step)) ||
+      (err = zo_arch_json_int(j, "applied_steps", path, &applied)) ||
+      (err = zo_arch_json_int(j, "skipped_steps", path, &skipped)) ||
+      (err = zo_arch_json_int(j, "data_position", path, &pos)) ||
+      (err = zo_arch_json_int(j, "loss_scale_hysteresis_left", path, &hleft)) ||
+      (err = zo_arch_json_int(j, "loss_scale_iter", path, &siter)) ||
+      (err = zo_arch_json_int(j, "loss_scale_last_overflow", path, &slast)) ||
+      (err = zo_arch_json_int(j, "seed", path, &seed)))
     goto out;
   json_t *ls = json_object_get(j, "loss_scale");
   if (!json_is_number(ls) || !(json_number_value(ls) > 0)) {
@@ -639,18 +718,21 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *p
                    path, applied, skipped, step);
     goto out;
   }
-  struct zo_gpt2_config c;
-  if ((err = zo_gpt2_config_from_pretrained(path, m->cfg.n_head, &c))) goto out;
-  if (c.n_layer != m->cfg.n_layer || c.n_head != m->cfg.n_head || c.n_embd != m->cfg.n_embd ||
-      c.vocab_size != m->cfg.vocab_size || c.max_seq_len != m->cfg.max_seq_len) {
-    err = zo_error(-EINVAL, "%s: checkpoint model (n_layer %d, n_head %d, n_embd %d, vocab %d, "
-                            "max_seq_len %d) differs from the config's (%d, %d, %d, %d, %d)",
-                   path, c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq_len, m->cfg.n_layer,
-                   m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.max_seq_len);
+  struct zo_model_config c;
+  if ((err = zo_model_config_from_pretrained(path, m->cfg.n_head, &c))) goto out;
+  if (c.arch != m->cfg.arch || c.n_layer != m->cfg.n_layer || c.n_head != m->cfg.n_head ||
+      c.n_kv_head != m->cfg.n_kv_head || c.n_embd != m->cfg.n_embd ||
+      c.intermediate_size != m->cfg.intermediate_size || c.vocab_size != m->cfg.vocab_size ||
+      c.max_seq_len != m->cfg.max_seq_len || c.tie_embeddings != m->cfg.tie_embeddings) {
+    char have[160], want[160];
+    err = zo_error(-EINVAL, "%s: the checkpoint's model (%s, max_seq_len %d) differs from the config's (%s, "
+                            "max_seq_len %d)",
+                   path, zo_model_describe(&c, have, sizeof have), c.max_seq_len,
+                   zo_model_describe(&m->cfg, want, sizeof want), m->cfg.max_seq_len);
     goto out;
   }
   if ((err = join(p, sizeof p, path, "model.safetensors")) ||
-      (err = zo_gpt2_load_safetensors(p, m, params)))
+      (err = zo_model_load_safetensors(p, m, params)))
     goto out;
   if (adam_m || adam_v) {
     if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;

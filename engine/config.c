@@ -164,13 +164,18 @@ static const struct zo_config_key zo_config_schema[] = {
        activation_checkpointing.partition_activations), .def = "false"},
 
   SECTION("model"),
-  {KEY("model.arch", KEY_ENUM, model.arch), .names = arch_names, .def = "\"gpt2\""},
+  {KEY("model.arch", KEY_ENUM, model.spec.arch), .names = arch_names, .def = "\"gpt2\""},
   {KEY("model.init_from", KEY_STRING, model.init_from), .def = "\"\""},
-  {KEY("model.n_layer", KEY_INT, model.gpt2.n_layer), RANGE(1, 1024), .def = "12"},
-  {KEY("model.n_head", KEY_INT, model.gpt2.n_head), RANGE(1, 1024), .def = "12"},
-  {KEY("model.n_embd", KEY_INT, model.gpt2.n_embd), RANGE(1, 65536), .def = "768"},
-  {KEY("model.vocab_size", KEY_INT, model.gpt2.vocab_size), RANGE(1, 1 << 24), .def = "50257"},
-  {KEY("model.max_seq_len", KEY_INT, model.gpt2.max_seq_len), RANGE(1, 1 << 20), .def = "1024"},
+  {KEY("model.n_layer", KEY_INT, model.spec.n_layer), RANGE(1, 1024), .def = "12"},
+  {KEY("model.n_head", KEY_INT, model.spec.n_head), RANGE(1, 1024), .def = "12"},
+  {KEY("model.n_embd", KEY_INT, model.spec.n_embd), RANGE(1, 65536), .def = "768"},
+  {KEY("model.vocab_size", KEY_INT, model.spec.vocab_size), RANGE(1, 1 << 24), .def = "50257"},
+  {KEY("model.max_seq_len", KEY_INT, model.spec.max_seq_len), RANGE(1, 1 << 20), .def = "1024"},
+  {KEY("model.num_key_value_heads", KEY_INT, model.spec.n_kv_head), RANGE(0, 1024), .def = "0"},
+  {KEY("model.intermediate_size", KEY_INT, model.spec.intermediate_size), RANGE(0, 1 << 20), .def = "0"},
+  {KEY("model.rms_norm_eps", KEY_REAL, model.spec.rms_norm_eps), ABOVE(0), .def = "1e-5"},
+  {KEY("model.rope_theta", KEY_REAL, model.spec.rope_theta), ABOVE(0), .def = "10000"},
+  {KEY("model.tie_word_embeddings", KEY_BOOL, model.spec.tie_embeddings), .def = "false"},
 
   SECTION("data"),
   {KEY("data.train", KEY_STRING, data.train), .def = "\"\""},
@@ -602,13 +607,10 @@ static int fill_values(const struct load_ctx *ctx, struct zo_config *cfg, json_t
 
 /* Pass 3: rules across keys, then the derived fields. */
 static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
-  struct zo_gpt2_config *m = &cfg->model.gpt2;
+  struct zo_model_config *m = &cfg->model.spec;
 #define SRC(path) source_of(ctx, path)
 #define SRC2(a, b) source_of2(ctx, a, b)
 
-  if (cfg->model.arch == ZO_ARCH_LLAMA)
-    return zo_error(-ENOTSUP, "%s: model.arch = \"llama\": not supported yet; use \"gpt2\"",
-                    SRC("model.arch"));
   if (m->n_embd % m->n_head != 0) {
     int lo = m->n_embd / m->n_head * m->n_head;
     return zo_error(-EINVAL, "%s: model.n_embd = %d is not a multiple of model.n_head = %d: "

@@ -338,7 +338,7 @@ static int cmd_plan(int argc, char **argv) {
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
-  struct zo_gpt2_config mc;
+  struct zo_model_config mc;
   struct zo_plan plan;
   int err = zo_train_model_config(&cfg, &mc);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
@@ -428,11 +428,11 @@ static int bench_step(int argc, char **argv) {
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
   struct zo_bench_step b;
-  int err = zo_train_model_config(&cfg, &cfg.model.gpt2);
+  int err = zo_train_model_config(&cfg, &cfg.model.spec);
   if (!err) err = zo_bench_step_run(&cfg, (int)steps, &b);
   char where[200] = "";
   struct zo_placement pl;
-  if (!err && zo_placement_from_config(&cfg, cfg.model.gpt2.n_layer, &pl) == 0)
+  if (!err && zo_placement_from_config(&cfg, cfg.model.spec.n_layer, &pl) == 0)
     zo_placement_describe(&pl, where, sizeof where);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "bench step");
@@ -467,14 +467,16 @@ static int bench_memory(int argc, char **argv) {
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
   struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS];
-  int err = zo_train_model_config(&cfg, &cfg.model.gpt2);
+  int err = zo_train_model_config(&cfg, &cfg.model.spec);
   if (!err) err = zo_bench_memory_run(&cfg, rows);
-  const int B = cfg.micro_batch, T = cfg.data.seq_len, L = cfg.model.gpt2.n_layer, C = cfg.model.gpt2.n_embd;
+  const int B = cfg.micro_batch, T = cfg.data.seq_len;
+  char desc[200];
+  zo_model_describe(&cfg.model.spec, desc, sizeof desc);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "bench memory");
   const size_t base = rows[0].device_planned;
-  printf("device memory, GPT-2 %d layers width %d, micro-batch %d x %d (measured: scheduler built, no step;\n"
-         "saved: planned bytes against the first row)\n", L, C, B, T);
+  printf("device memory, %s, micro-batch %d x %d (measured: scheduler built, no step;\n"
+         "saved: planned bytes against the first row)\n", desc, B, T);
   printf("  %-40s %12s %12s %12s %7s %12s %12s  %s\n", "configuration", "device plan", "measured", "arena free",
          "saved", "host plan", "measured", "note");
   for (int i = 0; i < ZO_BENCH_MEMORY_ROWS; i++) {

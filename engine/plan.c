@@ -1,5 +1,5 @@
 /* The memory planner (see zo/plan.h). Sizes come only from the layout
- * functions that also allocate (zo_sched_device_plan over zo_gpt2_device_plan,
+ * functions that also allocate (zo_sched_device_plan over zo_model_device_plan,
  * zo_sched_host_plan, zo_sched_nvme_plan), so 8-bit optimizer states count
  * their exact bytes on whichever tier holds them; this file adds budgets,
  * the table and the advice. It allocates nothing on any tier and opens no
@@ -35,7 +35,7 @@ static size_t fs_free(const char *path) {
   }
 }
 
-int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, zo_backend_t backend,
+int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p) {
   memset(p, 0, sizeof *p);
   p->model = *mc;
@@ -44,7 +44,7 @@ int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, 
   int err = zo_placement_from_config(cfg, mc->n_layer, &p->placement);
   if (err) return err;
   struct zo_tensor_table t;
-  if ((err = zo_gpt2_build_table(mc, &t))) return err;
+  if ((err = zo_model_build_table(mc, &t))) return err;
   p->total[ZO_TIER_DEVICE] = zo_sched_device_plan(&p->placement, mc, p->B, p->T, p->bytes[ZO_TIER_DEVICE]);
   p->total[ZO_TIER_HOST] = zo_sched_host_plan(&p->placement, &t, p->B, p->T, p->bytes[ZO_TIER_HOST]);
   p->total[ZO_TIER_NVME] = zo_sched_nvme_plan(&p->placement, &t, p->bytes[ZO_TIER_NVME]);
@@ -79,8 +79,8 @@ static const char *cell(size_t n, char buf[32]) { return n ? zo_format_bytes(n, 
 
 void zo_plan_print(const struct zo_plan *p, FILE *out) {
   char a[32], b[32], c[32], line[200];
-  fprintf(out, "plan: GPT-2 %d layers, width %d, vocab %d; micro-batch %d x %d, %d accumulation step%s\n",
-          p->model.n_layer, p->model.n_embd, p->model.vocab_size, p->B, p->T, p->placement.grad_accum,
+  fprintf(out, "plan: %s; micro-batch %d x %d, %d accumulation step%s\n",
+          zo_model_describe(&p->model, line, sizeof line), p->B, p->T, p->placement.grad_accum,
           p->placement.grad_accum == 1 ? "" : "s");
   fprintf(out, "placement: %s\n", zo_placement_describe(&p->placement, line, sizeof line));
   fprintf(out, "  %-16s %12s %12s %12s\n", "category", "device", "host", "nvme");

@@ -160,8 +160,8 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   return buf;
 }
 
-struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl) {
-  return (struct zo_gpt2_layout){
+struct zo_model_layout zo_placement_layout(const struct zo_placement *pl) {
+  return (struct zo_model_layout){
       .dtype = pl->dtype,
       .master = pl->dtype != ZO_F32 && pl->optimizer == ZO_OFFLOAD_NONE,
       .training = true,
@@ -296,14 +296,14 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
   return master + 2 * state;
 }
 
-size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_config *mc, int B, int T,
+size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model_config *mc, int B, int T,
                             size_t by_category[ZO_MEM_N_CATEGORIES]) {
-  const struct zo_gpt2_layout lo = zo_placement_layout(pl);
-  size_t total = zo_gpt2_device_plan(mc, B, T, &lo, by_category);
+  const struct zo_model_layout lo = zo_placement_layout(pl);
+  size_t total = zo_model_device_plan(mc, B, T, &lo, by_category);
   if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE) return total;
-  struct zo_gpt2_config c = *mc;
+  struct zo_model_config c = *mc;
   struct zo_tensor_table t;
-  if (zo_gpt2_config_check(&c) || zo_gpt2_build_table(&c, &t)) return 0;
+  if (zo_model_config_check(&c) || zo_model_build_table(&c, &t)) return 0;
   const size_t nb = pl->opt.eightbit ? zo_arena_round(zo_optim_state_nbytes(&pl->opt, &t)) : 0;
   const size_t norm = zo_arena_round((size_t)t.n_tensors * sizeof(double));
   zo_tensor_table_free(&t);
@@ -470,10 +470,10 @@ struct nv_task {
 struct zo_sched {
   struct zo_placement pl;
   zo_backend_t be;
-  struct zo_gpt2 *m;
+  struct zo_model *m;
   const struct zo_tensor_table *t;
   int L, U, K, B, T;
-  struct zo_gpt2_hooks hooks;
+  struct zo_model_hooks hooks;
   zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
   zo_stream_t io;               /* NVMe refills (only with the optimizer on NVMe) */
   struct zo_host_pool pool;
@@ -565,9 +565,9 @@ static uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9
 /* Device address of unit u's parameters, working dtype (NULL: a block
  * living in slots). */
 static void *dev_unit_params(struct zo_sched *s, int u) {
-  if (!s->K) return zo_gpt2_at(s->m, s->m->params, unit_range(s->t, u).off);
+  if (!s->K) return zo_model_at(s->m, s->m->params, unit_range(s->t, u).off);
   if (u == 0) return s->m->params;
-  if (u == s->U - 1) return zo_gpt2_at(s->m, s->m->params, s->m->head_numel);
+  if (u == s->U - 1) return zo_model_at(s->m, s->m->params, s->m->head_numel);
   return NULL;
 }
 
@@ -594,12 +594,12 @@ static void slot_ensure(struct zo_sched *s, int l) {
 /* The block needed at position i of a micro-batch: F0..F(L-1), B(L-1)..B0. */
 static int need_at(int L, int i) { return i < L ? i : 2 * L - 1 - i; }
 
-static void slots_acquire(struct zo_sched *s, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph,
+static void slots_acquire(struct zo_sched *s, struct zo_model *m, int l, enum zo_model_phase ph,
                           zo_stream_t cs) {
-  const int L = s->L, pos = ph == ZO_GPT2_FORWARD ? l : 2 * L - 1 - l;
+  const int L = s->L, pos = ph == ZO_MODEL_FORWARD ? l : 2 * L - 1 - l;
   for (int i = pos; i < pos + s->K && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
   CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->K]));
-  zo_gpt2_bind_block(m, l, m->param_slots[l % s->K], NULL);
+  zo_model_bind_block(m, l, m->param_slots[l % s->K], NULL);
 }
 
 /* Next step: every slot is stale; start loading the first blocks as soon as
@@ -647,7 +647,7 @@ static size_t ck_nbytes(const struct zo_sched *s) {
 static void *ck_host(struct zo_sched *s, int l) { return s->h.act_ckpt + (size_t)l * ck_nbytes(s); }
 
 /* After block l's forward: its input leaves on the D2H stream. */
-static void ck_save(struct zo_sched *s, struct zo_gpt2 *m, int l, zo_stream_t cs) {
+static void ck_save(struct zo_sched *s, struct zo_model *m, int l, zo_stream_t cs) {
   zo_backend_t be = s->be;
   CHECK_Q(be->event_record(s->ck_out, cs));
   CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
@@ -658,7 +658,7 @@ static void ck_save(struct zo_sched *s, struct zo_gpt2 *m, int l, zo_stream_t cs
 
 /* Block l's input back into its buffer on the H2D stream, once the buffer's
  * last reader is done and the host copy is complete. */
-static void ck_load(struct zo_sched *s, struct zo_gpt2 *m, int l) {
+static void ck_load(struct zo_sched *s, struct zo_model *m, int l) {
   zo_backend_t be = s->be;
   const int b = l % 2;
   if (s->ck_owner[b] == l) return;
@@ -669,23 +669,23 @@ static void ck_load(struct zo_sched *s, struct zo_gpt2 *m, int l) {
   s->ck_owner[b] = l;
 }
 
-static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t cs) {
+static void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
-  if (ph == ZO_GPT2_FORWARD && s->pl.ckpt_cpu) {
+  if (ph == ZO_MODEL_FORWARD && s->pl.ckpt_cpu) {
     /* The embedding and block l write the input buffers: the copies out of
      * their previous contents must be done (the last save covers all, the
      * D2H stream being in order), and the loaded inputs are stale. */
-    if (l == ZO_GPT2_EMBED) {
+    if (l == ZO_MODEL_EMBED) {
       CHECK_Q(be->stream_wait_event(cs, s->ck_saved[s->pl.ckpt_blocks - 1]));
       s->ck_owner[0] = s->ck_owner[1] = -1;
     } else if (l >= 1 && l < s->pl.ckpt_blocks - 1) {
       CHECK_Q(be->stream_wait_event(cs, s->ck_saved[l - 1]));
     }
   }
-  if (ph == ZO_GPT2_FORWARD) {
-    if (l == ZO_GPT2_EMBED) {
+  if (ph == ZO_MODEL_FORWARD) {
+    if (l == ZO_MODEL_EMBED) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
     } else if (l == L) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
@@ -703,12 +703,12 @@ static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase p
       CHECK_Q(be->memset_async(m->grads, 0, (m->head_numel + m->tail_numel) * sizeof(float), cs));
     } else {
       float *target = s->k == 0 ? s->acc : s->micro;
-      zo_gpt2_bind_resident_grads(m, target, target + unit_range(s->t, s->U - 1).off);
+      zo_model_bind_resident_grads(m, target, target + unit_range(s->t, s->U - 1).off);
       CHECK_Q(be->memset_async(target, 0, s->t->numel * sizeof(float), cs));
     }
     return;
   }
-  if (l == ZO_GPT2_EMBED) return;
+  if (l == ZO_MODEL_EMBED) return;
   if (s->K) slots_acquire(s, m, l, ph, cs);
   if (ck_on_host(s, l)) {
     /* The recompute reads the input first; the next block's input is
@@ -721,23 +721,23 @@ static void hook_begin(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase p
     const int g = l % ZO_SCHED_GRAD_SLOTS;
     CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
     CHECK_Q(be->memset_async(m->grad_slots[g], 0, s->t->layer_numel * sizeof(float), cs));
-    zo_gpt2_bind_block(m, l, NULL, m->grad_slots[g]);
+    zo_model_bind_block(m, l, NULL, m->grad_slots[g]);
   } else {
     float *target = s->k == 0 ? s->acc : s->micro;
-    zo_gpt2_bind_block(m, l, NULL, target + s->t->layer_offset[l]);
+    zo_model_bind_block(m, l, NULL, target + s->t->layer_offset[l]);
   }
 }
 
-static void hook_end(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph, zo_stream_t cs) {
+static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
   if (l >= 0 && l < L && s->K) CHECK_Q(be->event_record(s->slot_free[l % s->K], cs));
   if (ck_on_host(s, l)) {
-    if (ph == ZO_GPT2_FORWARD) ck_save(s, m, l, cs);
+    if (ph == ZO_MODEL_FORWARD) ck_save(s, m, l, cs);
     else CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
   }
-  if (ph == ZO_GPT2_FORWARD) return;
+  if (ph == ZO_MODEL_FORWARD) return;
   const bool last = s->k == s->pl.grad_accum - 1;
   if (l >= 0 && l < L && s->pl.grads_on_host) {
     const int g = l % ZO_SCHED_GRAD_SLOTS;
@@ -749,7 +749,7 @@ static void hook_end(void *ctx, struct zo_gpt2 *m, int l, enum zo_gpt2_phase ph,
     CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
     return;
   }
-  if (l != ZO_GPT2_EMBED) return;
+  if (l != ZO_MODEL_EMBED) return;
   if (s->pl.grads_on_host) {
     const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->U - 1);
     CHECK_Q(be->event_record(s->res_ready, cs));
@@ -1031,7 +1031,7 @@ static void queue_device_update(struct zo_sched *s, const struct step_args *sa, 
       s->be->adamw_update(p + o, s->acc + o, (float *)ms, (float *)vs, n, hp->lr, hp->beta1, hp->beta2, hp->eps,
                           hp->weight_decay, ti->decay, sa->t, sa->coef, s->os);
     }
-    if (s->m->master) s->be->cast(zo_gpt2_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->os);
+    if (s->m->master) s->be->cast(zo_model_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->os);
   }
 }
 
@@ -1118,7 +1118,7 @@ static int queue_optimizer(struct zo_sched *s) {
 
 /* ---- public API ---------------------------------------------------------- */
 
-struct zo_gpt2 *zo_sched_model(struct zo_sched *s) { return s->m; }
+struct zo_model *zo_sched_model(struct zo_sched *s) { return s->m; }
 
 void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, void **adam_m, void **adam_v) {
   *params = s->h.ck_params;
@@ -1209,8 +1209,8 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->be = c->backend;
   s->B = c->B;
   s->T = c->T;
-  const struct zo_gpt2_layout lo = zo_placement_layout(&s->pl);
-  s->m = zo_gpt2_init_layout(&c->model, c->backend, c->B, c->T, &lo);
+  const struct zo_model_layout lo = zo_placement_layout(&s->pl);
+  s->m = zo_model_init_layout(&c->model, c->backend, c->B, c->T, &lo);
   if (!s->m) goto out_free;
   s->t = &s->m->table;
   s->L = s->m->cfg.n_layer;
@@ -1311,7 +1311,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
         s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
   }
   if (s->pl.optimizer == ZO_OFFLOAD_NVME && nvme_open(s)) goto out_free;
-  s->hooks = (struct zo_gpt2_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end};
+  s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end};
   s->m->hooks = &s->hooks;
   return s;
 
@@ -1364,7 +1364,7 @@ void zo_sched_free(struct zo_sched *s) {
   zo_nvme_free(s->nv);
   zo_host_pool_free(&s->pool);
   zo_arena_free(&s->opt_arena);
-  zo_gpt2_free(s->m);
+  zo_model_free(s->m);
   free(s->soff);
   free(s->norm_host);
   free(s->pieces);
@@ -1545,11 +1545,11 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   /* The LM head's backward runs chunk by chunk inside the forward. The loss
    * scale is a power of two, so scaling dloss is exact. */
   const float dloss = (float)s->loss_scale / ((float)BT * (float)K);
-  zo_gpt2_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
+  zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
                               ZO_COPY_D2H, s->cs));
-  zo_gpt2_backward(s->m, s->B, s->T, dloss, s->cs);
+  zo_model_backward(s->m, s->B, s->T, dloss, s->cs);
   s->batch_buf ^= 1;
   if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->cs));
 }
@@ -1614,7 +1614,7 @@ int zo_sched_eval(struct zo_sched *s, double *loss) {
   int32_t *in = s->h.in[s->batch_buf], *tg = s->h.tg[s->batch_buf];
   int n = 0;
   for (size_t i = 0; i < BT; i++) n += tg[i] >= 0;
-  zo_gpt2_forward(s->m, in, tg, s->B, s->T, s->cs);
+  zo_model_forward(s->m, in, tg, s->B, s->T, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->cs));
   s->batch_buf ^= 1;
   float *out = s->h.losses; /* free: the last step's losses were summed */

@@ -28,7 +28,7 @@
 #include "zo/checkpoint.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
-#include "zo/gpt2.h"
+#include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
 #include "zo/sched.h"
@@ -50,28 +50,28 @@ static int check_supported(const struct zo_config *cfg) {
 }
 
 /* The model shapes: from model.init_from's file when given (n_head from the config). */
-static int model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc) {
-  *mc = cfg->model.gpt2;
+static int model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
+  *mc = cfg->model.spec;
   if (cfg->model.init_from && cfg->model.init_from[0]) {
-    int err = zo_gpt2_config_from_pretrained(cfg->model.init_from, cfg->model.gpt2.n_head, mc);
+    int err = zo_model_config_from_pretrained(cfg->model.init_from, cfg->model.spec.n_head, mc);
     if (err) return zo_error(err, "model.init_from: %s", zo_last_error());
   }
   if (cfg->data.seq_len > mc->max_seq_len)
     return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
                     mc->max_seq_len);
-  return zo_gpt2_config_check(mc);
+  return zo_model_config_check(mc);
 }
 
 /* Mean loss over n micro-batches of d from position 0 (forward only). */
-static int eval_loss(struct zo_gpt2 *m, struct zo_data *d, int n, int32_t *in, int32_t *tg,
+static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, int32_t *tg,
                      zo_stream_t s, double *loss) {
   double sum = 0.0;
   zo_data_seek(d, 0);
   for (int i = 0; i < n; i++) {
     double l;
     zo_data_next(d, in, tg);
-    zo_gpt2_forward(m, in, tg, m->B, m->T, s);
-    int err = zo_gpt2_mean_loss(m, tg, m->B, m->T, s, &l);
+    zo_model_forward(m, in, tg, m->B, m->T, s);
+    int err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l);
     if (err) return err;
     sum += l;
   }
@@ -79,7 +79,7 @@ static int eval_loss(struct zo_gpt2 *m, struct zo_data *d, int n, int32_t *in, i
   return 0;
 }
 
-int zo_train_model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc) {
+int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
   return model_config(cfg, mc);
 }
 
@@ -127,7 +127,7 @@ static int sample_token(const float *logits, int V, double temperature, int top_
 }
 
 /* Autoregressive generation with a sliding window of the model's T tokens. */
-static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
+static int generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                     double temperature, int top_k, uint64_t seed, FILE *out) {
   const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
   int32_t *window = calloc((size_t)T, sizeof *window);
@@ -142,10 +142,10 @@ static int generate(struct zo_gpt2 *m, zo_stream_t s, int32_t *ctx, int n_ctx, i
   for (int i = 0; i < n_new; i++) {
     int len = n_ctx < T ? n_ctx : T;
     memcpy(window, ctx + n_ctx - len, (size_t)len * sizeof *window);
-    zo_gpt2_forward(m, window, NULL, 1, len, s);
+    zo_model_forward(m, window, NULL, 1, len, s);
     /* The LM head runs in chunks; the last row is in the last one, in the
      * working dtype, widened here. */
-    const void *last = zo_gpt2_at(m, m->logits, (size_t)(len - 1 - m->head_row0) * (size_t)Vp);
+    const void *last = zo_model_at(m, m->logits, (size_t)(len - 1 - m->head_row0) * (size_t)Vp);
     if ((err = m->backend->memcpy_async(raw, last, (size_t)Vp * m->esize, ZO_COPY_D2H, s)) ||
         (err = m->backend->stream_synchronize(s)))
       goto out;
@@ -246,7 +246,7 @@ static void print_peaks(const struct zo_sched_stats *st, FILE *out) {
 
 int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   struct trainer t = {.cfg = cfg};
-  struct zo_gpt2_config mc;
+  struct zo_model_config mc;
   int err;
   if ((err = check_supported(cfg)) || (err = model_config(cfg, &mc))) return err;
   if (!cfg->data.train || !cfg->data.train[0])
@@ -267,7 +267,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     err = -ENOMEM;
     goto out;
   }
-  struct zo_gpt2 *m = zo_sched_model(t.sched);
+  struct zo_model *m = zo_sched_model(t.sched);
   const size_t n = m->table.numel;
 
   t.train = zo_data_open(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
@@ -308,9 +308,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     err = zo_sched_set_state(t.sched, t.params, t.adam_m, t.adam_v);
   } else {
     if (cfg->model.init_from && cfg->model.init_from[0]) {
-      if ((err = zo_gpt2_load_safetensors(cfg->model.init_from, m, t.params))) goto out;
+      if ((err = zo_model_load_safetensors(cfg->model.init_from, m, t.params))) goto out;
     } else {
-      zo_gpt2_init_params(m, t.params, cfg->engine.seed);
+      zo_model_init_params(m, t.params, cfg->engine.seed);
     }
     err = zo_sched_set_state(t.sched, t.params, NULL, NULL);
   }
@@ -331,11 +331,13 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
   }
 
-  const double flops_per_token = zo_gpt2_flops_per_token(&mc, T);
+  const double flops_per_token = zo_model_flops_per_token(&mc, T);
   char where[200];
-  printf("model: GPT-2 %d layers, %d heads, width %d, vocab %d (padded %d), %.2fM parameters\n",
-         mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
-         (double)(n - (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd) / 1e6);
+  char desc[200];
+  const size_t padding = (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd *
+                         (mc.tie_embeddings ? 1u : 2u);
+  printf("model: %s, %.2fM parameters\n", zo_model_describe(&mc, desc, sizeof desc),
+         (double)(n - padding) / 1e6);
   printf("train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
          cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
   printf("placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
@@ -478,9 +480,9 @@ out:
 }
 
 /* A forward-only model loaded from checkpoint / init_from / seeded init. */
-static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *checkpoint, int B, int T,
+static struct zo_model *load_inference(const struct zo_config *cfg, const char *checkpoint, int B, int T,
                                       zo_backend_t *be_out) {
-  struct zo_gpt2_config mc;
+  struct zo_model_config mc;
   char path[PATH_MAX] = "";
   if (checkpoint) {
     snprintf(path, sizeof path, "%s", checkpoint);
@@ -489,7 +491,7 @@ static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *c
     path[0] = '\0';
   }
   if (path[0]) {
-    if (zo_gpt2_config_from_pretrained(path, cfg->model.gpt2.n_head, &mc)) return NULL;
+    if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else if (model_config(cfg, &mc)) {
     return NULL;
   }
@@ -497,9 +499,9 @@ static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *c
   zo_backend_t be = engine_backend(cfg);
   if (!be) return NULL;
   /* Inference runs in the config's precision, like training would. */
-  const struct zo_gpt2_layout lo = {
+  const struct zo_model_layout lo = {
       .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
-  struct zo_gpt2 *m = zo_gpt2_init_layout(&mc, be, B, T, &lo);
+  struct zo_model *m = zo_model_init_layout(&mc, be, B, T, &lo);
   if (!m) return NULL;
   /* Parameters are read into host memory and uploaded (rounded to the
    * working dtype on the way): the device is never written from the host. */
@@ -514,17 +516,17 @@ static struct zo_gpt2 *load_inference(const struct zo_config *cfg, const char *c
       err = zo_checkpoint_load(path, m, host, NULL, NULL, &st);
     else {
       snprintf(file, sizeof file, "%s/model.safetensors", path);
-      err = zo_gpt2_load_safetensors(access(file, F_OK) == 0 ? file : path, m, host);
+      err = zo_model_load_safetensors(access(file, F_OK) == 0 ? file : path, m, host);
     }
   } else if (cfg->model.init_from && cfg->model.init_from[0]) {
-    err = zo_gpt2_load_safetensors(cfg->model.init_from, m, host);
+    err = zo_model_load_safetensors(cfg->model.init_from, m, host);
   } else {
-    zo_gpt2_init_params(m, host, cfg->engine.seed);
+    zo_model_init_params(m, host, cfg->engine.seed);
   }
-  if (!err) err = zo_gpt2_upload_params(m, host);
+  if (!err) err = zo_model_upload_params(m, host);
   free(host);
   if (err) {
-    zo_gpt2_free(m);
+    zo_model_free(m);
     return NULL;
   }
   *be_out = be;
@@ -537,7 +539,7 @@ int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
   if (!path || !path[0]) return zo_error(-EINVAL, "data.val and data.train are both empty: nothing to evaluate");
   zo_backend_t be;
   const int B = cfg->micro_batch, T = cfg->data.seq_len;
-  struct zo_gpt2 *m = load_inference(cfg, checkpoint, B, T, &be);
+  struct zo_model *m = load_inference(cfg, checkpoint, B, T, &be);
   if (!m) return -EINVAL;
   int err = 0;
   zo_stream_t s = NULL;
@@ -557,19 +559,19 @@ int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
   out->n_batches = n_batches;
   if ((err = eval_loss(m, d, n_batches, in, tg, s, &out->loss))) goto out;
   out->device_bytes = m->arena.peak;
-  out->train_device_bytes = zo_gpt2_device_bytes(&m->cfg, B, m->T, true);
+  out->train_device_bytes = zo_model_device_bytes(&m->cfg, B, m->T, true);
 out:
   if (s) be->stream_destroy(s);
   zo_data_close(d);
   free(in);
   free(tg);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return err;
 }
 
 int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out) {
   zo_backend_t be;
-  struct zo_gpt2 *m = load_inference(cfg, opts->checkpoint, 1, cfg->model.gpt2.max_seq_len, &be);
+  struct zo_model *m = load_inference(cfg, opts->checkpoint, 1, cfg->model.spec.max_seq_len, &be);
   if (!m) return -EINVAL;
   int err = 0, n_ctx = 0;
   zo_stream_t s = NULL;
@@ -586,6 +588,6 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
 out:
   if (s) be->stream_destroy(s);
   free(ctx);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return err;
 }

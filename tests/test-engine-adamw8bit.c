@@ -63,7 +63,7 @@ static struct zo_etest_run ref;
 /* The exact state bytes of the test model's format. */
 static size_t state_bytes(const struct zo_plan *p, size_t *n8, size_t *numel) {
   struct zo_tensor_table t;
-  if (zo_gpt2_build_table(&p->model, &t)) return 0;
+  if (zo_model_build_table(&p->model, &t)) return 0;
   const size_t sb = zo_optim_state_nbytes(&p->placement.opt, &t);
   *n8 = zo_optim_numel_8bit(&p->placement.opt, &t);
   *numel = t.numel;
@@ -279,9 +279,9 @@ static int test_quality_real_text(void) {
   CHECK(quality_run("q-fp32", a, 1, &fp32) == 0);
   CHECK(quality_run("q-8bit-device", b, 1, &q8) == 0);
   if (have_nvme) CHECK(quality_run("q-8bit-nvme", c, 4, &q8nv) == 0);
-  struct zo_gpt2_config mc = {.n_layer = 3, .n_head = 4, .n_embd = 128, .vocab_size = 256, .max_seq_len = 64};
+  struct zo_model_config mc = {.n_layer = 3, .n_head = 4, .n_embd = 128, .vocab_size = 256, .max_seq_len = 64};
   struct zo_tensor_table t;
-  CHECK(zo_gpt2_config_check(&mc) == 0 && zo_gpt2_build_table(&mc, &t) == 0);
+  CHECK(zo_model_config_check(&mc) == 0 && zo_model_build_table(&mc, &t) == 0);
   const struct zo_optim_format f = {.eightbit = true, .block = 256, .min_numel = 4096};
   printf("quality: fp32 %.4f, 8-bit device %.4f (%+.2f%%), 8-bit nvme %s%.4f; %.1f%% of parameters 8-bit\n", fp32,
          q8, 100.0 * (q8 - fp32) / fp32, have_nvme ? "" : "(skipped) ", q8nv,

@@ -14,7 +14,7 @@
 
 #include "zo/adamw.h"
 #include "zo/backend.h"
-#include "zo/gpt2.h"
+#include "zo/model.h"
 #include "zo_test.h"
 
 #define REF_PATH ZO_TEST_DIR "/reference/gpt2_tiny.bin"
@@ -33,7 +33,7 @@ struct ref_tensor {
 };
 
 struct ref {
-  struct zo_gpt2_config cfg;
+  struct zo_model_config cfg;
   int B, T, n_steps, grad_accum, warmup_steps, total_steps, n_tensors;
   float lr, min_lr, beta1, beta2, eps, weight_decay, max_norm;
   struct ref_tensor *dir; /* (n_tensors) */
@@ -216,15 +216,15 @@ static bool all_zero(const float *buf, size_t first, size_t n, size_t *at) {
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static struct zo_gpt2 *model_new(void) {
-  struct zo_gpt2 *m = zo_gpt2_init(&R.cfg, BE, R.B, R.T);
+static struct zo_model *model_new(void) {
+  struct zo_model *m = zo_model_init(&R.cfg, BE, R.B, R.T);
   if (!m) {
-    fprintf(stderr, "zo_gpt2_init: %s\n", zo_last_error());
+    fprintf(stderr, "zo_model_init: %s\n", zo_last_error());
     return NULL;
   }
-  if (zo_gpt2_upload_params(m, R.params)) {
-    fprintf(stderr, "zo_gpt2_upload_params: %s\n", zo_last_error());
-    zo_gpt2_free(m);
+  if (zo_model_upload_params(m, R.params)) {
+    fprintf(stderr, "zo_model_upload_params: %s\n", zo_last_error());
+    zo_model_free(m);
     return NULL;
   }
   return m;
@@ -261,10 +261,10 @@ static int check_logits(const float *got_padded, const char *what) {
 
 /* The model's table has the file's tensors, in the file's order and shapes. */
 static int test_table(void) {
-  struct zo_gpt2_config cfg = R.cfg;
+  struct zo_model_config cfg = R.cfg;
   cfg.padded_vocab_size = 0;
-  if (zo_gpt2_config_check(&cfg)) {
-    fprintf(stderr, "  zo_gpt2_config_check: %s\n", zo_last_error());
+  if (zo_model_config_check(&cfg)) {
+    fprintf(stderr, "  zo_model_config_check: %s\n", zo_last_error());
     return -1;
   }
   if (cfg.padded_vocab_size != R.cfg.padded_vocab_size) {
@@ -273,8 +273,8 @@ static int test_table(void) {
     return -1;
   }
   struct zo_tensor_table t;
-  if (zo_gpt2_build_table(&cfg, &t)) {
-    fprintf(stderr, "  zo_gpt2_build_table: %s\n", zo_last_error());
+  if (zo_model_build_table(&cfg, &t)) {
+    fprintf(stderr, "  zo_model_build_table: %s\n", zo_last_error());
     return -1;
   }
   int ret = 0;
@@ -307,75 +307,75 @@ out_table:
 
 /* Forward without targets, on a created stream. */
 static int test_logits(void) {
-  struct zo_gpt2 *m = model_new();
+  struct zo_model *m = model_new();
   if (!m) return -1;
   int ret = -1;
   const size_t nlogits = (size_t)R.B * R.T * (size_t)R.cfg.padded_vocab_size;
   float *logits = malloc(nlogits * sizeof(float));
   zo_stream_t s = NULL;
   if (!logits || BE->stream_create(&s)) goto out;
-  zo_gpt2_forward(m, R.inputs, NULL, R.B, R.T, s);
+  zo_model_forward(m, R.inputs, NULL, R.B, R.T, s);
   if (copy_to_host(logits, m->logits, nlogits * sizeof(float), s)) goto out;
   ret = check_logits(logits, "logits");
 out:
   BE->stream_destroy(s);
   free(logits);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return ret;
 }
 
 /* The forward-only model gives the same logits. */
 static int test_logits_inference(void) {
-  struct zo_gpt2 *m = zo_gpt2_init_inference(&R.cfg, BE, R.B, R.T);
+  struct zo_model *m = zo_model_init_inference(&R.cfg, BE, R.B, R.T);
   if (!m) {
-    fprintf(stderr, "  zo_gpt2_init_inference: %s\n", zo_last_error());
+    fprintf(stderr, "  zo_model_init_inference: %s\n", zo_last_error());
     return -1;
   }
   int ret = -1;
   const size_t nlogits = (size_t)R.B * R.T * (size_t)R.cfg.padded_vocab_size;
   float *logits = malloc(nlogits * sizeof(float));
   zo_stream_t s = NULL;
-  if (!logits || zo_gpt2_upload_params(m, R.params) || BE->stream_create(&s)) goto out;
-  zo_gpt2_forward(m, R.inputs, NULL, R.B, R.T, s);
+  if (!logits || zo_model_upload_params(m, R.params) || BE->stream_create(&s)) goto out;
+  zo_model_forward(m, R.inputs, NULL, R.B, R.T, s);
   if (copy_to_host(logits, m->logits, nlogits * sizeof(float), s)) goto out;
   ret = check_logits(logits, "inference logits");
 out:
   BE->stream_destroy(s);
   free(logits);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return ret;
 }
 
 /* Forward with targets on the NULL (default) stream. */
 static int test_loss(void) {
-  struct zo_gpt2 *m = model_new();
+  struct zo_model *m = model_new();
   if (!m) return -1;
   double loss = NAN;
-  zo_gpt2_forward(m, R.inputs, R.targets, R.B, R.T, NULL);
-  int ret = zo_gpt2_mean_loss(m, R.targets, R.B, R.T, NULL, &loss);
+  zo_model_forward(m, R.inputs, R.targets, R.B, R.T, NULL);
+  int ret = zo_model_mean_loss(m, R.targets, R.B, R.T, NULL, &loss);
   if (ret) {
-    fprintf(stderr, "  zo_gpt2_mean_loss: %s\n", zo_last_error());
+    fprintf(stderr, "  zo_model_mean_loss: %s\n", zo_last_error());
   } else {
     double rel = rel_err(loss, R.loss);
     printf("  loss %.7f, reference %.7f, relative error %.2e (tolerance %.0e)\n", loss,
            (double)R.loss, rel, TOL_LOSS);
     if (!(rel <= TOL_LOSS)) ret = -1;
   }
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return ret;
 }
 
 /* Every parameter's gradient of the mean loss, tensor by tensor. */
 static int test_grads(void) {
-  struct zo_gpt2 *m = model_new();
+  struct zo_model *m = model_new();
   if (!m) return -1;
   int ret = -1;
   float *grads = malloc(R.numel * sizeof(float));
   zo_stream_t s = NULL;
   if (!grads || BE->stream_create(&s)) goto out;
-  zo_gpt2_zero_grad(m, s);
-  zo_gpt2_forward(m, R.inputs, R.targets, R.B, R.T, s);
-  zo_gpt2_backward(m, R.B, R.T, 1.0f / (float)(R.B * R.T), s);
+  zo_model_zero_grad(m, s);
+  zo_model_forward(m, R.inputs, R.targets, R.B, R.T, s);
+  zo_model_backward(m, R.B, R.T, 1.0f / (float)(R.B * R.T), s);
   if (copy_to_host(grads, m->grads, R.numel * sizeof(float), s)) goto out;
 
   ret = 0;
@@ -418,14 +418,14 @@ static int test_grads(void) {
 out:
   BE->stream_destroy(s);
   free(grads);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return ret;
 }
 
 /* Ten steps: zero_grad, grad_accum x (forward, backward with dloss =
  * 1/(B T K)), global norm, clip coefficient, schedule, AdamW per tensor. */
 static int test_training(void) {
-  struct zo_gpt2 *m = model_new();
+  struct zo_model *m = model_new();
   if (!m) return -1;
   int ret = -1;
   const size_t N = R.numel, BT = (size_t)R.B * (size_t)R.T;
@@ -445,16 +445,16 @@ static int test_training(void) {
   double sum_lr = 0.0;
   ret = 0;
   for (int step = 1; step <= R.n_steps; step++) {
-    zo_gpt2_zero_grad(m, s);
+    zo_model_zero_grad(m, s);
     double loss_sum = 0.0;
     for (int k = 0; k < K; k++) {
       size_t mb = (size_t)(step - 1) * (size_t)K + (size_t)k;
       const int32_t *in = R.train_inputs + mb * BT, *tg = R.train_targets + mb * BT;
       double loss;
-      zo_gpt2_forward(m, in, tg, R.B, R.T, s);
-      zo_gpt2_backward(m, R.B, R.T, dloss, s);
-      if (zo_gpt2_mean_loss(m, tg, R.B, R.T, s, &loss)) {
-        fprintf(stderr, "  zo_gpt2_mean_loss: %s\n", zo_last_error());
+      zo_model_forward(m, in, tg, R.B, R.T, s);
+      zo_model_backward(m, R.B, R.T, dloss, s);
+      if (zo_model_mean_loss(m, tg, R.B, R.T, s, &loss)) {
+        fprintf(stderr, "  zo_model_mean_loss: %s\n", zo_last_error());
         ret = -1;
         goto out;
       }
@@ -486,8 +486,8 @@ static int test_training(void) {
       zo_adamw_update(p + ti->offset, g + ti->offset, mo + ti->offset, vo + ti->offset, ti->numel,
                       &hp, ti->decay, step, coef);
     }
-    if (zo_gpt2_upload_params(m, p)) {
-      fprintf(stderr, "  zo_gpt2_upload_params: %s\n", zo_last_error());
+    if (zo_model_upload_params(m, p)) {
+      fprintf(stderr, "  zo_model_upload_params: %s\n", zo_last_error());
       ret = -1;
       goto out;
     }
@@ -552,8 +552,8 @@ static int test_training(void) {
     fprintf(stderr, "  padded wte rows moved during training (%g)\n", p[at]);
     ret = -1;
   }
-  if (zo_gpt2_download_params(m, g) || memcmp(g, p, N * sizeof(float)) != 0) {
-    fprintf(stderr, "  zo_gpt2_download_params does not return the uploaded parameters\n");
+  if (zo_model_download_params(m, g) || memcmp(g, p, N * sizeof(float)) != 0) {
+    fprintf(stderr, "  zo_model_download_params does not return the uploaded parameters\n");
     ret = -1;
   }
 out:
@@ -562,7 +562,7 @@ out:
   free(g);
   free(mo);
   free(vo);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return ret;
 }
 

@@ -1,7 +1,7 @@
 /* Memory savers against the plain run. Chunked LM head: several chunks with a
  * partial last one give losses and every gradient within 1e-6 (relative to
  * the largest magnitude of each tensor) of one chunk, the fused head backward
- * of zo_gpt2_forward_train equals forward + backward bit for bit, sampling's
+ * of zo_model_forward_train equals forward + backward bit for bit, sampling's
  * last row survives, and the arena peak equals the smaller plan. Activation
  * checkpointing: 10 training steps give bit-identical losses and final
  * weights to the run without it, every block or some, inputs on the device
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "zo/gpt2.h"
+#include "zo/model.h"
 #include "zo_engine_test.h"
 
 static char tmpdir[256];
@@ -25,7 +25,7 @@ static char data_path[300];
 
 enum { HB = 3, HT = 7, HBT = HB * HT, HCHUNK = 5 }; /* 5 chunks: 5, 5, 5, 5, 1 rows */
 
-static const struct zo_gpt2_config head_cfg = {
+static const struct zo_model_config head_cfg = {
     .n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 130, .max_seq_len = 16};
 
 struct head_run {
@@ -42,10 +42,10 @@ static void head_tokens(int32_t *in, int32_t *tg) {
 }
 
 /* Trains one micro-batch with chunk rows (0: the default, all rows here);
- * fused: zo_gpt2_forward_train, else zo_gpt2_forward + zo_gpt2_backward. */
+ * fused: zo_model_forward_train, else zo_model_forward + zo_model_backward. */
 static int head_run(int chunk_rows, bool fused, struct head_run *r) {
-  struct zo_gpt2_layout lo = {.training = true, .head_chunk_rows = chunk_rows};
-  struct zo_gpt2 *m = zo_gpt2_init_layout(&head_cfg, zo_backend_cpu(), HB, HT, &lo);
+  struct zo_model_layout lo = {.training = true, .head_chunk_rows = chunk_rows};
+  struct zo_model *m = zo_model_init_layout(&head_cfg, zo_backend_cpu(), HB, HT, &lo);
   CHECK(m);
   const size_t n = m->table.numel;
   const int Vp = m->cfg.padded_vocab_size;
@@ -54,31 +54,31 @@ static int head_run(int chunk_rows, bool fused, struct head_run *r) {
   float *p = malloc(n * sizeof(float));
   r->grads = malloc(n * sizeof(float));
   CHECK(p && r->grads);
-  zo_gpt2_init_params(m, p, 7);
-  CHECK(zo_gpt2_upload_params(m, p) == 0);
+  zo_model_init_params(m, p, 7);
+  CHECK(zo_model_upload_params(m, p) == 0);
   int32_t in[HBT], tg[HBT];
   head_tokens(in, tg);
   const float dloss = 1.0f / HBT;
-  zo_gpt2_zero_grad(m, NULL);
+  zo_model_zero_grad(m, NULL);
   if (fused)
-    zo_gpt2_forward_train(m, in, tg, HB, HT, dloss, NULL);
+    zo_model_forward_train(m, in, tg, HB, HT, dloss, NULL);
   else
-    zo_gpt2_forward(m, in, tg, HB, HT, NULL);
-  zo_gpt2_backward(m, HB, HT, dloss, NULL);
+    zo_model_forward(m, in, tg, HB, HT, NULL);
+  zo_model_backward(m, HB, HT, dloss, NULL);
   CHECK(m->backend->stream_synchronize(NULL) == 0);
   memcpy(r->losses, m->losses, sizeof r->losses);
   memcpy(r->grads, m->grads, n * sizeof(float));
   /* Sampling reads the last row from the last chunk. */
-  zo_gpt2_forward(m, in, NULL, HB, HT, NULL);
+  zo_model_forward(m, in, NULL, HB, HT, NULL);
   CHECK(m->backend->stream_synchronize(NULL) == 0);
   CHECK(m->head_row0 == (chunk_rows ? (HBT - 1) / chunk_rows * chunk_rows : 0));
   memcpy(r->last_logits, (const float *)m->logits + (size_t)(HBT - 1 - m->head_row0) * (size_t)Vp,
          sizeof r->last_logits);
   /* The arena never needed more than the plan, which counts one chunk. */
   size_t cat[ZO_MEM_N_CATEGORIES];
-  const size_t plan = zo_gpt2_device_plan(&head_cfg, HB, HT, &lo, cat);
+  const size_t plan = zo_model_device_plan(&head_cfg, HB, HT, &lo, cat);
   CHECK(m->arena.peak == plan && m->arena.capacity == plan);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   free(p);
   return 0;
 }
@@ -103,8 +103,8 @@ static int test_head_chunks_match_one_chunk(void) {
   CHECK(head_run(HCHUNK, true, &chunked) == 0);
   CHECK(head_run(HCHUNK, false, &unfused) == 0);
   struct zo_tensor_table t;
-  struct zo_gpt2_config cfg = head_cfg;
-  CHECK(zo_gpt2_config_check(&cfg) == 0 && zo_gpt2_build_table(&cfg, &t) == 0);
+  struct zo_model_config cfg = head_cfg;
+  CHECK(zo_model_config_check(&cfg) == 0 && zo_model_build_table(&cfg, &t) == 0);
   int ret = 0;
   if (!close_rel("losses", chunked.losses, one.losses, HBT)) ret = 1;
   for (int i = 0; i < t.n_tensors; i++) {
@@ -132,15 +132,15 @@ static int test_head_chunks_match_one_chunk(void) {
 
 /* The planner counts one chunk of logits: GPT-2 124M at 16 x 512. */
 static int test_head_plan_shrinks(void) {
-  struct zo_gpt2_config cfg = {
+  struct zo_model_config cfg = {
       .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .max_seq_len = 1024};
-  CHECK(zo_gpt2_config_check(&cfg) == 0);
-  const struct zo_gpt2_layout chunked = {.training = true};
-  const struct zo_gpt2_layout whole = {.training = true, .head_chunk_rows = 16 * 512};
+  CHECK(zo_model_config_check(&cfg) == 0);
+  const struct zo_model_layout chunked = {.training = true};
+  const struct zo_model_layout whole = {.training = true, .head_chunk_rows = 16 * 512};
   size_t a[ZO_MEM_N_CATEGORIES], b[ZO_MEM_N_CATEGORIES];
-  const size_t ta = zo_gpt2_device_plan(&cfg, 16, 512, &chunked, a);
-  const size_t tb = zo_gpt2_device_plan(&cfg, 16, 512, &whole, b);
-  CHECK(zo_gpt2_head_rows(&cfg, 16, 512, &chunked) == 333);
+  const size_t ta = zo_model_device_plan(&cfg, 16, 512, &chunked, a);
+  const size_t tb = zo_model_device_plan(&cfg, 16, 512, &whole, b);
+  CHECK(zo_model_head_rows(&cfg, 16, 512, &chunked) == 333);
   const size_t saved = (size_t)(16 * 512 - 333) * 50304 * sizeof(float);
   CHECK(tb - ta >= saved && tb - ta < saved + 4096);
   CHECK(b[ZO_MEM_ACTIVATIONS] - a[ZO_MEM_ACTIVATIONS] == tb - ta);
@@ -196,7 +196,7 @@ static int check_ckpt(const char *name, const char *const *sets, int n_sets, int
    * kept inputs in the host pool. */
   struct zo_config cfg;
   CHECK(load(&cfg, sets, n_base) == 0);
-  struct zo_gpt2_config mc = cfg.model.gpt2;
+  struct zo_model_config mc = cfg.model.spec;
   CHECK(zo_plan_build(&cfg, &mc, NULL, &base.plan) == 0);
   zo_config_free(&cfg);
   const size_t *d = r.plan.bytes[ZO_TIER_DEVICE], *bd = base.plan.bytes[ZO_TIER_DEVICE];

@@ -113,7 +113,7 @@ static void state_free(struct sched_state *st) {
 }
 
 static int state_get(struct zo_sched *s, const struct zo_placement *pl, struct sched_state *st) {
-  const struct zo_gpt2 *m = zo_sched_model(s);
+  const struct zo_model *m = zo_sched_model(s);
   st->n = m->table.numel;
   st->sb = zo_optim_state_nbytes(&pl->opt, &m->table);
   st->params = malloc(st->n * sizeof(float));
@@ -153,16 +153,16 @@ static int skip_case(const char *name, const char *const *sets, int n_sets) {
   struct zo_config cfg;
   CHECK(load(&cfg, all, n_sets + 1) == 0);
   struct zo_plan plan;
-  CHECK(zo_plan_build(&cfg, &cfg.model.gpt2, NULL, &plan) == 0);
-  struct zo_sched_config sc = {.model = cfg.model.gpt2, .B = cfg.micro_batch, .T = cfg.data.seq_len,
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
+  struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
                                .placement = plan.placement, .backend = zo_backend_cpu()};
-  CHECK(zo_gpt2_config_check(&sc.model) == 0);
+  CHECK(zo_model_config_check(&sc.model) == 0);
   struct zo_sched *a = zo_sched_init(&sc), *b = zo_sched_init(&sc);
   CHECK(a && b);
-  const struct zo_gpt2 *m = zo_sched_model(a);
+  const struct zo_model *m = zo_sched_model(a);
   float *p0 = malloc(m->table.numel * sizeof(float));
   CHECK(p0);
-  zo_gpt2_init_params(m, p0, 3);
+  zo_model_init_params(m, p0, 3);
   CHECK(zo_sched_set_state(a, p0, NULL, NULL) == 0 && zo_sched_set_state(b, p0, NULL, NULL) == 0);
   struct sched_state s0, s_skip, s_a, s_b;
   CHECK(state_get(a, &plan.placement, &s0) == 0);

@@ -221,15 +221,15 @@ static int test_nvme_corruption_detected(void) {
   const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   CHECK(load(&cfg, sets, 2) == 0);
   struct zo_plan plan;
-  CHECK(zo_plan_build(&cfg, &cfg.model.gpt2, NULL, &plan) == 0);
-  struct zo_sched_config sc = {.model = cfg.model.gpt2, .B = cfg.micro_batch, .T = cfg.data.seq_len,
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
+  struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
                                .placement = plan.placement, .backend = zo_backend_cpu()};
-  CHECK(zo_gpt2_config_check(&sc.model) == 0);
+  CHECK(zo_model_config_check(&sc.model) == 0);
   struct zo_sched *s = zo_sched_init(&sc);
   CHECK(s);
-  struct zo_gpt2 *m = zo_sched_model(s);
+  struct zo_model *m = zo_sched_model(s);
   float *p = malloc(m->table.numel * sizeof(float));
-  zo_gpt2_init_params(m, p, 1);
+  zo_model_init_params(m, p, 1);
   CHECK(zo_sched_set_state(s, p, NULL, NULL) == 0);
   struct zo_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
   int err = 0;

@@ -79,8 +79,8 @@ static int check_text(const struct zo_plan *p, const struct zo_sched_mem *mem) {
 static int check_placement(const char *const *sets, int n_sets) {
   struct zo_config cfg;
   CHECK(load(&cfg, sets, n_sets) == 0);
-  struct zo_gpt2_config mc = cfg.model.gpt2;
-  CHECK(zo_gpt2_config_check(&mc) == 0);
+  struct zo_model_config mc = cfg.model.spec;
+  CHECK(zo_model_config_check(&mc) == 0);
   struct zo_plan p;
   CHECK(zo_plan_build(&cfg, &mc, NULL, &p) == 0);
   const struct zo_sched_config sc = {.model = mc, .B = p.B, .T = p.T, .placement = p.placement,
@@ -95,7 +95,7 @@ static int check_placement(const char *const *sets, int n_sets) {
   float *params;
   void *am, *av;
   zo_sched_checkpoint_buffers(s, &params, &am, &av);
-  zo_gpt2_init_params(zo_sched_model(s), params, 1);
+  zo_model_init_params(zo_sched_model(s), params, 1);
   CHECK(zo_sched_set_state(s, params, NULL, NULL) == 0);
   int ret = run_steps(s, &cfg);
   struct zo_sched_mem mem;
@@ -154,7 +154,7 @@ static int test_optimizer_nvme(void) {
 static int test_bench_memory_rows(void) {
   struct zo_config cfg;
   CHECK(load(&cfg, NULL, 0) == 0);
-  CHECK(zo_gpt2_config_check(&cfg.model.gpt2) == 0);
+  CHECK(zo_model_config_check(&cfg.model.spec) == 0);
   struct zo_bench_memory_row rows[ZO_BENCH_MEMORY_ROWS];
   CHECK(zo_bench_memory_run(&cfg, rows) == 0);
   zo_config_free(&cfg);

@@ -30,9 +30,9 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
 }
 
 static int load_params(const char *ckpt, float **params, size_t *n) {
-  struct zo_gpt2_config mc;
-  if (zo_gpt2_config_from_pretrained(ckpt, 3, &mc)) return -1;
-  struct zo_gpt2 *m = zo_gpt2_init_inference(&mc, zo_backend_cpu(), 1, 1);
+  struct zo_model_config mc;
+  if (zo_model_config_from_pretrained(ckpt, 3, &mc)) return -1;
+  struct zo_model *m = zo_model_init_inference(&mc, zo_backend_cpu(), 1, 1);
   if (!m) return -1;
   *n = m->table.numel;
   *params = malloc(*n * sizeof(float));
@@ -41,7 +41,7 @@ static int load_params(const char *ckpt, float **params, size_t *n) {
   int err = zo_checkpoint_load(ckpt, m, *params, mm, vv, &st);
   free(mm);
   free(vv);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   return err;
 }
 
@@ -165,25 +165,25 @@ static int test_corrupt_checkpoint_is_refused(void) {
 }
 
 static int test_pretrained_round_trip_and_mismatch(void) {
-  struct zo_gpt2_config mc = {.n_layer = 2, .n_head = 3, .n_embd = 24, .vocab_size = 101, .max_seq_len = 16};
-  struct zo_gpt2 *m = zo_gpt2_init_inference(&mc, zo_backend_cpu(), 1, 4);
+  struct zo_model_config mc = {.n_layer = 2, .n_head = 3, .n_embd = 24, .vocab_size = 101, .max_seq_len = 16};
+  struct zo_model *m = zo_model_init_inference(&mc, zo_backend_cpu(), 1, 4);
   CHECK(m);
   size_t n = m->table.numel;
   float *p = malloc(n * sizeof(float)), *q = malloc(n * sizeof(float));
   CHECK(p && q);
-  zo_gpt2_init_params(m, p, 7);
+  zo_model_init_params(m, p, 7);
   for (size_t i = 0; i < n; i++) p[i] += 1e-3f * (float)(i % 13); /* biases and LN nonzero too */
   memset(p + (size_t)101 * 24, 0, (size_t)(128 - 101) * 24 * sizeof(float));
   char dir[400], file[500];
   snprintf(dir, sizeof dir, "%s/hf", tmpdir);
-  CHECK(zo_gpt2_save_pretrained(dir, m, p) == 0);
+  CHECK(zo_model_save_pretrained(dir, m, p) == 0);
   snprintf(file, sizeof file, "%s/model.safetensors", dir);
-  CHECK(zo_gpt2_load_safetensors(file, m, q) == 0);
+  CHECK(zo_model_load_safetensors(file, m, q) == 0);
   CHECK(memcmp(p, q, n * sizeof(float)) == 0);
-  struct zo_gpt2_config got;
-  CHECK(zo_gpt2_config_from_pretrained(dir, 0, &got) == 0);
+  struct zo_model_config got;
+  CHECK(zo_model_config_from_pretrained(dir, 0, &got) == 0);
   CHECK(got.n_layer == 2 && got.n_head == 3 && got.n_embd == 24 && got.vocab_size == 101);
-  CHECK(zo_gpt2_config_from_pretrained(file, 3, &got) == 0);
+  CHECK(zo_model_config_from_pretrained(file, 3, &got) == 0);
   CHECK(got.n_layer == 2 && got.max_seq_len == 16 && got.vocab_size == 101);
   /* The published GPT-2 layout: no "transformer." prefix, boolean causal-mask
    * buffers per block and the tied head stored: loads to the same weights. */
@@ -209,24 +209,24 @@ static int test_pretrained_round_trip_and_mismatch(void) {
   zo_st_writer_free(w);
   zo_st_close(f);
   memset(q, 0, n * sizeof(float));
-  CHECK(zo_gpt2_load_safetensors(hub, m, q) == 0);
+  CHECK(zo_model_load_safetensors(hub, m, q) == 0);
   CHECK(memcmp(p, q, n * sizeof(float)) == 0);
-  CHECK(zo_gpt2_config_from_pretrained(hub, 3, &got) == 0);
+  CHECK(zo_model_config_from_pretrained(hub, 3, &got) == 0);
   CHECK(got.n_layer == 2 && got.n_embd == 24);
   /* A directory loads its model.safetensors. */
   memset(q, 0, n * sizeof(float));
-  CHECK(zo_gpt2_load_safetensors(dir, m, q) == 0);
+  CHECK(zo_model_load_safetensors(dir, m, q) == 0);
   CHECK(memcmp(p, q, n * sizeof(float)) == 0);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   /* A model one layer wider refuses the file, naming a tensor and both shapes. */
   mc.n_embd = 27;
-  m = zo_gpt2_init_inference(&mc, zo_backend_cpu(), 1, 4);
+  m = zo_model_init_inference(&mc, zo_backend_cpu(), 1, 4);
   CHECK(m);
   float *r = malloc(m->table.numel * sizeof(float));
-  CHECK(zo_gpt2_load_safetensors(file, m, r) == -EINVAL);
+  CHECK(zo_model_load_safetensors(file, m, r) == -EINVAL);
   CHECK(strstr(zo_last_error(), "transformer.wte.weight has shape (101, 24), the model needs (101, 27)"));
   free(r);
-  zo_gpt2_free(m);
+  zo_model_free(m);
   free(p);
   free(q);
   return 0;

@@ -112,9 +112,9 @@ static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const c
   sets[n_extra] = met;
   struct zo_config cfg;
   CHECK(load(&cfg, sets, n_extra + 1) == 0);
-  struct zo_gpt2_config mc = cfg.model.gpt2;
+  struct zo_model_config mc = cfg.model.spec;
   struct zo_tensor_table t;
-  CHECK(zo_gpt2_build_table(&mc, &t) == 0);
+  CHECK(zo_model_build_table(&mc, &t) == 0);
   r->n = t.numel;
   zo_tensor_table_free(&t);
   r->params = malloc(r->n * sizeof(float));
@@ -299,7 +299,7 @@ typedef void (*zo_etest_fill_fn)(int32_t *inputs, int32_t *targets, size_t BT, i
  * synchronizes). */
 static inline int zo_etest_sched_step(struct zo_sched *s, long t, int n_micro, const struct zo_adamw_hparams *hp,
                                       zo_etest_fill_fn fill, double *loss) {
-  const struct zo_gpt2 *m = zo_sched_model(s);
+  const struct zo_model *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   for (int k = 0; k < n_micro; k++) {
     int32_t *in, *tg;

@@ -40,7 +40,7 @@ struct zo_bench_step {
   double overlap;        /* median of per-round step_s / max(compute_s, io_s, optimizer_s);
                             1 = perfect */
   double tokens_per_s, device_tokens_per_s; /* B * T * grad_accum over step_s, device_step_s */
-  double tflops, device_tflops;             /* zo_gpt2_flops_per_token x tokens over the same */
+  double tflops, device_tflops;             /* zo_model_flops_per_token x tokens over the same */
 };
 
 /* Builds the config's placement and the all-device one side by side on the

@@ -20,7 +20,7 @@
 #ifndef ZO_CHECKPOINT_H
 #define ZO_CHECKPOINT_H
 
-#include "zo/gpt2.h"
+#include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/sched.h" /* struct zo_optim_format */
 
@@ -44,7 +44,7 @@ struct zo_train_state {
  * removes the oldest checkpoint-* directories beyond keep (0 = keep all).
  * Writes the final path to out_path (may be NULL). Returns 0 or -errno with a
  * message; on error the previous checkpoints are untouched. */
-int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *params,
+int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *params,
                        const struct zo_optim_format *opt, const void *adam_m, const void *adam_v,
                        const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
@@ -53,14 +53,14 @@ int zo_checkpoint_save(const char *dir, const struct zo_gpt2 *m, const float *pa
  * The model's config must match the checkpoint's; every file's checksum is
  * verified before anything is copied. Returns 0 or -errno with a message
  * naming the file and the problem. */
-int zo_checkpoint_load(const char *path, const struct zo_gpt2 *m, float *params, float *adam_m,
+int zo_checkpoint_load(const char *path, const struct zo_model *m, float *params, float *adam_m,
                        float *adam_v, struct zo_train_state *state);
 /* The same for the optimizer format opt (NULL: fp32 AdamW): adam_m, adam_v
  * (may be NULL) receive the canonical layout. A checkpoint of another format
  * (fp32 states into an AdamW8bit run, 8-bit ones into AdamW, another
  * block_size or min_8bit_size) is refused with -EINVAL naming both; states
  * are never converted. Returns 0 or -errno with a message. */
-int zo_checkpoint_load_optim(const char *path, const struct zo_gpt2 *m, float *params,
+int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *params,
                              const struct zo_optim_format *opt, void *adam_m, void *adam_v,
                              struct zo_train_state *state);
 
@@ -71,17 +71,17 @@ int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size);
 /* Reads the model config of a checkpoint directory's config.json, or of a
  * safetensors file's shapes (n_head cannot be inferred: it is taken from
  * n_head). Returns 0 or -errno with a message. */
-int zo_gpt2_config_from_pretrained(const char *path, int n_head, struct zo_gpt2_config *cfg);
+int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg);
 
 /* Loads a Hugging Face GPT-2 safetensors file (F32, BF16 or F16 tensors;
  * names with or without the "transformer." prefix) into host params laid out
  * by m's table. Every tensor must be present with the expected shape: a
  * mismatch names the tensor and both shapes. Returns 0 or -errno. */
-int zo_gpt2_load_safetensors(const char *path, const struct zo_gpt2 *m, float *params);
+int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params);
 
 /* Writes host params as a Hugging Face GPT-2 safetensors file (atomically)
  * and config.json beside it in dir. Returns 0 or -errno. */
-int zo_gpt2_save_pretrained(const char *dir, const struct zo_gpt2 *m, const float *params);
+int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params);
 
 #ifdef __cplusplus
 }

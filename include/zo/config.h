@@ -13,7 +13,7 @@
 #include "zo/adamw.h"
 #include "zo/common.h"
 #include "zo/data.h" /* enum zo_data_format */
-#include "zo/gpt2.h"
+#include "zo/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,10 +56,6 @@ enum zo_offload_device {
   ZO_OFFLOAD_NVME, /* "nvme": files under nvme_path */
 };
 
-enum zo_model_arch {
-  ZO_ARCH_GPT2,  /* "gpt2" */
-  ZO_ARCH_LLAMA, /* "llama": known, rejected by zo_config_load (-ENOTSUP) */
-};
 
 
 enum zo_device {
@@ -131,11 +127,14 @@ struct zo_config_checkpointing {  /* "activation_checkpointing" */
 };
 
 struct zo_config_model {          /* "model" */
-  enum zo_model_arch arch;        /* "arch", default "gpt2" */
-  char *init_from;                /* safetensors to start from; "" = random init (engine.seed) */
-  struct zo_gpt2_config gpt2;     /* n_layer, n_head, n_embd, vocab_size, max_seq_len
-                                   * (default GPT-2 124M: 12, 12, 768, 50257, 1024);
-                                   * padded_vocab_size filled (multiple of 64) */
+  char *init_from;                /* safetensors file or Hugging Face directory to start
+                                   * from (its shapes win); "" = random init (engine.seed) */
+  struct zo_model_config spec;    /* arch ("gpt2" default, "llama"), n_layer, n_head,
+                                   * n_embd, vocab_size, max_seq_len (default GPT-2 124M:
+                                   * 12, 12, 768, 50257, 1024), num_key_value_heads,
+                                   * intermediate_size, rms_norm_eps, rope_theta,
+                                   * tie_word_embeddings; padded_vocab_size filled
+                                   * (multiple of 64) */
 };
 
 struct zo_config_data {           /* "data" */
@@ -192,7 +191,7 @@ struct zo_config {
  * null) and as a plain string otherwise. An override replaces the whole value
  * at its path; JSON null anywhere means "the default". Then checks every key
  * and the cross-field rules and derives lr_schedule and
- * model.gpt2.padded_vocab_size.
+ * model.spec.padded_vocab_size.
  * Returns 0; -EINVAL for a syntax error, an unknown key (the message names the
  * file or --set, the key path and the nearest valid key), a wrong type or an
  * out-of-range value (the message names the valid range or values);

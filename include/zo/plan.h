@@ -2,7 +2,7 @@
  * (device, host, NVMe) needs per category (parameters, gradients, master
  * weights, m, v, activations, workspace, buffers) for a config's placement,
  * from the same layout functions that carve the device arena
- * (zo_gpt2_device_plan) and the host pool (zo_sched_host_plan), so the plan
+ * (zo_model_device_plan) and the host pool (zo_sched_host_plan), so the plan
  * and the measured peaks are equal by construction; and whether each tier
  * fits its budget. A config that does not fit is refused with its largest
  * consumers and only those changes that were re-planned and do fit. */
@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 struct zo_plan {
-  struct zo_gpt2_config model;
+  struct zo_model_config model;
   struct zo_placement placement;
   int B, T;                                     /* micro-batch */
   size_t bytes[ZO_N_TIERS][ZO_SCHED_MEM_N_CATEGORIES]; /* per tier and category */
@@ -35,7 +35,7 @@ const char *zo_tier_name(enum zo_tier t);
 /* Plans cfg for model mc (checked). backend (may be NULL) gives the device's
  * free memory when engine.gpu_memory_budget is 0. Returns 0 or -EINVAL /
  * -ENOTSUP for a placement the engine cannot run (message names the key). */
-int zo_plan_build(const struct zo_config *cfg, const struct zo_gpt2_config *mc, zo_backend_t backend,
+int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p);
 
 /* Whether every tier fits. */

@@ -39,7 +39,7 @@
 #include "zo/adamw.h"
 #include "zo/arena.h"
 #include "zo/config.h"
-#include "zo/gpt2.h"
+#include "zo/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -117,17 +117,17 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
  * (4 device slots)" into buf; returns buf. */
 const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size);
 /* The device layout the placement needs. */
-struct zo_gpt2_layout zo_placement_layout(const struct zo_placement *pl);
+struct zo_model_layout zo_placement_layout(const struct zo_placement *pl);
 
 /* Host pool bytes of the placement for the model table at micro-batch (B, T),
  * exactly what zo_sched_init carves; by_category may be NULL. */
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                           int T, size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
-/* Device bytes of the placement: zo_gpt2_device_plan of zo_placement_layout
+/* Device bytes of the placement: zo_model_device_plan of zo_placement_layout
  * plus, for 8-bit states on the device, the scheduler's own state arena (m
  * and v in the canonical layout), counted as AdamW m and v. by_category may
  * be NULL. 0 when mc is invalid. */
-size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_gpt2_config *mc, int B, int T,
+size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model_config *mc, int B, int T,
                             size_t by_category[ZO_MEM_N_CATEGORIES]);
 /* NVMe bytes of the placement (0 unless the optimizer is on NVMe);
  * by_category may be NULL. */
@@ -135,7 +135,7 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
 
 struct zo_sched_config {
-  struct zo_gpt2_config model; /* checked */
+  struct zo_model_config model; /* checked */
   int B, T;                    /* micro-batch */
   struct zo_placement placement;
   zo_backend_t backend;
@@ -153,7 +153,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c);
 void zo_sched_free(struct zo_sched *s);
 
 /* The model (activations, device views); owned by s. */
-struct zo_gpt2 *zo_sched_model(struct zo_sched *s);
+struct zo_model *zo_sched_model(struct zo_sched *s);
 
 /* Sets parameters (numel floats, table order) and AdamW m, v (each in the
  * canonical layout of the placement's format, zo_optim_state_nbytes bytes;

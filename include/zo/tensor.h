@@ -1,6 +1,7 @@
 /* Offset tables: every state class (parameters, gradients, master weights,
  * AdamW m and v) lives in one contiguous buffer per tier, described by one
  * table of {name, offset, numel, shape} built once from the model config.
+ * The table is built by the model's architecture (engine/arch.h).
  * Offsets and sizes are in elements, so the same table serves an fp32 master
  * copy and a bf16 working copy (byte offset = offset * dtype size). A layer is
  * the contiguous range [layer_offset[l], layer_offset[l] + layer_numel): the
@@ -33,6 +34,9 @@ struct zo_tensor_table {
   int n_layer;
   size_t *layer_offset;           /* (n_layer) first element of block l */
   size_t layer_numel;             /* elements of one block (all blocks equal) */
+  int head_tensors;               /* tensors before block 0 (the embeddings) */
+  int block_tensors;              /* tensors per block: block l's are
+                                   * head_tensors + l * block_tensors + [0, block_tensors) */
 };
 
 /* Finds a tensor by name; NULL when absent. */

@@ -26,7 +26,7 @@ struct zo_train_opts {
 
 /* The model shapes of cfg: model.* or, with model.init_from, the file's
  * (n_head from the config); checked against data.seq_len. Returns 0 or -errno. */
-int zo_train_model_config(const struct zo_config *cfg, struct zo_gpt2_config *mc);
+int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc);
 
 /* Trains cfg->steps optimizer steps. Returns 0; -EINVAL/-ENOTSUP for a config
  * the engine cannot run (message says which key); -EIO/-ENOENT/... for data

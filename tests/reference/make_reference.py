@@ -3,7 +3,7 @@
 one forward/backward (logits, loss, every parameter's gradient) and ten AdamW
 steps with gradient clipping and 2-step accumulation, all computed by PyTorch
 in fp32. The layout of the file is documented in tests/reference/README.md; the
-parameter order and layout are zoffload's (include/zo/gpt2.h), not PyTorch's.
+parameter order and layout are zoffload's (engine/arch_gpt2.c), not PyTorch's.
 
 Run with Debian's python3 (python3-torch):  /usr/bin/python3 make_reference.py
 Options: --out PATH, --check (also run the whole computation in float64 and
@@ -58,8 +58,8 @@ def padded_vocab(v):
 
 
 def param_specs(cfg):
-    """(name, shape, decay) in zoffload's buffer order (zo_gpt2_build_table):
-    [wte (Vp, C), wpe (maxT, C)], per block the fields of struct zo_gpt2_block
+    """(name, shape, decay) in zoffload's buffer order (gpt2_build_table):
+    [wte (Vp, C), wpe (maxT, C)], per block the tensors of its block enum
     in declaration order, then ln_f. Shapes are our layout: Linear (out, in)."""
     C, L = cfg["n_embd"], cfg["n_layer"]
     Vp, maxT = padded_vocab(cfg["vocab_size"]), cfg["max_seq_len"]
