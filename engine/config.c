@@ -54,7 +54,7 @@ static const char *const scheduler_names[] = {"none", "WarmupLR", "WarmupCosineL
 static const char *const warmup_names[] = {"linear", "log", NULL};
 static const char *const offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
-static const char *const format_names[] = {"text", "llmc", "u16", NULL};
+static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
 const char *zo_device_name(enum zo_device d) {
@@ -69,6 +69,8 @@ _Static_assert(sizeof(enum zo_offload_device) == sizeof(int), "enum fields are s
 _Static_assert(sizeof(enum zo_model_arch) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_data_format) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_device) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
+               "format_names follows enum zo_data_format");
 
 #define S_WLR (1u << ZO_SCHEDULER_WARMUP_LR)
 #define S_WCL (1u << ZO_SCHEDULER_WARMUP_COSINE_LR)
@@ -628,10 +630,13 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                     "model.vocab_size = %d: set model.vocab_size >= 256",
                     SRC2("data.format", "model.vocab_size"),
                     m->vocab_size);
-  if (cfg->data.format != ZO_DATA_TEXT && m->vocab_size > 65536)
-    return zo_error(-EINVAL, "%s: data.format = \"%s\" stores uint16 token ids but "
-                    "model.vocab_size = %d > 65536", SRC2("model.vocab_size", "data.format"),
-                    format_names[cfg->data.format], m->vocab_size);
+  /* An llm.c shard's header says whether its ids are uint16 or uint32, so
+   * only "u16" fixes the width here. */
+  if (cfg->data.format == ZO_DATA_U16 && m->vocab_size > 65536)
+    return zo_error(-EINVAL, "%s: data.format = \"u16\" stores uint16 token ids but "
+                    "model.vocab_size = %d > 65536: use data.format \"u32\" (flat uint32 ids) "
+                    "or \"llmc\" (llm.c version 7 shards)", SRC2("model.vocab_size", "data.format"),
+                    m->vocab_size);
   if (cfg->activation_checkpointing.number_checkpoints > m->n_layer)
     return zo_error(-EINVAL, "%s: activation_checkpointing.number_checkpoints = %d exceeds "
                     "model.n_layer = %d (0 = one per layer)",

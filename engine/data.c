@@ -3,9 +3,10 @@
  * function of the micro-batch index (see zo/data.h), so seek is O(1) and a
  * resumed run reads exactly what an uninterrupted one would. Deliberately no
  * prefetch thread: copying B*T tokens from the page cache costs microseconds
- * next to a training step. Also `zoffload prepare` (text -> uint16 files) and
- * the token-file writers it and the tests use. Assumes a little-endian host, as
- * llm.c's files do. */
+ * next to a training step. Tokens are 1, 2 or 4 bytes wide (text, uint16,
+ * uint32; an llm.c shard's header picks 2 or 4). Also `zoffload prepare`
+ * (text -> uint16 files) and the token-file writers it and the tests use.
+ * Assumes a little-endian host, as llm.c's files do. */
 #include "zo/data.h"
 #include "zo/fsutil.h"
 
@@ -29,8 +30,8 @@ struct zo_data {
   enum zo_data_format fmt;
   void *map;          /* the whole file, PROT_READ */
   size_t map_nbytes;  /* bytes */
-  const uint8_t *u8;  /* (n_tokens,) text tokens, or NULL */
-  const uint16_t *u16; /* (n_tokens,) llm.c / uint16 tokens, or NULL */
+  const void *tokens;  /* (n_tokens,) of uint8, uint16 or uint32, inside map */
+  size_t token_nbytes; /* 1, 2 or 4 */
   size_t n_tokens;
   int B, T;
   size_t BT; /* tokens of inputs per micro-batch */
@@ -105,15 +106,16 @@ int zo_data_format_parse(const char *name, enum zo_data_format *fmt) {
   static const struct {
     const char *name;
     enum zo_data_format fmt;
-  } names[] = {{"text", ZO_DATA_TEXT}, {"llmc", ZO_DATA_LLMC}, {"u16", ZO_DATA_U16}};
+  } names[] = {{"text", ZO_DATA_TEXT}, {"llmc", ZO_DATA_LLMC}, {"u16", ZO_DATA_U16}, {"u32", ZO_DATA_U32}};
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
     if (strcmp(name, names[k].name) == 0) {
       *fmt = names[k].fmt;
       return 0;
     }
   }
-  return zo_error(-EINVAL, "data format '%s' is unknown; valid: \"text\" (raw bytes), \"llmc\" (llm.c shard), "
-                           "\"u16\" (flat uint16 tokens)", name);
+  return zo_error(-EINVAL, "data format '%s' is unknown; valid: \"text\" (raw bytes), \"llmc\" (llm.c shard, "
+                           "uint16 or uint32 tokens), \"u16\" (flat uint16 tokens), \"u32\" (flat uint32 tokens)",
+                  name);
 }
 
 const char *zo_data_format_name(enum zo_data_format fmt) {
@@ -121,42 +123,63 @@ const char *zo_data_format_name(enum zo_data_format fmt) {
   case ZO_DATA_TEXT: return "text";
   case ZO_DATA_LLMC: return "llmc";
   case ZO_DATA_U16: return "u16";
+  case ZO_DATA_U32: return "u32";
   }
   return "?";
 }
 
+/* The valid llm.c headers, for messages. */
+#define LLMC_VALID_HEADERS \
+  "{magic 20240520, version 1} (uint16 tokens) or {magic 20240801, version 7} (uint32 tokens)"
+
 /* Checks an llm.c header: head holds the file's first min(nbytes, 1024)
- * bytes, nbytes is the file size. Sets *n_tokens. */
-static int llmc_check(const char *path, const uint8_t *head, size_t nbytes, size_t *n_tokens) {
+ * bytes, nbytes is the file size. Sets *n_tokens and *token_nbytes (2 or 4). */
+static int llmc_check(const char *path, const uint8_t *head, size_t nbytes, size_t *n_tokens,
+                      size_t *token_nbytes) {
   int32_t magic = 0, version = 0, count = 0;
   if (nbytes < sizeof magic)
     return zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes, but an llm.c shard starts with a %zu-byte header",
                     path, nbytes, LLMC_HEADER_NBYTES);
   memcpy(&magic, head, sizeof magic);
-  if (magic != ZO_LLMC_MAGIC)
-    return zo_error(-EINVAL, "data file '%s' is not an llm.c token shard: wrong magic %d, expected %d "
-                             "(a flat uint16 file is format \"u16\", raw text is \"text\")",
-                    path, (int)magic, ZO_LLMC_MAGIC);
+  if (magic != ZO_LLMC_MAGIC && magic != ZO_LLMC32_MAGIC)
+    return zo_error(-EINVAL, "data file '%s' is not an llm.c token shard: wrong magic %d, expected %d (uint16 "
+                             "tokens) or %d (uint32 tokens) (a flat uint16 file is format \"u16\", a flat uint32 "
+                             "file \"u32\", raw text \"text\")",
+                    path, (int)magic, ZO_LLMC_MAGIC, ZO_LLMC32_MAGIC);
   if (nbytes < LLMC_HEADER_NBYTES)
     return zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes, shorter than the %zu-byte llm.c header", path,
                     nbytes, LLMC_HEADER_NBYTES);
   memcpy(&version, head + 4, sizeof version);
-  if (version != ZO_LLMC_VERSION)
-    return zo_error(-EINVAL, "data file '%s': llm.c shard has wrong version %d, expected %d (uint16 tokens)", path,
-                    (int)version, ZO_LLMC_VERSION);
+  const bool wide = magic == ZO_LLMC32_MAGIC;
+  const int32_t want_version = wide ? ZO_LLMC32_VERSION : ZO_LLMC_VERSION;
+  if (version != want_version)
+    return zo_error(-EINVAL, "data file '%s': llm.c shard with magic %d has wrong version %d, expected %d; valid "
+                             "headers: " LLMC_VALID_HEADERS,
+                    path, (int)magic, (int)version, (int)want_version);
+  const size_t width = wide ? sizeof(uint32_t) : sizeof(uint16_t);
+  const char *type = wide ? "uint32" : "uint16";
   memcpy(&count, head + 8, sizeof count);
   if (count < 0)
     return zo_error(-EINVAL, "data file '%s': llm.c header holds a negative token count %d", path, (int)count);
-  size_t expected = LLMC_HEADER_NBYTES + (size_t)count * sizeof(uint16_t);
-  if (nbytes < expected)
-    return zo_error(-EINVAL, "data file '%s' is truncated: its llm.c header says %d tokens (%zu bytes), "
-                             "the file has %zu bytes (%zu tokens)",
-                    path, (int)count, expected, nbytes, (nbytes - LLMC_HEADER_NBYTES) / sizeof(uint16_t));
+  size_t expected = LLMC_HEADER_NBYTES + (size_t)count * width;
+  size_t payload = nbytes - LLMC_HEADER_NBYTES;
+  if (nbytes < expected) {
+    /* A version 1 payload under a version 7 header is the likely mistake of
+     * a hand-written converter: say so. */
+    const bool narrow_payload = wide && payload == (size_t)count * sizeof(uint16_t);
+    return zo_error(-EINVAL, "data file '%s' is truncated: its llm.c header (version %d, %s tokens) says %d tokens "
+                             "(%zu bytes), the file has %zu bytes (%zu tokens)%s",
+                    path, (int)version, type, (int)count, expected, nbytes, payload / width,
+                    narrow_payload ? "; the payload is exactly that many uint16 tokens: a uint16 shard needs "
+                                     "the version 1 header {magic 20240520, version 1}"
+                                   : "");
+  }
   if (nbytes > expected)
-    return zo_error(-EINVAL, "data file '%s': its llm.c header says %d tokens (%zu bytes), but the file has %zu "
-                             "bytes: %zu bytes too many",
-                    path, (int)count, expected, nbytes, nbytes - expected);
+    return zo_error(-EINVAL, "data file '%s': its llm.c header (version %d, %s tokens) says %d tokens (%zu bytes), "
+                             "but the file has %zu bytes: %zu bytes too many",
+                    path, (int)version, type, (int)count, expected, nbytes, nbytes - expected);
   *n_tokens = (size_t)count;
+  *token_nbytes = width;
   return 0;
 }
 
@@ -190,7 +213,7 @@ static int open_regular(const char *path, int *fd_out, size_t *nbytes) {
   return 0;
 }
 
-int zo_data_read_llmc_header(const char *path, size_t *n_tokens) {
+int zo_data_read_llmc_header(const char *path, size_t *n_tokens, size_t *token_nbytes) {
   int fd;
   size_t nbytes;
   int err = open_regular(path, &fd, &nbytes);
@@ -208,7 +231,35 @@ int zo_data_read_llmc_header(const char *path, size_t *n_tokens) {
     got += (size_t)r;
   }
   close(fd);
-  return llmc_check(path, head, nbytes, n_tokens);
+  size_t width;
+  err = llmc_check(path, head, nbytes, n_tokens, &width);
+  if (!err && token_nbytes) *token_nbytes = width;
+  return err;
+}
+
+static uint32_t token_at(const struct zo_data *d, size_t k) {
+  switch (d->token_nbytes) {
+  case 1: return ((const uint8_t *)d->tokens)[k];
+  case 2: return ((const uint16_t *)d->tokens)[k];
+  default: return ((const uint32_t *)d->tokens)[k];
+  }
+}
+
+/* Index of the first token >= limit in [lo, hi), or hi. One loop per width
+ * so that each vectorizes. */
+static size_t first_at_or_above(const struct zo_data *d, uint32_t limit, size_t lo, size_t hi) {
+  size_t k = lo;
+  if (d->token_nbytes == 1) {
+    const uint8_t *t = d->tokens;
+    while (k < hi && t[k] < limit) k++;
+  } else if (d->token_nbytes == 2) {
+    const uint16_t *t = d->tokens;
+    while (k < hi && t[k] < limit) k++;
+  } else {
+    const uint32_t *t = d->tokens;
+    while (k < hi && t[k] < limit) k++;
+  }
+  return k;
 }
 
 /* Index of the first token >= vocab_size, or n when there is none. Scans
@@ -220,24 +271,17 @@ static size_t first_bad_token(const struct zo_data *d, int vocab_size) {
 #pragma omp parallel for schedule(static) reduction(min : first)
   for (size_t c = 0; c < n_chunks; c++) {
     size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-    for (size_t k = lo; k < hi; k++) {
-      uint32_t t = d->u8 ? d->u8[k] : d->u16[k];
-      if (t >= vocab) {
-        if (k < first) first = k;
-        break;
-      }
-    }
+    size_t k = first_at_or_above(d, vocab, lo, hi);
+    if (k < hi && k < first) first = k;
   }
   return first;
 }
-
-static uint32_t token_at(const struct zo_data *d, size_t k) { return d->u8 ? d->u8[k] : d->u16[k]; }
 
 struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
                              bool shuffle, uint64_t seed) {
   ZO_ASSERT(path != NULL);
   ZO_ASSERT(B >= 1 && T >= 1 && vocab_size >= 1);
-  ZO_ASSERT(fmt == ZO_DATA_TEXT || fmt == ZO_DATA_LLMC || fmt == ZO_DATA_U16);
+  ZO_ASSERT(fmt == ZO_DATA_TEXT || fmt == ZO_DATA_LLMC || fmt == ZO_DATA_U16 || fmt == ZO_DATA_U32);
   int fd;
   size_t nbytes;
   if (open_regular(path, &fd, &nbytes) != 0) return NULL;
@@ -264,7 +308,8 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
 
   switch (fmt) {
   case ZO_DATA_TEXT:
-    d->u8 = map;
+    d->tokens = map;
+    d->token_nbytes = 1;
     d->n_tokens = nbytes;
     break;
   case ZO_DATA_U16:
@@ -273,12 +318,24 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
                path, nbytes);
       goto out_free;
     }
-    d->u16 = map;
+    d->tokens = map;
+    d->token_nbytes = sizeof(uint16_t);
     d->n_tokens = nbytes / sizeof(uint16_t);
     break;
+  case ZO_DATA_U32:
+    if (nbytes % sizeof(uint32_t) != 0) {
+      zo_error(-EINVAL, "data file '%s' is truncated: %zu bytes is not a multiple of 4 (%zu tokens + %zu bytes), "
+                        "a uint32 token file holds 4 bytes per token (a uint16 file is format \"u16\")",
+               path, nbytes, nbytes / sizeof(uint32_t), nbytes % sizeof(uint32_t));
+      goto out_free;
+    }
+    d->tokens = map;
+    d->token_nbytes = sizeof(uint32_t);
+    d->n_tokens = nbytes / sizeof(uint32_t);
+    break;
   case ZO_DATA_LLMC:
-    if (llmc_check(path, map, nbytes, &d->n_tokens) != 0) goto out_free;
-    d->u16 = (const uint16_t *)((const uint8_t *)map + LLMC_HEADER_NBYTES);
+    if (llmc_check(path, map, nbytes, &d->n_tokens, &d->token_nbytes) != 0) goto out_free;
+    d->tokens = (const uint8_t *)map + LLMC_HEADER_NBYTES;
     break;
   }
 
@@ -288,12 +345,20 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
              path, d->n_tokens, B, T, d->BT + 1);
     goto out_free;
   }
-  if (!(fmt == ZO_DATA_TEXT && vocab_size >= 256) && !(fmt != ZO_DATA_TEXT && vocab_size >= 65536)) {
+  /* The scan is skipped only when no id of this width can reach vocab_size;
+   * uint32 ids always are scanned (vocab_size <= INT32_MAX < 2^32). */
+  if (!(d->token_nbytes == 1 && vocab_size >= 256) && !(d->token_nbytes == 2 && vocab_size >= 65536)) {
     size_t bad = first_bad_token(d, vocab_size);
     if (bad < d->n_tokens) {
-      zo_error(-EINVAL, "data file '%s': token id %u at index %zu is >= vocab_size %d (wrong data format, or a "
-                        "model vocab_size smaller than the tokenizer's)",
-               path, (unsigned)token_at(d, bad), bad, vocab_size);
+      uint32_t id = token_at(d, bad);
+      if (id > INT32_MAX)
+        zo_error(-EINVAL, "data file '%s': token id %u at index %zu does not fit int32 (micro-batches are int32; "
+                          "the largest id is %d) and is >= vocab_size %d: not a token file of format \"%s\"",
+                 path, (unsigned)id, bad, INT32_MAX, vocab_size, zo_data_format_name(fmt));
+      else
+        zo_error(-EINVAL, "data file '%s': token id %u at index %zu is >= vocab_size %d (wrong data format, or a "
+                          "model vocab_size smaller than the tokenizer's)",
+                 path, (unsigned)id, bad, vocab_size);
       goto out_free;
     }
   }
@@ -329,12 +394,16 @@ void zo_data_close(struct zo_data *d) {
 static void copy_tokens(const struct zo_data *d, int32_t *dst, size_t start, size_t n) {
   while (n > 0) {
     size_t run = d->n_tokens - start < n ? d->n_tokens - start : n;
-    if (d->u8) {
-      const uint8_t *src = d->u8 + start;
+    if (d->token_nbytes == 1) {
+      const uint8_t *src = (const uint8_t *)d->tokens + start;
+      for (size_t k = 0; k < run; k++) dst[k] = src[k];
+    } else if (d->token_nbytes == 2) {
+      const uint16_t *src = (const uint16_t *)d->tokens + start;
       for (size_t k = 0; k < run; k++) dst[k] = src[k];
     } else {
-      const uint16_t *src = d->u16 + start;
-      for (size_t k = 0; k < run; k++) dst[k] = src[k];
+      /* every id was checked <= INT32_MAX at open */
+      const uint32_t *src = (const uint32_t *)d->tokens + start;
+      for (size_t k = 0; k < run; k++) dst[k] = (int32_t)src[k];
     }
     dst += run;
     n -= run;
@@ -370,27 +439,56 @@ size_t zo_data_n_tokens(const struct zo_data *d) { return d->n_tokens; }
 
 /* ---- writers ------------------------------------------------------------ */
 
-static int write_tokens(const char *path, const void *header, size_t header_nbytes, const uint16_t *tokens,
-                        size_t n) {
+static int write_tokens(const char *path, const void *header, size_t header_nbytes, const void *tokens,
+                        size_t tokens_nbytes) {
   struct zo_atomic_file f;
   int err = zo_atomic_file_begin(&f, path);
   if (err) return err;
   if (header_nbytes) err = zo_atomic_file_write(&f, header, header_nbytes);
-  if (!err) err = zo_atomic_file_write(&f, tokens, n * sizeof *tokens);
+  if (!err) err = zo_atomic_file_write(&f, tokens, tokens_nbytes);
   if (!err) err = zo_atomic_file_commit(&f);
   zo_atomic_file_abort(&f);
   return err;
 }
 
-int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n) {
+static int check_shard_count(const char *path, size_t n) {
   if (n > INT32_MAX)
     return zo_error(-EINVAL, "cannot write '%s': %zu tokens exceed the llm.c header's int32 count", path, n);
+  return 0;
+}
+
+/* Refuses a uint32 id the readers would refuse, before anything is written. */
+static int check_int32_ids(const char *path, const uint32_t *tokens, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (tokens[k] > INT32_MAX)
+      return zo_error(-EINVAL, "cannot write '%s': token id %u at index %zu does not fit int32 (the largest id is %d)",
+                      path, (unsigned)tokens[k], k, INT32_MAX);
+  return 0;
+}
+
+int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n) {
+  int err = check_shard_count(path, n);
+  if (err) return err;
   int32_t header[ZO_LLMC_HEADER_INTS] = {ZO_LLMC_MAGIC, ZO_LLMC_VERSION, (int32_t)n};
-  return write_tokens(path, header, sizeof header, tokens, n);
+  return write_tokens(path, header, sizeof header, tokens, n * sizeof *tokens);
+}
+
+int zo_data_write_llmc32(const char *path, const uint32_t *tokens, size_t n) {
+  int err = check_shard_count(path, n);
+  if (!err) err = check_int32_ids(path, tokens, n);
+  if (err) return err;
+  int32_t header[ZO_LLMC_HEADER_INTS] = {ZO_LLMC32_MAGIC, ZO_LLMC32_VERSION, (int32_t)n};
+  return write_tokens(path, header, sizeof header, tokens, n * sizeof *tokens);
 }
 
 int zo_data_write_u16(const char *path, const uint16_t *tokens, size_t n) {
-  return write_tokens(path, NULL, 0, tokens, n);
+  return write_tokens(path, NULL, 0, tokens, n * sizeof *tokens);
+}
+
+int zo_data_write_u32(const char *path, const uint32_t *tokens, size_t n) {
+  int err = check_int32_ids(path, tokens, n);
+  if (err) return err;
+  return write_tokens(path, NULL, 0, tokens, n * sizeof *tokens);
 }
 
 /* ---- prepare ------------------------------------------------------------ */

@@ -83,7 +83,8 @@ static const char *usage_config = "usage: zoffload config CONFIG [--set key=valu
 static const char *usage_prepare =
     "usage: zoffload prepare --out-train FILE [--out-val FILE] [--val-fraction F] TEXTFILE...\n"
     "  concatenates the text files' bytes into byte-level tokens (vocab 256) and writes\n"
-    "  flat uint16 token files; the last F of the stream (default 0.05) goes to --out-val\n";
+    "  flat uint16 token files (data.format \"u16\"); the last F of the stream (default 0.05)\n"
+    "  goes to --out-val\n";
 
 static int fail(int code, const char *what) {
   fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", zo_last_error());

@@ -334,7 +334,7 @@ static const struct bad_case bad_cases[] = {
   {"enum-arch", "{\"model\": {\"arch\": \"gpt3\"}}", {0}, -EINVAL,
    "model.arch = \"gpt3\": must be one of \"gpt2\", \"llama\"; did you mean \"gpt2\"?", false},
   {"enum-format", "{\"data\": {\"format\": \"bin\"}}", {0}, -EINVAL,
-   "data.format = \"bin\": must be one of \"text\", \"llmc\", \"u16\"", false},
+   "data.format = \"bin\": must be one of \"text\", \"llmc\", \"u16\", \"u32\"", false},
   {"enum-device", "{\"engine\": {\"device\": \"gpu\"}}", {0}, -EINVAL,
    "must be one of \"auto\", \"cpu\", \"cuda\"", false},
   {"enum-optimizer", "{\"optimizer\": {\"type\": \"SGD\"}}", {0}, -EINVAL,
@@ -389,6 +389,8 @@ static const struct bad_case bad_cases[] = {
    "{\"number_checkpoints\": 3}}", {0}, -EINVAL, "exceeds model.n_layer = 2", false},
   {"text-small-vocab", "{\"model\": {\"vocab_size\": 100}, \"data\": {\"format\": \"text\"}}", {0},
    -EINVAL, "set model.vocab_size >= 256", false},
+  {"u16-big-vocab", "{\"model\": {\"vocab_size\": 128256}, \"data\": {\"format\": \"u16\"}}", {0},
+   -EINVAL, "model.vocab_size = 128256 > 65536: use data.format \"u32\"", false},
   /* --set */
   {"set-no-equals", NULL, {"steps"}, -EINVAL, "--set \"steps\": expected key.path=value", true},
   {"set-no-key", NULL, {"=3"}, -EINVAL, "with a key before '='", true},
@@ -609,6 +611,23 @@ static int test_shipped_configs(void) {
   return checks_failed_since(before);
 }
 
+/* Vocabularies above 65536 (Llama 3's 128256) need uint32 ids: "u32", or
+ * "llmc", whose header says which width its shard holds. */
+static int test_wide_vocab(void) {
+  int before = n_failed;
+  struct zo_config c;
+  const char *u32[] = {"model.vocab_size=128256", "data.format=u32"};
+  EXPECT(zo_config_load(&c, NULL, u32, 2) == 0);
+  EXPECT(c.data.format == ZO_DATA_U32 && c.model.gpt2.vocab_size == 128256);
+  check_round_trip(&c, "u32");
+  zo_config_free(&c);
+  const char *llmc[] = {"model.vocab_size=128256", "data.format=llmc"};
+  EXPECT(zo_config_load(&c, NULL, llmc, 2) == 0);
+  EXPECT(c.data.format == ZO_DATA_LLMC);
+  zo_config_free(&c);
+  return checks_failed_since(before);
+}
+
 static int test_parse_bytes(void) {
   int before = n_failed;
   static const struct { const char *text; size_t bytes; } good[] = {
@@ -648,6 +667,7 @@ int main(void) {
       ZO_TEST(set_overrides),
       ZO_TEST(round_trip),
       ZO_TEST(shipped_configs),
+      ZO_TEST(wide_vocab),
       ZO_TEST(parse_bytes),
   };
   struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);

@@ -1,7 +1,9 @@
-/* Data loader: exact micro-batch order without shuffle for text, llm.c and
- * uint16 files (including the wrap across the end), seek/position resume,
- * shuffle as a seeded permutation of windows, one distinct message per
- * malformed file, and the prepare round trip. Every expected value comes from
+/* Data loader: exact micro-batch order without shuffle for text, llm.c
+ * (uint16 and uint32 shards), uint16 and uint32 files (including the wrap
+ * across the end), the same streams from every format holding the same
+ * tokens, ids above 65535, seek/position resume, shuffle as a seeded
+ * permutation of windows, one distinct message per malformed file, and the
+ * prepare round trip. Every expected value comes from
  * a plain loop over the token array the file was written from, never from the
  * loader. Files live in a mkdtemp directory removed at the end. */
 #include "zo/data.h"
@@ -58,10 +60,13 @@ static uint8_t *read_raw(const char *path, size_t *nbytes) {
   return buf;
 }
 
-/* Writes tokens (each < 256 for text) in format fmt. */
+/* Writes tokens (each < 256 for text, < 65536 for llmc and u16) in format
+ * fmt; llm.c shards get the version 1 (uint16) header. */
 static bool write_tokens(const char *path, enum zo_data_format fmt, const uint32_t *tok, size_t n) {
   bool ok = false;
-  if (fmt == ZO_DATA_TEXT) {
+  if (fmt == ZO_DATA_U32) {
+    ok = zo_data_write_u32(path, tok, n) == 0;
+  } else if (fmt == ZO_DATA_TEXT) {
     uint8_t *b = malloc(n);
     for (size_t k = 0; k < n; k++) b[k] = (uint8_t)tok[k];
     ok = write_raw(path, b, n);
@@ -73,6 +78,15 @@ static bool write_tokens(const char *path, enum zo_data_format fmt, const uint32
     free(u);
   }
   return ok;
+}
+
+/* Writes tokens as uint32: a version 7 llm.c shard (fmt llmc) or a flat
+ * uint32 file (fmt u32). */
+static bool write_tokens32(const char *path, enum zo_data_format fmt, const uint32_t *tok, size_t n) {
+  ZO_ASSERT(fmt == ZO_DATA_LLMC || fmt == ZO_DATA_U32);
+  int err = fmt == ZO_DATA_LLMC ? zo_data_write_llmc32(path, tok, n) : zo_data_write_u32(path, tok, n);
+  if (err) fprintf(stderr, "  %s\n", zo_last_error());
+  return err == 0;
 }
 
 /* Opens path without shuffle and compares n_batches micro-batches against
@@ -110,7 +124,13 @@ static int check_sequential(const char *path, enum zo_data_format fmt, int vocab
   return rc;
 }
 
-static int order_case(enum zo_data_format fmt, int vocab, const char *name) {
+/* Reads n micro-batches into in (n, BT) and tg (n, BT). */
+static void read_batches(struct zo_data *d, int n, size_t BT, int32_t *in, int32_t *tg) {
+  for (int i = 0; i < n; i++) zo_data_next(d, in + (size_t)i * BT, tg + (size_t)i * BT);
+}
+
+/* wide: write uint32 tokens (write_tokens32) */
+static int order_case(enum zo_data_format fmt, bool wide, int vocab, const char *name) {
   /* N = 37 is not a multiple of B*T = 10: windows straddle the end and the
    * second pass starts at other offsets. */
   const size_t N = 37;
@@ -118,7 +138,7 @@ static int order_case(enum zo_data_format fmt, int vocab, const char *name) {
   uint32_t tok[37];
   for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % (uint32_t)vocab;
   const char *path = tmp_path(name);
-  if (!CHECK(write_tokens(path, fmt, tok, N))) return 1;
+  if (!CHECK(wide ? write_tokens32(path, fmt, tok, N) : write_tokens(path, fmt, tok, N))) return 1;
   if (check_sequential(path, fmt, vocab, tok, N, B, T, 30)) return 1;
   /* Spelled out for micro-batch 3 (tokens 30..40 -> 30..36, 0..3): row 1
    * is tokens 35, 36, 0, 1, 2 and its targets 36, 0, 1, 2, 3. */
@@ -137,9 +157,147 @@ static int order_case(enum zo_data_format fmt, int vocab, const char *name) {
   return rc;
 }
 
-static int test_order_text(void) { return order_case(ZO_DATA_TEXT, 256, "order.txt"); }
-static int test_order_u16(void) { return order_case(ZO_DATA_U16, 50257, "order.u16"); }
-static int test_order_llmc(void) { return order_case(ZO_DATA_LLMC, 50257, "order.llmc"); }
+static int test_order_text(void) { return order_case(ZO_DATA_TEXT, false, 256, "order.txt"); }
+static int test_order_u16(void) { return order_case(ZO_DATA_U16, false, 50257, "order.u16"); }
+static int test_order_llmc(void) { return order_case(ZO_DATA_LLMC, false, 50257, "order.llmc"); }
+/* Llama 3's vocabulary: most ids are above 65535. */
+static int test_order_u32(void) { return order_case(ZO_DATA_U32, true, 128256, "order.u32"); }
+static int test_order_llmc32(void) { return order_case(ZO_DATA_LLMC, true, 128256, "order.llmc32"); }
+
+/* The writers' bytes: n tokens after the header (NULL: none), nothing else. */
+static int check_file_bytes(const char *path, const int32_t *header, const void *tokens, size_t tokens_nbytes) {
+  size_t nbytes, header_nbytes = header ? ZO_LLMC_HEADER_INTS * sizeof *header : 0;
+  uint8_t *raw = read_raw(path, &nbytes);
+  int rc = 0;
+  if (!CHECK(raw != NULL) || !CHECK(nbytes == header_nbytes + tokens_nbytes)) rc = 1;
+  if (!rc && header && !CHECK(memcmp(raw, header, header_nbytes) == 0)) rc = 1;
+  if (!rc && !CHECK(memcmp(raw + header_nbytes, tokens, tokens_nbytes) == 0)) rc = 1;
+  free(raw);
+  return rc;
+}
+
+static int test_roundtrip_u32(void) {
+  /* ids above 65535 and the largest that fits int32 */
+  uint32_t tok[7] = {0, 65535, 65536, 128255, 1u << 24, 2147483646u, 2147483647u};
+  int32_t h[ZO_LLMC_HEADER_INTS] = {20240801, 7, 7};
+  const char *u = tmp_path("rt.u32"), *l = tmp_path("rt.llmc32");
+  if (!CHECK(zo_data_write_u32(u, tok, 7) == 0) || !CHECK(zo_data_write_llmc32(l, tok, 7) == 0)) return 1;
+  if (check_file_bytes(u, NULL, tok, sizeof tok) || check_file_bytes(l, h, tok, sizeof tok)) return 1;
+  /* the v1 writer's header is llm.c's GPT-2 one */
+  uint16_t t16[3] = {7, 65535, 0};
+  int32_t h16[ZO_LLMC_HEADER_INTS] = {20240520, 1, 3};
+  if (!CHECK(zo_data_write_llmc(tmp_path("rt.llmc"), t16, 3) == 0)) return 1;
+  if (check_file_bytes(tmp_path("rt.llmc"), h16, t16, sizeof t16)) return 1;
+  /* Read back through the loader with the largest vocabulary (every id but
+   * INT32_MAX is below it): B*T = 6, so tokens 0..5 then 6 as last target. */
+  int rc = 0;
+  for (int f = 0; f < 2; f++) {
+    struct zo_data *d = zo_data_open(f ? l : u, f ? ZO_DATA_LLMC : ZO_DATA_U32, INT32_MAX, 2, 3, false, 0);
+    if (!CHECK(d == NULL)) { /* id 2147483647 is not < vocab_size INT32_MAX */
+      zo_data_close(d);
+      return 1;
+    }
+    if (!CHECK(strstr(zo_last_error(), "token id 2147483647 at index 6 is >= vocab_size 2147483647") != NULL)) {
+      fprintf(stderr, "  message: %s\n", zo_last_error());
+      rc = 1;
+    }
+  }
+  tok[6] = 2147483646u;
+  if (!CHECK(zo_data_write_u32(u, tok, 7) == 0) || !CHECK(zo_data_write_llmc32(l, tok, 7) == 0)) return 1;
+  for (int f = 0; f < 2 && !rc; f++) {
+    struct zo_data *d = zo_data_open(f ? l : u, f ? ZO_DATA_LLMC : ZO_DATA_U32, INT32_MAX, 2, 3, false, 0);
+    if (!CHECK(d != NULL)) {
+      fprintf(stderr, "  %s\n", zo_last_error());
+      return 1;
+    }
+    int32_t in[6], tg[6];
+    zo_data_next(d, in, tg);
+    for (int k = 0; k < 6; k++)
+      if (!CHECK(in[k] == (int32_t)tok[k]) || !CHECK(tg[k] == (int32_t)tok[k + 1])) rc = 1;
+    zo_data_close(d);
+  }
+  size_t n = 0, width = 0;
+  if (!CHECK(zo_data_read_llmc_header(l, &n, &width) == 0) || !CHECK(n == 7 && width == 4)) rc = 1;
+  return rc;
+}
+
+/* The same tokens as text, llm.c v1, u16, llm.c v7 and u32 files give the same
+ * micro-batches, with and without shuffle, also after a seek. */
+static int test_same_stream_every_format(void) {
+  const size_t N = 5003;
+  const int B = 3, T = 17, n = 250; /* about 2.5 epochs of 98 windows */
+  const size_t BT = (size_t)B * T;
+  uint32_t *tok = malloc(N * sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % 256;
+  struct {
+    const char *name;
+    enum zo_data_format fmt;
+    bool wide;
+  } files[] = {{"same.u16", ZO_DATA_U16, false},   {"same.txt", ZO_DATA_TEXT, false},
+               {"same.llmc", ZO_DATA_LLMC, false}, {"same.llmc32", ZO_DATA_LLMC, true},
+               {"same.u32", ZO_DATA_U32, true}};
+  const int n_files = (int)(sizeof files / sizeof files[0]);
+  int rc = 0;
+  for (int f = 0; f < n_files && !rc; f++) {
+    const char *path = tmp_path(files[f].name);
+    if (!CHECK(files[f].wide ? write_tokens32(path, files[f].fmt, tok, N) : write_tokens(path, files[f].fmt, tok, N)))
+      rc = 1;
+  }
+  free(tok);
+  int32_t *in0 = malloc(n * BT * sizeof *in0), *tg0 = malloc(n * BT * sizeof *tg0);
+  int32_t *in = malloc(n * BT * sizeof *in), *tg = malloc(n * BT * sizeof *tg);
+  for (int shuffle = 0; shuffle < 2 && !rc; shuffle++) {
+    for (int f = 0; f < n_files && !rc; f++) {
+      struct zo_data *d = zo_data_open(tmp_path(files[f].name), files[f].fmt, 256, B, T, shuffle, 99);
+      if (!CHECK(d != NULL) || !CHECK(zo_data_n_tokens(d) == N)) {
+        fprintf(stderr, "  %s: %s\n", files[f].name, zo_last_error());
+        rc = 1;
+        zo_data_close(d);
+        break;
+      }
+      read_batches(d, n, BT, f ? in : in0, f ? tg : tg0);
+      if (f && (!CHECK(memcmp(in, in0, n * BT * sizeof *in) == 0) ||
+                !CHECK(memcmp(tg, tg0, n * BT * sizeof *tg) == 0))) {
+        fprintf(stderr, "  %s (shuffle %d) differs from same.u16\n", files[f].name, shuffle);
+        rc = 1;
+      }
+      zo_data_seek(d, 137);
+      zo_data_next(d, in, tg);
+      if (!CHECK(memcmp(in, in0 + 137 * BT, BT * sizeof *in) == 0) ||
+          !CHECK(memcmp(tg, tg0 + 137 * BT, BT * sizeof *tg) == 0))
+        rc = 1;
+      zo_data_close(d);
+    }
+  }
+  free(in0);
+  free(tg0);
+  free(in);
+  free(tg);
+  return rc;
+}
+
+/* Tokens above 65535 are read as they are: the u32 and llm.c v7 streams equal
+ * the plain-loop expectation, and a u16 view of the same values cannot hold
+ * them (the test writes their low halves to show the loss is real). */
+static int test_ids_above_u16(void) {
+  const size_t N = 70001;
+  const int vocab = 128256;
+  uint32_t *tok = malloc(N * sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = (uint32_t)((k * 2654435761u) % (uint32_t)vocab);
+  tok[0] = 65536;
+  tok[1] = 128255;
+  tok[2] = 65535;
+  size_t above = 0;
+  for (size_t k = 0; k < N; k++) above += tok[k] > 65535;
+  int rc = !CHECK(above > N / 3);
+  if (!rc) rc = !CHECK(write_tokens32(tmp_path("wide.u32"), ZO_DATA_U32, tok, N));
+  if (!rc) rc = !CHECK(write_tokens32(tmp_path("wide.llmc32"), ZO_DATA_LLMC, tok, N));
+  if (!rc) rc = check_sequential(tmp_path("wide.u32"), ZO_DATA_U32, vocab, tok, N, 4, 64, 300);
+  if (!rc) rc = check_sequential(tmp_path("wide.llmc32"), ZO_DATA_LLMC, vocab, tok, N, 4, 64, 300);
+  if (!rc) rc = check_sequential(tmp_path("wide.llmc32"), ZO_DATA_LLMC, vocab, tok, N, 1, 1, 20);
+  free(tok);
+  return rc;
+}
 
 static int test_order_long(void) {
   /* Larger file and B*T, many passes, T=1 and B=1 corner shapes. */
@@ -152,11 +310,6 @@ static int test_order_long(void) {
   if (!rc) rc = check_sequential(tmp_path("long.u16"), ZO_DATA_U16, 65536, tok, N, 7, 1, 50);
   free(tok);
   return rc;
-}
-
-/* Reads n micro-batches into in (n, BT) and tg (n, BT). */
-static void read_batches(struct zo_data *d, int n, size_t BT, int32_t *in, int32_t *tg) {
-  for (int i = 0; i < n; i++) zo_data_next(d, in + (size_t)i * BT, tg + (size_t)i * BT);
 }
 
 static int seek_case(bool shuffle) {
@@ -296,14 +449,19 @@ static void llmc_header(int32_t h[ZO_LLMC_HEADER_INTS], int32_t magic, int32_t v
   h[2] = n;
 }
 
-/* Header h followed by n_tokens zero tokens. */
-static bool write_llmc_raw(const char *path, const int32_t *h, size_t n_tokens) {
-  size_t nbytes = ZO_LLMC_HEADER_INTS * sizeof *h + n_tokens * 2;
+/* Header h followed by payload_nbytes zero bytes. */
+static bool write_header_payload(const char *path, const int32_t *h, size_t payload_nbytes) {
+  size_t nbytes = ZO_LLMC_HEADER_INTS * sizeof *h + payload_nbytes;
   uint8_t *buf = calloc(nbytes, 1);
   memcpy(buf, h, ZO_LLMC_HEADER_INTS * sizeof *h);
   bool ok = write_raw(path, buf, nbytes);
   free(buf);
   return ok;
+}
+
+/* Header h followed by n_tokens zero uint16 tokens. */
+static bool write_llmc_raw(const char *path, const int32_t *h, size_t n_tokens) {
+  return write_header_payload(path, h, n_tokens * 2);
 }
 
 static int test_error_wrong_magic(void) {
@@ -315,6 +473,8 @@ static int test_error_wrong_magic(void) {
   const char *t = tmp_path("magic-text.bin");
   if (!CHECK(write_raw(t, "hello world, this is text\n", 26))) return 1;
   return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "wrong magic 12345", "expected 20240520") ||
+         expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4,
+                           "expected 20240520 (uint16 tokens) or 20240801 (uint32 tokens)", "\"u32\"") ||
          expect_open_error(t, ZO_DATA_LLMC, 50257, 2, 4, "wrong magic", "expected 20240520");
 }
 
@@ -323,7 +483,19 @@ static int test_error_wrong_version(void) {
   llmc_header(h, ZO_LLMC_MAGIC, 2, 100);
   const char *p = tmp_path("version.bin");
   if (!CHECK(write_llmc_raw(p, h, 100))) return 1;
-  return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "wrong version 2", "expected 1");
+  /* the magic decides the version: each magic with the other's version */
+  llmc_header(h, ZO_LLMC_MAGIC, 7, 100);
+  const char *q = tmp_path("version-7-narrow-magic.bin");
+  if (!CHECK(write_header_payload(q, h, 400))) return 1;
+  llmc_header(h, ZO_LLMC32_MAGIC, 1, 100);
+  const char *r = tmp_path("version-1-wide-magic.bin");
+  if (!CHECK(write_llmc_raw(r, h, 100))) return 1;
+  const char *valid = "valid headers: {magic 20240520, version 1} (uint16 tokens) or {magic 20240801, version 7} "
+                      "(uint32 tokens)";
+  return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "wrong version 2", "expected 1") ||
+         expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, valid, NULL) ||
+         expect_open_error(q, ZO_DATA_LLMC, 50257, 2, 4, "magic 20240520 has wrong version 7, expected 1", valid) ||
+         expect_open_error(r, ZO_DATA_LLMC, 50257, 2, 4, "magic 20240801 has wrong version 1, expected 7", valid);
 }
 
 static int test_error_truncated(void) {
@@ -338,19 +510,48 @@ static int test_error_truncated(void) {
   const char *u = tmp_path("odd.u16");
   if (!CHECK(write_raw(u, "abcdefghijklm", 13))) return 1;
   return expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "truncated", "says 100 tokens") ||
+         expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "(version 1, uint16 tokens)", NULL) ||
          expect_open_error(p, ZO_DATA_LLMC, 50257, 2, 4, "has 1144 bytes (60 tokens)", NULL) ||
          expect_open_error(q, ZO_DATA_LLMC, 50257, 2, 4, "2 bytes too many", NULL) ||
          expect_open_error(hd, ZO_DATA_LLMC, 50257, 2, 4, "truncated", "shorter than the 1024-byte llm.c header") ||
          expect_open_error(u, ZO_DATA_U16, 50257, 2, 4, "truncated", "13 bytes is odd");
 }
 
+static int test_error_truncated_u32(void) {
+  int32_t h[ZO_LLMC_HEADER_INTS];
+  llmc_header(h, ZO_LLMC32_MAGIC, ZO_LLMC32_VERSION, 100);
+  /* a uint16 payload under a version 7 header */
+  const char *narrow = tmp_path("v7-narrow.bin");
+  if (!CHECK(write_header_payload(narrow, h, 100 * 2))) return 1;
+  const char *p = tmp_path("v7-trunc.bin"), *q = tmp_path("v7-trailing.bin"), *q2 = tmp_path("v7-trailing2.bin");
+  if (!CHECK(write_header_payload(p, h, 60 * 4))) return 1;
+  if (!CHECK(write_header_payload(q, h, 101 * 4))) return 1;
+  if (!CHECK(write_header_payload(q2, h, 100 * 4 + 2))) return 1;
+  const char *hd = tmp_path("v7-trunc-header.bin");
+  if (!CHECK(write_raw(hd, h, 100))) return 1;
+  const char *u13 = tmp_path("odd13.u32"), *u14 = tmp_path("odd14.u32");
+  if (!CHECK(write_raw(u13, "abcdefghijklm", 13)) || !CHECK(write_raw(u14, "abcdefghijklmn", 14))) return 1;
+  return expect_open_error(narrow, ZO_DATA_LLMC, 128256, 2, 4, "truncated", "(version 7, uint32 tokens) says 100 "
+                                                                            "tokens (1424 bytes)") ||
+         expect_open_error(narrow, ZO_DATA_LLMC, 128256, 2, 4, "has 1224 bytes (50 tokens)",
+                           "exactly that many uint16 tokens: a uint16 shard needs the version 1 header") ||
+         expect_open_error(p, ZO_DATA_LLMC, 128256, 2, 4, "truncated", "has 1264 bytes (60 tokens)") ||
+         expect_open_error(q, ZO_DATA_LLMC, 128256, 2, 4, "says 100 tokens (1424 bytes)", "4 bytes too many") ||
+         expect_open_error(q2, ZO_DATA_LLMC, 128256, 2, 4, "1426 bytes: 2 bytes too many", NULL) ||
+         expect_open_error(hd, ZO_DATA_LLMC, 128256, 2, 4, "truncated", "shorter than the 1024-byte llm.c header") ||
+         expect_open_error(u13, ZO_DATA_U32, 128256, 1, 1, "truncated", "13 bytes is not a multiple of 4") ||
+         expect_open_error(u13, ZO_DATA_U32, 128256, 1, 1, "(3 tokens + 1 bytes)", NULL) ||
+         expect_open_error(u14, ZO_DATA_U32, 128256, 1, 1, "14 bytes is not a multiple of 4", "format \"u16\"");
+}
+
 static int test_read_llmc_header(void) {
   uint16_t toks[5] = {1, 2, 3, 4, 5};
   const char *p = tmp_path("hdr.bin");
   if (!CHECK(zo_data_write_llmc(p, toks, 5) == 0)) return 1;
-  size_t n = 0;
+  size_t n = 0, width = 0;
   int rc = 0;
-  if (!CHECK(zo_data_read_llmc_header(p, &n) == 0) || !CHECK(n == 5)) rc = 1;
+  if (!CHECK(zo_data_read_llmc_header(p, &n, &width) == 0) || !CHECK(n == 5) || !CHECK(width == 2)) rc = 1;
+  if (!CHECK(zo_data_read_llmc_header(p, &n, NULL) == 0) || !CHECK(n == 5)) rc = 1;
   size_t nbytes;
   uint8_t *raw = read_raw(p, &nbytes);
   if (!CHECK(raw != NULL) || !CHECK(nbytes == 1024 + 10)) return 1;
@@ -362,23 +563,36 @@ static int test_read_llmc_header(void) {
   int32_t bad[ZO_LLMC_HEADER_INTS];
   llmc_header(bad, ZO_LLMC_MAGIC, 1, 100);
   if (!CHECK(write_llmc_raw(tmp_path("hdr-trunc.bin"), bad, 99))) return 1;
-  if (!CHECK(zo_data_read_llmc_header(tmp_path("hdr-trunc.bin"), &n) == -EINVAL) ||
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("hdr-trunc.bin"), &n, &width) == -EINVAL) ||
       !CHECK(strstr(zo_last_error(), "truncated") != NULL))
     rc = 1;
-  if (!CHECK(zo_data_read_llmc_header(tmp_path("nope.bin"), &n) == -ENOENT)) rc = 1;
+  llmc_header(bad, ZO_LLMC32_MAGIC, 7, 50);
+  if (!CHECK(write_header_payload(tmp_path("hdr-v7.bin"), bad, 200))) return 1;
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("hdr-v7.bin"), &n, &width) == 0) || !CHECK(n == 50 && width == 4))
+    rc = 1;
+  if (!CHECK(write_header_payload(tmp_path("hdr-v7-narrow.bin"), bad, 100))) return 1;
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("hdr-v7-narrow.bin"), &n, &width) == -EINVAL) ||
+      !CHECK(strstr(zo_last_error(), "version 7, uint32 tokens") != NULL))
+    rc = 1;
+  if (!CHECK(zo_data_read_llmc_header(tmp_path("nope.bin"), &n, &width) == -ENOENT)) rc = 1;
   return rc;
 }
 
 static int test_error_too_short(void) {
   uint32_t tok[20] = {0};
   const char *p = tmp_path("short.u16"), *l = tmp_path("short.llmc"), *t = tmp_path("short.txt");
+  const char *u = tmp_path("short.u32"), *w = tmp_path("short.llmc32");
   if (!CHECK(write_tokens(p, ZO_DATA_U16, tok, 20))) return 1;
   if (!CHECK(write_tokens(l, ZO_DATA_LLMC, tok, 20))) return 1;
   if (!CHECK(write_tokens(t, ZO_DATA_TEXT, tok, 20))) return 1;
+  if (!CHECK(write_tokens32(u, ZO_DATA_U32, tok, 20))) return 1;
+  if (!CHECK(write_tokens32(w, ZO_DATA_LLMC, tok, 20))) return 1;
   /* B*T = 20 needs 21 tokens */
   return expect_open_error(p, ZO_DATA_U16, 50257, 4, 5, "too short for one micro-batch", "holds 20 tokens") ||
          expect_open_error(p, ZO_DATA_U16, 50257, 4, 5, "B*T+1 = 4*5+1 = 21", NULL) ||
          expect_open_error(l, ZO_DATA_LLMC, 50257, 4, 5, "too short", "holds 20 tokens") ||
+         expect_open_error(u, ZO_DATA_U32, 128256, 4, 5, "too short", "holds 20 tokens") ||
+         expect_open_error(w, ZO_DATA_LLMC, 128256, 4, 5, "too short", "holds 20 tokens") ||
          expect_open_error(t, ZO_DATA_TEXT, 256, 1, 20, "too short", "holds 20 tokens");
 }
 
@@ -411,11 +625,54 @@ static int test_error_token_over_vocab(void) {
   return rc;
 }
 
+static int test_error_token_over_vocab_u32(void) {
+  const size_t N = 300000;
+  const int vocab = 128256;
+  uint32_t *tok = calloc(N, sizeof *tok);
+  for (size_t k = 0; k < N; k++) tok[k] = (uint32_t)(k * 7 % (size_t)vocab);
+  tok[280001] = 200000;
+  tok[250017] = 128256;
+  const char *p = tmp_path("vocab.u32"), *l = tmp_path("vocab.llmc32");
+  int rc = !CHECK(write_tokens32(p, ZO_DATA_U32, tok, N)) || !CHECK(write_tokens32(l, ZO_DATA_LLMC, tok, N));
+  if (!rc)
+    rc = expect_open_error(p, ZO_DATA_U32, vocab, 2, 8, "token id 128256 at index 250017", "vocab_size 128256") ||
+         expect_open_error(l, ZO_DATA_LLMC, vocab, 2, 8, "token id 128256 at index 250017", "vocab_size 128256");
+  /* An id that does not fit int32 (the writers refuse it, so raw bytes):
+   * the message says so rather than only comparing with vocab_size. */
+  tok[250017] = 0;
+  tok[123457] = 0x80000000u;
+  tok[290000] = 0xffffffffu;
+  const char *r = tmp_path("int32.u32"), *s = tmp_path("int32.llmc32");
+  int32_t h[ZO_LLMC_HEADER_INTS];
+  llmc_header(h, ZO_LLMC32_MAGIC, ZO_LLMC32_VERSION, (int32_t)N);
+  uint8_t *buf = malloc(sizeof h + N * sizeof *tok);
+  memcpy(buf, h, sizeof h);
+  memcpy(buf + sizeof h, tok, N * sizeof *tok);
+  if (!rc) rc = !CHECK(write_raw(r, tok, N * sizeof *tok)) || !CHECK(write_raw(s, buf, sizeof h + N * sizeof *tok));
+  free(buf);
+  if (!rc)
+    rc = expect_open_error(r, ZO_DATA_U32, vocab, 2, 8, "token id 2147483648 at index 123457 does not fit int32",
+                           "not a token file of format \"u32\"") ||
+         expect_open_error(s, ZO_DATA_LLMC, INT32_MAX, 2, 8, "token id 2147483648 at index 123457 does not fit int32",
+                           "\"llmc\"");
+  /* the writers refuse it before creating anything */
+  const char *w = tmp_path("refused.u32"), *ws = tmp_path("refused.llmc32");
+  if (!rc && (!CHECK(zo_data_write_u32(w, tok, N) == -EINVAL) ||
+              !CHECK(strstr(zo_last_error(), "token id 2147483648 at index 123457 does not fit int32") != NULL) ||
+              !CHECK(zo_data_write_llmc32(ws, tok, N) == -EINVAL) ||
+              !CHECK(strstr(zo_last_error(), "refused.llmc32") != NULL) || !CHECK(access(w, F_OK) != 0) ||
+              !CHECK(access(ws, F_OK) != 0)))
+    rc = 1;
+  free(tok);
+  return rc;
+}
+
 static int test_error_empty(void) {
   const char *p = tmp_path("empty.bin");
   if (!CHECK(write_raw(p, "", 0))) return 1;
   return expect_open_error(p, ZO_DATA_TEXT, 256, 1, 1, "is empty", NULL) ||
          expect_open_error(p, ZO_DATA_U16, 256, 1, 1, "is empty", NULL) ||
+         expect_open_error(p, ZO_DATA_U32, 256, 1, 1, "is empty", NULL) ||
          expect_open_error(p, ZO_DATA_LLMC, 256, 1, 1, "is empty", NULL);
 }
 
@@ -438,8 +695,14 @@ static int test_format_parse(void) {
   if (!CHECK(zo_data_format_parse("text", &f) == 0 && f == ZO_DATA_TEXT)) rc = 1;
   if (!CHECK(zo_data_format_parse("llmc", &f) == 0 && f == ZO_DATA_LLMC)) rc = 1;
   if (!CHECK(zo_data_format_parse("u16", &f) == 0 && f == ZO_DATA_U16)) rc = 1;
-  if (!CHECK(zo_data_format_parse("bin", &f) == -EINVAL) || !CHECK(strstr(zo_last_error(), "'bin'") != NULL)) rc = 1;
+  if (!CHECK(zo_data_format_parse("u32", &f) == 0 && f == ZO_DATA_U32)) rc = 1;
+  if (!CHECK(zo_data_format_parse("bin", &f) == -EINVAL) || !CHECK(strstr(zo_last_error(), "'bin'") != NULL) ||
+      !CHECK(strstr(zo_last_error(), "\"u32\" (flat uint32 tokens)") != NULL))
+    rc = 1;
+  for (int k = ZO_DATA_TEXT; k <= ZO_DATA_U32; k++)
+    if (!CHECK(zo_data_format_parse(zo_data_format_name((enum zo_data_format)k), &f) == 0 && (int)f == k)) rc = 1;
   if (!CHECK(strcmp(zo_data_format_name(ZO_DATA_LLMC), "llmc") == 0)) rc = 1;
+  if (!CHECK(strcmp(zo_data_format_name(ZO_DATA_U32), "u32") == 0)) rc = 1;
   return rc;
 }
 
@@ -532,16 +795,23 @@ int main(void) {
       ZO_TEST(order_text),
       ZO_TEST(order_u16),
       ZO_TEST(order_llmc),
+      ZO_TEST(order_u32),
+      ZO_TEST(order_llmc32),
       ZO_TEST(order_long),
+      ZO_TEST(roundtrip_u32),
+      ZO_TEST(same_stream_every_format),
+      ZO_TEST(ids_above_u16),
       ZO_TEST(seek_sequential),
       ZO_TEST(seek_shuffle),
       ZO_TEST(shuffle_permutation),
       ZO_TEST(error_wrong_magic),
       ZO_TEST(error_wrong_version),
       ZO_TEST(error_truncated),
+      ZO_TEST(error_truncated_u32),
       ZO_TEST(read_llmc_header),
       ZO_TEST(error_too_short),
       ZO_TEST(error_token_over_vocab),
+      ZO_TEST(error_token_over_vocab_u32),
       ZO_TEST(error_empty),
       ZO_TEST(error_missing),
       ZO_TEST(error_directory),

@@ -1,9 +1,11 @@
 /* Training data: token files mapped read-only and cut into micro-batches.
- * Three formats: raw UTF-8 text (each byte is one token, vocab 256), llm.c
- * token shards (256 x int32 header, then uint16 tokens) and flat uint16 token
- * files (little-endian, no header). Files are mmap'ed, never read into memory,
- * and validated once at open: a file that cannot give one micro-batch, or holds
- * a token id >= vocab_size, is refused there and never fails mid-training.
+ * Four formats: raw UTF-8 text (each byte is one token, vocab 256), llm.c
+ * token shards (256 x int32 header, then uint16 tokens for GPT-2's version 1
+ * or uint32 tokens for Llama 3's version 7, as the header says) and flat
+ * uint16 or uint32 token files (little-endian, no header). Files are mmap'ed,
+ * never read into memory, and validated once at open: a file that cannot give
+ * one micro-batch, or holds a token id >= vocab_size, is refused there and
+ * never fails mid-training.
  * The order of micro-batches is a pure function of (file, B, T, shuffle, seed,
  * micro-batch index), so resuming at a position reproduces the stream exactly.
  * One handle is used by one thread at a time. */
@@ -18,12 +20,17 @@ extern "C" {
 
 enum zo_data_format {
   ZO_DATA_TEXT, /* raw bytes; token = byte value (0..255) */
-  ZO_DATA_LLMC, /* llm.c shard: header int32[256] = {magic, version, n_tokens, 0...}, uint16 tokens */
+  ZO_DATA_LLMC, /* llm.c shard: header int32[256] = {magic, version, n_tokens, 0...}, then
+                 uint16 (version 1) or uint32 (version 7) tokens */
   ZO_DATA_U16,  /* flat little-endian uint16 tokens, no header */
+  ZO_DATA_U32,  /* flat little-endian uint32 tokens, no header */
 };
 
-#define ZO_LLMC_MAGIC 20240520
+/* llm.c's two headers: {magic, version} decide the token width. */
+#define ZO_LLMC_MAGIC 20240520   /* GPT-2 shards: uint16 tokens */
 #define ZO_LLMC_VERSION 1
+#define ZO_LLMC32_MAGIC 20240801 /* Llama 3 shards: uint32 tokens */
+#define ZO_LLMC32_VERSION 7
 #define ZO_LLMC_HEADER_INTS 256 /* int32 words; 1024 bytes */
 
 struct zo_data;
@@ -34,9 +41,11 @@ struct zo_data;
  * skipped when vocab_size exceeds every id the format can hold).
  * Returns the handle, or NULL with a message for zo_last_error() that names
  * the file and the problem: missing or unreadable, a directory, empty, llm.c
- * magic or version wrong (found vs expected), llm.c header token count vs file
- * size (truncated, or trailing bytes), odd size of a uint16 file, fewer than
- * B*T+1 tokens, or the first token id >= vocab_size (its value and index).
+ * magic or version wrong (found vs the valid pairs), llm.c header token count
+ * vs file size (truncated, or trailing bytes), a uint16 file of odd size or a
+ * uint32 file whose size is not a multiple of 4, fewer than B*T+1 tokens, or
+ * the first token id >= vocab_size (its value and index; a uint32 id above
+ * INT32_MAX is named as not fitting the int32 micro-batches).
  * B >= 1, T >= 1 and vocab_size >= 1 are contracts (abort).
  *
  * Order. Let N be the number of tokens, BT = B*T, and i the micro-batch index
@@ -78,22 +87,27 @@ int zo_data_seek(struct zo_data *d, uint64_t micro_batch_index);
 /* Tokens in the file (N above). */
 size_t zo_data_n_tokens(const struct zo_data *d);
 
-/* "text", "llmc", "u16" <-> enum. parse returns 0, or -EINVAL with a message
+/* "text", "llmc", "u16", "u32" <-> enum. parse returns 0, or -EINVAL with a message
  * listing the valid names. */
 int zo_data_format_parse(const char *name, enum zo_data_format *fmt);
 const char *zo_data_format_name(enum zo_data_format fmt);
 
 /* Reads and checks the llm.c header of path (magic, version, token count vs
- * file size). Returns 0 and sets *n_tokens, or a negative errno with a
- * message (-ENOENT, -EISDIR, -EINVAL for a bad header or size, -EIO). */
-int zo_data_read_llmc_header(const char *path, size_t *n_tokens);
+ * file size). Returns 0 and sets *n_tokens and, when token_nbytes is not
+ * NULL, *token_nbytes (2 for version 1, 4 for version 7), or a negative errno
+ * with a message (-ENOENT, -EISDIR, -EINVAL for a bad header or size, -EIO). */
+int zo_data_read_llmc_header(const char *path, size_t *n_tokens, size_t *token_nbytes);
 
-/* Writes n tokens as an llm.c shard (version 1 header) or as a flat uint16
- * file, atomically (zo_atomic_file: a temporary file beside path, fsync,
- * rename, fsync of the directory). Returns 0 or a negative errno with a
- * message. */
+/* Write n tokens atomically (zo_atomic_file: a temporary file beside path,
+ * fsync, rename, fsync of the directory): as an llm.c shard with a version 1
+ * (uint16) or version 7 (uint32) header, or as a flat uint16 or uint32 file.
+ * The uint32 writers refuse a token id above INT32_MAX (the readers would).
+ * Returns 0 or a negative errno with a message; -EINVAL for more than
+ * INT32_MAX tokens in a shard or an id that does not fit int32. */
 int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n);
+int zo_data_write_llmc32(const char *path, const uint32_t *tokens, size_t n);
 int zo_data_write_u16(const char *path, const uint16_t *tokens, size_t n);
+int zo_data_write_u32(const char *path, const uint32_t *tokens, size_t n);
 
 /* `zoffload prepare`: concatenates the bytes of n_paths text files (in the
  * order given) into one byte-level token stream and writes it as two flat
