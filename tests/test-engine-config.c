@@ -618,7 +618,7 @@ static int test_wide_vocab(void) {
   struct zo_config c;
   const char *u32[] = {"model.vocab_size=128256", "data.format=u32"};
   EXPECT(zo_config_load(&c, NULL, u32, 2) == 0);
-  EXPECT(c.data.format == ZO_DATA_U32 && c.model.gpt2.vocab_size == 128256);
+  EXPECT(c.data.format == ZO_DATA_U32 && c.model.spec.vocab_size == 128256);
   check_round_trip(&c, "u32");
   zo_config_free(&c);
   const char *llmc[] = {"model.vocab_size=128256", "data.format=llmc"};
