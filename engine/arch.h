@@ -38,6 +38,18 @@ struct zo_hf_tensor {
   int64_t shape[2];  /* the Hugging Face shape */
 };
 
+/* How one table tensor is initialised: rows [0, zero_from_row) get the kind,
+ * the rest zero (padded vocabulary rows). A NORMAL tensor draws
+ * 2 ceil(numel / 2) values of the splitmix64 stream, padded rows included,
+ * so every tensor's draws start at a position known in advance and any
+ * element range can be generated alone (zo_model_init_range). */
+enum zo_init_kind { ZO_INIT_NORMAL, ZO_INIT_ONES, ZO_INIT_ZEROS };
+struct zo_init_spec {
+  enum zo_init_kind kind;
+  double std;        /* NORMAL: standard deviation */
+  int zero_from_row; /* rows from here on are zero (rows of a 1-D tensor: elements) */
+};
+
 struct zo_arch {
   enum zo_model_arch id;
   const char *name; /* "GPT-2", "Llama": for messages */
@@ -75,7 +87,8 @@ struct zo_arch {
   void (*final_backward)(struct zo_model *m, const void *x, int B, int T, zo_stream_t s);
   /* Table index of the LM head's weight (Vp, C): the embedding when tied. */
   int (*head_tensor)(const struct zo_model_config *cfg);
-  void (*init_params)(const struct zo_model *m, float *params, uint64_t seed);
+  /* Initialisation of table tensor i (in table order). */
+  struct zo_init_spec (*init_tensor)(const struct zo_model_config *cfg, const struct zo_tensor_info *ti, int i);
   double (*flops_per_token)(const struct zo_model_config *cfg, int T);
   /* Hugging Face: the checkpoint's tensors as views of ours (out may be
    * NULL to count; at most 4 per table tensor); whether a tensor of a file
@@ -101,8 +114,6 @@ void zo_arch_table_add(struct zo_tensor_table *t, size_t *offset, const char *na
                        int cols);
 /* Allocates t's arrays for n_tensors tensors and n_layer layers. Returns 0 or -ENOMEM. */
 int zo_arch_table_alloc(struct zo_tensor_table *t, int n_tensors, int n_layer);
-/* x[0, n) ~ N(0, std^2), from the splitmix64 stream *state (Box-Muller). */
-void zo_arch_fill_normal(float *x, size_t n, double std, uint64_t *state);
 /* Reads the integer key of j (path for the message). Returns 0 or -EINVAL. */
 int zo_arch_json_int(json_t *j, const char *key, const char *path, long *out);
 

@@ -60,6 +60,7 @@ static int gpt2_build_table(const struct zo_model_config *cfg, struct zo_tensor_
     for (int i = 0; i < N_BLOCK; i++) {
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i].suffix);
       zo_arch_table_add(t, &off, name, l, block[i].rows_x * C, block[i].cols_x * C);
+      t->tensors[t->n_tensors - 1].hf_transposed = block[i].cols_x > 0; /* Conv1D (in, out) */
     }
     if (l == 0) t->layer_numel = off - t->layer_offset[0];
   }
@@ -190,27 +191,20 @@ static int gpt2_head_tensor(const struct zo_model_config *cfg) {
   return WTE;
 }
 
-static void gpt2_init_params(const struct zo_model *m, float *params, uint64_t seed) {
-  const struct zo_tensor_table *t = &m->table;
-  const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
-  uint64_t state = seed;
-  for (int i = 0; i < t->n_tensors; i++) {
-    const struct zo_tensor_info *ti = &t->tensors[i];
-    float *p = params + ti->offset;
-    const char *leaf = strrchr(ti->name, '.');
-    if (ti->ndim == 2) {
-      bool proj = strstr(ti->name, "c_proj.weight") != NULL;
-      zo_arch_fill_normal(p, ti->numel, proj ? proj_std : std, &state);
-    } else if (strcmp(leaf, ".weight") == 0) {
-      for (size_t k = 0; k < ti->numel; k++) p[k] = 1.0f;
-    } else {
-      memset(p, 0, ti->numel * sizeof(float));
-    }
+/* GPT-2's: N(0, 0.02) for matrices and embeddings, N(0, 0.02 / sqrt(2 L))
+ * for the residual projections, unit LayerNorm weights, zero biases, zero
+ * padded vocabulary rows (their logits are never used and their gradients
+ * are zero, so they stay zero through training). */
+static struct zo_init_spec gpt2_init_tensor(const struct zo_model_config *cfg, const struct zo_tensor_info *ti,
+                                            int i) {
+  const int rows = ti->ndim == 2 ? ti->shape[0] : (int)ti->numel;
+  if (ti->ndim == 2) {
+    const bool proj = strstr(ti->name, "c_proj.weight") != NULL;
+    return (struct zo_init_spec){ZO_INIT_NORMAL, proj ? 0.02 / sqrt(2.0 * cfg->n_layer) : 0.02,
+                                 i == WTE ? cfg->vocab_size : rows};
   }
-  /* Padded vocabulary rows stay zero: their logits are never used and their
-   * gradients are zero, so they remain zero through training. */
-  const size_t V = (size_t)m->cfg.vocab_size, Vp = (size_t)m->cfg.padded_vocab_size, C = (size_t)m->cfg.n_embd;
-  memset(params + t->tensors[WTE].offset + V * C, 0, (Vp - V) * C * sizeof(float));
+  const char *leaf = strrchr(ti->name, '.');
+  return (struct zo_init_spec){strcmp(leaf, ".weight") == 0 ? ZO_INIT_ONES : ZO_INIT_ZEROS, 0.0, rows};
 }
 
 static double gpt2_flops_per_token(const struct zo_model_config *cfg, int T) {
@@ -232,7 +226,7 @@ static int gpt2_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) {
     h->tensor = i;
     h->row0 = 0;
     h->rows = i == WTE ? m->cfg.vocab_size : ti->shape[0];
-    h->transpose = ti->ndim == 2 && ti->layer >= 0;
+    h->transpose = ti->hf_transposed;
     h->ndim = ti->ndim;
     h->shape[0] = h->transpose ? ti->shape[1] : h->rows;
     h->shape[1] = h->transpose ? ti->shape[0] : ti->shape[1];
@@ -299,7 +293,7 @@ const struct zo_arch zo_arch_gpt2 = {
     .final_forward = gpt2_final_forward,
     .final_backward = gpt2_final_backward,
     .head_tensor = gpt2_head_tensor,
-    .init_params = gpt2_init_params,
+    .init_tensor = gpt2_init_tensor,
     .flops_per_token = gpt2_flops_per_token,
     .hf_tensors = gpt2_hf_tensors,
     .hf_ignored = gpt2_hf_ignored,

@@ -136,13 +136,11 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
                                      .host_budget = cfg->engine.host_memory_budget};
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
-  struct zo_model *m = zo_sched_model(s);
-  float *p;
-  void *am, *av;
-  zo_sched_checkpoint_buffers(s, &p, &am, &av);
-  zo_model_init_params(m, p, cfg->engine.seed);
-  int err = zo_sched_set_state(s, p, NULL, NULL);
-  if (err) {
+  int err = zo_sched_state_init(s, cfg->engine.seed);
+  if (!err) err = zo_sched_state_fresh(s, ZO_STATE_M);
+  if (!err) err = zo_sched_state_fresh(s, ZO_STATE_V);
+  const int done = zo_sched_state_done(s);
+  if (err || done) {
     zo_sched_free(s);
     return NULL;
   }

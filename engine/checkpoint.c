@@ -25,6 +25,7 @@
 #include "zo/adamw8bit.h"
 #include "zo/fsutil.h"
 #include "zo/safetensors.h"
+#include "zo/state.h"
 
 #include "arch.h"
 
@@ -38,22 +39,37 @@ static int join(char *out, size_t size, const char *dir, const char *name) {
 static const char *const ckpt_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
 #define N_CKPT_FILES 3
 
-/* A transposed row range of one of our (rows, cols) weights seen as Hugging
- * Face's (cols, n_rows): the writer pulls it in chunks, so no transposed copy
- * of the model is ever made. */
-struct transposed {
-  const float *src; /* first row of the range, row stride cols */
+/* One Hugging Face tensor being written: a row range of one of ours, read
+ * through the state io as the writer asks for it, or (transposed: GPT-2's
+ * Conv1D, (cols, n_rows) in the file) read whole into the io's staging
+ * buffer on the first request and transposed from there. */
+struct hf_fill {
+  const struct zo_state_io *io;
+  size_t byte0;      /* the range's first byte in ZO_STATE_PARAMS */
   size_t n_rows, cols;
+  bool transpose;
+  int index;         /* of this view, for staged */
+  int *staged;       /* the view whose rows the staging buffer holds, -1 none */
 };
 
-static void fill_transposed(void *ctx, void *dst, size_t offset, size_t nbytes) {
-  const struct transposed *t = ctx;
-  float *d = dst;
-  size_t first = offset / sizeof(float), n = nbytes / sizeof(float);
-  for (size_t k = 0; k < n; k++) {
-    size_t e = first + k, r = e / t->n_rows, c = e % t->n_rows; /* element (r, c) of (cols, n_rows) */
-    d[k] = t->src[c * t->cols + r];
+static int fill_hf(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  const struct hf_fill *v = ctx;
+  const struct zo_state_io *io = v->io;
+  if (!v->transpose) return io->read(io->ctx, ZO_STATE_PARAMS, v->byte0 + offset, dst, nbytes);
+  const float *src = io->stage;
+  if (*v->staged != v->index) {
+    *v->staged = -1;
+    int err = io->read(io->ctx, ZO_STATE_PARAMS, v->byte0, io->stage, v->n_rows * v->cols * sizeof(float));
+    if (err) return err;
+    *v->staged = v->index;
   }
+  float *d = dst;
+  const size_t first = offset / sizeof(float), n = nbytes / sizeof(float);
+  for (size_t k = 0; k < n; k++) {
+    const size_t e = first + k, r = e / v->n_rows, c = e % v->n_rows; /* element (r, c) of (cols, n_rows) */
+    d[k] = src[c * v->cols + r];
+  }
+  return 0;
 }
 
 /* The architecture's Hugging Face tensors of m (allocated; free them). */
@@ -78,13 +94,33 @@ static int write_json(const char *path, json_t *j) {
   return err;
 }
 
+/* Runs f over a memory io holding params (and m, v when given). */
+static int with_memory_io(const struct zo_model *m, const struct zo_optim_format *opt, const float *params,
+                          const void *adam_m, const void *adam_v, struct zo_state_mem *mem,
+                          struct zo_state_io *io) {
+  const size_t sb = opt ? zo_optim_state_nbytes(opt, &m->table) : m->table.numel * sizeof(float);
+  *mem = (struct zo_state_mem){.parts = {(void *)(uintptr_t)params, (void *)(uintptr_t)adam_m,
+                                         (void *)(uintptr_t)adam_v},
+                               .nbytes = {m->table.numel * sizeof(float), sb, sb}};
+  return zo_state_io_memory(io, mem, &m->table);
+}
+
 int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params) {
+  struct zo_state_mem mem;
+  struct zo_state_io io;
+  int err = with_memory_io(m, NULL, params, NULL, NULL, &mem, &io);
+  if (!err) err = zo_model_save_pretrained_io(dir, m, &io);
+  zo_state_io_memory_free(&io);
+  return err;
+}
+
+int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io) {
   char path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
   struct zo_hf_tensor *hf = NULL;
-  int n_hf = 0;
-  struct transposed *views = NULL;
+  int n_hf = 0, staged = -1;
+  struct hf_fill *views = NULL;
   struct zo_st_writer *w = zo_st_writer_init();
   if ((err = hf_list(m, &hf, &n_hf))) goto out;
   views = calloc((size_t)n_hf + 1, sizeof *views);
@@ -96,15 +132,12 @@ int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const fl
     const struct zo_hf_tensor *h = &hf[i];
     const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
     const size_t cols = tensor_cols(ti);
-    const float *src = params + ti->offset + (size_t)h->row0 * cols;
-    if (h->transpose) {
-      views[i] = (struct transposed){src, (size_t)h->rows, cols};
-      err = zo_st_writer_add_fill(w, h->name, ZO_F32, h->ndim, h->shape, fill_transposed, &views[i]);
-    } else {
-      /* A row range is contiguous (the padded vocabulary rows are left out). */
-      err = zo_st_writer_add(w, h->name, ZO_F32, h->ndim, h->shape, src);
-    }
-    if (err) goto out;
+    /* A transposed view is a whole hf_transposed tensor: zo_state_stage_bytes holds it. */
+    ZO_ASSERT(!h->transpose || (ti->hf_transposed && (size_t)h->rows * cols * sizeof(float) <= io->stage_bytes));
+    views[i] = (struct hf_fill){io, (ti->offset + (size_t)h->row0 * cols) * sizeof(float), (size_t)h->rows, cols,
+                                h->transpose, i, &staged};
+    /* A row range is contiguous (the padded vocabulary rows are left out). */
+    if ((err = zo_st_writer_add_fill(w, h->name, ZO_F32, h->ndim, h->shape, fill_hf, &views[i]))) goto out;
   }
   if ((err = join(path, sizeof path, dir, "model.safetensors")) ||
       (err = zo_st_writer_set_metadata(w, "format", "pt")) || (err = zo_st_writer_write(w, path)))
@@ -234,12 +267,14 @@ static size_t seg_total(const struct zo_optim_format *f, const struct zo_tensor_
 struct seg_view {
   const struct zo_optim_format *f;
   const struct zo_tensor_table *t;
-  const uint8_t *canon;
+  const struct zo_state_io *io;
+  enum zo_state_part part;
   enum seg_kind kind;
 };
 
-/* zo_st_fill_fn: bytes [offset, offset + nbytes) of the concatenated segments. */
-static void fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
+/* zo_st_fill_fn: bytes [offset, offset + nbytes) of the concatenated
+ * segments, read through the io. */
+static int fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
   const struct seg_view *v = ctx;
   size_t pos = 0, soff = 0;
   for (int i = 0; i < v->t->n_tensors && nbytes; i++) {
@@ -249,7 +284,8 @@ static void fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
     soff += zo_optim_piece_nbytes(v->f, zo_optim_is_8bit(v->f, ti->numel), ti->numel);
     if (offset < pos + len) {
       const size_t skip = offset - pos, take = len - skip < nbytes ? len - skip : nbytes;
-      memcpy(dst, v->canon + at + skip, take);
+      int err = v->io->read(v->io->ctx, v->part, at + skip, dst, take);
+      if (err) return err;
       dst = (char *)dst + take;
       offset += take;
       nbytes -= take;
@@ -257,21 +293,25 @@ static void fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
     pos += len;
   }
   ZO_ASSERT(nbytes == 0);
+  return 0;
 }
 
-/* Adds one state (m or v, named name) to w. */
+/* Adds one state (part, named name) to w: fp32 AdamW as one flat tensor,
+ * which is the canonical layout itself (one segment of kind SEG_FP32). */
 static int add_state(struct zo_st_writer *w, const char *name, const struct zo_optim_format *f,
-                     const struct zo_tensor_table *t, const void *canon, struct seg_view views[SEG_KINDS]) {
+                     const struct zo_tensor_table *t, const struct zo_state_io *io, enum zo_state_part part,
+                     struct seg_view views[SEG_KINDS]) {
   if (!f->eightbit) {
-    int64_t shape[1] = {(int64_t)t->numel};
-    return zo_st_writer_add(w, name, ZO_F32, 1, shape, canon);
+    const int64_t shape[1] = {(int64_t)t->numel};
+    views[SEG_FP32] = (struct seg_view){f, t, io, part, SEG_FP32};
+    return zo_st_writer_add_fill(w, name, ZO_F32, 1, shape, fill_segments, &views[SEG_FP32]);
   }
   for (int k = 0; k < SEG_KINDS; k++) {
     const size_t nb = seg_total(f, t, (enum seg_kind)k);
     const int64_t shape[1] = {(int64_t)(nb / zo_dtype_size(seg_dtype[k]))};
     char tn[64];
     snprintf(tn, sizeof tn, "%s.%s", name, seg_suffix[k]);
-    views[k] = (struct seg_view){f, t, canon, (enum seg_kind)k};
+    views[k] = (struct seg_view){f, t, io, part, (enum seg_kind)k};
     int err = zo_st_writer_add_fill(w, tn, seg_dtype[k], 1, shape, fill_segments, &views[k]);
     if (err) return err;
   }
@@ -283,6 +323,17 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
                        const struct zo_train_state *state, int keep, char *out_path, size_t out_size) {
   const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
   const struct zo_optim_format *f = opt ? opt : &fp32;
+  struct zo_state_mem mem;
+  struct zo_state_io io;
+  int err = with_memory_io(m, f, params, adam_m, adam_v, &mem, &io);
+  if (!err) err = zo_checkpoint_save_io(dir, m, f, &io, state, keep, out_path, out_size);
+  zo_state_io_memory_free(&io);
+  return err;
+}
+
+int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
+                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
+                          char *out_path, size_t out_size) {
   char tmp[PATH_MAX], final[PATH_MAX], path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
@@ -292,7 +343,7 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
   if ((err = join(final, sizeof final, dir, name + 1))) return err;
   *strstr(final + strlen(dir), ".tmp-") = '\0';
   zo_remove_tree(tmp); /* a leftover of a crashed save with the same pid */
-  if ((err = zo_model_save_pretrained(tmp, m, params))) goto out_remove;
+  if ((err = zo_model_save_pretrained_io(tmp, m, io))) goto out_remove;
 
   struct zo_st_writer *w = zo_st_writer_init();
   if (!w) {
@@ -304,8 +355,8 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
   snprintf(bs, sizeof bs, "%zu", f->block);
   snprintf(mn, sizeof mn, "%zu", f->min_numel);
   if (!(err = join(path, sizeof path, tmp, "optimizer.safetensors")) &&
-      !(err = add_state(w, "exp_avg", f, &m->table, adam_m, views[0])) &&
-      !(err = add_state(w, "exp_avg_sq", f, &m->table, adam_v, views[1])) &&
+      !(err = add_state(w, "exp_avg", f, &m->table, io, ZO_STATE_M, views[0])) &&
+      !(err = add_state(w, "exp_avg_sq", f, &m->table, io, ZO_STATE_V, views[1])) &&
       !(err = zo_st_writer_set_metadata(w, "layout", zo_model_arch_name(m->cfg.arch))) &&
       !(err = zo_st_writer_set_metadata(w, "optimizer", f->eightbit ? "AdamW8bit" : "AdamW")) &&
       (!f->eightbit || (!(err = zo_st_writer_set_metadata(w, "block_size", bs)) &&
@@ -462,22 +513,82 @@ static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
 }
 
 int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params) {
+  struct zo_state_mem mem;
+  struct zo_state_io io;
+  int err = with_memory_io(m, NULL, params, NULL, NULL, &mem, &io);
+  if (!err) err = zo_model_load_safetensors_io(path, m, &io);
+  zo_state_io_memory_free(&io);
+  return err;
+}
+
+/* Writes n zero bytes of part at off through io, from its staging buffer. */
+static int write_zeros(const struct zo_state_io *io, enum zo_state_part part, size_t off, size_t n) {
+  memset(io->stage, 0, n < io->stage_bytes ? n : io->stage_bytes);
+  for (size_t k = 0; k < n;) {
+    const size_t take = n - k < io->stage_bytes ? n - k : io->stage_bytes;
+    int err = io->write(io->ctx, part, off + k, io->stage, take);
+    if (err) return err;
+    k += take;
+  }
+  return 0;
+}
+
+/* Elements [e0, e0 + n) of t converted to fp32 into out. */
+static int read_f32_range(const struct zo_st_tensor *t, size_t e0, size_t n, float *out) {
+  struct zo_st_tensor v = *t;
+  v.numel = n;
+  v.nbytes = n * zo_dtype_size(t->dtype);
+  v.data = (const char *)t->data + e0 * zo_dtype_size(t->dtype);
+  return zo_st_read_f32(&v, out, n);
+}
+
+/* Hugging Face tensor t into view h of ours, through the io's staging
+ * buffer: straight rows in pieces; a transposed one (cols, rows) in blocks of
+ * our rows, each gathered from the file's columns. */
+static int load_view(const struct zo_state_io *io, const struct zo_tensor_info *ti, const struct zo_hf_tensor *h,
+                     const struct zo_st_tensor *t) {
+  const size_t cols = tensor_cols(ti), rows = (size_t)h->rows;
+  const size_t byte0 = (ti->offset + (size_t)h->row0 * cols) * sizeof(float);
+  const size_t stage_n = io->stage_bytes / sizeof(float);
+  float *stage = io->stage;
+  int err = 0;
+  if (!h->transpose) {
+    const size_t n = rows * cols;
+    for (size_t e = 0; e < n && !err; e += stage_n) {
+      const size_t k = n - e < stage_n ? n - e : stage_n;
+      if (!(err = read_f32_range(t, e, k, stage)))
+        err = io->write(io->ctx, ZO_STATE_PARAMS, byte0 + e * sizeof(float), stage, k * sizeof(float));
+    }
+    return err;
+  }
+  /* A block of rb of our rows and one file row's slice of rb elements. */
+  const size_t rb = stage_n / (cols + 1);
+  ZO_ASSERT(rb >= 1);
+  float *slice = stage + rb * cols;
+  for (size_t r0 = 0; r0 < rows && !err; r0 += rb) {
+    const size_t nr = rows - r0 < rb ? rows - r0 : rb;
+    for (size_t c = 0; c < cols && !err; c++) {
+      if ((err = read_f32_range(t, c * rows + r0, nr, slice))) break;
+      for (size_t r = 0; r < nr; r++) stage[r * cols + c] = slice[r];
+    }
+    if (!err)
+      err = io->write(io->ctx, ZO_STATE_PARAMS, byte0 + r0 * cols * sizeof(float), stage, nr * cols * sizeof(float));
+  }
+  return err;
+}
+
+int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, const struct zo_state_io *io) {
   struct source src;
   int err = source_open(&src, path);
   if (err) return err;
   struct zo_hf_tensor *hf = NULL;
   int n_hf = 0;
-  float *row = NULL;
+  int *filled = NULL;
   if ((err = hf_list(m, &hf, &n_hf))) goto out;
   /* Rows of each table tensor the checkpoint fills; the rest (padded
    * vocabulary rows) is zeroed. */
-  int *filled = calloc((size_t)m->table.n_tensors, sizeof *filled);
-  size_t row_cap = 1;
-  for (int i = 0; i < n_hf; i++)
-    if (hf[i].transpose && (size_t)hf[i].rows > row_cap) row_cap = (size_t)hf[i].rows;
-  row = malloc(row_cap * sizeof(float));
-  if (!filled || !row) {
-    free(filled);
+  filled = calloc((size_t)m->table.n_tensors, sizeof *filled);
+  if (!filled) {
     err = zo_error(-ENOMEM, "out of host memory loading %s", src.where);
     goto out;
   }
@@ -496,30 +607,16 @@ int zo_model_load_safetensors(const char *path, const struct zo_model *m, float 
       err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", src.where, t->name, got, want);
       break;
     }
-    const size_t cols = tensor_cols(ti);
-    float *dst = params + ti->offset + (size_t)h->row0 * cols;
-    if (h->transpose) {
-      /* Hugging Face (cols, rows): its row r is column r of our rows. */
-      for (size_t r = 0; r < cols && !err; r++) {
-        struct zo_st_tensor row_view = *t;
-        row_view.numel = (size_t)h->rows;
-        row_view.nbytes = (size_t)h->rows * zo_dtype_size(t->dtype);
-        row_view.data = (const char *)t->data + r * row_view.nbytes;
-        if ((err = zo_st_read_f32(&row_view, row, (size_t)h->rows))) break;
-        for (size_t c = 0; c < (size_t)h->rows; c++) dst[c * cols + r] = row[c];
-      }
-    } else {
-      err = zo_st_read_f32(t, dst, (size_t)h->rows * cols);
-    }
+    err = load_view(io, ti, h, t);
     if (h->row0 + h->rows > filled[h->tensor]) filled[h->tensor] = h->row0 + h->rows;
   }
   for (int i = 0; i < m->table.n_tensors && !err; i++) {
     const struct zo_tensor_info *ti = &m->table.tensors[i];
     const size_t rows = ti->ndim == 2 ? (size_t)ti->shape[0] : ti->numel, cols = tensor_cols(ti);
     if ((size_t)filled[i] < rows)
-      memset(params + ti->offset + (size_t)filled[i] * cols, 0, (rows - (size_t)filled[i]) * cols * sizeof(float));
+      err = write_zeros(io, ZO_STATE_PARAMS, (ti->offset + (size_t)filled[i] * cols) * sizeof(float),
+                        (rows - (size_t)filled[i]) * cols * sizeof(float));
   }
-  free(filled);
   /* Every tensor of the files must be one of ours or known to carry nothing. */
   for (int k = 0; k < src.n && !err; k++) {
     for (int i = 0; i < zo_st_n_tensors(src.files[k]) && !err; i++) {
@@ -538,7 +635,7 @@ int zo_model_load_safetensors(const char *path, const struct zo_model *m, float 
     }
   }
 out:
-  free(row);
+  free(filled);
   free(hf);
   source_close(&src);
   return err;
@@ -599,9 +696,9 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
 }
 
 /* Checks that optimizer.safetensors (f, at p) holds states of format opt and
- * copies them into adam_m, adam_v (canonical layout; each may be NULL). */
+ * writes them through io (canonical layout), unless io is NULL (check only). */
 static int load_states(const struct zo_st_file *f, const char *p, const struct zo_tensor_table *t,
-                       const struct zo_optim_format *opt, void *adam_m, void *adam_v) {
+                       const struct zo_optim_format *opt, const struct zo_state_io *io) {
   const char *kind = zo_st_metadata(f, "optimizer");
   const bool file8 = zo_st_find(f, "exp_avg.code") != NULL || (kind && strcmp(kind, "AdamW8bit") == 0);
   if (file8 != opt->eightbit)
@@ -621,13 +718,15 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
                       p, bs ? bs : "(missing)", mn ? mn : "(missing)", opt->block, opt->min_numel);
   }
   const char *names[2] = {"exp_avg", "exp_avg_sq"};
-  uint8_t *dst[2] = {adam_m, adam_v};
+  const enum zo_state_part parts[2] = {ZO_STATE_M, ZO_STATE_V};
+  static const uint8_t zeros[4];
+  int err;
   for (int s = 0; s < 2; s++) {
     if (!opt->eightbit) {
       const struct zo_st_tensor *x = zo_st_find(f, names[s]);
       if (!x || x->dtype != ZO_F32 || x->numel != t->numel)
         return zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[s], t->numel);
-      if (dst[s]) memcpy(dst[s], x->data, x->nbytes);
+      if (io && (err = io->write(io->ctx, parts[s], 0, x->data, x->nbytes))) return err;
       continue;
     }
     for (int k = 0; k < SEG_KINDS; k++) {
@@ -638,24 +737,25 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
       if (!x || x->dtype != seg_dtype[k] || x->nbytes != want)
         return zo_error(-EINVAL, "%s: tensor %s missing or not %s of %zu bytes", p, tn,
                         k == SEG_CODE ? "U8" : "F32", want);
-      if (!dst[s]) continue;
+      if (!io) continue;
       size_t pos = 0, soff = 0;
       for (int i = 0; i < t->n_tensors; i++) {
         const struct zo_tensor_info *ti = &t->tensors[i];
         size_t at;
         const size_t len = seg_of(opt, ti, (enum seg_kind)k, soff, &at);
-        memcpy(dst[s] + at, (const uint8_t *)x->data + pos, len);
+        if (len && (err = io->write(io->ctx, parts[s], at, (const uint8_t *)x->data + pos, len))) return err;
         pos += len;
         soff += zo_optim_piece_nbytes(opt, zo_optim_is_8bit(opt, ti->numel), ti->numel);
       }
     }
-    if (dst[s]) {
+    if (io) {
       /* Padding after the codes: zero, as in a fresh state. */
       size_t soff = 0;
       for (int i = 0; i < t->n_tensors; i++) {
         const size_t n = t->tensors[i].numel;
         const bool q = zo_optim_is_8bit(opt, n);
-        if (q) memset(dst[s] + soff + n, 0, (n + 3) / 4 * 4 - n);
+        if (q && (n + 3) / 4 * 4 > n && (err = io->write(io->ctx, parts[s], soff + n, zeros, (n + 3) / 4 * 4 - n)))
+          return err;
         soff += zo_optim_piece_nbytes(opt, q, n);
       }
     }
@@ -673,6 +773,18 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
                              struct zo_train_state *state) {
   const struct zo_optim_format fp32 = {.block = ZO_ADAMW8BIT_BLOCK, .min_numel = ZO_ADAMW8BIT_MIN_NUMEL};
   const struct zo_optim_format *opt = opt_in ? opt_in : &fp32;
+  /* Either both states or none (a forward-only load). */
+  ZO_ASSERT(!adam_m == !adam_v);
+  struct zo_state_mem mem;
+  struct zo_state_io io;
+  int err = with_memory_io(m, opt, params, adam_m, adam_v, &mem, &io);
+  if (!err) err = zo_checkpoint_load_io(path, m, opt, &io, adam_m != NULL, state);
+  zo_state_io_memory_free(&io);
+  return err;
+}
+
+int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
+                          const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
   char p[PATH_MAX];
   int err = join(p, sizeof p, path, "trainer_state.json");
   if (err) return err;
@@ -731,17 +843,29 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
                    zo_model_describe(&m->cfg, want, sizeof want), m->cfg.max_seq_len);
     goto out;
   }
-  if ((err = join(p, sizeof p, path, "model.safetensors")) ||
-      (err = zo_model_load_safetensors(p, m, params)))
-    goto out;
-  if (adam_m || adam_v) {
+  /* The optimizer file's format is checked before any state is written. */
+  if (optimizer) {
     if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;
     struct zo_st_file *f = zo_st_open(p);
     if (!f) {
       err = zo_error(-EINVAL, "%s", zo_last_error());
       goto out;
     }
-    err = load_states(f, p, &m->table, opt, adam_m, adam_v);
+    err = load_states(f, p, &m->table, opt, NULL);
+    zo_st_close(f);
+    if (err) goto out;
+  }
+  if ((err = join(p, sizeof p, path, "model.safetensors")) ||
+      (err = zo_model_load_safetensors_io(p, m, io)))
+    goto out;
+  if (optimizer) {
+    if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;
+    struct zo_st_file *f = zo_st_open(p);
+    if (!f) {
+      err = zo_error(-EINVAL, "%s", zo_last_error());
+      goto out;
+    }
+    err = load_states(f, p, &m->table, opt, io);
     zo_st_close(f);
     if (err) goto out;
   }

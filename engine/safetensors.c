@@ -546,8 +546,12 @@ static int write_filled(struct zo_atomic_file *af, const struct st_entry *e, uns
                         size_t chunk_size) {
   for (size_t off = 0; off < e->nbytes; off += chunk_size) {
     size_t n = e->nbytes - off < chunk_size ? e->nbytes - off : chunk_size;
-    e->fill(e->fill_ctx, chunk, off, n);
-    int err = zo_atomic_file_write(af, chunk, n);
+    int err = e->fill(e->fill_ctx, chunk, off, n);
+    if (err) {
+      zo_atomic_file_abort(af);
+      return err;
+    }
+    err = zo_atomic_file_write(af, chunk, n);
     if (err) return err;
   }
   return 0;

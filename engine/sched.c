@@ -17,6 +17,7 @@
  *    rewritten while queued.
  * It does not checkpoint, load data or log: engine/train.c does. */
 #include "zo/sched.h"
+#include "zo/state.h"
 #include "zo/topology.h"
 
 #include <errno.h>
@@ -274,7 +275,7 @@ static void nvme_strides(const struct zo_placement *pl, const struct chunk_plan 
 }
 
 const char *zo_sched_mem_category_name(int category) {
-  if (category == ZO_SCHED_MEM_CHECKPOINT) return "ckpt staging";
+  if (category == ZO_SCHED_MEM_STAGE) return "state staging";
   return zo_mem_category_name((enum zo_mem_category)category);
 }
 
@@ -366,8 +367,9 @@ struct host_bufs {
   float *losses;     /* (grad_accum, B*T) */
   uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
                       * cpu_checkpointing */
-  float *ck_params;  /* (numel) checkpoint staging: init, resume, saves */
-  uint8_t *ck_m, *ck_v; /* (zo_optim_state_nbytes) the same for m, v */
+  uint8_t *st_stage; /* (st_bytes) state I/O staging: init, resume, saves,
+                      * fresh states */
+  size_t st_bytes;   /* zo_state_stage_bytes */
 };
 
 static void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
@@ -408,12 +410,10 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * e, "activation checkpoints",
                          ZO_MEM_ACTIVATIONS);
   }
-  /* TODO: stream checkpoints tensor by tensor through the NVMe staging
-   * buffers once engine/checkpoint.c can save from callbacks; until then the
-   * full copies are planned here rather than allocated outside the plan. */
-  h->ck_params = hcarve(c, n * f, "checkpoint staging: parameters", ZO_SCHED_MEM_CHECKPOINT);
-  h->ck_m = hcarve(c, sb, "checkpoint staging: exp_avg", ZO_SCHED_MEM_CHECKPOINT);
-  h->ck_v = hcarve(c, sb, "checkpoint staging: exp_avg_sq", ZO_SCHED_MEM_CHECKPOINT);
+  /* Checkpoints, imports and initialisation stream through the state I/O
+   * (zo_sched_state_read / _write), never through a full host copy. */
+  h->st_bytes = zo_state_stage_bytes(t);
+  h->st_stage = hcarve(c, h->st_bytes, "state staging", ZO_SCHED_MEM_STAGE);
 }
 
 size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
@@ -449,6 +449,14 @@ struct acc_task {
   float *dst;
   const float *src;
   size_t n;
+};
+
+/* A run of one state part's bytes (canonical layout) stored contiguously in
+ * an NVMe chunk: part bytes [canon, canon + nbytes) at byte koff of chunk
+ * `chunk`'s region of the file. */
+struct nv_seg {
+  size_t canon, nbytes, koff;
+  int chunk;
 };
 
 struct nv_buffer {
@@ -525,6 +533,15 @@ struct zo_sched {
   bool nv_primed;               /* the next step's first nv_depth refills are queued */
   struct nv_buffer *nvb;        /* (nvme_buffers) */
   size_t nvme_planned;
+  /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
+   * one-chunk cache per file */
+  bool st_active;               /* between the first state access and zo_sched_state_done */
+  bool st_wrote, st_params_wrote;
+  struct nv_seg *nv_segs[2];    /* [0] the master file's, [1] m's and v's (one layout), by canon */
+  int nv_n_segs[2];
+  int nv_cached[NV_FILES];      /* chunk in nvb[0].file[f], -1 none */
+  bool nv_dirty[NV_FILES];
+  bool *nv_valid;               /* (NV_FILES, n_chunks) the chunk's region of the file was written */
   /* first asynchronous error */
   pthread_mutex_t err_mu;
   atomic_int err;
@@ -1120,11 +1137,7 @@ static int queue_optimizer(struct zo_sched *s) {
 
 struct zo_model *zo_sched_model(struct zo_sched *s) { return s->m; }
 
-void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, void **adam_m, void **adam_v) {
-  *params = s->h.ck_params;
-  *adam_m = s->h.ck_m;
-  *adam_v = s->h.ck_v;
-}
+const struct zo_placement *zo_sched_placement(const struct zo_sched *s) { return &s->pl; }
 
 static int events_create(zo_backend_t be, zo_event_t *ev, int n) {
   for (int i = 0; i < n; i++) {
@@ -1138,6 +1151,47 @@ static void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
   if (!ev) return;
   for (int i = 0; i < n; i++)
     if (ev[i]) be->event_destroy(ev[i]);
+}
+
+static int cmp_seg(const void *a, const void *b) {
+  const struct nv_seg *x = a, *y = b;
+  return (x->canon > y->canon) - (x->canon < y->canon);
+}
+
+/* The segment tables of the state I/O: one per chunk for the master file;
+ * for m and v one per fp32 piece, two (codes, absmax) per 8-bit piece. */
+static int nv_segs_build(struct zo_sched *s) {
+  int n = 0;
+  for (int k = 0; k < s->n_pieces; k++) n += s->pieces[k].q ? 2 : 1;
+  s->nv_segs[0] = calloc((size_t)s->n_chunks, sizeof(struct nv_seg));
+  s->nv_segs[1] = calloc((size_t)n, sizeof(struct nv_seg));
+  s->nv_valid = calloc(NV_FILES * (size_t)s->n_chunks, sizeof(bool));
+  if (!s->nv_segs[0] || !s->nv_segs[1] || !s->nv_valid)
+    return zo_error(-ENOMEM, "out of host memory for the NVMe state tables");
+  int g = 0;
+  for (int j = 0; j < s->n_chunks; j++) {
+    const struct chunk *c = &s->chunks[j];
+    s->nv_segs[0][j] = (struct nv_seg){c->off * sizeof(float), c->numel * sizeof(float), 0, j};
+    for (int k = c->first; k < c->first + c->n_pieces; k++) {
+      const struct piece *pc = &s->pieces[k];
+      const struct zo_tensor_info *ti = &s->t->tensors[pc->tensor];
+      const size_t a = pc->off - ti->offset, rec = s->soff[pc->tensor];
+      if (!pc->q) {
+        s->nv_segs[1][g++] = (struct nv_seg){rec + a * sizeof(float), pc->numel * sizeof(float), pc->sbyte, j};
+        continue;
+      }
+      const size_t block = s->pl.opt.block;
+      s->nv_segs[1][g++] = (struct nv_seg){rec + a, pc->numel, pc->sbyte, j};
+      s->nv_segs[1][g++] = (struct nv_seg){rec + round_up(ti->numel, 4) + a / block * sizeof(float),
+                                          zo_adamw8bit_n_blocks(pc->numel, block) * sizeof(float),
+                                          pc->sbyte + round_up(pc->numel, 4), j};
+    }
+  }
+  qsort(s->nv_segs[1], (size_t)n, sizeof(struct nv_seg), cmp_seg);
+  s->nv_n_segs[0] = s->n_chunks;
+  s->nv_n_segs[1] = n;
+  for (int f = 0; f < NV_FILES; f++) s->nv_cached[f] = -1;
+  return 0;
 }
 
 static int nvme_open(struct zo_sched *s) {
@@ -1194,7 +1248,7 @@ static int nvme_open(struct zo_sched *s) {
       (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;
   s->nvme_planned = file_bytes[NV_MASTER] + file_bytes[NV_M] + file_bytes[NV_V];
-  return 0;
+  return nv_segs_build(s);
 }
 
 struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
@@ -1384,6 +1438,9 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->chunk_h2d);
   free(s->chunk_issued);
   free(s->ck_saved);
+  free(s->nv_segs[0]);
+  free(s->nv_segs[1]);
+  free(s->nv_valid);
   pthread_mutex_destroy(&s->err_mu);
   free(s);
 }
@@ -1394,135 +1451,274 @@ static int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbyt
   return err ? err : s->be->stream_synchronize(s->cs);
 }
 
-/* Copies piece pc of a chunk's m (or v) state between the chunk buffer and
- * the canonical layout (to_chunk: canonical -> chunk). */
-static void piece_copy(const struct zo_sched *s, const struct piece *pc, uint8_t *chunk, uint8_t *canon,
-                       bool to_chunk) {
-  const struct zo_tensor_info *ti = &s->t->tensors[pc->tensor];
-  const size_t a = pc->off - ti->offset;
-  uint8_t *dst[2], *src[2];
-  size_t nb[2];
-  uint8_t *c = canon + s->soff[pc->tensor], *k = chunk + pc->sbyte;
-  if (!pc->q) {
-    dst[0] = c + a * sizeof(float);
-    nb[0] = pc->numel * sizeof(float);
-    nb[1] = 0;
-  } else {
-    const size_t block = s->pl.opt.block;
-    dst[0] = c + a;
-    nb[0] = pc->numel;
-    dst[1] = c + round_up(ti->numel, 4) + a / block * sizeof(float);
-    nb[1] = zo_adamw8bit_n_blocks(pc->numel, block) * sizeof(float);
-  }
-  src[0] = k;
-  src[1] = k + round_up(pc->numel, 4);
-  for (int h = 0; h < 2; h++) {
-    if (!nb[h]) continue;
-    if (to_chunk) memcpy(src[h], dst[h], nb[h]);
-    else memcpy(dst[h], src[h], nb[h]);
-  }
+/* ---- state I/O ------------------------------------------------------------
+ * Parameters (fp32: the master copy, or the working copy where it is the
+ * master), m and v are read and written where the placement keeps them; the
+ * working copies (device units, host working copy, slots) are re-derived
+ * from the master once, in zo_sched_state_done, so the state is written
+ * exactly once. The NVMe files are accessed through a one-chunk cache per
+ * file in staging set 0, written back when another chunk is needed. */
+
+static const char *const part_names[ZO_STATE_N_PARTS] = {"parameters", "exp_avg", "exp_avg_sq"};
+
+static size_t part_nbytes(const struct zo_sched *s, enum zo_state_part p) {
+  return p == ZO_STATE_PARAMS ? s->t->numel * sizeof(float) : zo_optim_state_nbytes(&s->pl.opt, s->t);
 }
 
-int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m, const void *adam_v) {
+/* Where part p lives: a device (*on_device) or host address, NULL for the
+ * NVMe files. */
+static uint8_t *part_base(struct zo_sched *s, enum zo_state_part p, bool *on_device) {
+  *on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
+  if (s->pl.optimizer == ZO_OFFLOAD_NVME) return NULL;
+  if (p == ZO_STATE_M) return s->st_m;
+  if (p == ZO_STATE_V) return s->st_v;
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) return (uint8_t *)s->h.master;
+  return s->m->master ? (uint8_t *)s->m->master : (uint8_t *)s->m->params;
+}
+
+/* Writes the cached chunk of file f back if it changed. */
+static int nv_flush(struct zo_sched *s, int f) {
+  const int j = s->nv_cached[f];
+  if (j < 0 || !s->nv_dirty[f]) return 0;
+  const struct chunk *c = &s->chunks[j];
+  int err = zo_nvme_write(s->nv, s->file_id[f], nv_off(c, f), s->nvb[0].file[f], nv_nbytes(c, f));
+  if (err) return error_prefixed(err, "NVMe tier: writing the state");
+  s->nv_valid[(size_t)f * (size_t)s->n_chunks + (size_t)j] = true;
+  s->nv_dirty[f] = false;
+  return 0;
+}
+
+/* Chunk j of file f into the cache. A chunk never written reads as zeros;
+ * one about to be overwritten whole (whole) is not read at all. */
+static int nv_fetch(struct zo_sched *s, int f, int j, bool whole) {
+  if (s->nv_cached[f] == j) return 0;
+  int err = nv_flush(s, f);
+  if (err) return err;
+  s->nv_cached[f] = -1;
+  const struct chunk *c = &s->chunks[j];
+  void *buf = s->nvb[0].file[f];
+  if (!whole && s->nv_valid[(size_t)f * (size_t)s->n_chunks + (size_t)j]) {
+    if ((err = zo_nvme_read(s->nv, s->file_id[f], nv_off(c, f), buf, nv_nbytes(c, f))))
+      return error_prefixed(err, "NVMe tier: reading the state");
+  } else if (!whole) {
+    memset(buf, 0, nv_nbytes(c, f));
+  }
+  s->nv_cached[f] = j;
+  return 0;
+}
+
+/* Bytes [off, off + n) of file f's part through the cache; bytes no segment
+ * holds (the padding after 8-bit codes) read as zero and are not stored. */
+static int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write) {
+  const struct nv_seg *seg = s->nv_segs[f == NV_MASTER ? 0 : 1];
+  const int ns = s->nv_n_segs[f == NV_MASTER ? 0 : 1];
+  int lo = 0, hi = ns; /* first segment ending after off */
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (seg[mid].canon + seg[mid].nbytes <= off) lo = mid + 1;
+    else hi = mid;
+  }
+  for (int i = lo; n > 0;) {
+    if (i == ns || seg[i].canon > off) { /* a gap up to the next segment */
+      const size_t g = i == ns ? n : seg[i].canon - off < n ? seg[i].canon - off : n;
+      if (!write) memset(buf, 0, g);
+      buf += g, off += g, n -= g;
+      continue;
+    }
+    const struct nv_seg *sg = &seg[i];
+    const size_t a = off - sg->canon, take = sg->nbytes - a < n ? sg->nbytes - a : n;
+    /* A master chunk is one segment: writing all of it needs no read. */
+    const bool whole = write && f == NV_MASTER && a == 0 && take == sg->nbytes;
+    int err = nv_fetch(s, f, sg->chunk, whole);
+    if (err) return err;
+    uint8_t *k = (uint8_t *)s->nvb[0].file[f] + sg->koff + a;
+    if (write) {
+      memcpy(k, buf, take);
+      s->nv_dirty[f] = true;
+    } else {
+      memcpy(buf, k, take);
+    }
+    buf += take, off += take, n -= take;
+    i++;
+  }
+  return 0;
+}
+
+/* The first state access after training: everything queued finishes first. */
+static int state_enter(struct zo_sched *s) {
+  if (s->st_active) return 0;
   int err = zo_sched_synchronize(s);
   if (err) return err;
-  const size_t n = s->t->numel, nb = n * sizeof(float);
-  const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
-  const bool mixed = s->pl.dtype != ZO_F32;
-  /* The device's working copy: fp32 straight from params; mixed precision
-   * with the optimizer on the device: the fp32 master, rounded there by the
-   * backend; offloaded: rounded on the host into the host working copy,
-   * which the device units (and the slots) load. */
-  const void *src = params;
-  if (mixed && s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    if ((err = copy_sync(s, s->m->master, params, nb, ZO_COPY_H2D))) return err;
-    s->be->cast(s->m->params, s->m->dtype, s->m->master, ZO_F32, n, s->cs);
-    src = NULL;
-  } else if (mixed) {
-    zo_cpu_cast(s->h.params, s->pl.dtype, params, ZO_F32, n);
-    src = s->h.params;
-  } else if (s->K && s->h.params != s->h.master) {
-    memcpy(s->h.params, params, nb);
+  s->st_active = true;
+  s->st_wrote = s->st_params_wrote = false;
+  for (int f = 0; f < NV_FILES; f++) {
+    s->nv_cached[f] = -1;
+    s->nv_dirty[f] = false;
   }
-  for (int u = 0; u < s->U && src; u++) {
-    void *dev = dev_unit_params(s, u);
-    const struct range r = unit_range(s->t, u);
-    if (dev && (err = copy_sync(s, dev, (const uint8_t *)src + r.off * s->m->esize, r.numel * s->m->esize,
-                                ZO_COPY_H2D)))
-      return err;
+  return 0;
+}
+
+static int state_access(struct zo_sched *s, enum zo_state_part p, size_t off, uint8_t *buf, size_t n,
+                        bool write) {
+  ZO_ASSERT(p >= 0 && p < ZO_STATE_N_PARTS);
+  ZO_ASSERT(off <= part_nbytes(s, p) && n <= part_nbytes(s, p) - off);
+  int err = state_enter(s);
+  if (err || n == 0) return err;
+  if (write) {
+    s->st_wrote = true;
+    s->st_params_wrote |= p == ZO_STATE_PARAMS;
   }
-  /* A fresh state is built in the staging buffers (unless passed in). */
-  if (!adam_m) {
-    zo_optim_state_fresh(&s->pl.opt, s->t, s->h.ck_m, NULL);
-    adam_m = s->h.ck_m;
-  }
-  if (!adam_v) {
-    zo_optim_state_fresh(&s->pl.opt, s->t, NULL, s->h.ck_v);
-    adam_v = s->h.ck_v;
-  }
-  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    if ((err = copy_sync(s, s->st_m, adam_m, sb, ZO_COPY_H2D)) ||
-        (err = copy_sync(s, s->st_v, adam_v, sb, ZO_COPY_H2D)))
-      return err;
-  } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
-    memcpy(s->h.master, params, nb);
-    memcpy(s->st_m, adam_m, sb);
-    memcpy(s->st_v, adam_v, sb);
+  bool dev;
+  uint8_t *base = part_base(s, p, &dev);
+  if (!base) {
+    err = nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
+  } else if (dev) {
+    err = write ? copy_sync(s, base + off, buf, n, ZO_COPY_H2D) : copy_sync(s, buf, base + off, n, ZO_COPY_D2H);
+  } else if (write) {
+    memcpy(base + off, buf, n);
   } else {
-    struct nv_buffer *b = &s->nvb[0];
-    const void *canon[NV_FILES] = {NULL, adam_m, adam_v};
-    for (int j = 0; j < s->n_chunks && !err; j++) {
-      const struct chunk *c = &s->chunks[j];
-      memcpy(b->file[NV_MASTER], params + c->off, c->numel * sizeof(float));
-      for (int f = NV_M; f < NV_FILES; f++)
-        for (int k = c->first; k < c->first + c->n_pieces; k++)
-          piece_copy(s, &s->pieces[k], b->file[f], (uint8_t *)(uintptr_t)canon[f], true);
-      for (int f = 0; f < NV_FILES && !err; f++)
-        err = zo_nvme_write(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f));
+    memcpy(buf, base + off, n);
+  }
+  if (err) return error_prefixed(err, write ? "writing the training state" : "reading the training state");
+  return 0;
+}
+
+int zo_sched_state_read(struct zo_sched *s, enum zo_state_part part, size_t off, void *dst, size_t nbytes) {
+  return state_access(s, part, off, dst, nbytes, false);
+}
+
+int zo_sched_state_write(struct zo_sched *s, enum zo_state_part part, size_t off, const void *src,
+                         size_t nbytes) {
+  return state_access(s, part, off, (uint8_t *)(uintptr_t)src, nbytes, true);
+}
+
+int zo_sched_state_fresh(struct zo_sched *s, enum zo_state_part part) {
+  ZO_ASSERT(part == ZO_STATE_M || part == ZO_STATE_V);
+  const struct zo_optim_format *f = &s->pl.opt;
+  const size_t sb = s->h.st_bytes;
+  int err = 0;
+  /* Zeros everywhere but m's 8-bit codes (v's code of 0.0 is 0). */
+  memset(s->h.st_stage, 0, sb);
+  if (part == ZO_STATE_V || !f->eightbit) {
+    const size_t n = part_nbytes(s, part);
+    for (size_t o = 0; o < n && !err; o += sb) err = zo_sched_state_write(s, part, o, s->h.st_stage, n - o < sb ? n - o : sb);
+    return err;
+  }
+  uint8_t *zero_codes = s->h.st_stage + sb / 2; /* second half: codes of 0.0; first half: zeros */
+  memset(zero_codes, ZO_ADAMW8BIT_M_ZERO_CODE, sb / 2);
+  for (int i = 0; i < s->t->n_tensors && !err; i++) {
+    const size_t n = s->t->tensors[i].numel, rec = s->soff[i];
+    const bool q = zo_optim_is_8bit(f, n);
+    const size_t codes = q ? n : 0, total = zo_optim_piece_nbytes(f, q, n);
+    for (size_t o = 0; o < total && !err;) {
+      const bool in_codes = o < codes;
+      const size_t end = in_codes ? codes : total, take = end - o < sb / 2 ? end - o : sb / 2;
+      err = zo_sched_state_write(s, part, rec + o, in_codes ? zero_codes : s->h.st_stage, take);
+      o += take;
     }
-    if (err) return error_prefixed(err, "NVMe tier: writing the initial optimizer state");
+  }
+  return err;
+}
+
+/* After parameter writes: the working copies, rounded from the master. */
+static int working_copies_sync(struct zo_sched *s) {
+  const size_t n = s->t->numel, e = s->m->esize;
+  const bool mixed = s->pl.dtype != ZO_F32;
+  int err = 0;
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    if (mixed) s->be->cast(s->m->params, s->m->dtype, s->m->master, ZO_F32, n, s->cs);
+    return s->be->stream_synchronize(s->cs);
+  }
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    if (mixed) zo_cpu_cast(s->h.params, s->pl.dtype, s->h.master, ZO_F32, n);
+    for (int u = 0; u < s->U && !err; u++) {
+      void *dev = dev_unit_params(s, u);
+      const struct range r = unit_range(s->t, u);
+      if (dev)
+        err = copy_sync(s, dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off), r.numel * e,
+                        ZO_COPY_H2D);
+    }
+    return err;
+  }
+  /* NVMe: chunk by chunk (a chunk lies inside one unit). */
+  ZO_ASSERT(s->h.params || !mixed);
+  for (int j = 0; j < s->n_chunks && !err; j++) {
+    const struct chunk *c = &s->chunks[j];
+    if ((err = nv_fetch(s, NV_MASTER, j, false))) break;
+    const float *master = s->nvb[0].file[NV_MASTER];
+    if (s->h.params) zo_cpu_cast(host_params_at(s, c->off), s->pl.dtype, master, ZO_F32, c->numel);
+    uint8_t *dev = dev_unit_params(s, c->unit);
+    if (dev)
+      err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e,
+                      s->h.params ? host_params_at(s, c->off) : (const void *)master, c->numel * e, ZO_COPY_H2D);
+  }
+  return err;
+}
+
+int zo_sched_state_done(struct zo_sched *s) {
+  if (!s->st_active) return 0;
+  int err = 0;
+  if (s->nv) {
+    for (int f = 0; f < NV_FILES && !err; f++) err = nv_flush(s, f);
+    for (size_t i = 0; s->st_wrote && !err && i < NV_FILES * (size_t)s->n_chunks; i++)
+      if (!s->nv_valid[i])
+        err = zo_error(-EINVAL, "the training state on NVMe is incomplete: the %s of chunk %zu were never "
+                                "written (set the whole state before training)",
+                       part_names[i / (size_t)s->n_chunks], i % (size_t)s->n_chunks);
+  }
+  if (!err && s->st_params_wrote) err = working_copies_sync(s);
+  if (s->nv) {
+    for (int f = 0; f < NV_FILES; f++) s->nv_cached[f] = -1;
     nv_reprime(s);
   }
   for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
+  s->st_active = false;
+  if (err) return error_prefixed(err, "committing the training state");
   return s->be->stream_synchronize(s->cs);
 }
 
+static int io_read(void *ctx, enum zo_state_part p, size_t off, void *dst, size_t n) {
+  return zo_sched_state_read(ctx, p, off, dst, n);
+}
+
+static int io_write(void *ctx, enum zo_state_part p, size_t off, const void *src, size_t n) {
+  return zo_sched_state_write(ctx, p, off, src, n);
+}
+
+void zo_sched_state_io(struct zo_sched *s, struct zo_state_io *io) {
+  *io = (struct zo_state_io){.ctx = s, .read = io_read, .write = io_write, .stage = s->h.st_stage,
+                             .stage_bytes = s->h.st_bytes};
+}
+
+int zo_sched_state_init(struct zo_sched *s, uint64_t seed) {
+  const size_t n = s->t->numel, per = s->h.st_bytes / sizeof(float);
+  float *stage = (float *)(void *)s->h.st_stage;
+  int err = 0;
+  for (size_t i = 0; i < n && !err; i += per) {
+    const size_t k = n - i < per ? n - i : per;
+    zo_model_init_range(s->m, seed, i, stage, k);
+    err = zo_sched_state_write(s, ZO_STATE_PARAMS, i * sizeof(float), stage, k * sizeof(float));
+  }
+  return err;
+}
+
+int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m, const void *adam_v) {
+  int err = zo_sched_state_write(s, ZO_STATE_PARAMS, 0, params, part_nbytes(s, ZO_STATE_PARAMS));
+  if (!err) err = adam_m ? zo_sched_state_write(s, ZO_STATE_M, 0, adam_m, part_nbytes(s, ZO_STATE_M))
+                         : zo_sched_state_fresh(s, ZO_STATE_M);
+  if (!err) err = adam_v ? zo_sched_state_write(s, ZO_STATE_V, 0, adam_v, part_nbytes(s, ZO_STATE_V))
+                         : zo_sched_state_fresh(s, ZO_STATE_V);
+  const int done = zo_sched_state_done(s);
+  return err ? err : done;
+}
+
 int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v) {
-  int err = zo_sched_synchronize(s);
-  if (err) return err;
-  const size_t nb = s->t->numel * sizeof(float);
-  const size_t sb = zo_optim_state_nbytes(&s->pl.opt, s->t);
-  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    const void *p = s->m->master ? (const void *)s->m->master : s->m->params;
-    if ((params && (err = copy_sync(s, params, p, nb, ZO_COPY_D2H))) ||
-        (adam_m && (err = copy_sync(s, adam_m, s->st_m, sb, ZO_COPY_D2H))) ||
-        (adam_v && (err = copy_sync(s, adam_v, s->st_v, sb, ZO_COPY_D2H))))
-      return err;
-    return 0;
-  }
-  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
-    if (params) memcpy(params, s->h.master, nb);
-    if (adam_m) memcpy(adam_m, s->st_m, sb);
-    if (adam_v) memcpy(adam_v, s->st_v, sb);
-    return 0;
-  }
-  struct nv_buffer *b = &s->nvb[0];
-  void *dst[NV_FILES] = {params, adam_m, adam_v};
-  for (int j = 0; j < s->n_chunks; j++) {
-    const struct chunk *c = &s->chunks[j];
-    for (int f = 0; f < NV_FILES; f++) {
-      if (!dst[f]) continue;
-      if ((err = zo_nvme_read(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f))))
-        return error_prefixed(err, "NVMe tier: reading the optimizer state");
-      if (f == NV_MASTER)
-        memcpy(params + c->off, b->file[f], c->numel * sizeof(float));
-      else
-        for (int k = c->first; k < c->first + c->n_pieces; k++)
-          piece_copy(s, &s->pieces[k], b->file[f], dst[f], false);
-    }
-  }
-  nv_reprime(s);
-  return 0;
+  void *dst[ZO_STATE_N_PARTS] = {params, adam_m, adam_v};
+  int err = 0;
+  for (int p = 0; p < ZO_STATE_N_PARTS && !err; p++)
+    if (dst[p]) err = zo_sched_state_read(s, (enum zo_state_part)p, 0, dst[p], part_nbytes(s, (enum zo_state_part)p));
+  const int done = zo_sched_state_done(s);
+  return err ? err : done;
 }
 
 void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets) {
@@ -1534,6 +1730,7 @@ void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets) {
 
 void zo_sched_micro_batch(struct zo_sched *s, int k) {
   ZO_ASSERT(k >= 0 && k < s->pl.grad_accum);
+  ZO_ASSERT(!s->st_active); /* zo_sched_state_done first */
   const int b = s->batch_buf, K = s->pl.grad_accum;
   const size_t BT = (size_t)s->B * (size_t)s->T;
   int n = 0;

@@ -214,8 +214,7 @@ struct trainer {
   zo_backend_t be;
   struct zo_sched *sched;
   struct zo_data *train, *val;
-  float *params;                   /* checkpoint staging in the host pool (owned by sched) */
-  void *adam_m, *adam_v;           /* the same for m, v (canonical layout of the format) */
+  struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
 };
 
@@ -289,7 +288,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   struct zo_train_state st = {.seed = cfg->engine.seed};
   zo_loss_scaler_init(&st.scaler, cfg);
   char resume_path[PATH_MAX] = "";
-  zo_sched_checkpoint_buffers(t.sched, &t.params, &t.adam_m, &t.adam_v);
+  zo_sched_state_io(t.sched, &t.io);
   if (opts->resume) {
     if (strcmp(opts->resume, "auto") == 0) {
       if (!cfg->checkpoint.dir || !cfg->checkpoint.dir[0]) {
@@ -300,20 +299,18 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     } else {
       snprintf(resume_path, sizeof resume_path, "%s", opts->resume);
     }
-    if ((err = zo_checkpoint_load_optim(resume_path, m, t.params, &plan.placement.opt, t.adam_m, t.adam_v,
-                                        &st)))
-      goto out;
+    if ((err = zo_checkpoint_load_io(resume_path, m, &plan.placement.opt, &t.io, true, &st))) goto out;
     zo_data_seek(t.train, st.data_position);
     printf("resumed from %s at step %ld\n", resume_path, st.step);
-    err = zo_sched_set_state(t.sched, t.params, t.adam_m, t.adam_v);
   } else {
-    if (cfg->model.init_from && cfg->model.init_from[0]) {
-      if ((err = zo_model_load_safetensors(cfg->model.init_from, m, t.params))) goto out;
-    } else {
-      zo_model_init_params(m, t.params, cfg->engine.seed);
-    }
-    err = zo_sched_set_state(t.sched, t.params, NULL, NULL);
+    if (cfg->model.init_from && cfg->model.init_from[0])
+      err = zo_model_load_safetensors_io(cfg->model.init_from, m, &t.io);
+    else
+      err = zo_sched_state_init(t.sched, cfg->engine.seed);
+    if (!err) err = zo_sched_state_fresh(t.sched, ZO_STATE_M);
+    if (!err) err = zo_sched_state_fresh(t.sched, ZO_STATE_V);
   }
+  if (!err) err = zo_sched_state_done(t.sched);
   if (err) goto out;
 
   if (cfg->log.metrics_path && cfg->log.metrics_path[0]) {
@@ -446,10 +443,10 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       }
       if (save) {
         char path[PATH_MAX];
-        if ((err = zo_sched_get_state(t.sched, t.params, t.adam_m, t.adam_v)) ||
-            (err = zo_checkpoint_save(cfg->checkpoint.dir, m, t.params, &plan.placement.opt, t.adam_m,
-                                      t.adam_v, &st, cfg->checkpoint.keep, path, sizeof path)))
-          goto out;
+        err = zo_checkpoint_save_io(cfg->checkpoint.dir, m, &plan.placement.opt, &t.io, &st,
+                                    cfg->checkpoint.keep, path, sizeof path);
+        const int done = zo_sched_state_done(t.sched);
+        if (err || (err = done)) goto out;
         printf("%ssaved %s\n", isatty(STDOUT_FILENO) ? "\r" : "", path);
       }
     }

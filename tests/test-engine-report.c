@@ -92,11 +92,9 @@ static int check_placement(const char *const *sets, int n_sets) {
     return ZO_TEST_SKIP;
   }
   CHECK(s);
-  float *params;
-  void *am, *av;
-  zo_sched_checkpoint_buffers(s, &params, &am, &av);
-  zo_model_init_params(zo_sched_model(s), params, 1);
-  CHECK(zo_sched_set_state(s, params, NULL, NULL) == 0);
+  CHECK(zo_sched_state_init(s, 1) == 0);
+  CHECK(zo_sched_state_fresh(s, ZO_STATE_M) == 0 && zo_sched_state_fresh(s, ZO_STATE_V) == 0);
+  CHECK(zo_sched_state_done(s) == 0);
   int ret = run_steps(s, &cfg);
   struct zo_sched_mem mem;
   CHECK(zo_sched_memory(s, &mem) == 0);

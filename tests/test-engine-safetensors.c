@@ -507,11 +507,18 @@ static int test_st_round_trip(void) {
 }
 
 /* Produces float k = k * 0.5 - 7, whatever chunking the writer chose. */
-static void fill_ramp(void *ctx, void *dst, size_t offset, size_t nbytes) {
+static int fill_ramp(void *ctx, void *dst, size_t offset, size_t nbytes) {
   size_t *calls = ctx;
   float *d = dst;
   (*calls)++;
   for (size_t k = 0; k < nbytes / sizeof(float); k++) d[k] = (float)(offset / sizeof(float) + k) * 0.5f - 7.0f;
+  return 0;
+}
+
+static int fill_fail(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  size_t *calls = ctx;
+  memset(dst, 0, nbytes);
+  return ++*calls == 2 ? zo_error(-EIO, "state read failed at offset %zu", offset) : 0;
 }
 
 /* A produced tensor larger than one write chunk, between borrowed ones: the
@@ -544,6 +551,18 @@ static int test_st_writer_fill(void) {
   float tail[2];
   bad += !CHECK(zo_st_read_f32(zo_st_find(f, "after"), tail, 2) == 0 && !memcmp(tail, before, sizeof tail));
   free(out);
+  zo_st_close(f);
+
+  /* A producer that fails (a state read error) fails the write with its
+   * error and leaves the previous file as it was. */
+  size_t fcalls = 0;
+  w = zo_st_writer_init();
+  bad += !CHECK(w && zo_st_writer_add_fill(w, "ramp", ZO_F32, 1, (int64_t[]){(int64_t)n}, fill_fail, &fcalls) == 0);
+  bad += !CHECK(zo_st_writer_write(w, p) == -EIO);
+  zo_st_writer_free(w);
+  bad += !CHECK(fcalls == 2);
+  f = zo_st_open(p);
+  bad += !CHECK(f && zo_st_find(f, "before") && zo_st_find(f, "ramp") && zo_st_find(f, "ramp")->numel == n);
   zo_st_close(f);
   return bad;
 }

@@ -23,6 +23,7 @@
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/sched.h" /* struct zo_optim_format */
+#include "zo/state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,13 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
                        const struct zo_optim_format *opt, const void *adam_m, const void *adam_v,
                        const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
+/* The same, reading parameters, m and v through io (zo/state.h) as the
+ * files are written: nothing of the state is copied whole. opt must not be
+ * NULL. */
+int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *opt,
+                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
+                          char *out_path, size_t out_size);
+
 /* Loads a checkpoint directory saved by zo_checkpoint_save into host buffers
  * laid out by m's table (adam_m, adam_v may be NULL to skip the optimizer).
  * The model's config must match the checkpoint's; every file's checksum is
@@ -63,6 +71,12 @@ int zo_checkpoint_load(const char *path, const struct zo_model *m, float *params
 int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *params,
                              const struct zo_optim_format *opt, void *adam_m, void *adam_v,
                              struct zo_train_state *state);
+/* The same, writing parameters (and with optimizer m and v, in format opt,
+ * not NULL) through io. Every checksum and the optimizer file's format are
+ * checked before anything is written; an error later (a tensor of the wrong
+ * shape) leaves the state partly written. Returns 0 or -errno. */
+int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
+                          const struct zo_state_io *io, bool optimizer, struct zo_train_state *state);
 
 /* Finds the checkpoint-<step> directory with the highest step under dir.
  * Returns 0 and writes its path, -ENOENT when there is none. */
@@ -78,10 +92,14 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
  * by m's table. Every tensor must be present with the expected shape: a
  * mismatch names the tensor and both shapes. Returns 0 or -errno. */
 int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params);
+/* The same, writing the parameters through io, piece by piece. */
+int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, const struct zo_state_io *io);
 
 /* Writes host params as a Hugging Face GPT-2 safetensors file (atomically)
  * and config.json beside it in dir. Returns 0 or -errno. */
 int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params);
+/* The same, reading the parameters through io. */
+int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io);
 
 #ifdef __cplusplus
 }

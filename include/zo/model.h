@@ -243,6 +243,10 @@ void zo_model_free(struct zo_model *m);
  * N(0, 0.02/sqrt(2 n_layer)) for the residual projections, zero biases, unit
  * norm weights), padded vocabulary rows zero. Deterministic for a seed. */
 void zo_model_init_params(const struct zo_model *m, float *params, uint64_t seed);
+/* Table elements [first, first + numel) of that initialisation into dst,
+ * identical to the same range of zo_model_init_params: a model too large for
+ * one host copy is initialised piece by piece. */
+void zo_model_init_range(const struct zo_model *m, uint64_t seed, size_t first, float *dst, size_t numel);
 
 /* Points block l's parameter views at a block's parameters starting at
  * params_base (device, layer_numel elements of the working dtype) and its

@@ -93,8 +93,9 @@ int zo_st_writer_add(struct zo_st_writer *w, const char *name, enum zo_dtype dty
 /* Produces bytes [offset, offset + nbytes) of a tensor's serialized data
  * into dst. Called while the file is written, in increasing offset order,
  * with chunks of at most ZO_ST_FILL_CHUNK bytes (multiples of the dtype size
- * except possibly the last). */
-typedef void (*zo_st_fill_fn)(void *ctx, void *dst, size_t offset, size_t nbytes);
+ * except possibly the last). Returns 0, or -errno with a message: the write
+ * then fails with it and path is left as it was. */
+typedef int (*zo_st_fill_fn)(void *ctx, void *dst, size_t offset, size_t nbytes);
 #define ZO_ST_FILL_CHUNK (1 << 20)
 
 /* Adds a tensor whose bytes fill produces while writing (a transposed or

@@ -40,6 +40,7 @@
 #include "zo/arena.h"
 #include "zo/config.h"
 #include "zo/model.h"
+#include "zo/state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,11 +51,11 @@ extern "C" {
 /* The memory tiers: the device arena(s), the host pool, the NVMe files. */
 enum zo_tier { ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_TIER_NVME, ZO_N_TIERS };
 
-/* Host-only categories after enum zo_mem_category: the full host copies of
- * parameters, m and v that init, resume and checkpoint saves go through
- * (zo_sched_checkpoint_buffers), carved from the host pool like the rest. */
-enum { ZO_SCHED_MEM_CHECKPOINT = ZO_MEM_N_CATEGORIES, ZO_SCHED_MEM_N_CATEGORIES };
-/* zo_mem_category_name, extended with "ckpt staging". */
+/* Host-only categories after enum zo_mem_category: the staging buffer that
+ * init, resume and checkpoint saves stream the state through (the state
+ * I/O below), carved from the host pool like the rest. */
+enum { ZO_SCHED_MEM_STAGE = ZO_MEM_N_CATEGORIES, ZO_SCHED_MEM_N_CATEGORIES };
+/* zo_mem_category_name, extended with "state staging". */
 const char *zo_sched_mem_category_name(int category);
 
 /* The optimizer state format (optimizer.type and optimizer.params). AdamW:
@@ -154,23 +155,37 @@ void zo_sched_free(struct zo_sched *s);
 
 /* The model (activations, device views); owned by s. */
 struct zo_model *zo_sched_model(struct zo_sched *s);
+/* The placement s runs. */
+const struct zo_placement *zo_sched_placement(const struct zo_sched *s);
 
-/* Sets parameters (numel floats, table order) and AdamW m, v (each in the
- * canonical layout of the placement's format, zo_optim_state_nbytes bytes;
- * NULL: a fresh state, m = v = 0) from host buffers. Synchronous.
- * Returns 0 or -errno. */
+/* State I/O: random access to the training state where the placement keeps
+ * it (zo/state.h: fp32 parameters in table order, m and v in the canonical
+ * layout of the placement's format), in bytes, synchronous. The first access
+ * waits for everything queued; writes go to the master copy only, and
+ * zo_sched_state_done, which must follow before the next micro-batch or
+ * eval, re-derives every working copy from it (rounding in mixed
+ * precision), writes back the NVMe cache and restarts the pipeline. Staging
+ * is one zo_state_stage_bytes buffer of the host pool. Return 0 or -errno
+ * (an NVMe read failing its CRC, ...) with a message. */
+int zo_sched_state_read(struct zo_sched *s, enum zo_state_part part, size_t off, void *dst, size_t nbytes);
+int zo_sched_state_write(struct zo_sched *s, enum zo_state_part part, size_t off, const void *src,
+                         size_t nbytes);
+/* A fresh m or v (m = v = 0 in the format: fp32 zeros, 8-bit codes of 0). */
+int zo_sched_state_fresh(struct zo_sched *s, enum zo_state_part part);
+/* The parameters of zo_model_init_params(seed), generated piece by piece. */
+int zo_sched_state_init(struct zo_sched *s, uint64_t seed);
+int zo_sched_state_done(struct zo_sched *s);
+/* The state I/O as a zo_state_io (its stage is the scheduler's), for the
+ * checkpoint functions. Valid until zo_sched_free. */
+void zo_sched_state_io(struct zo_sched *s, struct zo_state_io *io);
+
+/* Whole-state shorthands over the state I/O, then zo_sched_state_done:
+ * set_state writes parameters (numel floats, table order) and m, v (each in
+ * the canonical layout, zo_optim_state_nbytes bytes; NULL: fresh) from host
+ * buffers; get_state reads them (each may be NULL). Return 0 or -errno. */
 int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m,
                        const void *adam_v);
-/* Copies parameters, m and v (each may be NULL; layouts as for set_state) to
- * host buffers, after all queued work. Returns 0 or the first asynchronous
- * error. */
 int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v);
-/* The checkpoint staging buffers (parameters: numel floats; m, v:
- * zo_optim_state_nbytes bytes each), carved from the host pool and planned
- * as "ckpt staging": what init, resume and checkpoint saves pass to
- * zo_sched_set_state / zo_sched_get_state and the checkpoint files. Owned by
- * s; contents are the caller's. */
-void zo_sched_checkpoint_buffers(struct zo_sched *s, float **params, void **adam_m, void **adam_v);
 
 /* Host buffers for the next micro-batch's tokens (B, T each), blocking until
  * the forward that last read them has copied them (double-buffered). */

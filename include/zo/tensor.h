@@ -25,6 +25,9 @@ struct zo_tensor_info {
   int shape[2];                  /* our layout: Linear weights are (out, in) */
   int layer;                     /* transformer block index, -1 outside blocks */
   bool decay;                    /* AdamW weight decay applies (ndim >= 2) */
+  bool hf_transposed;            /* stored transposed in Hugging Face checkpoints
+                                  * (GPT-2's Conv1D): saving it needs the whole
+                                  * tensor at once (zo_state_stage_bytes) */
 };
 
 struct zo_tensor_table {
