@@ -462,15 +462,16 @@ static int test_matmul_backward(void) {
   return fail;
 }
 
-static int attention_forward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
-  struct tbuf out = tb_new((size_t)B * T * C, dt), att = tb_new((size_t)B * NH * T * T, dt),
-              qkv = tb_new((size_t)B * T * 3 * C, dt);
+static int attention_forward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+  struct tbuf out = tb_new(no, dt), att = tb_new((size_t)B * NH * T * T, dt), qkv = tb_new(nq, dt);
   tb_random(&qkv, -2, 2);
   tb_poison(&out), tb_poison(&att);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
-  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, dt, gstream);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, NH, NKV, hs, dt, gstream);
   int fail = tb_check("out", &out) | tb_check("att", &att);
-  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&out), tb_free(&att), tb_free(&qkv);
   return fail;
 }
@@ -481,7 +482,7 @@ static int test_attention_forward(void) {
     op_dt = op_dtypes[di];
     for (size_t si = 0; si < N_SHAPES; si++) {
       const struct shape *sh = begin_shape(si, 7);
-      fail |= report(attention_forward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+      fail |= report(attention_forward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
     }
   }
   return fail;
@@ -494,24 +495,29 @@ static int test_attention_forward_many_rows(void) {
     op_dt = op_dtypes[di];
     zo_rng_seed(77);
     gstream = test_stream;
-    fail |= attention_forward_case(5, 19, 32, 2, op_dt);
+    fail |= attention_forward_case(5, 19, 2, 2, 16, op_dt);
   }
   return fail;
 }
 
-static int attention_backward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
-  struct tbuf dqkv = tb_new((size_t)B * T * 3 * C, dt), datt = tb_new((size_t)B * NH * T * T, dt),
-              dout = tb_new((size_t)B * T * C, dt), qkv = tb_new((size_t)B * T * 3 * C, dt),
-              att = tb_new((size_t)B * NH * T * T, dt), out = tb_new((size_t)B * T * C, dt);
+static int attention_backward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+  const size_t na = (size_t)B * NH * T * T;
+  struct tbuf dqkv = tb_new(nq, dt), datt = tb_new(na, dt), dout = tb_new(no, dt),
+              qkv = tb_new(nq, dt), att = tb_new(na, dt), out = tb_new(no, dt);
   tb_random(&qkv, -2, 2);
   tb_random(&dout, -1, 1);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, dt, NULL);
   tb_upload(&att); /* the same saved probabilities on both sides */
   tb_poison(&dqkv), tb_poison(&datt);
-  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, C, NH, dt, NULL);
-  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, C, NH, dt, gstream);
-  int fail = tb_check("dqkv", &dqkv); /* datt is scratch: contents unspecified */
-  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
+  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, NH, NKV, hs, dt,
+                          NULL);
+  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, NH, NKV, hs, dt,
+                          gstream);
+  int fail = tb_check("dqkv", &dqkv) | tb_check("qkv (read only)", &qkv) |
+             tb_check("att (read only)", &att); /* datt is scratch: contents unspecified */
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&dqkv), tb_free(&datt), tb_free(&dout), tb_free(&qkv), tb_free(&att), tb_free(&out);
   return fail;
 }
@@ -522,20 +528,46 @@ static int test_attention_backward(void) {
     op_dt = op_dtypes[di];
     for (size_t si = 0; si < N_SHAPES; si++) {
       const struct shape *sh = begin_shape(si, 8);
-      fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+      fail |= report(attention_backward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
     }
     zo_rng_seed(88);
     gstream = test_stream;
-    fail |= attention_backward_case(5, 19, 32, 2, op_dt);
+    fail |= attention_backward_case(5, 19, 2, 2, 16, op_dt);
+  }
+  return fail;
+}
+
+/* Grouped-query heads (B, T, NH, NKV, hs): groups of 3 with the batch over
+ * kv heads (B <= NKV) and over batch rows (B > NKV), one kv head for all
+ * (multi-query), T across the CPU's 64-row blocks; on both streams. */
+static int test_attention_gqa(void) {
+  static const int cases[][5] = {
+      {1, 70, 6, 2, 16}, {3, 37, 6, 2, 24}, {2, 64, 4, 1, 32}, {5, 19, 8, 4, 8},
+  };
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const int *c = cases[k];
+      zo_rng_seed(120 + k);
+      gstream = k % 2 ? NULL : test_stream;
+      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+    }
   }
   return fail;
 }
 
 /* BF16/F16 only: long sequences whose fp32 scores the CUDA backend computes
  * in chunks of its stream workspace: T = 1024 takes several chunks of heads,
- * T = 2100 (one head's T x T scores over the scratch) blocks of query rows. */
+ * T = 2100 (one head's T x T scores over the scratch) blocks of query rows.
+ * Grouped heads: the fp32 dk, dv sums of B = 20 kv heads take two chunks
+ * of heads, and those of one kv head with hs = 1000 (over the scratch)
+ * chunks of key rows. */
 static int test_attention_chunked(void) {
-  static const int cases[][4] = {{2, 1024, 48, 6}, {1, 2100, 16, 1}}; /* B, T, C, NH */
+  static const int cases[][5] = {
+      {2, 1024, 6, 6, 8}, {1, 2100, 1, 1, 16}, {20, 1024, 2, 1, 128}, {1, 2100, 2, 1, 1000},
+  }; /* B, T, NH, NKV, hs */
   int fail = 0;
   for (size_t di = 1; di < N_DTYPES; di++) {
     op_dt = op_dtypes[di];
@@ -543,8 +575,8 @@ static int test_attention_chunked(void) {
       const int *c = cases[k];
       zo_rng_seed(99 + k);
       gstream = test_stream;
-      fail |= attention_forward_case(c[0], c[1], c[2], c[3], op_dt);
-      fail |= attention_backward_case(c[0], c[1], c[2], c[3], op_dt);
+      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
     }
   }
   return fail;
@@ -1010,6 +1042,7 @@ int main(void) {
       ZO_TEST(attention_forward),
       ZO_TEST(attention_forward_many_rows),
       ZO_TEST(attention_backward),
+      ZO_TEST(attention_gqa),
       ZO_TEST(attention_chunked),
       ZO_TEST(gelu),
       ZO_TEST(residual),

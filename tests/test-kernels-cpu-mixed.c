@@ -417,10 +417,10 @@ static int test_matmul_threads_bitwise(void) {
 
 /* ---- attention -------------------------------------------------------------------- */
 
-static int attention(enum zo_dtype dt) {
-  enum { B = 2, T = 70, C = 24, NH = 3, hs = C / NH };
-  const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-  zo_rng_seed(205);
+static int attention_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const int G = NH / NKV;
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
+  const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * ldo, na = (size_t)B * NH * T * T;
   float *qkv = zo_test_xmalloc(nq * 4), *doutf = zo_test_xmalloc(no * 4);
   void *qkvd = dalloc(nq, dt), *out = dalloc(no, dt), *att = dalloc(na, dt), *dout = dalloc(no, dt);
   void *dqkv = dalloc(nq, dt), *datt = dalloc(na, dt);
@@ -430,9 +430,15 @@ static int attention(enum zo_dtype dt) {
   poison(att, na, dt);
   poison(dqkv, nq, dt);
   poison(datt, na, dt);
-  be->attention_forward(out, att, qkvd, B, T, C, NH, dt, NULL);
+  be->attention_forward(out, att, qkvd, B, T, NH, NKV, hs, dt, NULL);
   double *q64 = widen64(qkv, nq), *ref_out = zo_test_xmalloc(no * 8), *ref_att = zo_test_xmalloc(na * 8);
-  attention_forward64(ref_out, ref_att, q64, B, T, C, NH);
+  attention_forward64(ref_out, ref_att, q64, B, T, NH, NKV, hs);
+  /* Element offsets: query head h's q, kv head g's k and v, at row (b, t). */
+#define QO(b, t, h) (((size_t)(b) * T + (t)) * ld + (size_t)(h) * hs)
+#define KO(b, t, g) (((size_t)(b) * T + (t)) * ld + (size_t)(NH + (g)) * hs)
+#define VO(b, t, g) (((size_t)(b) * T + (t)) * ld + (size_t)(NH + NKV + (g)) * hs)
+#define OO(b, t, h) (((size_t)(b) * T + (t)) * ldo + (size_t)(h) * hs)
+#define AO(b, h, t, u) ((((size_t)(b) * NH + (h)) * T + (t)) * T + (u))
   /* The stored probabilities are the softmax rounded once (atol: the fp32
    * scores). */
   int fail = check_dt("att", att, na, dt, ref_att, 1e-6);
@@ -444,9 +450,8 @@ static int attention(enum zo_dtype dt) {
       for (int t = 0; t < T; t++)
         for (int i = 0; i < hs; i++) {
           double s = 0.0;
-          for (int u = 0; u < T; u++)
-            s += (double)a32[(((size_t)b * NH + h) * T + t) * T + u] * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
-          want[((size_t)b * T + t) * C + h * hs + i] = s;
+          for (int u = 0; u < T; u++) s += (double)a32[AO(b, h, t, u)] * qkv[VO(b, u, h / G) + i];
+          want[OO(b, t, h) + i] = s;
         }
   fail |= check_dt("out = att_stored @ v", out, no, dt, want, 1e-6);
   /* ... and close to the exact attention: the rounded probabilities each
@@ -457,26 +462,26 @@ static int attention(enum zo_dtype dt) {
   fail |= zo_test_close("out vs exact", o32, ref_out, no, 2 * unit_roundoff(dt) * big_out, 4 * unit_roundoff(dt));
   free(o32);
 
-  be->attention_backward(dqkv, datt, dout, qkvd, att, B, T, C, NH, dt, NULL);
+  be->attention_backward(dqkv, datt, dout, qkvd, att, B, T, NH, NKV, hs, dt, NULL);
   /* datt: the softmax backward of the stored probabilities, rounded once. */
-  double *rdatt = zo_test_xmalloc(na * 8);
+  double *rdatt = zo_test_xmalloc(na * 8), *raw = zo_test_xmalloc((size_t)T * 8);
   const double scale = 1.0 / sqrt((double)hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const float *a = a32 + (((size_t)b * NH + h) * T + t) * T;
-        double raw[T], dot = 0.0;
+        const float *a = a32 + AO(b, h, t, 0);
+        double dot = 0.0;
         for (int u = 0; u < T; u++) {
           double s = 0.0;
-          for (int i = 0; i < hs; i++)
-            s += (double)doutf[((size_t)b * T + t) * C + h * hs + i] * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+          for (int i = 0; i < hs; i++) s += (double)doutf[OO(b, t, h) + i] * qkv[VO(b, u, h / G) + i];
           raw[u] = u <= t ? s : 0.0;
           dot += a[u] * raw[u];
         }
-        for (int u = 0; u < T; u++) rdatt[(((size_t)b * NH + h) * T + t) * T + u] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
+        for (int u = 0; u < T; u++) rdatt[AO(b, h, t, u)] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
       }
   fail |= check_dt("datt", datt, na, dt, rdatt, 1e-6);
-  /* dq, dk, dv: products of the stored datt and att, rounded once. */
+  /* dq, dk, dv: products of the stored datt and att, rounded once; dk and dv
+   * summed over the group's query heads first. */
   float *d32 = dt_to_f32(datt, na, dt);
   double *rdq = zo_test_xmalloc(nq * 8);
   memset(rdq, 0, nq * 8);
@@ -484,27 +489,34 @@ static int attention(enum zo_dtype dt) {
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++)
         for (int u = 0; u < T; u++) {
-          const double da = d32[(((size_t)b * NH + h) * T + t) * T + u], a = a32[(((size_t)b * NH + h) * T + t) * T + u];
-          const size_t qo = ((size_t)b * T + t) * 3 * C + h * hs, ko = ((size_t)b * T + u) * 3 * C + C + h * hs;
+          const double da = d32[AO(b, h, t, u)], a = a32[AO(b, h, t, u)];
+          const size_t qo = QO(b, t, h), ko = KO(b, u, h / G), vo = VO(b, u, h / G);
           for (int i = 0; i < hs; i++) {
-            rdq[qo + i] += da * qkv[ko + i];                                  /* dq[t] += datt[t,u] k[u] */
-            rdq[ko + i] += da * qkv[qo + i];                                  /* dk[u] += datt[t,u] q[t] */
-            rdq[ko + C + i] += a * doutf[((size_t)b * T + t) * C + h * hs + i]; /* dv[u] += att[t,u] dout[t] */
+            rdq[qo + i] += da * qkv[ko + i];               /* dq[t] += datt[t,u] k[u] */
+            rdq[ko + i] += da * qkv[qo + i];               /* dk[u] += datt[t,u] q[t] */
+            rdq[vo + i] += a * doutf[OO(b, t, h) + i];     /* dv[u] += att[t,u] dout[t] */
           }
         }
+#undef QO
+#undef KO
+#undef VO
+#undef OO
+#undef AO
   fail |= check_dt("dqkv", dqkv, nq, dt, rdq, 1e-5);
   /* ... and close to the exact gradient. */
   double *exact = zo_test_xmalloc(nq * 8), *d64 = widen64(doutf, no);
-  attention_backward64(exact, d64, q64, B, T, C, NH);
+  attention_backward64(exact, d64, q64, B, T, NH, NKV, hs);
   float *g = dt_to_f32(dqkv, nq, dt);
   double big = 0.0;
   for (size_t i = 0; i < nq; i++) big = fmax(big, fabs(exact[i]));
   fail |= zo_test_close("dqkv vs exact", g, exact, nq, 2 * unit_roundoff(dt) * big, 8 * unit_roundoff(dt));
+  if (fail) fprintf(stderr, "  (%s, B=%d T=%d NH=%d NKV=%d hs=%d)\n", dt_name(dt), B, T, NH, NKV, hs);
   free(g);
   free(d64);
   free(exact);
   free(rdq);
   free(d32);
+  free(raw);
   free(rdatt);
   free(want);
   free(a32);
@@ -520,6 +532,14 @@ static int attention(enum zo_dtype dt) {
   free(doutf);
   free(qkv);
   return fail;
+}
+
+/* Multi-head (NKV == NH), grouped-query (groups of 3) and multi-query
+ * (one kv head) attention, T across two row blocks. */
+static int attention(enum zo_dtype dt) {
+  zo_rng_seed(205);
+  return attention_case(2, 70, 3, 3, 8, dt) | attention_case(2, 70, 6, 2, 8, dt) |
+         attention_case(1, 67, 4, 1, 6, dt);
 }
 
 static int test_attention_bf16(void) { return attention(ZO_BF16); }

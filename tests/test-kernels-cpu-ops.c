@@ -414,18 +414,25 @@ static int test_matmul_backward_fd(void) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-static int attention_forward_case(int B, int T, int C, int NH) {
-  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+static int attention_forward_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+  size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
   fill_random(qkv, n_qkv, -2, 2);
   fill_nan(out, n_out);
   fill_nan(att, n_att);
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
+  float *qkv_in = galloc(n_qkv);
+  memcpy(qkv_in, qkv, n_qkv * sizeof(float));
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv);
   double *ref = zo_test_xmalloc(n_out * sizeof(double)), *ref_att = zo_test_xmalloc(n_att * sizeof(double));
-  attention_forward64(ref, ref_att, qkv64, B, T, C, NH);
+  attention_forward64(ref, ref_att, qkv64, B, T, NH, NKV, hs);
   int fail = check_output("out", out, ref, n_out, 1e-6, 1e-5) |
-             check_output("att", att, ref_att, n_att, 1e-7, 1e-5);
+             check_output("att", att, ref_att, n_att, 1e-7, 1e-5) | guard_broken("qkv", qkv, n_qkv);
+  if (memcmp(qkv, qkv_in, n_qkv * sizeof(float))) {
+    fprintf(stderr, "  qkv (read only) was written\n");
+    fail = 1;
+  }
   /* Above the diagonal: exactly 0, not merely small. */
   for (size_t bh = 0; bh < (size_t)B * NH && !fail; bh++)
     for (int t = 0; t < T && !fail; t++)
@@ -435,36 +442,52 @@ static int attention_forward_case(int B, int T, int C, int NH) {
                   (double)att[(bh * T + t) * T + u]);
           fail = 1;
         }
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref_att);
   free(ref);
   free(qkv64);
+  gfree(qkv_in);
   gfree(att);
   gfree(out);
   gfree(qkv);
   return fail;
 }
 
+/* (B, T, NH, NKV, hs): multi-head (NKV == NH) as GPT-2 calls it, T across
+ * several row blocks (the last partial), odd head sizes, and grouped-query
+ * heads with groups of 3 and 4 and one kv head for all (multi-query). */
+static const int attention_cases[][5] = {
+    {2, 7, 3, 3, 8}, {1, 150, 2, 2, 16}, {1, 1, 2, 2, 4}, {2, 67, 6, 6, 7},
+    {2, 70, 6, 2, 5}, {1, 130, 4, 1, 8}, {3, 65, 6, 1, 3},
+};
+#define N_ATTENTION_CASES (sizeof attention_cases / sizeof attention_cases[0])
+
 static int test_attention_forward(void) {
   zo_rng_seed(10);
-  /* Second shape: T spans several row blocks, the last one partial. */
-  return attention_forward_case(2, 7, 24, 3) | attention_forward_case(1, 150, 32, 2) |
-         attention_forward_case(1, 1, 8, 2);
+  int fail = 0;
+  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
+    const int *c = attention_cases[i];
+    fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4]);
+  }
+  return fail;
 }
 
-static int attention_backward_case(int B, int T, int C, int NH) {
-  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+static int attention_backward_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+  size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
   float *dout = galloc(n_out), *dqkv = galloc(n_qkv), *datt = galloc(n_att);
   fill_random(qkv, n_qkv, -2, 2);
   fill_random(dout, n_out, -1, 1);
   fill_nan(dqkv, n_qkv); /* overwritten */
   fill_nan(datt, n_att); /* scratch: NaN must not leak into dqkv */
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv), *dout64 = widen(dout, n_out);
   double *ref = zo_test_xmalloc(n_qkv * sizeof(double));
-  attention_backward64(ref, dout64, qkv64, B, T, C, NH);
+  attention_backward64(ref, dout64, qkv64, B, T, NH, NKV, hs);
   int fail = check_output("dqkv", dqkv, ref, n_qkv, 2e-6, 2e-5) | guard_broken("datt", datt, n_att);
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref);
   free(dout64);
   free(qkv64);
@@ -479,37 +502,54 @@ static int attention_backward_case(int B, int T, int C, int NH) {
 
 static int test_attention_backward(void) {
   zo_rng_seed(11);
-  return attention_backward_case(2, 7, 24, 3) | attention_backward_case(1, 150, 32, 2) |
-         attention_backward_case(1, 1, 8, 2);
+  int fail = 0;
+  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
+    const int *c = attention_cases[i];
+    fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4]);
+  }
+  return fail;
 }
 
 struct attention_fd {
   double *qkv, *dout, *out;
-  int B, T, C, NH;
+  int B, T, NH, NKV, hs;
 };
 
 static double attention_fd_loss(void *p) {
   struct attention_fd *c = p;
-  attention_forward64(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH);
-  return dot64(c->dout, c->out, (size_t)c->B * c->T * c->C);
+  attention_forward64(c->out, NULL, c->qkv, c->B, c->T, c->NH, c->NKV, c->hs);
+  return dot64(c->dout, c->out, (size_t)c->B * c->T * c->NH * c->hs);
 }
 
-static int test_attention_backward_fd(void) {
-  enum { B = 2, T = 4, C = 6, NH = 2 };
-  zo_rng_seed(12);
-  float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T], dout[B * T * C];
-  float dqkv[B * T * 3 * C], datt[B * NH * T * T];
-  fill_random(qkv, B * T * 3 * C, -2, 2);
-  fill_random(dout, B * T * C, -1, 1);
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
-  struct attention_fd c = {widen(qkv, B * T * 3 * C), widen(dout, B * T * C),
-                           zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
-  int fail = check_fd("dqkv", c.qkv, B * T * 3 * C, dqkv, attention_fd_loss, &c);
+static int attention_fd_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * hs, n_out = (size_t)B * T * NH * hs;
+  const size_t n_att = (size_t)B * NH * T * T;
+  float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att), *dout = galloc(n_out);
+  float *dqkv = galloc(n_qkv), *datt = galloc(n_att);
+  fill_random(qkv, n_qkv, -2, 2);
+  fill_random(dout, n_out, -1, 1);
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, ZO_F32, NULL);
+  struct attention_fd c = {widen(qkv, n_qkv), widen(dout, n_out),
+                           zo_test_xmalloc(n_out * sizeof(double)), B, T, NH, NKV, hs};
+  int fail = check_fd("dqkv", c.qkv, n_qkv, dqkv, attention_fd_loss, &c);
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(c.out);
   free(c.dout);
   free(c.qkv);
+  gfree(datt);
+  gfree(dqkv);
+  gfree(dout);
+  gfree(att);
+  gfree(out);
+  gfree(qkv);
   return fail;
+}
+
+static int test_attention_backward_fd(void) {
+  zo_rng_seed(12);
+  return attention_fd_case(2, 4, 2, 2, 3) | attention_fd_case(2, 4, 6, 2, 2) |
+         attention_fd_case(1, 5, 3, 1, 3);
 }
 
 /* ---- gelu and residual ---------------------------------------------------- */

@@ -97,19 +97,23 @@ static inline void matmul_backward64(double *dinp, double *dw, double *db, const
   }
 }
 
-/* att (B,NH,T,T) may be NULL. */
-static inline void attention_forward64(double *out, double *att, const double *qkv, int B, int T, int C,
-                                int NH) {
-  int hs = C / NH;
+/* Causal attention with grouped-query heads: qkv rows (B,T) of
+ * (NH + 2 NKV) hs = [q heads | k heads | v heads], query head h using kv
+ * head h / (NH / NKV); out (B,T,NH*hs). att (B,NH,T,T) may be NULL. */
+static inline void attention_forward64(double *out, double *att, const double *qkv, int B, int T,
+                                       int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
+  const int G = NH / NKV;
   double scale = 1.0 / sqrt((double)hs);
   double *row = zo_test_xmalloc((size_t)T * sizeof(double));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        const size_t kcol = (size_t)(NH + h / G) * hs, vcol = (size_t)(NH + NKV + h / G) * hs;
+        const double *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
         double maxv = -INFINITY, sum = 0.0;
         for (int u = 0; u <= t; u++) {
-          const double *k = qkv + ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          const double *k = qkv + ((size_t)b * T + u) * ld + kcol;
           double s = 0.0;
           for (int i = 0; i < hs; i++) s += q[i] * k[i];
           row[u] = s * scale;
@@ -118,37 +122,40 @@ static inline void attention_forward64(double *out, double *att, const double *q
         for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
         for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] / sum : 0.0;
         if (att) memcpy(att + (((size_t)b * NH + h) * T + t) * T, row, (size_t)T * sizeof(double));
-        double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-        const double *v = qkv + (size_t)b * T * 3 * C + 2 * C + (size_t)h * hs;
+        double *o = out + ((size_t)b * T + t) * ldo + (size_t)h * hs;
+        const double *v = qkv + (size_t)b * T * ld + vcol;
         for (int i = 0; i < hs; i++) {
           double s = 0.0;
-          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * 3 * C + i];
+          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * ld + i];
           o[i] = s;
         }
       }
   free(row);
 }
 
-/* dqkv (B,T,3C) overwritten. */
-static inline void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B, int T,
-                                 int C, int NH) {
-  int hs = C / NH;
+/* dqkv (B,T,(NH+2*NKV)*hs) overwritten; dk, dv of a kv head summed over
+ * its group's query heads. */
+static inline void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B,
+                                        int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
+  const int G = NH / NKV;
   double scale = 1.0 / sqrt((double)hs);
   size_t n_att = (size_t)B * NH * T * T;
   double *att = zo_test_xmalloc(n_att * sizeof(double));
-  double *out = zo_test_xmalloc((size_t)B * T * C * sizeof(double));
+  double *out = zo_test_xmalloc((size_t)B * T * ldo * sizeof(double));
   double *datt = zo_test_xmalloc((size_t)T * sizeof(double));
-  attention_forward64(out, att, qkv, B, T, C, NH);
-  memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+  attention_forward64(out, att, qkv, B, T, NH, NKV, hs);
+  memset(dqkv, 0, (size_t)B * T * ld * sizeof(double));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
+        const size_t kcol = (size_t)(NH + h / G) * hs, vcol = (size_t)(NH + NKV + h / G) * hs;
         const double *a = att + (((size_t)b * NH + h) * T + t) * T;
-        const double *d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-        size_t qoff = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+        const double *d = dout + ((size_t)b * T + t) * ldo + (size_t)h * hs;
+        size_t qoff = ((size_t)b * T + t) * ld + (size_t)h * hs;
         double dot = 0.0;
         for (int u = 0; u <= t; u++) {
-          size_t voff = ((size_t)b * T + u) * 3 * C + 2 * C + (size_t)h * hs;
+          size_t voff = ((size_t)b * T + u) * ld + vcol;
           double s = 0.0;
           for (int i = 0; i < hs; i++) {
             s += d[i] * qkv[voff + i];
@@ -159,7 +166,7 @@ static inline void attention_backward64(double *dqkv, const double *dout, const 
         }
         for (int u = 0; u <= t; u++) {
           double dpre = a[u] * (datt[u] - dot) * scale;
-          size_t koff = ((size_t)b * T + u) * 3 * C + C + (size_t)h * hs;
+          size_t koff = ((size_t)b * T + u) * ld + kcol;
           for (int i = 0; i < hs; i++) {
             dqkv[qoff + i] += dpre * qkv[koff + i];
             dqkv[koff + i] += dpre * qkv[qoff + i];

@@ -118,16 +118,24 @@ struct zo_backend {
   void (*matmul_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
                           const void *inp, const void *weight, int N, int C, int OC,
                           enum zo_dtype dt, zo_stream_t stream);
-  /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (B,T,NH,C/NH);
-   * out (B,T,C) heads concatenated; att (B,NH,T,T) softmax probabilities, saved for
-   * backward (entries above the diagonal are written as 0). Scale 1/sqrt(C/NH).
-   * With dt != F32 the probabilities are rounded to dt before they weight v. */
-  void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
-                            enum zo_dtype dt, zo_stream_t stream);
-  /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch. */
+  /* Causal self-attention with grouped-query heads. qkv (B,T,(NH+2*NKV)*hs):
+   * each row holds q (NH heads of hs), then k (NKV heads), then v (NKV
+   * heads); NH % NKV == 0 and query head h attends with key/value head
+   * h / (NH/NKV) (Hugging Face's repeat_kv order). NKV == NH is multi-head
+   * attention (GPT-2: NKV = NH, hs = C/NH). out (B,T,NH*hs) heads
+   * concatenated; att (B,NH,T,T) softmax probabilities, saved for backward
+   * (entries above the diagonal are written as 0). Scale 1/sqrt(hs); scores
+   * and softmax fp32. With dt != F32 the probabilities are rounded to dt
+   * before they weight v. */
+  void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                            int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* dqkv (B,T,(NH+2*NKV)*hs) overwritten; the dk and dv of a key/value head
+   * sum over the query heads of its group in fp32 (one rounding). datt
+   * (B,NH,T,T) is scratch (with dt != F32 the gradient of the scores is
+   * rounded to dt there before the dq, dk GEMMs read it). */
   void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv,
-                             const void *att, int B, int T, int C, int NH, enum zo_dtype dt,
-                             zo_stream_t stream);
+                             const void *att, int B, int T, int NH, int NKV, int hs,
+                             enum zo_dtype dt, zo_stream_t stream);
   /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
   void (*gelu_forward)(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */

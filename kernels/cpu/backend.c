@@ -250,18 +250,19 @@ struct attention_forward_args {
   const void *qkv;
   int B;
   int T;
-  int C;
   int NH;
+  int NKV;
+  int hs;
   enum zo_dtype dt;
 };
 
 static void attention_forward_run(void *p) {
   struct attention_forward_args *a = p;
-  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->dt);
+  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
 }
 
-static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_forward_args a = {out, att, qkv, B, T, C, NH, dt};
+static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_forward_args a = {out, att, qkv, B, T, NH, NKV, hs, dt};
   zo_cpu_stream_enqueue(stream, attention_forward_run, &a, sizeof a);
 }
 
@@ -273,18 +274,19 @@ struct attention_backward_args {
   const void *att;
   int B;
   int T;
-  int C;
   int NH;
+  int NKV;
+  int hs;
   enum zo_dtype dt;
 };
 
 static void attention_backward_run(void *p) {
   struct attention_backward_args *a = p;
-  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->C, a->NH, a->dt);
+  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
 }
 
-static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, C, NH, dt};
+static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, dt};
   zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
 }
 

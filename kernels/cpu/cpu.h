@@ -21,10 +21,11 @@ void zo_cpu_matmul_forward(void *out, const void *inp, const void *weight, const
 void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout,
                             const void *inp, const void *weight, int N, int C, int OC,
                             enum zo_dtype dt);
-void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
-                              enum zo_dtype dt);
+void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                              int hs, enum zo_dtype dt);
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
-                               const void *att, int B, int T, int C, int NH, enum zo_dtype dt);
+                               const void *att, int B, int T, int NH, int NKV, int hs,
+                               enum zo_dtype dt);
 void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
 void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
 void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
