@@ -349,6 +349,81 @@ static int test_layernorm_backward(void) {
   return fail;
 }
 
+static int rmsnorm_forward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf out = tb_new((size_t)N * C, dt), rstd = tb_new((size_t)N, ZO_F32),
+              inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)C, dt);
+  tb_random(&inp, -2, 3);
+  tb_random(&w, 0.5f, 1.5f);
+  tb_poison(&out), tb_poison(&rstd);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
+  gpu->rmsnorm_forward(D(&out), D(&rstd), D(&inp), D(&w), 1e-5f, N, C, dt, gstream);
+  int fail = report(tb_check("rmsnorm out", &out) | tb_check("rmsnorm rstd", &rstd), sh);
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  tb_free(&out), tb_free(&rstd), tb_free(&inp), tb_free(&w);
+  return fail;
+}
+
+static int test_rmsnorm_forward(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 16);
+      fail |= rmsnorm_forward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |= rmsnorm_forward_case(sh, 5, 1001, op_dt); /* odd rows many warp-widths long */
+    }
+  }
+  return fail;
+}
+
+/* dinp and dweight += from pre-filled values; dweight is deterministic: a
+ * second run from the same pre-fill gives the same bits. */
+static int rmsnorm_backward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)C, ZO_F32),
+              dout = tb_new((size_t)N * C, dt), inp = tb_new((size_t)N * C, dt),
+              w = tb_new((size_t)C, dt), out = tb_new((size_t)N * C, dt),
+              rstd = tb_new((size_t)N, ZO_F32);
+  tb_random(&inp, -2, 3);
+  tb_random(&w, 0.5f, 1.5f);
+  tb_random(&dout, -1, 1);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
+  tb_upload(&rstd); /* the same saved statistic on both sides */
+  tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1);
+  float *dw0 = zo_test_xmalloc((size_t)C * sizeof(float));
+  memcpy(dw0, dw.ref, (size_t)C * sizeof(float));
+  cpu->rmsnorm_backward(dinp.ref, dw.ref, dout.ref, inp.ref, w.ref, rstd.ref, N, C, dt, NULL);
+  gpu->rmsnorm_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+  int fail = tb_check("rmsnorm dinp", &dinp) | tb_check("rmsnorm dweight", &dw);
+  unsigned char *first = zo_test_xmalloc(tb_bytes(&dw));
+  memcpy(first, dw.got, tb_bytes(&dw));
+  memcpy(dw.ref, dw0, (size_t)C * sizeof(float));
+  tb_upload(&dw);
+  gpu->rmsnorm_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+  if (!fail && (tb_read("rmsnorm dweight (second run)", &dw) ||
+                memcmp(first, dw.got, tb_bytes(&dw)) != 0)) {
+    fprintf(stderr, "  rmsnorm dweight: a second run from the same inputs gives other bits\n");
+    fail = 1;
+  }
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  free(first), free(dw0);
+  tb_free(&dinp), tb_free(&dw), tb_free(&dout), tb_free(&inp), tb_free(&w), tb_free(&out);
+  tb_free(&rstd);
+  return report(fail, sh);
+}
+
+static int test_rmsnorm_backward(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 17);
+      fail |= rmsnorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |= rmsnorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks of partials */
+    }
+  }
+  return fail;
+}
+
 static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, bool with_bias,
                                enum zo_dtype dt) {
   struct tbuf out = tb_new((size_t)N * OC, dt), inp = tb_new((size_t)N * C, dt),
@@ -1037,6 +1112,8 @@ int main(void) {
       ZO_TEST(encoder_backward),
       ZO_TEST(layernorm_forward),
       ZO_TEST(layernorm_backward),
+      ZO_TEST(rmsnorm_forward),
+      ZO_TEST(rmsnorm_backward),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(attention_forward),

@@ -324,6 +324,56 @@ static int layernorm(enum zo_dtype dt) {
 static int test_layernorm_bf16(void) { return layernorm(ZO_BF16); }
 static int test_layernorm_fp16(void) { return layernorm(ZO_F16); }
 
+/* ---- rmsnorm --------------------------------------------------------------------- */
+
+static int rmsnorm(enum zo_dtype dt) {
+  enum { N = 11, C = 201 };
+  const float eps = 1e-6f;
+  zo_rng_seed(208);
+  float *x = zo_test_xmalloc(N * C * sizeof(float)), w[C];
+  float *doutf = zo_test_xmalloc(N * C * sizeof(float)), *dinp0 = zo_test_xmalloc(N * C * sizeof(float));
+  void *xd = dalloc(N * C, dt), *wd = dalloc(C, dt), *out = dalloc(N * C, dt);
+  void *dout = dalloc(N * C, dt), *dinp = dalloc(N * C, dt);
+  rand_dt(x, xd, N * C, -2, 3, dt);
+  rand_dt(w, wd, C, -1, 1, dt);
+  rand_dt(doutf, dout, N * C, -1, 1, dt);
+  rand_dt(dinp0, dinp, N * C, -1, 1, dt);
+  float *rstd = dalloc(N, ZO_F32);
+  for (int n = 0; n < N; n++) rstd[n] = NAN;
+  poison(out, N * C, dt);
+  be->rmsnorm_forward(out, rstd, xd, wd, eps, N, C, dt, NULL);
+  double *x64 = widen64(x, N * C), *w64 = widen64(w, C);
+  double *ref = zo_test_xmalloc(N * C * sizeof(double)), rs[N];
+  rmsnorm_forward64(ref, rs, x64, w64, eps, N, C);
+  int fail = check_dt("out", out, N * C, dt, ref, 1e-5) | check_f32("rstd", rstd, N, rs, 0, 1e-5);
+  float *dw = falloc_rand(C, -1, 1);
+  double *rdinp = widen64(dinp0, N * C), *rdw = widen64(dw, C), *d64 = widen64(doutf, N * C);
+  be->rmsnorm_backward(dinp, dw, dout, xd, wd, rstd, N, C, dt, NULL);
+  rmsnorm_backward64(rdinp, rdw, d64, x64, w64, eps, N, C);
+  fail |= check_dt("dinp", dinp, N * C, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+  if (fail) fprintf(stderr, "  (%s rmsnorm)\n", dt_name(dt));
+  free(d64);
+  free(rdw);
+  free(rdinp);
+  dfree(dw);
+  free(ref);
+  free(w64);
+  free(x64);
+  dfree(rstd);
+  dfree(dinp);
+  dfree(dout);
+  dfree(out);
+  dfree(wd);
+  dfree(xd);
+  free(dinp0);
+  free(doutf);
+  free(x);
+  return fail;
+}
+
+static int test_rmsnorm_bf16(void) { return rmsnorm(ZO_BF16); }
+static int test_rmsnorm_fp16(void) { return rmsnorm(ZO_F16); }
+
 /* ---- matmul ------------------------------------------------------------------------- */
 
 static int matmul_case(int N, int C, int OC, bool bias_on, bool dinp_on, enum zo_dtype dt) {
@@ -661,7 +711,8 @@ int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(rounding_bf16),     ZO_TEST(rounding_fp16),     ZO_TEST(cast_pairs),
       ZO_TEST(encoder_bf16),      ZO_TEST(encoder_fp16),      ZO_TEST(layernorm_bf16),
-      ZO_TEST(layernorm_fp16),    ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
+      ZO_TEST(layernorm_fp16),    ZO_TEST(rmsnorm_bf16),      ZO_TEST(rmsnorm_fp16),
+      ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
       ZO_TEST(matmul_threads_bitwise), ZO_TEST(attention_bf16), ZO_TEST(attention_fp16),
       ZO_TEST(elementwise_bf16),  ZO_TEST(elementwise_fp16),  ZO_TEST(crossentropy_bf16),
       ZO_TEST(crossentropy_fp16), ZO_TEST(fp16_overflow_is_inf),

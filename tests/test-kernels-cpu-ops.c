@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,124 @@ static int test_layernorm_backward_fd(void) {
   free(c.out);
   free(c.dout);
   free(c.bias);
+  free(c.w);
+  free(c.inp);
+  return fail;
+}
+
+/* ---- rmsnorm -------------------------------------------------------------- */
+
+static int rmsnorm_forward_case(int N, int C, float eps) {
+  float *inp = galloc((size_t)N * C), *w = galloc(C), *out = galloc((size_t)N * C), *rstd = galloc(N);
+  fill_random(inp, (size_t)N * C, -2, 3); /* nonzero mean: RMS, not variance */
+  for (int c = 0; c < C; c++) inp[(size_t)(N / 2) * C + c] = 0.0f; /* rstd = 1/sqrt(eps), out 0 */
+  fill_random(w, C, -1, 1);
+  fill_nan(out, (size_t)N * C);
+  fill_nan(rstd, N);
+  be->rmsnorm_forward(out, rstd, inp, w, eps, N, C, ZO_F32, NULL);
+  double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, C);
+  double *ref = zo_test_xmalloc((size_t)N * C * sizeof(double)), *ref_rstd = zo_test_xmalloc(N * sizeof(double));
+  rmsnorm_forward64(ref, ref_rstd, inp64, w64, eps, N, C);
+  int fail = check_output("out", out, ref, (size_t)N * C, 1e-6, 1e-5) |
+             check_output("rstd", rstd, ref_rstd, N, 0, 1e-6) | guard_broken("inp", inp, (size_t)N * C);
+  if (fail) fprintf(stderr, "  (N=%d C=%d eps=%g)\n", N, C, (double)eps);
+  free(ref_rstd);
+  free(ref);
+  free(w64);
+  free(inp64);
+  gfree(rstd);
+  gfree(out);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_rmsnorm_forward(void) {
+  zo_rng_seed(40);
+  return rmsnorm_forward_case(13, 151, 1e-5f) | rmsnorm_forward_case(5, 3, 1e-6f) |
+         rmsnorm_forward_case(1, 1000, 1e-5f);
+}
+
+static int rmsnorm_backward_case(int N, int C, float eps) {
+  const size_t n = (size_t)N * C;
+  float *inp = galloc(n), *w = galloc(C), *dout = galloc(n), *out = galloc(n), *rstd = galloc(N);
+  float *dinp = galloc(n), *dw = galloc(C), *dinp2 = galloc(n), *dw2 = galloc(C);
+  fill_random(inp, n, -2, 3);
+  fill_random(w, C, -1, 1);
+  fill_random(dout, n, -1, 1);
+  fill_random(dinp, n, -1, 1); /* both accumulate */
+  fill_random(dw, C, -1, 1);
+  memcpy(dinp2, dinp, n * sizeof(float));
+  memcpy(dw2, dw, C * sizeof(float));
+  be->rmsnorm_forward(out, rstd, inp, w, eps, N, C, ZO_F32, NULL);
+  double *ref_dinp = widen(dinp, n), *ref_dw = widen(dw, C);
+  be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  double *inp64 = widen(inp, n), *w64 = widen(w, C), *dout64 = widen(dout, n);
+  rmsnorm_backward64(ref_dinp, ref_dw, dout64, inp64, w64, eps, N, C);
+  int fail = check_output("dinp", dinp, ref_dinp, n, 1e-5, 1e-5) |
+             check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5);
+#if !defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
+  /* Deterministic: the same bits with one thread as with two. */
+  const int threads = omp_get_max_threads();
+  be->set_threads(threads == 1 ? 2 : 1);
+  be->rmsnorm_backward(dinp2, dw2, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  be->set_threads(threads);
+  if (memcmp(dinp2, dinp, n * sizeof(float)) || memcmp(dw2, dw, C * sizeof(float))) {
+    fprintf(stderr, "  rmsnorm_backward differs between 1 and 2 threads\n");
+    fail = 1;
+  }
+#endif
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  free(dout64);
+  free(w64);
+  free(inp64);
+  free(ref_dw);
+  free(ref_dinp);
+  gfree(dw2);
+  gfree(dinp2);
+  gfree(dw);
+  gfree(dinp);
+  gfree(rstd);
+  gfree(out);
+  gfree(dout);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_rmsnorm_backward(void) {
+  zo_rng_seed(41);
+  /* C over two column blocks with a partial last one; many rows. */
+  return rmsnorm_backward_case(13, 151, 1e-5f) | rmsnorm_backward_case(300, 70, 1e-6f);
+}
+
+struct rmsnorm_fd {
+  double *inp, *w, *dout, *out;
+  double eps;
+  int N, C;
+};
+
+static double rmsnorm_fd_loss(void *p) {
+  struct rmsnorm_fd *c = p;
+  rmsnorm_forward64(c->out, NULL, c->inp, c->w, c->eps, c->N, c->C);
+  return dot64(c->dout, c->out, (size_t)c->N * c->C);
+}
+
+static int test_rmsnorm_backward_fd(void) {
+  enum { N = 3, C = 5 };
+  zo_rng_seed(42);
+  float inp[N * C], w[C], dout[N * C], out[N * C], rstd[N], dinp[N * C] = {0}, dw[C] = {0};
+  fill_random(inp, N * C, -2, 2);
+  fill_random(w, C, -1, 1);
+  fill_random(dout, N * C, -1, 1);
+  be->rmsnorm_forward(out, rstd, inp, w, 1e-5f, N, C, ZO_F32, NULL);
+  be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  struct rmsnorm_fd c = {widen(inp, N * C), widen(w, C), widen(dout, N * C),
+                         zo_test_xmalloc(N * C * sizeof(double)), (double)1e-5f, N, C};
+  int fail = check_fd("dinp", c.inp, N * C, dinp, rmsnorm_fd_loss, &c) |
+             check_fd("dweight", c.w, C, dw, rmsnorm_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
   free(c.w);
   free(c.inp);
   return fail;
@@ -1058,6 +1177,9 @@ int main(void) {
       ZO_TEST(layernorm_forward),
       ZO_TEST(layernorm_backward),
       ZO_TEST(layernorm_backward_fd),
+      ZO_TEST(rmsnorm_forward),
+      ZO_TEST(rmsnorm_backward),
+      ZO_TEST(rmsnorm_backward_fd),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_backward_fd),

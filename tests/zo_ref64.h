@@ -65,6 +65,41 @@ static inline void layernorm_backward64(double *dinp, double *dw, double *db, co
   }
 }
 
+/* out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) per row; rstd may be NULL. */
+static inline void rmsnorm_forward64(double *out, double *rstd, const double *inp, const double *w,
+                                     double eps, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    const double s = 1.0 / sqrt(ss / C + eps);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * s * w[c];
+    if (rstd) rstd[n] = s;
+  }
+}
+
+/* dinp, dw +=. With s = rstd, norm = x s: d out_c / d x_k = w_c (s [c == k]
+ * - x_c s^3 x_k / C), so dinp_k += s (w_k d_k - norm_k mean_c(w_c d_c norm_c)),
+ * dw_c += d_c norm_c. */
+static inline void rmsnorm_backward64(double *dinp, double *dw, const double *dout,
+                                      const double *inp, const double *w, double eps, int N,
+                                      int C) {
+  for (int n = 0; n < N; n++) {
+    const double *x = inp + (size_t)n * C;
+    const double *d = dout + (size_t)n * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    const double s = 1.0 / sqrt(ss / C + eps);
+    double g = 0.0;
+    for (int c = 0; c < C; c++) g += w[c] * d[c] * x[c] * s;
+    g /= C;
+    for (int c = 0; c < C; c++) {
+      dinp[(size_t)n * C + c] += s * (w[c] * d[c] - x[c] * s * g);
+      dw[c] += d[c] * x[c] * s;
+    }
+  }
+}
+
 /* bias may be NULL. */
 static inline void matmul_forward64(double *out, const double *inp, const double *w, const double *bias,
                              int N, int C, int OC) {

@@ -87,10 +87,11 @@ struct zo_backend {
   /* Every op over activations and working parameters takes their dtype dt:
    * ZO_F32, ZO_BF16 or ZO_F16 (mixed precision). Pointers declared void *
    * hold dt elements; float * ones are fp32 whatever dt is: parameter
-   * gradients (d<param>), layernorm statistics, losses. Arithmetic is fp32
-   * (GEMMs accumulate in fp32, softmax and layernorm statistics are fp32);
-   * a dt output is rounded once, to nearest even, when stored. An fp32
-   * result is computed exactly as it was before dtypes existed. */
+   * gradients (d<param>), norm statistics, losses.
+   * Arithmetic is fp32 (GEMMs accumulate in fp32, softmax and norm
+   * statistics are fp32); a dt output is rounded once, to nearest even, when
+   * stored. An fp32 result is computed exactly as it was before dtypes
+   * existed. */
 
   /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;
    * wte (V,C), wpe (maxT,C) with T <= maxT. */
@@ -110,6 +111,18 @@ struct zo_backend {
                              const void *inp, const void *weight, const float *mean,
                              const float *rstd, int N, int C, enum zo_dtype dt,
                              zo_stream_t stream);
+  /* RMSNorm (Hugging Face LlamaRMSNorm in fp32): out (N,C) = inp * rstd *
+   * weight with rstd (N, fp32) = 1 / sqrt(mean over C of inp^2 + eps), saved
+   * for backward. One rounding of out (Hugging Face rounds inp * rstd to a
+   * 16-bit input dtype before the weight multiply: within one more rounding). */
+  void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                          int N, int C, enum zo_dtype dt, zo_stream_t stream);
+  /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
+   * dweight (C) +=, summed in an order that does not depend on the thread
+   * count or the run (deterministic). rstd as saved by rmsnorm_forward. */
+  void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
+                           const void *weight, const float *rstd, int N, int C, enum zo_dtype dt,
+                           zo_stream_t stream);
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
   void (*matmul_forward)(void *out, const void *inp, const void *weight, const void *bias, int N,
                          int C, int OC, enum zo_dtype dt, zo_stream_t stream);

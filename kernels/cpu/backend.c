@@ -200,6 +200,49 @@ static void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, con
   zo_cpu_stream_enqueue(stream, layernorm_backward_run, &a, sizeof a);
 }
 
+struct rmsnorm_forward_args {
+  void *out;
+  float *rstd;
+  const void *inp;
+  const void *weight;
+  float eps;
+  int N;
+  int C;
+  enum zo_dtype dt;
+};
+
+static void rmsnorm_forward_run(void *p) {
+  struct rmsnorm_forward_args *a = p;
+  zo_cpu_rmsnorm_forward(a->out, a->rstd, a->inp, a->weight, a->eps, a->N, a->C, a->dt);
+}
+
+static void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, float eps, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct rmsnorm_forward_args a = {out, rstd, inp, weight, eps, N, C, dt};
+  zo_cpu_stream_enqueue(stream, rmsnorm_forward_run, &a, sizeof a);
+}
+
+struct rmsnorm_backward_args {
+  void *dinp;
+  float *dweight;
+  const void *dout;
+  const void *inp;
+  const void *weight;
+  const float *rstd;
+  int N;
+  int C;
+  enum zo_dtype dt;
+};
+
+static void rmsnorm_backward_run(void *p) {
+  struct rmsnorm_backward_args *a = p;
+  zo_cpu_rmsnorm_backward(a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd, a->N, a->C, a->dt);
+}
+
+static void cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, const float *rstd, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct rmsnorm_backward_args a = {dinp, dweight, dout, inp, weight, rstd, N, C, dt};
+  zo_cpu_stream_enqueue(stream, rmsnorm_backward_run, &a, sizeof a);
+}
+
 struct matmul_forward_args {
   void *out;
   const void *inp;
@@ -492,6 +535,8 @@ static const struct zo_backend cpu_backend = {
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,

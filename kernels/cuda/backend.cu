@@ -19,6 +19,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "residual.cuh"
+#include "rmsnorm.cuh"
 #include "sumsq.cuh"
 
 #include <pthread.h>
@@ -188,6 +189,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->encoder_backward = zo_cuda_encoder_backward;
   t->layernorm_forward = zo_cuda_layernorm_forward;
   t->layernorm_backward = zo_cuda_layernorm_backward;
+  t->rmsnorm_forward = zo_cuda_rmsnorm_forward;
+  t->rmsnorm_backward = zo_cuda_rmsnorm_backward;
   t->matmul_forward = zo_cuda_matmul_forward;
   t->matmul_backward = zo_cuda_matmul_backward;
   t->attention_forward = zo_cuda_attention_forward;
