@@ -657,6 +657,49 @@ static int test_attention_chunked(void) {
   return fail;
 }
 
+/* rope forward and backward in place on qkv (NH, NKV, hs) with Llama's
+ * tables (positions [0, T + 5)); the v heads stay as they were on both. */
+static int rope_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const int maxT = T + 5, h2 = hs / 2;
+  struct tbuf x = tb_new((size_t)B * T * (NH + 2 * NKV) * hs, dt),
+              cos_t = tb_new((size_t)maxT * h2, ZO_F32), sin_t = tb_new((size_t)maxT * h2, ZO_F32);
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t.ref32[(size_t)t * h2 + i] = (float)cos(a);
+      sin_t.ref32[(size_t)t * h2 + i] = (float)sin(a);
+    }
+  tb_set(&cos_t, cos_t.ref32), tb_set(&sin_t, sin_t.ref32);
+  tb_random(&x, -2, 2);
+  cpu->rope_forward(x.ref, cos_t.ref, sin_t.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->rope_forward(D(&x), D(&cos_t), D(&sin_t), B, T, NH, NKV, hs, dt, gstream);
+  int fail = tb_check("rope_forward qkv", &x);
+  tb_random(&x, -2, 2);
+  cpu->rope_backward(x.ref, cos_t.ref, sin_t.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->rope_backward(D(&x), D(&cos_t), D(&sin_t), B, T, NH, NKV, hs, dt, gstream);
+  fail |= tb_check("rope_backward dqkv", &x) | tb_check("cos (read only)", &cos_t) |
+          tb_check("sin (read only)", &sin_t);
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
+  tb_free(&x), tb_free(&cos_t), tb_free(&sin_t);
+  return fail;
+}
+
+static int test_rope(void) {
+  static const int cases[][5] = {{2, 64, 6, 2, 16}, {3, 37, 4, 1, 6}, {1, 19, 3, 3, 130}};
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const int *c = cases[k];
+      zo_rng_seed(130 + k);
+      gstream = k % 2 ? NULL : test_stream;
+      fail |= rope_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+    }
+  }
+  return fail;
+}
+
 static int test_gelu(void) {
   int fail = 0;
   for (size_t di = 0; di < N_DTYPES; di++) {
@@ -1121,6 +1164,7 @@ int main(void) {
       ZO_TEST(attention_backward),
       ZO_TEST(attention_gqa),
       ZO_TEST(attention_chunked),
+      ZO_TEST(rope),
       ZO_TEST(gelu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),

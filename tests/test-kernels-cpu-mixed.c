@@ -595,6 +595,59 @@ static int attention(enum zo_dtype dt) {
 static int test_attention_bf16(void) { return attention(ZO_BF16); }
 static int test_attention_fp16(void) { return attention(ZO_F16); }
 
+/* ---- rope -------------------------------------------------------------------------- */
+
+/* In place on dt q and k heads, fp32 tables: each element rounded once from
+ * the fp32 rotation; the v heads keep their bits. Forward, then backward
+ * (the transpose) on fresh values. */
+static int rope(enum zo_dtype dt) {
+  enum { B = 2, T = 67, NH = 6, NKV = 2, hs = 10, maxT = 70, h2 = hs / 2 };
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, n = (size_t)B * T * ld;
+  zo_rng_seed(209);
+  float *cos_t = dalloc((size_t)maxT * h2, ZO_F32), *sin_t = dalloc((size_t)maxT * h2, ZO_F32);
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t[t * h2 + i] = (float)cos(a), sin_t[t * h2 + i] = (float)sin(a);
+    }
+  double *c64 = widen64(cos_t, (size_t)maxT * h2), *s64 = widen64(sin_t, (size_t)maxT * h2);
+  float *x = zo_test_xmalloc(n * 4);
+  void *xd = dalloc(n, dt), *x0 = zo_test_xmalloc(n * 2);
+  int fail = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    rand_dt(x, xd, n, -2, 2, dt);
+    memcpy(x0, xd, n * 2);
+    if (pass == 0)
+      be->rope_forward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
+    else
+      be->rope_backward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
+    double *ref = widen64(x, n);
+    rope64(ref, c64, s64, pass == 0 ? 1.0 : -1.0, B, T, NH, NKV, hs);
+    fail |= check_dt(pass == 0 ? "rope_forward" : "rope_backward", xd, n, dt, ref, 1e-6);
+    for (size_t r = 0; r < (size_t)B * T; r++)
+      if (memcmp((uint16_t *)xd + r * ld + (NH + NKV) * hs, (uint16_t *)x0 + r * ld + (NH + NKV) * hs,
+                 (size_t)NKV * hs * 2)) {
+        fprintf(stderr, "  %s: v heads of row %zu changed\n", pass == 0 ? "rope_forward" : "rope_backward", r);
+        fail = 1;
+        break;
+      }
+    free(ref);
+  }
+  fail |= dguard("cos", cos_t, (size_t)maxT * h2, ZO_F32) | dguard("sin", sin_t, (size_t)maxT * h2, ZO_F32);
+  if (fail) fprintf(stderr, "  (%s rope)\n", dt_name(dt));
+  free(x0);
+  dfree(xd);
+  free(x);
+  free(s64);
+  free(c64);
+  dfree(sin_t);
+  dfree(cos_t);
+  return fail;
+}
+
+static int test_rope_bf16(void) { return rope(ZO_BF16); }
+static int test_rope_fp16(void) { return rope(ZO_F16); }
+
 /* ---- elementwise ----------------------------------------------------------------- */
 
 static int elementwise(enum zo_dtype dt) {
@@ -714,6 +767,7 @@ int main(void) {
       ZO_TEST(layernorm_fp16),    ZO_TEST(rmsnorm_bf16),      ZO_TEST(rmsnorm_fp16),
       ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
       ZO_TEST(matmul_threads_bitwise), ZO_TEST(attention_bf16), ZO_TEST(attention_fp16),
+      ZO_TEST(rope_bf16),         ZO_TEST(rope_fp16),
       ZO_TEST(elementwise_bf16),  ZO_TEST(elementwise_fp16),  ZO_TEST(crossentropy_bf16),
       ZO_TEST(crossentropy_fp16), ZO_TEST(fp16_overflow_is_inf),
   };

@@ -671,6 +671,124 @@ static int test_attention_backward_fd(void) {
          attention_fd_case(1, 5, 3, 1, 3);
 }
 
+/* ---- rope ----------------------------------------------------------------- */
+
+/* Llama's tables for positions [0, maxT): angle t * 10000^(-2i/hs). */
+static void rope_tables(float *cos_t, float *sin_t, int maxT, int hs) {
+  const int h2 = hs / 2;
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t[(size_t)t * h2 + i] = (float)cos(a);
+      sin_t[(size_t)t * h2 + i] = (float)sin(a);
+    }
+}
+
+/* Returns 1 unless the v part of every row of x equals that of want bitwise. */
+static int v_changed(const char *what, const float *x, const float *want, int B, int T, int NH,
+                     int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, v0 = (size_t)(NH + NKV) * hs;
+  for (size_t r = 0; r < (size_t)B * T; r++)
+    if (memcmp(x + r * ld + v0, want + r * ld + v0, (size_t)NKV * hs * sizeof(float))) {
+      fprintf(stderr, "  %s: the v heads of row %zu changed\n", what, r);
+      return 1;
+    }
+  return 0;
+}
+
+/* Forward and backward on (B, T, NH, NKV, hs) against the float64 rotation,
+ * v untouched, and backward the exact transpose: <R x, y> = <x, R^T y>. */
+static int rope_case(int B, int T, int NH, int NKV, int hs) {
+  const int maxT = T + 3, h2 = hs / 2;
+  const size_t n = (size_t)B * T * (NH + 2 * NKV) * hs, nt = (size_t)maxT * h2;
+  float *x = galloc(n), *x0 = galloc(n), *y = galloc(n), *y0 = galloc(n);
+  float *cos_t = galloc(nt), *sin_t = galloc(nt);
+  rope_tables(cos_t, sin_t, maxT, hs);
+  fill_random(x0, n, -2, 2);
+  fill_random(y0, n, -1, 1);
+  memcpy(x, x0, n * sizeof(float));
+  memcpy(y, y0, n * sizeof(float));
+  be->rope_forward(x, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->rope_backward(y, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  double *c64 = widen(cos_t, nt), *s64 = widen(sin_t, nt);
+  double *rx = widen(x0, n), *ry = widen(y0, n);
+  rope64(rx, c64, s64, 1.0, B, T, NH, NKV, hs);
+  rope64(ry, c64, s64, -1.0, B, T, NH, NKV, hs);
+  int fail = check_output("rope_forward", x, rx, n, 1e-6, 1e-6) |
+             check_output("rope_backward", y, ry, n, 1e-6, 1e-6) |
+             v_changed("rope_forward", x, x0, B, T, NH, NKV, hs) |
+             v_changed("rope_backward", y, y0, B, T, NH, NKV, hs) | guard_broken("cos", cos_t, nt) |
+             guard_broken("sin", sin_t, nt);
+  double lhs = 0.0, rhs = 0.0, mag = 0.0; /* <R x0, y0> and <x0, R^T y0> */
+  for (size_t i = 0; i < n; i++) {
+    lhs += (double)x[i] * y0[i];
+    rhs += (double)x0[i] * y[i];
+    mag += fabs((double)x0[i] * y0[i]);
+  }
+  if (!(fabs(lhs - rhs) <= 1e-6 * mag)) {
+    fprintf(stderr, "  <R x, y> = %.12g but <x, R^T y> = %.12g\n", lhs, rhs);
+    fail = 1;
+  }
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
+  free(ry);
+  free(rx);
+  free(s64);
+  free(c64);
+  gfree(sin_t);
+  gfree(cos_t);
+  gfree(y0);
+  gfree(y);
+  gfree(x0);
+  gfree(x);
+  return fail;
+}
+
+static int test_rope(void) {
+  zo_rng_seed(43);
+  /* GQA and MHA, head sizes 2 and 6 (h2 odd), a row wider than a SIMD vector. */
+  return rope_case(2, 7, 6, 2, 8) | rope_case(1, 70, 4, 1, 6) | rope_case(3, 5, 3, 3, 2) |
+         rope_case(1, 3, 2, 1, 130);
+}
+
+struct rope_fd {
+  double *qkv, *cos_t, *sin_t, *dout, *out;
+  int B, T, NH, NKV, hs;
+};
+
+static double rope_fd_loss(void *p) {
+  struct rope_fd *c = p;
+  const size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->hs;
+  memcpy(c->out, c->qkv, n * sizeof(double));
+  rope64(c->out, c->cos_t, c->sin_t, 1.0, c->B, c->T, c->NH, c->NKV, c->hs);
+  return dot64(c->dout, c->out, n);
+}
+
+/* The gradient of <dout, rope(qkv)> is rope_backward(dout), v's part dout's. */
+static int test_rope_backward_fd(void) {
+  enum { B = 2, T = 3, NH = 4, NKV = 2, hs = 4, n = B * T * (NH + 2 * NKV) * hs };
+  zo_rng_seed(44);
+  float cos_t[T * hs / 2], sin_t[T * hs / 2], dout[n], grad[n];
+  rope_tables(cos_t, sin_t, T, hs);
+  for (int i = 0; i < T * hs / 2; i++) { /* angles of order 1 at every position */
+    const double a = zo_rng_uniform() * 6.0;
+    cos_t[i] = (float)cos(a), sin_t[i] = (float)sin(a);
+  }
+  float qkv[n];
+  fill_random(qkv, n, -2, 2);
+  fill_random(dout, n, -1, 1);
+  memcpy(grad, dout, sizeof grad);
+  be->rope_backward(grad, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  struct rope_fd c = {widen(qkv, n), widen(cos_t, T * hs / 2), widen(sin_t, T * hs / 2), widen(dout, n),
+                      zo_test_xmalloc(n * sizeof(double)), B, T, NH, NKV, hs};
+  int fail = check_fd("dqkv", c.qkv, n, grad, rope_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.sin_t);
+  free(c.cos_t);
+  free(c.qkv);
+  return fail;
+}
+
 /* ---- gelu and residual ---------------------------------------------------- */
 
 static int test_gelu_forward(void) {
@@ -1186,6 +1304,8 @@ int main(void) {
       ZO_TEST(attention_forward),
       ZO_TEST(attention_backward),
       ZO_TEST(attention_backward_fd),
+      ZO_TEST(rope),
+      ZO_TEST(rope_backward_fd),
       ZO_TEST(gelu_forward),
       ZO_TEST(gelu_backward),
       ZO_TEST(gelu_backward_fd),

@@ -213,6 +213,28 @@ static inline void attention_backward64(double *dqkv, const double *dout, const 
   free(att);
 }
 
+/* Rotary embedding, in place on the q and k heads of qkv (the attention
+ * layout; v untouched): at position t, with h2 = hs/2, c = cos[t*h2+i],
+ * s = sin[t*h2+i], each head's (x[i], x[i+h2]) becomes
+ * (x[i] c - x[i+h2] s, x[i+h2] c + x[i] s). sgn = -1 gives the transpose
+ * rotation (rope_backward's). */
+static inline void rope64(double *qkv, const double *cos_t, const double *sin_t, double sgn, int B,
+                          int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+  const int h2 = hs / 2;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int hd = 0; hd < NH + NKV; hd++) {
+        double *x = qkv + ((size_t)b * T + t) * ld + (size_t)hd * hs;
+        for (int i = 0; i < h2; i++) {
+          const double c = cos_t[(size_t)t * h2 + i], s = sgn * sin_t[(size_t)t * h2 + i];
+          const double a = x[i], y = x[i + h2];
+          x[i] = a * c - y * s;
+          x[i + h2] = y * c + a * s;
+        }
+      }
+}
+
 static const double gelu_k = 0.79788456080286535588; /* sqrt(2/pi) */
 
 static inline double gelu64(double x) {

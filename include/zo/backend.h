@@ -87,7 +87,7 @@ struct zo_backend {
   /* Every op over activations and working parameters takes their dtype dt:
    * ZO_F32, ZO_BF16 or ZO_F16 (mixed precision). Pointers declared void *
    * hold dt elements; float * ones are fp32 whatever dt is: parameter
-   * gradients (d<param>), norm statistics, losses.
+   * gradients (d<param>), norm statistics, rotary tables, losses.
    * Arithmetic is fp32 (GEMMs accumulate in fp32, softmax and norm
    * statistics are fp32); a dt output is rounded once, to nearest even, when
    * stored. An fp32 result is computed exactly as it was before dtypes
@@ -149,6 +149,18 @@ struct zo_backend {
   void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv,
                              const void *att, int B, int T, int NH, int NKV, int hs,
                              enum zo_dtype dt, zo_stream_t stream);
+  /* Rotary position embedding (Hugging Face's rotate_half layout), in place
+   * on the q and k heads of qkv (the attention layout above; v untouched) at
+   * positions t = 0..T-1. With h2 = hs/2 (hs even), c = cos[t*h2+i],
+   * s = sin[t*h2+i], each head's pair (x[i], x[i+h2]), i < h2, becomes
+   * (x[i] c - x[i+h2] s, x[i+h2] c + x[i] s). cos, sin (maxT, hs/2) fp32
+   * device tables with T <= maxT, given by the caller. */
+  void (*rope_forward)(void *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
+                       int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* The transpose rotation, in place on the q and k parts of dqkv (v
+   * untouched): (d[i], d[i+h2]) becomes (d[i] c + d[i+h2] s, d[i+h2] c - d[i] s). */
+  void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                        int NKV, int hs, enum zo_dtype dt, zo_stream_t stream);
   /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
   void (*gelu_forward)(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */

@@ -333,6 +333,38 @@ static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, con
   zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
 }
 
+struct rope_args {
+  void *qkv;
+  const float *cos;
+  const float *sin;
+  int B;
+  int T;
+  int NH;
+  int NKV;
+  int hs;
+  enum zo_dtype dt;
+};
+
+static void rope_forward_run(void *p) {
+  struct rope_args *a = p;
+  zo_cpu_rope_forward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
+}
+
+static void cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct rope_args a = {qkv, cos, sin, B, T, NH, NKV, hs, dt};
+  zo_cpu_stream_enqueue(stream, rope_forward_run, &a, sizeof a);
+}
+
+static void rope_backward_run(void *p) {
+  struct rope_args *a = p;
+  zo_cpu_rope_backward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
+}
+
+static void cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct rope_args a = {dqkv, cos, sin, B, T, NH, NKV, hs, dt};
+  zo_cpu_stream_enqueue(stream, rope_backward_run, &a, sizeof a);
+}
+
 struct gelu_forward_args {
   void *out;
   const void *inp;
@@ -541,6 +573,8 @@ static const struct zo_backend cpu_backend = {
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,

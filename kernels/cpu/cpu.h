@@ -31,6 +31,10 @@ void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int 
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
                                const void *att, int B, int T, int NH, int NKV, int hs,
                                enum zo_dtype dt);
+void zo_cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hs, enum zo_dtype dt);
+void zo_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                          int NKV, int hs, enum zo_dtype dt);
 void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
 void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
 void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,

@@ -20,6 +20,7 @@
 #include "matmul.cuh"
 #include "residual.cuh"
 #include "rmsnorm.cuh"
+#include "rope.cuh"
 #include "sumsq.cuh"
 
 #include <pthread.h>
@@ -195,6 +196,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->matmul_backward = zo_cuda_matmul_backward;
   t->attention_forward = zo_cuda_attention_forward;
   t->attention_backward = zo_cuda_attention_backward;
+  t->rope_forward = zo_cuda_rope_forward;
+  t->rope_backward = zo_cuda_rope_backward;
   t->gelu_forward = zo_cuda_gelu_forward;
   t->gelu_backward = zo_cuda_gelu_backward;
   t->residual_forward = zo_cuda_residual_forward;
