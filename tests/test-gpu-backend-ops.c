@@ -728,6 +728,31 @@ static int test_gelu(void) {
   return fail;
 }
 
+static int test_swiglu(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 18);
+      const size_t N = (size_t)sh->B * sh->T;
+      const int I = 4 * sh->C + 3; /* odd */
+      struct tbuf out = tb_new(N * I, dt), inp = tb_new(N * 2 * I, dt), dinp = tb_new(N * 2 * I, dt),
+                  dout = tb_new(N * I, dt);
+      tb_random(&inp, -8, 8);
+      tb_random(&dout, -1, 1);
+      tb_poison(&out), tb_poison(&dinp);
+      cpu->swiglu_forward(out.ref, inp.ref, N, I, dt, NULL);
+      gpu->swiglu_forward(D(&out), D(&inp), N, I, dt, gstream);
+      fail |= report(tb_check("swiglu out", &out), sh);
+      cpu->swiglu_backward(dinp.ref, inp.ref, dout.ref, N, I, dt, NULL);
+      gpu->swiglu_backward(D(&dinp), D(&inp), D(&dout), N, I, dt, gstream);
+      fail |= report(tb_check("swiglu dinp", &dinp) | tb_check("swiglu inp (read only)", &inp), sh);
+      tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
+    }
+  }
+  return fail;
+}
+
 static int test_residual(void) {
   int fail = 0;
   for (size_t di = 0; di < N_DTYPES; di++) {
@@ -1166,6 +1191,7 @@ int main(void) {
       ZO_TEST(attention_chunked),
       ZO_TEST(rope),
       ZO_TEST(gelu),
+      ZO_TEST(swiglu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),
       ZO_TEST(cast),

@@ -698,6 +698,40 @@ static int elementwise(enum zo_dtype dt) {
   return fail;
 }
 
+/* SwiGLU on dt rows [gate | up]: out and dinp each rounded once. */
+static int swiglu(enum zo_dtype dt) {
+  enum { N = 9, I = 1001 };
+  const size_t ni = (size_t)N * 2 * I, no = (size_t)N * I;
+  zo_rng_seed(210);
+  float *x = zo_test_xmalloc(ni * 4), *d = zo_test_xmalloc(no * 4);
+  void *xd = dalloc(ni, dt), *dd = dalloc(no, dt), *out = dalloc(no, dt), *dinp = dalloc(ni, dt);
+  rand_dt(x, xd, ni, -8, 8, dt);
+  rand_dt(d, dd, no, -1, 1, dt);
+  poison(out, no, dt);
+  poison(dinp, ni, dt);
+  be->swiglu_forward(out, xd, N, I, dt, NULL);
+  be->swiglu_backward(dinp, xd, dd, N, I, dt, NULL);
+  double *x64 = widen64(x, ni), *d64 = widen64(d, no), *ref = zo_test_xmalloc(no * 8), *rd = zo_test_xmalloc(ni * 8);
+  swiglu_forward64(ref, x64, N, I);
+  swiglu_backward64(rd, x64, d64, N, I);
+  int fail = check_dt("swiglu out", out, no, dt, ref, 1e-6) | check_dt("swiglu dinp", dinp, ni, dt, rd, 1e-6);
+  if (fail) fprintf(stderr, "  (%s swiglu)\n", dt_name(dt));
+  free(rd);
+  free(ref);
+  free(d64);
+  free(x64);
+  dfree(dinp);
+  dfree(out);
+  dfree(dd);
+  dfree(xd);
+  free(d);
+  free(x);
+  return fail;
+}
+
+static int test_swiglu_bf16(void) { return swiglu(ZO_BF16); }
+static int test_swiglu_fp16(void) { return swiglu(ZO_F16); }
+
 static int test_elementwise_bf16(void) { return elementwise(ZO_BF16); }
 static int test_elementwise_fp16(void) { return elementwise(ZO_F16); }
 
@@ -768,6 +802,7 @@ int main(void) {
       ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
       ZO_TEST(matmul_threads_bitwise), ZO_TEST(attention_bf16), ZO_TEST(attention_fp16),
       ZO_TEST(rope_bf16),         ZO_TEST(rope_fp16),
+      ZO_TEST(swiglu_bf16),       ZO_TEST(swiglu_fp16),
       ZO_TEST(elementwise_bf16),  ZO_TEST(elementwise_fp16),  ZO_TEST(crossentropy_bf16),
       ZO_TEST(crossentropy_fp16), ZO_TEST(fp16_overflow_is_inf),
   };

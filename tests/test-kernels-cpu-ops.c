@@ -858,6 +858,76 @@ static int test_gelu_backward_fd(void) {
   return fail;
 }
 
+/* ---- swiglu --------------------------------------------------------------- */
+
+/* Gates over [-8, 8] with 0 and +-30, -100 (sigmoid saturating) in row 0. */
+static void swiglu_inputs(float *inp, size_t N, int I) {
+  fill_random(inp, N * 2 * (size_t)I, -8, 8);
+  const float edge[] = {0.0f, 30.0f, -30.0f, -100.0f};
+  for (int i = 0; i < 4 && i < I; i++) inp[i] = edge[i];
+}
+
+static int swiglu_case(size_t N, int I) {
+  const size_t ni = N * 2 * (size_t)I, no = N * (size_t)I;
+  float *inp = galloc(ni), *out = galloc(no), *dout = galloc(no), *dinp = galloc(ni);
+  swiglu_inputs(inp, N, I);
+  fill_random(dout, no, -1, 1);
+  fill_nan(out, no);
+  fill_nan(dinp, ni);
+  be->swiglu_forward(out, inp, N, I, ZO_F32, NULL);
+  be->swiglu_backward(dinp, inp, dout, N, I, ZO_F32, NULL);
+  double *inp64 = widen(inp, ni), *dout64 = widen(dout, no);
+  double *ref = zo_test_xmalloc(no * sizeof(double)), *ref_d = zo_test_xmalloc(ni * sizeof(double));
+  swiglu_forward64(ref, inp64, N, I);
+  swiglu_backward64(ref_d, inp64, dout64, N, I);
+  int fail = check_output("out", out, ref, no, 1e-7, 1e-6) |
+             check_output("dinp", dinp, ref_d, ni, 1e-7, 1e-5) | guard_broken("inp", inp, ni) |
+             guard_broken("dout", dout, no);
+  if (fail) fprintf(stderr, "  (N=%zu I=%d)\n", N, I);
+  free(ref_d);
+  free(ref);
+  free(dout64);
+  free(inp64);
+  gfree(dinp);
+  gfree(dout);
+  gfree(out);
+  gfree(inp);
+  return fail;
+}
+
+static int test_swiglu(void) {
+  zo_rng_seed(45);
+  /* Odd I; a row longer than one 16384-column task; one column. */
+  return swiglu_case(13, 37) | swiglu_case(3, 20001) | swiglu_case(5, 1);
+}
+
+struct swiglu_fd {
+  double *inp, *dout, *out;
+  size_t N;
+  int I;
+};
+
+static double swiglu_fd_loss(void *p) {
+  struct swiglu_fd *c = p;
+  swiglu_forward64(c->out, c->inp, c->N, c->I);
+  return dot64(c->dout, c->out, c->N * c->I);
+}
+
+static int test_swiglu_backward_fd(void) {
+  enum { N = 3, I = 5 };
+  zo_rng_seed(46);
+  float inp[N * 2 * I], dout[N * I], dinp[N * 2 * I];
+  fill_random(inp, N * 2 * I, -4, 4);
+  fill_random(dout, N * I, -1, 1);
+  be->swiglu_backward(dinp, inp, dout, N, I, ZO_F32, NULL);
+  struct swiglu_fd c = {widen(inp, N * 2 * I), widen(dout, N * I), zo_test_xmalloc(N * I * sizeof(double)), N, I};
+  int fail = check_fd("dinp", c.inp, N * 2 * I, dinp, swiglu_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.inp);
+  return fail;
+}
+
 static int test_residual_forward(void) {
   enum { N = 1001 };
   zo_rng_seed(16);
@@ -1309,6 +1379,8 @@ int main(void) {
       ZO_TEST(gelu_forward),
       ZO_TEST(gelu_backward),
       ZO_TEST(gelu_backward_fd),
+      ZO_TEST(swiglu),
+      ZO_TEST(swiglu_backward_fd),
       ZO_TEST(residual_forward),
       ZO_TEST(residual_backward),
       ZO_TEST(residual_backward_fd),

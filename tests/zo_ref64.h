@@ -246,6 +246,28 @@ static inline double gelu_grad64(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * gelu_k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+/* SwiGLU over rows [gate (I) | up (I)] of inp (N, 2I): out (N, I) =
+ * silu(gate) * up, silu(x) = x / (1 + e^-x). */
+static inline void swiglu_forward64(double *out, const double *inp, size_t N, int I) {
+  for (size_t n = 0; n < N; n++)
+    for (int i = 0; i < I; i++) {
+      const double g = inp[n * 2 * I + i], u = inp[n * 2 * I + I + i];
+      out[n * I + i] = g / (1.0 + exp(-g)) * u;
+    }
+}
+
+/* dinp (N, 2I) overwritten: with s = sigmoid(g), d silu / dg = s + g s (1 - s). */
+static inline void swiglu_backward64(double *dinp, const double *inp, const double *dout, size_t N,
+                                     int I) {
+  for (size_t n = 0; n < N; n++)
+    for (int i = 0; i < I; i++) {
+      const double g = inp[n * 2 * I + i], u = inp[n * 2 * I + I + i], d = dout[n * I + i];
+      const double s = 1.0 / (1.0 + exp(-g));
+      dinp[n * 2 * I + i] = d * u * (s + g * s * (1.0 - s));
+      dinp[n * 2 * I + I + i] = d * g * s;
+    }
+}
+
 /* dlogits (N,Vp) may be NULL; padded columns get 0. */
 static inline void crossentropy_forward64(double *losses, double *dlogits, const double *logits,
                                    const int32_t *targets, double dloss, int N, int V, int Vp) {

@@ -161,6 +161,14 @@ struct zo_backend {
    * untouched): (d[i], d[i+h2]) becomes (d[i] c + d[i+h2] s, d[i+h2] c - d[i] s). */
   void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
                         int NKV, int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* SwiGLU: inp (N,2I) rows [gate (I) | up (I)]; out (N,I) = silu(gate) * up,
+   * silu(x) = x / (1 + e^-x). */
+  void (*swiglu_forward)(void *out, const void *inp, size_t N, int I, enum zo_dtype dt,
+                         zo_stream_t stream);
+  /* dinp (N,2I) overwritten: dgate = dout * up * silu'(gate),
+   * dup = dout * silu(gate). dinp must not overlap inp or dout. */
+  void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, size_t N, int I,
+                          enum zo_dtype dt, zo_stream_t stream);
   /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
   void (*gelu_forward)(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */

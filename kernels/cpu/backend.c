@@ -400,6 +400,43 @@ static void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, siz
   zo_cpu_stream_enqueue(stream, gelu_backward_run, &a, sizeof a);
 }
 
+struct swiglu_forward_args {
+  void *out;
+  const void *inp;
+  size_t N;
+  int I;
+  enum zo_dtype dt;
+};
+
+static void swiglu_forward_run(void *p) {
+  struct swiglu_forward_args *a = p;
+  zo_cpu_swiglu_forward(a->out, a->inp, a->N, a->I, a->dt);
+}
+
+static void cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
+  struct swiglu_forward_args a = {out, inp, N, I, dt};
+  zo_cpu_stream_enqueue(stream, swiglu_forward_run, &a, sizeof a);
+}
+
+struct swiglu_backward_args {
+  void *dinp;
+  const void *inp;
+  const void *dout;
+  size_t N;
+  int I;
+  enum zo_dtype dt;
+};
+
+static void swiglu_backward_run(void *p) {
+  struct swiglu_backward_args *a = p;
+  zo_cpu_swiglu_backward(a->dinp, a->inp, a->dout, a->N, a->I, a->dt);
+}
+
+static void cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
+  struct swiglu_backward_args a = {dinp, inp, dout, N, I, dt};
+  zo_cpu_stream_enqueue(stream, swiglu_backward_run, &a, sizeof a);
+}
+
 struct residual_forward_args {
   void *out;
   const void *inp1;
@@ -577,6 +614,8 @@ static const struct zo_backend cpu_backend = {
     .rope_backward = cpu_rope_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
     .crossentropy_forward = cpu_crossentropy_forward,

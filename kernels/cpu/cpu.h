@@ -37,6 +37,9 @@ void zo_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B,
                           int NKV, int hs, enum zo_dtype dt);
 void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
 void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
+void zo_cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt);
+void zo_cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I,
+                            enum zo_dtype dt);
 void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
                              enum zo_dtype dt);
 void zo_cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt);

@@ -22,6 +22,7 @@
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "sumsq.cuh"
+#include "swiglu.cuh"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -200,6 +201,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->rope_backward = zo_cuda_rope_backward;
   t->gelu_forward = zo_cuda_gelu_forward;
   t->gelu_backward = zo_cuda_gelu_backward;
+  t->swiglu_forward = zo_cuda_swiglu_forward;
+  t->swiglu_backward = zo_cuda_swiglu_backward;
   t->residual_forward = zo_cuda_residual_forward;
   t->residual_backward = zo_cuda_residual_backward;
   t->crossentropy_forward = zo_cuda_crossentropy_forward;
