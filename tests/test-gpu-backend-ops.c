@@ -252,6 +252,10 @@ static int test_encoder_forward(void) {
       cpu->encoder_forward(out.ref, inp.host, wte.ref, wpe.ref, B, T, C, dt, NULL);
       gpu->encoder_forward(D(&out), inp.dev, D(&wte), D(&wpe), B, T, C, dt, gstream);
       fail |= report(tb_check("out", &out), sh);
+      tb_poison(&out); /* wpe NULL: the token rows alone, bit for bit */
+      cpu->encoder_forward(out.ref, inp.host, wte.ref, NULL, B, T, C, dt, NULL);
+      gpu->encoder_forward(D(&out), inp.dev, D(&wte), NULL, B, T, C, dt, gstream);
+      fail |= report(tb_check_exact("out (wpe NULL)", &out), sh);
       tb_free(&out), tb_free(&wte), tb_free(&wpe), ib_free(&inp);
     }
   }
@@ -276,6 +280,10 @@ static int test_encoder_backward(void) {
       cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, dt, NULL);
       gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, dt, gstream);
       fail |= report(tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe), sh);
+      /* dwpe NULL: dwte accumulates again, dwpe stays as it was. */
+      cpu->encoder_backward(dwte.ref, NULL, dout.ref, inp.host, B, T, C, dt, NULL);
+      gpu->encoder_backward(D(&dwte), NULL, D(&dout), inp.dev, B, T, C, dt, gstream);
+      fail |= report(tb_check("dwte (dwpe NULL)", &dwte) | tb_check("dwpe (untouched)", &dwpe), sh);
       tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
     }
   }

@@ -237,6 +237,15 @@ static int encoder(enum zo_dtype dt) {
   double *w64 = widen64(wte, V * C), *p64 = widen64(wpe, maxT * C), *ref = zo_test_xmalloc(B * T * C * sizeof(double));
   encoder_forward64(ref, inp, w64, p64, B, T, C);
   int fail = check_dt("out", out, B * T * C, dt, ref, 0);
+  /* wpe NULL: the token rows, bit for bit */
+  poison(out, B * T * C, dt);
+  be->encoder_forward(out, inp, wted, NULL, B, T, C, dt, NULL);
+  for (int i = 0; i < B * T; i++)
+    if (memcmp((uint16_t *)out + (size_t)i * C, (uint16_t *)wted + (size_t)inp[i] * C, C * 2)) {
+      fprintf(stderr, "  %s encoder (wpe NULL): row %d is not wte's row %d\n", dt_name(dt), i, inp[i]);
+      fail = 1;
+      break;
+    }
   /* backward: fp32 gradients += dt dout */
   void *dout = dalloc(B * T * C, dt);
   float doutf[B * T * C];
@@ -251,6 +260,12 @@ static int encoder(enum zo_dtype dt) {
         rp[(size_t)t * C + c] += doutf[(b * T + t) * C + c];
       }
   fail |= check_f32("dwte", dwte, V * C, rw, 1e-6, 1e-6) | check_f32("dwpe", dwpe, maxT * C, rp, 1e-6, 1e-6);
+  /* dwpe NULL: dwte alone */
+  for (size_t i = 0; i < (size_t)V * C; i++) rw[i] = dwte[i];
+  for (int i = 0; i < B * T; i++)
+    for (int c = 0; c < C; c++) rw[(size_t)inp[i] * C + c] += doutf[(size_t)i * C + c];
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, dt, NULL);
+  fail |= check_f32("dwte (dwpe NULL)", dwte, V * C, rw, 1e-6, 1e-6);
   free(rp);
   free(rw);
   dfree(dwpe);

@@ -133,6 +133,28 @@ static int test_encoder_forward(void) {
   return fail;
 }
 
+/* wpe NULL (Llama): out is the token's row, bit for bit (-0 included). */
+static int test_encoder_forward_no_wpe(void) {
+  enum { B = 2, T = 7, C = 37, V = 13 };
+  zo_rng_seed(47);
+  int32_t inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
+  float *wte = galloc(V * C), *out = galloc(B * T * C);
+  fill_random(wte, V * C, -1, 1);
+  for (int v = 0; v < V; v++) wte[v * C] = -0.0f;
+  fill_nan(out, B * T * C);
+  be->encoder_forward(out, inp, wte, NULL, B, T, C, ZO_F32, NULL);
+  int fail = guard_broken("out", out, B * T * C);
+  for (int i = 0; i < B * T && !fail; i++)
+    if (memcmp(out + (size_t)i * C, wte + (size_t)inp[i] * C, C * sizeof(float))) {
+      fprintf(stderr, "  out row %d is not wte row %d bit for bit\n", i, inp[i]);
+      fail = 1;
+    }
+  gfree(out);
+  gfree(wte);
+  return fail;
+}
+
 static int test_encoder_backward(void) {
   enum { B = 3, T = 7, C = 37, V = 5, maxT = 9 }; /* V < B*T: tokens repeat */
   zo_rng_seed(2);
@@ -153,6 +175,13 @@ static int test_encoder_backward(void) {
       }
   int fail = check_output("dwte", dwte, ref_wte, V * C, 1e-6, 1e-6) |
              check_output("dwpe", dwpe, ref_wpe, maxT * C, 1e-6, 1e-6);
+  /* dwpe NULL (no position embedding): dwte alone, the same sums again. */
+  for (size_t i = 0; i < (size_t)V * C; i++) ref_wte[i] = dwte[i];
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) ref_wte[(size_t)inp[b * T + t] * C + c] += dout[((size_t)b * T + t) * C + c];
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, ZO_F32, NULL);
+  fail |= check_output("dwte (dwpe NULL)", dwte, ref_wte, V * C, 1e-6, 1e-6);
   free(ref_wpe);
   free(ref_wte);
   gfree(dwpe);
@@ -1360,6 +1389,7 @@ int main(void) {
       ZO_TEST(backend_table),
       ZO_TEST(memory),
       ZO_TEST(encoder_forward),
+      ZO_TEST(encoder_forward_no_wpe),
       ZO_TEST(encoder_backward),
       ZO_TEST(encoder_backward_fd),
       ZO_TEST(layernorm_forward),

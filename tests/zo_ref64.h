@@ -13,13 +13,14 @@
 
 #include "zo_test.h"
 
+/* wpe may be NULL (no position embedding). */
 static inline void encoder_forward64(double *out, const int32_t *inp, const double *wte, const double *wpe,
                               int B, int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int c = 0; c < C; c++)
         out[((size_t)b * T + t) * C + c] =
-            wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+            wte[(size_t)inp[b * T + t] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0);
 }
 
 /* mean and rstd may be NULL. */

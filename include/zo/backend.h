@@ -94,10 +94,12 @@ struct zo_backend {
    * existed. */
 
   /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;
-   * wte (V,C), wpe (maxT,C) with T <= maxT. */
+   * wte (V,C), wpe (maxT,C) with T <= maxT. wpe NULL (no position
+   * embedding, Llama): out = wte[inp[b,t]], a copy of the row. */
   void (*encoder_forward)(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
                           int T, int C, enum zo_dtype dt, zo_stream_t stream);
-  /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. */
+  /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b
+   * (dwpe NULL skips it). */
   void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
                            int T, int C, enum zo_dtype dt, zo_stream_t stream);
   /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for
