@@ -512,7 +512,7 @@ static void block_forward(struct zo_gpt2 *m, int l, int B, int T, bool output, z
   struct zo_gpt2_block_acts *a = &m->acts[l];
   be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, w->ln1w, w->ln1b, BT, C, dt, s);
   be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, dt, s);
-  be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, dt, s);
+  be->attention_forward(a->atty, a->att, a->qkv, B, T, NH, NH, C / NH, dt, s);
   be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, dt, s);
   be->residual_forward(a->res2, a->res2, residual, nbt * (size_t)C, dt, s);
   be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C, dt, s);
@@ -635,7 +635,7 @@ void zo_gpt2_backward(struct zo_gpt2 *m, int B, int T, float dloss, zo_stream_t 
     /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
     be->matmul_backward(m->dbtc, dw->attprojw, dw->attprojb, m->dresidual, a->atty, w->attprojw,
                         BT, C, C, dt, s);
-    be->attention_backward(m->dqkv, m->datt, m->dbtc, a->qkv, a->att, B, T, C, NH, dt, s);
+    be->attention_backward(m->dqkv, m->datt, m->dbtc, a->qkv, a->att, B, T, NH, NH, C / NH, dt, s);
     be->matmul_backward(m->dbtc, dw->qkvw, dw->qkvb, m->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, dt, s);
     be->layernorm_backward(m->dresidual, dw->ln1w, dw->ln1b, m->dbtc, residual_in, w->ln1w,
                            a->ln1_mean, a->ln1_rstd, BT, C, dt, s);
