@@ -135,7 +135,7 @@ static void gpt2_block_forward(struct zo_model *m, int l, int B, int T, bool out
   void **a = m->acts[l];
   be->layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], residual, w[LN1W], w[LN1B], BT, C, dt, s);
   be->matmul_forward(a[A_QKV], a[A_LN1], w[QKVW], w[QKVB], BT, C, 3 * C, dt, s);
-  be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, C, NH, dt, s);
+  be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NH, C / NH, dt, s);
   be->matmul_forward(a[A_RES2], a[A_ATTY], w[ATTPROJW], w[ATTPROJB], BT, C, C, dt, s);
   be->residual_forward(a[A_RES2], a[A_RES2], residual, nbt * (size_t)C, dt, s);
   be->layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2W], w[LN2B], BT, C, dt, s);
@@ -167,7 +167,7 @@ static void gpt2_block_backward(struct zo_model *m, int l, int B, int T, zo_stre
   /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
   be->matmul_backward(sc[S_DBTC], dw[ATTPROJW], dw[ATTPROJB], sc[S_DRESIDUAL], a[A_ATTY], w[ATTPROJW], BT, C, C,
                       dt, s);
-  be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, C, NH, dt, s);
+  be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NH, C / NH, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[QKVW], dw[QKVB], sc[S_DQKV], a[A_LN1], w[QKVW], BT, C, 3 * C, dt, s);
   be->layernorm_backward(sc[S_DRESIDUAL], dw[LN1W], dw[LN1B], sc[S_DBTC], residual_in, w[LN1W], a[A_LN1_MEAN],
                          a[A_LN1_RSTD], BT, C, dt, s);

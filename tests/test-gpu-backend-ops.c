@@ -252,6 +252,10 @@ static int test_encoder_forward(void) {
       cpu->encoder_forward(out.ref, inp.host, wte.ref, wpe.ref, B, T, C, dt, NULL);
       gpu->encoder_forward(D(&out), inp.dev, D(&wte), D(&wpe), B, T, C, dt, gstream);
       fail |= report(tb_check("out", &out), sh);
+      tb_poison(&out); /* wpe NULL: the token rows alone, bit for bit */
+      cpu->encoder_forward(out.ref, inp.host, wte.ref, NULL, B, T, C, dt, NULL);
+      gpu->encoder_forward(D(&out), inp.dev, D(&wte), NULL, B, T, C, dt, gstream);
+      fail |= report(tb_check_exact("out (wpe NULL)", &out), sh);
       tb_free(&out), tb_free(&wte), tb_free(&wpe), ib_free(&inp);
     }
   }
@@ -276,6 +280,10 @@ static int test_encoder_backward(void) {
       cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, dt, NULL);
       gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, dt, gstream);
       fail |= report(tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe), sh);
+      /* dwpe NULL: dwte accumulates again, dwpe stays as it was. */
+      cpu->encoder_backward(dwte.ref, NULL, dout.ref, inp.host, B, T, C, dt, NULL);
+      gpu->encoder_backward(D(&dwte), NULL, D(&dout), inp.dev, B, T, C, dt, gstream);
+      fail |= report(tb_check("dwte (dwpe NULL)", &dwte) | tb_check("dwpe (untouched)", &dwpe), sh);
       tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
     }
   }
@@ -344,6 +352,81 @@ static int test_layernorm_backward(void) {
       fail |= layernorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
       fail |=
           layernorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks: the atomics path */
+    }
+  }
+  return fail;
+}
+
+static int rmsnorm_forward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf out = tb_new((size_t)N * C, dt), rstd = tb_new((size_t)N, ZO_F32),
+              inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)C, dt);
+  tb_random(&inp, -2, 3);
+  tb_random(&w, 0.5f, 1.5f);
+  tb_poison(&out), tb_poison(&rstd);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
+  gpu->rmsnorm_forward(D(&out), D(&rstd), D(&inp), D(&w), 1e-5f, N, C, dt, gstream);
+  int fail = report(tb_check("rmsnorm out", &out) | tb_check("rmsnorm rstd", &rstd), sh);
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  tb_free(&out), tb_free(&rstd), tb_free(&inp), tb_free(&w);
+  return fail;
+}
+
+static int test_rmsnorm_forward(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 16);
+      fail |= rmsnorm_forward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |= rmsnorm_forward_case(sh, 5, 1001, op_dt); /* odd rows many warp-widths long */
+    }
+  }
+  return fail;
+}
+
+/* dinp and dweight += from pre-filled values; dweight is deterministic: a
+ * second run from the same pre-fill gives the same bits. */
+static int rmsnorm_backward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+  struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)C, ZO_F32),
+              dout = tb_new((size_t)N * C, dt), inp = tb_new((size_t)N * C, dt),
+              w = tb_new((size_t)C, dt), out = tb_new((size_t)N * C, dt),
+              rstd = tb_new((size_t)N, ZO_F32);
+  tb_random(&inp, -2, 3);
+  tb_random(&w, 0.5f, 1.5f);
+  tb_random(&dout, -1, 1);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
+  tb_upload(&rstd); /* the same saved statistic on both sides */
+  tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1);
+  float *dw0 = zo_test_xmalloc((size_t)C * sizeof(float));
+  memcpy(dw0, dw.ref, (size_t)C * sizeof(float));
+  cpu->rmsnorm_backward(dinp.ref, dw.ref, dout.ref, inp.ref, w.ref, rstd.ref, N, C, dt, NULL);
+  gpu->rmsnorm_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+  int fail = tb_check("rmsnorm dinp", &dinp) | tb_check("rmsnorm dweight", &dw);
+  unsigned char *first = zo_test_xmalloc(tb_bytes(&dw));
+  memcpy(first, dw.got, tb_bytes(&dw));
+  memcpy(dw.ref, dw0, (size_t)C * sizeof(float));
+  tb_upload(&dw);
+  gpu->rmsnorm_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+  if (!fail && (tb_read("rmsnorm dweight (second run)", &dw) ||
+                memcmp(first, dw.got, tb_bytes(&dw)) != 0)) {
+    fprintf(stderr, "  rmsnorm dweight: a second run from the same inputs gives other bits\n");
+    fail = 1;
+  }
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  free(first), free(dw0);
+  tb_free(&dinp), tb_free(&dw), tb_free(&dout), tb_free(&inp), tb_free(&w), tb_free(&out);
+  tb_free(&rstd);
+  return report(fail, sh);
+}
+
+static int test_rmsnorm_backward(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 17);
+      fail |= rmsnorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
+      fail |= rmsnorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks of partials */
     }
   }
   return fail;
@@ -462,15 +545,16 @@ static int test_matmul_backward(void) {
   return fail;
 }
 
-static int attention_forward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
-  struct tbuf out = tb_new((size_t)B * T * C, dt), att = tb_new((size_t)B * NH * T * T, dt),
-              qkv = tb_new((size_t)B * T * 3 * C, dt);
+static int attention_forward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+  struct tbuf out = tb_new(no, dt), att = tb_new((size_t)B * NH * T * T, dt), qkv = tb_new(nq, dt);
   tb_random(&qkv, -2, 2);
   tb_poison(&out), tb_poison(&att);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
-  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, C, NH, dt, gstream);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, NH, NKV, hs, dt, gstream);
   int fail = tb_check("out", &out) | tb_check("att", &att);
-  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&out), tb_free(&att), tb_free(&qkv);
   return fail;
 }
@@ -481,7 +565,7 @@ static int test_attention_forward(void) {
     op_dt = op_dtypes[di];
     for (size_t si = 0; si < N_SHAPES; si++) {
       const struct shape *sh = begin_shape(si, 7);
-      fail |= report(attention_forward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+      fail |= report(attention_forward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
     }
   }
   return fail;
@@ -494,24 +578,29 @@ static int test_attention_forward_many_rows(void) {
     op_dt = op_dtypes[di];
     zo_rng_seed(77);
     gstream = test_stream;
-    fail |= attention_forward_case(5, 19, 32, 2, op_dt);
+    fail |= attention_forward_case(5, 19, 2, 2, 16, op_dt);
   }
   return fail;
 }
 
-static int attention_backward_case(int B, int T, int C, int NH, enum zo_dtype dt) {
-  struct tbuf dqkv = tb_new((size_t)B * T * 3 * C, dt), datt = tb_new((size_t)B * NH * T * T, dt),
-              dout = tb_new((size_t)B * T * C, dt), qkv = tb_new((size_t)B * T * 3 * C, dt),
-              att = tb_new((size_t)B * NH * T * T, dt), out = tb_new((size_t)B * T * C, dt);
+static int attention_backward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+  const size_t na = (size_t)B * NH * T * T;
+  struct tbuf dqkv = tb_new(nq, dt), datt = tb_new(na, dt), dout = tb_new(no, dt),
+              qkv = tb_new(nq, dt), att = tb_new(na, dt), out = tb_new(no, dt);
   tb_random(&qkv, -2, 2);
   tb_random(&dout, -1, 1);
-  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, C, NH, dt, NULL);
+  cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, dt, NULL);
   tb_upload(&att); /* the same saved probabilities on both sides */
   tb_poison(&dqkv), tb_poison(&datt);
-  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, C, NH, dt, NULL);
-  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, C, NH, dt, gstream);
-  int fail = tb_check("dqkv", &dqkv); /* datt is scratch: contents unspecified */
-  if (fail) fprintf(stderr, "  (B=%d T=%d C=%d NH=%d, %s)\n", B, T, C, NH, zo_dtype_name(dt));
+  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, NH, NKV, hs, dt,
+                          NULL);
+  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, NH, NKV, hs, dt,
+                          gstream);
+  int fail = tb_check("dqkv", &dqkv) | tb_check("qkv (read only)", &qkv) |
+             tb_check("att (read only)", &att); /* datt is scratch: contents unspecified */
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&dqkv), tb_free(&datt), tb_free(&dout), tb_free(&qkv), tb_free(&att), tb_free(&out);
   return fail;
 }
@@ -522,20 +611,46 @@ static int test_attention_backward(void) {
     op_dt = op_dtypes[di];
     for (size_t si = 0; si < N_SHAPES; si++) {
       const struct shape *sh = begin_shape(si, 8);
-      fail |= report(attention_backward_case(sh->B, sh->T, sh->C, sh->NH, op_dt), sh);
+      fail |= report(attention_backward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
     }
     zo_rng_seed(88);
     gstream = test_stream;
-    fail |= attention_backward_case(5, 19, 32, 2, op_dt);
+    fail |= attention_backward_case(5, 19, 2, 2, 16, op_dt);
+  }
+  return fail;
+}
+
+/* Grouped-query heads (B, T, NH, NKV, hs): groups of 3 with the batch over
+ * kv heads (B <= NKV) and over batch rows (B > NKV), one kv head for all
+ * (multi-query), T across the CPU's 64-row blocks; on both streams. */
+static int test_attention_gqa(void) {
+  static const int cases[][5] = {
+      {1, 70, 6, 2, 16}, {3, 37, 6, 2, 24}, {2, 64, 4, 1, 32}, {5, 19, 8, 4, 8},
+  };
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const int *c = cases[k];
+      zo_rng_seed(120 + k);
+      gstream = k % 2 ? NULL : test_stream;
+      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+    }
   }
   return fail;
 }
 
 /* BF16/F16 only: long sequences whose fp32 scores the CUDA backend computes
  * in chunks of its stream workspace: T = 1024 takes several chunks of heads,
- * T = 2100 (one head's T x T scores over the scratch) blocks of query rows. */
+ * T = 2100 (one head's T x T scores over the scratch) blocks of query rows.
+ * Grouped heads: the fp32 dk, dv sums of B = 20 kv heads take two chunks
+ * of heads, and those of one kv head with hs = 1000 (over the scratch)
+ * chunks of key rows. */
 static int test_attention_chunked(void) {
-  static const int cases[][4] = {{2, 1024, 48, 6}, {1, 2100, 16, 1}}; /* B, T, C, NH */
+  static const int cases[][5] = {
+      {2, 1024, 6, 6, 8}, {1, 2100, 1, 1, 16}, {20, 1024, 2, 1, 128}, {1, 2100, 2, 1, 1000},
+  }; /* B, T, NH, NKV, hs */
   int fail = 0;
   for (size_t di = 1; di < N_DTYPES; di++) {
     op_dt = op_dtypes[di];
@@ -543,8 +658,51 @@ static int test_attention_chunked(void) {
       const int *c = cases[k];
       zo_rng_seed(99 + k);
       gstream = test_stream;
-      fail |= attention_forward_case(c[0], c[1], c[2], c[3], op_dt);
-      fail |= attention_backward_case(c[0], c[1], c[2], c[3], op_dt);
+      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
+    }
+  }
+  return fail;
+}
+
+/* rope forward and backward in place on qkv (NH, NKV, hs) with Llama's
+ * tables (positions [0, T + 5)); the v heads stay as they were on both. */
+static int rope_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const int maxT = T + 5, h2 = hs / 2;
+  struct tbuf x = tb_new((size_t)B * T * (NH + 2 * NKV) * hs, dt),
+              cos_t = tb_new((size_t)maxT * h2, ZO_F32), sin_t = tb_new((size_t)maxT * h2, ZO_F32);
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t.ref32[(size_t)t * h2 + i] = (float)cos(a);
+      sin_t.ref32[(size_t)t * h2 + i] = (float)sin(a);
+    }
+  tb_set(&cos_t, cos_t.ref32), tb_set(&sin_t, sin_t.ref32);
+  tb_random(&x, -2, 2);
+  cpu->rope_forward(x.ref, cos_t.ref, sin_t.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->rope_forward(D(&x), D(&cos_t), D(&sin_t), B, T, NH, NKV, hs, dt, gstream);
+  int fail = tb_check("rope_forward qkv", &x);
+  tb_random(&x, -2, 2);
+  cpu->rope_backward(x.ref, cos_t.ref, sin_t.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->rope_backward(D(&x), D(&cos_t), D(&sin_t), B, T, NH, NKV, hs, dt, gstream);
+  fail |= tb_check("rope_backward dqkv", &x) | tb_check("cos (read only)", &cos_t) |
+          tb_check("sin (read only)", &sin_t);
+  if (fail)
+    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
+  tb_free(&x), tb_free(&cos_t), tb_free(&sin_t);
+  return fail;
+}
+
+static int test_rope(void) {
+  static const int cases[][5] = {{2, 64, 6, 2, 16}, {3, 37, 4, 1, 6}, {1, 19, 3, 3, 130}};
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const int *c = cases[k];
+      zo_rng_seed(130 + k);
+      gstream = k % 2 ? NULL : test_stream;
+      fail |= rope_case(c[0], c[1], c[2], c[3], c[4], op_dt);
     }
   }
   return fail;
@@ -572,6 +730,31 @@ static int test_gelu(void) {
       cpu->gelu_backward(dout.ref, inp.ref, dout.ref, N, dt, NULL);
       gpu->gelu_backward(D(&dout), D(&inp), D(&dout), N, dt, gstream);
       fail |= report(tb_check("gelu dinp aliasing dout", &dout), sh);
+      tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
+    }
+  }
+  return fail;
+}
+
+static int test_swiglu(void) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t si = 0; si < N_SHAPES; si++) {
+      const struct shape *sh = begin_shape(si, 18);
+      const size_t N = (size_t)sh->B * sh->T;
+      const int I = 4 * sh->C + 3; /* odd */
+      struct tbuf out = tb_new(N * I, dt), inp = tb_new(N * 2 * I, dt), dinp = tb_new(N * 2 * I, dt),
+                  dout = tb_new(N * I, dt);
+      tb_random(&inp, -8, 8);
+      tb_random(&dout, -1, 1);
+      tb_poison(&out), tb_poison(&dinp);
+      cpu->swiglu_forward(out.ref, inp.ref, N, I, dt, NULL);
+      gpu->swiglu_forward(D(&out), D(&inp), N, I, dt, gstream);
+      fail |= report(tb_check("swiglu out", &out), sh);
+      cpu->swiglu_backward(dinp.ref, inp.ref, dout.ref, N, I, dt, NULL);
+      gpu->swiglu_backward(D(&dinp), D(&inp), D(&dout), N, I, dt, gstream);
+      fail |= report(tb_check("swiglu dinp", &dinp) | tb_check("swiglu inp (read only)", &inp), sh);
       tb_free(&out), tb_free(&inp), tb_free(&dinp), tb_free(&dout);
     }
   }
@@ -1005,13 +1188,18 @@ int main(void) {
       ZO_TEST(encoder_backward),
       ZO_TEST(layernorm_forward),
       ZO_TEST(layernorm_backward),
+      ZO_TEST(rmsnorm_forward),
+      ZO_TEST(rmsnorm_backward),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(attention_forward),
       ZO_TEST(attention_forward_many_rows),
       ZO_TEST(attention_backward),
+      ZO_TEST(attention_gqa),
       ZO_TEST(attention_chunked),
+      ZO_TEST(rope),
       ZO_TEST(gelu),
+      ZO_TEST(swiglu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),
       ZO_TEST(cast),

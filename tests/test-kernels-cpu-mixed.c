@@ -237,6 +237,15 @@ static int encoder(enum zo_dtype dt) {
   double *w64 = widen64(wte, V * C), *p64 = widen64(wpe, maxT * C), *ref = zo_test_xmalloc(B * T * C * sizeof(double));
   encoder_forward64(ref, inp, w64, p64, B, T, C);
   int fail = check_dt("out", out, B * T * C, dt, ref, 0);
+  /* wpe NULL: the token rows, bit for bit */
+  poison(out, B * T * C, dt);
+  be->encoder_forward(out, inp, wted, NULL, B, T, C, dt, NULL);
+  for (int i = 0; i < B * T; i++)
+    if (memcmp((uint16_t *)out + (size_t)i * C, (uint16_t *)wted + (size_t)inp[i] * C, C * 2)) {
+      fprintf(stderr, "  %s encoder (wpe NULL): row %d is not wte's row %d\n", dt_name(dt), i, inp[i]);
+      fail = 1;
+      break;
+    }
   /* backward: fp32 gradients += dt dout */
   void *dout = dalloc(B * T * C, dt);
   float doutf[B * T * C];
@@ -251,6 +260,12 @@ static int encoder(enum zo_dtype dt) {
         rp[(size_t)t * C + c] += doutf[(b * T + t) * C + c];
       }
   fail |= check_f32("dwte", dwte, V * C, rw, 1e-6, 1e-6) | check_f32("dwpe", dwpe, maxT * C, rp, 1e-6, 1e-6);
+  /* dwpe NULL: dwte alone */
+  for (size_t i = 0; i < (size_t)V * C; i++) rw[i] = dwte[i];
+  for (int i = 0; i < B * T; i++)
+    for (int c = 0; c < C; c++) rw[(size_t)inp[i] * C + c] += doutf[(size_t)i * C + c];
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, dt, NULL);
+  fail |= check_f32("dwte (dwpe NULL)", dwte, V * C, rw, 1e-6, 1e-6);
   free(rp);
   free(rw);
   dfree(dwpe);
@@ -323,6 +338,56 @@ static int layernorm(enum zo_dtype dt) {
 
 static int test_layernorm_bf16(void) { return layernorm(ZO_BF16); }
 static int test_layernorm_fp16(void) { return layernorm(ZO_F16); }
+
+/* ---- rmsnorm --------------------------------------------------------------------- */
+
+static int rmsnorm(enum zo_dtype dt) {
+  enum { N = 11, C = 201 };
+  const float eps = 1e-6f;
+  zo_rng_seed(208);
+  float *x = zo_test_xmalloc(N * C * sizeof(float)), w[C];
+  float *doutf = zo_test_xmalloc(N * C * sizeof(float)), *dinp0 = zo_test_xmalloc(N * C * sizeof(float));
+  void *xd = dalloc(N * C, dt), *wd = dalloc(C, dt), *out = dalloc(N * C, dt);
+  void *dout = dalloc(N * C, dt), *dinp = dalloc(N * C, dt);
+  rand_dt(x, xd, N * C, -2, 3, dt);
+  rand_dt(w, wd, C, -1, 1, dt);
+  rand_dt(doutf, dout, N * C, -1, 1, dt);
+  rand_dt(dinp0, dinp, N * C, -1, 1, dt);
+  float *rstd = dalloc(N, ZO_F32);
+  for (int n = 0; n < N; n++) rstd[n] = NAN;
+  poison(out, N * C, dt);
+  be->rmsnorm_forward(out, rstd, xd, wd, eps, N, C, dt, NULL);
+  double *x64 = widen64(x, N * C), *w64 = widen64(w, C);
+  double *ref = zo_test_xmalloc(N * C * sizeof(double)), rs[N];
+  rmsnorm_forward64(ref, rs, x64, w64, eps, N, C);
+  int fail = check_dt("out", out, N * C, dt, ref, 1e-5) | check_f32("rstd", rstd, N, rs, 0, 1e-5);
+  float *dw = falloc_rand(C, -1, 1);
+  double *rdinp = widen64(dinp0, N * C), *rdw = widen64(dw, C), *d64 = widen64(doutf, N * C);
+  be->rmsnorm_backward(dinp, dw, dout, xd, wd, rstd, N, C, dt, NULL);
+  rmsnorm_backward64(rdinp, rdw, d64, x64, w64, eps, N, C);
+  fail |= check_dt("dinp", dinp, N * C, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+  if (fail) fprintf(stderr, "  (%s rmsnorm)\n", dt_name(dt));
+  free(d64);
+  free(rdw);
+  free(rdinp);
+  dfree(dw);
+  free(ref);
+  free(w64);
+  free(x64);
+  dfree(rstd);
+  dfree(dinp);
+  dfree(dout);
+  dfree(out);
+  dfree(wd);
+  dfree(xd);
+  free(dinp0);
+  free(doutf);
+  free(x);
+  return fail;
+}
+
+static int test_rmsnorm_bf16(void) { return rmsnorm(ZO_BF16); }
+static int test_rmsnorm_fp16(void) { return rmsnorm(ZO_F16); }
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
@@ -417,10 +482,10 @@ static int test_matmul_threads_bitwise(void) {
 
 /* ---- attention -------------------------------------------------------------------- */
 
-static int attention(enum zo_dtype dt) {
-  enum { B = 2, T = 70, C = 24, NH = 3, hs = C / NH };
-  const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-  zo_rng_seed(205);
+static int attention_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+  const int G = NH / NKV;
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
+  const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * ldo, na = (size_t)B * NH * T * T;
   float *qkv = zo_test_xmalloc(nq * 4), *doutf = zo_test_xmalloc(no * 4);
   void *qkvd = dalloc(nq, dt), *out = dalloc(no, dt), *att = dalloc(na, dt), *dout = dalloc(no, dt);
   void *dqkv = dalloc(nq, dt), *datt = dalloc(na, dt);
@@ -430,9 +495,15 @@ static int attention(enum zo_dtype dt) {
   poison(att, na, dt);
   poison(dqkv, nq, dt);
   poison(datt, na, dt);
-  be->attention_forward(out, att, qkvd, B, T, C, NH, dt, NULL);
+  be->attention_forward(out, att, qkvd, B, T, NH, NKV, hs, dt, NULL);
   double *q64 = widen64(qkv, nq), *ref_out = zo_test_xmalloc(no * 8), *ref_att = zo_test_xmalloc(na * 8);
-  attention_forward64(ref_out, ref_att, q64, B, T, C, NH);
+  attention_forward64(ref_out, ref_att, q64, B, T, NH, NKV, hs);
+  /* Element offsets: query head h's q, kv head g's k and v, at row (b, t). */
+#define QO(b, t, h) (((size_t)(b) * T + (t)) * ld + (size_t)(h) * hs)
+#define KO(b, t, g) (((size_t)(b) * T + (t)) * ld + (size_t)(NH + (g)) * hs)
+#define VO(b, t, g) (((size_t)(b) * T + (t)) * ld + (size_t)(NH + NKV + (g)) * hs)
+#define OO(b, t, h) (((size_t)(b) * T + (t)) * ldo + (size_t)(h) * hs)
+#define AO(b, h, t, u) ((((size_t)(b) * NH + (h)) * T + (t)) * T + (u))
   /* The stored probabilities are the softmax rounded once (atol: the fp32
    * scores). */
   int fail = check_dt("att", att, na, dt, ref_att, 1e-6);
@@ -444,9 +515,8 @@ static int attention(enum zo_dtype dt) {
       for (int t = 0; t < T; t++)
         for (int i = 0; i < hs; i++) {
           double s = 0.0;
-          for (int u = 0; u < T; u++)
-            s += (double)a32[(((size_t)b * NH + h) * T + t) * T + u] * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
-          want[((size_t)b * T + t) * C + h * hs + i] = s;
+          for (int u = 0; u < T; u++) s += (double)a32[AO(b, h, t, u)] * qkv[VO(b, u, h / G) + i];
+          want[OO(b, t, h) + i] = s;
         }
   fail |= check_dt("out = att_stored @ v", out, no, dt, want, 1e-6);
   /* ... and close to the exact attention: the rounded probabilities each
@@ -457,26 +527,26 @@ static int attention(enum zo_dtype dt) {
   fail |= zo_test_close("out vs exact", o32, ref_out, no, 2 * unit_roundoff(dt) * big_out, 4 * unit_roundoff(dt));
   free(o32);
 
-  be->attention_backward(dqkv, datt, dout, qkvd, att, B, T, C, NH, dt, NULL);
+  be->attention_backward(dqkv, datt, dout, qkvd, att, B, T, NH, NKV, hs, dt, NULL);
   /* datt: the softmax backward of the stored probabilities, rounded once. */
-  double *rdatt = zo_test_xmalloc(na * 8);
+  double *rdatt = zo_test_xmalloc(na * 8), *raw = zo_test_xmalloc((size_t)T * 8);
   const double scale = 1.0 / sqrt((double)hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const float *a = a32 + (((size_t)b * NH + h) * T + t) * T;
-        double raw[T], dot = 0.0;
+        const float *a = a32 + AO(b, h, t, 0);
+        double dot = 0.0;
         for (int u = 0; u < T; u++) {
           double s = 0.0;
-          for (int i = 0; i < hs; i++)
-            s += (double)doutf[((size_t)b * T + t) * C + h * hs + i] * qkv[((size_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+          for (int i = 0; i < hs; i++) s += (double)doutf[OO(b, t, h) + i] * qkv[VO(b, u, h / G) + i];
           raw[u] = u <= t ? s : 0.0;
           dot += a[u] * raw[u];
         }
-        for (int u = 0; u < T; u++) rdatt[(((size_t)b * NH + h) * T + t) * T + u] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
+        for (int u = 0; u < T; u++) rdatt[AO(b, h, t, u)] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
       }
   fail |= check_dt("datt", datt, na, dt, rdatt, 1e-6);
-  /* dq, dk, dv: products of the stored datt and att, rounded once. */
+  /* dq, dk, dv: products of the stored datt and att, rounded once; dk and dv
+   * summed over the group's query heads first. */
   float *d32 = dt_to_f32(datt, na, dt);
   double *rdq = zo_test_xmalloc(nq * 8);
   memset(rdq, 0, nq * 8);
@@ -484,27 +554,34 @@ static int attention(enum zo_dtype dt) {
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++)
         for (int u = 0; u < T; u++) {
-          const double da = d32[(((size_t)b * NH + h) * T + t) * T + u], a = a32[(((size_t)b * NH + h) * T + t) * T + u];
-          const size_t qo = ((size_t)b * T + t) * 3 * C + h * hs, ko = ((size_t)b * T + u) * 3 * C + C + h * hs;
+          const double da = d32[AO(b, h, t, u)], a = a32[AO(b, h, t, u)];
+          const size_t qo = QO(b, t, h), ko = KO(b, u, h / G), vo = VO(b, u, h / G);
           for (int i = 0; i < hs; i++) {
-            rdq[qo + i] += da * qkv[ko + i];                                  /* dq[t] += datt[t,u] k[u] */
-            rdq[ko + i] += da * qkv[qo + i];                                  /* dk[u] += datt[t,u] q[t] */
-            rdq[ko + C + i] += a * doutf[((size_t)b * T + t) * C + h * hs + i]; /* dv[u] += att[t,u] dout[t] */
+            rdq[qo + i] += da * qkv[ko + i];               /* dq[t] += datt[t,u] k[u] */
+            rdq[ko + i] += da * qkv[qo + i];               /* dk[u] += datt[t,u] q[t] */
+            rdq[vo + i] += a * doutf[OO(b, t, h) + i];     /* dv[u] += att[t,u] dout[t] */
           }
         }
+#undef QO
+#undef KO
+#undef VO
+#undef OO
+#undef AO
   fail |= check_dt("dqkv", dqkv, nq, dt, rdq, 1e-5);
   /* ... and close to the exact gradient. */
   double *exact = zo_test_xmalloc(nq * 8), *d64 = widen64(doutf, no);
-  attention_backward64(exact, d64, q64, B, T, C, NH);
+  attention_backward64(exact, d64, q64, B, T, NH, NKV, hs);
   float *g = dt_to_f32(dqkv, nq, dt);
   double big = 0.0;
   for (size_t i = 0; i < nq; i++) big = fmax(big, fabs(exact[i]));
   fail |= zo_test_close("dqkv vs exact", g, exact, nq, 2 * unit_roundoff(dt) * big, 8 * unit_roundoff(dt));
+  if (fail) fprintf(stderr, "  (%s, B=%d T=%d NH=%d NKV=%d hs=%d)\n", dt_name(dt), B, T, NH, NKV, hs);
   free(g);
   free(d64);
   free(exact);
   free(rdq);
   free(d32);
+  free(raw);
   free(rdatt);
   free(want);
   free(a32);
@@ -522,8 +599,69 @@ static int attention(enum zo_dtype dt) {
   return fail;
 }
 
+/* Multi-head (NKV == NH), grouped-query (groups of 3) and multi-query
+ * (one kv head) attention, T across two row blocks. */
+static int attention(enum zo_dtype dt) {
+  zo_rng_seed(205);
+  return attention_case(2, 70, 3, 3, 8, dt) | attention_case(2, 70, 6, 2, 8, dt) |
+         attention_case(1, 67, 4, 1, 6, dt);
+}
+
 static int test_attention_bf16(void) { return attention(ZO_BF16); }
 static int test_attention_fp16(void) { return attention(ZO_F16); }
+
+/* ---- rope -------------------------------------------------------------------------- */
+
+/* In place on dt q and k heads, fp32 tables: each element rounded once from
+ * the fp32 rotation; the v heads keep their bits. Forward, then backward
+ * (the transpose) on fresh values. */
+static int rope(enum zo_dtype dt) {
+  enum { B = 2, T = 67, NH = 6, NKV = 2, hs = 10, maxT = 70, h2 = hs / 2 };
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, n = (size_t)B * T * ld;
+  zo_rng_seed(209);
+  float *cos_t = dalloc((size_t)maxT * h2, ZO_F32), *sin_t = dalloc((size_t)maxT * h2, ZO_F32);
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t[t * h2 + i] = (float)cos(a), sin_t[t * h2 + i] = (float)sin(a);
+    }
+  double *c64 = widen64(cos_t, (size_t)maxT * h2), *s64 = widen64(sin_t, (size_t)maxT * h2);
+  float *x = zo_test_xmalloc(n * 4);
+  void *xd = dalloc(n, dt), *x0 = zo_test_xmalloc(n * 2);
+  int fail = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    rand_dt(x, xd, n, -2, 2, dt);
+    memcpy(x0, xd, n * 2);
+    if (pass == 0)
+      be->rope_forward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
+    else
+      be->rope_backward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
+    double *ref = widen64(x, n);
+    rope64(ref, c64, s64, pass == 0 ? 1.0 : -1.0, B, T, NH, NKV, hs);
+    fail |= check_dt(pass == 0 ? "rope_forward" : "rope_backward", xd, n, dt, ref, 1e-6);
+    for (size_t r = 0; r < (size_t)B * T; r++)
+      if (memcmp((uint16_t *)xd + r * ld + (NH + NKV) * hs, (uint16_t *)x0 + r * ld + (NH + NKV) * hs,
+                 (size_t)NKV * hs * 2)) {
+        fprintf(stderr, "  %s: v heads of row %zu changed\n", pass == 0 ? "rope_forward" : "rope_backward", r);
+        fail = 1;
+        break;
+      }
+    free(ref);
+  }
+  fail |= dguard("cos", cos_t, (size_t)maxT * h2, ZO_F32) | dguard("sin", sin_t, (size_t)maxT * h2, ZO_F32);
+  if (fail) fprintf(stderr, "  (%s rope)\n", dt_name(dt));
+  free(x0);
+  dfree(xd);
+  free(x);
+  free(s64);
+  free(c64);
+  dfree(sin_t);
+  dfree(cos_t);
+  return fail;
+}
+
+static int test_rope_bf16(void) { return rope(ZO_BF16); }
+static int test_rope_fp16(void) { return rope(ZO_F16); }
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
@@ -574,6 +712,40 @@ static int elementwise(enum zo_dtype dt) {
   free(x);
   return fail;
 }
+
+/* SwiGLU on dt rows [gate | up]: out and dinp each rounded once. */
+static int swiglu(enum zo_dtype dt) {
+  enum { N = 9, I = 1001 };
+  const size_t ni = (size_t)N * 2 * I, no = (size_t)N * I;
+  zo_rng_seed(210);
+  float *x = zo_test_xmalloc(ni * 4), *d = zo_test_xmalloc(no * 4);
+  void *xd = dalloc(ni, dt), *dd = dalloc(no, dt), *out = dalloc(no, dt), *dinp = dalloc(ni, dt);
+  rand_dt(x, xd, ni, -8, 8, dt);
+  rand_dt(d, dd, no, -1, 1, dt);
+  poison(out, no, dt);
+  poison(dinp, ni, dt);
+  be->swiglu_forward(out, xd, N, I, dt, NULL);
+  be->swiglu_backward(dinp, xd, dd, N, I, dt, NULL);
+  double *x64 = widen64(x, ni), *d64 = widen64(d, no), *ref = zo_test_xmalloc(no * 8), *rd = zo_test_xmalloc(ni * 8);
+  swiglu_forward64(ref, x64, N, I);
+  swiglu_backward64(rd, x64, d64, N, I);
+  int fail = check_dt("swiglu out", out, no, dt, ref, 1e-6) | check_dt("swiglu dinp", dinp, ni, dt, rd, 1e-6);
+  if (fail) fprintf(stderr, "  (%s swiglu)\n", dt_name(dt));
+  free(rd);
+  free(ref);
+  free(d64);
+  free(x64);
+  dfree(dinp);
+  dfree(out);
+  dfree(dd);
+  dfree(xd);
+  free(d);
+  free(x);
+  return fail;
+}
+
+static int test_swiglu_bf16(void) { return swiglu(ZO_BF16); }
+static int test_swiglu_fp16(void) { return swiglu(ZO_F16); }
 
 static int test_elementwise_bf16(void) { return elementwise(ZO_BF16); }
 static int test_elementwise_fp16(void) { return elementwise(ZO_F16); }
@@ -641,8 +813,11 @@ int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(rounding_bf16),     ZO_TEST(rounding_fp16),     ZO_TEST(cast_pairs),
       ZO_TEST(encoder_bf16),      ZO_TEST(encoder_fp16),      ZO_TEST(layernorm_bf16),
-      ZO_TEST(layernorm_fp16),    ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
+      ZO_TEST(layernorm_fp16),    ZO_TEST(rmsnorm_bf16),      ZO_TEST(rmsnorm_fp16),
+      ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
       ZO_TEST(matmul_threads_bitwise), ZO_TEST(attention_bf16), ZO_TEST(attention_fp16),
+      ZO_TEST(rope_bf16),         ZO_TEST(rope_fp16),
+      ZO_TEST(swiglu_bf16),       ZO_TEST(swiglu_fp16),
       ZO_TEST(elementwise_bf16),  ZO_TEST(elementwise_fp16),  ZO_TEST(crossentropy_bf16),
       ZO_TEST(crossentropy_fp16), ZO_TEST(fp16_overflow_is_inf),
   };

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,28 @@ static int test_encoder_forward(void) {
   return fail;
 }
 
+/* wpe NULL (Llama): out is the token's row, bit for bit (-0 included). */
+static int test_encoder_forward_no_wpe(void) {
+  enum { B = 2, T = 7, C = 37, V = 13 };
+  zo_rng_seed(47);
+  int32_t inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
+  float *wte = galloc(V * C), *out = galloc(B * T * C);
+  fill_random(wte, V * C, -1, 1);
+  for (int v = 0; v < V; v++) wte[v * C] = -0.0f;
+  fill_nan(out, B * T * C);
+  be->encoder_forward(out, inp, wte, NULL, B, T, C, ZO_F32, NULL);
+  int fail = guard_broken("out", out, B * T * C);
+  for (int i = 0; i < B * T && !fail; i++)
+    if (memcmp(out + (size_t)i * C, wte + (size_t)inp[i] * C, C * sizeof(float))) {
+      fprintf(stderr, "  out row %d is not wte row %d bit for bit\n", i, inp[i]);
+      fail = 1;
+    }
+  gfree(out);
+  gfree(wte);
+  return fail;
+}
+
 static int test_encoder_backward(void) {
   enum { B = 3, T = 7, C = 37, V = 5, maxT = 9 }; /* V < B*T: tokens repeat */
   zo_rng_seed(2);
@@ -152,6 +175,13 @@ static int test_encoder_backward(void) {
       }
   int fail = check_output("dwte", dwte, ref_wte, V * C, 1e-6, 1e-6) |
              check_output("dwpe", dwpe, ref_wpe, maxT * C, 1e-6, 1e-6);
+  /* dwpe NULL (no position embedding): dwte alone, the same sums again. */
+  for (size_t i = 0; i < (size_t)V * C; i++) ref_wte[i] = dwte[i];
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) ref_wte[(size_t)inp[b * T + t] * C + c] += dout[((size_t)b * T + t) * C + c];
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, ZO_F32, NULL);
+  fail |= check_output("dwte (dwpe NULL)", dwte, ref_wte, V * C, 1e-6, 1e-6);
   free(ref_wpe);
   free(ref_wte);
   gfree(dwpe);
@@ -304,6 +334,124 @@ static int test_layernorm_backward_fd(void) {
   return fail;
 }
 
+/* ---- rmsnorm -------------------------------------------------------------- */
+
+static int rmsnorm_forward_case(int N, int C, float eps) {
+  float *inp = galloc((size_t)N * C), *w = galloc(C), *out = galloc((size_t)N * C), *rstd = galloc(N);
+  fill_random(inp, (size_t)N * C, -2, 3); /* nonzero mean: RMS, not variance */
+  for (int c = 0; c < C; c++) inp[(size_t)(N / 2) * C + c] = 0.0f; /* rstd = 1/sqrt(eps), out 0 */
+  fill_random(w, C, -1, 1);
+  fill_nan(out, (size_t)N * C);
+  fill_nan(rstd, N);
+  be->rmsnorm_forward(out, rstd, inp, w, eps, N, C, ZO_F32, NULL);
+  double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, C);
+  double *ref = zo_test_xmalloc((size_t)N * C * sizeof(double)), *ref_rstd = zo_test_xmalloc(N * sizeof(double));
+  rmsnorm_forward64(ref, ref_rstd, inp64, w64, eps, N, C);
+  int fail = check_output("out", out, ref, (size_t)N * C, 1e-6, 1e-5) |
+             check_output("rstd", rstd, ref_rstd, N, 0, 1e-6) | guard_broken("inp", inp, (size_t)N * C);
+  if (fail) fprintf(stderr, "  (N=%d C=%d eps=%g)\n", N, C, (double)eps);
+  free(ref_rstd);
+  free(ref);
+  free(w64);
+  free(inp64);
+  gfree(rstd);
+  gfree(out);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_rmsnorm_forward(void) {
+  zo_rng_seed(40);
+  return rmsnorm_forward_case(13, 151, 1e-5f) | rmsnorm_forward_case(5, 3, 1e-6f) |
+         rmsnorm_forward_case(1, 1000, 1e-5f);
+}
+
+static int rmsnorm_backward_case(int N, int C, float eps) {
+  const size_t n = (size_t)N * C;
+  float *inp = galloc(n), *w = galloc(C), *dout = galloc(n), *out = galloc(n), *rstd = galloc(N);
+  float *dinp = galloc(n), *dw = galloc(C), *dinp2 = galloc(n), *dw2 = galloc(C);
+  fill_random(inp, n, -2, 3);
+  fill_random(w, C, -1, 1);
+  fill_random(dout, n, -1, 1);
+  fill_random(dinp, n, -1, 1); /* both accumulate */
+  fill_random(dw, C, -1, 1);
+  memcpy(dinp2, dinp, n * sizeof(float));
+  memcpy(dw2, dw, C * sizeof(float));
+  be->rmsnorm_forward(out, rstd, inp, w, eps, N, C, ZO_F32, NULL);
+  double *ref_dinp = widen(dinp, n), *ref_dw = widen(dw, C);
+  be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  double *inp64 = widen(inp, n), *w64 = widen(w, C), *dout64 = widen(dout, n);
+  rmsnorm_backward64(ref_dinp, ref_dw, dout64, inp64, w64, eps, N, C);
+  int fail = check_output("dinp", dinp, ref_dinp, n, 1e-5, 1e-5) |
+             check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5);
+#if !defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
+  /* Deterministic: the same bits with one thread as with two. */
+  const int threads = omp_get_max_threads();
+  be->set_threads(threads == 1 ? 2 : 1);
+  be->rmsnorm_backward(dinp2, dw2, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  be->set_threads(threads);
+  if (memcmp(dinp2, dinp, n * sizeof(float)) || memcmp(dw2, dw, C * sizeof(float))) {
+    fprintf(stderr, "  rmsnorm_backward differs between 1 and 2 threads\n");
+    fail = 1;
+  }
+#endif
+  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  free(dout64);
+  free(w64);
+  free(inp64);
+  free(ref_dw);
+  free(ref_dinp);
+  gfree(dw2);
+  gfree(dinp2);
+  gfree(dw);
+  gfree(dinp);
+  gfree(rstd);
+  gfree(out);
+  gfree(dout);
+  gfree(w);
+  gfree(inp);
+  return fail;
+}
+
+static int test_rmsnorm_backward(void) {
+  zo_rng_seed(41);
+  /* C over two column blocks with a partial last one; many rows. */
+  return rmsnorm_backward_case(13, 151, 1e-5f) | rmsnorm_backward_case(300, 70, 1e-6f);
+}
+
+struct rmsnorm_fd {
+  double *inp, *w, *dout, *out;
+  double eps;
+  int N, C;
+};
+
+static double rmsnorm_fd_loss(void *p) {
+  struct rmsnorm_fd *c = p;
+  rmsnorm_forward64(c->out, NULL, c->inp, c->w, c->eps, c->N, c->C);
+  return dot64(c->dout, c->out, (size_t)c->N * c->C);
+}
+
+static int test_rmsnorm_backward_fd(void) {
+  enum { N = 3, C = 5 };
+  zo_rng_seed(42);
+  float inp[N * C], w[C], dout[N * C], out[N * C], rstd[N], dinp[N * C] = {0}, dw[C] = {0};
+  fill_random(inp, N * C, -2, 2);
+  fill_random(w, C, -1, 1);
+  fill_random(dout, N * C, -1, 1);
+  be->rmsnorm_forward(out, rstd, inp, w, 1e-5f, N, C, ZO_F32, NULL);
+  be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  struct rmsnorm_fd c = {widen(inp, N * C), widen(w, C), widen(dout, N * C),
+                         zo_test_xmalloc(N * C * sizeof(double)), (double)1e-5f, N, C};
+  int fail = check_fd("dinp", c.inp, N * C, dinp, rmsnorm_fd_loss, &c) |
+             check_fd("dweight", c.w, C, dw, rmsnorm_fd_loss, &c);
+  free(c.out);
+  free(c.dout);
+  free(c.w);
+  free(c.inp);
+  return fail;
+}
+
 /* ---- matmul --------------------------------------------------------------- */
 
 static int matmul_forward_case(int N, int C, int OC, int with_bias) {
@@ -414,18 +562,25 @@ static int test_matmul_backward_fd(void) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-static int attention_forward_case(int B, int T, int C, int NH) {
-  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+static int attention_forward_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+  size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
   fill_random(qkv, n_qkv, -2, 2);
   fill_nan(out, n_out);
   fill_nan(att, n_att);
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
+  float *qkv_in = galloc(n_qkv);
+  memcpy(qkv_in, qkv, n_qkv * sizeof(float));
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv);
   double *ref = zo_test_xmalloc(n_out * sizeof(double)), *ref_att = zo_test_xmalloc(n_att * sizeof(double));
-  attention_forward64(ref, ref_att, qkv64, B, T, C, NH);
+  attention_forward64(ref, ref_att, qkv64, B, T, NH, NKV, hs);
   int fail = check_output("out", out, ref, n_out, 1e-6, 1e-5) |
-             check_output("att", att, ref_att, n_att, 1e-7, 1e-5);
+             check_output("att", att, ref_att, n_att, 1e-7, 1e-5) | guard_broken("qkv", qkv, n_qkv);
+  if (memcmp(qkv, qkv_in, n_qkv * sizeof(float))) {
+    fprintf(stderr, "  qkv (read only) was written\n");
+    fail = 1;
+  }
   /* Above the diagonal: exactly 0, not merely small. */
   for (size_t bh = 0; bh < (size_t)B * NH && !fail; bh++)
     for (int t = 0; t < T && !fail; t++)
@@ -435,36 +590,52 @@ static int attention_forward_case(int B, int T, int C, int NH) {
                   (double)att[(bh * T + t) * T + u]);
           fail = 1;
         }
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref_att);
   free(ref);
   free(qkv64);
+  gfree(qkv_in);
   gfree(att);
   gfree(out);
   gfree(qkv);
   return fail;
 }
 
+/* (B, T, NH, NKV, hs): multi-head (NKV == NH) as GPT-2 calls it, T across
+ * several row blocks (the last partial), odd head sizes, and grouped-query
+ * heads with groups of 3 and 4 and one kv head for all (multi-query). */
+static const int attention_cases[][5] = {
+    {2, 7, 3, 3, 8}, {1, 150, 2, 2, 16}, {1, 1, 2, 2, 4}, {2, 67, 6, 6, 7},
+    {2, 70, 6, 2, 5}, {1, 130, 4, 1, 8}, {3, 65, 6, 1, 3},
+};
+#define N_ATTENTION_CASES (sizeof attention_cases / sizeof attention_cases[0])
+
 static int test_attention_forward(void) {
   zo_rng_seed(10);
-  /* Second shape: T spans several row blocks, the last one partial. */
-  return attention_forward_case(2, 7, 24, 3) | attention_forward_case(1, 150, 32, 2) |
-         attention_forward_case(1, 1, 8, 2);
+  int fail = 0;
+  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
+    const int *c = attention_cases[i];
+    fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4]);
+  }
+  return fail;
 }
 
-static int attention_backward_case(int B, int T, int C, int NH) {
-  size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+static int attention_backward_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+  size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
   float *dout = galloc(n_out), *dqkv = galloc(n_qkv), *datt = galloc(n_att);
   fill_random(qkv, n_qkv, -2, 2);
   fill_random(dout, n_out, -1, 1);
   fill_nan(dqkv, n_qkv); /* overwritten */
   fill_nan(datt, n_att); /* scratch: NaN must not leak into dqkv */
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, ZO_F32, NULL);
   double *qkv64 = widen(qkv, n_qkv), *dout64 = widen(dout, n_out);
   double *ref = zo_test_xmalloc(n_qkv * sizeof(double));
-  attention_backward64(ref, dout64, qkv64, B, T, C, NH);
+  attention_backward64(ref, dout64, qkv64, B, T, NH, NKV, hs);
   int fail = check_output("dqkv", dqkv, ref, n_qkv, 2e-6, 2e-5) | guard_broken("datt", datt, n_att);
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref);
   free(dout64);
   free(qkv64);
@@ -479,35 +650,170 @@ static int attention_backward_case(int B, int T, int C, int NH) {
 
 static int test_attention_backward(void) {
   zo_rng_seed(11);
-  return attention_backward_case(2, 7, 24, 3) | attention_backward_case(1, 150, 32, 2) |
-         attention_backward_case(1, 1, 8, 2);
+  int fail = 0;
+  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
+    const int *c = attention_cases[i];
+    fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4]);
+  }
+  return fail;
 }
 
 struct attention_fd {
   double *qkv, *dout, *out;
-  int B, T, C, NH;
+  int B, T, NH, NKV, hs;
 };
 
 static double attention_fd_loss(void *p) {
   struct attention_fd *c = p;
-  attention_forward64(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH);
-  return dot64(c->dout, c->out, (size_t)c->B * c->T * c->C);
+  attention_forward64(c->out, NULL, c->qkv, c->B, c->T, c->NH, c->NKV, c->hs);
+  return dot64(c->dout, c->out, (size_t)c->B * c->T * c->NH * c->hs);
+}
+
+static int attention_fd_case(int B, int T, int NH, int NKV, int hs) {
+  const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * hs, n_out = (size_t)B * T * NH * hs;
+  const size_t n_att = (size_t)B * NH * T * T;
+  float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att), *dout = galloc(n_out);
+  float *dqkv = galloc(n_qkv), *datt = galloc(n_att);
+  fill_random(qkv, n_qkv, -2, 2);
+  fill_random(dout, n_out, -1, 1);
+  be->attention_forward(out, att, qkv, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, ZO_F32, NULL);
+  struct attention_fd c = {widen(qkv, n_qkv), widen(dout, n_out),
+                           zo_test_xmalloc(n_out * sizeof(double)), B, T, NH, NKV, hs};
+  int fail = check_fd("dqkv", c.qkv, n_qkv, dqkv, attention_fd_loss, &c);
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
+  free(c.out);
+  free(c.dout);
+  free(c.qkv);
+  gfree(datt);
+  gfree(dqkv);
+  gfree(dout);
+  gfree(att);
+  gfree(out);
+  gfree(qkv);
+  return fail;
 }
 
 static int test_attention_backward_fd(void) {
-  enum { B = 2, T = 4, C = 6, NH = 2 };
   zo_rng_seed(12);
-  float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T], dout[B * T * C];
-  float dqkv[B * T * 3 * C], datt[B * NH * T * T];
-  fill_random(qkv, B * T * 3 * C, -2, 2);
-  fill_random(dout, B * T * C, -1, 1);
-  be->attention_forward(out, att, qkv, B, T, C, NH, ZO_F32, NULL);
-  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, ZO_F32, NULL);
-  struct attention_fd c = {widen(qkv, B * T * 3 * C), widen(dout, B * T * C),
-                           zo_test_xmalloc(B * T * C * sizeof(double)), B, T, C, NH};
-  int fail = check_fd("dqkv", c.qkv, B * T * 3 * C, dqkv, attention_fd_loss, &c);
+  return attention_fd_case(2, 4, 2, 2, 3) | attention_fd_case(2, 4, 6, 2, 2) |
+         attention_fd_case(1, 5, 3, 1, 3);
+}
+
+/* ---- rope ----------------------------------------------------------------- */
+
+/* Llama's tables for positions [0, maxT): angle t * 10000^(-2i/hs). */
+static void rope_tables(float *cos_t, float *sin_t, int maxT, int hs) {
+  const int h2 = hs / 2;
+  for (int t = 0; t < maxT; t++)
+    for (int i = 0; i < h2; i++) {
+      const double a = t * pow(10000.0, -2.0 * i / hs);
+      cos_t[(size_t)t * h2 + i] = (float)cos(a);
+      sin_t[(size_t)t * h2 + i] = (float)sin(a);
+    }
+}
+
+/* Returns 1 unless the v part of every row of x equals that of want bitwise. */
+static int v_changed(const char *what, const float *x, const float *want, int B, int T, int NH,
+                     int NKV, int hs) {
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, v0 = (size_t)(NH + NKV) * hs;
+  for (size_t r = 0; r < (size_t)B * T; r++)
+    if (memcmp(x + r * ld + v0, want + r * ld + v0, (size_t)NKV * hs * sizeof(float))) {
+      fprintf(stderr, "  %s: the v heads of row %zu changed\n", what, r);
+      return 1;
+    }
+  return 0;
+}
+
+/* Forward and backward on (B, T, NH, NKV, hs) against the float64 rotation,
+ * v untouched, and backward the exact transpose: <R x, y> = <x, R^T y>. */
+static int rope_case(int B, int T, int NH, int NKV, int hs) {
+  const int maxT = T + 3, h2 = hs / 2;
+  const size_t n = (size_t)B * T * (NH + 2 * NKV) * hs, nt = (size_t)maxT * h2;
+  float *x = galloc(n), *x0 = galloc(n), *y = galloc(n), *y0 = galloc(n);
+  float *cos_t = galloc(nt), *sin_t = galloc(nt);
+  rope_tables(cos_t, sin_t, maxT, hs);
+  fill_random(x0, n, -2, 2);
+  fill_random(y0, n, -1, 1);
+  memcpy(x, x0, n * sizeof(float));
+  memcpy(y, y0, n * sizeof(float));
+  be->rope_forward(x, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  be->rope_backward(y, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  double *c64 = widen(cos_t, nt), *s64 = widen(sin_t, nt);
+  double *rx = widen(x0, n), *ry = widen(y0, n);
+  rope64(rx, c64, s64, 1.0, B, T, NH, NKV, hs);
+  rope64(ry, c64, s64, -1.0, B, T, NH, NKV, hs);
+  int fail = check_output("rope_forward", x, rx, n, 1e-6, 1e-6) |
+             check_output("rope_backward", y, ry, n, 1e-6, 1e-6) |
+             v_changed("rope_forward", x, x0, B, T, NH, NKV, hs) |
+             v_changed("rope_backward", y, y0, B, T, NH, NKV, hs) | guard_broken("cos", cos_t, nt) |
+             guard_broken("sin", sin_t, nt);
+  double lhs = 0.0, rhs = 0.0, mag = 0.0; /* <R x0, y0> and <x0, R^T y0> */
+  for (size_t i = 0; i < n; i++) {
+    lhs += (double)x[i] * y0[i];
+    rhs += (double)x0[i] * y[i];
+    mag += fabs((double)x0[i] * y0[i]);
+  }
+  if (!(fabs(lhs - rhs) <= 1e-6 * mag)) {
+    fprintf(stderr, "  <R x, y> = %.12g but <x, R^T y> = %.12g\n", lhs, rhs);
+    fail = 1;
+  }
+  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
+  free(ry);
+  free(rx);
+  free(s64);
+  free(c64);
+  gfree(sin_t);
+  gfree(cos_t);
+  gfree(y0);
+  gfree(y);
+  gfree(x0);
+  gfree(x);
+  return fail;
+}
+
+static int test_rope(void) {
+  zo_rng_seed(43);
+  /* GQA and MHA, head sizes 2 and 6 (h2 odd), a row wider than a SIMD vector. */
+  return rope_case(2, 7, 6, 2, 8) | rope_case(1, 70, 4, 1, 6) | rope_case(3, 5, 3, 3, 2) |
+         rope_case(1, 3, 2, 1, 130);
+}
+
+struct rope_fd {
+  double *qkv, *cos_t, *sin_t, *dout, *out;
+  int B, T, NH, NKV, hs;
+};
+
+static double rope_fd_loss(void *p) {
+  struct rope_fd *c = p;
+  const size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->hs;
+  memcpy(c->out, c->qkv, n * sizeof(double));
+  rope64(c->out, c->cos_t, c->sin_t, 1.0, c->B, c->T, c->NH, c->NKV, c->hs);
+  return dot64(c->dout, c->out, n);
+}
+
+/* The gradient of <dout, rope(qkv)> is rope_backward(dout), v's part dout's. */
+static int test_rope_backward_fd(void) {
+  enum { B = 2, T = 3, NH = 4, NKV = 2, hs = 4, n = B * T * (NH + 2 * NKV) * hs };
+  zo_rng_seed(44);
+  float cos_t[T * hs / 2], sin_t[T * hs / 2], dout[n], grad[n];
+  rope_tables(cos_t, sin_t, T, hs);
+  for (int i = 0; i < T * hs / 2; i++) { /* angles of order 1 at every position */
+    const double a = zo_rng_uniform() * 6.0;
+    cos_t[i] = (float)cos(a), sin_t[i] = (float)sin(a);
+  }
+  float qkv[n];
+  fill_random(qkv, n, -2, 2);
+  fill_random(dout, n, -1, 1);
+  memcpy(grad, dout, sizeof grad);
+  be->rope_backward(grad, cos_t, sin_t, B, T, NH, NKV, hs, ZO_F32, NULL);
+  struct rope_fd c = {widen(qkv, n), widen(cos_t, T * hs / 2), widen(sin_t, T * hs / 2), widen(dout, n),
+                      zo_test_xmalloc(n * sizeof(double)), B, T, NH, NKV, hs};
+  int fail = check_fd("dqkv", c.qkv, n, grad, rope_fd_loss, &c);
   free(c.out);
   free(c.dout);
+  free(c.sin_t);
+  free(c.cos_t);
   free(c.qkv);
   return fail;
 }
@@ -576,6 +882,76 @@ static int test_gelu_backward_fd(void) {
   be->gelu_backward(dinp, inp, dout, N, ZO_F32, NULL);
   struct gelu_fd c = {widen(inp, N), widen(dout, N), N};
   int fail = check_fd("dinp", c.inp, N, dinp, gelu_fd_loss, &c);
+  free(c.dout);
+  free(c.inp);
+  return fail;
+}
+
+/* ---- swiglu --------------------------------------------------------------- */
+
+/* Gates over [-8, 8] with 0 and +-30, -100 (sigmoid saturating) in row 0. */
+static void swiglu_inputs(float *inp, size_t N, int I) {
+  fill_random(inp, N * 2 * (size_t)I, -8, 8);
+  const float edge[] = {0.0f, 30.0f, -30.0f, -100.0f};
+  for (int i = 0; i < 4 && i < I; i++) inp[i] = edge[i];
+}
+
+static int swiglu_case(size_t N, int I) {
+  const size_t ni = N * 2 * (size_t)I, no = N * (size_t)I;
+  float *inp = galloc(ni), *out = galloc(no), *dout = galloc(no), *dinp = galloc(ni);
+  swiglu_inputs(inp, N, I);
+  fill_random(dout, no, -1, 1);
+  fill_nan(out, no);
+  fill_nan(dinp, ni);
+  be->swiglu_forward(out, inp, N, I, ZO_F32, NULL);
+  be->swiglu_backward(dinp, inp, dout, N, I, ZO_F32, NULL);
+  double *inp64 = widen(inp, ni), *dout64 = widen(dout, no);
+  double *ref = zo_test_xmalloc(no * sizeof(double)), *ref_d = zo_test_xmalloc(ni * sizeof(double));
+  swiglu_forward64(ref, inp64, N, I);
+  swiglu_backward64(ref_d, inp64, dout64, N, I);
+  int fail = check_output("out", out, ref, no, 1e-7, 1e-6) |
+             check_output("dinp", dinp, ref_d, ni, 1e-7, 1e-5) | guard_broken("inp", inp, ni) |
+             guard_broken("dout", dout, no);
+  if (fail) fprintf(stderr, "  (N=%zu I=%d)\n", N, I);
+  free(ref_d);
+  free(ref);
+  free(dout64);
+  free(inp64);
+  gfree(dinp);
+  gfree(dout);
+  gfree(out);
+  gfree(inp);
+  return fail;
+}
+
+static int test_swiglu(void) {
+  zo_rng_seed(45);
+  /* Odd I; a row longer than one 16384-column task; one column. */
+  return swiglu_case(13, 37) | swiglu_case(3, 20001) | swiglu_case(5, 1);
+}
+
+struct swiglu_fd {
+  double *inp, *dout, *out;
+  size_t N;
+  int I;
+};
+
+static double swiglu_fd_loss(void *p) {
+  struct swiglu_fd *c = p;
+  swiglu_forward64(c->out, c->inp, c->N, c->I);
+  return dot64(c->dout, c->out, c->N * c->I);
+}
+
+static int test_swiglu_backward_fd(void) {
+  enum { N = 3, I = 5 };
+  zo_rng_seed(46);
+  float inp[N * 2 * I], dout[N * I], dinp[N * 2 * I];
+  fill_random(inp, N * 2 * I, -4, 4);
+  fill_random(dout, N * I, -1, 1);
+  be->swiglu_backward(dinp, inp, dout, N, I, ZO_F32, NULL);
+  struct swiglu_fd c = {widen(inp, N * 2 * I), widen(dout, N * I), zo_test_xmalloc(N * I * sizeof(double)), N, I};
+  int fail = check_fd("dinp", c.inp, N * 2 * I, dinp, swiglu_fd_loss, &c);
+  free(c.out);
   free(c.dout);
   free(c.inp);
   return fail;
@@ -780,6 +1156,9 @@ static int test_backend_table(void) {
       (const void *)be->memcpy_async,     (const void *)be->memset_async,
       (const void *)be->encoder_forward,  (const void *)be->encoder_backward,
       (const void *)be->layernorm_forward, (const void *)be->layernorm_backward,
+      (const void *)be->rmsnorm_forward,  (const void *)be->rmsnorm_backward,
+      (const void *)be->rope_forward,     (const void *)be->rope_backward,
+      (const void *)be->swiglu_forward,   (const void *)be->swiglu_backward,
       (const void *)be->matmul_forward,   (const void *)be->matmul_backward,
       (const void *)be->attention_forward, (const void *)be->attention_backward,
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
@@ -1013,20 +1392,28 @@ int main(void) {
       ZO_TEST(backend_table),
       ZO_TEST(memory),
       ZO_TEST(encoder_forward),
+      ZO_TEST(encoder_forward_no_wpe),
       ZO_TEST(encoder_backward),
       ZO_TEST(encoder_backward_fd),
       ZO_TEST(layernorm_forward),
       ZO_TEST(layernorm_backward),
       ZO_TEST(layernorm_backward_fd),
+      ZO_TEST(rmsnorm_forward),
+      ZO_TEST(rmsnorm_backward),
+      ZO_TEST(rmsnorm_backward_fd),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_backward_fd),
       ZO_TEST(attention_forward),
       ZO_TEST(attention_backward),
       ZO_TEST(attention_backward_fd),
+      ZO_TEST(rope),
+      ZO_TEST(rope_backward_fd),
       ZO_TEST(gelu_forward),
       ZO_TEST(gelu_backward),
       ZO_TEST(gelu_backward_fd),
+      ZO_TEST(swiglu),
+      ZO_TEST(swiglu_backward_fd),
       ZO_TEST(residual_forward),
       ZO_TEST(residual_backward),
       ZO_TEST(residual_backward_fd),

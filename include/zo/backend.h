@@ -87,16 +87,19 @@ struct zo_backend {
   /* Every op over activations and working parameters takes their dtype dt:
    * ZO_F32, ZO_BF16 or ZO_F16 (mixed precision). Pointers declared void *
    * hold dt elements; float * ones are fp32 whatever dt is: parameter
-   * gradients (d<param>), layernorm statistics, losses. Arithmetic is fp32
-   * (GEMMs accumulate in fp32, softmax and layernorm statistics are fp32);
-   * a dt output is rounded once, to nearest even, when stored. An fp32
-   * result is computed exactly as it was before dtypes existed. */
+   * gradients (d<param>), norm statistics, rotary tables, losses.
+   * Arithmetic is fp32 (GEMMs accumulate in fp32, softmax and norm
+   * statistics are fp32); a dt output is rounded once, to nearest even, when
+   * stored. An fp32 result is computed exactly as it was before dtypes
+   * existed. */
 
   /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < rows of wte;
-   * wte (V,C), wpe (maxT,C) with T <= maxT. */
+   * wte (V,C), wpe (maxT,C) with T <= maxT. wpe NULL (no position
+   * embedding, Llama): out = wte[inp[b,t]], a copy of the row. */
   void (*encoder_forward)(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
                           int T, int C, enum zo_dtype dt, zo_stream_t stream);
-  /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. */
+  /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b
+   * (dwpe NULL skips it). */
   void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
                            int T, int C, enum zo_dtype dt, zo_stream_t stream);
   /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for
@@ -110,6 +113,18 @@ struct zo_backend {
                              const void *inp, const void *weight, const float *mean,
                              const float *rstd, int N, int C, enum zo_dtype dt,
                              zo_stream_t stream);
+  /* RMSNorm (Hugging Face LlamaRMSNorm in fp32): out (N,C) = inp * rstd *
+   * weight with rstd (N, fp32) = 1 / sqrt(mean over C of inp^2 + eps), saved
+   * for backward. One rounding of out (Hugging Face rounds inp * rstd to a
+   * 16-bit input dtype before the weight multiply: within one more rounding). */
+  void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                          int N, int C, enum zo_dtype dt, zo_stream_t stream);
+  /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
+   * dweight (C) +=, summed in an order that does not depend on the thread
+   * count or the run (deterministic). rstd as saved by rmsnorm_forward. */
+  void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
+                           const void *weight, const float *rstd, int N, int C, enum zo_dtype dt,
+                           zo_stream_t stream);
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
   void (*matmul_forward)(void *out, const void *inp, const void *weight, const void *bias, int N,
                          int C, int OC, enum zo_dtype dt, zo_stream_t stream);
@@ -118,16 +133,44 @@ struct zo_backend {
   void (*matmul_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
                           const void *inp, const void *weight, int N, int C, int OC,
                           enum zo_dtype dt, zo_stream_t stream);
-  /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (B,T,NH,C/NH);
-   * out (B,T,C) heads concatenated; att (B,NH,T,T) softmax probabilities, saved for
-   * backward (entries above the diagonal are written as 0). Scale 1/sqrt(C/NH).
-   * With dt != F32 the probabilities are rounded to dt before they weight v. */
-  void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
-                            enum zo_dtype dt, zo_stream_t stream);
-  /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch. */
+  /* Causal self-attention with grouped-query heads. qkv (B,T,(NH+2*NKV)*hs):
+   * each row holds q (NH heads of hs), then k (NKV heads), then v (NKV
+   * heads); NH % NKV == 0 and query head h attends with key/value head
+   * h / (NH/NKV) (Hugging Face's repeat_kv order). NKV == NH is multi-head
+   * attention (GPT-2: NKV = NH, hs = C/NH). out (B,T,NH*hs) heads
+   * concatenated; att (B,NH,T,T) softmax probabilities, saved for backward
+   * (entries above the diagonal are written as 0). Scale 1/sqrt(hs); scores
+   * and softmax fp32. With dt != F32 the probabilities are rounded to dt
+   * before they weight v. */
+  void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                            int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* dqkv (B,T,(NH+2*NKV)*hs) overwritten; the dk and dv of a key/value head
+   * sum over the query heads of its group in fp32 (one rounding). datt
+   * (B,NH,T,T) is scratch (with dt != F32 the gradient of the scores is
+   * rounded to dt there before the dq, dk GEMMs read it). */
   void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv,
-                             const void *att, int B, int T, int C, int NH, enum zo_dtype dt,
-                             zo_stream_t stream);
+                             const void *att, int B, int T, int NH, int NKV, int hs,
+                             enum zo_dtype dt, zo_stream_t stream);
+  /* Rotary position embedding (Hugging Face's rotate_half layout), in place
+   * on the q and k heads of qkv (the attention layout above; v untouched) at
+   * positions t = 0..T-1. With h2 = hs/2 (hs even), c = cos[t*h2+i],
+   * s = sin[t*h2+i], each head's pair (x[i], x[i+h2]), i < h2, becomes
+   * (x[i] c - x[i+h2] s, x[i+h2] c + x[i] s). cos, sin (maxT, hs/2) fp32
+   * device tables with T <= maxT, given by the caller. */
+  void (*rope_forward)(void *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
+                       int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* The transpose rotation, in place on the q and k parts of dqkv (v
+   * untouched): (d[i], d[i+h2]) becomes (d[i] c + d[i+h2] s, d[i+h2] c - d[i] s). */
+  void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                        int NKV, int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* SwiGLU: inp (N,2I) rows [gate (I) | up (I)]; out (N,I) = silu(gate) * up,
+   * silu(x) = x / (1 + e^-x). */
+  void (*swiglu_forward)(void *out, const void *inp, size_t N, int I, enum zo_dtype dt,
+                         zo_stream_t stream);
+  /* dinp (N,2I) overwritten: dgate = dout * up * silu'(gate),
+   * dup = dout * silu(gate). dinp must not overlap inp or dout. */
+  void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, size_t N, int I,
+                          enum zo_dtype dt, zo_stream_t stream);
   /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over N elements. */
   void (*gelu_forward)(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp = gelu'(inp) * dout, overwritten; dinp may alias dout. */

@@ -200,6 +200,49 @@ static void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, con
   zo_cpu_stream_enqueue(stream, layernorm_backward_run, &a, sizeof a);
 }
 
+struct rmsnorm_forward_args {
+  void *out;
+  float *rstd;
+  const void *inp;
+  const void *weight;
+  float eps;
+  int N;
+  int C;
+  enum zo_dtype dt;
+};
+
+static void rmsnorm_forward_run(void *p) {
+  struct rmsnorm_forward_args *a = p;
+  zo_cpu_rmsnorm_forward(a->out, a->rstd, a->inp, a->weight, a->eps, a->N, a->C, a->dt);
+}
+
+static void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, float eps, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct rmsnorm_forward_args a = {out, rstd, inp, weight, eps, N, C, dt};
+  zo_cpu_stream_enqueue(stream, rmsnorm_forward_run, &a, sizeof a);
+}
+
+struct rmsnorm_backward_args {
+  void *dinp;
+  float *dweight;
+  const void *dout;
+  const void *inp;
+  const void *weight;
+  const float *rstd;
+  int N;
+  int C;
+  enum zo_dtype dt;
+};
+
+static void rmsnorm_backward_run(void *p) {
+  struct rmsnorm_backward_args *a = p;
+  zo_cpu_rmsnorm_backward(a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd, a->N, a->C, a->dt);
+}
+
+static void cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, const float *rstd, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
+  struct rmsnorm_backward_args a = {dinp, dweight, dout, inp, weight, rstd, N, C, dt};
+  zo_cpu_stream_enqueue(stream, rmsnorm_backward_run, &a, sizeof a);
+}
+
 struct matmul_forward_args {
   void *out;
   const void *inp;
@@ -250,18 +293,19 @@ struct attention_forward_args {
   const void *qkv;
   int B;
   int T;
-  int C;
   int NH;
+  int NKV;
+  int hs;
   enum zo_dtype dt;
 };
 
 static void attention_forward_run(void *p) {
   struct attention_forward_args *a = p;
-  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->dt);
+  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
 }
 
-static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_forward_args a = {out, att, qkv, B, T, C, NH, dt};
+static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_forward_args a = {out, att, qkv, B, T, NH, NKV, hs, dt};
   zo_cpu_stream_enqueue(stream, attention_forward_run, &a, sizeof a);
 }
 
@@ -273,19 +317,52 @@ struct attention_backward_args {
   const void *att;
   int B;
   int T;
-  int C;
   int NH;
+  int NKV;
+  int hs;
   enum zo_dtype dt;
 };
 
 static void attention_backward_run(void *p) {
   struct attention_backward_args *a = p;
-  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->C, a->NH, a->dt);
+  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
 }
 
-static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int C, int NH, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, C, NH, dt};
+static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, dt};
   zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
+}
+
+struct rope_args {
+  void *qkv;
+  const float *cos;
+  const float *sin;
+  int B;
+  int T;
+  int NH;
+  int NKV;
+  int hs;
+  enum zo_dtype dt;
+};
+
+static void rope_forward_run(void *p) {
+  struct rope_args *a = p;
+  zo_cpu_rope_forward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
+}
+
+static void cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct rope_args a = {qkv, cos, sin, B, T, NH, NKV, hs, dt};
+  zo_cpu_stream_enqueue(stream, rope_forward_run, &a, sizeof a);
+}
+
+static void rope_backward_run(void *p) {
+  struct rope_args *a = p;
+  zo_cpu_rope_backward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
+}
+
+static void cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+  struct rope_args a = {dqkv, cos, sin, B, T, NH, NKV, hs, dt};
+  zo_cpu_stream_enqueue(stream, rope_backward_run, &a, sizeof a);
 }
 
 struct gelu_forward_args {
@@ -321,6 +398,43 @@ static void gelu_backward_run(void *p) {
 static void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt, zo_stream_t stream) {
   struct gelu_backward_args a = {dinp, inp, dout, N, dt};
   zo_cpu_stream_enqueue(stream, gelu_backward_run, &a, sizeof a);
+}
+
+struct swiglu_forward_args {
+  void *out;
+  const void *inp;
+  size_t N;
+  int I;
+  enum zo_dtype dt;
+};
+
+static void swiglu_forward_run(void *p) {
+  struct swiglu_forward_args *a = p;
+  zo_cpu_swiglu_forward(a->out, a->inp, a->N, a->I, a->dt);
+}
+
+static void cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
+  struct swiglu_forward_args a = {out, inp, N, I, dt};
+  zo_cpu_stream_enqueue(stream, swiglu_forward_run, &a, sizeof a);
+}
+
+struct swiglu_backward_args {
+  void *dinp;
+  const void *inp;
+  const void *dout;
+  size_t N;
+  int I;
+  enum zo_dtype dt;
+};
+
+static void swiglu_backward_run(void *p) {
+  struct swiglu_backward_args *a = p;
+  zo_cpu_swiglu_backward(a->dinp, a->inp, a->dout, a->N, a->I, a->dt);
+}
+
+static void cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
+  struct swiglu_backward_args a = {dinp, inp, dout, N, I, dt};
+  zo_cpu_stream_enqueue(stream, swiglu_backward_run, &a, sizeof a);
 }
 
 struct residual_forward_args {
@@ -490,12 +604,18 @@ static const struct zo_backend cpu_backend = {
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
     .crossentropy_forward = cpu_crossentropy_forward,

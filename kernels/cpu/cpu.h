@@ -16,17 +16,30 @@ void zo_cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *i
 void zo_cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
                                const void *inp, const void *weight, const float *mean,
                                const float *rstd, int N, int C, enum zo_dtype dt);
+void zo_cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                            int N, int C, enum zo_dtype dt);
+void zo_cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                             const void *weight, const float *rstd, int N, int C,
+                             enum zo_dtype dt);
 void zo_cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N,
                            int C, int OC, enum zo_dtype dt);
 void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout,
                             const void *inp, const void *weight, int N, int C, int OC,
                             enum zo_dtype dt);
-void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
-                              enum zo_dtype dt);
+void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                              int hs, enum zo_dtype dt);
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
-                               const void *att, int B, int T, int C, int NH, enum zo_dtype dt);
+                               const void *att, int B, int T, int NH, int NKV, int hs,
+                               enum zo_dtype dt);
+void zo_cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hs, enum zo_dtype dt);
+void zo_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                          int NKV, int hs, enum zo_dtype dt);
 void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
 void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
+void zo_cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt);
+void zo_cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I,
+                            enum zo_dtype dt);
 void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
                              enum zo_dtype dt);
 void zo_cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt);

@@ -1,15 +1,23 @@
-/* Causal multi-head self-attention, forward and backward, one (batch, head)
- * pair at a time: GEMMs on the strided q, k, v views of qkv (leading dimension
- * 3C) and a row-wise fp32 softmax. Rows are processed in blocks of ZO_ATT_BLOCK
- * so each GEMM covers only the causal staircase (about half of T x T) and the
- * block of att it produces is still in cache when the next GEMM reads it.
- * Threads split the (batch, head) pairs and each sgemm call runs
- * single-threaded inside that region (OpenBLAS does so by itself when called
+/* Causal self-attention with grouped-query heads, forward and backward, one
+ * (batch, head) pair at a time: GEMMs on the strided q, k, v views of qkv
+ * (rows of ld = (NH + 2 NKV) hs: NH query heads, then NKV key and NKV value
+ * heads; query head h reads key/value head h / (NH / NKV)) and a row-wise
+ * fp32 softmax. Rows are processed in blocks of ZO_ATT_BLOCK so each GEMM
+ * covers only the causal staircase (about half of T x T) and the block of att
+ * it produces is still in cache when the next GEMM reads it. Forward: threads
+ * split the (batch, query head) pairs. Backward, in one parallel region: a
+ * row pass over (batch, query head) pairs (datt and dq), then a column pass
+ * over (batch, kv head) pairs that sums dk, dv over the group's query heads
+ * in head order (sgemm with beta 1 after the first), so no two threads write
+ * one kv head and the sum's order is fixed. Each sgemm call runs
+ * single-threaded inside the region (OpenBLAS does so by itself when called
  * in a parallel region), which measured faster than threaded sgemm per head.
+ * With NKV == NH every GEMM is the one multi-head attention ran before GQA.
  * bf16/fp16: each head's q, k, v (and dout) are widened into per-thread fp32
  * scratch, the probabilities are rounded to the dtype as they are stored and
  * those rounded values weight v (what a GPU storing att in bf16 computes);
- * backward widens att and datt a row block or column strip at a time. */
+ * backward widens att and datt a row block or column strip at a time, sums
+ * dk, dv over the group in fp32 scratch and rounds them once. */
 #include "cpu.h"
 #include "ops_half.h"
 #include "ops_math.h"
@@ -20,11 +28,39 @@
 
 #define ZO_ATT_BLOCK 64 /* rows (queries) per block */
 
-/* One head: q, k, v (T, hs) with row stride 3C; out (T, hs) with row stride C;
- * att (T, T). */
+/* Element offsets of the views of one attention call. */
+struct att_shape {
+  int T, NH, NKV, hs;
+  int ld;  /* qkv row: (NH + 2 NKV) hs */
+  int ldo; /* out row: NH hs */
+};
+
+static struct att_shape att_shape_of(int T, int NH, int NKV, int hs) {
+  ZO_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
+  struct att_shape s = {T, NH, NKV, hs, (NH + 2 * NKV) * hs, NH * hs};
+  return s;
+}
+
+static size_t att_q(const struct att_shape *s, int b, int h) {
+  return (size_t)b * s->T * s->ld + (size_t)h * s->hs;
+}
+static size_t att_k(const struct att_shape *s, int b, int g) {
+  return (size_t)b * s->T * s->ld + (size_t)(s->NH + g) * s->hs;
+}
+static size_t att_v(const struct att_shape *s, int b, int g) {
+  return (size_t)b * s->T * s->ld + (size_t)(s->NH + s->NKV + g) * s->hs;
+}
+static size_t att_o(const struct att_shape *s, int b, int h) {
+  return (size_t)b * s->T * s->ldo + (size_t)h * s->hs;
+}
+static size_t att_a(const struct att_shape *s, int b, int h) {
+  return ((size_t)b * s->NH + h) * (size_t)s->T * s->T;
+}
+
+/* One head: q, k, v (T, hs) with row stride ld; out (T, hs) with row stride
+ * ldo; att (T, T). */
 static void attention_forward_head(float *out, float *att, const float *q, const float *k,
-                                   const float *v, int T, int C, int hs) {
-  const int ld = 3 * C;
+                                   const float *v, int T, int ld, int ldo, int hs) {
   const float scale = 1.0f / sqrtf((float)hs);
   for (int i0 = 0; i0 < T; i0 += ZO_ATT_BLOCK) {
     int i1 = i0 + ZO_ATT_BLOCK < T ? i0 + ZO_ATT_BLOCK : T;
@@ -49,30 +85,22 @@ static void attention_forward_head(float *out, float *att, const float *q, const
       memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, att_blk, T, v,
-                ld, 0.0f, out + (size_t)i0 * C, C);
+                ld, 0.0f, out + (size_t)i0 * ldo, ldo);
   }
 }
 
-static void attention_forward_f32(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH) {
-  ZO_ASSERT(C % NH == 0);
-  const int hs = C / NH;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-      attention_forward_head(out + (size_t)b * T * C + (size_t)h * hs,
-                             att + ((size_t)b * NH + h) * T * T, q, q + C, q + 2 * C, T, C, hs);
-    }
-  }
+static void attention_forward_f32(float *out, float *att, const float *qkv, int b, int h,
+                                  const struct att_shape *s) {
+  const int g = h / (s->NH / s->NKV);
+  attention_forward_head(out + att_o(s, b, h), att + att_a(s, b, h), qkv + att_q(s, b, h),
+                         qkv + att_k(s, b, g), qkv + att_v(s, b, g), s->T, s->ld, s->ldo, s->hs);
 }
 
-/* One head, with the strides of attention_forward_head; dq, dk, dv (T, hs) with
- * row stride 3C, dout (T, hs) with row stride C, datt (T, T) scratch. */
-static void attention_backward_head(float *dq, float *dk, float *dv, float *datt, const float *dout,
-                                    const float *q, const float *k, const float *v,
-                                    const float *att, int T, int C, int hs) {
-  const int ld = 3 * C;
+/* Row pass of one query head, strides as in attention_forward_head: datt
+ * (T, T) = the gradient of the scaled scores, dq (T, hs) with row stride ld. */
+static void attention_backward_rows(float *dq, float *datt, const float *dout, const float *k,
+                                    const float *v, const float *att, int T, int ld, int ldo,
+                                    int hs) {
   const float scale = 1.0f / sqrtf((float)hs);
   /* Row blocks: datt = dout @ v^T, then softmax backward in place (scaled, so
    * datt becomes d(q k^T)), then dq = datt @ k. */
@@ -80,7 +108,7 @@ static void attention_backward_head(float *dq, float *dk, float *dv, float *datt
     int i1 = i0 + ZO_ATT_BLOCK < T ? i0 + ZO_ATT_BLOCK : T;
     float *datt_blk = datt + (size_t)i0 * T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, 1.0f,
-                dout + (size_t)i0 * C, C, v, ld, 0.0f, datt_blk, T);
+                dout + (size_t)i0 * ldo, ldo, v, ld, 0.0f, datt_blk, T);
     for (int i = i0; i < i1; i++) {
       const float *a = att + (size_t)i * T;
       float *da = datt + (size_t)i * T;
@@ -89,38 +117,49 @@ static void attention_backward_head(float *dq, float *dk, float *dv, float *datt
       for (int j = 0; j <= i; j++) dot += a[j] * da[j];
 #pragma omp simd
       for (int j = 0; j <= i; j++) da[j] = scale * a[j] * (da[j] - dot);
-      /* The staircase GEMMs below read up to column i1 of this row. */
+      /* The staircase GEMMs below and the column pass read up to column i1
+       * of this row. */
       memset(da + i + 1, 0, (size_t)(i1 - i - 1) * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, datt_blk, T, k,
                 ld, 0.0f, dq + (size_t)i0 * ld, ld);
   }
-  /* Column blocks: key j gets gradient from queries i >= j only. */
+}
+
+/* Column pass of one query head into its kv head's dk, dv (T, hs), row
+ * stride ld: = (beta 0) or += (beta 1). Key j gets gradient from queries
+ * i >= j only. */
+static void attention_backward_cols(float *dk, float *dv, const float *datt, const float *dout,
+                                    const float *q, const float *att, int T, int ld, int ldo,
+                                    int hs, float beta) {
   for (int j0 = 0; j0 < T; j0 += ZO_ATT_BLOCK) {
     int j1 = j0 + ZO_ATT_BLOCK < T ? j0 + ZO_ATT_BLOCK : T;
     size_t corner = (size_t)j0 * T + j0;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, att + corner,
-                T, dout + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * ld, ld);
+                T, dout + (size_t)j0 * ldo, ldo, beta, dv + (size_t)j0 * ld, ld);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, datt + corner,
-                T, q + (size_t)j0 * ld, ld, 0.0f, dk + (size_t)j0 * ld, ld);
+                T, q + (size_t)j0 * ld, ld, beta, dk + (size_t)j0 * ld, ld);
   }
 }
 
-static void attention_backward_f32(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-  ZO_ASSERT(C % NH == 0);
-  const int hs = C / NH;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      size_t qkv_off = (size_t)b * T * 3 * C + (size_t)h * hs;
-      size_t out_off = (size_t)b * T * C + (size_t)h * hs;
-      size_t att_off = ((size_t)b * NH + h) * T * T;
-      const float *q = qkv + qkv_off;
-      float *dq = dqkv + qkv_off;
-      attention_backward_head(dq, dq + C, dq + 2 * C, datt + att_off, dout + out_off, q, q + C,
-                              q + 2 * C, att + att_off, T, C, hs);
-    }
+static void attention_backward_rows_f32(float *dqkv, float *datt, const float *dout,
+                                        const float *qkv, const float *att, int b, int h,
+                                        const struct att_shape *s) {
+  const int g = h / (s->NH / s->NKV);
+  attention_backward_rows(dqkv + att_q(s, b, h), datt + att_a(s, b, h), dout + att_o(s, b, h),
+                          qkv + att_k(s, b, g), qkv + att_v(s, b, g), att + att_a(s, b, h), s->T,
+                          s->ld, s->ldo, s->hs);
+}
+
+static void attention_backward_cols_f32(float *dqkv, const float *datt, const float *dout,
+                                        const float *qkv, const float *att, int b, int g,
+                                        const struct att_shape *s) {
+  const int G = s->NH / s->NKV;
+  for (int r = 0; r < G; r++) {
+    const int h = g * G + r;
+    attention_backward_cols(dqkv + att_k(s, b, g), dqkv + att_v(s, b, g), datt + att_a(s, b, h),
+                            dout + att_o(s, b, h), qkv + att_q(s, b, h), att + att_a(s, b, h),
+                            s->T, s->ld, s->ldo, s->hs, r == 0 ? 0.0f : 1.0f);
   }
 }
 
@@ -172,25 +211,24 @@ ZO_INLINE void softmax_store_row(void *att, size_t off, float *row, int i, int T
   }
 }
 
-/* Scratch of one head: q, k, v, dout (T, hs) each, two (ZO_ATT_BLOCK, T)
- * blocks and one (ZO_ATT_BLOCK, hs) output block. */
+/* Scratch of one head: four (T, hs) matrices, two (ZO_ATT_BLOCK, T) blocks
+ * (or column strips of at most T x ZO_ATT_BLOCK) and one (ZO_ATT_BLOCK, hs)
+ * output block. */
 static size_t head_scratch(int T, int hs) {
   return 4 * (size_t)T * hs + 2 * (size_t)ZO_ATT_BLOCK * T + (size_t)ZO_ATT_BLOCK * hs;
 }
 
-ZO_INLINE void attention_forward_head_x(void *out, void *att, const void *qkv, int b, int h, int T,
-                                        int C, int NH, enum zo_dtype dt) {
-  const int hs = C / NH, ld = 3 * C;
+ZO_INLINE void attention_forward_head_x(void *out, void *att, const void *qkv, int b, int h,
+                                        const struct att_shape *s, enum zo_dtype dt) {
+  const int T = s->T, hs = s->hs, g = h / (s->NH / s->NKV);
   const float scale = 1.0f / sqrtf((float)hs);
-  const size_t qoff = (size_t)b * T * ld + (size_t)h * hs;
-  const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-  const size_t aoff = ((size_t)b * NH + h) * (size_t)T * T;
+  const size_t aoff = att_a(s, b, h);
   float *q = zo_cpu_scratch(head_scratch(T, hs));
   float *k = q + (size_t)T * hs, *v = k + (size_t)T * hs;
   float *blk = v + (size_t)T * hs, *ob = blk + 2 * (size_t)ZO_ATT_BLOCK * T;
-  widen_head(q, qkv, qoff, T, ld, hs, dt);
-  widen_head(k, qkv, qoff + C, T, ld, hs, dt);
-  widen_head(v, qkv, qoff + 2 * (size_t)C, T, ld, hs, dt);
+  widen_head(q, qkv, att_q(s, b, h), T, s->ld, hs, dt);
+  widen_head(k, qkv, att_k(s, b, g), T, s->ld, hs, dt);
+  widen_head(v, qkv, att_v(s, b, g), T, s->ld, hs, dt);
   for (int i0 = 0; i0 < T; i0 += ZO_ATT_BLOCK) {
     int i1 = i0 + ZO_ATT_BLOCK < T ? i0 + ZO_ATT_BLOCK : T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale, q + (size_t)i0 * hs,
@@ -199,7 +237,7 @@ ZO_INLINE void attention_forward_head_x(void *out, void *att, const void *qkv, i
       softmax_store_row(att, aoff + (size_t)i * T, blk + (size_t)(i - i0) * T, i, T, dt);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, blk, T, v, hs, 0.0f,
                 ob, hs);
-    narrow_rows(out, ooff, i0, i1 - i0, C, ob, hs, dt);
+    narrow_rows(out, att_o(s, b, h), i0, i1 - i0, s->ldo, ob, hs, dt);
   }
 }
 
@@ -215,24 +253,21 @@ ZO_INLINE void widen_strip(float *dst, const void *src, size_t off, int T, int j
   }
 }
 
-ZO_INLINE void attention_backward_head_x(void *dqkv, void *datt, const void *dout, const void *qkv,
-                                         const void *att, int b, int h, int T, int C, int NH,
+/* Row pass of query head h: datt = dout @ v^T, softmax backward (scaled),
+ * rounded and stored in datt; dq = datt @ k from the rounded values. */
+ZO_INLINE void attention_backward_rows_x(void *dqkv, void *datt, const void *dout, const void *qkv,
+                                         const void *att, int b, int h, const struct att_shape *s,
                                          enum zo_dtype dt) {
-  const int hs = C / NH, ld = 3 * C;
+  const int T = s->T, hs = s->hs, g = h / (s->NH / s->NKV);
   const float scale = 1.0f / sqrtf((float)hs);
-  const size_t qoff = (size_t)b * T * ld + (size_t)h * hs;
-  const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-  const size_t aoff = ((size_t)b * NH + h) * (size_t)T * T;
-  float *q = zo_cpu_scratch(head_scratch(T, hs));
-  float *k = q + (size_t)T * hs, *v = k + (size_t)T * hs, *dout_f = v + (size_t)T * hs;
+  const size_t aoff = att_a(s, b, h);
+  float *k = zo_cpu_scratch(head_scratch(T, hs));
+  float *v = k + (size_t)T * hs, *dout_f = v + (size_t)T * hs;
   float *da = dout_f + (size_t)T * hs, *a = da + (size_t)ZO_ATT_BLOCK * T;
   float *ob = a + (size_t)ZO_ATT_BLOCK * T;
-  widen_head(q, qkv, qoff, T, ld, hs, dt);
-  widen_head(k, qkv, qoff + C, T, ld, hs, dt);
-  widen_head(v, qkv, qoff + 2 * (size_t)C, T, ld, hs, dt);
-  widen_head(dout_f, dout, ooff, T, C, hs, dt);
-  /* Row blocks: datt = dout @ v^T, softmax backward (scaled), rounded and
-   * stored in datt; dq = datt @ k from the rounded values. */
+  widen_head(k, qkv, att_k(s, b, g), T, s->ld, hs, dt);
+  widen_head(v, qkv, att_v(s, b, g), T, s->ld, hs, dt);
+  widen_head(dout_f, dout, att_o(s, b, h), T, s->ldo, hs, dt);
   for (int i0 = 0; i0 < T; i0 += ZO_ATT_BLOCK) {
     int i1 = i0 + ZO_ATT_BLOCK < T ? i0 + ZO_ATT_BLOCK : T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, 1.0f,
@@ -260,44 +295,76 @@ ZO_INLINE void attention_backward_head_x(void *dqkv, void *datt, const void *dou
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, da, T, k, hs, 0.0f,
                 ob, hs);
-    narrow_rows(dqkv, qoff, i0, i1 - i0, ld, ob, hs, dt);
-  }
-  /* Column strips: key j gets gradient from queries i >= j only. The strips
-   * (at most T x ZO_ATT_BLOCK each) reuse the two row blocks. */
-  for (int j0 = 0; j0 < T; j0 += ZO_ATT_BLOCK) {
-    int j1 = j0 + ZO_ATT_BLOCK < T ? j0 + ZO_ATT_BLOCK : T, w = j1 - j0;
-    widen_strip(a, att, aoff, T, j0, j1, dt);
-    widen_strip(da, datt, aoff, T, j0, j1, dt);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, hs, T - j0, 1.0f, a, w,
-                dout_f + (size_t)j0 * hs, hs, 0.0f, ob, hs);
-    narrow_rows(dqkv, qoff + 2 * (size_t)C, j0, w, ld, ob, hs, dt);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, hs, T - j0, 1.0f, da, w, q + (size_t)j0 * hs,
-                hs, 0.0f, ob, hs);
-    narrow_rows(dqkv, qoff + C, j0, w, ld, ob, hs, dt);
+    narrow_rows(dqkv, att_q(s, b, h), i0, i1 - i0, s->ld, ob, hs, dt);
   }
 }
 
-void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH,
-                              enum zo_dtype dt) {
-  ZO_ASSERT(C % NH == 0);
-  if (dt == ZO_F32) {
-    attention_forward_f32(out, att, qkv, B, T, C, NH);
-    return;
+/* Column pass of kv head g: dk, dv summed in fp32 over the group's query
+ * heads (from the stored att and datt), then rounded once. The strips (at
+ * most T x ZO_ATT_BLOCK each) take the place of the row pass's blocks. */
+ZO_INLINE void attention_backward_cols_x(void *dqkv, const void *datt, const void *dout,
+                                         const void *qkv, const void *att, int b, int g,
+                                         const struct att_shape *s, enum zo_dtype dt) {
+  const int T = s->T, hs = s->hs, G = s->NH / s->NKV;
+  float *q = zo_cpu_scratch(head_scratch(T, hs));
+  float *dout_f = q + (size_t)T * hs, *dk = dout_f + (size_t)T * hs, *dv = dk + (size_t)T * hs;
+  float *da = dv + (size_t)T * hs, *a = da + (size_t)ZO_ATT_BLOCK * T;
+  for (int r = 0; r < G; r++) {
+    const int h = g * G + r;
+    const size_t aoff = att_a(s, b, h);
+    const float beta = r == 0 ? 0.0f : 1.0f;
+    widen_head(q, qkv, att_q(s, b, h), T, s->ld, hs, dt);
+    widen_head(dout_f, dout, att_o(s, b, h), T, s->ldo, hs, dt);
+    for (int j0 = 0; j0 < T; j0 += ZO_ATT_BLOCK) {
+      int j1 = j0 + ZO_ATT_BLOCK < T ? j0 + ZO_ATT_BLOCK : T, w = j1 - j0;
+      widen_strip(a, att, aoff, T, j0, j1, dt);
+      widen_strip(da, datt, aoff, T, j0, j1, dt);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, hs, T - j0, 1.0f, a, w,
+                  dout_f + (size_t)j0 * hs, hs, beta, dv + (size_t)j0 * hs, hs);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, hs, T - j0, 1.0f, da, w,
+                  q + (size_t)j0 * hs, hs, beta, dk + (size_t)j0 * hs, hs);
+    }
   }
+  narrow_rows(dqkv, att_k(s, b, g), 0, T, s->ld, dk, hs, dt);
+  narrow_rows(dqkv, att_v(s, b, g), 0, T, s->ld, dv, hs, dt);
+}
+
+void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                              int hs, enum zo_dtype dt) {
+  const struct att_shape s = att_shape_of(T, NH, NKV, hs);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) ZO_DT_DISPATCH(dt, attention_forward_head_x, out, att, qkv, b, h, T, C, NH);
+    for (int h = 0; h < NH; h++) {
+      if (dt == ZO_F32)
+        attention_forward_f32(out, att, qkv, b, h, &s);
+      else
+        ZO_DT_DISPATCH(dt, attention_forward_head_x, out, att, qkv, b, h, &s);
+    }
 }
 
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
-                               const void *att, int B, int T, int C, int NH, enum zo_dtype dt) {
-  ZO_ASSERT(C % NH == 0);
-  if (dt == ZO_F32) {
-    attention_backward_f32(dqkv, datt, dout, qkv, att, B, T, C, NH);
-    return;
+                               const void *att, int B, int T, int NH, int NKV, int hs,
+                               enum zo_dtype dt) {
+  const struct att_shape s = att_shape_of(T, NH, NKV, hs);
+#pragma omp parallel
+  {
+    /* The column pass reads every datt of a group: the barrier at the end
+     * of the row pass orders them. */
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) {
+        if (dt == ZO_F32)
+          attention_backward_rows_f32(dqkv, datt, dout, qkv, att, b, h, &s);
+        else
+          ZO_DT_DISPATCH(dt, attention_backward_rows_x, dqkv, datt, dout, qkv, att, b, h, &s);
+      }
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int g = 0; g < NKV; g++) {
+        if (dt == ZO_F32)
+          attention_backward_cols_f32(dqkv, datt, dout, qkv, att, b, g, &s);
+        else
+          ZO_DT_DISPATCH(dt, attention_backward_cols_x, dqkv, datt, dout, qkv, att, b, g, &s);
+      }
   }
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      ZO_DT_DISPATCH(dt, attention_backward_head_x, dqkv, datt, dout, qkv, att, b, h, T, C, NH);
 }

@@ -1,7 +1,8 @@
-/* Elementwise ops: GELU (tanh approximation), the residual add, forward and
- * backward, and dtype casts, over fp32, bf16 or fp16 storage with fp32
- * arithmetic. GELU uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it needs one
- * vectorized exp and no tanh (gcc keeps tanhf scalar) and never cancels.
+/* Elementwise ops: GELU (tanh approximation), SwiGLU, the residual add,
+ * forward and backward, and dtype casts, over fp32, bf16 or fp16 storage
+ * with fp32 arithmetic. GELU uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it
+ * needs one vectorized exp and no tanh (gcc keeps tanhf scalar) and never
+ * cancels; SwiGLU's silu is x sigmoid(x) with the same exp.
  * Each op is one always-inline loop instantiated per dtype (ZO_DT_DISPATCH),
  * so the fp32 loop is the plain fp32 code. */
 #include "cpu.h"
@@ -57,6 +58,65 @@ void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t 
   for (size_t k = 0; k < ZO_EW_CHUNKS(N); k++)
     ZO_DT_DISPATCH(dt, gelu_backward_t, dinp, inp, dout, k * ZO_EW_CHUNK,
                    ZO_EW_END(k * ZO_EW_CHUNK, N));
+}
+
+/* SwiGLU over rows [gate (I) | up (I)] of inp: columns [i0, i1) of row n.
+ * zo_expf saturates at e^88.38 instead of overflowing, so a very negative
+ * gate x gives a sigmoid of about e^-88.38 and a silu of x times that (CUDA:
+ * 0 and -0), never NaN. */
+ZO_INLINE void swiglu_forward_t(void *out, const void *inp, size_t n, int i0, int i1, int I,
+                                enum zo_dtype dt) {
+  const size_t g = n * 2 * (size_t)I, o = n * (size_t)I;
+#pragma omp simd
+  for (int i = i0; i < i1; i++) {
+    const float x = zo_ld(inp, g + i, dt), up = zo_ld(inp, g + I + i, dt);
+    zo_st(out, o + i, x / (1.0f + zo_expf(-x)) * up, dt);
+  }
+}
+
+/* silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x). */
+ZO_INLINE void swiglu_backward_t(void *dinp, const void *inp, const void *dout, size_t n, int i0,
+                                 int i1, int I, enum zo_dtype dt) {
+  const size_t g = n * 2 * (size_t)I, o = n * (size_t)I;
+#pragma omp simd
+  for (int i = i0; i < i1; i++) {
+    const float x = zo_ld(inp, g + i, dt), up = zo_ld(inp, g + I + i, dt);
+    const float d = zo_ld(dout, o + i, dt);
+    const float s = 1.0f / (1.0f + zo_expf(-x));
+    zo_st(dinp, g + i, d * up * (s * (1.0f + x * (1.0f - s))), dt);
+    zo_st(dinp, g + I + i, d * (x * s), dt);
+  }
+}
+
+/* Task k of SwiGLU, whose rows split into nc tasks of ZO_EW_CHUNK columns:
+ * row *n, columns [*i0, *i1). */
+static inline void swiglu_task(size_t k, size_t nc, int I, size_t *n, int *i0, int *i1) {
+  *n = k / nc;
+  *i0 = (int)(k % nc * ZO_EW_CHUNK);
+  *i1 = I - *i0 < (int)ZO_EW_CHUNK ? I : *i0 + (int)ZO_EW_CHUNK;
+}
+
+void zo_cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt) {
+  const size_t nc = ZO_EW_CHUNKS((size_t)I);
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < N * nc; k++) {
+    size_t n;
+    int i0, i1;
+    swiglu_task(k, nc, I, &n, &i0, &i1);
+    ZO_DT_DISPATCH(dt, swiglu_forward_t, out, inp, n, i0, i1, I);
+  }
+}
+
+void zo_cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I,
+                            enum zo_dtype dt) {
+  const size_t nc = ZO_EW_CHUNKS((size_t)I);
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < N * nc; k++) {
+    size_t n;
+    int i0, i1;
+    swiglu_task(k, nc, I, &n, &i0, &i1);
+    ZO_DT_DISPATCH(dt, swiglu_backward_t, dinp, inp, dout, n, i0, i1, I);
+  }
 }
 
 ZO_INLINE void residual_forward_t(void *out, const void *inp1, const void *inp2, size_t i0,

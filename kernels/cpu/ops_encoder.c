@@ -1,6 +1,8 @@
 /* GPT-2 encoder: token embedding plus position embedding, and its backward,
- * over fp32, bf16 or fp16 embeddings (the gradients are fp32). Backward
- * scatters dout into dwte by token id, and the same id can occur at many
+ * over fp32, bf16 or fp16 embeddings (the gradients are fp32). Without a
+ * position embedding (wpe, dwpe NULL: Llama) the token rows are copied, not
+ * added to a zero (which would turn -0 into +0). Backward scatters dout
+ * into dwte by token id, and the same id can occur at many
  * positions, so threads split the channels rather than the positions: no two
  * threads touch one element, no atomics, and the summation order is fixed
  * (deterministic results for any thread count). */
@@ -14,6 +16,11 @@
  * value inside the loops. */
 ZO_INLINE void encoder_row_t(void *out, const void *wte, const void *wpe, size_t o, size_t te,
                              size_t pe, int C, enum zo_dtype dt) {
+  if (!wpe) {
+#pragma omp simd
+    for (int c = 0; c < C; c++) zo_st(out, o + c, zo_ld(wte, te + c, dt), dt);
+    return;
+  }
 #pragma omp simd
   for (int c = 0; c < C; c++) zo_st(out, o + c, zo_ld(wte, te + c, dt) + zo_ld(wpe, pe + c, dt), dt);
 }
@@ -29,6 +36,11 @@ void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, cons
 
 ZO_INLINE void encoder_backward_cols_t(float *dte, float *dpe, const void *dout, size_t d, int c0,
                                        int c1, enum zo_dtype dt) {
+  if (!dpe) {
+#pragma omp simd
+    for (int c = c0; c < c1; c++) dte[c] += zo_ld(dout, d + c, dt);
+    return;
+  }
 #pragma omp simd
   for (int c = c0; c < c1; c++) {
     const float g = zo_ld(dout, d + c, dt);
@@ -47,7 +59,7 @@ void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const i
     int c0 = omp_get_thread_num() * per_thread;
     int c1 = c0 + per_thread < C ? c0 + per_thread : C;
     for (int t = 0; t < T; t++) {
-      float *dpe = dwpe + (size_t)t * C;
+      float *dpe = dwpe ? dwpe + (size_t)t * C : NULL;
       for (int b = 0; b < B; b++) {
         float *dte = dwte + (size_t)inp[b * T + t] * C;
         ZO_DT_DISPATCH(dt, encoder_backward_cols_t, dte, dpe, dout, ((size_t)b * T + t) * C, c0, c1);

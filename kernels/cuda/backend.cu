@@ -19,7 +19,10 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "residual.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
 #include "sumsq.cuh"
+#include "swiglu.cuh"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -188,12 +191,18 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->encoder_backward = zo_cuda_encoder_backward;
   t->layernorm_forward = zo_cuda_layernorm_forward;
   t->layernorm_backward = zo_cuda_layernorm_backward;
+  t->rmsnorm_forward = zo_cuda_rmsnorm_forward;
+  t->rmsnorm_backward = zo_cuda_rmsnorm_backward;
   t->matmul_forward = zo_cuda_matmul_forward;
   t->matmul_backward = zo_cuda_matmul_backward;
   t->attention_forward = zo_cuda_attention_forward;
   t->attention_backward = zo_cuda_attention_backward;
+  t->rope_forward = zo_cuda_rope_forward;
+  t->rope_backward = zo_cuda_rope_backward;
   t->gelu_forward = zo_cuda_gelu_forward;
   t->gelu_backward = zo_cuda_gelu_backward;
+  t->swiglu_forward = zo_cuda_swiglu_forward;
+  t->swiglu_backward = zo_cuda_swiglu_backward;
   t->residual_forward = zo_cuda_residual_forward;
   t->residual_backward = zo_cuda_residual_backward;
   t->crossentropy_forward = zo_cuda_crossentropy_forward;

@@ -66,9 +66,9 @@ static inline int zo_cuda_try(cudaError_t err, const char *stmt, const char *fil
 /* A zo_stream on CUDA: the stream plus the cuBLASLt workspace that GEMMs on it
  * use (a workspace must never serve two GEMMs running at once, and GEMMs on
  * different streams may run at once). Other ops on the same stream may use it
- * as scratch between GEMMs (sumsq does; attention's bf16/fp16 path keeps fp32
- * scores in its upper half while its GEMMs get the lower half): stream order
- * keeps them apart. backend.cu owns creation. */
+ * as scratch between GEMMs (sumsq and rmsnorm_backward do; attention's
+ * bf16/fp16 path keeps fp32 scores in its upper half while its GEMMs get the
+ * lower half): stream order keeps them apart. backend.cu owns creation. */
 struct zo_stream {
   cudaStream_t cu;
   void *workspace; /* device, ZO_CUDA_WORKSPACE_BYTES */

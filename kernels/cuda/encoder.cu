@@ -1,10 +1,11 @@
 /* GPT-2 encoder: out = wte[token] + wpe[t], and its backward, over fp32, bf16
  * or fp16 embeddings (the sum is fp32, rounded once into out; the gradients
- * are fp32). Backward gives each (t, c) to one thread, which sums dout over
- * the batch in order for dwpe (no atomics, deterministic) and scatters into
- * dwte with atomicAdd, because the same token may occur at several
- * positions: dwte's summation order, and so its last bits, vary from run to
- * run. */
+ * are fp32). wpe NULL (Llama): out = wte[token], the row copied as on the
+ * CPU; dwpe NULL skips the position gradient. Backward gives each (t, c) to
+ * one thread, which sums dout over the batch in order for dwpe (no atomics,
+ * deterministic) and scatters into dwte with atomicAdd, because the same
+ * token may occur at several positions: dwte's summation order, and so its
+ * last bits, vary from run to run. */
 #include "encoder.cuh"
 
 template <typename scalar_t>
@@ -17,7 +18,8 @@ static __global__ void encoder_forward_kernel(scalar_t *out, const int32_t *inp,
     size_t bt = i / C;
     int c = (int)(i % C);
     int t = (int)(bt % T);
-    zo_st(out, i, zo_ld(wte, (size_t)inp[bt] * C + c) + zo_ld(wpe, (size_t)t * C + c));
+    const float e = zo_ld(wte, (size_t)inp[bt] * C + c);
+    zo_st(out, i, wpe ? e + zo_ld(wpe, (size_t)t * C + c) : e);
   }
 }
 
@@ -35,7 +37,7 @@ static __global__ void encoder_backward_kernel(float *dwte, float *dwpe, const s
       atomicAdd(&dwte[(size_t)inp[bt] * C + c], d);
       acc += d;
     }
-    dwpe[i] += acc;
+    if (dwpe) dwpe[i] += acc;
   }
 }
 
