@@ -64,6 +64,10 @@ struct zo_model_config {
   double rope_theta;     /* llama: rotary base (0 = 10000) */
   bool tie_embeddings;   /* llama: LM head = embedding (tie_word_embeddings);
                           * gpt2: always tied (filled true) */
+  /* llama: rope_scaling "llama3" (Llama 3.1, 3.2), off when factor is 0 */
+  double rope_scaling_factor;
+  double rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_max_seq_len; /* original_max_position_embeddings */
 };
 
 /* Memory categories of the planner (engine/plan.c), shared by every tier. */
