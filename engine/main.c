@@ -55,11 +55,14 @@ static const char *usage_sample =
     "  for vocabularies other than 256 bytes, --prompt is comma-separated token ids\n";
 
 static const char *usage_plan =
-    "usage: zoffload plan CONFIG [--set key=value]...\n"
+    "usage: zoffload plan CONFIG [--set key=value]... [--placements [--host-ram 24GiB,128GiB]]\n"
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
-    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n";
+    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n"
+    "  --placements: one row per standard placement (all on the device, optimizer on cpu or\n"
+    "  nvme, parameters on cpu too) with its device, host and NVMe bytes, whether the device\n"
+    "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n";
 
 static const char *usage_bench =
     "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
@@ -125,7 +128,7 @@ enum opt {
   OPT_SET = 1000, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_CHECKPOINT, OPT_BATCHES, OPT_PROMPT,
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
-  OPT_QUEUE_DEPTH,
+  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM,
 };
 
 static const struct option all_options[] = {
@@ -153,6 +156,8 @@ static const struct option all_options[] = {
     {"bytes", required_argument, NULL, OPT_BYTES},
     {"block", required_argument, NULL, OPT_BLOCK},
     {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
+    {"placements", no_argument, NULL, OPT_PLACEMENTS},
+    {"host-ram", required_argument, NULL, OPT_HOST_RAM},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -165,7 +170,9 @@ struct args {
   const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path;
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth;
   size_t bytes, block;
-  bool memory_report, seed_given, json;
+  bool memory_report, seed_given, json, placements;
+  size_t host_ram[8]; /* --host-ram sizes */
+  int n_host_ram;
   double temperature, val_fraction;
   const char *const *inputs; /* (n_inputs) text files for prepare */
   int n_inputs;
@@ -186,6 +193,19 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_PATH: a->path = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_JSON: a->json = true; return 0;
+  case OPT_PLACEMENTS: a->placements = true; return 0;
+  case OPT_HOST_RAM: {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    a->n_host_ram = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      if (a->n_host_ram == 8 || zo_parse_bytes(tok, &a->host_ram[a->n_host_ram]) != 0 ||
+          a->host_ram[a->n_host_ram] == 0)
+        return bad_usage(usage, "--host-ram %s: need up to 8 comma-separated sizes such as 24GiB,128GiB", v);
+      a->n_host_ram++;
+    }
+    return a->n_host_ram ? 0 : bad_usage(usage, "--host-ram %s: need sizes such as 24GiB,128GiB", v);
+  }
   case OPT_OPTIMIZER:
     if (strcmp(v, "AdamW") != 0 && strcmp(v, "AdamW8bit") != 0)
       return bad_usage(usage, "--optimizer %s: valid: AdamW, AdamW8bit", v);
@@ -280,6 +300,7 @@ static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_END};
 static const int set_opts[] = {OPT_SET, OPT_END};
+static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
@@ -335,7 +356,7 @@ static const char *device_arg(enum zo_device d) {
 
 static int cmd_plan(int argc, char **argv) {
   struct args a = {0};
-  int r = parse_args(argc, argv, usage_plan, set_opts, POS_CONFIG, &a);
+  int r = parse_args(argc, argv, usage_plan, plan_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
@@ -343,6 +364,14 @@ static int cmd_plan(int argc, char **argv) {
   struct zo_plan plan;
   int err = zo_train_model_config(&cfg, &mc);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
+  if (!err && a.placements) {
+    const size_t gib = (size_t)1 << 30;
+    const size_t def_ram[2] = {24 * gib, 128 * gib};
+    err = zo_plan_placements_print(&cfg, &mc, be, a.n_host_ram ? a.host_ram : def_ram, a.n_host_ram ? a.n_host_ram : 2,
+                                   stdout);
+    zo_config_free(&cfg);
+    return err ? fail(exit_code(err), "plan") : 0;
+  }
   if (!err) err = zo_plan_build(&cfg, &mc, be, &plan);
   if (err) {
     zo_config_free(&cfg);

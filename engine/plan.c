@@ -222,6 +222,25 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
       add_variant(msg, sizeof msg, &len, &vp, sets);
     }
   }
+  if (cfg->zero.offload_param.device != ZO_OFFLOAD_NONE) {
+    /* Fewer parameter slots: the most that fit (prefetch depth costs device memory). */
+    for (int k = cfg->zero.offload_param.buffer_count - 1; k >= 2; k--) {
+      v = *cfg;
+      v.zero.offload_param.buffer_count = k;
+      if (variant_fits(&v, p, &vp)) {
+        char sets[160];
+        snprintf(sets, sizeof sets, "--set zero_optimization.offload_param.buffer_count=%d", k);
+        add_variant(msg, sizeof msg, &len, &vp, sets);
+        break;
+      }
+    }
+  }
+  if (!cfg->activation_checkpointing.enabled) {
+    v = *cfg;
+    v.activation_checkpointing.enabled = true;
+    v.activation_checkpointing.number_checkpoints = 0;
+    if (variant_fits(&v, p, &vp)) add_variant(msg, sizeof msg, &len, &vp, "--set activation_checkpointing.enabled=true");
+  }
   for (int d = 2; d <= cfg->micro_batch; d *= 2) {
     if (cfg->micro_batch % d) break;
     v = *cfg;
@@ -238,7 +257,83 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
   if (len == mark) {
     len = before;
     snprintf(msg + len, sizeof msg - len, ". No single change fits (tried offloading the optimizer, the "
-             "parameters and smaller micro-batches): raise the budget or use a smaller model");
+             "parameters, fewer parameter slots, activation checkpointing and smaller micro-batches): raise "
+             "the budget or use a smaller model (zoffload plan CONFIG --placements compares the placements)");
   }
   return zo_error(-ENOMEM, "%s", msg);
+}
+
+/* ---- the placements table ------------------------------------------------ */
+
+struct placement_row {
+  const char *name;
+  int stage;
+  enum zo_offload_device optimizer, param;
+};
+
+static const struct placement_row placement_rows[] = {
+    {"all on the device", 0, ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE},
+    {"optimizer on cpu (stage 2)", 2, ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE},
+    {"optimizer on nvme (stage 2)", 2, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NONE},
+    {"params + optimizer on cpu (stage 3)", 3, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU},
+    {"params cpu, optimizer nvme (stage 3)", 3, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU},
+};
+
+int zo_plan_placements_print(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
+                             const size_t *host_ram, int n_ram, FILE *out) {
+  char desc[200], a[32], b[32], c[32];
+  struct zo_plan p0;
+  int err = zo_plan_build(cfg, mc, backend, &p0);
+  if (err) return err;
+  const size_t dev_budget = p0.budget[ZO_TIER_DEVICE];
+  fprintf(out, "placements for %s, micro-batch %d x %d, %s%s%s\n", zo_model_describe(mc, desc, sizeof desc),
+          cfg->micro_batch, cfg->data.seq_len,
+          p0.placement.dtype == ZO_BF16 ? "bf16" : p0.placement.dtype == ZO_F16 ? "fp16" : "fp32",
+          p0.placement.opt.eightbit ? ", AdamW8bit" : ", AdamW",
+          p0.placement.ckpt_blocks ? ", activation checkpointing" : "");
+  fprintf(out, "device budget %s (%s); host: the pool's bytes against each RAM size (leave room for the OS); "
+               "nvme: bytes of the state files\n",
+          dev_budget ? zo_format_bytes(dev_budget, a) : "unlimited", dev_budget ? p0.budget_src[ZO_TIER_DEVICE] : "none");
+  fprintf(out, "  %-38s %6s %11s %11s %11s %7s", "placement", "slots", "device", "host", "nvme", "device");
+  for (int r = 0; r < n_ram; r++) {
+    char h[40];
+    snprintf(h, sizeof h, "host %s", zo_format_bytes(host_ram[r], a));
+    fprintf(out, " %13s", h);
+  }
+  fprintf(out, "\n");
+  for (size_t i = 0; i < sizeof placement_rows / sizeof placement_rows[0]; i++) {
+    const struct placement_row *row = &placement_rows[i];
+    struct zo_config v = *cfg;
+    v.zero.stage = row->stage;
+    v.zero.offload_optimizer.device = row->optimizer;
+    v.zero.offload_param.device = row->param;
+    /* The table reports NVMe bytes needed, not free space: any path plans. */
+    if (row->optimizer == ZO_OFFLOAD_NVME && (!v.zero.offload_optimizer.nvme_path || !v.zero.offload_optimizer.nvme_path[0]))
+      v.zero.offload_optimizer.nvme_path = (char *)".";
+    struct zo_plan vp;
+    int slots = 0;
+    if (row->param != ZO_OFFLOAD_NONE) {
+      /* The most parameter slots (up to buffer_count, at least 2) that fit the device. */
+      for (slots = cfg->zero.offload_param.buffer_count < 2 ? 2 : cfg->zero.offload_param.buffer_count; slots > 2;
+           slots--) {
+        v.zero.offload_param.buffer_count = slots;
+        if (zo_plan_build(&v, mc, backend, &vp) == 0 && vp.fits[ZO_TIER_DEVICE]) break;
+      }
+      v.zero.offload_param.buffer_count = slots;
+    }
+    if ((err = zo_plan_build(&v, mc, backend, &vp))) {
+      fprintf(out, "  %-38s not plannable: %s\n", row->name, zo_last_error());
+      continue;
+    }
+    char sl[16] = "-";
+    if (slots) snprintf(sl, sizeof sl, "%d", slots);
+    fprintf(out, "  %-38s %6s %11s %11s %11s %7s", row->name, sl, zo_format_bytes(vp.total[ZO_TIER_DEVICE], a),
+            zo_format_bytes(vp.total[ZO_TIER_HOST], b),
+            vp.total[ZO_TIER_NVME] ? zo_format_bytes(vp.total[ZO_TIER_NVME], c) : "-",
+            vp.fits[ZO_TIER_DEVICE] ? "fits" : "NO");
+    for (int r = 0; r < n_ram; r++)
+      fprintf(out, " %13s", !vp.fits[ZO_TIER_DEVICE] ? "-" : vp.total[ZO_TIER_HOST] <= host_ram[r] ? "fits" : "NO");
+    fprintf(out, "\n");
+  }
+  return 0;
 }

@@ -96,6 +96,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->optimizer = z->offload_optimizer.device;
   pl->grad_accum = cfg->grad_accum;
   pl->nvme_buffers = z->offload_optimizer.buffer_count;
+  pl->nvme_chunk = (size_t)z->sub_group_size;
   pl->nvme_block = cfg->aio.block_size;
   pl->nvme_queue_depth = cfg->aio.queue_depth;
   pl->nvme_path = z->offload_optimizer.nvme_path;
@@ -213,14 +214,30 @@ struct chunk_plan {
   int n_chunks, n_pieces;
   size_t max_numel;  /* elements of the largest chunk */
   size_t max_sbytes; /* state bytes of m of the largest chunk */
+  size_t mfile, sfile; /* bytes of the master file and of each state file */
 };
 
 /* Chunks of at most one block's elements (at least one quantization block),
  * unit by unit in forward order, each a run of tensor pieces; chunks and
  * pieces may be NULL to count. File offsets are left 0. */
-static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_optim_format *f,
+/* Appends chunk cur: its regions of the files follow the previous chunk's,
+ * each rounded up to aio.block_size. */
+static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, struct chunk *chunks) {
+  if (cp->max_numel < cur->numel) cp->max_numel = cur->numel;
+  if (cp->max_sbytes < cur->sbytes) cp->max_sbytes = cur->sbytes;
+  cur->mfile_off = cp->mfile;
+  cur->sfile_off = cp->sfile;
+  cp->mfile += round_up(cur->numel * sizeof(float), blk);
+  cp->sfile += round_up(cur->sbytes, blk);
+  if (chunks) chunks[cp->n_chunks] = *cur;
+  cp->n_chunks++;
+}
+
+static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
                                      struct chunk *chunks, struct piece *pieces) {
-  size_t cap = t->layer_numel;
+  const struct zo_optim_format *f = &pl->opt;
+  const size_t blk = pl->nvme_block ? pl->nvme_block : 4096;
+  size_t cap = pl->nvme_chunk && pl->nvme_chunk < t->layer_numel ? pl->nvme_chunk : t->layer_numel;
   if (f->eightbit && cap < f->block) cap = f->block;
   struct chunk_plan cp = {0};
   struct chunk cur = {0};
@@ -231,10 +248,7 @@ static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const stru
     const bool q = zo_optim_is_8bit(f, ti->numel);
     for (size_t a = 0; a < ti->numel;) {
       if (open && (cur.unit != unit || cur.numel == cap || full)) {
-        if (cp.max_numel < cur.numel) cp.max_numel = cur.numel;
-        if (cp.max_sbytes < cur.sbytes) cp.max_sbytes = cur.sbytes;
-        if (chunks) chunks[cp.n_chunks] = cur;
-        cp.n_chunks++;
+        close_chunk(&cp, &cur, blk, chunks);
         open = false;
       }
       if (!open) {
@@ -256,22 +270,8 @@ static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const stru
       a += take;
     }
   }
-  if (open) {
-    if (cp.max_numel < cur.numel) cp.max_numel = cur.numel;
-    if (cp.max_sbytes < cur.sbytes) cp.max_sbytes = cur.sbytes;
-    if (chunks) chunks[cp.n_chunks] = cur;
-    cp.n_chunks++;
-  }
+  if (open) close_chunk(&cp, &cur, blk, chunks);
   return cp;
-}
-
-/* Bytes per chunk in the master file and in each state file: the largest
- * chunk rounded up to aio.block_size. */
-static void nvme_strides(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mstride,
-                         size_t *sstride) {
-  const size_t blk = pl->nvme_block ? pl->nvme_block : 4096;
-  *mstride = round_up(cp->max_numel * sizeof(float), blk);
-  *sstride = round_up(cp->max_sbytes, blk);
 }
 
 const char *zo_sched_mem_category_name(int category) {
@@ -283,11 +283,9 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
   size_t master = 0, state = 0;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
-    const struct chunk_plan cp = make_chunks(t, &pl->opt, NULL, NULL);
-    size_t ms, ss;
-    nvme_strides(pl, &cp, &ms, &ss);
-    master = (size_t)cp.n_chunks * ms;
-    state = (size_t)cp.n_chunks * ss;
+    const struct chunk_plan cp = make_chunks(t, pl, NULL, NULL);
+    master = cp.mfile;
+    state = cp.sfile;
   }
   if (by_category) {
     memset(by_category, 0, ZO_SCHED_MEM_N_CATEGORIES * sizeof *by_category);
@@ -396,7 +394,7 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
   }
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
-    const struct chunk_plan cp = make_chunks(t, &pl->opt, NULL, NULL);
+    const struct chunk_plan cp = make_chunks(t, pl, NULL, NULL);
     const size_t set = round_up(cp.max_numel * f, 4096) + 2 * round_up(cp.max_sbytes, 4096);
     h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * set, "NVMe staging", ZO_MEM_BUFFERS);
   }
@@ -1204,9 +1202,7 @@ static int nvme_open(struct zo_sched *s) {
              s->pl.nvme_path);
     return error_prefixed(-EIO, what);
   }
-  const struct chunk_plan cp = make_chunks(s->t, &s->pl.opt, NULL, NULL);
-  size_t mstride, sstride;
-  nvme_strides(&s->pl, &cp, &mstride, &sstride);
+  const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
   s->n_chunks = cp.n_chunks;
   s->n_pieces = cp.n_pieces;
   s->chunks = calloc((size_t)s->n_chunks, sizeof *s->chunks);
@@ -1221,14 +1217,9 @@ static int nvme_open(struct zo_sched *s) {
   if (!s->chunks || !s->pieces || !s->nvb || !s->nv_refill || !s->nv_update || !s->chunk_done ||
       !s->chunk_h2d || !s->chunk_issued)
     return zo_error(-ENOMEM, "out of host memory for the NVMe chunk tables");
-  make_chunks(s->t, &s->pl.opt, s->chunks, s->pieces);
-  for (int j = 0; j < s->n_chunks; j++) {
-    s->chunks[j].mfile_off = (uint64_t)j * mstride;
-    s->chunks[j].sfile_off = (uint64_t)j * sstride;
-  }
+  make_chunks(s->t, &s->pl, s->chunks, s->pieces);
   int err;
-  const size_t file_bytes[NV_FILES] = {(size_t)s->n_chunks * mstride, (size_t)s->n_chunks * sstride,
-                                       (size_t)s->n_chunks * sstride};
+  const size_t file_bytes[NV_FILES] = {cp.mfile, cp.sfile, cp.sfile};
   for (int f = 0; f < NV_FILES; f++)
     if ((err = zo_nvme_file_create(s->nv, nv_class[f], file_bytes[f], &s->file_id[f])))
       return error_prefixed(err, "NVMe tier: creating a state file");

@@ -127,6 +127,16 @@ static int test_params_cpu_optimizer_nvme(void) {
   return check_placement("param-cpu-opt-nvme", s, 4, ZO_TIER_NVME);
 }
 
+/* sub_group_size 500 with block 96: chunks of 480 elements, many per tensor
+ * (each chunk's state rounded up to a 4096-byte block, so the files' size
+ * check of check_placement does not apply: ZO_TIER_DEVICE skips it). */
+static int test_nvme_small_chunks(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
+                     "zero_optimization.sub_group_size=500"};
+  return check_placement("opt-nvme-chunks-500", s, 3, ZO_TIER_DEVICE);
+}
+
 /* A block larger than a chunk's elements would be: chunks grow to one block. */
 static int test_nvme_block_4096(void) {
   if (!have_nvme) return 77;
@@ -307,6 +317,7 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_nvme_stage2),
       ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(nvme_block_4096),
+      ZO_TEST(nvme_small_chunks),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),
       ZO_TEST(checkpoint_format_mismatch), /* once */

@@ -110,6 +110,15 @@ static int test_optimizer_nvme_stage2(void) {
   return check_placement("opt-nvme-s2", s, 2);
 }
 
+/* Chunks far smaller than a block (sub_group_size), cut inside tensors:
+ * still the same bits. */
+static int test_optimizer_nvme_small_chunks(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
+                     "zero_optimization.sub_group_size=1500"};
+  return check_placement("opt-nvme-chunks-1500", s, 3);
+}
+
 static int test_params_cpu_optimizer_nvme(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
@@ -277,6 +286,7 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_cpu_stage1),
       ZO_TEST(optimizer_cpu_stage2),
       ZO_TEST(optimizer_nvme_stage2),
+      ZO_TEST(optimizer_nvme_small_chunks),
       ZO_TEST(params_cpu_optimizer_cpu),
       ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(single_micro_batch_slots),

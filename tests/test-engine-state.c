@@ -57,6 +57,9 @@ static const struct placement placements[] = {
     {"param-cpu-opt-nvme", true,
      {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
       "zero_optimization.offload_param.device=cpu"}, 3},
+    {"opt-nvme-chunks-700", true,
+     {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
+      "zero_optimization.sub_group_size=700"}, 3},
 };
 #define N_PLACEMENTS ((int)(sizeof placements / sizeof placements[0]))
 

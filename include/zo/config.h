@@ -109,6 +109,9 @@ struct zo_config_zero {           /* "zero_optimization" */
                                    * offload_param needs 3 (DeepSpeed's rules) */
   struct zo_config_offload offload_optimizer; /* optimizer states and fp32 master weights */
   struct zo_config_offload offload_param;     /* parameters */
+  int64_t sub_group_size;         /* elements per optimizer chunk on the NVMe tier (each of
+                                   * buffer_count staging sets holds one chunk's master,
+                                   * m and v), at most one block; default 16777216 */
 };
 
 struct zo_config_aio {            /* "aio": NVMe tier I/O (DeepSpeed defaults) */

@@ -58,6 +58,17 @@ void zo_plan_report_print(const struct zo_plan *p, const struct zo_sched_mem *me
  * parameters, a smaller micro-batch with more accumulation steps. */
 int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p);
 
+/* The placements table (zoffload plan CONFIG --placements): cfg's model,
+ * precision, optimizer format, checkpointing and micro-batch under each
+ * standard placement (all on the device; optimizer on cpu; on nvme;
+ * parameters and optimizer on cpu; parameters on cpu with the optimizer on
+ * nvme), with parameter offload at the most slots (<= buffer_count, >= 2)
+ * that fit the device budget: device, host and NVMe bytes, whether the
+ * device fits and, for each of the n_ram host RAM sizes, whether the host
+ * pool does. Returns 0 or -errno when cfg itself cannot be planned. */
+int zo_plan_placements_print(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
+                             const size_t *host_ram, int n_ram, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,6 +101,8 @@ struct zo_placement {
   int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
   int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
   int nvme_buffers;     /* staging buffer sets of the NVMe tier (>= 2) */
+  size_t nvme_chunk;    /* elements per NVMe chunk at most (sub_group_size; chunks
+                         * never span units and hold at least one 8-bit block) */
   size_t nvme_block;    /* bytes, aio.block_size */
   int nvme_queue_depth; /* aio.queue_depth */
   const char *nvme_path; /* borrowed from the config */

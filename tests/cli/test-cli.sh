@@ -69,6 +69,12 @@ expect 0 "usage: zoffload bench" -- bench --help
 expect 0 "exact bytes: device" -- plan "$tmp/ok.json"
 expect 1 "Changes that fit" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=200KiB
 expect 1 "No single change fits" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
+# The placements table of a Llama 8B config (10 GiB budget): parameter offload
+# fits the device only with 2 slots; the NVMe placement's host pool fits 128 GiB.
+expect 0 "params cpu, optimizer nvme (stage 3)        2    9.93 GiB   51.17 GiB   89.84 GiB    fits            NO          fits" -- plan "$repo/configs/llama-8b.json" --placements
+expect 0 "host 64.00 GiB" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 64GiB
+expect 2 "--host-ram 24XB: need" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 24XB
+expect 1 "offload_param.buffer_count=2" -- plan "$repo/configs/llama-8b.json"
 expect 1 "the plan needs" -- train "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
 expect 2 "offload_param.device = \"nvme\"" -- train "$tmp/ok.json" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=/tmp
 expect 0 "params_per_s" -- bench adamw --params 100000 --reps 3 --json
