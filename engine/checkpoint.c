@@ -785,6 +785,7 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
+  struct zo_st_file *of = NULL; /* optimizer.safetensors */
   char p[PATH_MAX];
   int err = join(p, sizeof p, path, "trainer_state.json");
   if (err) return err;
@@ -844,31 +845,18 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
     goto out;
   }
   /* The optimizer file's format is checked before any state is written. */
+  char op[PATH_MAX];
   if (optimizer) {
-    if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;
-    struct zo_st_file *f = zo_st_open(p);
-    if (!f) {
+    if ((err = join(op, sizeof op, path, "optimizer.safetensors"))) goto out;
+    if (!(of = zo_st_open(op))) {
       err = zo_error(-EINVAL, "%s", zo_last_error());
       goto out;
     }
-    err = load_states(f, p, &m->table, opt, NULL);
-    zo_st_close(f);
-    if (err) goto out;
+    if ((err = load_states(of, op, &m->table, opt, NULL))) goto out;
   }
-  if ((err = join(p, sizeof p, path, "model.safetensors")) ||
-      (err = zo_model_load_safetensors_io(p, m, io)))
+  if ((err = join(p, sizeof p, path, "model.safetensors")) || (err = zo_model_load_safetensors_io(p, m, io)) ||
+      (of && (err = load_states(of, op, &m->table, opt, io))))
     goto out;
-  if (optimizer) {
-    if ((err = join(p, sizeof p, path, "optimizer.safetensors"))) goto out;
-    struct zo_st_file *f = zo_st_open(p);
-    if (!f) {
-      err = zo_error(-EINVAL, "%s", zo_last_error());
-      goto out;
-    }
-    err = load_states(f, p, &m->table, opt, io);
-    zo_st_close(f);
-    if (err) goto out;
-  }
   /* The scaler's settings come from the config (zo_loss_scaler_init); the
    * checkpoint restores where it stands. */
   state->step = step;
@@ -881,6 +869,7 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   state->scaler.last_overflow = slast;
   state->seed = (uint64_t)seed;
 out:
+  zo_st_close(of);
   json_decref(j);
   return err;
 }
