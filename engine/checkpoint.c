@@ -110,7 +110,7 @@ int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const fl
   struct zo_state_io io;
   int err = with_memory_io(m, NULL, params, NULL, NULL, &mem, &io);
   if (!err) err = zo_model_save_pretrained_io(dir, m, &io);
-  zo_state_io_memory_free(&io);
+  zo_state_io_free(&io);
   return err;
 }
 
@@ -327,7 +327,7 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
   struct zo_state_io io;
   int err = with_memory_io(m, f, params, adam_m, adam_v, &mem, &io);
   if (!err) err = zo_checkpoint_save_io(dir, m, f, &io, state, keep, out_path, out_size);
-  zo_state_io_memory_free(&io);
+  zo_state_io_free(&io);
   return err;
 }
 
@@ -517,7 +517,7 @@ int zo_model_load_safetensors(const char *path, const struct zo_model *m, float 
   struct zo_state_io io;
   int err = with_memory_io(m, NULL, params, NULL, NULL, &mem, &io);
   if (!err) err = zo_model_load_safetensors_io(path, m, &io);
-  zo_state_io_memory_free(&io);
+  zo_state_io_free(&io);
   return err;
 }
 
@@ -779,7 +779,7 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
   struct zo_state_io io;
   int err = with_memory_io(m, opt, params, adam_m, adam_v, &mem, &io);
   if (!err) err = zo_checkpoint_load_io(path, m, opt, &io, adam_m != NULL, state);
-  zo_state_io_memory_free(&io);
+  zo_state_io_free(&io);
   return err;
 }
 

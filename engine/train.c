@@ -500,28 +500,31 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const char *
       .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
   struct zo_model *m = zo_model_init_layout(&mc, be, B, T, &lo);
   if (!m) return NULL;
-  /* Parameters are read into host memory and uploaded (rounded to the
-   * working dtype on the way): the device is never written from the host. */
-  float *host = malloc(m->table.numel * sizeof *host);
-  int err = 0;
-  if (!host) {
-    err = zo_error(-ENOMEM, "out of host memory for the parameters (%zu bytes)", m->table.numel * sizeof *host);
-  } else if (path[0]) {
+  /* Parameters stream into the device through a small staging buffer
+   * (rounded to the working dtype on the way): no host copy of the model,
+   * and the device is never written from the host. */
+  struct zo_state_io io;
+  int err = zo_state_io_model(&io, m);
+  if (!err && path[0]) {
     char file[PATH_MAX + 32];
     struct zo_train_state st = {0};
     if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0)
-      err = zo_checkpoint_load(path, m, host, NULL, NULL, &st);
+      err = zo_checkpoint_load_io(path, m, NULL, &io, false, &st);
     else {
       snprintf(file, sizeof file, "%s/model.safetensors", path);
-      err = zo_model_load_safetensors(access(file, F_OK) == 0 ? file : path, m, host);
+      err = zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, &io);
     }
-  } else if (cfg->model.init_from && cfg->model.init_from[0]) {
-    err = zo_model_load_safetensors(cfg->model.init_from, m, host);
-  } else {
-    zo_model_init_params(m, host, cfg->engine.seed);
+  } else if (!err && cfg->model.init_from && cfg->model.init_from[0]) {
+    err = zo_model_load_safetensors_io(cfg->model.init_from, m, &io);
+  } else if (!err) {
+    const size_t n = m->table.numel, per = io.stage_bytes / sizeof(float);
+    for (size_t i = 0; i < n && !err; i += per) {
+      const size_t k = n - i < per ? n - i : per;
+      zo_model_init_range(m, cfg->engine.seed, i, io.stage, k);
+      err = io.write(io.ctx, ZO_STATE_PARAMS, i * sizeof(float), io.stage, k * sizeof(float));
+    }
   }
-  if (!err) err = zo_model_upload_params(m, host);
-  free(host);
+  zo_state_io_free(&io);
   if (err) {
     zo_model_free(m);
     return NULL;

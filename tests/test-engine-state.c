@@ -9,7 +9,8 @@
  * through the io are byte-identical to saves from host buffers and load back
  * into another placement exactly, a state read failing its CRC fails the save
  * and leaves the previous checkpoint intact, zo_model_init_range matches the
- * whole-model initialisation on any range, and the host plan holds one
+ * whole-model initialisation on any range, a forward-only model's io
+ * rounds into the working dtype exactly once, and the host plan holds one
  * staging buffer, not a copy of the state. */
 #include <errno.h>
 #include <stdio.h>
@@ -451,6 +452,51 @@ static int test_init_range(void) {
   return 0;
 }
 
+/* A forward-only model's io (eval, sample): writes land in the working
+ * dtype rounded once (fp32 exactly), reads widen them back, ranges at any
+ * float offset; m and v are refused. */
+static int test_model_io(void) {
+  const enum zo_dtype dts[2] = {ZO_F32, ZO_BF16};
+  struct zo_model_config mc = {.arch = ZO_ARCH_GPT2, .n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 300,
+                               .max_seq_len = 16};
+  CHECK(zo_model_config_check(&mc) == 0);
+  for (int d = 0; d < 2; d++) {
+    const struct zo_model_layout lo = {.training = false, .dtype = dts[d]};
+    struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), 2, 8, &lo);
+    CHECK(m);
+    const size_t n = m->table.numel;
+    float *src = zo_test_xmalloc(n * sizeof *src), *want = zo_test_xmalloc(n * sizeof *want),
+          *got = zo_test_xmalloc(n * sizeof *got);
+    uint16_t *half = zo_test_xmalloc(n * sizeof *half);
+    zo_rng_seed(31);
+    for (size_t i = 0; i < n; i++) src[i] = zo_rng_float(-1.0f, 1.0f);
+    if (dts[d] == ZO_F32) {
+      memcpy(want, src, n * sizeof *want);
+    } else {
+      zo_cpu_cast(half, ZO_BF16, src, ZO_F32, n);
+      zo_cpu_cast(want, ZO_F32, half, ZO_BF16, n);
+    }
+    struct zo_state_io io;
+    CHECK(zo_state_io_model(&io, m) == 0);
+    /* Written in three uneven pieces, out of order. */
+    const size_t a = n / 3 + 1, b = 2 * n / 3 + 5;
+    CHECK(io.write(io.ctx, ZO_STATE_PARAMS, b * 4, src + b, (n - b) * 4) == 0);
+    CHECK(io.write(io.ctx, ZO_STATE_PARAMS, 0, src, a * 4) == 0);
+    CHECK(io.write(io.ctx, ZO_STATE_PARAMS, a * 4, src + a, (b - a) * 4) == 0);
+    CHECK(io.read(io.ctx, ZO_STATE_PARAMS, 0, got, n * 4) == 0);
+    CHECK(memcmp(got, want, n * sizeof *got) == 0);
+    CHECK(zo_model_download_params(m, got) == 0 && memcmp(got, want, n * sizeof *got) == 0);
+    CHECK(io.write(io.ctx, ZO_STATE_M, 0, src, 4) == -EINVAL);
+    zo_state_io_free(&io);
+    free(src);
+    free(want);
+    free(got);
+    free(half);
+    zo_model_free(m);
+  }
+  return 0;
+}
+
 /* The host plan of a GPT-2 124M run with everything offloaded holds one
  * staging buffer (its largest Conv1D weight, c_fc), not 12 bytes per
  * parameter of full copies. */
@@ -493,6 +539,7 @@ int main(void) {
       ZO_TEST(random_access_nvme),
       ZO_TEST(checkpoint_through_io),
       ZO_TEST(save_read_error),
+      ZO_TEST(model_io),
       ZO_TEST(plan_staging_is_small),
   };
   struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);

@@ -46,8 +46,18 @@ struct zo_state_mem {
 };
 /* Fills io over mem (which must outlive io). Returns 0 or -ENOMEM. */
 int zo_state_io_memory(struct zo_state_io *io, struct zo_state_mem *mem, const struct zo_tensor_table *t);
-/* Frees the staging buffer of a memory io. Accepts a zeroed io. */
-void zo_state_io_memory_free(struct zo_state_io *io);
+/* Frees what zo_state_io_memory or zo_state_io_model allocated. Accepts a
+ * zeroed io. */
+void zo_state_io_free(struct zo_state_io *io);
+
+struct zo_model;
+/* The parameters of a model without offload or master copy (eval, sample)
+ * as a state: writes round fp32 values into the device's working dtype
+ * through a cast buffer of its own (it and the stage allocated here,
+ * zo_state_io_free frees them), reads widen them back; offsets and sizes are multiples of 4 bytes.
+ * m and v are absent. Copies are synchronous on the NULL stream. Returns 0
+ * or -ENOMEM. */
+int zo_state_io_model(struct zo_state_io *io, struct zo_model *m);
 
 #ifdef __cplusplus
 }
