@@ -136,6 +136,7 @@ def main(doc, parts):
     binary = os.path.abspath(args[0])
     torch.set_num_threads(min(4, os.cpu_count() or 1))
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading checkpoint shards"
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
     tmp = tempfile.mkdtemp(prefix="zo-hf-")
     os.environ.setdefault("HF_HOME", os.path.join(tmp, "hf-home"))
