@@ -25,11 +25,11 @@
      perturbed, so no norm is the identity and the logits spread; PERTURB)
      saved with save_pretrained as one model.safetensors, sharded into
      several files (max_shard_size, with model.safetensors.index.json), in
-     bfloat16, and tied, is evaluated by
-     `zoffload eval` through model.init_from and through --checkpoint: the
-     loss must equal transformers' on the same file to 1e-5 relative (bf16
-     too: the engine widens bf16 exactly), the bf16 file's loss must be the
-     fp32 model's to BF16_RTOL, `zoffload sample --top-k 1` generates
+     bfloat16, in float16, and tied, is evaluated by `zoffload eval` through
+     model.init_from and through --checkpoint: the loss must equal
+     transformers' on the same file to 1e-5 relative (bf16 and fp16 too: the
+     engine widens them exactly), the bf16 file's loss must be the fp32
+     model's to BF16_RTOL, `zoffload sample --top-k 1` generates
      transformers' greedy continuation, and `zoffload train` from
      model.init_from starts at that loss.
 
@@ -312,15 +312,17 @@ def transformers_to_engine(binary, tmp):
           and not os.path.exists(os.path.join(d, "model.safetensors")),
           f"save_pretrained(max_shard_size=40KB) wrote {len(shards)} shards and their index")
     saves["sharded"] = d
-    d = os.path.join(tmp, "hf-bf16")
-    copy.deepcopy(models[False]).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
-    with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
-        dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
-    with open(os.path.join(d, "config.json")) as f:
-        tdt = json.load(f).get("torch_dtype")
-    check(dtypes == {"BF16"} and tdt == "bfloat16", f"the bf16 save holds BF16 tensors ({sorted(dtypes)}), "
-          f"torch_dtype {tdt}")
-    saves["bf16"] = d
+    for label, dtype, st, name in (("bf16", torch.bfloat16, "BF16", "bfloat16"),
+                                   ("fp16", torch.float16, "F16", "float16")):
+        d = os.path.join(tmp, f"hf-{label}")
+        copy.deepcopy(models[False]).to(dtype).save_pretrained(d, safe_serialization=True)
+        with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
+            dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
+        with open(os.path.join(d, "config.json")) as f:
+            tdt = json.load(f).get("torch_dtype")
+        check(dtypes == {st} and tdt == name, f"the {label} save holds {st} tensors ({sorted(dtypes)}), "
+              f"torch_dtype {tdt}")
+        saves[label] = d
     d = os.path.join(tmp, "hf-tied")
     models[True].save_pretrained(d, safe_serialization=True)
     with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
