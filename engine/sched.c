@@ -1839,6 +1839,7 @@ int zo_sched_device_category(const char *group) {
       {"input tokens", ZO_MEM_ACTIVATIONS}, {"target tokens", ZO_MEM_ACTIVATIONS},
       {"logits", ZO_MEM_ACTIVATIONS},     {"losses", ZO_MEM_ACTIVATIONS},
       {"checkpoint input buffer", ZO_MEM_ACTIVATIONS}, {"backward scratch", ZO_MEM_WORKSPACE},
+      {"workspace", ZO_MEM_WORKSPACE}, /* an architecture's constant tables (Llama's rotary cos, sin) */
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strncmp(group, map[i].prefix, strlen(map[i].prefix)) == 0) return map[i].cat;

@@ -571,11 +571,16 @@ out:
 
 int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out) {
   zo_backend_t be;
-  struct zo_model *m = load_inference(cfg, opts->checkpoint, 1, cfg->model.spec.max_seq_len, &be);
+  /* Prompt tokens (at most one per byte, or the one start token) plus the new ones. */
+  const size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 2 + (size_t)opts->n_tokens;
+  /* The window is the model's context, or less when the whole text is
+   * shorter: a Llama 3 context (131072) would plan NH * T * T attention
+   * probabilities, hundreds of GiB, for a few tokens. load_inference clamps
+   * to the loaded model's max_seq_len (the checkpoint's, not the config's). */
+  struct zo_model *m = load_inference(cfg, opts->checkpoint, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be);
   if (!m) return -EINVAL;
   int err = 0, n_ctx = 0;
   zo_stream_t s = NULL;
-  size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 2 + (size_t)opts->n_tokens;
   int32_t *ctx = malloc(cap * sizeof *ctx);
   if (!ctx) {
     err = zo_error(-ENOMEM, "out of host memory for sampling");

@@ -121,6 +121,13 @@ static int check_placement(const char *const *sets, int n_sets) {
 
 static int test_all_on_device(void) { return check_placement(NULL, 0); }
 
+/* Llama carves constant tables (the rotary cos and sin) as workspace. */
+static int test_llama_all_on_device(void) {
+  const char *sets[] = {"model.arch=llama", "model.n_head=6", "model.n_embd=36", "model.num_key_value_heads=2",
+                        "model.intermediate_size=37"};
+  return check_placement(sets, 5);
+}
+
 static int test_optimizer_cpu_stage2(void) {
   const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
   return check_placement(sets, 2);
@@ -200,6 +207,7 @@ int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(arena_groups_reset),
       ZO_TEST(all_on_device),
+      ZO_TEST(llama_all_on_device),
       ZO_TEST(optimizer_cpu_stage2),
       ZO_TEST(params_and_optimizer_on_host_checkpointing),
       ZO_TEST(device_checkpointing_8bit),

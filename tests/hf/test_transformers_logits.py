@@ -33,25 +33,18 @@ import json
 import math
 import os
 import random
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zo_hf import (check, eval_loss_cli, hf_greedy, hf_mean_loss, main, rel, train_step0_loss,  # noqa: E402
+                   zo)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-import transformers  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
-
-transformers.logging.set_verbosity_error()
 
 LOSS_RTOL = 1e-5   # engine fp32 loss vs transformers float64 loss
 LOGIT_ATOL = 1e-9  # transformers float64 vs plain-torch float64 logits
@@ -61,71 +54,6 @@ LOGIT_ATOL = 1e-9  # transformers float64 vs plain-torch float64 logits
 MODEL = dict(n_layer=2, n_head=3, n_embd=48, vocab_size=256, max_seq_len=64)
 B, T, STEPS = 4, 32, 300  # about a second; enough for greedy text that is not all spaces
 EVAL_BATCHES = 10
-
-failures = []
-passes = 0
-
-
-def check(ok, what):
-    global passes
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if ok:
-        passes += 1
-    else:
-        failures.append(what)
-
-
-def zo(binary, *args, raw=False):
-    """Runs zoffload; returns stdout (bytes when raw), exits the test on a
-    non-zero code."""
-    r = subprocess.run([binary, *args], capture_output=True)
-    if r.returncode != 0:
-        print(f"FAIL zoffload {' '.join(args)} -> exit {r.returncode}\n"
-              f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}", flush=True)
-        sys.exit(1)
-    return r.stdout if raw else r.stdout.decode(errors="replace")
-
-
-def eval_loss_cli(binary, config, *extra, fatal=True):
-    """(loss, n_batches) printed by `zoffload eval`; with fatal=False a
-    failing run returns (None, its message) instead of ending the test."""
-    if not fatal:
-        r = subprocess.run([binary, "eval", config, *extra], capture_output=True)
-        if r.returncode != 0:
-            return None, f"exit {r.returncode}: {(r.stdout + r.stderr).decode(errors='replace').strip()}"
-    out = zo(binary, "eval", config, *extra)
-    m = re.search(r"val loss (\S+) over (\d+) batches", out)
-    if not m:
-        print(f"FAIL cannot parse `zoffload eval` output:\n{out}")
-        sys.exit(1)
-    return float(m.group(1)), int(m.group(2))
-
-
-def windows(tokens, n_batches, b, t):
-    """Micro-batches 0..n_batches-1 of the engine's unshuffled stream
-    (include/zo/data.h, "Order", shuffle false): window i is
-    tokens[(i*B*T + k) mod N] for k = 0..B*T; inputs are rows of T, targets
-    the same shifted by one token."""
-    n, bt = len(tokens), b * t
-    for i in range(n_batches):
-        idx = (i * bt + np.arange(bt + 1)) % n
-        w = torch.from_numpy(tokens[idx].astype(np.int64))
-        yield w[:bt].view(b, t), w[1:].view(b, t)
-
-
-def hf_mean_loss(model, tokens, n_batches, b, t):
-    """Mean over micro-batches of the mean token cross-entropy: the engine's
-    eval_loss (engine/train.c) computed by transformers."""
-    total = 0.0
-    with torch.no_grad():
-        for x, y in windows(tokens, n_batches, b, t):
-            logits = model(input_ids=x).logits
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
-    return total / n_batches
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def plain_gpt2_logits(w, idx, n_layer, n_head, eps=1e-5):
@@ -287,16 +215,7 @@ def engine_to_transformers(binary, tmp):
     out = zo(binary, "sample", config, "--checkpoint", ck, "--prompt", prompt, "--tokens", str(n_new),
              "--top-k", "1", "--temperature", "1", "--seed", "1", raw=True)
     got = list(out)
-    ctx = list(prompt.encode())
-    hf_tokens, tie_at = [], None
-    with torch.no_grad():
-        for step in range(n_new):
-            lg = model64(input_ids=torch.tensor([ctx[-MODEL["max_seq_len"]:]])).logits[0, -1]
-            top2 = lg.topk(2)
-            if tie_at is None and (top2.values[0] - top2.values[1]).item() < 1e-4:
-                tie_at = step  # fp32 may pick either: compare up to here
-            ctx.append(int(top2.indices[0]))
-            hf_tokens.append(ctx[-1])
+    hf_tokens, tie_at = hf_greedy(model64, list(prompt.encode()), n_new, MODEL["max_seq_len"])
     hf_text = bytes(list(prompt.encode()) + hf_tokens)
     upto = len(prompt) + (n_new if tie_at is None else tie_at)
     print(f"     greedy sample: zoffload {bytes(got[:len(prompt) + n_new])!r}\n"
@@ -362,36 +281,10 @@ def transformers_to_engine(binary, tmp):
               f"zoffload eval of a transformers-saved model ({label}) equals transformers' loss (rel {r:.3g})")
     # Training starts from the transformers weights: its step-0 validation loss
     # (printed with 4 decimals, over the same 4 windows) is transformers' loss.
-    out = zo(binary, "train", config, "--set", "steps=1", "--set", "checkpoint.every=0")
-    m = re.search(r"step 0: val loss (\S+)", out)
-    z0 = float(m.group(1)) if m else float("nan")
+    z0 = train_step0_loss(binary, config)
     print(f"     zoffload train from model.init_from: step 0 val loss {z0:.4f}, transformers {hf_loss:.9f}")
     check(abs(z0 - hf_loss) <= 5.1e-5, "zoffload train starts from the transformers weights (step-0 val loss)")
 
 
-def main():
-    args = [a for a in sys.argv[1:] if a != "--keep"]
-    if len(args) != 1:
-        print(__doc__)
-        return 2
-    binary = os.path.abspath(args[0])
-    torch.set_num_threads(min(4, os.cpu_count() or 1))
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
-    tmp = tempfile.mkdtemp(prefix="zo-hf-")
-    os.environ.setdefault("HF_HOME", os.path.join(tmp, "hf-home"))
-    try:
-        engine_to_transformers(binary, tmp)
-        transformers_to_engine(binary, tmp)
-    finally:
-        if "--keep" in sys.argv:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passes} passed, {len(failures)} failed")
-    for f in failures:
-        print(f"  FAIL {f}")
-    return 1 if failures else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, (engine_to_transformers, transformers_to_engine)))
