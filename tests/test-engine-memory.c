@@ -7,8 +7,11 @@
  * weights to the run without it, every block or some, inputs on the device
  * or in host memory, with all on the device, gradients on the host and
  * parameters streamed through K slots; measured peaks equal the plan, and
- * the plan's device activations shrink. Like test-engine-offload, the binary
- * re-executes itself with ZO_STREAM_DELAY_US=200. */
+ * the plan's device activations shrink. Every case runs for GPT-2 and for a
+ * Llama with grouped-query attention and an LM head tied to the embedding
+ * (the head's gradient then accumulates into the embedding's). Like
+ * test-engine-offload, the binary re-executes itself with
+ * ZO_STREAM_DELAY_US=200. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +24,41 @@
 static char tmpdir[256];
 static char data_path[300];
 
+/* The models one architecture's cases run. */
+struct arch {
+  struct zo_etest_arch run;    /* the training cases' model */
+  struct zo_model_config head; /* the chunked-head cases' model (vocabulary 130) */
+  struct zo_model_config big;  /* a full-size model whose plan the head's chunking shrinks */
+  int big_rows;                /* its rows per LM-head chunk at 16 x 512 */
+};
+
+static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
+                                         "model.vocab_size=200", "model.max_seq_len=16"};
+/* 6 query heads on 3 key/value heads of size 6, an MLP width of 50, the LM
+ * head tied to the embedding. */
+static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
+                                          "model.num_key_value_heads=3", "model.n_embd=36",
+                                          "model.intermediate_size=50", "model.vocab_size=200",
+                                          "model.max_seq_len=16", "model.tie_word_embeddings=true"};
+
+static const struct arch archs[] = {
+    {ZO_ETEST_ARCH("gpt2", gpt2_model),
+     {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 130, .max_seq_len = 16},
+     /* GPT-2 124M */
+     {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .max_seq_len = 1024}, 333},
+    {ZO_ETEST_ARCH("llama", llama_model),
+     {.arch = ZO_ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .intermediate_size = 40,
+      .vocab_size = 130, .max_seq_len = 16, .tie_embeddings = true},
+     /* Llama 3.2 1B */
+     {.arch = ZO_ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048,
+      .intermediate_size = 8192, .vocab_size = 128256, .max_seq_len = 131072, .tie_embeddings = true},
+     130},
+};
+static const struct arch *arch; /* the one the cases run for */
+
 /* ---- chunked LM head ---------------------------------------------------- */
 
 enum { HB = 3, HT = 7, HBT = HB * HT, HCHUNK = 5 }; /* 5 chunks: 5, 5, 5, 5, 1 rows */
-
-static const struct zo_model_config head_cfg = {
-    .n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 130, .max_seq_len = 16};
 
 struct head_run {
   float losses[HBT];
@@ -45,7 +77,8 @@ static void head_tokens(int32_t *in, int32_t *tg) {
  * fused: zo_model_forward_train, else zo_model_forward + zo_model_backward. */
 static int head_run(int chunk_rows, bool fused, struct head_run *r) {
   struct zo_model_layout lo = {.training = true, .head_chunk_rows = chunk_rows};
-  struct zo_model *m = zo_model_init_layout(&head_cfg, zo_backend_cpu(), HB, HT, &lo);
+  const struct zo_model_config *head_cfg = &arch->head;
+  struct zo_model *m = zo_model_init_layout(head_cfg, zo_backend_cpu(), HB, HT, &lo);
   CHECK(m);
   const size_t n = m->table.numel;
   const int Vp = m->cfg.padded_vocab_size;
@@ -76,7 +109,7 @@ static int head_run(int chunk_rows, bool fused, struct head_run *r) {
          sizeof r->last_logits);
   /* The arena never needed more than the plan, which counts one chunk. */
   size_t cat[ZO_MEM_N_CATEGORIES];
-  const size_t plan = zo_model_device_plan(&head_cfg, HB, HT, &lo, cat);
+  const size_t plan = zo_model_device_plan(head_cfg, HB, HT, &lo, cat);
   CHECK(m->arena.peak == plan && m->arena.capacity == plan);
   zo_model_free(m);
   free(p);
@@ -103,7 +136,7 @@ static int test_head_chunks_match_one_chunk(void) {
   CHECK(head_run(HCHUNK, true, &chunked) == 0);
   CHECK(head_run(HCHUNK, false, &unfused) == 0);
   struct zo_tensor_table t;
-  struct zo_model_config cfg = head_cfg;
+  struct zo_model_config cfg = arch->head;
   CHECK(zo_model_config_check(&cfg) == 0 && zo_model_build_table(&cfg, &t) == 0);
   int ret = 0;
   if (!close_rel("losses", chunked.losses, one.losses, HBT)) ret = 1;
@@ -130,21 +163,21 @@ static int test_head_chunks_match_one_chunk(void) {
   return ret;
 }
 
-/* The planner counts one chunk of logits: GPT-2 124M at 16 x 512. */
+/* The planner counts one chunk of logits: the full-size model at 16 x 512. */
 static int test_head_plan_shrinks(void) {
-  struct zo_model_config cfg = {
-      .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .max_seq_len = 1024};
+  struct zo_model_config cfg = arch->big;
   CHECK(zo_model_config_check(&cfg) == 0);
+  const int rows = arch->big_rows;
   const struct zo_model_layout chunked = {.training = true};
   const struct zo_model_layout whole = {.training = true, .head_chunk_rows = 16 * 512};
   size_t a[ZO_MEM_N_CATEGORIES], b[ZO_MEM_N_CATEGORIES];
   const size_t ta = zo_model_device_plan(&cfg, 16, 512, &chunked, a);
   const size_t tb = zo_model_device_plan(&cfg, 16, 512, &whole, b);
-  CHECK(zo_model_head_rows(&cfg, 16, 512, &chunked) == 333);
-  const size_t saved = (size_t)(16 * 512 - 333) * 50304 * sizeof(float);
+  CHECK(zo_model_head_rows(&cfg, 16, 512, &chunked) == rows);
+  const size_t saved = (size_t)(16 * 512 - rows) * (size_t)cfg.padded_vocab_size * sizeof(float);
   CHECK(tb - ta >= saved && tb - ta < saved + 4096);
   CHECK(b[ZO_MEM_ACTIVATIONS] - a[ZO_MEM_ACTIVATIONS] == tb - ta);
-  printf("  logits: %d rows of %d per chunk, device plan %.2f GiB -> %.2f GiB\n", 333, 16 * 512,
+  printf("  logits: %d rows of %d per chunk, device plan %.2f GiB -> %.2f GiB\n", rows, 16 * 512,
          (double)tb / (1 << 30), (double)ta / (1 << 30));
   return 0;
 }
@@ -158,20 +191,19 @@ static const char *precision; /* NULL: fp32, else the --set enabling bf16 or fp1
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                        "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
-                        "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
-                        "gradient_accumulation_steps=2", "steps=10", "optimizer.params.lr=0.01",
-                        "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
-                        "engine.device=cpu", "log.every=100",
+  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
+                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=10",
+                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
+                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
                         "zero_optimization.offload_param.buffer_count=2", train_set, precision};
-  return zo_etest_config_load(cfg, base, precision ? 19 : 18, extra, n_extra);
+  return zo_etest_config_load_arch(cfg, &arch->run, base, precision ? 14 : 13, extra, n_extra);
 }
 
+/* A run's name with the architecture and precision. */
+static const char *run_name(const char *name) { return zo_etest_run_name(&arch->run, precision, name); }
+
 static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
-  char full[128];
-  snprintf(full, sizeof full, "%s%s", precision ? (strstr(precision, "bf16") ? "bf16-" : "fp16-") : "", name);
-  return zo_etest_train(load, tmpdir, full, extra, n_extra, N_STEPS, NULL, r);
+  return zo_etest_train(load, tmpdir, run_name(name), extra, n_extra, N_STEPS, NULL, r);
 }
 
 static struct zo_etest_run ref;
@@ -180,16 +212,17 @@ static int test_reference_without_checkpointing(void) {
   free(ref.params);
   CHECK(train("ref", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
-  CHECK(zo_etest_peaks_match("ref", &ref));
+  CHECK(zo_etest_peaks_match(run_name("ref"), &ref));
   return 0;
 }
 
 /* A checkpointed run (sets) against the reference bit for bit; its plan
  * against the same placement without checkpointing (base, n_base sets
  * first in sets). */
-static int check_ckpt(const char *name, const char *const *sets, int n_sets, int n_base) {
+static int check_ckpt(const char *case_name, const char *const *sets, int n_sets, int n_base) {
   struct zo_etest_run r, base;
-  CHECK(train(name, sets, n_sets, &r) == 0);
+  CHECK(train(case_name, sets, n_sets, &r) == 0);
+  const char *name = run_name(case_name);
   int ret = zo_etest_same_run(name, &r, &ref, "without checkpointing", 0, N_STEPS);
   if (!zo_etest_peaks_match(name, &r)) ret = 1;
   /* Planned savings: device activations shrink; cpu_checkpointing puts the
@@ -202,14 +235,14 @@ static int check_ckpt(const char *name, const char *const *sets, int n_sets, int
   const size_t *d = r.plan.bytes[ZO_TIER_DEVICE], *bd = base.plan.bytes[ZO_TIER_DEVICE];
   const size_t *h = r.plan.bytes[ZO_TIER_HOST], *bh = base.plan.bytes[ZO_TIER_HOST];
   /* One checkpointed block saves nothing: the shared set is one block's. */
-  const bool one = strstr(name, "one-block") != NULL;
+  const bool one = strstr(case_name, "one-block") != NULL;
   if (one ? d[ZO_MEM_ACTIVATIONS] > bd[ZO_MEM_ACTIVATIONS]
           : !(d[ZO_MEM_ACTIVATIONS] < bd[ZO_MEM_ACTIVATIONS]) || !(r.plan.total[0] < base.plan.total[0])) {
     fprintf(stderr, "  %s: device activations %zu not below %zu without checkpointing\n", name,
             d[ZO_MEM_ACTIVATIONS], bd[ZO_MEM_ACTIVATIONS]);
     ret = 1;
   }
-  const bool host_ckpt = strstr(name, "cpu") != NULL;
+  const bool host_ckpt = strstr(case_name, "cpu") != NULL;
   if (host_ckpt != (h[ZO_MEM_ACTIVATIONS] > bh[ZO_MEM_ACTIVATIONS])) {
     fprintf(stderr, "  %s: host activations %zu vs %zu without checkpointing\n", name,
             h[ZO_MEM_ACTIVATIONS], bh[ZO_MEM_ACTIVATIONS]);
@@ -283,7 +316,7 @@ int main(int argc, char **argv) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "memory")) return 1;
   snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
   if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  static const struct zo_test once[] = {
+  static const struct zo_test per_arch[] = {
       ZO_TEST(head_chunks_match_one_chunk),
       ZO_TEST(head_plan_shrinks),
       ZO_TEST(ckpt_too_many_refused),
@@ -300,13 +333,20 @@ int main(int argc, char **argv) {
       ZO_TEST(ckpt_cpu_params_in_slots),
       ZO_TEST(ckpt_cpu_one_slot_two_blocks),
   };
-  struct zo_test_counts counts = zo_test_run(once, sizeof once / sizeof once[0]);
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
-  for (int p = 0; p < 3; p++) {
-    precision = precisions[p];
-    printf("precision: %s\n", precision ? precision : "fp32");
-    struct zo_test_counts c = zo_test_run(per_precision, sizeof per_precision / sizeof per_precision[0]);
+  struct zo_test_counts counts = {0, 0, 0};
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    arch = &archs[a];
+    precision = NULL;
+    zo_etest_arch_print(&arch->run, NULL);
+    struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);
     counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    for (int p = 0; p < 3; p++) {
+      precision = precisions[p];
+      zo_etest_arch_print(&arch->run, precision ? precision : "fp32");
+      c = zo_test_run(per_precision, sizeof per_precision / sizeof per_precision[0]);
+      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    }
   }
   free(ref.params);
   zo_test_rmtree(tmpdir);

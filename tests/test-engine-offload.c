@@ -2,12 +2,14 @@
  * model (3 layers, odd width, 2 accumulation steps, clipping active) give
  * bit-identical losses and final weights in every placement, in fp32, in
  * bf16 and in fp16 mixed precision (each precision against its own
- * all-on-device run); the measured peaks equal the plan; a budget too small fails before step 1 with the
- * planner's message; a corrupted NVMe state file is an error on the next read.
- * The binary runs its cases twice: once as is, then re-executed with
- * ZO_STREAM_DELAY_US=200 (the CPU streams sleep at random before each task,
- * so a missing wait shows as a different result). NVMe cases skip (the
- * reason printed) when the store cannot be created. */
+ * all-on-device run); the measured peaks equal the plan; a budget too small
+ * fails before step 1 with the planner's message; a corrupted NVMe state
+ * file is an error on the next read. Every case runs for GPT-2 and for a
+ * Llama with grouped-query attention and an untied LM head, each against
+ * its own all-on-device runs. The binary runs its cases twice: once as is,
+ * then re-executed with ZO_STREAM_DELAY_US=200 (the CPU streams sleep at
+ * random before each task, so a missing wait shows as a different result).
+ * NVMe cases skip (the reason printed) when the store cannot be created. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -24,21 +26,32 @@ static char nvme_dir[300];
 static bool have_nvme;
 static const char *precision; /* NULL: fp32, else the --set that enables bf16 or fp16 */
 
+static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
+                                         "model.vocab_size=200", "model.max_seq_len=16"};
+/* 6 query heads on 2 key/value heads of size 6, an MLP width of 50, and an
+ * LM head of its own (longer than a block: the tail unit is split into
+ * NVMe chunks). */
+static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
+                                          "model.num_key_value_heads=2", "model.n_embd=36",
+                                          "model.intermediate_size=50", "model.vocab_size=200",
+                                          "model.max_seq_len=16", "model.tie_word_embeddings=false"};
+static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2_model),
+                                             ZO_ETEST_ARCH("llama", llama_model)};
+static const struct zo_etest_arch *arch; /* the one the cases run for */
+
 #define N_STEPS 20
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400], nvme_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                        "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
-                        "data.format=u16", "data.shuffle=true", "train_micro_batch_size_per_gpu=3",
-                        "gradient_accumulation_steps=2", "steps=20", "optimizer.params.lr=0.01",
-                        "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
-                        "engine.device=cpu", "log.every=100", "aio.block_size=4096",
-                        "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set,
-                        precision};
-  return zo_etest_config_load(cfg, base, precision ? 21 : 20, extra, n_extra);
+  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
+                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=20",
+                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
+                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
+                        "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
+                        nvme_set, precision};
+  return zo_etest_config_load_arch(cfg, arch, base, precision ? 16 : 15, extra, n_extra);
 }
 
 /* Trains the placement's --set options for n_steps (from checkpoint resume
@@ -52,22 +65,16 @@ static int train(const char *name, const char *const *extra, int n_extra, struct
   return train_resume(name, extra, n_extra, N_STEPS, NULL, r);
 }
 
-/* A run's name with the precision, so metrics and checkpoints never collide. */
-static const char *prec_name(const char *name) {
-  static char buf[4][128];
-  static int next;
-  char *b = buf[next++ % 4];
-  snprintf(b, sizeof buf[0], "%s%s", precision ? (strstr(precision, "bf16") ? "bf16-" : "fp16-") : "", name);
-  return b;
-}
+/* A run's name with the architecture and precision. */
+static const char *run_name(const char *name) { return zo_etest_run_name(arch, precision, name); }
 
 static struct zo_etest_run ref;
 
 static int test_all_device_reference(void) {
   free(ref.params);
-  CHECK(train(prec_name("device"), NULL, 0, &ref) == 0);
+  CHECK(train(run_name("device"), NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
-  CHECK(zo_etest_peaks_match("device", &ref));
+  CHECK(zo_etest_peaks_match(run_name("device"), &ref));
   return 0;
 }
 
@@ -75,7 +82,7 @@ static int test_all_device_reference(void) {
  * peaks equal to the plan. */
 static int check_placement(const char *name, const char *const *sets, int n_sets) {
   struct zo_etest_run r;
-  name = prec_name(name);
+  name = run_name(name);
   CHECK(train(name, sets, n_sets, &r) == 0);
   int ret = zo_etest_same_run(name, &r, &ref, "all-device", 0, N_STEPS);
   if (!zo_etest_peaks_match(name, &r)) ret = 1;
@@ -139,7 +146,7 @@ static int inspect_staging(const char *ckpt_dir, const struct zo_etest_run *firs
 }
 
 static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
-  return zo_etest_checkpoint_resume(load, tmpdir, prec_name(name), sets, n_sets, N_STEPS, &ref, inspect_staging);
+  return zo_etest_checkpoint_resume(load, tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref, inspect_staging);
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
@@ -158,9 +165,10 @@ static int test_single_micro_batch_slots(void) {
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_param.buffer_count=3"};
   struct zo_etest_run r0, r1;
-  CHECK(train_resume(prec_name("k1-device"), a, 2, 5, NULL, &r0) == 0);
-  CHECK(train_resume(prec_name("k1-slots"), b, 6, 5, NULL, &r1) == 0);
-  CHECK(zo_etest_same_run("k1-slots", &r1, &r0, "k1-device", 0, 5) == 0);
+  const char *na = run_name("k1-device"), *nb = run_name("k1-slots");
+  CHECK(train_resume(na, a, 2, 5, NULL, &r0) == 0);
+  CHECK(train_resume(nb, b, 6, 5, NULL, &r1) == 0);
+  CHECK(zo_etest_same_run(nb, &r1, &r0, na, 0, 5) == 0);
   free(r0.params);
   free(r1.params);
   return 0;
@@ -279,8 +287,9 @@ int main(int argc, char **argv) {
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
   have_nvme = zo_etest_nvme_probe(nvme_dir);
 
-  /* Every placement in every precision, each against the all-device run
-   * of its precision; then the cases that do not depend on it, in fp32. */
+  /* For each architecture: every placement in every precision, each
+   * against the all-device run of its precision; then the cases that do
+   * not depend on it, in fp32. */
   static const struct zo_test placements[] = {
       ZO_TEST(all_device_reference),
       ZO_TEST(optimizer_cpu_stage1),
@@ -299,16 +308,20 @@ int main(int argc, char **argv) {
   };
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};
-  for (int p = 0; p < 3; p++) {
-    precision = precisions[p];
-    printf("precision: %s\n", precision ? precision : "fp32");
-    struct zo_test_counts c = zo_test_run(placements, sizeof placements / sizeof placements[0]);
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    arch = &archs[a];
+    for (int p = 0; p < 3; p++) {
+      precision = precisions[p];
+      zo_etest_arch_print(arch, precision ? precision : "fp32");
+      struct zo_test_counts c = zo_test_run(placements, sizeof placements / sizeof placements[0]);
+      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    }
+    precision = NULL;
+    zo_etest_arch_print(arch, "fp32 (budget, corruption)");
+    CHECK(test_all_device_reference() == 0);
+    struct zo_test_counts c = zo_test_run(once, sizeof once / sizeof once[0]);
     counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
   }
-  precision = NULL;
-  CHECK(test_all_device_reference() == 0);
-  struct zo_test_counts c = zo_test_run(once, sizeof once / sizeof once[0]);
-  counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
   free(ref.params);
   zo_test_rmtree(tmpdir);
   const int rc = zo_test_report(counts);

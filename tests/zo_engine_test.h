@@ -3,10 +3,11 @@
  * loading from a base list of --set options plus extras, the token file, the
  * NVMe probe, metrics JSONL reading, a training run that keeps its losses,
  * final weights, stats and plan, the bit-for-bit comparison of two runs, one
- * scheduler step on synthetic tokens, and the re-run with random stream
- * delays. Each test keeps its own model config and cases; nothing here
- * chooses a config. Header-only (static inline), on zo_test.h and the public
- * include/zo/ APIs. */
+ * scheduler step on synthetic tokens, the architecture dimension of the
+ * parametrized tests (run names, the printed header) and the re-run with
+ * random stream delays. Each test keeps its own model configs and cases;
+ * nothing here chooses a config. Header-only (static inline), on zo_test.h
+ * and the public include/zo/ APIs. */
 #ifndef ZO_ENGINE_TEST_H
 #define ZO_ENGINE_TEST_H
 
@@ -46,6 +47,63 @@ static inline int zo_etest_config_load(struct zo_config *cfg, const char *const 
   for (int i = 0; i < n_base; i++) sets[n++] = base[i];
   for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
   return zo_config_load(cfg, NULL, sets, n);
+}
+
+/* ---- architectures -------------------------------------------------------- */
+
+/* One architecture a test runs its cases for: the model.* --set options of
+ * that test's small model of it, loaded before the test's own base list. */
+struct zo_etest_arch {
+  const char *name;        /* "gpt2", "llama": prefixes run names */
+  const char *const *sets; /* (n_sets) model.* options */
+  int n_sets;
+};
+
+/* A struct zo_etest_arch initialiser from a name and an array of options. */
+#define ZO_ETEST_ARCH(name, sets) {name, sets, (int)(sizeof(sets) / sizeof((sets)[0]))}
+
+/* zo_etest_config_load of arch->sets, then base[0, n_base), then
+ * extra[0, n_extra), in that order. */
+static inline int zo_etest_config_load_arch(struct zo_config *cfg, const struct zo_etest_arch *arch,
+                                            const char *const *base, int n_base, const char *const *extra,
+                                            int n_extra) {
+  const char *sets[ZO_ETEST_MAX_SETS];
+  if (arch->n_sets + n_base > ZO_ETEST_MAX_SETS) {
+    fprintf(stderr, "  %d base --set options, the test allows %d\n", arch->n_sets + n_base, ZO_ETEST_MAX_SETS);
+    return -EINVAL;
+  }
+  int n = 0;
+  for (int i = 0; i < arch->n_sets; i++) sets[n++] = arch->sets[i];
+  for (int i = 0; i < n_base; i++) sets[n++] = base[i];
+  return zo_etest_config_load(cfg, sets, n, extra, n_extra);
+}
+
+/* "<arch>-[bf16-|fp16-]<name>": a run's name, so that the metrics files and
+ * checkpoint directories of every architecture and precision differ
+ * (precision: NULL for fp32, else the --set enabling bf16 or fp16). Returns
+ * one of 8 static buffers, reused in turn. */
+static inline const char *zo_etest_run_name(const struct zo_etest_arch *arch, const char *precision,
+                                            const char *name) {
+  static char buf[8][160];
+  static int next;
+  char *b = buf[next++ % 8];
+  const char *p = !precision ? "" : strstr(precision, "bf16") ? "bf16-" : "fp16-";
+  snprintf(b, sizeof buf[0], "%s-%s%s", arch->name, p, name);
+  return b;
+}
+
+/* Prints the architecture (and precision, when not NULL) a block of cases
+ * runs for, with its model as the engine describes it. */
+static inline void zo_etest_arch_print(const struct zo_etest_arch *arch, const char *precision) {
+  struct zo_config cfg;
+  char desc[256] = "(the model options do not load)";
+  if (zo_config_load(&cfg, NULL, arch->sets, arch->n_sets) == 0) {
+    struct zo_model_config mc = cfg.model.spec;
+    if (zo_model_config_check(&mc) == 0) zo_model_describe(&mc, desc, sizeof desc);
+    zo_config_free(&cfg);
+  }
+  printf("arch: %s: %s%s%s\n", arch->name, desc, precision ? "; precision: " : "", precision ? precision : "");
+  fflush(stdout);
 }
 
 /* Writes n u16 tokens to path: the bytes of text repeated, each modulo
