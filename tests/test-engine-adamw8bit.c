@@ -351,6 +351,7 @@ int main(int argc, char **argv) {
   };
   struct zo_test_counts counts = {0, 0, 0};
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    if (!zo_etest_arch_selected(archs[a].name)) continue;
     arch = &archs[a];
     zo_etest_arch_print(arch, NULL);
     struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);

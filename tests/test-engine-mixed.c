@@ -393,6 +393,7 @@ int main(int argc, char **argv) {
   static const struct zo_test gpt2_only[] = {ZO_TEST(quality_real_text)};
   struct zo_test_counts counts = zo_test_run(rule, sizeof rule / sizeof rule[0]);
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    if (!zo_etest_arch_selected(archs[a].run.name)) continue;
     arch = &archs[a];
     zo_etest_arch_print(&arch->run, NULL);
     struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);

@@ -309,6 +309,7 @@ int main(int argc, char **argv) {
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    if (!zo_etest_arch_selected(archs[a].name)) continue;
     arch = &archs[a];
     for (int p = 0; p < 3; p++) {
       precision = precisions[p];

@@ -59,6 +59,24 @@ struct zo_etest_arch {
   int n_sets;
 };
 
+/* Whether the cases run for architecture name: ZO_TEST_ARCHS (a comma
+ * separated list, e.g. "gpt2") limits them, unset runs all. scripts/test.sh
+ * limits the ThreadSanitizer run to GPT-2: the scheduler's threads and
+ * events are the same code for every architecture. */
+static inline bool zo_etest_arch_selected(const char *name) {
+  const char *env = getenv("ZO_TEST_ARCHS");
+  if (!env || !env[0]) return true;
+  const size_t n = strlen(name);
+  for (const char *p = env; *p;) {
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) return true;
+    p += len + (end != NULL);
+  }
+  printf("arch: %s skipped (ZO_TEST_ARCHS=%s)\n", name, env);
+  return false;
+}
+
 /* A struct zo_etest_arch initialiser from a name and an array of options. */
 #define ZO_ETEST_ARCH(name, sets) {name, sets, (int)(sizeof(sets) / sizeof((sets)[0]))}
 
