@@ -357,6 +357,8 @@ int main(int argc, char **argv) {
       return 2;
     }
     snprintf(dir, sizeof dir, "%s", argv[2]);
+  } else if (!zo_mpitest_available()) {
+    return ZO_TEST_SKIP;
   } else if (zo_test_mkdtemp(dir, sizeof dir, "mpi")) {
     return 1;
   }
