@@ -148,34 +148,47 @@ static int mpi_dup(struct zo_comm *c, struct zo_comm **out) {
   return *out ? 0 : -EIO;
 }
 
+/* A failure while freeing cannot be returned: it is reported. */
+static void mpi_warn(const struct zo_comm *c, int rc, const char *call) {
+  if (rc == MPI_SUCCESS) return;
+  mpi_fail(c, rc, call, "freeing a communicator");
+  fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
+}
+
 static void mpi_free(struct zo_comm *c) {
   struct mpi_impl *im = c->impl;
   int finalized = 0;
-  MPI_Finalized(&finalized);
+  mpi_warn(c, MPI_Finalized(&finalized), "MPI_Finalized");
   if (!finalized) {
-    MPI_Comm_free(&im->comm);
-    if (c->world) MPI_Finalize();
+    mpi_warn(c, MPI_Comm_free(&im->comm), "MPI_Comm_free");
+    if (c->world) mpi_warn(c, MPI_Finalize(), "MPI_Finalize");
   }
   free(im);
   free(c);
 }
 
 struct zo_comm *zo_comm_mpi_init(void) {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
+  int initialized = 0, finalized = 0, rc;
+  if ((rc = MPI_Initialized(&initialized)) != MPI_SUCCESS || (rc = MPI_Finalized(&finalized)) != MPI_SUCCESS) {
+    mpi_fail(NULL, rc, "MPI_Initialized", "whether MPI runs");
+    return NULL;
+  }
   if (initialized || finalized) {
     zo_error(-EINVAL, "MPI was %s in this process: it starts once per process (one zo_comm_init(\"mpi\"))",
              finalized ? "initialized and finalized already" : "initialized already");
     return NULL;
   }
   int provided = MPI_THREAD_SINGLE;
-  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) {
     mpi_fail(NULL, rc, "MPI_Init_thread", "MPI_THREAD_MULTIPLE");
     return NULL;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if ((rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS) {
+    mpi_fail(NULL, rc, "MPI_Comm_set_errhandler", "MPI_COMM_WORLD, MPI_ERRORS_RETURN");
+    MPI_Finalize();
+    return NULL;
+  }
   if (provided < MPI_THREAD_MULTIPLE) {
     zo_error(-ENOTSUP, "the MPI library provides thread level %d, below MPI_THREAD_MULTIPLE (%d): the scheduler's "
                        "optimizer thread reduces gradients while the main thread reduces losses; use an MPI "
