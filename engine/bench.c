@@ -13,6 +13,7 @@
 #include "zo/adamw.h"
 #include "zo/plan.h"
 #include "zo/sched.h"
+#include "zo/train.h"
 
 /* Same traffic as the AdamW step; v stays positive and nothing goes subnormal. */
 static void yardstick(float *restrict p, const float *restrict g, float *restrict m,
@@ -96,9 +97,10 @@ static void fill_tokens(int32_t *in, int32_t *tg, size_t n, int V, uint64_t *sta
 
 /* Mean step time over `steps` steps (after `warmup` untimed ones), steps
  * numbered from *t; with compute_only the optimizer is skipped and each
- * step's micro-batches are timed to completion. */
+ * step's micro-batches are timed to completion. comm_s (may be NULL): the
+ * mean seconds per step in collectives. */
 static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, int warmup,
-                      bool compute_only, long *t, double *mean_s) {
+                      bool compute_only, long *t, double *mean_s, double *comm_s) {
   struct zo_model *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
@@ -106,10 +108,13 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
                                 .weight_decay = (float)cfg->optimizer.weight_decay};
   uint64_t rng = 7 + (uint64_t)*t;
   double t0 = zo_time_s();
+  struct zo_sched_stats st0, st1;
+  zo_sched_stats(s, &st0);
   int err = 0;
   for (int i = 0; i < steps + warmup && !err; i++) {
     if (i == warmup) {
       if ((err = zo_sched_synchronize(s))) break;
+      zo_sched_stats(s, &st0);
       t0 = zo_time_s();
     }
     for (int k = 0; k < cfg->grad_accum; k++) {
@@ -126,14 +131,16 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   }
   if (!err) err = zo_sched_synchronize(s);
   *mean_s = (zo_time_s() - t0) / steps;
+  zo_sched_stats(s, &st1);
+  if (comm_s) *comm_s = (st1.comm_s - st0.comm_s) / steps;
   return err;
 }
 
 static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo_placement *pl,
-                                    zo_backend_t be) {
+                                    zo_backend_t be, zo_comm_t comm) {
   const struct zo_sched_config sc = {.model = cfg->model.spec, .B = cfg->micro_batch, .T = cfg->data.seq_len,
                                      .placement = *pl, .backend = be,
-                                     .host_budget = cfg->engine.host_memory_budget};
+                                     .host_budget = cfg->engine.host_memory_budget, .comm = comm};
   struct zo_sched *s = zo_sched_init(&sc);
   if (!s) return NULL;
   int err = zo_sched_state_init(s, cfg->engine.seed);
@@ -207,10 +214,10 @@ static double opt_bench_time(struct opt_bench *o, const struct zo_config *cfg, i
  * optimizer alone, back to back; each figure is the median over rounds and
  * the overlap is the median of the per-round ratios, so a drift of the
  * machine's speed between rounds cancels. */
-int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out) {
+int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, struct zo_bench_step *out) {
   memset(out, 0, sizeof *out);
   out->steps = steps;
-  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+  zo_backend_t be = zo_train_backend(cfg, comm);
   if (!be) return -ENODEV;
   snprintf(out->backend, sizeof out->backend, "%s", be->name);
   struct zo_plan plan;
@@ -220,21 +227,21 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   dev.optimizer = ZO_OFFLOAD_NONE;
   dev.grads_on_host = false;
   dev.param_slots = 0;
-  struct zo_sched *s = bench_sched(cfg, &plan.placement, be), *sd = s ? bench_sched(cfg, &dev, be) : NULL;
+  struct zo_sched *s = bench_sched(cfg, &plan.placement, be, comm), *sd = s ? bench_sched(cfg, &dev, be, comm) : NULL;
   struct opt_bench ob = {0};
   if (!s || !sd) {
     zo_sched_free(s);
     return -ENOMEM;
   }
   double step[BENCH_ROUNDS], device[BENCH_ROUNDS], compute[BENCH_ROUNDS], io[BENCH_ROUNDS], opt[BENCH_ROUNDS];
-  double ratio[BENCH_ROUNDS], overlap[BENCH_ROUNDS];
+  double ratio[BENCH_ROUNDS], overlap[BENCH_ROUNDS], comm_s[BENCH_ROUNDS];
   long ts = 0, td = 0;
   err = opt_bench_init(&ob, &zo_sched_model(s)->table);
   for (int r = 0; r < BENCH_ROUNDS && !err; r++) {
     const int warmup = r == 0 ? 2 : 0;
-    if ((err = time_steps(s, cfg, steps, warmup, false, &ts, &step[r])) ||
-        (err = time_steps(sd, cfg, steps, warmup, false, &td, &device[r])) ||
-        (err = time_steps(sd, cfg, steps, warmup, true, &td, &compute[r])) ||
+    if ((err = time_steps(s, cfg, steps, warmup, false, &ts, &step[r], &comm_s[r])) ||
+        (err = time_steps(sd, cfg, steps, warmup, false, &td, &device[r], NULL)) ||
+        (err = time_steps(sd, cfg, steps, warmup, true, &td, &compute[r], NULL)) ||
         (err = zo_sched_time_io(s, &io[r])))
       break;
     opt[r] = opt_bench_time(&ob, cfg, 3);
@@ -262,7 +269,23 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_st
   out->device_tflops = flops / out->device_step_s / 1e12;
   out->overlap = zo_median(overlap, BENCH_ROUNDS);
   out->rounds = BENCH_ROUNDS;
-  return 0;
+  out->comm_s = zo_median(comm_s, BENCH_ROUNDS);
+  /* Every rank's figures, for rank 0 to print. */
+  out->ranks = comm ? zo_comm_size(comm) : 1;
+  double mine[2] = {out->tokens_per_s, out->comm_s};
+  double *all = malloc((size_t)out->ranks * sizeof mine);
+  if (!all) return zo_error(-ENOMEM, "bench step: out of host memory for %d ranks' figures", out->ranks);
+  err = comm ? zo_comm_allgather(comm, mine, sizeof mine, all) : 0;
+  if (!comm) memcpy(all, mine, sizeof mine);
+  for (int r = 0; r < out->ranks && !err; r++) {
+    out->total_tokens_per_s += all[2 * r];
+    if (r < ZO_BENCH_MAX_RANKS) {
+      out->rank_tokens_per_s[r] = all[2 * r];
+      out->rank_comm_s[r] = all[2 * r + 1];
+    }
+  }
+  free(all);
+  return err;
 }
 
 /* ---- bench memory -------------------------------------------------------- */

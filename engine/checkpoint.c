@@ -375,13 +375,14 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
   }
   const struct zo_loss_scaler *ls = &state->scaler;
-  json_t *j = files ? json_pack("{s:I, s:I, s:I, s:I, s:f, s:i, s:I, s:I, s:I, s:o}", "step",
+  json_t *j = files ? json_pack("{s:I, s:I, s:I, s:I, s:f, s:i, s:I, s:I, s:I, s:I, s:i, s:o}", "step",
                                 (json_int_t)state->step, "applied_steps", (json_int_t)state->applied_steps,
                                 "skipped_steps", (json_int_t)state->skipped_steps, "data_position",
                                 (json_int_t)state->data_position, "loss_scale", ls->scale,
                                 "loss_scale_hysteresis_left", ls->hysteresis_left, "loss_scale_iter",
                                 (json_int_t)ls->iter, "loss_scale_last_overflow",
                                 (json_int_t)ls->last_overflow, "seed", (json_int_t)state->seed,
+                                "batch_rows", (json_int_t)state->batch_rows, "world_size", state->world_size,
                                 "files", files)
                     : NULL;
   if (!j) {
@@ -868,6 +869,11 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   state->scaler.iter = siter;
   state->scaler.last_overflow = slast;
   state->seed = (uint64_t)seed;
+  /* Informational, absent from older checkpoints: the state does not depend
+   * on the rank count. */
+  json_t *rows = json_object_get(j, "batch_rows"), *ws = json_object_get(j, "world_size");
+  state->batch_rows = json_is_integer(rows) ? (long)json_integer_value(rows) : 0;
+  state->world_size = json_is_integer(ws) ? (int)json_integer_value(ws) : 0;
 out:
   zo_st_close(of);
   json_decref(j);

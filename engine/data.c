@@ -34,7 +34,9 @@ struct zo_data {
   size_t token_nbytes; /* 1, 2 or 4 */
   size_t n_tokens;
   int B, T;
-  size_t BT; /* tokens of inputs per micro-batch */
+  size_t BT;       /* tokens of inputs per global micro-batch (all ranks' rows) */
+  size_t rank_off; /* tokens: this rank's first row in the global micro-batch */
+  size_t rank_BT;  /* tokens of inputs this rank reads per micro-batch */
   bool shuffle;
   uint64_t seed;
   uint64_t position; /* micro-batches handed out */
@@ -279,8 +281,14 @@ static size_t first_bad_token(const struct zo_data *d, int vocab_size) {
 
 struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
                              bool shuffle, uint64_t seed) {
+  return zo_data_open_rank(path, fmt, vocab_size, B, T, shuffle, seed, 0, 1);
+}
+
+struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
+                                  bool shuffle, uint64_t seed, int rank, int n_ranks) {
   ZO_ASSERT(path != NULL);
   ZO_ASSERT(B >= 1 && T >= 1 && vocab_size >= 1);
+  ZO_ASSERT(n_ranks >= 1 && rank >= 0 && rank < n_ranks);
   ZO_ASSERT(fmt == ZO_DATA_TEXT || fmt == ZO_DATA_LLMC || fmt == ZO_DATA_U16 || fmt == ZO_DATA_U32);
   int fd;
   size_t nbytes;
@@ -302,7 +310,9 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
   d->map_nbytes = nbytes;
   d->B = B;
   d->T = T;
-  d->BT = (size_t)B * (size_t)T;
+  d->BT = (size_t)n_ranks * (size_t)B * (size_t)T;
+  d->rank_BT = (size_t)B * (size_t)T;
+  d->rank_off = (size_t)rank * d->rank_BT;
   d->shuffle = shuffle;
   d->seed = seed;
 
@@ -340,9 +350,15 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
   }
 
   if (d->n_tokens < d->BT + 1) {
-    zo_error(-EINVAL, "data file '%s' is too short for one micro-batch: it holds %zu tokens, B*T+1 = %d*%d+1 = %zu "
-                      "are needed (lower the micro-batch size or sequence length, or add data)",
-             path, d->n_tokens, B, T, d->BT + 1);
+    if (n_ranks == 1)
+      zo_error(-EINVAL, "data file '%s' is too short for one micro-batch: it holds %zu tokens, B*T+1 = %d*%d+1 = %zu "
+                        "are needed (lower the micro-batch size or sequence length, or add data)",
+               path, d->n_tokens, B, T, d->BT + 1);
+    else
+      zo_error(-EINVAL, "data file '%s' is too short for one global micro-batch: it holds %zu tokens, "
+                        "ranks*B*T+1 = %d*%d*%d+1 = %zu are needed (lower the micro-batch size or sequence "
+                        "length, or add data)",
+               path, d->n_tokens, n_ranks, B, T, d->BT + 1);
     goto out_free;
   }
   /* The scan is skipped only when no id of this width can reach vocab_size;
@@ -422,8 +438,11 @@ int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets) {
   } else {
     start = (size_t)((u128)(i % d->n_tokens) * d->BT % d->n_tokens);
   }
-  copy_tokens(d, inputs, start, d->BT);
-  copy_tokens(d, targets, start + 1 == d->n_tokens ? 0 : start + 1, d->BT);
+  /* This rank's rows of the global window; start + rank_off can pass the
+   * end only without shuffle, where the stream wraps. */
+  start = (start + d->rank_off) % d->n_tokens;
+  copy_tokens(d, inputs, start, d->rank_BT);
+  copy_tokens(d, targets, start + 1 == d->n_tokens ? 0 : start + 1, d->rank_BT);
   return 0;
 }
 

@@ -1,6 +1,10 @@
 /* zoffload command line: train, eval, sample, plan, bench, config, prepare.
  * Exit codes: 0 success, 1 runtime error (data, I/O, memory), 2 bad usage or
- * bad config. Only this file (and tests, benchmarks) calls exit(). */
+ * bad config. Only this file (and tests, benchmarks) calls exit(). Under an
+ * MPI launcher (mpirun -np N) train and bench step run data parallel over
+ * the N ranks; a rank that fails ends the whole job (MPI_Abort), because
+ * the others may be waiting for it in a collective. The other commands run
+ * in each process on its own. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -9,6 +13,7 @@
 
 #include "zo/bench.h"
 #include "zo/bench8.h"
+#include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/data.h"
 #include "zo/nvme.h"
@@ -40,7 +45,9 @@ static const char *usage_train =
     "                    latest checkpoint-<step> under checkpoint.dir\n"
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
     "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
-    "                    every run ends with the memory report (planned, peak, current)\n";
+    "                    every run ends with the memory report (planned, peak, current)\n"
+    "  under mpirun -np N: N data-parallel ranks on the CPU backend, train_micro_batch_size_per_gpu\n"
+    "  rows each, replicated optimizer state; rank 0 prints, logs and saves\n";
 
 static const char *usage_eval =
     "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N]\n"
@@ -75,7 +82,8 @@ static const char *usage_bench =
     "  nvme:  sequential write then read through the NVMe tier (default 1 GiB, 1 MiB\n"
     "         blocks, queue depth 32)\n"
     "  step:  step time with the config's placement vs everything on the device, and\n"
-    "         overlap efficiency = step / max(compute alone, I/O alone, optimizer alone)\n"
+    "         overlap efficiency = step / max(compute alone, I/O alone, optimizer alone);\n"
+    "         under mpirun -np N also tokens/s per rank and in total and the time in communication\n"
     "  memory: device bytes planned and measured (schedulers built, no step run) for fp32 all on\n"
     "         device (unchunked head from the plan, chunked head), bf16, + activation checkpointing,\n"
     "         + optimizer offload, + parameter offload, all combined\n"
@@ -99,6 +107,28 @@ static int bad_usage(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n%s", usage);
   return 2;
+}
+
+/* The communicator of train and bench step: MPI when started by an MPI
+ * launcher (and built with MPI), else one process. NULL after printing why. */
+static zo_comm_t job_comm(const char *what) {
+  zo_comm_t c = zo_comm_init("auto");
+  if (!c) fail(1, what);
+  return c;
+}
+
+/* A failed command of a job: over several ranks the others may wait for
+ * this one in a collective, so the job ends here (MPI_Abort); with one rank
+ * the message and the exit code as usual. */
+static int job_fail(zo_comm_t comm, int code, const char *what) {
+  if (zo_comm_size(comm) > 1) {
+    fprintf(stderr, "zoffload: rank %d of %d: %s: %s (ending every rank)\n", zo_comm_rank(comm),
+            zo_comm_size(comm), what, zo_last_error());
+    zo_comm_abort(comm, code);
+  }
+  fail(code, what);
+  zo_comm_free(comm);
+  return code;
 }
 
 /* Exit code for an engine error: config-level errors are usage errors. */
@@ -313,11 +343,18 @@ static int cmd_train(int argc, char **argv) {
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
+  zo_comm_t comm = job_comm("train");
+  if (!comm) {
+    zo_config_free(&cfg);
+    return 1;
+  }
   struct zo_train_opts opts = {.resume = a.resume, .sample_tokens = (int)a.sample,
-                               .memory_report = a.memory_report};
+                               .memory_report = a.memory_report, .comm = comm};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
-  return err ? fail(exit_code(err), "train") : 0;
+  if (err) return job_fail(comm, exit_code(err), "train");
+  zo_comm_free(comm);
+  return 0;
 }
 
 static int cmd_eval(int argc, char **argv) {
@@ -457,15 +494,24 @@ static int bench_step(int argc, char **argv) {
   const bool json = a.json;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
+  zo_comm_t comm = job_comm("bench step");
+  if (!comm) {
+    zo_config_free(&cfg);
+    return 1;
+  }
   struct zo_bench_step b;
   int err = zo_train_model_config(&cfg, &cfg.model.spec);
-  if (!err) err = zo_bench_step_run(&cfg, (int)steps, &b);
+  if (!err) err = zo_bench_step_run(&cfg, (int)steps, comm, &b);
   char where[200] = "";
   struct zo_placement pl;
   if (!err && zo_placement_from_config(&cfg, cfg.model.spec.n_layer, &pl) == 0)
     zo_placement_describe(&pl, where, sizeof where);
+  const int B = cfg.micro_batch;
   zo_config_free(&cfg);
-  if (err) return fail(exit_code(err), "bench step");
+  if (err) return job_fail(comm, exit_code(err), "bench step");
+  const bool lead = zo_comm_rank(comm) == 0;
+  zo_comm_free(comm);
+  if (!lead) return 0;
   printf("step (%s, %s backend), medians over %d alternating rounds of %d steps:\n", where, b.backend, b.rounds,
          b.steps);
   printf("  configured placement %.1f ms, all on device %.1f ms (ratio %.3f)\n", b.step_s * 1e3,
@@ -475,12 +521,28 @@ static int bench_step(int argc, char **argv) {
   printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,
          b.optimizer_s * 1e3);
   printf("  overlap efficiency (step / slowest alone): %.3f\n", b.overlap);
+  char ranks_json[64 + 48 * ZO_BENCH_MAX_RANKS] = "";
+  if (b.ranks > 1) {
+    printf("  data parallel over %d ranks (micro-batch %d per rank, global %d): %.0f tokens/s in total\n", b.ranks,
+           B, B * b.ranks, b.total_tokens_per_s);
+    size_t o = (size_t)snprintf(ranks_json, sizeof ranks_json, ", \"ranks\": %d, \"total_tokens_per_s\": %.1f, "
+                                "\"rank_tokens_per_s\": [", b.ranks, b.total_tokens_per_s);
+    for (int q = 0; q < b.ranks && q < ZO_BENCH_MAX_RANKS; q++) {
+      printf("    rank %d: %.0f tokens/s, %.1f ms per step in communication (gradient and loss sums, waits "
+             "included)\n", q, b.rank_tokens_per_s[q], b.rank_comm_s[q] * 1e3);
+      o += (size_t)snprintf(ranks_json + o, sizeof ranks_json - o, "%s%.1f", q ? ", " : "", b.rank_tokens_per_s[q]);
+    }
+    o += (size_t)snprintf(ranks_json + o, sizeof ranks_json - o, "], \"rank_comm_ms\": [");
+    for (int q = 0; q < b.ranks && q < ZO_BENCH_MAX_RANKS; q++)
+      o += (size_t)snprintf(ranks_json + o, sizeof ranks_json - o, "%s%.3f", q ? ", " : "", b.rank_comm_s[q] * 1e3);
+    snprintf(ranks_json + o, sizeof ranks_json - o, "]");
+  }
   if (json)
     printf("{\"backend\": \"%s\", \"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, "
            "\"io_ms\": %.3f, \"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f, \"tokens_per_s\": %.1f, "
-           "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f}\n",
+           "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f%s}\n",
            b.backend, b.step_s * 1e3, b.device_step_s * 1e3, b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3,
-           b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops);
+           b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops, ranks_json);
   return 0;
 }
 

@@ -14,7 +14,12 @@
  *    buffer_count chunks earlier;
  *  - step_end first waits for the previous step's optimizer, so host-function
  *    arguments, which are double-buffered by step parity, are never
- *    rewritten while queued.
+ *    rewritten while queued;
+ *  - data parallel: the gradient sum over the ranks is the optimizer
+ *    stream's first task of a step, on a communicator of its own (the main
+ *    thread reduces losses on the caller's at the same time); nothing
+ *    writes the gradients again before this step's updates, which follow it
+ *    on the same stream, have read them.
  * It does not checkpoint, load data or log: engine/train.c does. */
 #include "zo/sched.h"
 #include "zo/state.h"
@@ -540,11 +545,16 @@ struct zo_sched {
   int nv_cached[NV_FILES];      /* chunk in nvb[0].file[f], -1 none */
   bool nv_dirty[NV_FILES];
   bool *nv_valid;               /* (NV_FILES, n_chunks) the chunk's region of the file was written */
+  /* data parallelism: comm is the caller's (main thread), grad_comm a
+   * duplicate for the optimizer stream; both NULL with one rank */
+  zo_comm_t comm, grad_comm;
+  int n_ranks;
+  double *loss_sums;            /* (2 * grad_accum) per micro-batch loss sums, then token counts */
   /* first asynchronous error */
   pthread_mutex_t err_mu;
   atomic_int err;
   char err_msg[512];
-  atomic_uint_fast64_t opt_ns, acc_ns, nv_wait_ns;
+  atomic_uint_fast64_t opt_ns, acc_ns, nv_wait_ns, comm_ns;
 };
 
 static void async_fail(struct zo_sched *s, int err) {
@@ -808,6 +818,20 @@ static const float *opt_grads(const struct zo_sched *s) {
   return s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads;
 }
 
+/* Optimizer stream, the step's first task: the accumulated gradients, where
+ * the optimizer reads them, summed over the ranks in place. Each rank's
+ * dloss carries 1/ranks, so the sum is the global-batch mean and every rank
+ * runs the same norm, clip, skip and update on it. On the CPU backend the
+ * device accumulator is host memory. The sum runs even after an error on
+ * this rank, so that the others are not left waiting before the job ends. */
+static void grads_allreduce_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = zo_comm_allreduce(s->grad_comm, (float *)(uintptr_t)opt_grads(s), s->t->numel, ZO_F32, ZO_COMM_SUM);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
+}
+
 /* Optimizer stream. With the optimizer on the device the per-tensor sums
  * were computed there (backend sumsq) and copied to norm_host before this
  * runs; the host only adds them, in the same table order. */
@@ -1062,6 +1086,7 @@ static int queue_optimizer(struct zo_sched *s) {
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
   CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
+  if (s->grad_comm) CHECK_Q(be->launch_host_func(s->os, grads_allreduce_fn, s));
   if (on_device) {
     for (int i = 0; i < s->t->n_tensors; i++)
       be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->os);
@@ -1073,6 +1098,8 @@ static int queue_optimizer(struct zo_sched *s) {
   const bool dev_update = on_device;
   if (dev_update) {
     int err = be->event_synchronize(s->norm_done);
+    /* Gradients not summed over the ranks must not update this replica. */
+    if (!err && s->grad_comm) err = async_error(s);
     if (err) return err;
   }
   /* A step skipped for a non-finite gradient queues no device update (the
@@ -1243,12 +1270,29 @@ static int nvme_open(struct zo_sched *s) {
 }
 
 struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
+  const int n_ranks = c->comm ? zo_comm_size(c->comm) : 1;
+  if (n_ranks > 1 && c->backend != zo_backend_cpu()) {
+    zo_error(-ENOTSUP, "data parallelism over %d ranks runs on the CPU backend only: the gradients are summed "
+                       "by MPI in host memory, and on the %s backend the collectives need NCCL, which is not "
+                       "wired yet; set engine.device = \"cpu\" or run one process",
+             n_ranks, c->backend->name);
+    return NULL;
+  }
+  /* The duplicate first: it is collective, and every rank reaches it. */
+  zo_comm_t grad_comm = NULL;
+  if (n_ranks > 1 && zo_comm_dup(c->comm, &grad_comm)) return NULL;
   struct zo_sched *s = calloc(1, sizeof *s);
   if (!s) {
+    zo_comm_free(grad_comm);
     zo_error(-ENOMEM, "out of host memory for the scheduler");
     return NULL;
   }
   pthread_mutex_init(&s->err_mu, NULL);
+  s->n_ranks = n_ranks;
+  if (n_ranks > 1) {
+    s->comm = c->comm;
+    s->grad_comm = grad_comm;
+  }
   s->loss_scale = 1.0;
   s->pl = c->placement;
   s->be = c->backend;
@@ -1320,11 +1364,12 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
   s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
   s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
+  s->loss_sums = calloc(2 * (size_t)s->pl.grad_accum, sizeof(double));
   const int NCK = s->pl.ckpt_cpu ? s->pl.ckpt_blocks : 0;
   s->ck_saved = calloc((size_t)NCK + 1, sizeof(zo_event_t));
   s->n_ck = NCK;
   if (!s->param_ready || !s->opt_done || !s->slot_free || !s->slot_ready || !s->slot_owner ||
-      !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->ck_saved) {
+      !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->loss_sums || !s->ck_saved) {
     zo_error(-ENOMEM, "out of host memory for the scheduler");
     goto out_free;
   }
@@ -1421,6 +1466,8 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->opt_tasks);
   free(s->acc_tasks);
   free(s->n_valid);
+  free(s->loss_sums);
+  zo_comm_free(s->grad_comm);
   free(s->chunks);
   free(s->nvb);
   free(s->nv_refill);
@@ -1731,8 +1778,10 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   /* The step's first state reads overlap its forward and backward. */
   if (s->nv && k == 0) nv_prime(s, s->parity ^ 1);
   /* The LM head's backward runs chunk by chunk inside the forward. The loss
-   * scale is a power of two, so scaling dloss is exact. */
-  const float dloss = (float)s->loss_scale / ((float)BT * (float)K);
+   * scale is a power of two, so scaling dloss is exact. Over N ranks the
+   * denominator is the global micro-batch's tokens, the same float as one
+   * process with N times the rows computes. */
+  const float dloss = (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
   zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
   CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
@@ -1742,12 +1791,27 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->cs));
 }
 
-/* Mean over tokens with a target: invalid tokens have loss exactly 0, so
+/* Sum over tokens: invalid tokens (no target) have loss exactly 0, so
  * summing every entry gives the same double as skipping them. */
-static double mean_loss(const float *losses, size_t n, int n_valid) {
+static double loss_sum(const float *losses, size_t n) {
   double sum = 0.0;
   for (size_t i = 0; i < n; i++) sum += losses[i];
+  return sum;
+}
+
+/* Mean over tokens with a target. */
+static double mean_loss(const float *losses, size_t n, int n_valid) {
+  const double sum = loss_sum(losses, n);
   return n_valid ? sum / n_valid : 0.0;
+}
+
+/* sums[0, n) (loss sums) and sums[n, 2n) (token counts) added over the
+ * ranks, on the caller's communicator. */
+static int ranks_sum(struct zo_sched *s, double *sums, int n) {
+  const double t0 = zo_time_s();
+  int err = zo_comm_allreduce(s->comm, sums, 2 * (size_t)n, ZO_F64, ZO_COMM_SUM);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  return err ? error_prefixed(err, "summing the losses over the ranks") : 0;
 }
 
 int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams *hp,
@@ -1777,7 +1841,18 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   const size_t BT = (size_t)s->B * (size_t)s->T;
   const int K = s->pl.grad_accum;
   double sum = 0.0;
-  for (int k = 0; k < K; k++) sum += mean_loss(s->h.losses + (size_t)k * BT, BT, s->n_valid[k]) / K;
+  if (s->comm) {
+    /* Each micro-batch's mean over the global micro-batch's tokens. */
+    double *ls = s->loss_sums;
+    for (int k = 0; k < K; k++) {
+      ls[k] = loss_sum(s->h.losses + (size_t)k * BT, BT);
+      ls[K + k] = s->n_valid[k];
+    }
+    if ((err = ranks_sum(s, ls, K))) return err;
+    for (int k = 0; k < K; k++) sum += (ls[K + k] > 0 ? ls[k] / ls[K + k] : 0.0) / K;
+  } else {
+    for (int k = 0; k < K; k++) sum += mean_loss(s->h.losses + (size_t)k * BT, BT, s->n_valid[k]) / K;
+  }
   *loss = sum;
   return async_error(s);
 }
@@ -1809,7 +1884,13 @@ int zo_sched_eval(struct zo_sched *s, double *loss) {
   int err = s->be->memcpy_async(out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->cs);
   if (!err) err = s->be->stream_synchronize(s->cs);
   if (err) return err;
-  *loss = mean_loss(out, BT, n);
+  if (s->comm) {
+    double ls[2] = {loss_sum(out, BT), n};
+    if ((err = ranks_sum(s, ls, 1))) return err;
+    *loss = ls[1] > 0 ? ls[0] / ls[1] : 0.0;
+  } else {
+    *loss = mean_loss(out, BT, n);
+  }
   return async_error(s);
 }
 
@@ -1823,6 +1904,7 @@ void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
   out->optimizer_s = (double)atomic_load(&s->opt_ns) * 1e-9;
   out->accumulate_s = (double)atomic_load(&s->acc_ns) * 1e-9;
   out->nvme_wait_s = (double)atomic_load(&s->nv_wait_ns) * 1e-9;
+  out->comm_s = (double)atomic_load(&s->comm_ns) * 1e-9;
   out->pinned = s->pool.pinned;
 }
 

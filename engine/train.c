@@ -13,12 +13,16 @@
  * are refused with -ENOTSUP. Activation checkpointing and the chunked LM
  * head live in the model and the scheduler. Every run ends with the memory report
  * (planned, peak and current bytes per tier and category, measured in the
- * allocators); --memory-report prints the plan before anything is allocated. */
+ * allocators); --memory-report prints the plan before anything is allocated.
+ * Data parallel (zo_train_opts.comm over several ranks): each rank trains its
+ * rows of the global micro-batch on a full replica, the scheduler sums the
+ * gradients; rank 0 alone prints, logs and saves (see zo/train.h). */
 #include "zo/train.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,13 @@
  * CPU). Returns NULL with zo_last_error() set. */
 static zo_backend_t engine_backend(const struct zo_config *cfg) {
   return zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+}
+
+zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm) {
+  if (cfg->engine.threads > 0 || !comm || zo_comm_local_size(comm) <= 1 || getenv("OMP_NUM_THREADS"))
+    return engine_backend(cfg);
+  const long per = sysconf(_SC_NPROCESSORS_ONLN) / zo_comm_local_size(comm);
+  return zo_backend_init(zo_device_name(cfg->engine.device), per >= 1 ? (int)per : 1);
 }
 
 /* Refuses what this version of the engine does not run yet, naming the key. */
@@ -83,6 +94,7 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
   return model_config(cfg, mc);
 }
 
+/* Validation micro-batches (of B rows, the global micro-batch's) in d. */
 static int val_batches(const struct zo_data *d, int B, int T) {
   size_t n = zo_data_n_tokens(d) / ((size_t)B * (size_t)T);
   return n < 1 ? 1 : n > 20 ? 20 : (int)n;
@@ -211,6 +223,11 @@ static int sched_eval_loss(struct zo_sched *s, struct zo_data *d, int n, double 
 
 struct trainer {
   const struct zo_config *cfg;
+  zo_comm_t comm;                  /* NULL: one process */
+  int rank, n_ranks;
+  bool lead;                       /* rank 0: prints, logs metrics, saves checkpoints */
+  bool tty;                        /* progress bar: stdout is a terminal, one process (mpirun
+                                    * gives ranks a terminal even when its output is a file) */
   zo_backend_t be;
   struct zo_sched *sched;
   struct zo_data *train, *val;
@@ -225,8 +242,17 @@ static void trainer_free(struct trainer *t) {
   zo_sched_free(t->sched);
 }
 
+/* printf on the lead rank only (the others hold the same state). */
+static void say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const struct trainer *t, const char *fmt, ...) {
+  if (!t->lead) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+}
+
 static void progress_bar(long step, long total, double elapsed, long first) {
-  if (!isatty(STDOUT_FILENO)) return;
   int width = 30, filled = (int)(width * step / total);
   double eta = step > first ? elapsed / (double)(step - first) * (double)(total - step) : 0.0;
   printf("\r[%.*s%*s] %3d%% ETA %d:%02d ", filled, "==============================", width - filled, "",
@@ -244,24 +270,30 @@ static void print_peaks(const struct zo_sched_stats *st, FILE *out) {
 }
 
 int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
-  struct trainer t = {.cfg = cfg};
+  struct trainer t = {.cfg = cfg, .comm = opts->comm, .n_ranks = opts->comm ? zo_comm_size(opts->comm) : 1};
+  if (t.n_ranks == 1) t.comm = NULL;
+  t.rank = t.comm ? zo_comm_rank(t.comm) : 0;
+  t.lead = t.rank == 0;
+  t.tty = !t.comm && isatty(STDOUT_FILENO);
   struct zo_model_config mc;
   int err;
   if ((err = check_supported(cfg)) || (err = model_config(cfg, &mc))) return err;
   if (!cfg->data.train || !cfg->data.train[0])
     return zo_error(-EINVAL, "data.train: no training data given (a token file path)");
-  const int B = cfg->micro_batch, T = cfg->data.seq_len, K = cfg->grad_accum;
-  const size_t BT = (size_t)B * (size_t)T;
+  /* B rows per rank; a step is K global micro-batches of N*B rows. */
+  const int B = cfg->micro_batch, T = cfg->data.seq_len, K = cfg->grad_accum, N = t.n_ranks;
+  const size_t BT = (size_t)B * (size_t)T, GBT = BT * (size_t)N;
 
-  t.be = engine_backend(cfg);
+  t.be = zo_train_backend(cfg, t.comm);
   if (!t.be) return -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan plan;
   if ((err = zo_plan_build(cfg, &mc, t.be, &plan))) goto out;
-  if (opts->memory_report) zo_plan_print(&plan, stdout);
+  if (opts->memory_report && t.lead) zo_plan_print(&plan, stdout);
   if ((err = zo_plan_check(cfg, &plan))) goto out;
   const struct zo_sched_config sc = {.model = mc, .B = B, .T = T, .placement = plan.placement,
-                                     .backend = t.be, .host_budget = cfg->engine.host_memory_budget};
+                                     .backend = t.be, .host_budget = cfg->engine.host_memory_budget,
+                                     .comm = t.comm};
   if (!(t.sched = zo_sched_init(&sc))) {
     err = -ENOMEM;
     goto out;
@@ -269,15 +301,15 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   struct zo_model *m = zo_sched_model(t.sched);
   const size_t n = m->table.numel;
 
-  t.train = zo_data_open(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
-                         cfg->data.shuffle, cfg->engine.seed);
+  t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
+                              cfg->data.shuffle, cfg->engine.seed, t.rank, N);
   if (!t.train) {
     err = zo_error(-EIO, "data.train: %s", zo_last_error());
     goto out;
   }
   if (cfg->data.val && cfg->data.val[0]) {
-    t.val = zo_data_open(cfg->data.val, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
-                         false, cfg->engine.seed);
+    t.val = zo_data_open_rank(cfg->data.val, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
+                              false, cfg->engine.seed, t.rank, N);
     if (!t.val) {
       err = zo_error(-EIO, "data.val: %s", zo_last_error());
       goto out;
@@ -295,13 +327,20 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
         err = zo_error(-EINVAL, "--resume auto needs checkpoint.dir in the config");
         goto out;
       }
-      if ((err = zo_checkpoint_latest(cfg->checkpoint.dir, resume_path, sizeof resume_path))) goto out;
+      /* Rank 0's latest, so that every rank loads the same one. */
+      if (t.lead && (err = zo_checkpoint_latest(cfg->checkpoint.dir, resume_path, sizeof resume_path))) goto out;
+      if (t.comm && (err = zo_comm_broadcast(t.comm, resume_path, sizeof resume_path, 0))) goto out;
     } else {
       snprintf(resume_path, sizeof resume_path, "%s", opts->resume);
     }
     if ((err = zo_checkpoint_load_io(resume_path, m, &plan.placement.opt, &t.io, true, &st))) goto out;
     zo_data_seek(t.train, st.data_position);
-    printf("resumed from %s at step %ld\n", resume_path, st.step);
+    say(&t, "resumed from %s at step %ld\n", resume_path, st.step);
+    if (st.batch_rows && st.batch_rows != (long)B * N)
+      say(&t, "warning: the checkpoint was saved with global micro-batches of %ld rows (%d rank%s), this run has "
+              "%d (%d rank%s x train_micro_batch_size_per_gpu %d): its data position counts micro-batches, so "
+              "the data order differs from the saved run's\n",
+          st.batch_rows, st.world_size, st.world_size == 1 ? "" : "s", B * N, N, N == 1 ? "" : "s", B);
   } else {
     if (cfg->model.init_from && cfg->model.init_from[0])
       err = zo_model_load_safetensors_io(cfg->model.init_from, m, &t.io);
@@ -313,7 +352,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   if (!err) err = zo_sched_state_done(t.sched);
   if (err) goto out;
 
-  if (cfg->log.metrics_path && cfg->log.metrics_path[0]) {
+  st.batch_rows = (long)B * N;
+  st.world_size = N;
+  if (t.lead && cfg->log.metrics_path && cfg->log.metrics_path[0]) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", cfg->log.metrics_path);
     char *slash = strrchr(dir, '/');
@@ -333,23 +374,27 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   char desc[200];
   const size_t padding = (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd *
                          (mc.tie_embeddings ? 1u : 2u);
-  printf("model: %s, %.2fM parameters\n", zo_model_describe(&mc, desc, sizeof desc),
-         (double)(n - padding) / 1e6);
-  printf("train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
-         cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
-  printf("placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
+  say(&t, "model: %s, %.2fM parameters\n", zo_model_describe(&mc, desc, sizeof desc),
+      (double)(n - padding) / 1e6);
+  say(&t, "train: %s (%zu tokens), micro-batch %d x %d, %d accumulation step%s, %ld steps, %s backend\n",
+      cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
+  if (t.comm)
+    say(&t, "data parallel: %d ranks (%s), global micro-batch %d x %d (rank r reads rows [%d r, %d r + %d)), "
+            "optimizer state replicated on every rank\n",
+        N, zo_comm_name(t.comm), B * N, T, B, B, B);
+  say(&t, "placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
   if (plan.placement.opt.eightbit) {
     const struct zo_optim_format *of = &plan.placement.opt;
     const size_t n8 = zo_optim_numel_8bit(of, &m->table), sb = zo_optim_state_nbytes(of, &m->table);
-    printf("optimizer: AdamW8bit, block %zu, %.1f%% of parameters with 8-bit m, v (tensors >= %zu "
-           "elements); m + v %.3f B/param (fp32: 8)\n",
-           of->block, 100.0 * (double)n8 / (double)n, of->min_numel, 2.0 * (double)sb / (double)n);
+    say(&t, "optimizer: AdamW8bit, block %zu, %.1f%% of parameters with 8-bit m, v (tensors >= %zu "
+            "elements); m + v %.3f B/param (fp32: 8)\n",
+        of->block, 100.0 * (double)n8 / (double)n, of->min_numel, 2.0 * (double)sb / (double)n);
   }
-  int n_val = t.val ? val_batches(t.val, B, T) : 0;
+  int n_val = t.val ? val_batches(t.val, B * N, T) : 0;
   if (t.val && st.step == 0) {
     double vl;
     if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
-    printf("step 0: val loss %.4f\n", vl);
+    say(&t, "step 0: val loss %.4f\n", vl);
   }
 
   const struct zo_adamw_hparams hp0 = {.beta1 = (float)cfg->optimizer.betas[0],
@@ -364,6 +409,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   long acc_n = 0;
   for (long step = st.step + 1; step <= cfg->steps; step++) {
     double t0 = zo_time_s(), io = 0.0, loss = 0.0, norm = 0.0;
+    struct zo_sched_stats sb;
+    zo_sched_stats(t.sched, &sb);
+    const double comm0 = sb.comm_s;
     const double scale = st.scaler.scale;
     bool skipped = false;
     zo_sched_set_loss_scale(t.sched, scale);
@@ -385,13 +433,14 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     double t2 = zo_time_s();
     if (skipped) {
       st.skipped_steps++;
-      printf("%sstep %ld: gradient overflow at loss scale %g: update skipped\n",
-             isatty(STDOUT_FILENO) ? "\r" : "", step, scale);
+      say(&t, "%sstep %ld: gradient overflow at loss scale %g: update skipped\n",
+          t.tty ? "\r" : "", step, scale);
     } else {
       st.applied_steps++;
     }
     if ((err = zo_loss_scaler_update(&st.scaler, skipped))) goto out;
-    double tok_s = (double)(BT * (size_t)K) / (t2 - t0);
+    /* Tokens of every rank. */
+    double tok_s = (double)(GBT * (size_t)K) / (t2 - t0);
     acc_compute += t1 - t0 - io;
     acc_io += io;
     acc_wall += t2 - t0;
@@ -399,12 +448,17 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     acc_n++;
     if (t.metrics) {
       /* JSON has no inf or NaN: an overflowed step's norm is null. */
-      char norm_s[32] = "null";
+      char norm_s[32] = "null", dp_s[96] = "";
       if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
+      if (t.comm) {
+        struct zo_sched_stats se;
+        zo_sched_stats(t.sched, &se);
+        snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", N, 1e3 * (se.comm_s - comm0));
+      }
       fprintf(t.metrics,
               "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
-              "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f}\n",
-              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0));
+              "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s}\n",
+              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s);
       fflush(t.metrics);
     }
     st.step = step;
@@ -414,53 +468,61 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       double dt = acc_wall / acc_n;
       char peak[32];
       zo_sched_stats(t.sched, &s1);
-      if (isatty(STDOUT_FILENO)) printf("\r");
-      char scale_s[48] = "";
+      if (t.tty) say(&t, "\r");
+      char scale_s[48] = "", ranks_s[48] = "", comm_s[32] = "";
       if (st.scaler.enabled) snprintf(scale_s, sizeof scale_s, " | scale %g, %ld skipped", scale, st.skipped_steps);
-      printf("step %ld/%ld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.3f TFLOP/s | ms: "
-             "compute %.0f, copies %.1f, optimizer %.0f, io wait %.1f, nvme wait %.1f | device peak %s\n",
-             step, cfg->steps, acc_loss / acc_n, hp.lr, norm, scale_s, (double)(BT * (size_t)K) / dt,
-             flops_per_token * (double)(BT * (size_t)K) / dt / 1e12, 1e3 * acc_compute / acc_n,
-             1e3 * (s1.accumulate_s - s0.accumulate_s) / acc_n, 1e3 * (s1.optimizer_s - s0.optimizer_s) / acc_n,
-             1e3 * acc_io / acc_n, 1e3 * (s1.nvme_wait_s - s0.nvme_wait_s) / acc_n,
-             zo_format_bytes(s1.device_peak, peak));
+      if (t.comm) {
+        snprintf(ranks_s, sizeof ranks_s, " (%d ranks, %.0f per rank)", N, (double)(BT * (size_t)K) / dt);
+        snprintf(comm_s, sizeof comm_s, ", comm %.1f", 1e3 * (s1.comm_s - s0.comm_s) / acc_n);
+      }
+      say(&t, "step %ld/%ld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s%s | %.3f TFLOP/s | ms: "
+              "compute %.0f, copies %.1f, optimizer %.0f, io wait %.1f, nvme wait %.1f%s | device peak %s\n",
+          step, cfg->steps, acc_loss / acc_n, hp.lr, norm, scale_s, (double)(GBT * (size_t)K) / dt, ranks_s,
+          flops_per_token * (double)(GBT * (size_t)K) / dt / 1e12, 1e3 * acc_compute / acc_n,
+          1e3 * (s1.accumulate_s - s0.accumulate_s) / acc_n, 1e3 * (s1.optimizer_s - s0.optimizer_s) / acc_n,
+          1e3 * acc_io / acc_n, 1e3 * (s1.nvme_wait_s - s0.nvme_wait_s) / acc_n, comm_s,
+          zo_format_bytes(s1.device_peak, peak));
       s0 = s1;
       acc_compute = acc_io = acc_loss = acc_wall = 0;
       acc_n = 0;
     }
-    progress_bar(step, cfg->steps, zo_time_s() - t_start, first);
+    if (t.tty) progress_bar(step, cfg->steps, zo_time_s() - t_start, first);
     bool save = cfg->checkpoint.dir && cfg->checkpoint.dir[0] &&
                 (last || (cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0));
     if (save || (last && t.val)) {
       if (t.val) {
         double vl;
         if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
-        printf("%sstep %ld: val loss %.4f\n", isatty(STDOUT_FILENO) ? "\r" : "", step, vl);
+        say(&t, "%sstep %ld: val loss %.4f\n", t.tty ? "\r" : "", step, vl);
         if (t.metrics) {
           fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g}\n", step, vl);
           fflush(t.metrics);
         }
       }
-      if (save) {
+      if (save && t.lead) {
+        /* Every rank holds the same state: rank 0 writes it. */
         char path[PATH_MAX];
         err = zo_checkpoint_save_io(cfg->checkpoint.dir, m, &plan.placement.opt, &t.io, &st,
                                     cfg->checkpoint.keep, path, sizeof path);
         const int done = zo_sched_state_done(t.sched);
         if (err || (err = done)) goto out;
-        printf("%ssaved %s\n", isatty(STDOUT_FILENO) ? "\r" : "", path);
+        say(&t, "%ssaved %s\n", t.tty ? "\r" : "", path);
       }
+      /* The others go on once it is on disk, so that a job stopped after
+       * this line resumes from it. */
+      if (save && t.comm && (err = zo_comm_barrier(t.comm))) goto out;
     }
   }
-  if (isatty(STDOUT_FILENO)) printf("\n");
+  if (t.tty) say(&t, "\n");
   if ((err = zo_sched_synchronize(t.sched))) goto out;
   zo_sched_stats(t.sched, &s1);
-  print_peaks(&s1, stdout);
+  if (t.lead) print_peaks(&s1, stdout);
   struct zo_sched_mem mem;
   if ((err = zo_sched_memory(t.sched, &mem))) goto out;
-  zo_plan_report_print(&plan, &mem, stdout);
+  if (t.lead) zo_plan_report_print(&plan, &mem, stdout);
   if (opts->stats) *opts->stats = s1;
   if (opts->final_params && (err = zo_sched_get_state(t.sched, opts->final_params, NULL, NULL))) goto out;
-  if (opts->sample_tokens > 0) {
+  if (opts->sample_tokens > 0 && t.lead) {
     int32_t *ctx = calloc((size_t)opts->sample_tokens + 1, sizeof *ctx);
     if (!ctx) {
       err = zo_error(-ENOMEM, "out of host memory for sampling");

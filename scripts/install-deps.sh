@@ -4,10 +4,13 @@
 #   scripts/install-deps.sh              build + test + main-job dependencies
 #   scripts/install-deps.sh --reference  also python3-torch (regenerating the
 #                                        PyTorch reference vectors, benchmarks)
+# Open MPI is optional for the build (ZO_MPI=AUTO builds without it) but CI
+# installs it so that the data-parallel tests (ctest label mpi) run.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
       libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev libisal-dev
+      libopenmpi-dev openmpi-bin
       fortunes)
 if [[ "${1:-}" == "--reference" ]]; then
   pkgs+=(python3-torch python3-numpy python3-matplotlib)

@@ -2,7 +2,8 @@
  * (uint16 and uint32 shards), uint16 and uint32 files (including the wrap
  * across the end), the same streams from every format holding the same
  * tokens, ids above 65535, seek/position resume, shuffle as a seeded
- * permutation of windows, one distinct message per malformed file, and the
+ * permutation of windows, data-parallel ranks' slices of the global
+ * micro-batch, one distinct message per malformed file, and the
  * prepare round trip. Every expected value comes from
  * a plain loop over the token array the file was written from, never from the
  * loader. Files live in a mkdtemp directory removed at the end. */
@@ -349,6 +350,54 @@ static int seek_case(bool shuffle) {
 
 static int test_seek_sequential(void) { return seek_case(false); }
 static int test_seek_shuffle(void) { return seek_case(true); }
+
+/* Data-parallel slices: rank r of n with B rows reads rows [r*B, (r+1)*B)
+ * of the n*B-row micro-batches. Without shuffle against a plain loop over
+ * the tokens (N not a multiple of the global window, so passes wrap at
+ * different offsets); with shuffle against the n*B-row handle (the window
+ * order itself is checked by shuffle_permutation); after a seek too. */
+static int rank_slices_case(bool shuffle, int n_ranks) {
+  const size_t N = 1009;
+  const int B = 2, T = 5, n = 150;
+  const size_t BT = (size_t)B * T, GBT = (size_t)n_ranks * BT;
+  uint32_t tok[1009];
+  for (size_t k = 0; k < N; k++) tok[k] = zo_rng_u32() % 1000;
+  const char *path = tmp_path("ranks.u16");
+  if (!CHECK(write_tokens(path, ZO_DATA_U16, tok, N))) return 1;
+  struct zo_data *g = zo_data_open(path, ZO_DATA_U16, 1000, n_ranks * B, T, shuffle, 9);
+  if (!CHECK(g != NULL)) return 1;
+  int32_t *gin = malloc(n * GBT * sizeof *gin), *gtg = malloc(n * GBT * sizeof *gtg);
+  read_batches(g, n, GBT, gin, gtg);
+  zo_data_close(g);
+  int rc = 0;
+  if (!shuffle)
+    for (size_t i = 0; i < n * GBT && !rc; i++)
+      if (!CHECK(gin[i] == (int32_t)tok[i % N] && gtg[i] == (int32_t)tok[(i + 1) % N])) rc = 1;
+  int32_t x[10], y[10];
+  for (int r = 0; r < n_ranks && !rc; r++) {
+    struct zo_data *d = zo_data_open_rank(path, ZO_DATA_U16, 1000, B, T, shuffle, 9, r, n_ranks);
+    if (!CHECK(d != NULL)) return 1;
+    for (int i = 0; i < n && !rc; i++) {
+      zo_data_next(d, x, y);
+      if (!CHECK(memcmp(x, gin + i * GBT + r * BT, sizeof x) == 0) ||
+          !CHECK(memcmp(y, gtg + i * GBT + r * BT, sizeof y) == 0)) {
+        fprintf(stderr, "  rank %d of %d, micro-batch %d differs from the global one's rows\n", r, n_ranks, i);
+        rc = 1;
+      }
+    }
+    rc = rc || !CHECK(zo_data_position(d) == (uint64_t)n);
+    rc = rc || !CHECK(zo_data_seek(d, 77) == 0);
+    zo_data_next(d, x, y);
+    rc = rc || !CHECK(memcmp(x, gin + 77 * GBT + r * BT, sizeof x) == 0);
+    zo_data_close(d);
+  }
+  free(gin);
+  free(gtg);
+  return rc;
+}
+
+static int test_rank_slices_sequential(void) { return rank_slices_case(false, 2) || rank_slices_case(false, 3); }
+static int test_rank_slices_shuffle(void) { return rank_slices_case(true, 2) || rank_slices_case(true, 3); }
 
 /* Window index of a micro-batch of the file whose token k is k, or -1 when
  * it is not a whole window [j*BT, j*BT+BT]. */
@@ -804,6 +853,8 @@ int main(void) {
       ZO_TEST(seek_sequential),
       ZO_TEST(seek_shuffle),
       ZO_TEST(shuffle_permutation),
+      ZO_TEST(rank_slices_sequential),
+      ZO_TEST(rank_slices_shuffle),
       ZO_TEST(error_wrong_magic),
       ZO_TEST(error_wrong_version),
       ZO_TEST(error_truncated),

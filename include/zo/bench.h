@@ -4,6 +4,7 @@
 #ifndef ZO_BENCH_H
 #define ZO_BENCH_H
 
+#include "zo/comm.h"
 #include "zo/config.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,8 @@ struct zo_bench_adamw {
  * bytes. Returns 0 or -ENOMEM. */
 int zo_bench_adamw_run(size_t n, int threads, int reps, struct zo_bench_adamw *out);
 
+#define ZO_BENCH_MAX_RANKS 64 /* per-rank figures kept by zo_bench_step_run */
+
 struct zo_bench_step {
   char backend[16];      /* "cpu", "cuda": engine.device resolved */
   int steps;             /* timed steps per round */
@@ -39,17 +42,28 @@ struct zo_bench_step {
   double device_ratio;   /* median of per-round step_s / device_step_s */
   double overlap;        /* median of per-round step_s / max(compute_s, io_s, optimizer_s);
                             1 = perfect */
-  double tokens_per_s, device_tokens_per_s; /* B * T * grad_accum over step_s, device_step_s */
+  double tokens_per_s, device_tokens_per_s; /* B * T * grad_accum over step_s, device_step_s
+                                               (this rank's tokens) */
   double tflops, device_tflops;             /* zo_model_flops_per_token x tokens over the same */
+  /* Data parallel (1 rank: ranks 1, comm_s 0, total = tokens_per_s). */
+  int ranks;
+  double comm_s;             /* this rank, per configured step: seconds in collectives
+                              * (gradient and loss sums, waiting for the slowest rank included) */
+  double total_tokens_per_s; /* the ranks' tokens_per_s added up */
+  double rank_tokens_per_s[ZO_BENCH_MAX_RANKS]; /* tokens_per_s of rank r (the first
+                                                 * ZO_BENCH_MAX_RANKS ranks) */
+  double rank_comm_s[ZO_BENCH_MAX_RANKS];       /* comm_s of rank r */
 };
 
 /* Builds the config's placement and the all-device one side by side on the
- * config's engine.device, then
+ * config's engine.device (over the ranks of comm, NULL for one process:
+ * collective, each rank timing its own steps of B rows, gradients summed
+ * over the ranks as in training), then
  * runs BENCH_ROUNDS rounds, each timing `steps` steps of both (2 untimed
  * warm-up steps in the first round) on synthetic tokens and each phase
  * alone, back to back, so that drift of the machine's speed cancels in the
  * per-round ratios. Returns 0 or -errno. */
-int zo_bench_step_run(const struct zo_config *cfg, int steps, struct zo_bench_step *out);
+int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, struct zo_bench_step *out);
 
 enum zo_bench_memory_status {
   ZO_BENCH_MEMORY_MEASURED,        /* planned, and measured by building the scheduler */

@@ -34,7 +34,10 @@ struct zo_train_state {
   long applied_steps;       /* of those, steps whose update was applied: AdamW's
                              * step count and the LR schedule's position */
   long skipped_steps;       /* fp16: steps skipped for a gradient overflow */
-  uint64_t data_position;   /* training micro-batches consumed */
+  uint64_t data_position;   /* training micro-batches consumed (global ones: all ranks' rows) */
+  long batch_rows;          /* rows of one global micro-batch (ranks x per-rank B) when
+                             * saved; 0 when the checkpoint does not say */
+  int world_size;           /* data-parallel ranks of the run that saved it; 0 unknown */
   struct zo_loss_scaler scaler; /* fp16 loss scaler state (scale 1 when unused) */
   uint64_t seed;            /* engine.seed of the run */
 };

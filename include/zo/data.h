@@ -70,11 +70,22 @@ struct zo_data;
  *    seed gives the same stream, another seed another one. */
 struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
                              bool shuffle, uint64_t seed);
+/* Rank `rank` of n_ranks data-parallel ranks: the micro-batches are those
+ * of zo_data_open with n_ranks * B rows (the global micro-batch: the
+ * "Order" above with BT = n_ranks * B * T, its checks too), and this handle
+ * hands out rows [rank * B, (rank + 1) * B) of each, B rows of T tokens.
+ * So, with shuffle on or off, the ranks together read exactly what one
+ * process with micro-batch n_ranks * B reads, row for row, and the position
+ * counts global micro-batches (seek and resume are rank-count independent
+ * for the same global micro-batch). zo_data_open is rank 0 of 1.
+ * 0 <= rank < n_ranks is a contract. */
+struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
+                                  bool shuffle, uint64_t seed, int rank, int n_ranks);
 /* Unmaps and frees. Accepts NULL. */
 void zo_data_close(struct zo_data *d);
 
 /* Fills inputs and targets, each (B,T) int32, with micro-batch number
- * zo_data_position(d) and advances the position by one. Synchronous, no
+ * zo_data_position(d) (this rank's rows of it) and advances the position by one. Synchronous, no
  * allocation. Returns 0 (the stream never ends: it wraps, see "Order"). */
 int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets);
 /* Micro-batches handed out so far (the index of the next one). */

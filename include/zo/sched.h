@@ -32,12 +32,24 @@
  * device loads). With fp16 the micro-batches' dloss carries the loss scale
  * (zo_sched_set_loss_scale), the norm and clip are taken on unscaled
  * values, and a non-finite gradient skips the step's update everywhere.
- * Placements stay bit-identical to all-on-device in every dtype. */
+ * Placements stay bit-identical to all-on-device in every dtype.
+ * Data parallelism (zo_sched_config.comm over N > 1 ranks, CPU backend
+ * only): every rank holds the whole replicated state in the same placement
+ * and computes its own rows of the global micro-batch with dloss = 1 /
+ * (B*T*grad_accum*N); on the optimizer stream, after the last micro-batch's
+ * gradients are where the optimizer reads them (the device accumulator, or
+ * the host gradients when they leave the device), a host function sums
+ * them over the ranks in place (zo_comm_allreduce on a duplicate of comm),
+ * so every rank holds the global-batch mean and runs the same norm, clip,
+ * fp16 skip and update. Losses and validation losses are the global means
+ * (sums and token counts reduced on comm by the calling thread). With one
+ * rank nothing changes, bit for bit. */
 #ifndef ZO_SCHED_H
 #define ZO_SCHED_H
 
 #include "zo/adamw.h"
 #include "zo/arena.h"
+#include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/model.h"
 #include "zo/state.h"
@@ -143,14 +155,18 @@ struct zo_sched_config {
   struct zo_placement placement;
   zo_backend_t backend;
   size_t host_budget;          /* engine.host_memory_budget, 0 = unlimited */
+  zo_comm_t comm;              /* data-parallel ranks, borrowed; NULL (or one rank): one process */
 };
 
 struct zo_sched;
 
 /* Creates the model (device arena sized by the plan), the host pool (sized
  * by zo_sched_host_plan), the NVMe store, streams and events. Returns NULL
- * with zo_last_error() set. Single-threaded: every zo_sched_* call belongs to
- * the thread that created it. */
+ * with zo_last_error() set (-ENOTSUP for several ranks on a backend other
+ * than the CPU's). Single-threaded: every zo_sched_* call belongs to
+ * the thread that created it. With several ranks zo_sched_init,
+ * zo_sched_step_end, zo_sched_eval and zo_sched_free are collective: every
+ * rank calls them in the same order. */
 struct zo_sched *zo_sched_init(const struct zo_sched_config *c);
 /* Synchronizes every stream and frees everything. Accepts NULL. */
 void zo_sched_free(struct zo_sched *s);
@@ -193,11 +209,12 @@ int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *ad
  * the forward that last read them has copied them (double-buffered). */
 void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets);
 /* Queues forward and backward of micro-batch k (0..grad_accum-1) on the
- * tokens of the last zo_sched_batch, with dloss = 1 / (B*T*grad_accum). */
+ * tokens of the last zo_sched_batch, with dloss = 1 / (B*T*grad_accum*ranks). */
 void zo_sched_micro_batch(struct zo_sched *s, int k);
 /* After the last micro-batch: queues the gradient norm, clipping at max_norm
  * (0: off) and AdamW step t with hp, then waits for the step's losses only and
- * writes their mean. Returns 0 or the first asynchronous error. */
+ * writes their mean (over every rank's tokens). Returns 0 or the first
+ * asynchronous error. */
 int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams *hp,
                       double max_norm, double *loss);
 /* Waits for the last step's gradient norm (of the unscaled gradients) and
@@ -210,7 +227,8 @@ int zo_sched_norm(struct zo_sched *s, double *norm, bool *skipped);
  * the gradients by it again. 1 unless fp16's loss scaler sets it. */
 void zo_sched_set_loss_scale(struct zo_sched *s, double scale);
 /* Forward only (validation) on the tokens of the last zo_sched_batch,
- * synchronous: mean loss over the tokens whose target is not -1.
+ * synchronous: mean loss over the tokens whose target is not -1 (of every
+ * rank's rows).
  * Returns 0 or -errno. */
 int zo_sched_eval(struct zo_sched *s, double *loss);
 /* The compute stream, for forward-only use of the model (sampling). */
@@ -234,6 +252,8 @@ struct zo_sched_stats {
   double optimizer_s;                 /* seconds in optimizer host functions */
   double accumulate_s;                /* seconds in gradient accumulation on the host */
   double nvme_wait_s;                 /* seconds the optimizer waited for NVMe reads */
+  double comm_s;                      /* seconds in collectives across ranks (gradient
+                                       * sums, loss sums), waiting for the slowest included */
   bool pinned;                        /* host pool page-locked */
 };
 void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out);

@@ -9,6 +9,7 @@
 #ifndef ZO_TRAIN_H
 #define ZO_TRAIN_H
 
+#include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/sched.h"
 
@@ -22,15 +23,34 @@ struct zo_train_opts {
   bool memory_report;  /* print the memory plan before the first step too */
   struct zo_sched_stats *stats; /* receives the planned and peak bytes per tier (may be NULL) */
   float *final_params; /* receives the final parameters, table order (may be NULL) */
+  zo_comm_t comm;      /* data-parallel ranks, borrowed (NULL: one process); see zo_train */
 };
 
 /* The model shapes of cfg: model.* or, with model.init_from, the file's
  * (n_head from the config); checked against data.seq_len. Returns 0 or -errno. */
 int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc);
 
+/* The backend of engine.device for this rank: with engine.threads 0,
+ * OMP_NUM_THREADS unset and several ranks of comm (may be NULL) on this
+ * machine, OpenMP gets the machine's cores divided among them (each would
+ * otherwise start one thread per core). NULL with zo_last_error() set. */
+zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm);
+
 /* Trains cfg->steps optimizer steps. Returns 0; -EINVAL/-ENOTSUP for a config
  * the engine cannot run (message says which key); -EIO/-ENOENT/... for data
- * and checkpoint errors; -ENOMEM with the tier, bytes asked and available. */
+ * and checkpoint errors; -ENOMEM with the tier, bytes asked and available.
+ * With opts->comm over N > 1 ranks (collective: every rank calls it with the
+ * same config): data parallelism with replicated state on the CPU backend.
+ * train_micro_batch_size_per_gpu is per rank (B), rank r reads rows
+ * [r*B, (r+1)*B) of each global micro-batch of N*B rows (zo_data_open_rank),
+ * gradients are summed over the ranks before the optimizer (zo/sched.h), so
+ * the run follows the single-process run with micro-batch N*B up to the
+ * reduction order. Losses, validation losses and tokens/s are global; only
+ * rank 0 prints, writes metrics and saves checkpoints (every rank holds the
+ * same state); every rank loads a resumed checkpoint (with "auto", the one
+ * rank 0 finds), whatever rank count saved it. Threads: zo_train_backend. A rank that
+ * fails returns its error while the others may wait in a collective: the
+ * caller ends the job (zo_comm_abort). */
 int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts);
 
 struct zo_eval_result {
