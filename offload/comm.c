@@ -38,6 +38,15 @@ static int single_allreduce(struct zo_comm *c, void *buf, size_t count, enum zo_
   return 0;
 }
 
+static int single_reduce(struct zo_comm *c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op,
+                         int root) {
+  return 0;
+}
+
+/* One rank has no peer: zo_comm_send / _recv refuse before calling these. */
+static int single_send(struct zo_comm *c, const void *buf, size_t nbytes, int peer, int tag) { return -EINVAL; }
+static int single_recv(struct zo_comm *c, void *buf, size_t nbytes, int peer, int tag) { return -EINVAL; }
+
 static int single_broadcast(struct zo_comm *c, void *buf, size_t nbytes, int root) { return 0; }
 
 static int single_allgather(struct zo_comm *c, const void *send, size_t nbytes, void *recv) {
@@ -59,7 +68,8 @@ static void single_free(struct zo_comm *c) { free(c); }
 static void single_abort(struct zo_comm *c, int code) {}
 
 static const struct zo_comm_ops single_ops = {
-    .name = "single", .allreduce = single_allreduce, .broadcast = single_broadcast,
+    .name = "single", .allreduce = single_allreduce, .reduce = single_reduce, .send = single_send,
+    .recv = single_recv, .broadcast = single_broadcast,
     .allgather = single_allgather, .barrier = single_barrier, .dup = single_dup, .free = single_free,
     .abort = single_abort,
 };
@@ -157,6 +167,72 @@ int zo_comm_allreduce(zo_comm_t c, void *buf, size_t count, enum zo_dtype dtype,
     if (err) return err;
   }
   return 0;
+}
+
+int zo_comm_reduce(zo_comm_t c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op, int root) {
+  ZO_ASSERT(c != NULL && (buf != NULL || count == 0));
+  ZO_ASSERT(dtype == ZO_F32 || dtype == ZO_F64 || dtype == ZO_I32 || dtype == ZO_I64);
+  ZO_ASSERT(op == ZO_COMM_SUM || op == ZO_COMM_MAX || op == ZO_COMM_MIN);
+  ZO_ASSERT(root >= 0 && root < c->size);
+  const size_t e = zo_dtype_size(dtype);
+  for (size_t i = 0; i < count; i += c->max_count) {
+    const size_t n = count - i < c->max_count ? count - i : c->max_count;
+    int err = c->ops->reduce(c, (char *)buf + i * e, n, dtype, op, root);
+    if (err) return err;
+  }
+  return 0;
+}
+
+int zo_comm_reduce_scatter(zo_comm_t c, void *buf, const size_t *counts, enum zo_dtype dtype) {
+  ZO_ASSERT(c != NULL && counts != NULL);
+  const size_t e = zo_dtype_size(dtype);
+  size_t off = 0;
+  for (int r = 0; r < c->size; r++) {
+    int err = zo_comm_reduce(c, (char *)buf + off * e, counts[r], dtype, ZO_COMM_SUM, r);
+    if (err) return err;
+    off += counts[r];
+  }
+  return 0;
+}
+
+int zo_comm_allgatherv(zo_comm_t c, void *buf, const size_t *nbytes) {
+  ZO_ASSERT(c != NULL && nbytes != NULL);
+  size_t off = 0;
+  for (int r = 0; r < c->size; r++) {
+    int err = zo_comm_broadcast(c, (char *)buf + off, nbytes[r], r);
+    if (err) return err;
+    off += nbytes[r];
+  }
+  return 0;
+}
+
+static int peer_check(const struct zo_comm *c, int peer, int tag, const char *call) {
+  if (peer < 0 || peer >= c->size || peer == c->rank || tag < 0 || tag > 32767)
+    return zo_error(-EINVAL, "%s: peer %d, tag %d on rank %d of %d: need another rank and a tag in 0..32767", call,
+                    peer, tag, c->rank, c->size);
+  return 0;
+}
+
+int zo_comm_send(zo_comm_t c, const void *buf, size_t nbytes, int peer, int tag) {
+  ZO_ASSERT(c != NULL && (buf != NULL || nbytes == 0));
+  int err = peer_check(c, peer, tag, "zo_comm_send");
+  for (size_t i = 0; !err && (i < nbytes || i == 0); i += c->max_count) {
+    const size_t n = nbytes - i < c->max_count ? nbytes - i : c->max_count;
+    err = c->ops->send(c, (const char *)buf + i, n, peer, tag);
+    if (nbytes == 0) break;
+  }
+  return err;
+}
+
+int zo_comm_recv(zo_comm_t c, void *buf, size_t nbytes, int peer, int tag) {
+  ZO_ASSERT(c != NULL && (buf != NULL || nbytes == 0));
+  int err = peer_check(c, peer, tag, "zo_comm_recv");
+  for (size_t i = 0; !err && (i < nbytes || i == 0); i += c->max_count) {
+    const size_t n = nbytes - i < c->max_count ? nbytes - i : c->max_count;
+    err = c->ops->recv(c, (char *)buf + i, n, peer, tag);
+    if (nbytes == 0) break;
+  }
+  return err;
 }
 
 int zo_comm_broadcast(zo_comm_t c, void *buf, size_t nbytes, int root) {

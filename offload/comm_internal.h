@@ -10,6 +10,9 @@
 struct zo_comm_ops {
   const char *name;
   int (*allreduce)(struct zo_comm *c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op);
+  int (*reduce)(struct zo_comm *c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op, int root);
+  int (*send)(struct zo_comm *c, const void *buf, size_t nbytes, int peer, int tag);
+  int (*recv)(struct zo_comm *c, void *buf, size_t nbytes, int peer, int tag);
   int (*broadcast)(struct zo_comm *c, void *buf, size_t nbytes, int root);
   int (*allgather)(struct zo_comm *c, const void *send, size_t nbytes, void *recv);
   int (*barrier)(struct zo_comm *c);

@@ -53,6 +53,38 @@ static int mpi_allreduce(struct zo_comm *c, void *buf, size_t count, enum zo_dty
   return mpi_fail(c, rc, "MPI_Allreduce", what);
 }
 
+static int mpi_reduce(struct zo_comm *c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op, int root) {
+  const MPI_Op mop = op == ZO_COMM_SUM ? MPI_SUM : op == ZO_COMM_MAX ? MPI_MAX : MPI_MIN;
+  /* In place at the root; the others' buffers are only read. */
+  const int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dtype), mop, root, comm_of(c))
+                                 : MPI_Reduce(buf, NULL, (int)count, mpi_type(dtype), mop, root, comm_of(c));
+  if (rc == MPI_SUCCESS) return 0;
+  char what[96];
+  snprintf(what, sizeof what, "%zu elements of %s to rank %d", count, zo_dtype_name(dtype), root);
+  return mpi_fail(c, rc, "MPI_Reduce", what);
+}
+
+static int mpi_send(struct zo_comm *c, const void *buf, size_t nbytes, int peer, int tag) {
+  const int rc = MPI_Send(buf, (int)nbytes, MPI_BYTE, peer, tag, comm_of(c));
+  if (rc == MPI_SUCCESS) return 0;
+  char what[96];
+  snprintf(what, sizeof what, "%zu bytes to rank %d", nbytes, peer);
+  return mpi_fail(c, rc, "MPI_Send", what);
+}
+
+static int mpi_recv(struct zo_comm *c, void *buf, size_t nbytes, int peer, int tag) {
+  MPI_Status st;
+  int rc = MPI_Recv(buf, (int)nbytes, MPI_BYTE, peer, tag, comm_of(c), &st);
+  int got = 0;
+  if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_BYTE, &got);
+  char what[96];
+  snprintf(what, sizeof what, "%zu bytes from rank %d", nbytes, peer);
+  if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Recv", what);
+  if ((size_t)got != nbytes)
+    return zo_error(-EIO, "rank %d: MPI_Recv of %s: %d bytes arrived", c->rank, what, got);
+  return 0;
+}
+
 static int mpi_broadcast(struct zo_comm *c, void *buf, size_t nbytes, int root) {
   const int rc = MPI_Bcast(buf, (int)nbytes, MPI_BYTE, root, comm_of(c));
   if (rc == MPI_SUCCESS) return 0;
@@ -86,7 +118,8 @@ static void mpi_abort(struct zo_comm *c, int code) {
 }
 
 static const struct zo_comm_ops mpi_ops = {
-    .name = "mpi", .allreduce = mpi_allreduce, .broadcast = mpi_broadcast, .allgather = mpi_allgather,
+    .name = "mpi", .allreduce = mpi_allreduce, .reduce = mpi_reduce, .send = mpi_send, .recv = mpi_recv,
+    .broadcast = mpi_broadcast, .allgather = mpi_allgather,
     .barrier = mpi_barrier, .dup = mpi_dup, .free = mpi_free, .abort = mpi_abort,
 };
 

@@ -6,7 +6,9 @@
  * Ranks: sums, maxima and minima of known values in every dtype; float sums
  * of random values against a float64 sum computed independently on every
  * rank (within 2 ulp of the float result's rounding) and bit-identical on
- * every rank; broadcast from a rank other than 0; allgather; barrier; a
+ * every rank; broadcast from a rank other than 0; allgather; reduce to
+ * each root, reduce-scatter and allgather over uneven ranges, send and
+ * receive in a ring, bad peers and tags refused; barrier; a
  * duplicate used from a second thread while the first reduces on the
  * original (MPI_THREAD_MULTIPLE). A failed check on a rank aborts the job,
  * so the driver sees a non-zero exit. Without MPI or mpiexec the
@@ -46,6 +48,11 @@ static int test_single(void) {
   double send = 2.5, recv = 0.0;
   CHECK(zo_comm_allgather(c, &send, sizeof send, &recv) == 0);
   CHECK(recv == 2.5);
+  CHECK(zo_comm_reduce(c, f, 5, ZO_F32, ZO_COMM_SUM, 0) == 0 && memcmp(f, f0, sizeof f) == 0);
+  const size_t one[1] = {5};
+  CHECK(zo_comm_reduce_scatter(c, f, one, ZO_F32) == 0 && memcmp(f, f0, sizeof f) == 0);
+  CHECK(zo_comm_allgatherv(c, b, (const size_t[1]){sizeof b}) == 0 && strcmp(b, "abcdefg") == 0);
+  CHECK(zo_comm_send(c, b, 1, 0, 0) == -EINVAL);
   CHECK(zo_comm_barrier(c) == 0);
   zo_comm_t d;
   CHECK(zo_comm_dup(c, &d) == 0);
@@ -159,6 +166,51 @@ static int test_broadcast(void) {
   return 0;
 }
 
+/* Reduce to each root, reduce-scatter and allgather over uneven ranges (one
+ * of them empty), point to point both ways: against values every rank
+ * computes itself. Integer-valued floats, so the sums are exact. */
+static int test_ranges_and_point_to_point(void) {
+  const int r = zo_comm_rank(world);
+  enum { N = 23 };
+  const size_t counts[3] = {10, 0, 13};
+  float v[N];
+  for (int root = 0; root < 3; root++) {
+    for (int k = 0; k < N; k++) v[k] = (float)(100 * r + k);
+    CHECK(zo_comm_reduce(world, v, N, ZO_F32, ZO_COMM_SUM, root) == 0);
+    for (int k = 0; k < N; k++) CHECK(v[k] == (r == root ? (float)(300 + 3 * k) : (float)(100 * r + k)));
+  }
+  for (int k = 0; k < N; k++) v[k] = (float)(100 * r + k);
+  CHECK(zo_comm_reduce_scatter(world, v, counts, ZO_F32) == 0);
+  const size_t lo = r == 0 ? 0 : r == 1 ? 10 : 10, hi = r == 0 ? 10 : r == 1 ? 10 : 23;
+  for (int k = 0; k < N; k++)
+    CHECK(v[k] == ((size_t)k >= lo && (size_t)k < hi ? (float)(300 + 3 * k) : (float)(100 * r + k)));
+  /* Each rank's range holds its own values, the rest garbage; after the
+   * allgather everybody holds every range. */
+  unsigned char b[N];
+  const size_t nb[3] = {10, 0, 13};
+  for (int k = 0; k < N; k++) b[k] = (size_t)k >= lo && (size_t)k < hi ? (unsigned char)(k * 3) : 0xee;
+  CHECK(zo_comm_allgatherv(world, b, nb) == 0);
+  for (int k = 0; k < N; k++) CHECK(b[k] == (unsigned char)(k * 3));
+  /* A ring of sends: rank r to r + 1, each message 1000 bytes plus r. */
+  const int to = (r + 1) % 3, from = (r + 2) % 3;
+  unsigned char out[1003], in[1003];
+  for (int k = 0; k < 1000 + r; k++) out[k] = (unsigned char)(r * 31 + k);
+  if (r == 0) {
+    CHECK(zo_comm_send(world, out, 1000 + (size_t)r, to, 5) == 0);
+    CHECK(zo_comm_recv(world, in, 1000 + (size_t)from, from, 5) == 0);
+  } else {
+    CHECK(zo_comm_recv(world, in, 1000 + (size_t)from, from, 5) == 0);
+    CHECK(zo_comm_send(world, out, 1000 + (size_t)r, to, 5) == 0);
+  }
+  for (int k = 0; k < 1000 + from; k++) CHECK(in[k] == (unsigned char)(from * 31 + k));
+  /* Refused before MPI sees them: oneself, a rank out of range, a bad tag. */
+  CHECK(zo_comm_send(world, out, 1, r, 5) == -EINVAL);
+  CHECK(zo_comm_recv(world, in, 1, 3, 5) == -EINVAL);
+  CHECK(zo_comm_send(world, out, 1, to, 40000) == -EINVAL);
+  CHECK(zo_comm_barrier(world) == 0);
+  return 0;
+}
+
 struct dup_arg {
   zo_comm_t c;
   int bad;
@@ -201,7 +253,7 @@ static int rank_main(void) {
   }
   static const struct zo_test tests[] = {
       ZO_TEST(ranks), ZO_TEST(known_values), ZO_TEST(float_sum_against_float64), ZO_TEST(broadcast),
-      ZO_TEST(dup_from_another_thread),
+      ZO_TEST(ranges_and_point_to_point), ZO_TEST(dup_from_another_thread),
   };
   /* Only rank 0 prints the runner's lines; a failure anywhere ends the job. */
   const int rank = zo_comm_rank(world);

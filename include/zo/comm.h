@@ -1,5 +1,7 @@
 /* Collectives across data-parallel ranks: rank and size, in-place allreduce
- * (sum, max, min) of host buffers, broadcast, allgather, barrier, and a
+ * and reduce (sum, max, min) of host buffers, reduce-scatter and allgather
+ * over consecutive per-rank ranges, broadcast, allgather of small records,
+ * point-to-point send and receive, barrier, and a
  * duplicate handle for another thread. Two implementations behind one
  * handle: a single process (size 1: every collective leaves the buffer as
  * it is) and MPI (offload/comm_mpi.c, compiled when CMake finds MPI,
@@ -75,6 +77,25 @@ int zo_comm_dup(zo_comm_t c, zo_comm_t *out);
  * split into pieces. Returns 0 or -errno with a message naming the call,
  * the elements and the rank (-ENOMEM, -EINVAL, else -EIO). */
 int zo_comm_allreduce(zo_comm_t c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op);
+/* buf[i] = op over the ranks of buf[i] on rank root only, in place there;
+ * the other ranks' buffers are read, not written. Counts split as above.
+ * Returns 0 or -errno. */
+int zo_comm_reduce(zo_comm_t c, void *buf, size_t count, enum zo_dtype dtype, enum zo_comm_op op, int root);
+/* Reduce-scatter by sum over consecutive ranges: buf holds counts[0] +
+ * ... + counts[size-1] elements of dtype on every rank, and rank r's range
+ * (counts[r] elements after the ranges of ranks below r) ends up summed over
+ * the ranks on rank r, in place; the rest of r's buffer is left as it is.
+ * One zo_comm_reduce per rank. Returns 0 or -errno. */
+int zo_comm_reduce_scatter(zo_comm_t c, void *buf, const size_t *counts, enum zo_dtype dtype);
+/* Allgather of consecutive byte ranges: rank r's nbytes[r] bytes (after
+ * the ranges of the ranks below r) copied from r to every rank's buf, in
+ * place. One zo_comm_broadcast per rank. Returns 0 or -errno. */
+int zo_comm_allgatherv(zo_comm_t c, void *buf, const size_t *nbytes);
+/* Point to point: nbytes to / from rank peer (not this rank) with tag
+ * (0..32767); the receiver must ask for exactly the bytes sent. Returns 0
+ * or -errno (-EINVAL for a bad peer or tag, -EIO for a size mismatch). */
+int zo_comm_send(zo_comm_t c, const void *buf, size_t nbytes, int peer, int tag);
+int zo_comm_recv(zo_comm_t c, void *buf, size_t nbytes, int peer, int tag);
 /* Copies root's nbytes at buf to every other rank's buf. Returns 0 or -errno. */
 int zo_comm_broadcast(zo_comm_t c, void *buf, size_t nbytes, int root);
 /* recv[r * nbytes, (r + 1) * nbytes) = rank r's send[0, nbytes) on every
