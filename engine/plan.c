@@ -37,12 +37,18 @@ static size_t fs_free(const char *path) {
 
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p) {
+  return zo_plan_build_rank(cfg, mc, backend, 0, 1, p);
+}
+
+int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
+                       int rank, int n_ranks, struct zo_plan *p) {
   memset(p, 0, sizeof *p);
   p->model = *mc;
   p->B = cfg->micro_batch;
   p->T = cfg->data.seq_len;
   int err = zo_placement_from_config(cfg, mc->n_layer, &p->placement);
   if (err) return err;
+  zo_placement_set_ranks(&p->placement, rank, n_ranks);
   struct zo_tensor_table t;
   if ((err = zo_model_build_table(mc, &t))) return err;
   p->total[ZO_TIER_DEVICE] = zo_sched_device_plan(&p->placement, mc, p->B, p->T, p->bytes[ZO_TIER_DEVICE]);

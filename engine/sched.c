@@ -95,6 +95,45 @@ void zo_optim_state_fresh(const struct zo_optim_format *f, const struct zo_tenso
 
 /* ---- placement ----------------------------------------------------------- */
 
+void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks) {
+  ZO_ASSERT(n_ranks >= 1 && rank >= 0 && rank < n_ranks);
+  pl->dp_rank = rank;
+  pl->dp_ranks = n_ranks;
+}
+
+bool zo_placement_sharded(const struct zo_placement *pl) { return pl->dp_ranks > 1 && pl->zero_stage >= 1; }
+
+/* First tensor of rank r's shard: the first whose middle lies at or beyond
+ * r's even share of the elements. */
+static int shard_first_tensor(const struct zo_tensor_table *t, int r, int n_ranks) {
+  if (r <= 0) return 0;
+  if (r >= n_ranks) return t->n_tensors;
+  const double cut = (double)t->numel * r / n_ranks;
+  int i = 0;
+  while (i < t->n_tensors && (double)t->tensors[i].offset + 0.5 * (double)t->tensors[i].numel < cut) i++;
+  return i;
+}
+
+struct zo_shard zo_shard_of(const struct zo_optim_format *f, const struct zo_tensor_table *t, int rank,
+                            int n_ranks) {
+  struct zo_shard sh = {.t_lo = shard_first_tensor(t, rank, n_ranks),
+                        .t_hi = shard_first_tensor(t, rank + 1, n_ranks)};
+  /* Element ranges cover the table: gaps between tensors go with the tensor
+   * after them, the tail with the last rank. */
+  sh.lo = rank == 0 ? 0 : sh.t_lo < t->n_tensors ? t->tensors[sh.t_lo].offset : t->numel;
+  sh.hi = rank == n_ranks - 1 ? t->numel : sh.t_hi < t->n_tensors ? t->tensors[sh.t_hi].offset : t->numel;
+  sh.slo = zo_optim_tensor_offset(f, t, sh.t_lo);
+  sh.shi = sh.slo;
+  for (int i = sh.t_lo; i < sh.t_hi; i++)
+    sh.shi += zo_optim_piece_nbytes(f, zo_optim_is_8bit(f, t->tensors[i].numel), t->tensors[i].numel);
+  return sh;
+}
+
+struct zo_shard zo_placement_shard(const struct zo_placement *pl, const struct zo_tensor_table *t) {
+  return zo_placement_sharded(pl) ? zo_shard_of(&pl->opt, t, pl->dp_rank, pl->dp_ranks)
+                                  : zo_shard_of(&pl->opt, t, 0, 1);
+}
+
 int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo_placement *pl) {
   const struct zo_config_zero *z = &cfg->zero;
   memset(pl, 0, sizeof *pl);
@@ -135,6 +174,8 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
     pl->ckpt_cpu = ac->cpu_checkpointing;
   }
   pl->grads_on_host = pl->optimizer != ZO_OFFLOAD_NONE && z->stage >= 2;
+  pl->zero_stage = z->stage;
+  pl->dp_ranks = 1;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
       return zo_error(-EINVAL, "zero_optimization.offload_optimizer.buffer_count = %d: the NVMe "
@@ -162,8 +203,12 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   const char *prec = pl->dtype == ZO_BF16 ? ", bf16 mixed precision"
                      : pl->dtype == ZO_F16  ? ", fp16 mixed precision (dynamic loss scaling)"
                                             : "";
-  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec);
+  char dp[96] = "";
+  if (zo_placement_sharded(pl))
+    snprintf(dp, sizeof dp, ", ZeRO-%d: optimizer sharded over %d ranks%s", pl->zero_stage < 2 ? 1 : 2, pl->dp_ranks,
+             pl->zero_stage >= 2 ? " (gradients reduce-scattered)" : "");
+  snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
+           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
 }
 
@@ -247,7 +292,8 @@ static struct chunk_plan make_chunks(const struct zo_tensor_table *t, const stru
   struct chunk_plan cp = {0};
   struct chunk cur = {0};
   bool open = false, full = false;
-  for (int i = 0; i < t->n_tensors; i++) {
+  const struct zo_shard sh = zo_placement_shard(pl, t); /* a sharded optimizer: this rank's tensors */
+  for (int i = sh.t_lo; i < sh.t_hi; i++) {
     const struct zo_tensor_info *ti = &t->tensors[i];
     const int unit = ti->layer >= 0 ? 1 + ti->layer : ti->offset < t->layer_offset[0] ? 0 : t->n_layer + 1;
     const bool q = zo_optim_is_8bit(f, ti->numel);
@@ -380,17 +426,20 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
   const size_t f = sizeof(float), e = zo_dtype_size(pl->dtype), n = t->numel, BT = (size_t)B * (size_t)T;
   const size_t resident = n - (size_t)t->n_layer * t->layer_numel;
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE, mixed = pl->dtype != ZO_F32;
-  const size_t sb = zo_optim_state_nbytes(&pl->opt, t);
+  /* A sharded optimizer keeps this rank's shard of master, m and v. */
+  const struct zo_shard sh = zo_placement_shard(pl, t);
+  const bool sharded = zo_placement_sharded(pl);
   memset(h, 0, sizeof *h);
   if (pl->optimizer == ZO_OFFLOAD_CPU) {
-    h->master = hcarve(c, n * f, "master weights", ZO_MEM_MASTER);
-    h->adam_m = hcarve(c, sb, "AdamW m", ZO_MEM_ADAM_M);
-    h->adam_v = hcarve(c, sb, "AdamW v", ZO_MEM_ADAM_V);
-    if (pl->param_slots && !mixed) h->params = h->master; /* fp32: the master copy is the working copy */
+    h->master = hcarve(c, (sh.hi - sh.lo) * f, "master weights", ZO_MEM_MASTER);
+    h->adam_m = hcarve(c, sh.shi - sh.slo, "AdamW m", ZO_MEM_ADAM_M);
+    h->adam_v = hcarve(c, sh.shi - sh.slo, "AdamW v", ZO_MEM_ADAM_V);
+    /* fp32: the master copy is the working copy, unless it is a shard */
+    if (pl->param_slots && !mixed && !sharded) h->params = h->master;
   }
   /* A separate working copy: the rounded one in mixed precision, or the
-   * slots' source next to NVMe-resident master weights. */
-  if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
+   * slots' source next to NVMe-resident or sharded master weights. */
+  if (offloaded && (mixed || (pl->param_slots && (pl->optimizer == ZO_OFFLOAD_NVME || sharded))))
     h->params = hcarve(c, n * e, "parameters", ZO_MEM_PARAMS);
   if (offloaded) h->grads = hcarve(c, n * f, "gradients", ZO_MEM_GRADS);
   if (pl->grads_on_host && pl->grad_accum > 1) {
@@ -550,6 +599,16 @@ struct zo_sched {
   zo_comm_t comm, grad_comm;
   int n_ranks;
   double *loss_sums;            /* (2 * grad_accum) per micro-batch loss sums, then token counts */
+  /* the optimizer's shard (zo_placement_sharded; otherwise the whole table) */
+  bool sharded;
+  struct zo_shard sh;           /* this rank's */
+  struct zo_shard *shards;      /* (n_ranks) every rank's, sharded */
+  size_t *rs_counts;            /* (n_ranks) elements of each shard: the reduce-scatter */
+  size_t *ag_bytes;             /* (n_ranks) working-parameter bytes of each shard: the allgather */
+  size_t master_off, st_off;    /* first element of h.master, first byte of st_m / st_v (the cpu
+                                 * tier holds the shard only; 0 elsewhere) */
+  double *norm_parts;           /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
+  zo_event_t gather_wait, gather_done; /* this rank's updated parameters written / every rank's in */
   /* first asynchronous error */
   pthread_mutex_t err_mu;
   atomic_int err;
@@ -600,6 +659,29 @@ static void *dev_unit_params(struct zo_sched *s, int u) {
 static void *host_params_at(struct zo_sched *s, size_t off) {
   return (uint8_t *)s->h.params + off * s->m->esize;
 }
+
+/* The host master (cpu tier) at table element off, inside this rank's shard. */
+static float *master_at(const struct zo_sched *s, size_t off) {
+  ZO_ASSERT(off >= s->sh.lo && off <= s->sh.hi);
+  return s->h.master + (off - s->master_off);
+}
+
+/* Tensor i's m (v) record in the state at base (st_m or st_v). */
+static uint8_t *state_at(const struct zo_sched *s, uint8_t *base, int i) { return base + (s->soff[i] - s->st_off); }
+
+/* Unit u's elements inside this rank's shard: [*a, *b), maybe empty. */
+static void unit_owned(const struct zo_sched *s, int u, size_t *a, size_t *b) {
+  const struct range r = unit_range(s->t, u);
+  *a = r.off > s->sh.lo ? r.off : s->sh.lo;
+  *b = r.off + r.numel < s->sh.hi ? r.off + r.numel : s->sh.hi;
+  if (*b < *a) *b = *a;
+}
+
+/* Where the sharded ranks exchange their updated working parameters: the
+ * host working copy when there is one (slots load from it, the device units
+ * are copied from it afterwards), else the device parameters (host memory on
+ * the CPU backend, the only one data parallelism runs on). */
+static void *gather_buf(struct zo_sched *s) { return s->h.params ? s->h.params : s->m->params; }
 
 /* ---- parameter slots ----------------------------------------------------- */
 
@@ -827,7 +909,10 @@ static const float *opt_grads(const struct zo_sched *s) {
 static void grads_allreduce_fn(void *arg) {
   struct zo_sched *s = arg;
   const double t0 = zo_time_s();
-  int err = zo_comm_allreduce(s->grad_comm, (float *)(uintptr_t)opt_grads(s), s->t->numel, ZO_F32, ZO_COMM_SUM);
+  float *g = (float *)(uintptr_t)opt_grads(s);
+  /* ZeRO stage 2 over ranks: each shard's sum on its owner only. */
+  int err = s->sharded && s->pl.zero_stage >= 2 ? zo_comm_reduce_scatter(s->grad_comm, g, s->rs_counts, ZO_F32)
+                                                : zo_comm_allreduce(s->grad_comm, g, s->t->numel, ZO_F32, ZO_COMM_SUM);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
 }
@@ -841,7 +926,23 @@ static void norm_fn(void *arg) {
   struct step_args *sa = &s->step[a->parity];
   double t0 = zo_time_s();
   double sum = 0.0;
-  if (s->norm_host) {
+  if (s->sharded) {
+    /* Each rank's tensors' sums, zeros elsewhere, summed over the ranks and
+     * then added in table order: x + 0 is x, so the norm is the bits one
+     * process computes from the same gradients, whatever the rank count. */
+    const float *g = opt_grads(s);
+    for (int i = 0; i < s->t->n_tensors; i++) {
+      const struct zo_tensor_info *ti = &s->t->tensors[i];
+      s->norm_parts[i] = i < s->sh.t_lo || i >= s->sh.t_hi ? 0.0
+                         : s->norm_host                    ? s->norm_host[i]
+                                                           : zo_sumsq(g + ti->offset, ti->numel);
+    }
+    const double tc = zo_time_s();
+    int err = zo_comm_allreduce(s->grad_comm, s->norm_parts, (size_t)s->t->n_tensors, ZO_F64, ZO_COMM_SUM);
+    atomic_fetch_add(&s->comm_ns, ns_since(tc));
+    if (err) async_fail(s, error_prefixed(err, "summing the gradient norm over the ranks"));
+    for (int i = 0; i < s->t->n_tensors; i++) sum += s->norm_parts[i];
+  } else if (s->norm_host) {
     for (int i = 0; i < s->t->n_tensors; i++) sum += s->norm_host[i];
   } else {
     sum = grad_sumsq(s->t, opt_grads(s));
@@ -892,16 +993,19 @@ static void opt_unit_fn(void *arg) {
   if (sa->skip) return;
   const struct range r = unit_range(s->t, a->index);
   double t0 = zo_time_s();
-  /* The host master; in mixed precision rounded into the host working copy. */
-  float *p = s->h.master;
+  /* The host master; in mixed precision rounded into the host working copy
+   * (sharded fp32 with slots: copied into it). This rank's tensors only. */
   uint8_t *work = s->pl.dtype != ZO_F32 ? s->h.params : NULL;
   const size_t e = s->m->esize;
   const float *g = opt_grads(s);
-  for (int i = 0; i < s->t->n_tensors; i++) {
+  for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
-    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p + ti->offset, g + ti->offset,
-                 s->st_m + s->soff[i], s->st_v + s->soff[i], ti->numel, work ? work + ti->offset * e : NULL);
+    float *p = master_at(s, ti->offset);
+    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, g + ti->offset, state_at(s, s->st_m, i),
+                 state_at(s, s->st_v, i), ti->numel, work ? work + ti->offset * e : NULL);
+    if (!work && s->h.params && s->h.params != s->h.master)
+      memcpy(host_params_at(s, ti->offset), p, ti->numel * sizeof(float));
   }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
@@ -1056,11 +1160,11 @@ static void queue_device_update(struct zo_sched *s, const struct step_args *sa, 
   const struct range r = unit_range(s->t, u);
   float *p = s->m->master ? s->m->master : (float *)s->m->params;
   const struct zo_adamw_hparams *hp = &sa->hp;
-  for (int i = 0; i < s->t->n_tensors; i++) {
+  for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     const size_t o = ti->offset, n = ti->numel;
-    uint8_t *ms = s->st_m + s->soff[i], *vs = s->st_v + s->soff[i];
+    uint8_t *ms = state_at(s, s->st_m, i), *vs = state_at(s, s->st_v, i);
     if (zo_optim_is_8bit(&s->pl.opt, n)) {
       const size_t cb = round_up(n, 4);
       s->be->adamw8bit_update(p + o, s->acc + o, ms, (float *)(ms + cb), vs, (float *)(vs + cb), n, s->pl.opt.block,
@@ -1071,6 +1175,38 @@ static void queue_device_update(struct zo_sched *s, const struct step_args *sa, 
                           hp->weight_decay, ti->decay, sa->t, sa->coef, s->os);
     }
     if (s->m->master) s->be->cast(zo_model_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->os);
+  }
+}
+
+/* Optimizer stream, behind this rank's updates and their device copies:
+ * every rank's updated working parameters to every rank. Runs even after an
+ * error, like the gradient sum. */
+static void gather_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = zo_comm_allgatherv(s->grad_comm, gather_buf(s), s->ag_bytes);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "exchanging the updated parameters over the ranks"));
+}
+
+/* Sharded: the exchange, then each unit's parameters ready (copied to the
+ * device from the host working copy first, when there is one). */
+static void queue_gather(struct zo_sched *s) {
+  zo_backend_t be = s->be;
+  CHECK_Q(be->event_record(s->gather_wait, s->h2d));
+  CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
+  CHECK_Q(be->launch_host_func(s->os, gather_fn, s));
+  CHECK_Q(be->event_record(s->gather_done, s->os));
+  for (int u = 0; u < s->U; u++) {
+    void *dev = dev_unit_params(s, u);
+    if (dev && s->h.params) {
+      const struct range r = unit_range(s->t, u);
+      CHECK_Q(be->stream_wait_event(s->h2d, s->gather_done));
+      CHECK_Q(be->memcpy_async(dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
+      CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
+    } else {
+      CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    }
   }
 }
 
@@ -1088,7 +1224,7 @@ static int queue_optimizer(struct zo_sched *s) {
   CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
   if (s->grad_comm) CHECK_Q(be->launch_host_func(s->os, grads_allreduce_fn, s));
   if (on_device) {
-    for (int i = 0; i < s->t->n_tensors; i++)
+    for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
       be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->os);
     CHECK_Q(be->memcpy_async(s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
                              ZO_COPY_D2H, s->os));
@@ -1120,9 +1256,10 @@ static int queue_optimizer(struct zo_sched *s) {
         CHECK_Q(be->stream_wait_event(s->os, s->chunk_issued[j]));
         CHECK_Q(be->launch_host_func(s->os, nv_update_fn, task));
         CHECK_Q(be->event_record(s->chunk_done[j], s->os));
-        if (dev) {
+        if (dev && !(s->sharded && s->h.params)) {
           /* Device copy straight from the staging buffer, which the refill of
-           * chunk g + d does not reuse before chunk_h2d[j] completes. */
+           * chunk g + d does not reuse before chunk_h2d[j] completes (sharded
+           * with a host working copy: after the exchange instead). */
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
           CHECK_Q(be->memcpy_async((uint8_t *)dev + (c->off - r.off) * e,
                                    s->h.params ? host_params_at(s, c->off) : s->nvb[task->buf].file[NV_MASTER],
@@ -1139,6 +1276,19 @@ static int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
     CHECK_Q(be->event_record(s->opt_done[u], s->os));
+    if (s->sharded) {
+      /* Without a host working copy this rank's part of the unit goes to
+       * the device now (cpu tier; NVMe chunks did above); param_ready after
+       * the exchange. */
+      size_t a, b;
+      unit_owned(s, u, &a, &b);
+      if (dev && !s->h.params && s->pl.optimizer == ZO_OFFLOAD_CPU && b > a) {
+        CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
+        CHECK_Q(be->memcpy_async((uint8_t *)dev + (a - r.off) * e, master_at(s, a), (b - a) * e, ZO_COPY_H2D,
+                                 s->h2d));
+      }
+      continue;
+    }
     if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
       /* Updated in place where the compute (or the slot loads) read it. */
       CHECK_Q(be->event_record(s->param_ready[u], s->os));
@@ -1151,6 +1301,7 @@ static int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }
   }
+  if (s->sharded) queue_gather(s);
   if (s->nv) {
     s->nv_base += s->n_chunks;
     s->nv_primed = false;
@@ -1295,6 +1446,8 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   }
   s->loss_scale = 1.0;
   s->pl = c->placement;
+  zo_placement_set_ranks(&s->pl, c->comm ? zo_comm_rank(c->comm) : 0, n_ranks);
+  s->sharded = zo_placement_sharded(&s->pl);
   s->be = c->backend;
   s->B = c->B;
   s->T = c->T;
@@ -1307,6 +1460,26 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   s->K = s->pl.param_slots;
   s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
   s->micro = s->m->grads;
+  s->sh = zo_placement_shard(&s->pl, s->t);
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    s->master_off = s->sh.lo;
+    s->st_off = s->sh.slo;
+  }
+  if (s->sharded) {
+    s->shards = calloc((size_t)n_ranks, sizeof *s->shards);
+    s->rs_counts = calloc((size_t)n_ranks, sizeof *s->rs_counts);
+    s->ag_bytes = calloc((size_t)n_ranks, sizeof *s->ag_bytes);
+    s->norm_parts = calloc((size_t)s->t->n_tensors, sizeof *s->norm_parts);
+    if (!s->shards || !s->rs_counts || !s->ag_bytes || !s->norm_parts) {
+      zo_error(-ENOMEM, "out of host memory for the scheduler");
+      goto out_free;
+    }
+    for (int r = 0; r < n_ranks; r++) {
+      s->shards[r] = zo_shard_of(&s->pl.opt, s->t, r, n_ranks);
+      s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
+      s->ag_bytes[r] = s->rs_counts[r] * s->m->esize;
+    }
+  }
 
   struct host_carver plan = {0};
   host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
@@ -1381,7 +1554,8 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
       events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS) || be->event_create(&s->res_ready) ||
       be->event_create(&s->res_free) || be->event_create(&s->grads_done) ||
       be->event_create(&s->grads_ready) || be->event_create(&s->norm_done) ||
-      be->event_create(&s->losses_ready) || events_create(be, s->ck_saved, NCK) ||
+      be->event_create(&s->losses_ready) || be->event_create(&s->gather_wait) ||
+      be->event_create(&s->gather_done) || events_create(be, s->ck_saved, NCK) ||
       be->event_create(&s->ck_out) || events_create(be, s->ck_free, 2) ||
       events_create(be, s->ck_ready, 2))
     goto out_free;
@@ -1442,7 +1616,7 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
     zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
-                           s->losses_ready};
+                           s->losses_ready, s->gather_wait, s->gather_done};
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
@@ -1467,6 +1641,10 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->acc_tasks);
   free(s->n_valid);
   free(s->loss_sums);
+  free(s->shards);
+  free(s->rs_counts);
+  free(s->ag_bytes);
+  free(s->norm_parts);
   zo_comm_free(s->grad_comm);
   free(s->chunks);
   free(s->nvb);
@@ -1504,14 +1682,22 @@ static size_t part_nbytes(const struct zo_sched *s, enum zo_state_part p) {
 }
 
 /* Where part p lives: a device (*on_device) or host address, NULL for the
- * NVMe files. */
-static uint8_t *part_base(struct zo_sched *s, enum zo_state_part p, bool *on_device) {
+ * NVMe files, holding the part's bytes from *first on (the cpu tier of a
+ * sharded optimizer holds the shard only). */
+static uint8_t *part_base(struct zo_sched *s, enum zo_state_part p, bool *on_device, size_t *first) {
   *on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
+  *first = p == ZO_STATE_PARAMS ? s->master_off * sizeof(float) : s->st_off;
   if (s->pl.optimizer == ZO_OFFLOAD_NVME) return NULL;
   if (p == ZO_STATE_M) return s->st_m;
   if (p == ZO_STATE_V) return s->st_v;
   if (s->pl.optimizer == ZO_OFFLOAD_CPU) return (uint8_t *)s->h.master;
   return s->m->master ? (uint8_t *)s->m->master : (uint8_t *)s->m->params;
+}
+
+/* Bytes [*lo, *hi) of part p in shard sh. */
+static void part_span(const struct zo_shard *sh, enum zo_state_part p, size_t *lo, size_t *hi) {
+  *lo = p == ZO_STATE_PARAMS ? sh->lo * sizeof(float) : sh->slo;
+  *hi = p == ZO_STATE_PARAMS ? sh->hi * sizeof(float) : sh->shi;
 }
 
 /* Writes the cached chunk of file f back if it changed. */
@@ -1596,6 +1782,52 @@ static int state_enter(struct zo_sched *s) {
   return 0;
 }
 
+/* Bytes of this rank's shard, where they live. */
+static int local_access(struct zo_sched *s, enum zo_state_part p, size_t off, uint8_t *buf, size_t n, bool write) {
+  bool dev;
+  size_t first;
+  uint8_t *base = part_base(s, p, &dev, &first);
+  int err = 0;
+  if (!base) {
+    err = nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
+  } else {
+    ZO_ASSERT(off >= first);
+    base += off - first;
+    if (dev) err = write ? copy_sync(s, base, buf, n, ZO_COPY_H2D) : copy_sync(s, buf, base, n, ZO_COPY_D2H);
+    else if (write) memcpy(base, buf, n);
+    else memcpy(buf, base, n);
+  }
+  if (err) return error_prefixed(err, write ? "writing the training state" : "reading the training state");
+  return 0;
+}
+
+/* Rank 0 asks the owner of another shard for its bytes (zo_sched_state_serve). */
+#define ST_TAG 71
+struct st_request {
+  int32_t part, stop;
+  uint64_t off, nbytes;
+};
+struct st_reply {
+  int32_t err;
+  char msg[252];
+};
+
+static int remote_read(struct zo_sched *s, int q, enum zo_state_part p, size_t off, uint8_t *buf, size_t n) {
+  for (size_t a = 0; a < n;) {
+    const size_t k = n - a < s->h.st_bytes ? n - a : s->h.st_bytes;
+    const struct st_request rq = {.part = (int32_t)p, .off = off + a, .nbytes = k};
+    struct st_reply rp;
+    int err = zo_comm_send(s->comm, &rq, sizeof rq, q, ST_TAG);
+    if (!err) err = zo_comm_recv(s->comm, &rp, sizeof rp, q, ST_TAG);
+    if (err) return error_prefixed(err, "reading the training state of another rank");
+    if (rp.err) return zo_error(rp.err, "rank %d: %s", q, rp.msg);
+    if ((err = zo_comm_recv(s->comm, buf + a, k, q, ST_TAG)))
+      return error_prefixed(err, "reading the training state of another rank");
+    a += k;
+  }
+  return 0;
+}
+
 static int state_access(struct zo_sched *s, enum zo_state_part p, size_t off, uint8_t *buf, size_t n,
                         bool write) {
   ZO_ASSERT(p >= 0 && p < ZO_STATE_N_PARTS);
@@ -1606,19 +1838,63 @@ static int state_access(struct zo_sched *s, enum zo_state_part p, size_t off, ui
     s->st_wrote = true;
     s->st_params_wrote |= p == ZO_STATE_PARAMS;
   }
-  bool dev;
-  uint8_t *base = part_base(s, p, &dev);
-  if (!base) {
-    err = nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
-  } else if (dev) {
-    err = write ? copy_sync(s, base + off, buf, n, ZO_COPY_H2D) : copy_sync(s, buf, base + off, n, ZO_COPY_D2H);
-  } else if (write) {
-    memcpy(base + off, buf, n);
-  } else {
-    memcpy(buf, base + off, n);
+  size_t lo, hi;
+  part_span(&s->sh, p, &lo, &hi);
+  const size_t end = off + n;
+  if (write) { /* this shard's bytes; the owners keep the rest */
+    const size_t a = off > lo ? off : lo, b = end < hi ? end : hi;
+    return b > a ? local_access(s, p, a, buf + (a - off), b - a, true) : 0;
   }
-  if (err) return error_prefixed(err, write ? "writing the training state" : "reading the training state");
-  return 0;
+  if (off >= lo && end <= hi) return local_access(s, p, off, buf, n, false);
+  const int rank = zo_comm_rank(s->comm);
+  if (rank != 0)
+    return zo_error(-EINVAL, "rank %d reads %s bytes [%zu, %zu) outside its shard [%zu, %zu): only rank 0 reads "
+                             "other shards (zo_sched_state_serve)",
+                    rank, part_names[p], off, end, lo, hi);
+  for (int q = 0; q < s->n_ranks && !err; q++) {
+    size_t ql, qh;
+    part_span(&s->shards[q], p, &ql, &qh);
+    const size_t a = off > ql ? off : ql, b = end < qh ? end : qh;
+    if (b <= a) continue;
+    err = q == 0 ? local_access(s, p, a, buf + (a - off), b - a, false)
+                 : remote_read(s, q, p, a, buf + (a - off), b - a);
+  }
+  return err;
+}
+
+int zo_sched_state_serve(struct zo_sched *s) {
+  if (!s->sharded || zo_comm_rank(s->comm) == 0) return 0;
+  int err = 0;
+  for (;;) {
+    struct st_request rq;
+    if ((err = zo_comm_recv(s->comm, &rq, sizeof rq, 0, ST_TAG))) break;
+    if (rq.stop) break;
+    struct st_reply rp = {0};
+    if (rq.part < 0 || rq.part >= ZO_STATE_N_PARTS || rq.nbytes > s->h.st_bytes ||
+        rq.off > part_nbytes(s, (enum zo_state_part)rq.part) ||
+        rq.nbytes > part_nbytes(s, (enum zo_state_part)rq.part) - rq.off)
+      rp.err = zo_error(-EINVAL, "a request for %llu bytes at %llu of part %d is out of range",
+                        (unsigned long long)rq.nbytes, (unsigned long long)rq.off, (int)rq.part);
+    else
+      rp.err = state_access(s, (enum zo_state_part)rq.part, rq.off, s->h.st_stage, rq.nbytes, false);
+    if (rp.err) snprintf(rp.msg, sizeof rp.msg, "%s", zo_last_error());
+    if ((err = zo_comm_send(s->comm, &rp, sizeof rp, 0, ST_TAG))) break;
+    if (!rp.err && (err = zo_comm_send(s->comm, s->h.st_stage, rq.nbytes, 0, ST_TAG))) break;
+  }
+  const int done = zo_sched_state_done(s);
+  if (err) return error_prefixed(err, "serving the training state to rank 0");
+  return done;
+}
+
+int zo_sched_state_serve_end(struct zo_sched *s) {
+  if (!s->sharded || zo_comm_rank(s->comm) != 0) return 0;
+  int err = 0;
+  const struct st_request stop = {.stop = 1};
+  for (int q = 1; q < s->n_ranks; q++) {
+    const int e = zo_comm_send(s->comm, &stop, sizeof stop, q, ST_TAG);
+    if (e && !err) err = e;
+  }
+  return err;
 }
 
 int zo_sched_state_read(struct zo_sched *s, enum zo_state_part part, size_t off, void *dst, size_t nbytes) {
@@ -1659,36 +1935,52 @@ int zo_sched_state_fresh(struct zo_sched *s, enum zo_state_part part) {
 }
 
 /* After parameter writes: the working copies, rounded from the master. */
+/* After parameter writes: the working copies, rounded from the master of
+ * this rank's shard (the whole table unsharded); sharded, the ranks then
+ * exchange them, and device units are copied from the host working copy
+ * when there is one. */
 static int working_copies_sync(struct zo_sched *s) {
-  const size_t n = s->t->numel, e = s->m->esize;
-  const bool mixed = s->pl.dtype != ZO_F32;
+  const size_t e = s->m->esize, lo = s->sh.lo, hi = s->sh.hi;
+  const bool mixed = s->pl.dtype != ZO_F32, after = s->sharded && s->h.params;
   int err = 0;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    if (mixed) s->be->cast(s->m->params, s->m->dtype, s->m->master, ZO_F32, n, s->cs);
-    return s->be->stream_synchronize(s->cs);
-  }
-  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
-    if (mixed) zo_cpu_cast(s->h.params, s->pl.dtype, s->h.master, ZO_F32, n);
-    for (int u = 0; u < s->U && !err; u++) {
+    if (mixed && hi > lo)
+      s->be->cast(zo_model_at(s->m, s->m->params, lo), s->m->dtype, s->m->master + lo, ZO_F32, hi - lo, s->cs);
+    err = s->be->stream_synchronize(s->cs);
+  } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    if (mixed) zo_cpu_cast(host_params_at(s, lo), s->pl.dtype, master_at(s, lo), ZO_F32, hi - lo);
+    else if (s->h.params && s->h.params != s->h.master)
+      memcpy(host_params_at(s, lo), master_at(s, lo), (hi - lo) * sizeof(float));
+    for (int u = 0; u < s->U && !err && !after; u++) {
       void *dev = dev_unit_params(s, u);
-      const struct range r = unit_range(s->t, u);
-      if (dev)
-        err = copy_sync(s, dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off), r.numel * e,
-                        ZO_COPY_H2D);
+      size_t a, b;
+      unit_owned(s, u, &a, &b);
+      if (dev && b > a)
+        err = copy_sync(s, (uint8_t *)dev + (a - unit_range(s->t, u).off) * e,
+                        s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e, ZO_COPY_H2D);
     }
-    return err;
+  } else {
+    /* NVMe: chunk by chunk (a chunk lies inside one unit). */
+    ZO_ASSERT(s->h.params || !mixed);
+    for (int j = 0; j < s->n_chunks && !err; j++) {
+      const struct chunk *c = &s->chunks[j];
+      if ((err = nv_fetch(s, NV_MASTER, j, false))) break;
+      const float *master = s->nvb[0].file[NV_MASTER];
+      if (s->h.params) zo_cpu_cast(host_params_at(s, c->off), s->pl.dtype, master, ZO_F32, c->numel);
+      uint8_t *dev = dev_unit_params(s, c->unit);
+      if (dev && !after)
+        err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e,
+                        s->h.params ? host_params_at(s, c->off) : (const void *)master, c->numel * e, ZO_COPY_H2D);
+    }
   }
-  /* NVMe: chunk by chunk (a chunk lies inside one unit). */
-  ZO_ASSERT(s->h.params || !mixed);
-  for (int j = 0; j < s->n_chunks && !err; j++) {
-    const struct chunk *c = &s->chunks[j];
-    if ((err = nv_fetch(s, NV_MASTER, j, false))) break;
-    const float *master = s->nvb[0].file[NV_MASTER];
-    if (s->h.params) zo_cpu_cast(host_params_at(s, c->off), s->pl.dtype, master, ZO_F32, c->numel);
-    uint8_t *dev = dev_unit_params(s, c->unit);
-    if (dev)
-      err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e,
-                      s->h.params ? host_params_at(s, c->off) : (const void *)master, c->numel * e, ZO_COPY_H2D);
+  if (!s->sharded) return err;
+  /* Collective: runs even after a local failure, so that nobody waits. */
+  const int ge = zo_comm_allgatherv(s->comm, gather_buf(s), s->ag_bytes);
+  if (!err) err = ge;
+  for (int u = 0; u < s->U && !err && after; u++) {
+    void *dev = dev_unit_params(s, u);
+    const struct range r = unit_range(s->t, u);
+    if (dev) err = copy_sync(s, dev, host_params_at(s, r.off), r.numel * e, ZO_COPY_H2D);
   }
   return err;
 }
@@ -1753,8 +2045,29 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam
 int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v) {
   void *dst[ZO_STATE_N_PARTS] = {params, adam_m, adam_v};
   int err = 0;
-  for (int p = 0; p < ZO_STATE_N_PARTS && !err; p++)
-    if (dst[p]) err = zo_sched_state_read(s, (enum zo_state_part)p, 0, dst[p], part_nbytes(s, (enum zo_state_part)p));
+  for (int p = 0; p < ZO_STATE_N_PARTS && !err; p++) {
+    if (!dst[p]) continue;
+    if (!s->sharded) {
+      err = zo_sched_state_read(s, (enum zo_state_part)p, 0, dst[p], part_nbytes(s, (enum zo_state_part)p));
+      continue;
+    }
+    /* Each rank its shard, then every shard to every rank. */
+    size_t lo, hi, *nb = calloc((size_t)s->n_ranks, sizeof *nb);
+    if (!nb) {
+      err = zo_error(-ENOMEM, "out of host memory");
+      break;
+    }
+    for (int q = 0; q < s->n_ranks; q++) {
+      part_span(&s->shards[q], (enum zo_state_part)p, &lo, &hi);
+      nb[q] = hi - lo;
+    }
+    part_span(&s->sh, (enum zo_state_part)p, &lo, &hi);
+    err = zo_sched_state_read(s, (enum zo_state_part)p, lo, (uint8_t *)dst[p] + lo, hi - lo);
+    /* The exchange runs even after a local failure, so that nobody waits. */
+    const int e = zo_comm_allgatherv(s->comm, dst[p], nb);
+    if (!err) err = e;
+    free(nb);
+  }
   const int done = zo_sched_state_done(s);
   return err ? err : done;
 }
@@ -2017,14 +2330,19 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
       const struct range r = unit_range(s->t, u);
       void *dev = dev_unit_params(s, u);
       const uint8_t *src = s->h.params ? s->h.params : (const uint8_t *)s->h.master;
-      if (dev) CHECK_Q(s->be->memcpy_async(dev, src + r.off * e, r.numel * e, ZO_COPY_H2D, s->h2d));
+      size_t a = r.off, b = r.off + r.numel;
+      if (!s->h.params) unit_owned(s, u, &a, &b); /* a sharded master: this rank's part */
+      if (dev && b > a)
+        CHECK_Q(s->be->memcpy_async((uint8_t *)dev + (a - r.off) * e,
+                                    s->h.params ? src + a * e : (const uint8_t *)master_at(s, a), (b - a) * e,
+                                    ZO_COPY_H2D, s->h2d));
       if (s->pl.grads_on_host && u > 0 && u < s->U - 1)
         for (int k = 0; k < s->pl.grad_accum; k++)
           CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       if (!dev)
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], src + r.off * e, r.numel * e, ZO_COPY_H2D,
+          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], host_params_at(s, r.off), r.numel * e, ZO_COPY_H2D,
                                       s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);

@@ -288,7 +288,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   if (!t.be) return -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan plan;
-  if ((err = zo_plan_build(cfg, &mc, t.be, &plan))) goto out;
+  if ((err = zo_plan_build_rank(cfg, &mc, t.be, t.rank, N, &plan))) goto out;
   if (opts->memory_report && t.lead) zo_plan_print(&plan, stdout);
   if ((err = zo_plan_check(cfg, &plan))) goto out;
   const struct zo_sched_config sc = {.model = mc, .B = B, .T = T, .placement = plan.placement,
@@ -380,8 +380,10 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       cfg->data.train, zo_data_n_tokens(t.train), B, T, K, K == 1 ? "" : "s", cfg->steps, t.be->name);
   if (t.comm)
     say(&t, "data parallel: %d ranks (%s), global micro-batch %d x %d (rank r reads rows [%d r, %d r + %d)), "
-            "optimizer state replicated on every rank\n",
-        N, zo_comm_name(t.comm), B * N, T, B, B, B);
+            "%s\n",
+        N, zo_comm_name(t.comm), B * N, T, B, B, B,
+        zo_placement_sharded(&plan.placement) ? "optimizer state sharded (ZeRO stage >= 1)"
+                                              : "optimizer state replicated on every rank (ZeRO stage 0)");
   say(&t, "placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
   if (plan.placement.opt.eightbit) {
     const struct zo_optim_format *of = &plan.placement.opt;
@@ -500,13 +502,18 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
         }
       }
       if (save && t.lead) {
-        /* Every rank holds the same state: rank 0 writes it. */
+        /* Rank 0 writes the checkpoint (the single-process format); a
+         * sharded optimizer's other shards come from their ranks, which
+         * serve them meanwhile. */
         char path[PATH_MAX];
         err = zo_checkpoint_save_io(cfg->checkpoint.dir, m, &plan.placement.opt, &t.io, &st,
                                     cfg->checkpoint.keep, path, sizeof path);
+        const int end = zo_sched_state_serve_end(t.sched);
         const int done = zo_sched_state_done(t.sched);
-        if (err || (err = done)) goto out;
+        if (err || (err = end) || (err = done)) goto out;
         say(&t, "%ssaved %s\n", t.tty ? "\r" : "", path);
+      } else if (save && (err = zo_sched_state_serve(t.sched))) {
+        goto out;
       }
       /* The others go on once it is on disk, so that a job stopped after
        * this line resumes from it. */

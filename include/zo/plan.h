@@ -37,6 +37,11 @@ const char *zo_tier_name(enum zo_tier t);
  * -ENOTSUP for a placement the engine cannot run (message names the key). */
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p);
+/* The same for data-parallel rank `rank` of n_ranks: with a sharded
+ * optimizer (ZeRO stage >= 1 over ranks) the host and NVMe figures are that
+ * rank's shard's. */
+int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
+                       int rank, int n_ranks, struct zo_plan *p);
 
 /* Whether every tier fits. */
 bool zo_plan_fits(const struct zo_plan *p);

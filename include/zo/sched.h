@@ -122,7 +122,35 @@ struct zo_placement {
   int ckpt_blocks;      /* activation checkpointing: blocks 0..n-1 keep only their
                          * input (number_checkpoints, 0 = every block); 0 off */
   bool ckpt_cpu;        /* cpu_checkpointing: those inputs in the host pool */
+  int zero_stage;       /* zero_optimization.stage */
+  int dp_rank, dp_ranks; /* data-parallel rank of this process and ranks (1: one
+                          * process); set by zo_placement_set_ranks */
 };
+
+/* Data parallelism with ZeRO stage >= 1 over several ranks shards the
+ * optimizer: each rank keeps master weights, m and v only for its shard, a
+ * run of whole tensors in table order (the ranks' shards are consecutive and
+ * cover the table), on the tier the placement names; it updates only those
+ * and the ranks exchange the updated working parameters. Stage 1 sums the
+ * gradients on every rank (allreduce), stage 2 on their owner only
+ * (reduce-scatter). */
+struct zo_shard {
+  int t_lo, t_hi;   /* tensors [t_lo, t_hi) (may be empty) */
+  size_t lo, hi;    /* table elements [lo, hi) */
+  size_t slo, shi;  /* bytes [slo, shi) of m (v alike) in the canonical layout */
+};
+/* The shard of rank of n_ranks: tensors balanced by elements (a tensor goes
+ * to the rank whose even share holds its middle). One rank: the table. */
+struct zo_shard zo_shard_of(const struct zo_optim_format *f, const struct zo_tensor_table *t, int rank,
+                            int n_ranks);
+/* Records the data-parallel rank and ranks in pl (the planner's per-rank
+ * figures and zo_sched_init need them; zo_sched_init checks them against its
+ * communicator). */
+void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks);
+/* Whether pl shards the optimizer over ranks (ranks > 1 and stage >= 1). */
+bool zo_placement_sharded(const struct zo_placement *pl);
+/* The shard of pl's rank (the table when not sharded). */
+struct zo_shard zo_placement_shard(const struct zo_placement *pl, const struct zo_tensor_table *t);
 
 /* Derives the placement. Returns 0, or -ENOTSUP / -EINVAL with a message
  * naming the key (offload_param.device "nvme", offload_param without an
@@ -193,6 +221,18 @@ int zo_sched_state_fresh(struct zo_sched *s, enum zo_state_part part);
 /* The parameters of zo_model_init_params(seed), generated piece by piece. */
 int zo_sched_state_init(struct zo_sched *s, uint64_t seed);
 int zo_sched_state_done(struct zo_sched *s);
+/* Sharded optimizer (zo_placement_sharded): each rank holds only its shard
+ * of master weights, m and v. Writes keep the bytes of this rank's shard
+ * and drop the rest, so every rank writes the whole state (a load, an
+ * import, an init) and zo_sched_state_done, then collective, exchanges the
+ * working parameters. Reads of other ranks' bytes are served by their
+ * owners: rank 0 reads anything while every other rank runs
+ * zo_sched_state_serve, which answers until rank 0 calls
+ * zo_sched_state_serve_end (also after a failure, so nobody waits
+ * forever). A read of another shard on a rank other than 0 is refused.
+ * Without sharding serve and serve_end return 0 at once. */
+int zo_sched_state_serve(struct zo_sched *s);
+int zo_sched_state_serve_end(struct zo_sched *s);
 /* The state I/O as a zo_state_io (its stage is the scheduler's), for the
  * checkpoint functions. Valid until zo_sched_free. */
 void zo_sched_state_io(struct zo_sched *s, struct zo_state_io *io);
@@ -200,7 +240,9 @@ void zo_sched_state_io(struct zo_sched *s, struct zo_state_io *io);
 /* Whole-state shorthands over the state I/O, then zo_sched_state_done:
  * set_state writes parameters (numel floats, table order) and m, v (each in
  * the canonical layout, zo_optim_state_nbytes bytes; NULL: fresh) from host
- * buffers; get_state reads them (each may be NULL). Return 0 or -errno. */
+ * buffers; get_state reads them (each may be NULL). With a sharded
+ * optimizer both are collective and get_state gives every rank the whole
+ * state. Return 0 or -errno. */
 int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam_m,
                        const void *adam_v);
 int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v);
