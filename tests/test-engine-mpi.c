@@ -6,12 +6,18 @@
  * optimizer on cpu at stage 1 and 2, the parameters on cpu at stage 3, the
  * optimizer on NVMe at stage 2 when the store works, in fp32 and bf16 but
  * stage 1; fp16 with loss scaling and AdamW8bit with the optimizer on cpu;
- * a grouped-query Llama all on the device in fp32) the 12 losses match the
+ * a grouped-query Llama all on the device in fp32; every case at stage >= 1
+ * shards the optimizer over the ranks, ZeRO-1 all-reducing the gradients,
+ * ZeRO-2 and 3 reduce-scattering them; the device cases at stage 0
+ * replicate it) the 12 losses match the
  * single process to the loss tolerance of the case's class (fp32: 1e-6
  * relative; only the reduction order of the gradient sums differs), the
  * final weights to the class's weight tolerances (see tols below), and
  * every rank's final weights are the same bits as rank 0's (replicas
- * never drift). Checkpoints cross rank counts: 2 ranks resume the single
+ * never drift; sharded, the exchanged parameters agree). Checkpoints cross
+ * rank counts (sharded ones: rank 0 writes the single-process format,
+ * reading the other shards from their ranks; every rank keeps its own
+ * shard of what it loads): 2 ranks resume the single
  * process's step-6 checkpoint, 3 ranks resume the 2 ranks', one process
  * resumes the 3 ranks', each continuing the single-process trajectory to
  * the same tolerances. A control: the single process with the per-rank
