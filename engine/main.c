@@ -62,11 +62,14 @@ static const char *usage_sample =
     "  for vocabularies other than 256 bytes, --prompt is comma-separated token ids\n";
 
 static const char *usage_plan =
-    "usage: zoffload plan CONFIG [--set key=value]... [--placements [--host-ram 24GiB,128GiB]]\n"
+    "usage: zoffload plan CONFIG [--set key=value]... [--ranks N] [--placements [--host-ram 24GiB,128GiB]]\n"
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
     "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n"
+    "  --ranks N: the plan of each of N data-parallel ranks (mpirun -np N); with\n"
+    "  zero_optimization.stage >= 1 the optimizer is sharded, so each rank's differs: the\n"
+    "  largest rank's is printed in full, every rank's totals in one line each\n"
     "  --placements: one row per standard placement (all on the device, optimizer on cpu or\n"
     "  nvme, parameters on cpu too) with its device, host and NVMe bytes, whether the device\n"
     "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n";
@@ -158,7 +161,7 @@ enum opt {
   OPT_SET = 1000, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_CHECKPOINT, OPT_BATCHES, OPT_PROMPT,
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
-  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM,
+  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS,
 };
 
 static const struct option all_options[] = {
@@ -188,6 +191,7 @@ static const struct option all_options[] = {
     {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
     {"placements", no_argument, NULL, OPT_PLACEMENTS},
     {"host-ram", required_argument, NULL, OPT_HOST_RAM},
+    {"ranks", required_argument, NULL, OPT_RANKS},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -198,7 +202,7 @@ struct args {
   const char *sets[MAX_SETS];
   int n_sets;
   const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path;
-  long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth;
+  long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
   bool memory_report, seed_given, json, placements;
   size_t host_ram[8]; /* --host-ram sizes */
@@ -256,6 +260,8 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
     return parse_int(v, 1, 100000, &a->steps) ? 0 : bad_usage(usage, "--steps %s: need an integer in [1, 100000]", v);
   case OPT_PARAMS:
     return parse_int(v, 1, 1l << 34, &a->params) ? 0 : bad_usage(usage, "--params %s: need an integer in [1, 2^34]", v);
+  case OPT_RANKS:
+    return parse_int(v, 1, 65536, &a->ranks) ? 0 : bad_usage(usage, "--ranks %s: need an integer in [1, 65536]", v);
   case OPT_THREADS:
     return parse_int(v, 0, 4096, &a->threads) ? 0 : bad_usage(usage, "--threads %s: need an integer in [0, 4096]", v);
   case OPT_REPS:
@@ -330,7 +336,7 @@ static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_END};
 static const int set_opts[] = {OPT_SET, OPT_END};
-static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_END};
+static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
@@ -409,7 +415,26 @@ static int cmd_plan(int argc, char **argv) {
     zo_config_free(&cfg);
     return err ? fail(exit_code(err), "plan") : 0;
   }
-  if (!err) err = zo_plan_build(&cfg, &mc, be, &plan);
+  const int ranks = a.ranks > 0 ? (int)a.ranks : 1;
+  int worst = 0;
+  size_t worst_host = 0;
+  for (int k = 0; k < ranks && !err; k++) {
+    if ((err = zo_plan_build_rank(&cfg, &mc, be, k, ranks, &plan))) break;
+    const size_t h = plan.total[ZO_TIER_HOST] + plan.total[ZO_TIER_NVME];
+    if (ranks > 1) {
+      char d[32], hb[32], nb[32];
+      printf("rank %d of %d: device %s, host %s, nvme %s\n", k, ranks, zo_format_bytes(plan.total[ZO_TIER_DEVICE], d),
+             zo_format_bytes(plan.total[ZO_TIER_HOST], hb), zo_format_bytes(plan.total[ZO_TIER_NVME], nb));
+    }
+    if (k == 0 || h > worst_host) {
+      worst = k;
+      worst_host = h;
+    }
+  }
+  if (!err && ranks > 1) {
+    printf("rank %d of %d in full (host and NVMe bytes per machine: the ranks on it together):\n", worst, ranks);
+    err = zo_plan_build_rank(&cfg, &mc, be, worst, ranks, &plan);
+  }
   if (err) {
     zo_config_free(&cfg);
     return fail(exit_code(err), "plan");

@@ -74,6 +74,10 @@ expect 1 "No single change fits" -- plan "$tmp/ok.json" --set engine.gpu_memory_
 expect 0 "params cpu, optimizer nvme (stage 3)        2    9.93 GiB   51.17 GiB   89.84 GiB    fits            NO          fits" -- plan "$repo/configs/llama-8b.json" --placements
 expect 0 "host 64.00 GiB" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 64GiB
 expect 2 "--host-ram 24XB: need" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 24XB
+# Per-rank plans: a sharded optimizer halves the host's master weights (474.84 MiB alone).
+expect 0 "master weights              -   238.25 MiB" -- plan "$repo/configs/gpt2-124m.json" --ranks 2 --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=cpu
+expect 0 "rank 1 of 2: device" -- plan "$repo/configs/gpt2-124m.json" --ranks 2 --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=cpu
+expect 2 "--ranks 0: need" -- plan "$repo/configs/gpt2-124m.json" --ranks 0
 expect 1 "offload_param.buffer_count=2" -- plan "$repo/configs/llama-8b.json"
 expect 1 "the plan needs" -- train "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
 expect 2 "offload_param.device = \"nvme\"" -- train "$tmp/ok.json" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=/tmp
