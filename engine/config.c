@@ -146,6 +146,7 @@ static const struct zo_config_key zo_config_schema[] = {
   SECTION("zero_optimization"),
   {KEY("zero_optimization.stage", KEY_INT, zero.stage), RANGE(0, 3), .def = "0"},
   {KEY("zero_optimization.sub_group_size", KEY_INT, zero.sub_group_size), ATLEAST(1), .def = "16777216"},
+  {KEY("zero_optimization.overlap_comm", KEY_BOOL, zero.overlap_comm), .def = "true"},
   OFFLOAD("offload_optimizer", offload_optimizer, "4"),
   OFFLOAD("offload_param", offload_param, "5"),
 

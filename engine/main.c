@@ -527,7 +527,7 @@ static int bench_step(int argc, char **argv) {
   struct zo_bench_step b;
   int err = zo_train_model_config(&cfg, &cfg.model.spec);
   if (!err) err = zo_bench_step_run(&cfg, (int)steps, comm, &b);
-  char where[200] = "";
+  char where[400] = "";
   struct zo_placement pl;
   if (!err && zo_placement_from_config(&cfg, cfg.model.spec.n_layer, &pl) == 0)
     zo_placement_describe(&pl, where, sizeof where);

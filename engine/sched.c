@@ -175,6 +175,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   }
   pl->grads_on_host = pl->optimizer != ZO_OFFLOAD_NONE && z->stage >= 2;
   pl->zero_stage = z->stage;
+  pl->overlap_comm = z->overlap_comm;
   pl->dp_ranks = 1;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
@@ -203,10 +204,12 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   const char *prec = pl->dtype == ZO_BF16 ? ", bf16 mixed precision"
                      : pl->dtype == ZO_F16  ? ", fp16 mixed precision (dynamic loss scaling)"
                                             : "";
-  char dp[96] = "";
+  char dp[160] = "";
   if (zo_placement_sharded(pl))
     snprintf(dp, sizeof dp, ", ZeRO-%d: optimizer sharded over %d ranks%s", pl->zero_stage < 2 ? 1 : 2, pl->dp_ranks,
-             pl->zero_stage >= 2 ? " (gradients reduce-scattered)" : "");
+             pl->zero_stage < 2     ? ""
+             : pl->grads_on_host && pl->overlap_comm ? " (gradients reduce-scattered block by block during the backward)"
+                                                     : " (gradients reduce-scattered)");
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
            dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
@@ -503,6 +506,12 @@ struct acc_task {
   size_t n;
 };
 
+/* A range of the table's gradients to reduce to its owners (rs stream). */
+struct rs_task {
+  struct zo_sched *s;
+  size_t off, n;
+};
+
 /* A run of one state part's bytes (canonical layout) stored contiguously in
  * an NVMe chunk: part bytes [canon, canon + nbytes) at byte koff of chunk
  * `chunk`'s region of the file. */
@@ -609,6 +618,15 @@ struct zo_sched {
                                  * tier holds the shard only; 0 elsewhere) */
   double *norm_parts;           /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
   zo_event_t gather_wait, gather_done; /* this rank's updated parameters written / every rank's in */
+  /* gradient sums overlapped with the backward (sharded, gradients on the
+   * host): each block's, and the resident ranges', reduced to their owners
+   * on stream rs as soon as the last micro-batch has accumulated them */
+  bool overlap;
+  zo_stream_t rs;
+  zo_comm_t rs_comm;            /* a duplicate of its own for rs's thread */
+  zo_event_t *rs_ready;         /* (L + 1) block l's (L: the resident ranges') gradients in h.grads */
+  zo_event_t rs_done;           /* every range reduced */
+  struct rs_task *rs_tasks;     /* (L + 2): blocks, then head, tail */
   /* first asynchronous error */
   pthread_mutex_t err_mu;
   atomic_int err;
@@ -835,6 +853,33 @@ static void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase
   }
 }
 
+/* Stream rs: gradients [off, off + n) of h.grads summed over the ranks onto
+ * the owner of each shard they meet (the ranks' parts of one reduce-scatter,
+ * range by range in the same order on every rank). Runs even after an
+ * error, so that the others are not left waiting. */
+static void rs_range_fn(void *arg) {
+  const struct rs_task *a = arg;
+  struct zo_sched *s = a->s;
+  const double t0 = zo_time_s();
+  int err = 0;
+  for (int r = 0; r < s->n_ranks && !err; r++) {
+    const size_t lo = s->shards[r].lo > a->off ? s->shards[r].lo : a->off;
+    const size_t hi = s->shards[r].hi < a->off + a->n ? s->shards[r].hi : a->off + a->n;
+    if (hi > lo) err = zo_comm_reduce(s->rs_comm, s->h.grads + lo, hi - lo, ZO_F32, ZO_COMM_SUM, r);
+  }
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
+}
+
+/* Last micro-batch, behind the D2H stream's accumulation of the range's
+ * gradients into h.grads: their reduction on stream rs (ready event i). */
+static void queue_rs(struct zo_sched *s, int i, struct rs_task *task) {
+  if (!s->overlap || s->k != s->pl.grad_accum - 1) return;
+  CHECK_Q(s->be->event_record(s->rs_ready[i], s->d2h));
+  CHECK_Q(s->be->stream_wait_event(s->rs, s->rs_ready[i]));
+  CHECK_Q(s->be->launch_host_func(s->rs, rs_range_fn, task));
+}
+
 static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
@@ -854,6 +899,7 @@ static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase p
     grads_out(s, m->grad_slots[g], s->t->layer_offset[l], s->t->layer_numel, s->h.stage[g],
               &s->acc_tasks[l]);
     CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+    queue_rs(s, l, &s->rs_tasks[l]);
     return;
   }
   if (l != ZO_MODEL_EMBED) return;
@@ -869,7 +915,11 @@ static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase p
     grads_out(s, m->grads + head.numel, tail.off, tail.numel,
               s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
     CHECK_Q(be->event_record(s->res_free, s->d2h));
+    queue_rs(s, L, &s->rs_tasks[L]);
+    queue_rs(s, L, &s->rs_tasks[L + 1]);
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+    /* The optimizer starts when every range is reduced (queue_optimizer). */
+    if (last && s->overlap) CHECK_Q(be->event_record(s->rs_done, s->rs));
     return;
   }
   if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
@@ -1222,7 +1272,8 @@ static int queue_optimizer(struct zo_sched *s) {
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
   CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
-  if (s->grad_comm) CHECK_Q(be->launch_host_func(s->os, grads_allreduce_fn, s));
+  if (s->overlap) CHECK_Q(be->stream_wait_event(s->os, s->rs_done));
+  else if (s->grad_comm) CHECK_Q(be->launch_host_func(s->os, grads_allreduce_fn, s));
   if (on_device) {
     for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
       be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->os);
@@ -1479,6 +1530,25 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
       s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
       s->ag_bytes[r] = s->rs_counts[r] * s->m->esize;
     }
+    /* Every rank decides alike (the same placement), so the duplicate,
+     * which is collective, is made by all or none. */
+    s->overlap = s->pl.grads_on_host && s->pl.overlap_comm;
+    if (s->overlap) {
+      const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->L + 1);
+      if (zo_comm_dup(c->comm, &s->rs_comm)) goto out_free;
+      s->rs_ready = calloc((size_t)s->L + 1, sizeof *s->rs_ready);
+      s->rs_tasks = calloc((size_t)s->L + 2, sizeof *s->rs_tasks);
+      if (!s->rs_ready || !s->rs_tasks) {
+        zo_error(-ENOMEM, "out of host memory for the scheduler");
+        goto out_free;
+      }
+      for (int l = 0; l < s->L; l++) s->rs_tasks[l] = (struct rs_task){s, s->t->layer_offset[l], s->t->layer_numel};
+      s->rs_tasks[s->L] = (struct rs_task){s, head.off, head.numel};
+      s->rs_tasks[s->L + 1] = (struct rs_task){s, tail.off, tail.numel};
+      if (s->be->stream_create(&s->rs) || events_create(s->be, s->rs_ready, s->L + 1) ||
+          s->be->event_create(&s->rs_done))
+        goto out_free;
+    }
   }
 
   struct host_carver plan = {0};
@@ -1587,8 +1657,8 @@ out_free:
 int zo_sched_synchronize(struct zo_sched *s) {
   zo_backend_t be = s->be;
   int err = 0;
-  zo_stream_t streams[5] = {s->cs, s->d2h, s->os, s->h2d, s->io};
-  for (int i = 0; i < 5; i++)
+  zo_stream_t streams[6] = {s->cs, s->d2h, s->rs, s->os, s->h2d, s->io};
+  for (int i = 0; i < 6; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
   if (s->nv && !atomic_load(&s->err))
@@ -1607,6 +1677,8 @@ void zo_sched_free(struct zo_sched *s) {
     be->stream_destroy(s->d2h);
     be->stream_destroy(s->os);
     be->stream_destroy(s->io);
+    be->stream_destroy(s->rs);
+    events_destroy(be, s->rs_ready, s->L + 1);
     const int U = s->U, K = s->K > 0 ? s->K : 1;
     events_destroy(be, s->param_ready, U);
     events_destroy(be, s->opt_done, U);
@@ -1616,7 +1688,7 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
     zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
-                           s->losses_ready, s->gather_wait, s->gather_done};
+                           s->losses_ready, s->gather_wait, s->gather_done, s->rs_done};
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
@@ -1645,6 +1717,9 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->rs_counts);
   free(s->ag_bytes);
   free(s->norm_parts);
+  free(s->rs_ready);
+  free(s->rs_tasks);
+  zo_comm_free(s->rs_comm);
   zo_comm_free(s->grad_comm);
   free(s->chunks);
   free(s->nvb);

@@ -370,7 +370,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   }
 
   const double flops_per_token = zo_model_flops_per_token(&mc, T);
-  char where[200];
+  char where[400];
   char desc[200];
   const size_t padding = (size_t)(mc.padded_vocab_size - mc.vocab_size) * (size_t)mc.n_embd *
                          (mc.tie_embeddings ? 1u : 2u);

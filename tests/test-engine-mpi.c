@@ -8,7 +8,8 @@
  * stage 1; fp16 with loss scaling and AdamW8bit with the optimizer on cpu;
  * a grouped-query Llama all on the device in fp32; every case at stage >= 1
  * shards the optimizer over the ranks, ZeRO-1 all-reducing the gradients,
- * ZeRO-2 and 3 reduce-scattering them; the device cases at stage 0
+ * ZeRO-2 and 3 reduce-scattering them, block by block during the backward
+ * (overlap_comm, the default) or once after it; the device cases at stage 0
  * replicate it) the 12 losses match the
  * single process to the loss tolerance of the case's class (fp32: 1e-6
  * relative; only the reduction order of the gradient sums differs), the
@@ -97,6 +98,7 @@ static const struct mcase cases[] = {
     {"device", 0, TOL_F32, NULL, false, true, {0}, 0},
     {"opt-cpu-s1", 0, TOL_F32, NULL, false, false, {S1, OPT_CPU}, 2},
     {"opt-cpu-s2", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU}, 2},
+    {"opt-cpu-s2-no-overlap", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU, "zero_optimization.overlap_comm=false"}, 3},
     {"param-cpu-s3", 0, TOL_F32, NULL, false, false, {S3, OPT_CPU, PARAM_CPU}, 3},
     {"opt-nvme-s2", 0, TOL_F32, NULL, true, true, {S2, OPT_NVME}, 2},
     {"bf16-device", 0, TOL_MIXED, BF16, false, false, {0}, 0},

@@ -112,6 +112,9 @@ struct zo_config_zero {           /* "zero_optimization" */
   int64_t sub_group_size;         /* elements per optimizer chunk on the NVMe tier (each of
                                    * buffer_count staging sets holds one chunk's master,
                                    * m and v), at most one block; default 16777216 */
+  bool overlap_comm;              /* data parallel, stage >= 2 with the optimizer offloaded:
+                                   * each block's gradient sum runs during the backward,
+                                   * as soon as the block's gradients are final; default true */
 };
 
 struct zo_config_aio {            /* "aio": NVMe tier I/O (DeepSpeed defaults) */

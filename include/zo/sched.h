@@ -123,6 +123,7 @@ struct zo_placement {
                          * input (number_checkpoints, 0 = every block); 0 off */
   bool ckpt_cpu;        /* cpu_checkpointing: those inputs in the host pool */
   int zero_stage;       /* zero_optimization.stage */
+  bool overlap_comm;    /* zero_optimization.overlap_comm */
   int dp_rank, dp_ranks; /* data-parallel rank of this process and ranks (1: one
                           * process); set by zo_placement_set_ranks */
 };
