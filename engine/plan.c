@@ -84,7 +84,7 @@ bool zo_plan_fits(const struct zo_plan *p) {
 static const char *cell(size_t n, char buf[32]) { return n ? zo_format_bytes(n, buf) : "-"; }
 
 void zo_plan_print(const struct zo_plan *p, FILE *out) {
-  char a[32], b[32], c[32], line[200];
+  char a[32], b[32], c[32], line[400];
   fprintf(out, "plan: %s; micro-batch %d x %d, %d accumulation step%s\n",
           zo_model_describe(&p->model, line, sizeof line), p->B, p->T, p->placement.grad_accum,
           p->placement.grad_accum == 1 ? "" : "s");
