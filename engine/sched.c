@@ -205,11 +205,15 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
                      : pl->dtype == ZO_F16  ? ", fp16 mixed precision (dynamic loss scaling)"
                                             : "";
   char dp[160] = "";
-  if (zo_placement_sharded(pl))
-    snprintf(dp, sizeof dp, ", ZeRO-%d: optimizer sharded over %d ranks%s", pl->zero_stage < 2 ? 1 : 2, pl->dp_ranks,
-             pl->zero_stage < 2     ? ""
+  if (zo_placement_sharded(pl)) {
+    const bool p3 = pl->param_slots > 0; /* the working parameters sharded too */
+    const int z = p3 ? 3 : pl->zero_stage < 2 ? 1 : 2;
+    snprintf(dp, sizeof dp, ", ZeRO-%d: optimizer%s sharded over %d ranks%s", z, p3 ? " and parameters" : "",
+             pl->dp_ranks,
+             z < 2                                   ? ""
              : pl->grads_on_host && pl->overlap_comm ? " (gradients reduce-scattered block by block during the backward)"
                                                      : " (gradients reduce-scattered)");
+  }
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
            dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
@@ -419,6 +423,8 @@ struct host_bufs {
   float *losses;     /* (grad_accum, B*T) */
   uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
                       * cpu_checkpointing */
+  uint8_t *pgather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
+                      * owners, ZeRO-3 over ranks */
   uint8_t *st_stage; /* (st_bytes) state I/O staging: init, resume, saves,
                       * fresh states */
   size_t st_bytes;   /* zo_state_stage_bytes */
@@ -437,13 +443,19 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->master = hcarve(c, (sh.hi - sh.lo) * f, "master weights", ZO_MEM_MASTER);
     h->adam_m = hcarve(c, sh.shi - sh.slo, "AdamW m", ZO_MEM_ADAM_M);
     h->adam_v = hcarve(c, sh.shi - sh.slo, "AdamW v", ZO_MEM_ADAM_V);
-    /* fp32: the master copy is the working copy, unless it is a shard */
-    if (pl->param_slots && !mixed && !sharded) h->params = h->master;
+    /* fp32: the master copy is the working copy (sharded with slots: both
+     * hold the shard) */
+    if (pl->param_slots && !mixed) h->params = h->master;
   }
   /* A separate working copy: the rounded one in mixed precision, or the
-   * slots' source next to NVMe-resident or sharded master weights. */
-  if (offloaded && (mixed || (pl->param_slots && (pl->optimizer == ZO_OFFLOAD_NVME || sharded))))
-    h->params = hcarve(c, n * e, "parameters", ZO_MEM_PARAMS);
+   * slots' source next to NVMe-resident master weights. Sharded with slots
+   * (ZeRO-3 over ranks) it holds the shard, and each block is gathered from
+   * its owners into a slot's gather buffer before it goes to the device. */
+  const bool pshard = sharded && pl->param_slots;
+  if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
+    h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
+  if (pshard)
+    h->pgather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);
   if (offloaded) h->grads = hcarve(c, n * f, "gradients", ZO_MEM_GRADS);
   if (pl->grads_on_host && pl->grad_accum > 1) {
     for (int g = 0; g < ZO_SCHED_GRAD_SLOTS; g++)
@@ -621,6 +633,12 @@ struct zo_sched {
   /* gradient sums overlapped with the backward (sharded, gradients on the
    * host): each block's, and the resident ranges', reduced to their owners
    * on stream rs as soon as the last micro-batch has accumulated them */
+  bool pshard;                  /* ZeRO-3 over ranks: h.params holds the shard, slots load gathered blocks */
+  size_t params_off;            /* first element of h.params */
+  zo_stream_t pg;               /* block gathers (pshard) */
+  zo_comm_t pg_comm;            /* its duplicate */
+  zo_event_t *pg_ready, *pg_free; /* (K) slot k's gather buffer filled / copied to the slot */
+  struct task *pg_tasks;        /* (L) block l's gather */
   bool overlap;
   zo_stream_t rs;
   zo_comm_t rs_comm;            /* a duplicate of its own for rs's thread */
@@ -675,7 +693,8 @@ static void *dev_unit_params(struct zo_sched *s, int u) {
 
 /* Host working parameters (working dtype) from table element off. */
 static void *host_params_at(struct zo_sched *s, size_t off) {
-  return (uint8_t *)s->h.params + off * s->m->esize;
+  ZO_ASSERT(off >= s->params_off);
+  return (uint8_t *)s->h.params + (off - s->params_off) * s->m->esize;
 }
 
 /* The host master (cpu tier) at table element off, inside this rank's shard. */
@@ -703,16 +722,64 @@ static void *gather_buf(struct zo_sched *s) { return s->h.params ? s->h.params :
 
 /* ---- parameter slots ----------------------------------------------------- */
 
+static void async_fail(struct zo_sched *s, int err);
+static int error_prefixed(int err, const char *prefix);
+
+/* Slot k's gather buffer (pshard). */
+static uint8_t *pg_buf(struct zo_sched *s, int k) {
+  return s->h.pgather + (size_t)k * s->t->layer_numel * s->m->esize;
+}
+
+/* Each owner's part of elements [off, off + n) broadcast from it into buf
+ * (working dtype; with copy_own the owner copies its part from the host
+ * working copy first, else it is in buf already), on comm, every rank in
+ * the same order. Returns 0 or -errno. */
+static int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own) {
+  const size_t e = s->m->esize;
+  const int me = zo_comm_rank(comm);
+  int err = 0;
+  for (int r = 0; r < s->n_ranks && !err; r++) {
+    const size_t a = s->shards[r].lo > off ? s->shards[r].lo : off;
+    const size_t b = s->shards[r].hi < off + n ? s->shards[r].hi : off + n;
+    if (b <= a) continue;
+    if (r == me && copy_own) memcpy(buf + (a - off) * e, host_params_at(s, a), (b - a) * e);
+    err = zo_comm_broadcast(comm, buf + (a - off) * e, (b - a) * e, r);
+  }
+  return err;
+}
+
+/* Stream pg: block l gathered into its slot's buffer. Runs even after an
+ * error, so that the others are not left waiting. */
+static void pg_gather_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  const struct range r = unit_range(s->t, 1 + a->index);
+  const double t0 = zo_time_s();
+  int err = exchange_range(s, s->pg_comm, pg_buf(s, a->index % s->K), r.off, r.numel, true);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
+}
+
 /* Block l resident in slot l % K, loading it on the H2D stream if needed. */
 static void slot_ensure(struct zo_sched *s, int l) {
   const int k = l % s->K;
   if (s->slot_owner[k] == l) return;
   const struct range r = unit_range(s->t, 1 + l);
+  if (s->pshard) {
+    /* Gathered from the owners into slot k's buffer (stream pg, in the same
+     * order on every rank), then copied to the slot. */
+    CHECK_Q(s->be->stream_wait_event(s->pg, s->pg_free[k]));
+    CHECK_Q(s->be->stream_wait_event(s->pg, s->param_ready[1 + l]));
+    CHECK_Q(s->be->launch_host_func(s->pg, pg_gather_fn, &s->pg_tasks[l]));
+    CHECK_Q(s->be->event_record(s->pg_ready[k], s->pg));
+    CHECK_Q(s->be->stream_wait_event(s->h2d, s->pg_ready[k]));
+  }
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
-  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], host_params_at(s, r.off), r.numel * s->m->esize,
-                              ZO_COPY_H2D, s->h2d));
+  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? pg_buf(s, k) : host_params_at(s, r.off),
+                              r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
   CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
+  if (s->pshard) CHECK_Q(s->be->event_record(s->pg_free[k], s->h2d));
   s->slot_owner[k] = l;
 }
 
@@ -1044,18 +1111,16 @@ static void opt_unit_fn(void *arg) {
   const struct range r = unit_range(s->t, a->index);
   double t0 = zo_time_s();
   /* The host master; in mixed precision rounded into the host working copy
-   * (sharded fp32 with slots: copied into it). This rank's tensors only. */
+   * (fp32 with slots: the master is the slots' source). This rank's tensors
+   * only. */
   uint8_t *work = s->pl.dtype != ZO_F32 ? s->h.params : NULL;
-  const size_t e = s->m->esize;
   const float *g = opt_grads(s);
   for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     float *p = master_at(s, ti->offset);
     piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, g + ti->offset, state_at(s, s->st_m, i),
-                 state_at(s, s->st_v, i), ti->numel, work ? work + ti->offset * e : NULL);
-    if (!work && s->h.params && s->h.params != s->h.master)
-      memcpy(host_params_at(s, ti->offset), p, ti->numel * sizeof(float));
+                 state_at(s, s->st_v, i), ti->numel, work ? host_params_at(s, ti->offset) : NULL);
   }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
@@ -1241,8 +1306,43 @@ static void gather_fn(void *arg) {
 
 /* Sharded: the exchange, then each unit's parameters ready (copied to the
  * device from the host working copy first, when there is one). */
+/* pshard, optimizer stream: the resident units' owned parts are on the
+ * device (copied from the host shard); each owner's part broadcast into
+ * every rank's device copy (host memory on the CPU backend). */
+static void resident_exchange_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = 0;
+  const int units[2] = {0, s->U - 1};
+  for (int i = 0; i < 2 && !err; i++) {
+    const struct range r = unit_range(s->t, units[i]);
+    err = exchange_range(s, s->grad_comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
+  }
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "exchanging the resident parameters over the ranks"));
+}
+
 static void queue_gather(struct zo_sched *s) {
   zo_backend_t be = s->be;
+  if (s->pshard) {
+    /* Blocks are gathered when their slots load them; the resident units
+     * (embeddings, final norm) are exchanged here. */
+    const int units[2] = {0, s->U - 1};
+    for (int i = 0; i < 2; i++) {
+      size_t a, b;
+      unit_owned(s, units[i], &a, &b);
+      if (b <= a) continue;
+      const struct range r = unit_range(s->t, units[i]);
+      CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[units[i]]));
+      CHECK_Q(be->memcpy_async((uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
+                               host_params_at(s, a), (b - a) * s->m->esize, ZO_COPY_H2D, s->h2d));
+    }
+    CHECK_Q(be->event_record(s->gather_wait, s->h2d));
+    CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
+    CHECK_Q(be->launch_host_func(s->os, resident_exchange_fn, s));
+    for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    return;
+  }
   CHECK_Q(be->event_record(s->gather_wait, s->h2d));
   CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
   CHECK_Q(be->launch_host_func(s->os, gather_fn, s));
@@ -1530,8 +1630,24 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
       s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
       s->ag_bytes[r] = s->rs_counts[r] * s->m->esize;
     }
-    /* Every rank decides alike (the same placement), so the duplicate,
-     * which is collective, is made by all or none. */
+    /* Every rank decides alike (the same placement), so the duplicates,
+     * which are collective, are made by all or none. */
+    s->pshard = s->K > 0;
+    if (s->pshard) {
+      s->params_off = s->sh.lo;
+      if (zo_comm_dup(c->comm, &s->pg_comm)) goto out_free;
+      s->pg_ready = calloc((size_t)s->K, sizeof *s->pg_ready);
+      s->pg_free = calloc((size_t)s->K, sizeof *s->pg_free);
+      s->pg_tasks = calloc((size_t)s->L, sizeof *s->pg_tasks);
+      if (!s->pg_ready || !s->pg_free || !s->pg_tasks) {
+        zo_error(-ENOMEM, "out of host memory for the scheduler");
+        goto out_free;
+      }
+      for (int l = 0; l < s->L; l++) s->pg_tasks[l] = (struct task){s, l, 0};
+      if (s->be->stream_create(&s->pg) || events_create(s->be, s->pg_ready, s->K) ||
+          events_create(s->be, s->pg_free, s->K))
+        goto out_free;
+    }
     s->overlap = s->pl.grads_on_host && s->pl.overlap_comm;
     if (s->overlap) {
       const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->L + 1);
@@ -1657,8 +1773,8 @@ out_free:
 int zo_sched_synchronize(struct zo_sched *s) {
   zo_backend_t be = s->be;
   int err = 0;
-  zo_stream_t streams[6] = {s->cs, s->d2h, s->rs, s->os, s->h2d, s->io};
-  for (int i = 0; i < 6; i++)
+  zo_stream_t streams[7] = {s->cs, s->d2h, s->rs, s->os, s->pg, s->h2d, s->io};
+  for (int i = 0; i < 7; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
   if (s->nv && !atomic_load(&s->err))
@@ -1678,7 +1794,10 @@ void zo_sched_free(struct zo_sched *s) {
     be->stream_destroy(s->os);
     be->stream_destroy(s->io);
     be->stream_destroy(s->rs);
+    be->stream_destroy(s->pg);
     events_destroy(be, s->rs_ready, s->L + 1);
+    events_destroy(be, s->pg_ready, s->K);
+    events_destroy(be, s->pg_free, s->K);
     const int U = s->U, K = s->K > 0 ? s->K : 1;
     events_destroy(be, s->param_ready, U);
     events_destroy(be, s->opt_done, U);
@@ -1719,6 +1838,10 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->norm_parts);
   free(s->rs_ready);
   free(s->rs_tasks);
+  free(s->pg_ready);
+  free(s->pg_free);
+  free(s->pg_tasks);
+  zo_comm_free(s->pg_comm);
   zo_comm_free(s->rs_comm);
   zo_comm_free(s->grad_comm);
   free(s->chunks);
@@ -2016,7 +2139,7 @@ int zo_sched_state_fresh(struct zo_sched *s, enum zo_state_part part) {
  * when there is one. */
 static int working_copies_sync(struct zo_sched *s) {
   const size_t e = s->m->esize, lo = s->sh.lo, hi = s->sh.hi;
-  const bool mixed = s->pl.dtype != ZO_F32, after = s->sharded && s->h.params;
+  const bool mixed = s->pl.dtype != ZO_F32, after = s->sharded && s->h.params && !s->pshard;
   int err = 0;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     if (mixed && hi > lo)
@@ -2049,6 +2172,17 @@ static int working_copies_sync(struct zo_sched *s) {
     }
   }
   if (!s->sharded) return err;
+  if (s->pshard) {
+    /* Blocks are gathered as slots load them; the resident units' owned
+     * parts are on the device (above): every owner's part to every rank. */
+    const int units[2] = {0, s->U - 1};
+    for (int i = 0; i < 2; i++) { /* collective: even after a failure */
+      const struct range r = unit_range(s->t, units[i]);
+      const int x = exchange_range(s, s->comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
+      if (!err) err = x;
+    }
+    return err;
+  }
   /* Collective: runs even after a local failure, so that nobody waits. */
   const int ge = zo_comm_allgatherv(s->comm, gather_buf(s), s->ag_bytes);
   if (!err) err = ge;
@@ -2404,12 +2538,12 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
     for (int u = 0; u < s->U; u++) {
       const struct range r = unit_range(s->t, u);
       void *dev = dev_unit_params(s, u);
-      const uint8_t *src = s->h.params ? s->h.params : (const uint8_t *)s->h.master;
       size_t a = r.off, b = r.off + r.numel;
-      if (!s->h.params) unit_owned(s, u, &a, &b); /* a sharded master: this rank's part */
+      /* a sharded master or working copy: this rank's part */
+      if (!s->h.params || s->pshard) unit_owned(s, u, &a, &b);
       if (dev && b > a)
         CHECK_Q(s->be->memcpy_async((uint8_t *)dev + (a - r.off) * e,
-                                    s->h.params ? src + a * e : (const uint8_t *)master_at(s, a), (b - a) * e,
+                                    s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e,
                                     ZO_COPY_H2D, s->h2d));
       if (s->pl.grads_on_host && u > 0 && u < s->U - 1)
         for (int k = 0; k < s->pl.grad_accum; k++)
@@ -2417,8 +2551,8 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       if (!dev)
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], host_params_at(s, r.off), r.numel * e, ZO_COPY_H2D,
-                                      s->h2d));
+          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? pg_buf(s, 0) : host_params_at(s, r.off),
+                                      r.numel * e, ZO_COPY_H2D, s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);
     if (!err) err = s->be->stream_synchronize(s->d2h);

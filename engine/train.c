@@ -529,15 +529,21 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   if (t.lead) zo_plan_report_print(&plan, &mem, stdout);
   if (opts->stats) *opts->stats = s1;
   if (opts->final_params && (err = zo_sched_get_state(t.sched, opts->final_params, NULL, NULL))) goto out;
-  if (opts->sample_tokens > 0 && t.lead) {
+  /* ZeRO-3 over ranks gathers each block from every rank as the forward
+   * loads it: then every rank samples (the same tokens), rank 0 prints. */
+  const bool all_sample = t.comm && zo_placement_sharded(&plan.placement) && plan.placement.param_slots;
+  if (opts->sample_tokens > 0 && (t.lead || all_sample)) {
     int32_t *ctx = calloc((size_t)opts->sample_tokens + 1, sizeof *ctx);
-    if (!ctx) {
+    FILE *out = t.lead ? stdout : fopen("/dev/null", "w");
+    if (!ctx || !out) {
+      free(ctx);
       err = zo_error(-ENOMEM, "out of host memory for sampling");
       goto out;
     }
     ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
-    printf("sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
-    err = generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, stdout);
+    fprintf(out, "sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
+    err = generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, out);
+    if (out != stdout) fclose(out);
     free(ctx);
   }
 out:

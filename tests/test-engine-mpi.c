@@ -3,7 +3,9 @@
  * ctest starts); the same binary then runs under mpirun as 2 ranks of
  * micro-batch 3 and as 3 ranks of micro-batch 2, on the CPU backend, one
  * OpenMP thread per rank. For every case (GPT-2: all on the device, the
- * optimizer on cpu at stage 1 and 2, the parameters on cpu at stage 3, the
+ * optimizer on cpu at stage 1 and 2, the parameters on cpu at stage 3 (with
+ * the optimizer on cpu or NVMe: ZeRO-3, each block gathered from its owners
+ * into the slot that loads it), the
  * optimizer on NVMe at stage 2 when the store works, in fp32 and bf16 but
  * stage 1; fp16 with loss scaling and AdamW8bit with the optimizer on cpu;
  * a grouped-query Llama all on the device in fp32; every case at stage >= 1
@@ -101,6 +103,7 @@ static const struct mcase cases[] = {
     {"opt-cpu-s2-no-overlap", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU, "zero_optimization.overlap_comm=false"}, 3},
     {"param-cpu-s3", 0, TOL_F32, NULL, false, false, {S3, OPT_CPU, PARAM_CPU}, 3},
     {"opt-nvme-s2", 0, TOL_F32, NULL, true, true, {S2, OPT_NVME}, 2},
+    {"param-cpu-opt-nvme-s3", 0, TOL_F32, NULL, true, false, {S3, OPT_NVME, PARAM_CPU}, 3},
     {"bf16-device", 0, TOL_MIXED, BF16, false, false, {0}, 0},
     {"bf16-opt-cpu-s2", 0, TOL_MIXED, BF16, false, false, {S2, OPT_CPU}, 2},
     {"bf16-param-cpu-s3", 0, TOL_MIXED, BF16, false, true, {S3, OPT_CPU, PARAM_CPU}, 3},

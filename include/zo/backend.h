@@ -82,6 +82,9 @@ struct zo_backend {
    * (cudaLaunchHostFunc semantics): later work on stream waits for it. fn must
    * not synchronize on, or queue work to, the stream it runs on. */
   int (*launch_host_func)(zo_stream_t stream, void (*fn)(void *arg), void *arg);
+  /* The backend's own handle of stream (a cudaStream_t) for libraries that
+   * queue work on it themselves (NCCL, zo/dcomm.h). NULL on the CPU backend. */
+  void *(*native_stream)(zo_stream_t stream);
 
   /* ---- ops -------------------------------------------------------------- */
   /* Every op over activations and working parameters takes their dtype dt:

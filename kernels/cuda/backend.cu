@@ -162,6 +162,8 @@ static int cuda_memset_async(void *dst, int value, size_t nbytes, zo_stream_t st
   return ZO_CUDA_TRY(cudaMemsetAsync(dst, value, nbytes, zo_cuda_stream(stream)));
 }
 
+static void *cuda_native_stream(zo_stream_t stream) { return (void *)zo_cuda_stream(stream); }
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 /* Filled by name in cuda_init (C++17 has no designated initializers), read-only after. */
@@ -187,6 +189,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->memcpy_async = cuda_memcpy_async;
   t->memset_async = cuda_memset_async;
   t->launch_host_func = cuda_launch_host_func;
+  t->native_stream = cuda_native_stream;
   t->encoder_forward = zo_cuda_encoder_forward;
   t->encoder_backward = zo_cuda_encoder_backward;
   t->layernorm_forward = zo_cuda_layernorm_forward;
