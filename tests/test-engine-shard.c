@@ -6,8 +6,9 @@
  * share plus half the largest tensor; the host plan's master weights, m and
  * v summed over the ranks equal the single process's (up to the pool's
  * rounding per carve); every rank's is at most an even share plus the
- * largest tensor; the NVMe plan shrinks alike; one rank leaves the plan as
- * it is. */
+ * largest tensor; the NVMe plan shrinks alike; at stage 3 with the
+ * parameters on the host, the host working copy adds up over the ranks as
+ * well; one rank leaves the plan as it is. */
 #include "zo_engine_test.h"
 
 static const char *const gpt2[] = {"model.n_layer=4", "model.n_head=4", "model.n_embd=64",
@@ -25,9 +26,12 @@ static int load(struct zo_config *cfg, const struct zo_etest_arch *a, const char
   static char stage_set[64], dev_set[96];
   snprintf(stage_set, sizeof stage_set, "zero_optimization.stage=%d", stage);
   snprintf(dev_set, sizeof dev_set, "zero_optimization.offload_optimizer.device=%s", opt_device);
+  /* Stage 3: the parameters on the host too, in bf16 (a working copy of their own). */
   const char *sets[] = {"data.seq_len=16", "train_micro_batch_size_per_gpu=2", stage_set, dev_set, nvme_set,
                         eightbit ? "optimizer.type=AdamW8bit" : "optimizer.type=AdamW",
-                        "optimizer.params.min_8bit_size=1024", "aio.block_size=4096"};
+                        "optimizer.params.min_8bit_size=1024", "aio.block_size=4096",
+                        stage == 3 ? "zero_optimization.offload_param.device=cpu" : "bf16.enabled=false",
+                        stage == 3 ? "bf16.enabled=true" : "bf16.enabled=false"};
   return zo_etest_config_load_arch(cfg, a, sets, (int)(sizeof sets / sizeof sets[0]), NULL, 0);
 }
 
@@ -71,13 +75,14 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
   if (nvme) zo_sched_nvme_plan(&pl, t, one);
   else zo_sched_host_plan(&pl, t, cfg->micro_batch, cfg->data.seq_len, one);
   const size_t whole = opt_bytes(one), big = largest_tensor(t);
-  size_t sum = 0, worst = 0;
+  size_t sum = 0, worst = 0, psum = 0;
   for (int r = 0; r < n; r++) {
     zo_placement_set_ranks(&pl, r, n);
     CHECK(zo_placement_sharded(&pl) == (n > 1 && cfg->zero.stage >= 1));
     if (nvme) zo_sched_nvme_plan(&pl, t, cat);
     else zo_sched_host_plan(&pl, t, cfg->micro_batch, cfg->data.seq_len, cat);
     sum += opt_bytes(cat);
+    psum += cat[ZO_MEM_PARAMS];
     if (opt_bytes(cat) > worst) worst = opt_bytes(cat);
   }
   if (!zo_placement_sharded(&pl)) {
@@ -89,6 +94,8 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
   CHECK(sum + slack >= whole && sum <= whole + slack);
   const size_t share = whole / (size_t)n + 12 * big + slack;
   CHECK(worst <= share);
+  /* ZeRO-3 (parameter slots): the host working copy is sharded too. */
+  if (pl.param_slots && !nvme) CHECK(psum + (size_t)n * 4096 >= one[ZO_MEM_PARAMS] && psum <= one[ZO_MEM_PARAMS] + (size_t)n * 4096);
   printf("    %d ranks: optimizer bytes per rank at most %zu (one process %zu)\n", n, worst, whole);
   return 0;
 }
@@ -106,6 +113,14 @@ static int run_arch(const struct zo_etest_arch *a) {
              dev ? "nvme" : "cpu", t.n_tensors, t.numel);
       int err = 0;
       for (int n = 1; n <= 5 && !err; n++) err = check_shards(&t, &f, n) || check_plans(&cfg, &t, dev == 1, n);
+      struct zo_config c3;
+      memset(&c3, 0, sizeof c3);
+      if (!err && load(&c3, a, dev ? "nvme" : "cpu", q == 1, 3) != 0) {
+        fprintf(stderr, "  stage 3: %s\n", zo_last_error());
+        err = 1;
+      }
+      for (int n = 2; n <= 4 && !err; n++) err = check_plans(&c3, &t, dev == 1, n);
+      zo_config_free(&c3);
       zo_tensor_table_free(&t);
       zo_config_free(&cfg);
       if (err) return err;
