@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm_internal.h"
 
@@ -211,6 +212,14 @@ struct zo_comm *zo_comm_mpi_init(void) {
              finalized ? "initialized and finalized already" : "initialized already");
     return NULL;
   }
+  /* A rank runs its compute threads next to threads blocked in collectives
+   * (gradient sums overlapped with the backward, block gathers): Open MPI's
+   * blocking calls spin by default, taking the cores the compute needs
+   * (measured on 2 cores, 2 ranks, ZeRO-2 with overlap: 6952 tokens/s
+   * spinning, 9823 yielding). Yield unless the user chose (the MCA
+   * parameter from the environment wins). */
+  if (setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0) != 0)
+    fprintf(stderr, "zoffload: warning: setenv OMPI_MCA_mpi_yield_when_idle: %s\n", strerror(errno));
   int provided = MPI_THREAD_SINGLE;
   rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) {
