@@ -456,8 +456,12 @@ static void host_layout(const struct zo_placement *pl, const struct zo_tensor_ta
     h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
   if (pshard)
     h->pgather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);
-  if (offloaded) h->grads = hcarve(c, n * f, "gradients", ZO_MEM_GRADS);
-  if (pl->grads_on_host && pl->grad_accum > 1) {
+  /* ZeRO-2/3 over ranks with overlap_comm: each block's gradients are
+   * summed onto their owners every micro-batch, each rank accumulating its
+   * shard only, through the staging buffers. */
+  const bool gshard = sharded && pl->grads_on_host && pl->overlap_comm;
+  if (offloaded) h->grads = hcarve(c, (gshard ? sh.hi - sh.lo : n) * f, "gradients", ZO_MEM_GRADS);
+  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard)) {
     for (int g = 0; g < ZO_SCHED_GRAD_SLOTS; g++)
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
     h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
@@ -518,10 +522,15 @@ struct acc_task {
   size_t n;
 };
 
-/* A range of the table's gradients to reduce to its owners (rs stream). */
+/* A range of the table's gradients to reduce to its owners (rs stream):
+ * elements [off, off + n), staged at src; runs counts the task's runs (on
+ * the rs thread only), so that the first micro-batch of a step copies
+ * where the later ones add. */
 struct rs_task {
   struct zo_sched *s;
   size_t off, n;
+  float *src;
+  long runs;
 };
 
 /* A run of one state part's bytes (canonical layout) stored contiguously in
@@ -644,6 +653,8 @@ struct zo_sched {
   zo_comm_t rs_comm;            /* a duplicate of its own for rs's thread */
   zo_event_t *rs_ready;         /* (L + 1) block l's (L: the resident ranges') gradients in h.grads */
   zo_event_t rs_done;           /* every range reduced */
+  zo_event_t stage_free[ZO_SCHED_GRAD_SLOTS], stage_res_free; /* staging read by its last reduction */
+  size_t grads_off;             /* first element of h.grads (its shard with overlap) */
   struct rs_task *rs_tasks;     /* (L + 2): blocks, then head, tail */
   /* first asynchronous error */
   pthread_mutex_t err_mu;
@@ -701,6 +712,13 @@ static void *host_params_at(struct zo_sched *s, size_t off) {
 static float *master_at(const struct zo_sched *s, size_t off) {
   ZO_ASSERT(off >= s->sh.lo && off <= s->sh.hi);
   return s->h.master + (off - s->master_off);
+}
+
+/* The gradients the optimizer reads (device accumulator, or host) at table
+ * element off: with sharded gradients h.grads holds this rank's shard. */
+static float *grads_at(const struct zo_sched *s, size_t off) {
+  ZO_ASSERT(off >= s->grads_off);
+  return (s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads) + (off - s->grads_off);
 }
 
 /* Tensor i's m (v) record in the state at base (st_m or st_v). */
@@ -920,31 +938,46 @@ static void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase
   }
 }
 
-/* Stream rs: gradients [off, off + n) of h.grads summed over the ranks onto
- * the owner of each shard they meet (the ranks' parts of one reduce-scatter,
- * range by range in the same order on every rank). Runs even after an
+/* Stream rs: one micro-batch's gradients of a range, staged, summed over
+ * the ranks onto the owner of each shard they meet (the ranks' parts of a
+ * reduce-scatter, range by range in the same order on every rank); each
+ * owner accumulates its part into its shard of h.grads. Runs even after an
  * error, so that the others are not left waiting. */
-static void rs_range_fn(void *arg) {
-  const struct rs_task *a = arg;
+static void rs_acc_fn(void *arg) {
+  struct rs_task *a = arg;
   struct zo_sched *s = a->s;
+  const bool first = a->runs++ % s->pl.grad_accum == 0;
+  const int me = s->pl.dp_rank;
   const double t0 = zo_time_s();
   int err = 0;
   for (int r = 0; r < s->n_ranks && !err; r++) {
     const size_t lo = s->shards[r].lo > a->off ? s->shards[r].lo : a->off;
     const size_t hi = s->shards[r].hi < a->off + a->n ? s->shards[r].hi : a->off + a->n;
-    if (hi > lo) err = zo_comm_reduce(s->rs_comm, s->h.grads + lo, hi - lo, ZO_F32, ZO_COMM_SUM, r);
+    if (hi <= lo) continue;
+    float *part = a->src + (lo - a->off);
+    err = zo_comm_reduce(s->rs_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
+    if (err || r != me) continue;
+    float *dst = grads_at(s, lo);
+    if (first) {
+      memcpy(dst, part, (hi - lo) * sizeof(float));
+    } else {
+      for (size_t i = 0; i < hi - lo; i++) dst[i] += part[i];
+    }
   }
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
 }
 
-/* Last micro-batch, behind the D2H stream's accumulation of the range's
- * gradients into h.grads: their reduction on stream rs (ready event i). */
-static void queue_rs(struct zo_sched *s, int i, struct rs_task *task) {
-  if (!s->overlap || s->k != s->pl.grad_accum - 1) return;
+/* Sharded gradients: n gradients at device src to the staging buffer of
+ * the task (free: the event the last reduction from it recorded), then
+ * their reduction on stream rs (ready event i), which frees it again. */
+static void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
+                            struct rs_task *task) {
+  CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
+  CHECK_Q(s->be->memcpy_async(task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(s->be->event_record(s->rs_ready[i], s->d2h));
   CHECK_Q(s->be->stream_wait_event(s->rs, s->rs_ready[i]));
-  CHECK_Q(s->be->launch_host_func(s->rs, rs_range_fn, task));
+  CHECK_Q(s->be->launch_host_func(s->rs, rs_acc_fn, task));
 }
 
 static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
@@ -963,10 +996,15 @@ static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase p
     CHECK_Q(be->event_record(s->gslot_ready[g], cs));
     CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
     if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
+    if (s->overlap) {
+      grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->rs_tasks[l]);
+      CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+      CHECK_Q(be->event_record(s->stage_free[g], s->rs));
+      return;
+    }
     grads_out(s, m->grad_slots[g], s->t->layer_offset[l], s->t->layer_numel, s->h.stage[g],
               &s->acc_tasks[l]);
     CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
-    queue_rs(s, l, &s->rs_tasks[l]);
     return;
   }
   if (l != ZO_MODEL_EMBED) return;
@@ -978,15 +1016,21 @@ static void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase p
       CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[0]));
       CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
     }
+    if (s->overlap) {
+      grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->rs_tasks[L]);
+      grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->rs_tasks[L + 1]);
+      CHECK_Q(be->event_record(s->res_free, s->d2h));
+      CHECK_Q(be->event_record(s->stage_res_free, s->rs));
+      /* The optimizer starts when every range is reduced (queue_optimizer). */
+      if (last) CHECK_Q(be->event_record(s->rs_done, s->rs));
+      if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+      return;
+    }
     grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
     grads_out(s, m->grads + head.numel, tail.off, tail.numel,
               s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
     CHECK_Q(be->event_record(s->res_free, s->d2h));
-    queue_rs(s, L, &s->rs_tasks[L]);
-    queue_rs(s, L, &s->rs_tasks[L + 1]);
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
-    /* The optimizer starts when every range is reduced (queue_optimizer). */
-    if (last && s->overlap) CHECK_Q(be->event_record(s->rs_done, s->rs));
     return;
   }
   if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
@@ -1047,12 +1091,11 @@ static void norm_fn(void *arg) {
     /* Each rank's tensors' sums, zeros elsewhere, summed over the ranks and
      * then added in table order: x + 0 is x, so the norm is the bits one
      * process computes from the same gradients, whatever the rank count. */
-    const float *g = opt_grads(s);
     for (int i = 0; i < s->t->n_tensors; i++) {
       const struct zo_tensor_info *ti = &s->t->tensors[i];
       s->norm_parts[i] = i < s->sh.t_lo || i >= s->sh.t_hi ? 0.0
                          : s->norm_host                    ? s->norm_host[i]
-                                                           : zo_sumsq(g + ti->offset, ti->numel);
+                                                           : zo_sumsq(grads_at(s, ti->offset), ti->numel);
     }
     const double tc = zo_time_s();
     int err = zo_comm_allreduce(s->grad_comm, s->norm_parts, (size_t)s->t->n_tensors, ZO_F64, ZO_COMM_SUM);
@@ -1114,12 +1157,11 @@ static void opt_unit_fn(void *arg) {
    * (fp32 with slots: the master is the slots' source). This rank's tensors
    * only. */
   uint8_t *work = s->pl.dtype != ZO_F32 ? s->h.params : NULL;
-  const float *g = opt_grads(s);
   for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     float *p = master_at(s, ti->offset);
-    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, g + ti->offset, state_at(s, s->st_m, i),
+    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, grads_at(s, ti->offset), state_at(s, s->st_m, i),
                  state_at(s, s->st_v, i), ti->numel, work ? host_params_at(s, ti->offset) : NULL);
   }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
@@ -1231,7 +1273,7 @@ static void nv_update_fn(void *arg) {
   const bool mixed = s->pl.dtype != ZO_F32;
   for (int k = c->first; k < c->first + c->n_pieces; k++) {
     const struct piece *pc = &s->pieces[k];
-    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), s->h.grads + pc->off,
+    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), grads_at(s, pc->off),
                  (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel,
                  mixed ? host_params_at(s, pc->off) : NULL);
   }
@@ -1658,11 +1700,14 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
         zo_error(-ENOMEM, "out of host memory for the scheduler");
         goto out_free;
       }
-      for (int l = 0; l < s->L; l++) s->rs_tasks[l] = (struct rs_task){s, s->t->layer_offset[l], s->t->layer_numel};
-      s->rs_tasks[s->L] = (struct rs_task){s, head.off, head.numel};
-      s->rs_tasks[s->L + 1] = (struct rs_task){s, tail.off, tail.numel};
+      s->grads_off = s->sh.lo;
+      /* staging pointers once the pool is carved (below) */
+      for (int l = 0; l < s->L; l++) s->rs_tasks[l] = (struct rs_task){s, s->t->layer_offset[l], s->t->layer_numel, NULL, 0};
+      s->rs_tasks[s->L] = (struct rs_task){s, head.off, head.numel, NULL, 0};
+      s->rs_tasks[s->L + 1] = (struct rs_task){s, tail.off, tail.numel, NULL, 0};
       if (s->be->stream_create(&s->rs) || events_create(s->be, s->rs_ready, s->L + 1) ||
-          s->be->event_create(&s->rs_done))
+          s->be->event_create(&s->rs_done) || events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS) ||
+          s->be->event_create(&s->stage_res_free))
         goto out_free;
     }
   }
@@ -1751,11 +1796,16 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     s->norm_tasks[p] = (struct task){s, 0, p};
     for (int u = 0; u < U; u++) s->opt_tasks[p * U + u] = (struct task){s, u, p};
   }
-  for (int l = 0; l < s->L; l++)
-    s->acc_tasks[l] = (struct acc_task){s, s->h.grads ? s->h.grads + s->t->layer_offset[l] : NULL,
-                                        s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
   const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, U - 1);
-  if (s->h.grads) {
+  if (s->overlap) {
+    for (int l = 0; l < s->L; l++) s->rs_tasks[l].src = s->h.stage[l % ZO_SCHED_GRAD_SLOTS];
+    s->rs_tasks[s->L].src = s->h.stage_res;
+    s->rs_tasks[s->L + 1].src = s->h.stage_res + head.numel;
+  }
+  for (int l = 0; l < s->L; l++)
+    s->acc_tasks[l] = (struct acc_task){s, s->h.grads && !s->overlap ? s->h.grads + s->t->layer_offset[l] : NULL,
+                                        s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
+  if (s->h.grads && !s->overlap) {
     s->acc_tasks[s->L] = (struct acc_task){s, s->h.grads + head.off, s->h.stage_res, head.numel};
     s->acc_tasks[s->L + 1] = (struct acc_task){
         s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
@@ -1796,6 +1846,7 @@ void zo_sched_free(struct zo_sched *s) {
     be->stream_destroy(s->rs);
     be->stream_destroy(s->pg);
     events_destroy(be, s->rs_ready, s->L + 1);
+    events_destroy(be, s->stage_free, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->pg_ready, s->K);
     events_destroy(be, s->pg_free, s->K);
     const int U = s->U, K = s->K > 0 ? s->K : 1;
@@ -1807,7 +1858,7 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
     zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
-                           s->losses_ready, s->gather_wait, s->gather_done, s->rs_done};
+                           s->losses_ready, s->gather_wait, s->gather_done, s->rs_done, s->stage_res_free};
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
@@ -2532,7 +2583,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
     /* Gradients out, parameters in (slot loads: forward and backward of
      * every micro-batch), each on its own stream as in a step. */
     const size_t nb = s->t->numel * sizeof(float), e = s->m->esize;
-    CHECK_Q(s->be->memcpy_async(s->h.grads, s->acc ? s->acc : s->m->grads,
+    CHECK_Q(s->be->memcpy_async(s->overlap ? s->h.stage_res : s->h.grads, s->acc ? s->acc : s->m->grads,
                                 s->pl.grads_on_host ? (s->m->head_numel + s->m->tail_numel) * sizeof(float) : nb,
                                 ZO_COPY_D2H, s->d2h));
     for (int u = 0; u < s->U; u++) {

@@ -6,7 +6,8 @@
  * share plus half the largest tensor; the host plan's master weights, m and
  * v summed over the ranks equal the single process's (up to the pool's
  * rounding per carve); every rank's is at most an even share plus the
- * largest tensor; the NVMe plan shrinks alike; at stage 3 with the
+ * largest tensor; the NVMe plan shrinks alike; the host gradients (stage
+ * 2 and 3, overlap_comm) add up over the ranks; at stage 3 with the
  * parameters on the host, the host working copy adds up over the ranks as
  * well; one rank leaves the plan as it is. */
 #include "zo_engine_test.h"
@@ -75,7 +76,7 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
   if (nvme) zo_sched_nvme_plan(&pl, t, one);
   else zo_sched_host_plan(&pl, t, cfg->micro_batch, cfg->data.seq_len, one);
   const size_t whole = opt_bytes(one), big = largest_tensor(t);
-  size_t sum = 0, worst = 0, psum = 0;
+  size_t sum = 0, worst = 0, psum = 0, gsum = 0;
   for (int r = 0; r < n; r++) {
     zo_placement_set_ranks(&pl, r, n);
     CHECK(zo_placement_sharded(&pl) == (n > 1 && cfg->zero.stage >= 1));
@@ -83,6 +84,7 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
     else zo_sched_host_plan(&pl, t, cfg->micro_batch, cfg->data.seq_len, cat);
     sum += opt_bytes(cat);
     psum += cat[ZO_MEM_PARAMS];
+    gsum += cat[ZO_MEM_GRADS];
     if (opt_bytes(cat) > worst) worst = opt_bytes(cat);
   }
   if (!zo_placement_sharded(&pl)) {
@@ -94,6 +96,9 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
   CHECK(sum + slack >= whole && sum <= whole + slack);
   const size_t share = whole / (size_t)n + 12 * big + slack;
   CHECK(worst <= share);
+  /* Stage >= 2 with overlap_comm: each rank accumulates its shard of the gradients only. */
+  if (!nvme && pl.grads_on_host && pl.overlap_comm)
+    CHECK(gsum + (size_t)n * 4096 >= one[ZO_MEM_GRADS] && gsum <= one[ZO_MEM_GRADS] + (size_t)n * 4096);
   /* ZeRO-3 (parameter slots): the host working copy is sharded too. */
   if (pl.param_slots && !nvme) CHECK(psum + (size_t)n * 4096 >= one[ZO_MEM_PARAMS] && psum <= one[ZO_MEM_PARAMS] + (size_t)n * 4096);
   printf("    %d ranks: optimizer bytes per rank at most %zu (one process %zu)\n", n, worst, whole);
