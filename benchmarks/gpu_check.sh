@@ -176,7 +176,7 @@ main() {
   if ((ok)); then
     say "build: tests and benchmarks"
     timeout "$(step_timeout 200)" cmake --build "$BUILD" -j "$(nproc)" \
-      --target zoffload test-gpu-backend-ops test-gpu-train bench-gpu-gemm || ok=0
+      --target zoffload test-gpu-backend-ops test-gpu-train test-gpu-nccl bench-gpu-gemm || ok=0
   fi
   t1=$(date +%s)
   row "configure + build" "$( ((ok)) && echo "ok, $((t1 - t0)) s" || echo "FAILED (see log)")"
