@@ -36,8 +36,10 @@ static int join(char *out, size_t size, const char *dir, const char *name) {
   return 0;
 }
 
-static const char *const ckpt_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
-#define N_CKPT_FILES 3
+/* Every checkpoint's files besides the optimizer's: optimizer.safetensors,
+ * or one optimizer-<r>-of-<N>.safetensors per rank of a sharded run. */
+static const char *const ckpt_files[] = {"model.safetensors", "config.json"};
+#define N_CKPT_FILES 2
 
 /* One Hugging Face tensor being written: a row range of one of ours, read
  * through the state io as the writer asks for it, or (transposed: GPT-2's
@@ -258,26 +260,31 @@ static size_t seg_of(const struct zo_optim_format *f, const struct zo_tensor_inf
   return zo_adamw8bit_n_blocks(ti->numel, f->block) * sizeof(float);
 }
 
-static size_t seg_total(const struct zo_optim_format *f, const struct zo_tensor_table *t, enum seg_kind k) {
+/* Bytes of kind k over tensors [lo, hi). */
+static size_t seg_total(const struct zo_optim_format *f, const struct zo_tensor_table *t, enum seg_kind k, int lo,
+                        int hi) {
   size_t n = 0, off;
-  for (int i = 0; i < t->n_tensors; i++) n += seg_of(f, &t->tensors[i], k, 0, &off);
+  for (int i = lo; i < hi; i++) n += seg_of(f, &t->tensors[i], k, 0, &off);
   return n;
 }
 
+/* The segments of kind k of tensors [lo, hi) (an optimizer file of a
+ * sharded run holds one rank's run of tensors). */
 struct seg_view {
   const struct zo_optim_format *f;
   const struct zo_tensor_table *t;
   const struct zo_state_io *io;
   enum zo_state_part part;
   enum seg_kind kind;
+  int lo, hi;
 };
 
 /* zo_st_fill_fn: bytes [offset, offset + nbytes) of the concatenated
  * segments, read through the io. */
 static int fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
   const struct seg_view *v = ctx;
-  size_t pos = 0, soff = 0;
-  for (int i = 0; i < v->t->n_tensors && nbytes; i++) {
+  size_t pos = 0, soff = zo_optim_tensor_offset(v->f, v->t, v->lo);
+  for (int i = v->lo; i < v->hi && nbytes; i++) {
     const struct zo_tensor_info *ti = &v->t->tensors[i];
     size_t at;
     const size_t len = seg_of(v->f, ti, v->kind, soff, &at);
@@ -300,18 +307,18 @@ static int fill_segments(void *ctx, void *dst, size_t offset, size_t nbytes) {
  * which is the canonical layout itself (one segment of kind SEG_FP32). */
 static int add_state(struct zo_st_writer *w, const char *name, const struct zo_optim_format *f,
                      const struct zo_tensor_table *t, const struct zo_state_io *io, enum zo_state_part part,
-                     struct seg_view views[SEG_KINDS]) {
+                     struct seg_view views[SEG_KINDS], int lo, int hi) {
   if (!f->eightbit) {
-    const int64_t shape[1] = {(int64_t)t->numel};
-    views[SEG_FP32] = (struct seg_view){f, t, io, part, SEG_FP32};
+    const int64_t shape[1] = {(int64_t)(seg_total(f, t, SEG_FP32, lo, hi) / sizeof(float))};
+    views[SEG_FP32] = (struct seg_view){f, t, io, part, SEG_FP32, lo, hi};
     return zo_st_writer_add_fill(w, name, ZO_F32, 1, shape, fill_segments, &views[SEG_FP32]);
   }
   for (int k = 0; k < SEG_KINDS; k++) {
-    const size_t nb = seg_total(f, t, (enum seg_kind)k);
+    const size_t nb = seg_total(f, t, (enum seg_kind)k, lo, hi);
     const int64_t shape[1] = {(int64_t)(nb / zo_dtype_size(seg_dtype[k]))};
     char tn[64];
     snprintf(tn, sizeof tn, "%s.%s", name, seg_suffix[k]);
-    views[k] = (struct seg_view){f, t, io, part, (enum seg_kind)k};
+    views[k] = (struct seg_view){f, t, io, part, (enum seg_kind)k, lo, hi};
     int err = zo_st_writer_add_fill(w, tn, seg_dtype[k], 1, shape, fill_segments, &views[k]);
     if (err) return err;
   }
@@ -331,51 +338,97 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
   return err;
 }
 
-int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
-                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
-                          char *out_path, size_t out_size) {
-  char tmp[PATH_MAX], final[PATH_MAX], path[PATH_MAX];
+int zo_checkpoint_begin(const char *dir, long step, struct zo_checkpoint_txn *x) {
+  memset(x, 0, sizeof *x);
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
   char name[64];
-  snprintf(name, sizeof name, ".checkpoint-%ld.tmp-%ld", state->step, (long)getpid());
-  if ((err = join(tmp, sizeof tmp, dir, name))) return err;
-  if ((err = join(final, sizeof final, dir, name + 1))) return err;
-  *strstr(final + strlen(dir), ".tmp-") = '\0';
-  zo_remove_tree(tmp); /* a leftover of a crashed save with the same pid */
-  if ((err = zo_model_save_pretrained_io(tmp, m, io))) goto out_remove;
+  snprintf(name, sizeof name, ".checkpoint-%ld.tmp-%ld", step, (long)getpid());
+  if ((err = join(x->tmp, sizeof x->tmp, dir, name))) return err;
+  if ((err = join(x->final, sizeof x->final, dir, name + 1))) return err;
+  *strstr(x->final + strlen(dir), ".tmp-") = '\0';
+  snprintf(x->dir, sizeof x->dir, "%s", dir);
+  zo_remove_tree(x->tmp); /* a leftover of a crashed save with the same pid */
+  return zo_mkdir_p(x->tmp, 0755);
+}
 
+void zo_checkpoint_abort(const struct zo_checkpoint_txn *x) {
+  if (x->tmp[0]) zo_remove_tree(x->tmp);
+}
+
+static int txn_fail(const struct zo_checkpoint_txn *x, int err) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", zo_last_error());
+  return zo_error(err, "saving checkpoint %s: %s", x->final, msg);
+}
+
+int zo_checkpoint_write_model(const struct zo_checkpoint_txn *x, const struct zo_model *m,
+                              const struct zo_state_io *io) {
+  int err = zo_model_save_pretrained_io(x->tmp, m, io);
+  return err ? txn_fail(x, err) : 0;
+}
+
+void zo_checkpoint_shard_name(int shard, int n_shards, char *buf, size_t size) {
+  if (n_shards <= 0) snprintf(buf, size, "optimizer.safetensors");
+  else snprintf(buf, size, "optimizer-%05d-of-%05d.safetensors", shard + 1, n_shards);
+}
+
+int zo_checkpoint_write_optimizer(const struct zo_checkpoint_txn *x, const struct zo_model *m,
+                                  const struct zo_optim_format *f, const struct zo_state_io *io, int shard,
+                                  int n_shards, int t_lo, int t_hi, uint32_t *crc) {
+  ZO_ASSERT(0 <= t_lo && t_lo <= t_hi && t_hi <= m->table.n_tensors);
+  char fname[64], path[PATH_MAX];
+  zo_checkpoint_shard_name(shard, n_shards, fname, sizeof fname);
   struct zo_st_writer *w = zo_st_writer_init();
-  if (!w) {
-    err = zo_error(-ENOMEM, "out of host memory saving the optimizer state");
-    goto out_remove;
-  }
+  if (!w) return txn_fail(x, zo_error(-ENOMEM, "out of host memory saving the optimizer state"));
   struct seg_view views[2][SEG_KINDS];
-  char bs[32], mn[32];
+  char bs[32], mn[32], lo[32], nt[32];
   snprintf(bs, sizeof bs, "%zu", f->block);
   snprintf(mn, sizeof mn, "%zu", f->min_numel);
-  if (!(err = join(path, sizeof path, tmp, "optimizer.safetensors")) &&
-      !(err = add_state(w, "exp_avg", f, &m->table, io, ZO_STATE_M, views[0])) &&
-      !(err = add_state(w, "exp_avg_sq", f, &m->table, io, ZO_STATE_V, views[1])) &&
+  snprintf(lo, sizeof lo, "%d", t_lo);
+  snprintf(nt, sizeof nt, "%d", t_hi - t_lo);
+  int err;
+  if (!(err = join(path, sizeof path, x->tmp, fname)) &&
+      !(err = add_state(w, "exp_avg", f, &m->table, io, ZO_STATE_M, views[0], t_lo, t_hi)) &&
+      !(err = add_state(w, "exp_avg_sq", f, &m->table, io, ZO_STATE_V, views[1], t_lo, t_hi)) &&
       !(err = zo_st_writer_set_metadata(w, "layout", zo_model_arch_name(m->cfg.arch))) &&
       !(err = zo_st_writer_set_metadata(w, "optimizer", f->eightbit ? "AdamW8bit" : "AdamW")) &&
+      (n_shards <= 0 || (!(err = zo_st_writer_set_metadata(w, "first_tensor", lo)) &&
+                         !(err = zo_st_writer_set_metadata(w, "n_tensors", nt)))) &&
       (!f->eightbit || (!(err = zo_st_writer_set_metadata(w, "block_size", bs)) &&
                         !(err = zo_st_writer_set_metadata(w, "min_8bit_size", mn)))))
     err = zo_st_writer_write(w, path);
   zo_st_writer_free(w);
-  if (err) goto out_remove;
+  if (!err && crc) err = file_crc(path, crc);
+  return err ? txn_fail(x, err) : 0;
+}
 
+int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_train_state *state, int n_shards,
+                         const uint32_t *shard_crcs, int keep, char *out_path, size_t out_size) {
+  char path[PATH_MAX];
+  int err = 0;
   json_t *files = json_object();
-  for (int i = 0; i < N_CKPT_FILES && files; i++) {
+  for (int i = 0; i < N_CKPT_FILES && files && !err; i++) {
     uint32_t crc;
-    if ((err = join(path, sizeof path, tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) {
-      json_decref(files);
-      goto out_remove;
-    }
+    if ((err = join(path, sizeof path, x->tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) break;
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
   }
+  if (n_shards <= 0 && files && !err) {
+    uint32_t crc;
+    if (!(err = join(path, sizeof path, x->tmp, "optimizer.safetensors")) && !(err = file_crc(path, &crc)))
+      json_object_set_new(files, "optimizer.safetensors", json_integer(crc));
+  }
+  for (int r = 0; r < n_shards && files; r++) {
+    char fname[64];
+    zo_checkpoint_shard_name(r, n_shards, fname, sizeof fname);
+    json_object_set_new(files, fname, json_integer(shard_crcs[r]));
+  }
+  if (err) {
+    json_decref(files);
+    return txn_fail(x, err);
+  }
   const struct zo_loss_scaler *ls = &state->scaler;
-  json_t *j = files ? json_pack("{s:I, s:I, s:I, s:I, s:f, s:i, s:I, s:I, s:I, s:I, s:i, s:o}", "step",
+  json_t *j = files ? json_pack("{s:I, s:I, s:I, s:I, s:f, s:i, s:I, s:I, s:I, s:I, s:i, s:i, s:o}", "step",
                                 (json_int_t)state->step, "applied_steps", (json_int_t)state->applied_steps,
                                 "skipped_steps", (json_int_t)state->skipped_steps, "data_position",
                                 (json_int_t)state->data_position, "loss_scale", ls->scale,
@@ -383,41 +436,44 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
                                 (json_int_t)ls->iter, "loss_scale_last_overflow",
                                 (json_int_t)ls->last_overflow, "seed", (json_int_t)state->seed,
                                 "batch_rows", (json_int_t)state->batch_rows, "world_size", state->world_size,
-                                "files", files)
+                                "optimizer_shards", n_shards > 0 ? n_shards : 0, "files", files)
                     : NULL;
-  if (!j) {
-    err = zo_error(-ENOMEM, "out of memory building trainer_state.json");
-    goto out_remove;
-  }
-  err = join(path, sizeof path, tmp, "trainer_state.json");
+  if (!j) return txn_fail(x, zo_error(-ENOMEM, "out of memory building trainer_state.json"));
+  err = join(path, sizeof path, x->tmp, "trainer_state.json");
   if (!err) err = write_json(path, j);
   json_decref(j);
-  if (err) goto out_remove;
+  if (err) return txn_fail(x, err);
 
   /* Replaces an existing checkpoint of the same step atomically (exchange). */
-  if ((err = zo_rename_atomic_dir(tmp, final))) goto out_remove;
-  if (out_path) snprintf(out_path, out_size, "%s", final);
+  if ((err = zo_rename_atomic_dir(x->tmp, x->final))) return txn_fail(x, err);
+  if (out_path) snprintf(out_path, out_size, "%s", x->final);
 
   if (keep > 0) {
     long *steps;
     int n;
-    if (list_steps(dir, &steps, &n) == 0) {
+    if (list_steps(x->dir, &steps, &n) == 0) {
       for (int i = 0; i + keep < n; i++) {
         char old[64];
         snprintf(old, sizeof old, "checkpoint-%ld", steps[i]);
-        if (join(path, sizeof path, dir, old) || zo_remove_tree(path))
+        if (join(path, sizeof path, x->dir, old) || zo_remove_tree(path))
           fprintf(stderr, "zoffload: warning: could not remove old checkpoint: %s\n", zo_last_error());
       }
       free(steps);
     }
   }
   return 0;
+}
 
-out_remove:;
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", zo_last_error());
-  zo_remove_tree(tmp);
-  return zo_error(err, "saving checkpoint %s: %s", final, msg);
+int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
+                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
+                          char *out_path, size_t out_size) {
+  struct zo_checkpoint_txn x;
+  int err = zo_checkpoint_begin(dir, state->step, &x);
+  if (!err) err = zo_checkpoint_write_model(&x, m, io);
+  if (!err) err = zo_checkpoint_write_optimizer(&x, m, f, io, 0, 0, 0, m->table.n_tensors, NULL);
+  if (!err) err = zo_checkpoint_commit(&x, state, 0, NULL, keep, out_path, out_size);
+  if (err) zo_checkpoint_abort(&x);
+  return err;
 }
 
 /* The safetensors files of a checkpoint: one file, or the shards that
@@ -699,7 +755,7 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
 /* Checks that optimizer.safetensors (f, at p) holds states of format opt and
  * writes them through io (canonical layout), unless io is NULL (check only). */
 static int load_states(const struct zo_st_file *f, const char *p, const struct zo_tensor_table *t,
-                       const struct zo_optim_format *opt, const struct zo_state_io *io) {
+                       const struct zo_optim_format *opt, const struct zo_state_io *io, int lo, int hi) {
   const char *kind = zo_st_metadata(f, "optimizer");
   const bool file8 = zo_st_find(f, "exp_avg.code") != NULL || (kind && strcmp(kind, "AdamW8bit") == 0);
   if (file8 != opt->eightbit)
@@ -723,24 +779,26 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
   static const uint8_t zeros[4];
   int err;
   for (int s = 0; s < 2; s++) {
+    const size_t base = zo_optim_tensor_offset(opt, t, lo); /* canonical bytes before tensor lo */
     if (!opt->eightbit) {
       const struct zo_st_tensor *x = zo_st_find(f, names[s]);
-      if (!x || x->dtype != ZO_F32 || x->numel != t->numel)
-        return zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[s], t->numel);
-      if (io && (err = io->write(io->ctx, parts[s], 0, x->data, x->nbytes))) return err;
+      const size_t want = seg_total(opt, t, SEG_FP32, lo, hi) / sizeof(float);
+      if (!x || x->dtype != ZO_F32 || x->numel != want)
+        return zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[s], want);
+      if (io && (err = io->write(io->ctx, parts[s], base, x->data, x->nbytes))) return err;
       continue;
     }
     for (int k = 0; k < SEG_KINDS; k++) {
       char tn[64];
       snprintf(tn, sizeof tn, "%s.%s", names[s], seg_suffix[k]);
-      const size_t want = seg_total(opt, t, (enum seg_kind)k);
+      const size_t want = seg_total(opt, t, (enum seg_kind)k, lo, hi);
       const struct zo_st_tensor *x = zo_st_find(f, tn);
       if (!x || x->dtype != seg_dtype[k] || x->nbytes != want)
         return zo_error(-EINVAL, "%s: tensor %s missing or not %s of %zu bytes", p, tn,
                         k == SEG_CODE ? "U8" : "F32", want);
       if (!io) continue;
-      size_t pos = 0, soff = 0;
-      for (int i = 0; i < t->n_tensors; i++) {
+      size_t pos = 0, soff = base;
+      for (int i = lo; i < hi; i++) {
         const struct zo_tensor_info *ti = &t->tensors[i];
         size_t at;
         const size_t len = seg_of(opt, ti, (enum seg_kind)k, soff, &at);
@@ -751,8 +809,8 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
     }
     if (io) {
       /* Padding after the codes: zero, as in a fresh state. */
-      size_t soff = 0;
-      for (int i = 0; i < t->n_tensors; i++) {
+      size_t soff = base;
+      for (int i = lo; i < hi; i++) {
         const size_t n = t->tensors[i].numel;
         const bool q = zo_optim_is_8bit(opt, n);
         if (q && (n + 3) / 4 * 4 > n && (err = io->write(io->ctx, parts[s], soff + n, zeros, (n + 3) / 4 * 4 - n)))
@@ -796,12 +854,24 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
     return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
                     je.column, je.text);
   json_t *files = json_object_get(j, "files");
-  for (int i = 0; i < N_CKPT_FILES; i++) {
-    json_t *v = json_object_get(files, ckpt_files[i]);
+  /* The optimizer's files: one, or one per rank of a sharded run. */
+  json_t *jsh = json_object_get(j, "optimizer_shards");
+  const long n_shards = json_is_integer(jsh) ? (long)json_integer_value(jsh) : 0;
+  if (n_shards < 0 || n_shards > 65536) {
+    err = zo_error(-EINVAL, "%s/trainer_state.json: optimizer_shards = %ld: need 0 (one optimizer.safetensors) "
+                            "to 65536", path, n_shards);
+    goto out;
+  }
+  const int n_opt = n_shards > 0 ? (int)n_shards : 1;
+  for (int i = 0; i < N_CKPT_FILES + n_opt; i++) {
+    char fname[64];
+    if (i < N_CKPT_FILES) snprintf(fname, sizeof fname, "%s", ckpt_files[i]);
+    else zo_checkpoint_shard_name(i - N_CKPT_FILES, (int)n_shards, fname, sizeof fname);
+    json_t *v = json_object_get(files, fname);
     uint32_t crc;
-    if ((err = join(p, sizeof p, path, ckpt_files[i]))) goto out;
+    if ((err = join(p, sizeof p, path, fname))) goto out;
     if (!json_is_integer(v)) {
-      err = zo_error(-EINVAL, "%s/trainer_state.json: no checksum for %s", path, ckpt_files[i]);
+      err = zo_error(-EINVAL, "%s/trainer_state.json: no checksum for %s", path, fname);
       goto out;
     }
     if ((err = file_crc(p, &crc))) goto out;
@@ -845,19 +915,49 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
                    zo_model_describe(&m->cfg, want, sizeof want), m->cfg.max_seq_len);
     goto out;
   }
-  /* The optimizer file's format is checked before any state is written. */
-  char op[PATH_MAX];
+  /* The optimizer files' formats are checked before any state is written:
+   * shard r holds the tensors after shard r - 1's, the last ends the table. */
   if (optimizer) {
-    if ((err = join(op, sizeof op, path, "optimizer.safetensors"))) goto out;
-    if (!(of = zo_st_open(op))) {
-      err = zo_error(-EINVAL, "%s", zo_last_error());
-      goto out;
+    for (int pass = 0; pass < 2 && !err; pass++) {
+      int next = 0;
+      for (int r = 0; r < n_opt && !err; r++) {
+        char fname[64], op[PATH_MAX];
+        zo_checkpoint_shard_name(r, (int)n_shards, fname, sizeof fname);
+        if ((err = join(op, sizeof op, path, fname))) break;
+        if (!(of = zo_st_open(op))) {
+          err = zo_error(-EINVAL, "%s", zo_last_error());
+          break;
+        }
+        int lo = 0, hi = m->table.n_tensors;
+        if (n_shards > 0) {
+          const char *a = zo_st_metadata(of, "first_tensor"), *b = zo_st_metadata(of, "n_tensors");
+          char *end1 = NULL, *end2 = NULL;
+          const long la = a ? strtol(a, &end1, 10) : -1, lb = b ? strtol(b, &end2, 10) : -1;
+          if (!a || !b || *end1 || *end2 || la != next || lb < 0 || la + lb > m->table.n_tensors ||
+              (r == n_opt - 1 && la + lb != m->table.n_tensors)) {
+            err = zo_error(-EINVAL, "%s: shard %d of %ld holds tensors first_tensor=%s n_tensors=%s; expected "
+                                    "to start at tensor %d of %d (the shards must follow each other and cover "
+                                    "the model)",
+                           op, r + 1, n_shards, a ? a : "(missing)", b ? b : "(missing)", next,
+                           m->table.n_tensors);
+          }
+          lo = (int)la;
+          hi = (int)(la + lb);
+        }
+        if (!err && pass == 1 && r == 0) {
+          /* The parameters first, as a one-file checkpoint loads them. */
+          if (!(err = join(p, sizeof p, path, "model.safetensors"))) err = zo_model_load_safetensors_io(p, m, io);
+        }
+        if (!err) err = load_states(of, op, &m->table, opt, pass == 1 ? io : NULL, lo, hi);
+        next = hi;
+        zo_st_close(of);
+        of = NULL;
+      }
     }
-    if ((err = load_states(of, op, &m->table, opt, NULL))) goto out;
-  }
-  if ((err = join(p, sizeof p, path, "model.safetensors")) || (err = zo_model_load_safetensors_io(p, m, io)) ||
-      (of && (err = load_states(of, op, &m->table, opt, io))))
+    if (err) goto out;
+  } else if ((err = join(p, sizeof p, path, "model.safetensors")) || (err = zo_model_load_safetensors_io(p, m, io))) {
     goto out;
+  }
   /* The scaler's settings come from the config (zo_loss_scaler_init); the
    * checkpoint restores where it stands. */
   state->step = step;

@@ -260,6 +260,67 @@ static void progress_bar(long step, long total, double elapsed, long first) {
   fflush(stdout);
 }
 
+/* A sharded optimizer's checkpoint, collective: rank 0 starts it and writes
+ * the model (the other ranks serve their shards of the parameters
+ * meanwhile), every rank writes its shard's optimizer file into the same
+ * directory, and rank 0 commits once every rank reports its file written
+ * (any rank's failure fails the save on every rank; the previous
+ * checkpoints stay). */
+static int save_sharded(struct trainer *t, const struct zo_config *cfg, const struct zo_placement *pl,
+                        const struct zo_train_state *st, char *out, size_t out_size) {
+  struct zo_model *m = zo_sched_model(t->sched);
+  struct zo_checkpoint_txn x;
+  memset(&x, 0, sizeof x);
+  int err = t->lead ? zo_checkpoint_begin(cfg->checkpoint.dir, st->step, &x) : 0;
+  int32_t ok = err == 0;
+  int e = zo_comm_broadcast(t->comm, &ok, sizeof ok, 0);
+  if (!e) e = zo_comm_broadcast(t->comm, &x, sizeof x, 0);
+  if (e) return e;
+  if (!ok) return t->lead ? err : zo_error(-EIO, "rank 0 could not start checkpoint %ld", st->step);
+  if (t->lead) {
+    err = zo_checkpoint_write_model(&x, m, &t->io);
+    const int end = zo_sched_state_serve_end(t->sched);
+    if (!err) err = end;
+  } else {
+    err = zo_sched_state_serve(t->sched);
+  }
+  const struct zo_shard sh = zo_placement_shard(pl, &m->table);
+  struct {
+    int32_t ok;
+    uint32_t crc;
+  } mine = {0, 0}, *all = calloc((size_t)t->n_ranks, sizeof *all);
+  if (!all) return zo_error(-ENOMEM, "out of host memory saving a checkpoint");
+  if (!err)
+    err = zo_checkpoint_write_optimizer(&x, m, &pl->opt, &t->io, t->rank, t->n_ranks, sh.t_lo, sh.t_hi, &mine.crc);
+  const int done = zo_sched_state_done(t->sched);
+  if (!err) err = done;
+  mine.ok = err == 0;
+  if ((e = zo_comm_allgather(t->comm, &mine, sizeof mine, all))) {
+    free(all);
+    return e;
+  }
+  int failed = -1;
+  for (int r = 0; r < t->n_ranks; r++)
+    if (!all[r].ok && failed < 0) failed = r;
+  if (t->lead) {
+    if (failed < 0) {
+      uint32_t *crcs = calloc((size_t)t->n_ranks, sizeof *crcs);
+      if (!crcs) err = zo_error(-ENOMEM, "out of host memory saving a checkpoint");
+      for (int r = 0; crcs && r < t->n_ranks; r++) crcs[r] = all[r].crc;
+      if (crcs) err = zo_checkpoint_commit(&x, st, t->n_ranks, crcs, cfg->checkpoint.keep, out, out_size);
+      free(crcs);
+    }
+    if (failed >= 0 || err) zo_checkpoint_abort(&x);
+  }
+  free(all);
+  /* Every rank learns whether rank 0 committed. */
+  ok = failed < 0 && err == 0;
+  if ((e = zo_comm_broadcast(t->comm, &ok, sizeof ok, 0))) return e;
+  if (err) return err;
+  if (failed >= 0) return zo_error(-EIO, "checkpoint %ld: rank %d could not write its shard", st->step, failed);
+  return ok ? 0 : zo_error(-EIO, "checkpoint %ld: rank 0 could not commit it", st->step);
+}
+
 static void print_peaks(const struct zo_sched_stats *st, FILE *out) {
   char a[32], b[32], c[32], d[32], e[32];
   fprintf(out, "memory: device arena %s planned, %s peak (%zu bytes) | host pool %s planned, %s peak "
@@ -501,19 +562,18 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
           fflush(t.metrics);
         }
       }
-      if (save && t.lead) {
-        /* Rank 0 writes the checkpoint (the single-process format); a
-         * sharded optimizer's other shards come from their ranks, which
-         * serve them meanwhile. */
+      if (save && zo_placement_sharded(&plan.placement)) {
+        char path[PATH_MAX];
+        if ((err = save_sharded(&t, cfg, &plan.placement, &st, path, sizeof path))) goto out;
+        say(&t, "%ssaved %s (%d optimizer shards)\n", t.tty ? "\r" : "", path, N);
+      } else if (save && t.lead) {
+        /* Rank 0 writes the checkpoint: every rank holds the same state. */
         char path[PATH_MAX];
         err = zo_checkpoint_save_io(cfg->checkpoint.dir, m, &plan.placement.opt, &t.io, &st,
                                     cfg->checkpoint.keep, path, sizeof path);
-        const int end = zo_sched_state_serve_end(t.sched);
         const int done = zo_sched_state_done(t.sched);
-        if (err || (err = end) || (err = done)) goto out;
+        if (err || (err = done)) goto out;
         say(&t, "%ssaved %s\n", t.tty ? "\r" : "", path);
-      } else if (save && (err = zo_sched_state_serve(t.sched))) {
-        goto out;
       }
       /* The others go on once it is on disk, so that a job stopped after
        * this line resumes from it. */

@@ -18,9 +18,10 @@
  * final weights to the class's weight tolerances (see tols below), and
  * every rank's final weights are the same bits as rank 0's (replicas
  * never drift; sharded, the exchanged parameters agree). Checkpoints cross
- * rank counts (sharded ones: rank 0 writes the single-process format,
- * reading the other shards from their ranks; every rank keeps its own
- * shard of what it loads): 2 ranks resume the single
+ * rank counts (sharded ones: rank 0 writes model.safetensors, reading the
+ * other ranks' parameter shards from them, each rank its own optimizer
+ * file; every rank keeps its own shard of what it loads; a corrupt shard
+ * file is refused by name): 2 ranks resume the single
  * process's step-6 checkpoint, 3 ranks resume the 2 ranks', one process
  * resumes the 3 ranks', each continuing the single-process trajectory to
  * the same tolerances. A control: the single process with the per-rank
@@ -372,6 +373,47 @@ static int test_resume_across_rank_counts(void) {
   return ret;
 }
 
+/* A sharded run's checkpoint holds one optimizer file per rank (and no
+ * optimizer.safetensors); a flipped byte in one of them is refused at
+ * resume with a message naming that file. */
+static int test_sharded_checkpoint_files(void) {
+  if (!zo_mpitest_available()) return ZO_TEST_SKIP;
+  const struct mcase *c = NULL;
+  for (int i = 0; i < N_CASES; i++)
+    if (cases[i].resume && !cases[i].nvme && strstr(cases[i].name, "-s3")) c = &cases[i];
+  CHECK(c != NULL);
+  char ck[700], p[800];
+  ckpt6(ck, sizeof ck, c, 3);
+  for (int r = 1; r <= 3; r++) {
+    snprintf(p, sizeof p, "%s/optimizer-%05d-of-00003.safetensors", ck, r);
+    CHECK(access(p, R_OK) == 0);
+  }
+  snprintf(p, sizeof p, "%s/optimizer.safetensors", ck);
+  CHECK(access(p, F_OK) != 0);
+  snprintf(p, sizeof p, "%s/optimizer-00002-of-00003.safetensors", ck);
+  FILE *f = fopen(p, "r+b");
+  CHECK(f != NULL);
+  CHECK(fseek(f, -1, SEEK_END) == 0);
+  const int b = fgetc(f);
+  CHECK(b != EOF && fseek(f, -1, SEEK_END) == 0 && fputc(b ^ 0x5a, f) != EOF && fclose(f) == 0);
+  char met[600], cdir[600];
+  snprintf(met, sizeof met, "log.metrics_path=%s/corrupt.jsonl", dir);
+  snprintf(cdir, sizeof cdir, "checkpoint.dir=%s/ck-corrupt", dir);
+  const char *extra[] = {"train_micro_batch_size_per_gpu=6", met, cdir};
+  struct zo_config cfg;
+  CHECK(load_case(c, &cfg, extra, 3) == 0);
+  struct zo_train_opts opts = {.resume = ck};
+  const int err = zo_train(&cfg, &opts);
+  zo_config_free(&cfg);
+  printf("  corrupt shard: %d (%s)\n", err, zo_last_error());
+  const bool named = strstr(zo_last_error(), "optimizer-00002-of-00003.safetensors") != NULL &&
+                     strstr(zo_last_error(), "checksum") != NULL;
+  f = fopen(p, "r+b"); /* restored for whoever reads the checkpoint later */
+  CHECK(f != NULL && fseek(f, -1, SEEK_END) == 0 && fputc(b, f) != EOF && fclose(f) == 0);
+  CHECK(err == -EIO && named);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (zo_comm_launched()) {
     if (argc != 3 || strcmp(argv[1], "--ranks") != 0) {
@@ -397,7 +439,7 @@ int main(int argc, char **argv) {
   if (!have_nvme) rmdir(nvme_dir);
   static const struct zo_test tests[] = {
       ZO_TEST(single_process_truth), ZO_TEST(per_rank_micro_batch_differs), ZO_TEST(two_ranks),
-      ZO_TEST(three_ranks), ZO_TEST(resume_across_rank_counts),
+      ZO_TEST(three_ranks), ZO_TEST(resume_across_rank_counts), ZO_TEST(sharded_checkpoint_files),
   };
   const int rc = ZO_TEST_MAIN(tests);
   if (rc == 0) zo_test_rmtree(dir);

@@ -20,6 +20,8 @@
 #ifndef ZO_CHECKPOINT_H
 #define ZO_CHECKPOINT_H
 
+#include <limits.h>
+
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/sched.h" /* struct zo_optim_format */
@@ -58,6 +60,33 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
 int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, const struct zo_train_state *state, int keep,
                           char *out_path, size_t out_size);
+
+/* A checkpoint written in parts (data parallel with a sharded optimizer:
+ * every rank writes its shard's optimizer file, rank 0 the rest):
+ * begin (rank 0) makes the temporary directory next to the final one;
+ * write_model (rank 0) writes model.safetensors and config.json through io;
+ * write_optimizer writes tensors [t_lo, t_hi)'s m and v through io as shard
+ * `shard` of n_shards (optimizer-<shard+1>-of-<n>.safetensors; n_shards 0:
+ * the one optimizer.safetensors of all tensors) and returns its CRC32;
+ * commit (rank 0, once every part is written) records the checksums (the
+ * shards' given), writes trainer_state.json, renames the directory into
+ * place atomically and removes checkpoints beyond keep; abort removes the
+ * temporary directory. Each returns 0 or -errno with a message naming the
+ * checkpoint. A load reads either form, whatever the rank count. */
+struct zo_checkpoint_txn {
+  char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
+};
+int zo_checkpoint_begin(const char *dir, long step, struct zo_checkpoint_txn *x);
+int zo_checkpoint_write_model(const struct zo_checkpoint_txn *x, const struct zo_model *m,
+                              const struct zo_state_io *io);
+int zo_checkpoint_write_optimizer(const struct zo_checkpoint_txn *x, const struct zo_model *m,
+                                  const struct zo_optim_format *opt, const struct zo_state_io *io, int shard,
+                                  int n_shards, int t_lo, int t_hi, uint32_t *crc);
+int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_train_state *state, int n_shards,
+                         const uint32_t *shard_crcs, int keep, char *out_path, size_t out_size);
+void zo_checkpoint_abort(const struct zo_checkpoint_txn *x);
+/* The optimizer file name of shard (0-based) of n_shards (0: the one file). */
+void zo_checkpoint_shard_name(int shard, int n_shards, char *buf, size_t size);
 
 /* Loads a checkpoint directory saved by zo_checkpoint_save into host buffers
  * laid out by m's table (adam_m, adam_v may be NULL to skip the optimizer).
