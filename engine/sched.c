@@ -634,7 +634,6 @@ struct zo_sched {
   struct zo_shard sh;           /* this rank's */
   struct zo_shard *shards;      /* (n_ranks) every rank's, sharded */
   size_t *rs_counts;            /* (n_ranks) elements of each shard: the reduce-scatter */
-  size_t *ag_bytes;             /* (n_ranks) working-parameter bytes of each shard: the allgather */
   size_t master_off, st_off;    /* first element of h.master, first byte of st_m / st_v (the cpu
                                  * tier holds the shard only; 0 elsewhere) */
   double *norm_parts;           /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
@@ -748,6 +747,13 @@ static uint8_t *pg_buf(struct zo_sched *s, int k) {
   return s->h.pgather + (size_t)k * s->t->layer_numel * s->m->esize;
 }
 
+/* Rank r's part [*a, *b) of table elements [off, off + n); false when empty. */
+static bool shard_cut(const struct zo_sched *s, int r, size_t off, size_t n, size_t *a, size_t *b) {
+  *a = s->shards[r].lo > off ? s->shards[r].lo : off;
+  *b = s->shards[r].hi < off + n ? s->shards[r].hi : off + n;
+  return *b > *a;
+}
+
 /* Each owner's part of elements [off, off + n) broadcast from it into buf
  * (working dtype; with copy_own the owner copies its part from the host
  * working copy first, else it is in buf already), on comm, every rank in
@@ -757,9 +763,8 @@ static int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size
   const int me = zo_comm_rank(comm);
   int err = 0;
   for (int r = 0; r < s->n_ranks && !err; r++) {
-    const size_t a = s->shards[r].lo > off ? s->shards[r].lo : off;
-    const size_t b = s->shards[r].hi < off + n ? s->shards[r].hi : off + n;
-    if (b <= a) continue;
+    size_t a, b;
+    if (!shard_cut(s, r, off, n, &a, &b)) continue;
     if (r == me && copy_own) memcpy(buf + (a - off) * e, host_params_at(s, a), (b - a) * e);
     err = zo_comm_broadcast(comm, buf + (a - off) * e, (b - a) * e, r);
   }
@@ -951,9 +956,8 @@ static void rs_acc_fn(void *arg) {
   const double t0 = zo_time_s();
   int err = 0;
   for (int r = 0; r < s->n_ranks && !err; r++) {
-    const size_t lo = s->shards[r].lo > a->off ? s->shards[r].lo : a->off;
-    const size_t hi = s->shards[r].hi < a->off + a->n ? s->shards[r].hi : a->off + a->n;
-    if (hi <= lo) continue;
+    size_t lo, hi;
+    if (!shard_cut(s, r, a->off, a->n, &lo, &hi)) continue;
     float *part = a->src + (lo - a->off);
     err = zo_comm_reduce(s->rs_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
     if (err || r != me) continue;
@@ -1341,7 +1345,7 @@ static void queue_device_update(struct zo_sched *s, const struct step_args *sa, 
 static void gather_fn(void *arg) {
   struct zo_sched *s = arg;
   const double t0 = zo_time_s();
-  int err = zo_comm_allgatherv(s->grad_comm, gather_buf(s), s->ag_bytes);
+  int err = exchange_range(s, s->grad_comm, gather_buf(s), 0, s->t->numel, false);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "exchanging the updated parameters over the ranks"));
 }
@@ -1661,16 +1665,14 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   if (s->sharded) {
     s->shards = calloc((size_t)n_ranks, sizeof *s->shards);
     s->rs_counts = calloc((size_t)n_ranks, sizeof *s->rs_counts);
-    s->ag_bytes = calloc((size_t)n_ranks, sizeof *s->ag_bytes);
     s->norm_parts = calloc((size_t)s->t->n_tensors, sizeof *s->norm_parts);
-    if (!s->shards || !s->rs_counts || !s->ag_bytes || !s->norm_parts) {
+    if (!s->shards || !s->rs_counts || !s->norm_parts) {
       zo_error(-ENOMEM, "out of host memory for the scheduler");
       goto out_free;
     }
     for (int r = 0; r < n_ranks; r++) {
       s->shards[r] = zo_shard_of(&s->pl.opt, s->t, r, n_ranks);
       s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
-      s->ag_bytes[r] = s->rs_counts[r] * s->m->esize;
     }
     /* Every rank decides alike (the same placement), so the duplicates,
      * which are collective, are made by all or none. */
@@ -1885,7 +1887,6 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->loss_sums);
   free(s->shards);
   free(s->rs_counts);
-  free(s->ag_bytes);
   free(s->norm_parts);
   free(s->rs_ready);
   free(s->rs_tasks);
@@ -2235,7 +2236,7 @@ static int working_copies_sync(struct zo_sched *s) {
     return err;
   }
   /* Collective: runs even after a local failure, so that nobody waits. */
-  const int ge = zo_comm_allgatherv(s->comm, gather_buf(s), s->ag_bytes);
+  const int ge = exchange_range(s, s->comm, gather_buf(s), 0, s->t->numel, false);
   if (!err) err = ge;
   for (int u = 0; u < s->U && !err && after; u++) {
     void *dev = dev_unit_params(s, u);

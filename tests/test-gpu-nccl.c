@@ -9,14 +9,7 @@
 #include "zo/dcomm.h"
 #include "zo_test.h"
 
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
+#define CHECK(cond) ZO_REQUIRE(cond)
 
 static zo_backend_t gpu;
 static zo_comm_t host;

@@ -18,14 +18,7 @@
 #include "zo_mpi_test.h"
 #include "zo_test.h"
 
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
+#define CHECK(cond) ZO_REQUIRE(cond)
 
 /* ---- single process ------------------------------------------------------ */
 

@@ -23,14 +23,7 @@
 
 /* Returns 1 from the calling case, printing file:line, the condition and
  * zo_last_error(). */
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-              zo_last_error());                                                     \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
+#define CHECK(cond) ZO_REQUIRE(cond)
 
 #define ZO_ETEST_MAX_SETS 64  /* --set options in one config load */
 #define ZO_ETEST_MAX_STEPS 64 /* losses kept by one run */

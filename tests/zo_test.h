@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zo/common.h"
+
 /* ---- runner ------------------------------------------------------------- */
 
 #define ZO_TEST_SKIP 77 /* a case or a whole test returns this when skipped */
@@ -30,6 +32,17 @@ struct zo_test {
   int (*fn)(void); /* 0 passed, ZO_TEST_SKIP skipped (reason printed), else failed */
 };
 #define ZO_TEST(name) {"test_" #name, test_##name}
+
+/* Returns 1 from the calling case, printing file:line, the condition and
+ * zo_last_error(). */
+#define ZO_REQUIRE(cond)                                                            \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      fprintf(stderr, "%s:%d: check failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
+              zo_last_error());                                                     \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
 
 struct zo_test_counts {
   int passed, failed, skipped;
