@@ -374,8 +374,8 @@ static int test_resume_across_rank_counts(void) {
 }
 
 /* A sharded run's checkpoint holds one optimizer file per rank (and no
- * optimizer.safetensors); a flipped byte in one of them is refused at
- * resume with a message naming that file. */
+ * optimizer.safetensors); a flipped byte in one of them, or a missing
+ * one, is refused at resume with a message naming that file. */
 static int test_sharded_checkpoint_files(void) {
   if (!zo_mpitest_available()) return ZO_TEST_SKIP;
   const struct mcase *c = NULL;
@@ -411,6 +411,18 @@ static int test_sharded_checkpoint_files(void) {
   f = fopen(p, "r+b"); /* restored for whoever reads the checkpoint later */
   CHECK(f != NULL && fseek(f, -1, SEEK_END) == 0 && fputc(b, f) != EOF && fclose(f) == 0);
   CHECK(err == -EIO && named);
+  /* A shard missing from the directory: refused by name as well. */
+  char gone[820];
+  snprintf(p, sizeof p, "%s/optimizer-00003-of-00003.safetensors", ck);
+  snprintf(gone, sizeof gone, "%s.away", p);
+  CHECK(rename(p, gone) == 0);
+  CHECK(load_case(c, &cfg, extra, 3) == 0);
+  const int err2 = zo_train(&cfg, &opts);
+  zo_config_free(&cfg);
+  printf("  missing shard: %d (%s)\n", err2, zo_last_error());
+  const bool named2 = strstr(zo_last_error(), "optimizer-00003-of-00003.safetensors") != NULL;
+  CHECK(rename(gone, p) == 0);
+  CHECK(err2 < 0 && named2);
   return 0;
 }
 
