@@ -968,7 +968,8 @@ static void *dev_copy(const void *host, size_t nbytes, size_t slack) {
 }
 
 /* adamw8bit_update: p, the codes and the absmax bit for bit the CPU's
- * (zo_adamw8bit_update), block sizes 256 and 100 (partial last block), two
+ * portable kernel (zo_adamw8bit_update's IEEE formula; the AVX-512 kernel's
+ * p is within ulps of it, test-offload-adamw8bit), block sizes 256 and 100 (partial last block), two
  * steps, with a block of all-zero states and one whose tiny m takes the
  * division path; nothing past the tensors written. */
 static int test_adamw8bit_update(void) {
@@ -993,7 +994,9 @@ static int test_adamw8bit_update(void) {
     for (long t = 1; t <= 2; t++) {
       const struct zo_adamw_hparams hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                           .weight_decay = 0.1f};
+      zo_adamw8bit_force_portable(true);
       zo_adamw8bit_update(p, g, mc, ma, vc, va, N, B, &hp, true, t, 0.42f);
+      zo_adamw8bit_force_portable(false);
       gpu->adamw8bit_update(dp, dg, dmc, dma, dvc, dva, N, B, hp.lr, hp.beta1, hp.beta2, hp.eps,
                             hp.weight_decay, true, t, 0.42f, gstream);
     }

@@ -357,6 +357,24 @@ static void update8(struct state8 *s, const struct zo_adamw_hparams *hp, bool de
 static const struct zo_adamw_hparams HP = {
     .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
 
+/* The AVX-512 kernel forms sqrt(v) and 1 / denom from rsqrt14 and rcp14 with
+ * a Newton step each: its p is within P_ULPS of the IEEE formula's, relative
+ * to |p before| + |p after| (which bounds the step); its m and v, so the
+ * codes and absmax, are the formula's exactly. The portable kernel is the
+ * formula. */
+#define P_ULPS 8.0
+
+static int p_close(const char *what, long t, const float *got, const float *want, const float *p0, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const double err = fabs((double)got[i] - (double)want[i]);
+    const double tol = P_ULPS * FLT_EPSILON * (fabs((double)p0[i]) + fabs((double)want[i]));
+    if (!(err <= tol))
+      return zo_test_fail("t=%ld: %s p[%zu] = %a, want %a (p before %a): error %.3g > %.3g", t, what, i,
+                          (double)got[i], (double)want[i], (double)p0[i], err, tol);
+  }
+  return 0;
+}
+
 /* Result of one float64 step of the quantized algorithm from s's state. */
 struct ref8 {
   double *p, *sp;         /* (n) parameters, error scale */
@@ -499,44 +517,61 @@ static int test_update_reference(void) {
   return run_lockstep8(1000, 1, true, 1.0f, 0, 5, 6);
 }
 
-/* The fused update equals dequantize, zo_adamw_update, quantize, bit for bit. */
+/* The fused update equals dequantize, zo_adamw_update, quantize: bit for bit
+ * with the portable kernel; with the native one, states bit for bit and p
+ * within P_ULPS. */
 static int test_update_composition(void) {
   const size_t n = 70001, block = 256, nb = zo_adamw8bit_n_blocks(n, block);
-  struct state8 s;
-  zo_rng_seed(21);
-  state8_init(&s, n, block);
-  state8_randomize(&s);
   float *p = malloc(n * sizeof(float)), *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+  float *p0 = malloc(n * sizeof(float));
   uint8_t *mc = malloc(n), *vc = malloc(n);
   float *ma = malloc(nb * sizeof(float)), *va = malloc(nb * sizeof(float));
-  if (!p || !m || !v || !mc || !vc || !ma || !va) exit(1);
+  if (!p || !p0 || !m || !v || !mc || !vc || !ma || !va) exit(1);
   int rc = 0;
-  for (long t = 4; t <= 8 && !rc; t++) {
-    fill_grad(&s);
-    memcpy(p, s.p, n * sizeof(float));
-    zo_adamw8bit_dequantize(m, s.mc, s.ma, n, block, ZO_QMAP_SIGNED);
-    zo_adamw8bit_dequantize(v, s.vc, s.va, n, block, ZO_QMAP_UNSIGNED);
-    zo_adamw_update(p, s.g, m, v, n, &HP, t % 2 == 0, t, 0.5f);
-    zo_adamw8bit_quantize(mc, ma, m, n, block, ZO_QMAP_SIGNED);
-    zo_adamw8bit_quantize(vc, va, v, n, block, ZO_QMAP_UNSIGNED);
-    update8(&s, &HP, t % 2 == 0, t, 0.5f);
-    if (memcmp(p, s.p, n * sizeof(float)) || memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n) ||
-        memcmp(ma, s.ma, nb * sizeof(float)) || memcmp(va, s.va, nb * sizeof(float)))
-      rc = zo_test_fail("t=%ld: fused update differs from dequantize + zo_adamw_update + quantize", t);
+  for (int portable = 1; portable >= 0 && !rc; portable--) {
+    const char *kernel = portable ? "portable" : zo_adamw8bit_kernel();
+    struct state8 s;
+    zo_rng_seed(21);
+    state8_init(&s, n, block);
+    state8_randomize(&s);
+    for (long t = 4; t <= 8 && !rc; t++) {
+      fill_grad(&s);
+      memcpy(p, s.p, n * sizeof(float));
+      memcpy(p0, s.p, n * sizeof(float));
+      zo_adamw8bit_dequantize(m, s.mc, s.ma, n, block, ZO_QMAP_SIGNED);
+      zo_adamw8bit_dequantize(v, s.vc, s.va, n, block, ZO_QMAP_UNSIGNED);
+      zo_adamw_update(p, s.g, m, v, n, &HP, t % 2 == 0, t, 0.5f);
+      zo_adamw8bit_quantize(mc, ma, m, n, block, ZO_QMAP_SIGNED);
+      zo_adamw8bit_quantize(vc, va, v, n, block, ZO_QMAP_UNSIGNED);
+      zo_adamw8bit_force_portable(portable);
+      update8(&s, &HP, t % 2 == 0, t, 0.5f);
+      zo_adamw8bit_force_portable(false);
+      if (memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n) || memcmp(ma, s.ma, nb * sizeof(float)) ||
+          memcmp(va, s.va, nb * sizeof(float)))
+        rc = zo_test_fail("t=%ld: %s: states differ from dequantize + zo_adamw_update + quantize", t, kernel);
+      else if (portable && memcmp(p, s.p, n * sizeof(float)))
+        rc = zo_test_fail("t=%ld: portable: p differs from zo_adamw_update's", t);
+      else
+        rc = p_close(kernel, t, s.p, p, p0, n);
+      /* Both kernels go on from the formula's p, so that errors do not compound. */
+      memcpy(s.p, p, n * sizeof(float));
+    }
+    state8_free(&s);
   }
   free(p);
+  free(p0);
   free(m);
   free(v);
   free(mc);
   free(vc);
   free(ma);
   free(va);
-  state8_free(&s);
   return rc;
 }
 
-/* t = 1 from fresh states: p exactly as zo_adamw_update's with m = v = 0, and
- * the states exactly its m, v quantized. */
+/* t = 1 from fresh states: p as zo_adamw_update's with m = v = 0 (exactly
+ * with the portable kernel, within P_ULPS with the native one), and the
+ * states exactly its m, v quantized. */
 static int test_update_t1(void) {
   const size_t n = 40000, block = 256, nb = zo_adamw8bit_n_blocks(n, block);
   struct state8 s;
@@ -556,7 +591,9 @@ static int test_update_t1(void) {
   zo_adamw8bit_quantize(mc, ma, m, n, block, ZO_QMAP_SIGNED);
   zo_adamw8bit_quantize(vc, va, v, n, block, ZO_QMAP_UNSIGNED);
   int rc = 0;
-  if (memcmp(p, s.p, n * sizeof(float))) rc = zo_test_fail("t=1: p differs from zo_adamw_update's");
+  if (strcmp(zo_adamw8bit_kernel(), "portable") == 0 ? memcmp(p, s.p, n * sizeof(float)) != 0
+                                                    : p_close(zo_adamw8bit_kernel(), 1, s.p, p, p0, n) != 0)
+    rc = zo_test_fail("t=1: p differs from zo_adamw_update's");
   if (!rc && (memcmp(mc, s.mc, n) || memcmp(vc, s.vc, n) || memcmp(ma, s.ma, nb * sizeof(float)) ||
               memcmp(va, s.va, nb * sizeof(float))))
     rc = zo_test_fail("t=1: states differ from zo_adamw_update's m, v quantized");
@@ -751,9 +788,10 @@ static int test_update_pieces_threads(void) {
   return rc;
 }
 
-/* The AVX-512 kernel (where the CPU has it) and the portable one agree bit
- * for bit: the update over block sizes with tails, and quantization over a
- * sweep of every float bit pattern in [-1, 1] with a stride. */
+/* The AVX-512 kernel (where the CPU has it) and the portable one agree: the
+ * update over block sizes with tails (states bit for bit, p within P_ULPS),
+ * and quantization bit for bit over a sweep of every float bit pattern in
+ * [-1, 1] with a stride. */
 static int test_kernels_identical(void) {
   const char *native = zo_adamw8bit_kernel();
   printf("  kernel: %s\n", native);
@@ -767,17 +805,24 @@ static int test_kernels_identical(void) {
     state8_init(&a, n, blocks[k]);
     zo_rng_seed(100 + k);
     state8_init(&b, n, blocks[k]);
+    float *p0 = malloc(n * sizeof(float));
+    if (!p0) exit(1);
     for (long t = 1; t <= 4 && !rc; t++) {
       fill_grad(&a);
       memcpy(b.g, a.g, n * sizeof(float));
+      memcpy(p0, b.p, n * sizeof(float));
       update8(&a, &HP, true, t, 0.75f);
       zo_adamw8bit_force_portable(true);
       update8(&b, &HP, true, t, 0.75f);
       zo_adamw8bit_force_portable(false);
-      if (memcmp(a.p, b.p, n * sizeof(float)) || memcmp(a.mc, b.mc, n) || memcmp(a.vc, b.vc, n) ||
-          memcmp(a.ma, b.ma, a.nb * sizeof(float)) || memcmp(a.va, b.va, a.nb * sizeof(float)))
-        rc = zo_test_fail("block %zu t=%ld: %s and portable updates differ", blocks[k], t, native);
+      if (memcmp(a.mc, b.mc, n) || memcmp(a.vc, b.vc, n) || memcmp(a.ma, b.ma, a.nb * sizeof(float)) ||
+          memcmp(a.va, b.va, a.nb * sizeof(float)))
+        rc = zo_test_fail("block %zu t=%ld: %s and portable states differ", blocks[k], t, native);
+      else if (p_close(native, t, a.p, b.p, p0, n))
+        rc = zo_test_fail("block %zu t=%ld: %s and portable p differ", blocks[k], t, native);
+      memcpy(a.p, b.p, n * sizeof(float));
     }
+    free(p0);
     state8_free(&a);
     state8_free(&b);
   }

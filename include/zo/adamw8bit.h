@@ -75,7 +75,10 @@ void zo_adamw8bit_dequantize(float *x, const uint8_t *code, const float *absmax,
  *   m0 = values_s[m_code[i]] * m_absmax[i / block], v0 likewise (unsigned map);
  *   g', p, m, v, p update: zo_adamw_update's formula in its order of
  *     operations, on m0, v0 (fp32; with fresh states at t = 1 the new p is
- *     bit-identical to zo_adamw_update's);
+ *     bit-identical to zo_adamw_update's with the portable kernel; the
+ *     AVX-512 kernel's sqrt and divisions are rsqrt14 / rcp14 and a Newton
+ *     step each: p within 8 FLT_EPSILON of |old p| + |new p| (tested; under
+ *     4 seen), m and v exact);
  *   then m_absmax = max |m| of the block, m_code = quantized m / m_absmax
  *   (zo_adamw8bit_quantize), v likewise.
  * Layout: m_code, v_code (n) uint8; m_absmax, v_absmax (ceil(n / block)) fp32;
@@ -92,7 +95,9 @@ void zo_adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m_abs
 
 /* The kernel that zo_adamw8bit_update and zo_adamw8bit_quantize run:
  * "avx512" where the CPU has AVX-512 F/BW/VL/DQ (x86-64, gcc), else
- * "portable" (OpenMP SIMD C). Both give bit-identical results. */
+ * "portable" (OpenMP SIMD C). The codes and absmax are bit-identical; p
+ * differs by a few ulps (see zo_adamw8bit_update), so a run is reproducible
+ * bit for bit on CPUs that pick the same kernel. */
 const char *zo_adamw8bit_kernel(void);
 /* Forces the portable kernel (true) or restores the choice by CPU (false),
  * for tests and benchmarks. Call it with no update in flight. */

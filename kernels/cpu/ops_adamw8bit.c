@@ -2,13 +2,17 @@
  * backend's adamw8bit_update op): the dynamic quantization maps,
  * quantization to the nearest map entry, and the fused update (dequantize,
  * AdamW in fp32, requantize against the block's new absmax, write p), one
- * pass per block, OpenMP over blocks and SIMD within one. Two kernels with
- * bit-identical results: portable C, whose quantization is one lookup in a
- * table indexed by the top 16 bits of |x| (each bucket holds at most one
- * decision threshold), and AVX-512, which has no fast gather here: table
- * lookups by byte permutes, the code from the map's decade structure in
- * arithmetic, and the table path for the rare lanes within rounding of a
- * threshold. Nothing here allocates (static tables, built on first use). */
+ * pass per block, OpenMP over blocks and SIMD within one. Two kernels:
+ * portable C, which is zo_adamw_update's IEEE formula and whose quantization
+ * is one lookup in a table indexed by the top 16 bits of |x| (each bucket
+ * holds at most one decision threshold), and AVX-512, which has no fast
+ * gather here: table lookups by byte permutes, the code from the map's
+ * decade structure in arithmetic, and the table path for the rare lanes
+ * within rounding of a threshold. Their m, v, codes and absmax are
+ * bit-identical; the AVX-512 p takes sqrt and the division from rsqrt14 and
+ * rcp14 with a Newton step each (an IEEE sqrt and two divisions were a third
+ * of its time), a few ulps from the formula's. Nothing here allocates
+ * (static tables, built on first use). */
 #include "zo/adamw8bit.h"
 
 #include <math.h>
@@ -231,7 +235,7 @@ int zo_qmap_thresholds(enum zo_qmap map, float *thr) {
 
 /* The step's scalars, formed as zo_adamw_update forms them. */
 struct step_consts {
-  float decay, b1, c1, b2, c2, neg_step, bc2_sqrt, eps, grad_scale;
+  float decay, b1, c1, b2, c2, neg_step, bc2_sqrt, inv_bc2_sqrt, eps, grad_scale;
 };
 
 typedef void (*update_block_fn)(float *restrict p, const float *restrict g, uint8_t *restrict mc,
@@ -500,7 +504,7 @@ static void quantize_block_avx512(uint8_t *restrict code, const float *restrict 
 
 /* The AdamW update of 16 elements: p written, the new m and v returned. */
 struct avx512_consts {
-  __m512 decay, b1, c1, b2, c2, neg_step, bc2_sqrt, eps, s;
+  __m512 decay, b1, c1, b2, c2, neg_step, bc2_sqrt, inv_bc2_sqrt, half_inv_bc2_sqrt, eps, s;
 };
 
 ZO_AVX512
@@ -511,8 +515,18 @@ static inline void update16(float *p, const float *g, __m512 m0, __m512 v0, cons
   const __m512 pi = _mm512_mul_ps(full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(msk, p), k->decay);
   const __m512 mi = _mm512_fmadd_ps(gi, k->c1, _mm512_mul_ps(m0, k->b1));
   const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(k->c2, gi), gi, _mm512_mul_ps(v0, k->b2));
-  const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), k->bc2_sqrt), k->eps);
-  const __m512 pn = _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(k->neg_step, mi), denom));
+  /* sqrt(v) = v y + (v y) r / 2 with y = rsqrt14(v), r = 1 - v y^2 (one
+   * Newton step; v = 0 masked, rsqrt14(0) being inf), folded into
+   * denom = sqrt(v) / bc2_sqrt + eps; 1 / denom from rcp14 and one Newton
+   * step. v = +inf (a gradient whose square overflows) gives a NaN p where
+   * the formula leaves p; its block's states are lost either way. */
+  const __m512 y = _mm512_maskz_rsqrt14_ps(_mm512_test_epi32_mask(_mm512_castps_si512(vi), _mm512_castps_si512(vi)), vi);
+  const __m512 s0 = _mm512_mul_ps(vi, y);
+  const __m512 r = _mm512_fnmadd_ps(s0, s0, vi);
+  const __m512 denom = _mm512_fmadd_ps(s0, k->inv_bc2_sqrt, _mm512_fmadd_ps(_mm512_mul_ps(y, r), k->half_inv_bc2_sqrt, k->eps));
+  const __m512 d0 = _mm512_rcp14_ps(denom);
+  const __m512 d1 = _mm512_fmadd_ps(d0, _mm512_fnmadd_ps(denom, d0, _mm512_set1_ps(1.0f)), d0);
+  const __m512 pn = _mm512_fmadd_ps(_mm512_mul_ps(k->neg_step, mi), d1, pi);
   if (full)
     _mm512_storeu_ps(p, pn);
   else
@@ -531,10 +545,34 @@ static void update_block_avx512(float *restrict p, const float *restrict g, uint
   const struct avx512_consts kv = {
       .decay = _mm512_set1_ps(k->decay), .b1 = _mm512_set1_ps(k->b1), .c1 = _mm512_set1_ps(k->c1),
       .b2 = _mm512_set1_ps(k->b2), .c2 = _mm512_set1_ps(k->c2), .neg_step = _mm512_set1_ps(k->neg_step),
-      .bc2_sqrt = _mm512_set1_ps(k->bc2_sqrt), .eps = _mm512_set1_ps(k->eps), .s = _mm512_set1_ps(k->grad_scale)};
+      .bc2_sqrt = _mm512_set1_ps(k->bc2_sqrt), .inv_bc2_sqrt = _mm512_set1_ps(k->inv_bc2_sqrt),
+      .half_inv_bc2_sqrt = _mm512_set1_ps(0.5f * k->inv_bc2_sqrt), .eps = _mm512_set1_ps(k->eps), .s = _mm512_set1_ps(k->grad_scale)};
   __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
   __mmask16 nan = 0;
-  for (size_t i0 = 0; i0 < len; i0 += 64) {
+  size_t i0 = 0;
+  /* Whole groups of 64 without masks; then the tail. */
+  for (; i0 + 64 <= len; i0 += 64) {
+    for (int l = 0; l < 4; l++) {
+      __builtin_prefetch(p + i0 + FAST_PREFETCH + 16 * l, 1, 3);
+      __builtin_prefetch(g + i0 + FAST_PREFETCH + 16 * l, 0, 3);
+    }
+    __builtin_prefetch(mc + i0 + FAST_PREFETCH, 1, 3);
+    __builtin_prefetch(vc + i0 + FAST_PREFETCH, 1, 3);
+    __m512 mq[4], vq[4];
+    dequant64(_mm512_loadu_si512(mc + i0), &qt_signed, mq);
+    dequant64(_mm512_loadu_si512(vc + i0), &qt_unsigned, vq);
+    for (int h = 0; h < 4; h++) {
+      const size_t i = i0 + 16 * (size_t)h;
+      __m512 mi, vi;
+      update16(p + i, g + i, _mm512_mul_ps(mq[h], am), _mm512_mul_ps(vq[h], av), &kv, (__mmask16)0xFFFF, &mi, &vi);
+      _mm512_store_ps(mt + i, mi);
+      _mm512_store_ps(vt + i, vi);
+      mmax = _mm512_max_ps(mmax, _mm512_abs_ps(mi));
+      vmax = _mm512_max_ps(vmax, vi);
+      nan |= _mm512_cmp_ps_mask(mi, vi, _CMP_UNORD_Q);
+    }
+  }
+  for (; i0 < len; i0 += 64) {
     /* Pass 2 is pure arithmetic, during which the hardware prefetchers stall:
      * fetch ahead (past this block: the caller's next blocks are contiguous,
      * and a prefetch never faults). */
@@ -696,6 +734,7 @@ void zo_adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m_abs
       .c2 = (float)(1.0 - beta2),
       .neg_step = (float)(-(lr / bc1)),
       .bc2_sqrt = (float)sqrt(bc2),
+      .inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)),
       .eps = hp->eps,
       .grad_scale = grad_scale,
   };
