@@ -969,9 +969,9 @@ static void *dev_copy(const void *host, size_t nbytes, size_t slack) {
 
 /* adamw8bit_update: p, the codes and the absmax bit for bit the CPU's
  * portable kernel (zo_adamw8bit_update's IEEE formula; the AVX-512 kernel's
- * p is within ulps of it, test-offload-adamw8bit), block sizes 256 and 100 (partial last block), two
- * steps, with a block of all-zero states and one whose tiny m takes the
- * division path; nothing past the tensors written. */
+ * p is within ulps of it, test-offload-adamw8bit), block sizes 256 and 100
+ * (partial last block), two steps, with a block of all-zero states and one
+ * whose tiny m takes the division path; nothing past the tensors written. */
 static int test_adamw8bit_update(void) {
   int fail = 0;
   const size_t blocks[] = {256, 100};

@@ -504,7 +504,7 @@ static void quantize_block_avx512(uint8_t *restrict code, const float *restrict 
 
 /* The AdamW update of 16 elements: p written, the new m and v returned. */
 struct avx512_consts {
-  __m512 decay, b1, c1, b2, c2, neg_step, bc2_sqrt, inv_bc2_sqrt, half_inv_bc2_sqrt, eps, s;
+  __m512 decay, b1, c1, b2, c2, neg_step, inv_bc2_sqrt, half_inv_bc2_sqrt, eps, s;
 };
 
 ZO_AVX512
@@ -535,6 +535,53 @@ static inline void update16(float *p, const float *g, __m512 m0, __m512 v0, cons
   *v = vi;
 }
 
+/* Pass 1's running block maxima and NaN lanes. */
+struct pass1_acc {
+  __m512 mmax, vmax;
+  __mmask16 nan;
+};
+
+/* Pass 1 over the elements i0 .. i0 + min(left, 64): dequantize, update p,
+ * keep the new m and v in mt, vt. With left >= 64 (the main loop: a
+ * constant once inlined) nothing is masked. */
+ZO_AVX512
+static inline void pass1_group64(float *restrict p, const float *restrict g, const uint8_t *restrict mc,
+                                 const uint8_t *restrict vc, float *restrict mt, float *restrict vt, size_t i0,
+                                 size_t left, __m512 am, __m512 av, const struct avx512_consts *kv,
+                                 struct pass1_acc *acc) {
+  /* Pass 2 is pure arithmetic, during which the hardware prefetchers stall:
+   * fetch ahead (past this block: the caller's next blocks are contiguous,
+   * and a prefetch never faults). */
+  for (int l = 0; l < 4; l++) {
+    __builtin_prefetch(p + i0 + FAST_PREFETCH + 16 * l, 1, 3);
+    __builtin_prefetch(g + i0 + FAST_PREFETCH + 16 * l, 0, 3);
+  }
+  __builtin_prefetch(mc + i0 + FAST_PREFETCH, 1, 3);
+  __builtin_prefetch(vc + i0 + FAST_PREFETCH, 1, 3);
+  const bool full = left >= 64;
+  const __mmask64 m64 = tail64(left);
+  __m512 mq[4], vq[4];
+  dequant64(full ? _mm512_loadu_si512(mc + i0) : _mm512_maskz_loadu_epi8(m64, mc + i0), &qt_signed, mq);
+  dequant64(full ? _mm512_loadu_si512(vc + i0) : _mm512_maskz_loadu_epi8(m64, vc + i0), &qt_unsigned, vq);
+  for (int h = 0; h < 4 && 16 * (size_t)h < left; h++) {
+    const size_t i = i0 + 16 * (size_t)h;
+    const __mmask16 msk = tail16(left - 16 * (size_t)h);
+    __m512 mi, vi;
+    update16(p + i, g + i, _mm512_mul_ps(mq[h], am), _mm512_mul_ps(vq[h], av), kv, msk, &mi, &vi);
+    _mm512_store_ps(mt + i, mi);
+    _mm512_store_ps(vt + i, vi);
+    if (full) {
+      acc->mmax = _mm512_max_ps(acc->mmax, _mm512_abs_ps(mi));
+      acc->vmax = _mm512_max_ps(acc->vmax, vi);
+      acc->nan |= _mm512_cmp_ps_mask(mi, vi, _CMP_UNORD_Q);
+    } else {
+      acc->mmax = _mm512_mask_max_ps(acc->mmax, msk, acc->mmax, _mm512_abs_ps(mi));
+      acc->vmax = _mm512_mask_max_ps(acc->vmax, msk, acc->vmax, vi);
+      acc->nan |= _mm512_mask_cmp_ps_mask(msk, mi, vi, _CMP_UNORD_Q);
+    }
+  }
+}
+
 ZO_AVX512
 static void update_block_avx512(float *restrict p, const float *restrict g, uint8_t *restrict mc,
                                 float *restrict ma, uint8_t *restrict vc, float *restrict va, size_t len,
@@ -545,60 +592,14 @@ static void update_block_avx512(float *restrict p, const float *restrict g, uint
   const struct avx512_consts kv = {
       .decay = _mm512_set1_ps(k->decay), .b1 = _mm512_set1_ps(k->b1), .c1 = _mm512_set1_ps(k->c1),
       .b2 = _mm512_set1_ps(k->b2), .c2 = _mm512_set1_ps(k->c2), .neg_step = _mm512_set1_ps(k->neg_step),
-      .bc2_sqrt = _mm512_set1_ps(k->bc2_sqrt), .inv_bc2_sqrt = _mm512_set1_ps(k->inv_bc2_sqrt),
-      .half_inv_bc2_sqrt = _mm512_set1_ps(0.5f * k->inv_bc2_sqrt), .eps = _mm512_set1_ps(k->eps), .s = _mm512_set1_ps(k->grad_scale)};
-  __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
-  __mmask16 nan = 0;
+      .inv_bc2_sqrt = _mm512_set1_ps(k->inv_bc2_sqrt), .half_inv_bc2_sqrt = _mm512_set1_ps(0.5f * k->inv_bc2_sqrt),
+      .eps = _mm512_set1_ps(k->eps), .s = _mm512_set1_ps(k->grad_scale)};
+  struct pass1_acc acc = {_mm512_setzero_ps(), _mm512_setzero_ps(), 0};
   size_t i0 = 0;
-  /* Whole groups of 64 without masks; then the tail. */
-  for (; i0 + 64 <= len; i0 += 64) {
-    for (int l = 0; l < 4; l++) {
-      __builtin_prefetch(p + i0 + FAST_PREFETCH + 16 * l, 1, 3);
-      __builtin_prefetch(g + i0 + FAST_PREFETCH + 16 * l, 0, 3);
-    }
-    __builtin_prefetch(mc + i0 + FAST_PREFETCH, 1, 3);
-    __builtin_prefetch(vc + i0 + FAST_PREFETCH, 1, 3);
-    __m512 mq[4], vq[4];
-    dequant64(_mm512_loadu_si512(mc + i0), &qt_signed, mq);
-    dequant64(_mm512_loadu_si512(vc + i0), &qt_unsigned, vq);
-    for (int h = 0; h < 4; h++) {
-      const size_t i = i0 + 16 * (size_t)h;
-      __m512 mi, vi;
-      update16(p + i, g + i, _mm512_mul_ps(mq[h], am), _mm512_mul_ps(vq[h], av), &kv, (__mmask16)0xFFFF, &mi, &vi);
-      _mm512_store_ps(mt + i, mi);
-      _mm512_store_ps(vt + i, vi);
-      mmax = _mm512_max_ps(mmax, _mm512_abs_ps(mi));
-      vmax = _mm512_max_ps(vmax, vi);
-      nan |= _mm512_cmp_ps_mask(mi, vi, _CMP_UNORD_Q);
-    }
-  }
-  for (; i0 < len; i0 += 64) {
-    /* Pass 2 is pure arithmetic, during which the hardware prefetchers stall:
-     * fetch ahead (past this block: the caller's next blocks are contiguous,
-     * and a prefetch never faults). */
-    for (int l = 0; l < 4; l++) {
-      __builtin_prefetch(p + i0 + FAST_PREFETCH + 16 * l, 1, 3);
-      __builtin_prefetch(g + i0 + FAST_PREFETCH + 16 * l, 0, 3);
-    }
-    __builtin_prefetch(mc + i0 + FAST_PREFETCH, 1, 3);
-    __builtin_prefetch(vc + i0 + FAST_PREFETCH, 1, 3);
-    const bool full = len - i0 >= 64;
-    const __mmask64 m64 = tail64(len - i0);
-    __m512 mq[4], vq[4];
-    dequant64(full ? _mm512_loadu_si512(mc + i0) : _mm512_maskz_loadu_epi8(m64, mc + i0), &qt_signed, mq);
-    dequant64(full ? _mm512_loadu_si512(vc + i0) : _mm512_maskz_loadu_epi8(m64, vc + i0), &qt_unsigned, vq);
-    for (int h = 0; h < 4 && i0 + 16 * (size_t)h < len; h++) {
-      const size_t i = i0 + 16 * (size_t)h;
-      const __mmask16 msk = tail16(len - i);
-      __m512 mi, vi;
-      update16(p + i, g + i, _mm512_mul_ps(mq[h], am), _mm512_mul_ps(vq[h], av), &kv, msk, &mi, &vi);
-      _mm512_store_ps(mt + i, mi);
-      _mm512_store_ps(vt + i, vi);
-      mmax = _mm512_mask_max_ps(mmax, msk, mmax, _mm512_abs_ps(mi));
-      vmax = _mm512_mask_max_ps(vmax, msk, vmax, vi);
-      nan |= _mm512_mask_cmp_ps_mask(msk, mi, vi, _CMP_UNORD_Q);
-    }
-  }
+  for (; i0 + 64 <= len; i0 += 64) pass1_group64(p, g, mc, vc, mt, vt, i0, 64, am, av, &kv, &acc);
+  if (i0 < len) pass1_group64(p, g, mc, vc, mt, vt, i0, len - i0, am, av, &kv, &acc);
+  const __m512 mmax = acc.mmax, vmax = acc.vmax;
+  const __mmask16 nan = acc.nan;
   const float mx = _mm512_reduce_max_ps(mmax), vx = _mm512_reduce_max_ps(vmax);
   const float ma1 = mx > 0.0f ? mx : 1.0f, va1 = vx > 0.0f ? vx : 1.0f;
   float minv, vinv;
