@@ -4,18 +4,12 @@
 #ifndef ZO_ADAMW_H
 #define ZO_ADAMW_H
 
+#include "zo/adamw_hparams.h" /* struct zo_adamw_hparams */
 #include "zo/common.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct zo_adamw_hparams {
-  float lr;           /* this step's learning rate (after the schedule) */
-  float beta1, beta2; /* 0.9, 0.999 */
-  float eps;          /* 1e-8 */
-  float weight_decay; /* decoupled: p -= lr * weight_decay * p, before the Adam step */
-};
 
 /* One AdamW step over n elements, in place on p, m, v (fp32, host memory):
  *   g' = g * grad_scale

@@ -12,7 +12,7 @@
 #ifndef ZO_ADAMW8BIT_H
 #define ZO_ADAMW8BIT_H
 
-#include "zo/adamw.h"
+#include "zo/adamw_hparams.h"
 #include "zo/common.h"
 
 #ifdef __cplusplus
