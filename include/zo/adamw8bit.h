@@ -5,10 +5,11 @@
  * map, v the unsigned one (bitsandbytes' create_dynamic_map), and an element
  * is map[code] * absmax. State: 2 + 8/block bytes per parameter (fp32 m, v:
  * 8). Tensors below ZO_ADAMW8BIT_MIN_NUMEL elements keep fp32 m, v and go
- * through zo_adamw_update: the caller decides per tensor. The host
- * implementation is the CPU backend's (kernels/cpu/ops_adamw8bit.c, also its
- * adamw8bit_update op); the CUDA backend's op computes the same bits from
- * the same map values and thresholds. */
+ * through zo_adamw_update: the caller decides per tensor. The maps are
+ * zo-common's (kernels/qmap.c); the host implementation is the CPU backend's
+ * (kernels/cpu/ops_adamw8bit.c, also its adamw8bit_update op); the CUDA
+ * backend's op computes the same bits from the same map values and
+ * thresholds. */
 #ifndef ZO_ADAMW8BIT_H
 #define ZO_ADAMW8BIT_H
 

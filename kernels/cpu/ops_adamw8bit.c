@@ -1,6 +1,6 @@
 /* AdamW with block-wise 8-bit states on the CPU (zo/adamw8bit.h; the CPU
- * backend's adamw8bit_update op): the dynamic quantization maps,
- * quantization to the nearest map entry, and the fused update (dequantize,
+ * backend's adamw8bit_update op): quantization to the nearest entry of the
+ * dynamic maps (built in kernels/qmap.c), and the fused update (dequantize,
  * AdamW in fp32, requantize against the block's new absmax, write p), one
  * pass per block, OpenMP over blocks and SIMD within one. Two kernels:
  * portable C, which is zo_adamw_update's IEEE formula and whose quantization
@@ -53,9 +53,7 @@
 #define FAST_PREFETCH 2048 /* elements ahead */
 
 struct qtable {
-  float values[256];     /* the map, increasing */
-  float thr[255];        /* (n_thr) the decision thresholds, increasing */
-  int n_thr;
+  float values[256];     /* the map, increasing (zo_qmap_values) */
   uint32_t lut[LUT_MAX]; /* (lut_n) */
   uint32_t lut_lo, lut_n;
   uint8_t planes[4][256] __attribute__((aligned(64))); /* byte k of values[c] */
@@ -72,59 +70,10 @@ static uint8_t plane_perm[64] __attribute__((aligned(64)));
 static struct qtable qt_signed, qt_unsigned;
 static pthread_once_t qt_once = PTHREAD_ONCE_INIT;
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
 static uint32_t float_bits(float x) {
   uint32_t b;
   memcpy(&b, &x, sizeof b);
   return b;
-}
-
-/* torch.linspace(0.1, 1, steps) in float32 as torch 1.13's CPU kernel with
- * the generic 8-float Vectorized computes it: blocks of 16 elements start
- * from a base and add k * step; the tail is elementwise; the second half is
- * counted back from the end. */
-ZO_FP_CONTRACT_OFF
-static void torch_linspace(float *out, long steps) {
-  const long vs = 8;
-  const float start = 0.1f, end = 1.0f;
-  const float step = (end - start) / (float)(steps - 1);
-  const long halfway = steps / 2;
-  long i = 0;
-  for (; i + 2 * vs <= steps; i += 2 * vs) {
-    for (long j = i; j < i + 2 * vs; j += vs) {
-      const float base = j < halfway ? start + step * (float)j : end - step * (float)(steps - j - 1);
-      for (long k = 0; k < vs; k++) out[j + k] = base + (float)k * step;
-    }
-  }
-  for (; i < steps; i++) out[i] = i < halfway ? start + step * (float)i : end - step * (float)(steps - i - 1);
-}
-
-/* bitsandbytes' create_dynamic_map(signed, max_exponent_bits=7, total_bits=8):
- * for decade i = 0..6, the midpoints of linspace(0.1, 1, 2^i + 1) (signed, and
- * their negatives) or of linspace(0.1, 1, 2^(i+1) + 1) (unsigned), times
- * 10^(i-6) (a float32 multiply by the float32 scalar), plus 0 and 1, sorted. */
-ZO_FP_CONTRACT_OFF
-static void build_map(float values[256], bool is_signed) {
-  static const float scale[7] = {1e-6f, 1e-5f, 1e-4f, 1e-3f, 1e-2f, 1e-1f, 1.0f};
-  float b[129];
-  int n = 0;
-  for (int i = 0; i < 7; i++) {
-    const long items = is_signed ? (1L << i) + 1 : (1L << (i + 1)) + 1;
-    torch_linspace(b, items);
-    for (long k = 0; k + 1 < items; k++) {
-      const float mean = (b[k] + b[k + 1]) / 2.0f;
-      values[n++] = scale[i] * mean;
-      if (is_signed) values[n++] = -(scale[i] * mean);
-    }
-  }
-  values[n++] = 0.0f;
-  values[n++] = 1.0f;
-  ZO_ASSERT(n == 256);
-  qsort(values, 256, sizeof(float), cmp_float);
 }
 
 /* The AVX-512 tables from the thresholds thr[0..n_thr) and the decade sizes
@@ -168,19 +117,12 @@ static void build_fast(struct qtable *q, const uint32_t *thr, int n_thr, bool is
     for (int k = 0; k < 4; k++) q->planes[k][c] = (uint8_t)(float_bits(q->values[c]) >> (8 * k));
 }
 
-/* Thresholds between the non-negative values v[0..n) (v[0] = 0), as bits. */
-static void build_lut(struct qtable *q, const float *v, int n, bool is_signed) {
+/* The lookup table from map's thresholds (zo_qmap_thresholds), as bits. */
+static void build_lut(struct qtable *q, enum zo_qmap map, bool is_signed) {
+  float thr_f[255];
   uint32_t thr[256];
-  for (int k = 0; k + 1 < n; k++) {
-    ZO_ASSERT(v[k] < v[k + 1]);
-    const double mid = 0.5 * ((double)v[k] + (double)v[k + 1]); /* exact */
-    float f = (float)mid;
-    if ((double)f <= mid) f = nextafterf(f, INFINITY);
-    thr[k] = float_bits(f);
-  }
-  const int n_thr = n - 1;
-  q->n_thr = n_thr;
-  memcpy(q->thr, thr, (size_t)n_thr * sizeof(float));
+  const int n_thr = zo_qmap_thresholds(map, thr_f);
+  for (int k = 0; k < n_thr; k++) thr[k] = float_bits(thr_f[k]);
   q->lut_lo = (thr[0] >> 16) - 1;
   q->lut_n = (float_bits(1.0f) >> 16) - q->lut_lo + 1;
   ZO_ASSERT(q->lut_n <= LUT_MAX);
@@ -199,33 +141,16 @@ static void build_lut(struct qtable *q, const float *v, int n, bool is_signed) {
 }
 
 static void build_tables(void) {
-  build_map(qt_signed.values, true);
-  build_map(qt_unsigned.values, false);
-  /* m: the table counts thresholds among 0, the 127 positive values and 1;
-   * the negative half mirrors the first 127 of them. */
-  for (int j = 1; j <= 127; j++) ZO_ASSERT(qt_signed.values[127 - j] == -qt_signed.values[127 + j]);
-  ZO_ASSERT(qt_signed.values[ZO_ADAMW8BIT_M_ZERO_CODE] == 0.0f);
-  ZO_ASSERT(qt_unsigned.values[ZO_ADAMW8BIT_V_ZERO_CODE] == 0.0f);
-  build_lut(&qt_signed, qt_signed.values + 127, 129, true);
-  build_lut(&qt_unsigned, qt_unsigned.values, 256, false);
+  memcpy(qt_signed.values, zo_qmap_values(ZO_QMAP_SIGNED), sizeof qt_signed.values);
+  memcpy(qt_unsigned.values, zo_qmap_values(ZO_QMAP_UNSIGNED), sizeof qt_unsigned.values);
+  build_lut(&qt_signed, ZO_QMAP_SIGNED, true);
+  build_lut(&qt_unsigned, ZO_QMAP_UNSIGNED, false);
   for (int l = 0; l < 4; l++)
     for (int a = 0; a < 4; a++)
       for (int j = 0; j < 4; j++) plane_perm[16 * l + 4 * a + j] = (uint8_t)(16 * a + 4 * l + j);
 }
 
 static void tables_init(void) { ZO_ASSERT(pthread_once(&qt_once, build_tables) == 0); }
-
-const float *zo_qmap_values(enum zo_qmap map) {
-  tables_init();
-  return map == ZO_QMAP_SIGNED ? qt_signed.values : qt_unsigned.values;
-}
-
-int zo_qmap_thresholds(enum zo_qmap map, float *thr) {
-  tables_init();
-  const struct qtable *q = map == ZO_QMAP_SIGNED ? &qt_signed : &qt_unsigned;
-  memcpy(thr, q->thr, (size_t)q->n_thr * sizeof(float));
-  return q->n_thr;
-}
 
 /* ---- kernels --------------------------------------------------------------
  * Both round exactly where zo_adamw_update does (contraction off: gcc would
