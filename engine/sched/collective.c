@@ -1,0 +1,172 @@
+/* Data parallelism: every collective the scheduler runs across ranks.
+ * The gradient sum (allreduce, or reduce-scatter at stage 2) at the start
+ * of the optimizer stream; each block's gradients reduced onto their owners
+ * during the backward (overlap_comm); the updated working parameters
+ * exchanged after a sharded update; ZeRO-3 block gathers into the slots'
+ * buffers; the loss sums. Each runs on a communicator duplicated for the
+ * thread that calls it, in the same order on every rank, and runs even
+ * after a local error so that no rank is left waiting. */
+#include "internal.h"
+
+/* Each owner's part of elements [off, off + n) broadcast from it into buf
+ * (working dtype; with copy_own the owner copies its part from the host
+ * working copy first, else it is in buf already), on comm, every rank in
+ * the same order. Returns 0 or -errno. */
+int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own) {
+  const size_t e = s->m->esize;
+  const int me = zo_comm_rank(comm);
+  int err = 0;
+  for (int r = 0; r < s->n_ranks && !err; r++) {
+    size_t a, b;
+    if (!shard_cut(s, r, off, n, &a, &b)) continue;
+    if (r == me && copy_own) memcpy(buf + (a - off) * e, host_params_at(s, a), (b - a) * e);
+    err = zo_comm_broadcast(comm, buf + (a - off) * e, (b - a) * e, r);
+  }
+  return err;
+}
+
+/* Stream pg: block l gathered into its slot's buffer. Runs even after an
+ * error, so that the others are not left waiting. */
+void pg_gather_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  const struct range r = unit_range(s->t, 1 + a->index);
+  const double t0 = zo_time_s();
+  int err = exchange_range(s, s->pg_comm, pg_buf(s, a->index % s->K), r.off, r.numel, true);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
+}
+
+/* Stream rs: one micro-batch's gradients of a range, staged, summed over
+ * the ranks onto the owner of each shard they meet (the ranks' parts of a
+ * reduce-scatter, range by range in the same order on every rank); each
+ * owner accumulates its part into its shard of h.grads. Runs even after an
+ * error, so that the others are not left waiting. */
+static void rs_acc_fn(void *arg) {
+  struct rs_task *a = arg;
+  struct zo_sched *s = a->s;
+  const bool first = a->runs++ % s->pl.grad_accum == 0;
+  const int me = s->pl.dp_rank;
+  const double t0 = zo_time_s();
+  int err = 0;
+  for (int r = 0; r < s->n_ranks && !err; r++) {
+    size_t lo, hi;
+    if (!shard_cut(s, r, a->off, a->n, &lo, &hi)) continue;
+    float *part = a->src + (lo - a->off);
+    err = zo_comm_reduce(s->rs_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
+    if (err || r != me) continue;
+    float *dst = grads_at(s, lo);
+    if (first) {
+      memcpy(dst, part, (hi - lo) * sizeof(float));
+    } else {
+      for (size_t i = 0; i < hi - lo; i++) dst[i] += part[i];
+    }
+  }
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
+}
+
+/* Sharded gradients: n gradients at device src to the staging buffer of
+ * the task (free: the event the last reduction from it recorded), then
+ * their reduction on stream rs (ready event i), which frees it again. */
+void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
+                            struct rs_task *task) {
+  CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
+  CHECK_Q(s->be->memcpy_async(task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(s->be->event_record(s->rs_ready[i], s->d2h));
+  CHECK_Q(s->be->stream_wait_event(s->rs, s->rs_ready[i]));
+  CHECK_Q(s->be->launch_host_func(s->rs, rs_acc_fn, task));
+}
+
+/* Optimizer stream, the step's first task: the accumulated gradients, where
+ * the optimizer reads them, summed over the ranks in place. Each rank's
+ * dloss carries 1/ranks, so the sum is the global-batch mean and every rank
+ * runs the same norm, clip, skip and update on it. On the CPU backend the
+ * device accumulator is host memory. The sum runs even after an error on
+ * this rank, so that the others are not left waiting before the job ends. */
+void grads_allreduce_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  float *g = (float *)(uintptr_t)opt_grads(s);
+  /* ZeRO stage 2 over ranks: each shard's sum on its owner only. */
+  int err = s->sharded && s->pl.zero_stage >= 2 ? zo_comm_reduce_scatter(s->grad_comm, g, s->rs_counts, ZO_F32)
+                                                : zo_comm_allreduce(s->grad_comm, g, s->t->numel, ZO_F32, ZO_COMM_SUM);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
+}
+
+/* Optimizer stream, behind this rank's updates and their device copies:
+ * every rank's updated working parameters to every rank. Runs even after an
+ * error, like the gradient sum. */
+static void gather_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = exchange_range(s, s->grad_comm, gather_buf(s), 0, s->t->numel, false);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "exchanging the updated parameters over the ranks"));
+}
+
+/* Sharded: the exchange, then each unit's parameters ready (copied to the
+ * device from the host working copy first, when there is one). */
+/* pshard, optimizer stream: the resident units' owned parts are on the
+ * device (copied from the host shard); each owner's part broadcast into
+ * every rank's device copy (host memory on the CPU backend). */
+static void resident_exchange_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = 0;
+  const int units[2] = {0, s->U - 1};
+  for (int i = 0; i < 2 && !err; i++) {
+    const struct range r = unit_range(s->t, units[i]);
+    err = exchange_range(s, s->grad_comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
+  }
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "exchanging the resident parameters over the ranks"));
+}
+
+void queue_gather(struct zo_sched *s) {
+  zo_backend_t be = s->be;
+  if (s->pshard) {
+    /* Blocks are gathered when their slots load them; the resident units
+     * (embeddings, final norm) are exchanged here. */
+    const int units[2] = {0, s->U - 1};
+    for (int i = 0; i < 2; i++) {
+      size_t a, b;
+      unit_owned(s, units[i], &a, &b);
+      if (b <= a) continue;
+      const struct range r = unit_range(s->t, units[i]);
+      CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[units[i]]));
+      CHECK_Q(be->memcpy_async((uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
+                               host_params_at(s, a), (b - a) * s->m->esize, ZO_COPY_H2D, s->h2d));
+    }
+    CHECK_Q(be->event_record(s->gather_wait, s->h2d));
+    CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
+    CHECK_Q(be->launch_host_func(s->os, resident_exchange_fn, s));
+    for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    return;
+  }
+  CHECK_Q(be->event_record(s->gather_wait, s->h2d));
+  CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
+  CHECK_Q(be->launch_host_func(s->os, gather_fn, s));
+  CHECK_Q(be->event_record(s->gather_done, s->os));
+  for (int u = 0; u < s->U; u++) {
+    void *dev = dev_unit_params(s, u);
+    if (dev && s->h.params) {
+      const struct range r = unit_range(s->t, u);
+      CHECK_Q(be->stream_wait_event(s->h2d, s->gather_done));
+      CHECK_Q(be->memcpy_async(dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
+      CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
+    } else {
+      CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    }
+  }
+}
+
+/* sums[0, n) (loss sums) and sums[n, 2n) (token counts) added over the
+ * ranks, on the caller's communicator. */
+int ranks_sum(struct zo_sched *s, double *sums, int n) {
+  const double t0 = zo_time_s();
+  int err = zo_comm_allreduce(s->comm, sums, 2 * (size_t)n, ZO_F64, ZO_COMM_SUM);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  return err ? error_prefixed(err, "summing the losses over the ranks") : 0;
+}

@@ -1,0 +1,236 @@
+/* The model's block hooks: before a block runs, its parameters are made
+ * resident (parameter slots loaded on the H2D stream), its gradient target
+ * bound and zeroed, its checkpointed input loaded back from host memory;
+ * after it, slots are released, gradients leave for the host (staged and
+ * accumulated when K > 1) and checkpointed inputs are saved. Only events
+ * order them; nothing here blocks the caller. */
+#include "internal.h"
+
+/* ---- parameter slots ----------------------------------------------------- */
+
+/* Block l resident in slot l % K, loading it on the H2D stream if needed. */
+static void slot_ensure(struct zo_sched *s, int l) {
+  const int k = l % s->K;
+  if (s->slot_owner[k] == l) return;
+  const struct range r = unit_range(s->t, 1 + l);
+  if (s->pshard) {
+    /* Gathered from the owners into slot k's buffer (stream pg, in the same
+     * order on every rank), then copied to the slot. */
+    CHECK_Q(s->be->stream_wait_event(s->pg, s->pg_free[k]));
+    CHECK_Q(s->be->stream_wait_event(s->pg, s->param_ready[1 + l]));
+    CHECK_Q(s->be->launch_host_func(s->pg, pg_gather_fn, &s->pg_tasks[l]));
+    CHECK_Q(s->be->event_record(s->pg_ready[k], s->pg));
+    CHECK_Q(s->be->stream_wait_event(s->h2d, s->pg_ready[k]));
+  }
+  CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
+  CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
+  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? pg_buf(s, k) : host_params_at(s, r.off),
+                              r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
+  CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
+  if (s->pshard) CHECK_Q(s->be->event_record(s->pg_free[k], s->h2d));
+  s->slot_owner[k] = l;
+}
+
+/* The block needed at position i of a micro-batch: F0..F(L-1), B(L-1)..B0. */
+static int need_at(int L, int i) { return i < L ? i : 2 * L - 1 - i; }
+
+static void slots_acquire(struct zo_sched *s, struct zo_model *m, int l, enum zo_model_phase ph,
+                          zo_stream_t cs) {
+  const int L = s->L, pos = ph == ZO_MODEL_FORWARD ? l : 2 * L - 1 - l;
+  for (int i = pos; i < pos + s->K && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
+  CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->K]));
+  zo_model_bind_block(m, l, m->param_slots[l % s->K], NULL);
+}
+
+/* Next step: every slot is stale; start loading the first blocks as soon as
+ * their updates finish. */
+void slots_invalidate(struct zo_sched *s) {
+  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
+  for (int l = 0; l < s->K; l++) slot_ensure(s, l);
+}
+
+/* ---- gradients ----------------------------------------------------------- */
+
+static void acc_fn(void *arg) {
+  const struct acc_task *a = arg;
+  double t0 = zo_time_s();
+  float *restrict d = a->dst;
+  const float *restrict x = a->src;
+  /* acc += micro: the same single rounding as the device's residual add. */
+#pragma omp parallel for simd schedule(static) if (a->n >= ((size_t)1 << 16))
+  for (size_t i = 0; i < a->n; i++) d[i] = d[i] + x[i];
+  atomic_fetch_add(&a->s->acc_ns, ns_since(t0));
+}
+
+/* Copies device gradients [src, +n) of host range off to the host: straight
+ * into the accumulator for the first micro-batch, else to staging + add. */
+static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n, float *stage,
+                      struct acc_task *task) {
+  if (s->k == 0) {
+    CHECK_Q(s->be->memcpy_async(s->h.grads + off, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    return;
+  }
+  CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, task));
+}
+
+/* ---- activation checkpoints in host memory -------------------------------- */
+
+static bool ck_on_host(const struct zo_sched *s, int l) {
+  return s->pl.ckpt_cpu && l >= 0 && l < s->pl.ckpt_blocks;
+}
+
+static size_t ck_nbytes(const struct zo_sched *s) {
+  return (size_t)s->B * (size_t)s->T * (size_t)s->m->cfg.n_embd * s->m->esize;
+}
+
+static void *ck_host(struct zo_sched *s, int l) { return s->h.act_ckpt + (size_t)l * ck_nbytes(s); }
+
+/* After block l's forward: its input leaves on the D2H stream. */
+static void ck_save(struct zo_sched *s, struct zo_model *m, int l, zo_stream_t cs) {
+  zo_backend_t be = s->be;
+  CHECK_Q(be->event_record(s->ck_out, cs));
+  CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->ck_out));
+  CHECK_Q(be->memcpy_async(ck_host(s, l), m->ckpt_in[l % 2], ck_nbytes(s), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->event_record(s->ck_saved[l], s->d2h));
+}
+
+/* Block l's input back into its buffer on the H2D stream, once the buffer's
+ * last reader is done and the host copy is complete. */
+static void ck_load(struct zo_sched *s, struct zo_model *m, int l) {
+  zo_backend_t be = s->be;
+  const int b = l % 2;
+  if (s->ck_owner[b] == l) return;
+  CHECK_Q(be->stream_wait_event(s->h2d, s->ck_free[b]));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->ck_saved[l]));
+  CHECK_Q(be->memcpy_async(m->ckpt_in[b], ck_host(s, l), ck_nbytes(s), ZO_COPY_H2D, s->h2d));
+  CHECK_Q(be->event_record(s->ck_ready[b], s->h2d));
+  s->ck_owner[b] = l;
+}
+
+void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  zo_backend_t be = s->be;
+  const int L = s->L;
+  if (ph == ZO_MODEL_FORWARD && s->pl.ckpt_cpu) {
+    /* The embedding and block l write the input buffers: the copies out of
+     * their previous contents must be done (the last save covers all, the
+     * D2H stream being in order), and the loaded inputs are stale. */
+    if (l == ZO_MODEL_EMBED) {
+      CHECK_Q(be->stream_wait_event(cs, s->ck_saved[s->pl.ckpt_blocks - 1]));
+      s->ck_owner[0] = s->ck_owner[1] = -1;
+    } else if (l >= 1 && l < s->pl.ckpt_blocks - 1) {
+      CHECK_Q(be->stream_wait_event(cs, s->ck_saved[l - 1]));
+    }
+  }
+  if (ph == ZO_MODEL_FORWARD) {
+    if (l == ZO_MODEL_EMBED) {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
+    } else if (l == L) {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
+    } else if (s->K) {
+      slots_acquire(s, m, l, ph, cs);
+    } else {
+      CHECK_Q(be->stream_wait_event(cs, s->param_ready[1 + l]));
+    }
+    return;
+  }
+  /* Backward: each micro-batch's gradients go into zeroed buffers. */
+  if (l == L) {
+    if (s->pl.grads_on_host) {
+      CHECK_Q(be->stream_wait_event(cs, s->res_free));
+      CHECK_Q(be->memset_async(m->grads, 0, (m->head_numel + m->tail_numel) * sizeof(float), cs));
+    } else {
+      float *target = s->k == 0 ? s->acc : s->micro;
+      zo_model_bind_resident_grads(m, target, target + unit_range(s->t, s->U - 1).off);
+      CHECK_Q(be->memset_async(target, 0, s->t->numel * sizeof(float), cs));
+    }
+    return;
+  }
+  if (l == ZO_MODEL_EMBED) return;
+  if (s->K) slots_acquire(s, m, l, ph, cs);
+  if (ck_on_host(s, l)) {
+    /* The recompute reads the input first; the next block's input is
+     * fetched meanwhile into the other buffer. */
+    ck_load(s, m, l);
+    CHECK_Q(be->stream_wait_event(cs, s->ck_ready[l % 2]));
+    if (l > 0) ck_load(s, m, l - 1);
+  }
+  if (s->pl.grads_on_host) {
+    const int g = l % ZO_SCHED_GRAD_SLOTS;
+    CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
+    CHECK_Q(be->memset_async(m->grad_slots[g], 0, s->t->layer_numel * sizeof(float), cs));
+    zo_model_bind_block(m, l, NULL, m->grad_slots[g]);
+  } else {
+    float *target = s->k == 0 ? s->acc : s->micro;
+    zo_model_bind_block(m, l, NULL, target + s->t->layer_offset[l]);
+  }
+}
+
+void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  zo_backend_t be = s->be;
+  const int L = s->L;
+  if (l >= 0 && l < L && s->K) CHECK_Q(be->event_record(s->slot_free[l % s->K], cs));
+  if (ck_on_host(s, l)) {
+    if (ph == ZO_MODEL_FORWARD) ck_save(s, m, l, cs);
+    else CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
+  }
+  if (ph == ZO_MODEL_FORWARD) return;
+  const bool last = s->k == s->pl.grad_accum - 1;
+  if (l >= 0 && l < L && s->pl.grads_on_host) {
+    const int g = l % ZO_SCHED_GRAD_SLOTS;
+    CHECK_Q(be->event_record(s->gslot_ready[g], cs));
+    CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
+    if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
+    if (s->overlap) {
+      grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->rs_tasks[l]);
+      CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+      CHECK_Q(be->event_record(s->stage_free[g], s->rs));
+      return;
+    }
+    grads_out(s, m->grad_slots[g], s->t->layer_offset[l], s->t->layer_numel, s->h.stage[g],
+              &s->acc_tasks[l]);
+    CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+    return;
+  }
+  if (l != ZO_MODEL_EMBED) return;
+  if (s->pl.grads_on_host) {
+    const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->U - 1);
+    CHECK_Q(be->event_record(s->res_ready, cs));
+    CHECK_Q(be->stream_wait_event(s->d2h, s->res_ready));
+    if (s->k == 0) {
+      CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[0]));
+      CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+    }
+    if (s->overlap) {
+      grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->rs_tasks[L]);
+      grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->rs_tasks[L + 1]);
+      CHECK_Q(be->event_record(s->res_free, s->d2h));
+      CHECK_Q(be->event_record(s->stage_res_free, s->rs));
+      /* The optimizer starts when every range is reduced (queue_optimizer). */
+      if (last) CHECK_Q(be->event_record(s->rs_done, s->rs));
+      if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+      return;
+    }
+    grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
+    grads_out(s, m->grads + head.numel, tail.off, tail.numel,
+              s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    CHECK_Q(be->event_record(s->res_free, s->d2h));
+    if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+    return;
+  }
+  if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
+  if (!last) return;
+  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    CHECK_Q(be->event_record(s->grads_ready, cs));
+    return;
+  }
+  /* Stage 1: the accumulated gradients leave once, after the last micro-batch. */
+  CHECK_Q(be->event_record(s->grads_done, cs));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->grads_done));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+  CHECK_Q(be->memcpy_async(s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+}

@@ -1,0 +1,418 @@
+/* The scheduler's private header: struct zo_sched, the task records handed
+ * to host functions, and the helpers the files of engine/sched/ share.
+ * Nothing outside engine/sched/ includes it; the public interface is
+ * zo/sched.h. */
+#ifndef ZO_ENGINE_SCHED_INTERNAL_H
+#define ZO_ENGINE_SCHED_INTERNAL_H
+
+#include "zo/sched.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zo/host.h"
+#include "zo/nvme.h"
+
+enum { NV_MASTER, NV_M, NV_V, NV_FILES };
+
+/* ---- optimizer state format --------------------------------------------- */
+
+static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* ---- units and chunks ---------------------------------------------------- */
+
+struct range {
+  size_t off, numel; /* elements of the table */
+};
+
+static inline struct range unit_range(const struct zo_tensor_table *t, int u) {
+  const int L = t->n_layer;
+  if (u == 0) return (struct range){0, t->layer_offset[0]};
+  if (u <= L) return (struct range){t->layer_offset[u - 1], t->layer_numel};
+  size_t end = t->layer_offset[L - 1] + t->layer_numel;
+  return (struct range){end, t->numel - end};
+}
+
+/* One piece of a tensor inside an NVMe chunk: table elements [off, off +
+ * numel) of tensor `tensor`, whose m (v) state lies at byte sbyte of the
+ * chunk's state region. An 8-bit tensor is cut only at block multiples from
+ * its first element. */
+struct piece {
+  int tensor;
+  bool q;        /* 8-bit states */
+  size_t off, numel;
+  size_t sbyte;
+};
+
+struct chunk {
+  int unit;
+  size_t off, numel;  /* elements of the table */
+  int first, n_pieces; /* into the piece table */
+  size_t sbytes;      /* bytes of m (v alike) */
+  uint64_t mfile_off; /* bytes into the master file */
+  uint64_t sfile_off; /* bytes into each state file */
+};
+
+struct chunk_plan {
+  int n_chunks, n_pieces;
+  size_t max_numel;  /* elements of the largest chunk */
+  size_t max_sbytes; /* state bytes of m of the largest chunk */
+  size_t mfile, sfile; /* bytes of the master file and of each state file */
+};
+
+/* ---- host layout (counted or carved, like the device arena) -------------- */
+
+/* The pool's carves by category, as carved (for zo_sched_memory). */
+struct host_tags {
+  int8_t cat[ZO_HOST_MAX_CARVES];            /* category of pool->carves[i]; -1 none */
+  size_t live[ZO_SCHED_MEM_N_CATEGORIES];    /* bytes the pool handed out */
+  size_t peak[ZO_SCHED_MEM_N_CATEGORIES];    /* high-water mark of live */
+};
+
+struct host_carver {
+  struct zo_host_pool *pool; /* NULL: count only */
+  struct host_tags *tags;    /* NULL: not recorded */
+  size_t total;
+  size_t by_category[ZO_SCHED_MEM_N_CATEGORIES];
+  int err;
+};
+
+struct host_bufs {
+  void *params;      /* (numel) working parameters (working dtype): with param slots
+                      * (== master for fp32 on cpu), and the rounded copy the
+                      * device loads in mixed precision with the optimizer offloaded */
+  float *master;     /* (numel) fp32 master weights, optimizer on cpu */
+  uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
+  float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
+  float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, K > 1 */
+  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
+  uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
+                      * each rounded up to 4096 bytes */
+  int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
+  float *losses;     /* (grad_accum, B*T) */
+  uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
+                      * cpu_checkpointing */
+  uint8_t *pgather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
+                      * owners, ZeRO-3 over ranks */
+  uint8_t *st_stage; /* (st_bytes) state I/O staging: init, resume, saves,
+                      * fresh states */
+  size_t st_bytes;   /* zo_state_stage_bytes */
+};
+
+/* ---- the scheduler ------------------------------------------------------- */
+
+struct step_args {
+  long t;
+  struct zo_adamw_hparams hp;
+  double max_norm;
+  double loss_scale;  /* the gradients are scaled by it (fp16); 1 otherwise */
+  bool skip_nonfinite; /* a non-finite gradient skips the step (fp16) */
+  double norm;        /* of the unscaled gradients */
+  float coef;         /* clip coefficient over the loss scale: what scales g */
+  bool skip;          /* set with norm: this step's update is skipped */
+};
+
+struct task {
+  struct zo_sched *s;
+  int index;  /* unit, block or chunk */
+  int parity; /* step parity for struct step_args */
+};
+
+struct acc_task {
+  struct zo_sched *s;
+  float *dst;
+  const float *src;
+  size_t n;
+};
+
+/* A range of the table's gradients to reduce to its owners (rs stream):
+ * elements [off, off + n), staged at src; runs counts the task's runs (on
+ * the rs thread only), so that the first micro-batch of a step copies
+ * where the later ones add. */
+struct rs_task {
+  struct zo_sched *s;
+  size_t off, n;
+  float *src;
+  long runs;
+};
+
+/* A run of one state part's bytes (canonical layout) stored contiguously in
+ * an NVMe chunk: part bytes [canon, canon + nbytes) at byte koff of chunk
+ * `chunk`'s region of the file. */
+struct nv_seg {
+  size_t canon, nbytes, koff;
+  int chunk;
+};
+
+struct nv_buffer {
+  void *file[NV_FILES];             /* master (chunk floats), m, v (chunk state bytes), 4096-aligned */
+  struct zo_nvme_req rreq[NV_FILES];
+  struct zo_nvme_req wreq[NV_FILES];
+  bool reading, writing;            /* requests outstanding; ordered by the chunk events */
+};
+
+/* Host-function argument of an NVMe refill (I/O stream) or update (optimizer stream). */
+struct nv_task {
+  struct zo_sched *s;
+  int chunk;    /* index into s->chunks */
+  int parity;   /* step parity for struct step_args */
+  int buf;      /* staging buffer of the chunk */
+  int pred_buf; /* refill: buffer of chunk g - d whose writes must finish; -1 none */
+};
+
+struct zo_sched {
+  struct zo_placement pl;
+  zo_backend_t be;
+  struct zo_model *m;
+  const struct zo_tensor_table *t;
+  int L, U, K, B, T;
+  struct zo_model_hooks hooks;
+  zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
+  zo_stream_t io;               /* NVMe refills (only with the optimizer on NVMe) */
+  struct zo_host_pool pool;
+  struct host_tags pool_tags;   /* the pool's carves by category */
+  struct host_bufs h;
+  float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
+  uint8_t *st_m, *st_v;         /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
+  size_t *soff;                 /* (n_tensors) byte offset of each tensor in the canonical layout */
+  struct zo_arena opt_arena;    /* device, optimizer on the device: norm partials, 8-bit m, v */
+  double *norm_dev;             /* (n_tensors) device: per-tensor sums of squares of the gradients */
+  double *norm_host;            /* (n_tensors) their host copy, summed in table order */
+  /* events */
+  zo_event_t *param_ready;      /* (U) unit's device (or host, for slotted blocks) copy updated */
+  zo_event_t *opt_done;         /* (U) unit's update finished */
+  zo_event_t in_free[2];
+  zo_event_t *slot_free, *slot_ready; /* (K) */
+  int *slot_owner;              /* (K) block in the slot, -1 none or stale */
+  zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS], gslot_free[ZO_SCHED_GRAD_SLOTS];
+  zo_event_t res_ready, res_free, grads_done, grads_ready, norm_done, losses_ready;
+  zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe: chunk updated, copied to the device */
+  zo_event_t *chunk_issued;     /* (n_chunks) NVMe: chunk's reads issued */
+  /* cpu_checkpointing: block l's input lives in the model's ckpt_in[l % 2] */
+  zo_event_t *ck_saved;         /* (ckpt_blocks) input of block l copied to the host */
+  zo_event_t ck_out;            /* recorded on cs where a block's input may leave */
+  zo_event_t ck_free[2], ck_ready[2]; /* input buffer read for the last time, loaded */
+  int ck_owner[2];              /* block whose input a buffer holds (loaded), -1 none */
+  int n_ck;                     /* events in ck_saved */
+  /* host function arguments */
+  struct task *opt_tasks;       /* (2, U) */
+  struct nv_task *nv_refill, *nv_update; /* (2, n_chunks) */
+  struct task norm_tasks[2];
+  struct acc_task *acc_tasks;   /* (L + 2): blocks, then head, tail */
+  struct step_args step[2];
+  double loss_scale;            /* of the micro-batches being queued (zo_sched_set_loss_scale) */
+  int parity;
+  bool stepped;                 /* an optimizer step has been queued */
+  /* micro-batch state */
+  int k, batch_buf;
+  int *n_valid;                 /* (grad_accum) tokens with a target */
+  /* NVMe */
+  zo_nvme_t nv;
+  int file_id[NV_FILES];
+  struct chunk *chunks;
+  int n_chunks;
+  struct piece *pieces;         /* (n_pieces) of the chunks, in order */
+  int n_pieces;
+  int nv_depth;                 /* chunks read ahead: min(nvme_buffers, n_chunks) */
+  long nv_base;                 /* global index of the next step's first chunk */
+  bool nv_primed;               /* the next step's first nv_depth refills are queued */
+  struct nv_buffer *nvb;        /* (nvme_buffers) */
+  size_t nvme_planned;
+  /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
+   * one-chunk cache per file */
+  bool st_active;               /* between the first state access and zo_sched_state_done */
+  bool st_wrote, st_params_wrote;
+  struct nv_seg *nv_segs[2];    /* [0] the master file's, [1] m's and v's (one layout), by canon */
+  int nv_n_segs[2];
+  int nv_cached[NV_FILES];      /* chunk in nvb[0].file[f], -1 none */
+  bool nv_dirty[NV_FILES];
+  bool *nv_valid;               /* (NV_FILES, n_chunks) the chunk's region of the file was written */
+  /* data parallelism: comm is the caller's (main thread), grad_comm a
+   * duplicate for the optimizer stream; both NULL with one rank */
+  zo_comm_t comm, grad_comm;
+  int n_ranks;
+  double *loss_sums;            /* (2 * grad_accum) per micro-batch loss sums, then token counts */
+  /* the optimizer's shard (zo_placement_sharded; otherwise the whole table) */
+  bool sharded;
+  struct zo_shard sh;           /* this rank's */
+  struct zo_shard *shards;      /* (n_ranks) every rank's, sharded */
+  size_t *rs_counts;            /* (n_ranks) elements of each shard: the reduce-scatter */
+  size_t master_off, st_off;    /* first element of h.master, first byte of st_m / st_v (the cpu
+                                 * tier holds the shard only; 0 elsewhere) */
+  double *norm_parts;           /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
+  zo_event_t gather_wait, gather_done; /* this rank's updated parameters written / every rank's in */
+  /* gradient sums overlapped with the backward (sharded, gradients on the
+   * host): each block's, and the resident ranges', reduced to their owners
+   * on stream rs as soon as the last micro-batch has accumulated them */
+  bool pshard;                  /* ZeRO-3 over ranks: h.params holds the shard, slots load gathered blocks */
+  size_t params_off;            /* first element of h.params */
+  zo_stream_t pg;               /* block gathers (pshard) */
+  zo_comm_t pg_comm;            /* its duplicate */
+  zo_event_t *pg_ready, *pg_free; /* (K) slot k's gather buffer filled / copied to the slot */
+  struct task *pg_tasks;        /* (L) block l's gather */
+  bool overlap;
+  zo_stream_t rs;
+  zo_comm_t rs_comm;            /* a duplicate of its own for rs's thread */
+  zo_event_t *rs_ready;         /* (L + 1) block l's (L: the resident ranges') gradients in h.grads */
+  zo_event_t rs_done;           /* every range reduced */
+  zo_event_t stage_free[ZO_SCHED_GRAD_SLOTS], stage_res_free; /* staging read by its last reduction */
+  size_t grads_off;             /* first element of h.grads (its shard with overlap) */
+  struct rs_task *rs_tasks;     /* (L + 2): blocks, then head, tail */
+  /* first asynchronous error */
+  pthread_mutex_t err_mu;
+  atomic_int err;
+  char err_msg[512];
+  atomic_uint_fast64_t opt_ns, acc_ns, nv_wait_ns, comm_ns;
+};
+
+static inline void async_fail(struct zo_sched *s, int err) {
+  pthread_mutex_lock(&s->err_mu);
+  if (!atomic_load(&s->err)) {
+    snprintf(s->err_msg, sizeof s->err_msg, "%s", zo_last_error());
+    atomic_store(&s->err, err);
+  }
+  pthread_mutex_unlock(&s->err_mu);
+}
+
+static inline int async_error(struct zo_sched *s) {
+  int err = atomic_load(&s->err);
+  if (!err) return 0;
+  pthread_mutex_lock(&s->err_mu);
+  zo_error(err, "%s", s->err_msg);
+  pthread_mutex_unlock(&s->err_mu);
+  return err;
+}
+
+/* Prefixes the calling thread's last error. zo_error formats into the
+ * buffer zo_last_error() points at, so the old message is copied first. */
+static inline int error_prefixed(int err, const char *prefix) {
+  char old[1024];
+  snprintf(old, sizeof old, "%s", zo_last_error());
+  return zo_error(err, "%s: %s", prefix, old);
+}
+
+static inline uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9); }
+
+#define CHECK_Q(call) ZO_ASSERT((call) == 0) /* queueing on a live stream cannot fail */
+
+/* Device address of unit u's parameters, working dtype (NULL: a block
+ * living in slots). */
+static inline void *dev_unit_params(struct zo_sched *s, int u) {
+  if (!s->K) return zo_model_at(s->m, s->m->params, unit_range(s->t, u).off);
+  if (u == 0) return s->m->params;
+  if (u == s->U - 1) return zo_model_at(s->m, s->m->params, s->m->head_numel);
+  return NULL;
+}
+
+/* Host working parameters (working dtype) from table element off. */
+static inline void *host_params_at(struct zo_sched *s, size_t off) {
+  ZO_ASSERT(off >= s->params_off);
+  return (uint8_t *)s->h.params + (off - s->params_off) * s->m->esize;
+}
+
+/* The host master (cpu tier) at table element off, inside this rank's shard. */
+static inline float *master_at(const struct zo_sched *s, size_t off) {
+  ZO_ASSERT(off >= s->sh.lo && off <= s->sh.hi);
+  return s->h.master + (off - s->master_off);
+}
+
+/* The gradients the optimizer reads (device accumulator, or host) at table
+ * element off: with sharded gradients h.grads holds this rank's shard. */
+static inline float *grads_at(const struct zo_sched *s, size_t off) {
+  ZO_ASSERT(off >= s->grads_off);
+  return (s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads) + (off - s->grads_off);
+}
+
+/* Tensor i's m (v) record in the state at base (st_m or st_v). */
+static inline uint8_t *state_at(const struct zo_sched *s, uint8_t *base, int i) { return base + (s->soff[i] - s->st_off); }
+
+/* Unit u's elements inside this rank's shard: [*a, *b), maybe empty. */
+static inline void unit_owned(const struct zo_sched *s, int u, size_t *a, size_t *b) {
+  const struct range r = unit_range(s->t, u);
+  *a = r.off > s->sh.lo ? r.off : s->sh.lo;
+  *b = r.off + r.numel < s->sh.hi ? r.off + r.numel : s->sh.hi;
+  if (*b < *a) *b = *a;
+}
+
+/* Where the sharded ranks exchange their updated working parameters: the
+ * host working copy when there is one (slots load from it, the device units
+ * are copied from it afterwards), else the device parameters (host memory on
+ * the CPU backend, the only one data parallelism runs on). */
+static inline void *gather_buf(struct zo_sched *s) { return s->h.params ? s->h.params : s->m->params; }
+
+/* Slot k's gather buffer (pshard). */
+static inline uint8_t *pg_buf(struct zo_sched *s, int k) {
+  return s->h.pgather + (size_t)k * s->t->layer_numel * s->m->esize;
+}
+
+/* Rank r's part [*a, *b) of table elements [off, off + n); false when empty. */
+static inline bool shard_cut(const struct zo_sched *s, int r, size_t off, size_t n, size_t *a, size_t *b) {
+  *a = s->shards[r].lo > off ? s->shards[r].lo : off;
+  *b = s->shards[r].hi < off + n ? s->shards[r].hi : off + n;
+  return *b > *a;
+}
+
+static inline const float *opt_grads(const struct zo_sched *s) {
+  return s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads;
+}
+
+/* File offset and bytes of chunk c in file f. */
+static inline uint64_t nv_off(const struct chunk *c, int f) { return f == NV_MASTER ? c->mfile_off : c->sfile_off; }
+
+static inline size_t nv_nbytes(const struct chunk *c, int f) { return f == NV_MASTER ? c->numel * sizeof(float) : c->sbytes; }
+
+
+/* sched.c: the conductor */
+int events_create(zo_backend_t be, zo_event_t *ev, int n);
+void events_destroy(zo_backend_t be, zo_event_t *ev, int n);
+int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k);
+
+/* layout.c: units, NVMe chunks, the host layout */
+struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
+                                     struct chunk *chunks, struct piece *pieces);
+void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+                        int T, struct host_carver *c, struct host_bufs *h);
+
+/* hooks.c: the model's block hooks */
+void slots_invalidate(struct zo_sched *s);
+void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
+void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
+
+/* collective.c: data-parallel collectives */
+int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own);
+void pg_gather_fn(void *arg);
+void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
+                            struct rs_task *task);
+void grads_allreduce_fn(void *arg);
+void queue_gather(struct zo_sched *s);
+int ranks_sum(struct zo_sched *s, double *sums, int n);
+
+/* update.c: norm and optimizer updates */
+void norm_fn(void *arg);
+void piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
+                         bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n, void *work);
+void opt_unit_fn(void *arg);
+void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u);
+
+/* nvme.c: the NVMe pipeline and the state cache */
+int nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req);
+int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b);
+int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b);
+int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b);
+int nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b);
+void nv_write_fn(void *arg);
+void nv_update_fn(void *arg);
+void nv_queue_refill(struct zo_sched *s, int j, long g, int p);
+void nv_prime(struct zo_sched *s, int p);
+void nv_reprime(struct zo_sched *s);
+int nvme_open(struct zo_sched *s);
+int nv_flush(struct zo_sched *s, int f);
+int nv_fetch(struct zo_sched *s, int f, int j, bool whole);
+int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write);
+
+/* step.c: one step's queueing order */
+int queue_optimizer(struct zo_sched *s);
+
+#endif
