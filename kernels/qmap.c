@@ -1,9 +1,10 @@
 /* The dynamic quantization maps of AdamW8bit (zo/adamw8bit.h): the 256 map
  * values of bitsandbytes' create_dynamic_map, built in float32 as torch 1.13
- * builds them, and the decision thresholds between neighbours. In zo-common
- * because both backends quantize from these same tables (the CPU backend's
- * lookup tables and the CUDA kernel's binary search); the quantization itself
- * is each backend's. Static tables, built once on first use, thread-safe. */
+ * builds them, the decision thresholds between neighbours, and the block
+ * layout of the states. In zo-common because both backends quantize from
+ * these same tables (the CPU backend's lookup tables and the CUDA kernel's
+ * binary search); the quantization itself is each backend's. Static tables,
+ * built once on first use, thread-safe. */
 #include "zo/adamw8bit.h"
 
 #include <math.h>
@@ -113,4 +114,16 @@ int zo_qmap_thresholds(enum zo_qmap map, float *thr) {
   const struct qmap *q = map == ZO_QMAP_SIGNED ? &qt_signed : &qt_unsigned;
   memcpy(thr, q->thr, (size_t)q->n_thr * sizeof(float));
   return q->n_thr;
+}
+
+/* ---- block layout (both backends size their blocks with it) ------------- */
+
+size_t zo_adamw8bit_n_blocks(size_t numel, size_t block) {
+  ZO_ASSERT(block >= 1);
+  return numel / block + (numel % block != 0);
+}
+
+size_t zo_adamw8bit_state_nbytes(size_t numel, size_t block, size_t min_numel) {
+  if (numel < min_numel) return 2 * sizeof(float) * numel;
+  return 2 * numel + 2 * sizeof(float) * zo_adamw8bit_n_blocks(numel, block);
 }

@@ -577,16 +577,6 @@ static update_block_fn update_block(void) {
 
 /* ---- public functions ---------------------------------------------------- */
 
-size_t zo_adamw8bit_n_blocks(size_t numel, size_t block) {
-  ZO_ASSERT(block >= 1);
-  return numel / block + (numel % block != 0);
-}
-
-size_t zo_adamw8bit_state_nbytes(size_t numel, size_t block, size_t min_numel) {
-  if (numel < min_numel) return 2 * sizeof(float) * numel;
-  return 2 * numel + 2 * sizeof(float) * zo_adamw8bit_n_blocks(numel, block);
-}
-
 void zo_adamw8bit_init(uint8_t *m_code, float *m_absmax, uint8_t *v_code, float *v_absmax,
                        size_t numel, size_t block) {
   const size_t nb = zo_adamw8bit_n_blocks(numel, block);
