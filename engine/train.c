@@ -32,6 +32,7 @@
 #include "zo/checkpoint.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
+#include "zo/hf.h"
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"

@@ -1,0 +1,42 @@
+/* Hugging Face model directories and safetensors files (engine/hf_dir.c):
+ * each architecture's names and layouts (GPT-2: Conv1D weights (in, out),
+ * wte (V, C) without padding, tied head not stored; Llama: q/k/v and
+ * gate/up as separate tensors, lm_head.weight when untied) and its
+ * config.json, loadable by transformers. Loads take one safetensors file, a
+ * directory holding model.safetensors, or the shards that
+ * model.safetensors.index.json names, tensors in F32, BF16 or F16. Our own
+ * checkpoints (optimizer states, trainer state, checksums) are zo/checkpoint.h.
+ * Every function is synchronous; messages go to zo_last_error(). */
+#ifndef ZO_HF_H
+#define ZO_HF_H
+
+#include "zo/model.h"
+#include "zo/state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Reads the model config of a checkpoint directory's config.json, or of a
+ * safetensors file's shapes (n_head cannot be inferred: it is taken from
+ * n_head). Returns 0 or -errno with a message. */
+int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg);
+
+/* Loads a Hugging Face checkpoint of m's architecture (any of the forms
+ * above; GPT-2 names with or without the "transformer." prefix) into host
+ * params laid out by m's table. Every tensor must be present with the expected shape: a
+ * mismatch names the tensor and both shapes. Returns 0 or -errno. */
+int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params);
+/* The same, writing the parameters through io, piece by piece. */
+int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, const struct zo_state_io *io);
+
+/* Writes host params as the architecture's Hugging Face model.safetensors
+ * (atomically) and config.json beside it in dir. Returns 0 or -errno. */
+int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params);
+/* The same, reading the parameters through io. */
+int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_HF_H */
