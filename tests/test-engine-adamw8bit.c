@@ -62,7 +62,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2",
                         "optimizer.type=AdamW8bit", "optimizer.params.block_size=96",
                         "optimizer.params.min_8bit_size=1024", train_set, nvme_set};
-  return zo_etest_config_load_arch(cfg, arch, base, 18, extra, n_extra);
+  return zo_etest_config_load_arch(cfg, arch, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 /* A run's name with the architecture. */
@@ -131,13 +131,13 @@ static int check_placement(const char *case_name, const char *const *sets, int n
 
 static int test_optimizer_cpu_stage2(void) {
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
-  return check_placement("opt-cpu-s2", s, 2, ZO_TIER_HOST);
+  return check_placement("opt-cpu-s2", s, ZO_ARRAY_LEN(s), ZO_TIER_HOST);
 }
 
 static int test_optimizer_nvme_stage2(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return check_placement("opt-nvme-s2", s, 2, ZO_TIER_NVME);
+  return check_placement("opt-nvme-s2", s, ZO_ARRAY_LEN(s), ZO_TIER_NVME);
 }
 
 static int test_params_cpu_optimizer_nvme(void) {
@@ -145,7 +145,7 @@ static int test_params_cpu_optimizer_nvme(void) {
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
-  return check_placement("param-cpu-opt-nvme", s, 4, ZO_TIER_NVME);
+  return check_placement("param-cpu-opt-nvme", s, ZO_ARRAY_LEN(s), ZO_TIER_NVME);
 }
 
 /* sub_group_size 500 with block 96: chunks of 480 elements, many per tensor
@@ -155,7 +155,7 @@ static int test_nvme_small_chunks(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.sub_group_size=500"};
-  return check_placement("opt-nvme-chunks-500", s, 3, ZO_TIER_DEVICE);
+  return check_placement("opt-nvme-chunks-500", s, ZO_ARRAY_LEN(s), ZO_TIER_DEVICE);
 }
 
 /* A block larger than a chunk's elements would be: chunks grow to one block. */
@@ -165,8 +165,8 @@ static int test_nvme_block_4096(void) {
   const char *b[] = {"optimizer.params.block_size=4096", "optimizer.params.min_8bit_size=0", "steps=4",
                      "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   struct zo_etest_run r0, r1;
-  CHECK(train_resume("b4096-device", a, 3, 4, NULL, &r0) == 0);
-  CHECK(train_resume("b4096-nvme", b, 5, 4, NULL, &r1) == 0);
+  CHECK(train_resume("b4096-device", a, ZO_ARRAY_LEN(a), 4, NULL, &r0) == 0);
+  CHECK(train_resume("b4096-nvme", b, ZO_ARRAY_LEN(b), 4, NULL, &r1) == 0);
   const char *na = run_name("b4096-device"), *nb = run_name("b4096-nvme");
   int ret = zo_etest_same_run(nb, &r1, &r0, na, 0, 4);
   CHECK(zo_etest_peaks_match(nb, &r1));
@@ -204,7 +204,7 @@ static int test_checkpoint_resume_device(void) { return checkpoint_resume("devic
 static int test_checkpoint_resume_nvme(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return checkpoint_resume("nvme", s, 2);
+  return checkpoint_resume("nvme", s, ZO_ARRAY_LEN(s));
 }
 
 /* The cases without stream ordering to test run once, not in the re-run with
@@ -222,12 +222,12 @@ static int test_checkpoint_format_mismatch(void) {
   snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-%s", tmpdir, run_name("fp32"));
   const char *fp32[] = {"optimizer.type=AdamW", dir, "steps=2"};
   struct zo_etest_run r;
-  CHECK(train_resume("fp32-ck", fp32, 3, 2, NULL, &r) == 0);
+  CHECK(train_resume("fp32-ck", fp32, ZO_ARRAY_LEN(fp32), 2, NULL, &r) == 0);
   free(r.params);
   snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-2", tmpdir, run_name("fp32"));
   const char *eight[] = {dir, "steps=4"};
   struct zo_config cfg;
-  CHECK(load(&cfg, eight, 2) == 0);
+  CHECK(load(&cfg, eight, ZO_ARRAY_LEN(eight)) == 0);
   struct zo_train_opts opts = {.resume = sub};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
@@ -237,13 +237,13 @@ static int test_checkpoint_format_mismatch(void) {
   /* 8-bit checkpoint (from the device resume case) into fp32 and into another block size. */
   snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-10", tmpdir, run_name("device"));
   const char *to_fp32[] = {"optimizer.type=AdamW"};
-  CHECK(load(&cfg, to_fp32, 1) == 0);
+  CHECK(load(&cfg, to_fp32, ZO_ARRAY_LEN(to_fp32)) == 0);
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == -EINVAL);
   CHECK(strstr(zo_last_error(), "8-bit (AdamW8bit) optimizer states") != NULL);
   const char *other_block[] = {"optimizer.params.block_size=128"};
-  CHECK(load(&cfg, other_block, 1) == 0);
+  CHECK(load(&cfg, other_block, ZO_ARRAY_LEN(other_block)) == 0);
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == -EINVAL);
@@ -255,13 +255,13 @@ static int test_config_validation(void) {
   if (once_only()) return ZO_TEST_SKIP;
   struct zo_config cfg;
   const char *zero[] = {"optimizer.params.block_size=0"};
-  CHECK(load(&cfg, zero, 1) == -EINVAL);
+  CHECK(load(&cfg, zero, ZO_ARRAY_LEN(zero)) == -EINVAL);
   CHECK(strstr(zo_last_error(), "optimizer.params.block_size") != NULL);
   const char *big[] = {"optimizer.params.block_size=4097"};
-  CHECK(load(&cfg, big, 1) == -EINVAL);
+  CHECK(load(&cfg, big, ZO_ARRAY_LEN(big)) == -EINVAL);
   CHECK(strstr(zo_last_error(), "4096") != NULL);
   const char *neg[] = {"optimizer.params.min_8bit_size=-1"};
-  CHECK(load(&cfg, neg, 1) == -EINVAL);
+  CHECK(load(&cfg, neg, ZO_ARRAY_LEN(neg)) == -EINVAL);
   CHECK(strstr(zo_last_error(), "optimizer.params.min_8bit_size") != NULL);
   CHECK(load(&cfg, NULL, 0) == 0);
   CHECK(cfg.optimizer.type == ZO_OPTIMIZER_ADAMW8BIT && cfg.optimizer.block_size == 96);
@@ -289,8 +289,9 @@ static int quality_run(const char *name, const char *const *extra, int n_extra, 
   char nv[400];
   snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
   const char *sets[8] = {nv};
-  for (int i = 0; i < n_extra && i < 7; i++) sets[1 + i] = extra[i];
-  return zo_etest_quality_run(&corpus, tmpdir, name, sets, n_extra + 1, val);
+  CHECK(1 + n_extra <= (int)ZO_ARRAY_LEN(sets));
+  for (int i = 0; i < n_extra; i++) sets[1 + i] = extra[i];
+  return zo_etest_quality_run(&corpus, tmpdir, name, sets, 1 + n_extra, val);
 }
 
 static int test_quality_real_text(void) {
@@ -308,9 +309,9 @@ static int test_quality_real_text(void) {
   const char *b[] = {"optimizer.type=AdamW8bit"};
   const char *c[] = {"optimizer.type=AdamW8bit", "zero_optimization.stage=2",
                      "zero_optimization.offload_optimizer.device=nvme", "aio.block_size=4096"};
-  CHECK(quality_run("q-fp32", a, 1, &fp32) == 0);
-  CHECK(quality_run("q-8bit-device", b, 1, &q8) == 0);
-  if (have_nvme) CHECK(quality_run("q-8bit-nvme", c, 4, &q8nv) == 0);
+  CHECK(quality_run("q-fp32", a, ZO_ARRAY_LEN(a), &fp32) == 0);
+  CHECK(quality_run("q-8bit-device", b, ZO_ARRAY_LEN(b), &q8) == 0);
+  if (have_nvme) CHECK(quality_run("q-8bit-nvme", c, ZO_ARRAY_LEN(c), &q8nv) == 0);
   struct zo_model_config mc = {.n_layer = 3, .n_head = 4, .n_embd = 128, .vocab_size = 256, .max_seq_len = 64};
   struct zo_tensor_table t;
   CHECK(zo_model_config_check(&mc) == 0 && zo_model_build_table(&mc, &t) == 0);

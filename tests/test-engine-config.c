@@ -144,7 +144,7 @@ static int test_defaults(void) {
 
   /* An empty object is the defaults too, and data.seq_len follows max_seq_len. */
   const char *sets[] = {"model.max_seq_len=256"};
-  EXPECT(load_text(&c, "empty-object", "{ }", sets, 1) == 0);
+  EXPECT(load_text(&c, "empty-object", "{ }", sets, ZO_ARRAY_LEN(sets)) == 0);
   EXPECT(c.data.seq_len == 256 && c.model.spec.max_seq_len == 256);
   zo_config_free(&c);
   return checks_failed_since(before);
@@ -500,7 +500,7 @@ static int test_set_overrides(void) {
 
   /* --set without a file, and a section replaced whole. */
   const char *model_sets[] = {"model={\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 64}"};
-  EXPECT(zo_config_load(&c, NULL, model_sets, 1) == 0);
+  EXPECT(zo_config_load(&c, NULL, model_sets, ZO_ARRAY_LEN(model_sets)) == 0);
   EXPECT(c.model.spec.n_layer == 2 && c.model.spec.n_head == 2 && c.model.spec.n_embd == 64);
   EXPECT(c.model.spec.vocab_size == 50257);
   zo_config_free(&c);
@@ -509,7 +509,7 @@ static int test_set_overrides(void) {
   const char *bad_embd = "{\"model\": {\"n_embd\": 100, \"n_head\": 3}}";
   EXPECT(load_text(&c, "set-fix", bad_embd, NULL, 0) == -EINVAL);
   const char *fix[] = {"model.n_head=5"};
-  EXPECT(load_text(&c, "set-fix", bad_embd, fix, 1) == 0);
+  EXPECT(load_text(&c, "set-fix", bad_embd, fix, ZO_ARRAY_LEN(fix)) == 0);
   EXPECT(c.model.spec.n_head == 5);
   zo_config_free(&c);
   return checks_failed_since(before);
@@ -569,7 +569,7 @@ static int test_round_trip(void) {
 
   const char *decay[] = {"scheduler.type=WarmupDecayLR", "scheduler.params.warmup_max_lr=0.02",
                          "scheduler.params.warmup_num_steps=10", "steps=20"};
-  EXPECT(zo_config_load(&c, NULL, decay, 4) == 0);
+  EXPECT(zo_config_load(&c, NULL, decay, ZO_ARRAY_LEN(decay)) == 0);
   check_round_trip(&c, "decay");
   zo_config_free(&c);
 
@@ -617,12 +617,12 @@ static int test_wide_vocab(void) {
   int before = n_failed;
   struct zo_config c;
   const char *u32[] = {"model.vocab_size=128256", "data.format=u32"};
-  EXPECT(zo_config_load(&c, NULL, u32, 2) == 0);
+  EXPECT(zo_config_load(&c, NULL, u32, ZO_ARRAY_LEN(u32)) == 0);
   EXPECT(c.data.format == ZO_DATA_U32 && c.model.spec.vocab_size == 128256);
   check_round_trip(&c, "u32");
   zo_config_free(&c);
   const char *llmc[] = {"model.vocab_size=128256", "data.format=llmc"};
-  EXPECT(zo_config_load(&c, NULL, llmc, 2) == 0);
+  EXPECT(zo_config_load(&c, NULL, llmc, ZO_ARRAY_LEN(llmc)) == 0);
   EXPECT(c.data.format == ZO_DATA_LLMC);
   zo_config_free(&c);
   return checks_failed_since(before);

@@ -196,7 +196,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
                         "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
                         "zero_optimization.offload_param.buffer_count=2", train_set, precision};
-  return zo_etest_config_load_arch(cfg, &arch->run, base, precision ? 14 : 13, extra, n_extra);
+  return zo_etest_config_load_arch(cfg, &arch->run, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 /* A run's name with the architecture and precision. */
@@ -216,11 +216,17 @@ static int test_reference_without_checkpointing(void) {
   return 0;
 }
 
-/* A checkpointed run (sets) against the reference bit for bit; its plan
- * against the same placement without checkpointing (base, n_base sets
- * first in sets). */
-static int check_ckpt(const char *case_name, const char *const *sets, int n_sets, int n_base) {
+/* A checkpointed run (the placement's options, then the checkpointing
+ * ones) against the reference bit for bit; its plan against the placement's
+ * alone. */
+static int check_ckpt(const char *case_name, const char *const *placement, int n_placement,
+                      const char *const *ckpt, int n_ckpt) {
   struct zo_etest_run r, base;
+  const char *sets[ZO_ETEST_MAX_SETS];
+  CHECK(n_placement + n_ckpt <= ZO_ETEST_MAX_SETS);
+  int n_sets = 0;
+  for (int i = 0; i < n_placement; i++) sets[n_sets++] = placement[i];
+  for (int i = 0; i < n_ckpt; i++) sets[n_sets++] = ckpt[i];
   CHECK(train(case_name, sets, n_sets, &r) == 0);
   const char *name = run_name(case_name);
   int ret = zo_etest_same_run(name, &r, &ref, "without checkpointing", 0, N_STEPS);
@@ -228,7 +234,7 @@ static int check_ckpt(const char *case_name, const char *const *sets, int n_sets
   /* Planned savings: device activations shrink; cpu_checkpointing puts the
    * kept inputs in the host pool. */
   struct zo_config cfg;
-  CHECK(load(&cfg, sets, n_base) == 0);
+  CHECK(load(&cfg, placement, n_placement) == 0);
   struct zo_model_config mc = cfg.model.spec;
   CHECK(zo_plan_build(&cfg, &mc, NULL, &base.plan) == 0);
   zo_config_free(&cfg);
@@ -260,51 +266,54 @@ static int check_ckpt(const char *case_name, const char *const *sets, int n_sets
            "zero_optimization.offload_param.device=cpu"
 #define S2 "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"
 
+/* Placements (NULL, 0: all on the device). */
+static const char *const s2[] = {S2}, *const s3[] = {S3};
+static const char *const s3_one_slot[] = {S3, "zero_optimization.offload_param.buffer_count=1"};
+
 static int test_ckpt_every_block_device(void) {
-  const char *s[] = {CK_ON};
-  return check_ckpt("every-block", s, 1, 0);
+  const char *ck[] = {CK_ON};
+  return check_ckpt("every-block", NULL, 0, ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_two_blocks_device(void) {
-  const char *s[] = {CK_ON, "activation_checkpointing.number_checkpoints=2"};
-  return check_ckpt("two-blocks", s, 2, 0);
+  const char *ck[] = {CK_ON, "activation_checkpointing.number_checkpoints=2"};
+  return check_ckpt("two-blocks", NULL, 0, ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_cpu_every_block(void) {
-  const char *s[] = {CK_ON, CK_CPU};
-  return check_ckpt("cpu-every-block", s, 2, 0);
+  const char *ck[] = {CK_ON, CK_CPU};
+  return check_ckpt("cpu-every-block", NULL, 0, ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_cpu_one_block(void) {
-  const char *s[] = {CK_ON, CK_CPU, "activation_checkpointing.number_checkpoints=1"};
-  return check_ckpt("cpu-one-block", s, 3, 0);
+  const char *ck[] = {CK_ON, CK_CPU, "activation_checkpointing.number_checkpoints=1"};
+  return check_ckpt("cpu-one-block", NULL, 0, ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_grads_on_host(void) {
-  const char *s[] = {S2, CK_ON, "activation_checkpointing.number_checkpoints=2"};
-  return check_ckpt("grads-host", s, 4, 2);
+  const char *ck[] = {CK_ON, "activation_checkpointing.number_checkpoints=2"};
+  return check_ckpt("grads-host", s2, ZO_ARRAY_LEN(s2), ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_params_in_slots(void) {
-  const char *s[] = {S3, CK_ON};
-  return check_ckpt("param-slots", s, 4, 3);
+  const char *ck[] = {CK_ON};
+  return check_ckpt("param-slots", s3, ZO_ARRAY_LEN(s3), ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_cpu_params_in_slots(void) {
-  const char *s[] = {S3, CK_ON, CK_CPU};
-  return check_ckpt("cpu-param-slots", s, 5, 3);
+  const char *ck[] = {CK_ON, CK_CPU};
+  return check_ckpt("cpu-param-slots", s3, ZO_ARRAY_LEN(s3), ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_cpu_one_slot_two_blocks(void) {
-  const char *s[] = {S3, "zero_optimization.offload_param.buffer_count=1", CK_ON, CK_CPU,
-                     "activation_checkpointing.number_checkpoints=2"};
-  return check_ckpt("cpu-one-slot", s, 6, 4);
+  const char *ck[] = {CK_ON, CK_CPU, "activation_checkpointing.number_checkpoints=2"};
+  return check_ckpt("cpu-one-slot", s3_one_slot, ZO_ARRAY_LEN(s3_one_slot), ck, ZO_ARRAY_LEN(ck));
 }
 
 static int test_ckpt_too_many_refused(void) {
   struct zo_config cfg;
   const char *s[] = {CK_ON, "activation_checkpointing.number_checkpoints=4"};
-  const int err = load(&cfg, s, 2);
+  const int err = load(&cfg, s, ZO_ARRAY_LEN(s));
   if (err == 0) zo_config_free(&cfg);
   CHECK(err == -EINVAL);
   CHECK(strstr(zo_last_error(), "number_checkpoints") != NULL);

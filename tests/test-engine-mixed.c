@@ -64,7 +64,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
                         "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
                         nvme_set};
-  return zo_etest_config_load_arch(cfg, &arch->run, base, 15, extra, n_extra);
+  return zo_etest_config_load_arch(cfg, &arch->run, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 /* ---- the scaler's rule ----------------------------------------------------- */
@@ -83,7 +83,7 @@ static int test_loss_scaler_rule(void) {
   const char *dyn[] = {"fp16.enabled=true", "fp16.initial_scale_power=4", "fp16.loss_scale_window=3",
                        "fp16.hysteresis=2"};
   struct zo_loss_scaler ls;
-  CHECK(scaler_with(&ls, dyn, 4) == 0);
+  CHECK(scaler_with(&ls, dyn, ZO_ARRAY_LEN(dyn)) == 0);
   CHECK(ls.enabled && ls.dynamic && ls.scale == 16.0);
   const bool overflow[] = {true, true, false, false, false, false, true, false, false, true, true, true};
   /* after each step: the scale and the hysteresis left */
@@ -98,7 +98,7 @@ static int test_loss_scaler_rule(void) {
     }
   }
   /* From a clean start the first doubling comes after `window` clean steps. */
-  CHECK(scaler_with(&ls, dyn, 4) == 0);
+  CHECK(scaler_with(&ls, dyn, ZO_ARRAY_LEN(dyn)) == 0);
   for (int i = 0; i < 3; i++) CHECK(zo_loss_scaler_update(&ls, false) == 0);
   CHECK(ls.scale == 32.0);
   for (int i = 0; i < 3; i++) CHECK(zo_loss_scaler_update(&ls, false) == 0);
@@ -106,18 +106,18 @@ static int test_loss_scaler_rule(void) {
   /* At the minimum with no hysteresis left an overflow is an error. */
   const char *low[] = {"fp16.enabled=true", "fp16.initial_scale_power=1", "fp16.min_loss_scale=1",
                        "fp16.hysteresis=1"};
-  CHECK(scaler_with(&ls, low, 4) == 0);
+  CHECK(scaler_with(&ls, low, ZO_ARRAY_LEN(low)) == 0);
   CHECK(zo_loss_scaler_update(&ls, true) == 0 && ls.scale == 1.0);
   CHECK(zo_loss_scaler_update(&ls, true) == -ERANGE);
   CHECK(strstr(zo_last_error(), "fp16.min_loss_scale") != NULL);
   /* A static scale never moves; bf16 and fp32 have scale 1. */
   const char *stat[] = {"fp16.enabled=true", "fp16.loss_scale=128"};
-  CHECK(scaler_with(&ls, stat, 2) == 0);
+  CHECK(scaler_with(&ls, stat, ZO_ARRAY_LEN(stat)) == 0);
   CHECK(!ls.dynamic && ls.scale == 128.0);
   for (int i = 0; i < 5; i++) CHECK(zo_loss_scaler_update(&ls, i % 2 == 0) == 0);
   CHECK(ls.scale == 128.0);
   const char *bf[] = {"bf16.enabled=true"};
-  CHECK(scaler_with(&ls, bf, 1) == 0);
+  CHECK(scaler_with(&ls, bf, ZO_ARRAY_LEN(bf)) == 0);
   CHECK(!ls.enabled && ls.scale == 1.0);
   return 0;
 }
@@ -229,31 +229,31 @@ static int test_skip_device(void) { return skip_case("device", NULL, 0); }
 
 static int test_skip_optimizer_cpu(void) {
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
-  return skip_case("optimizer cpu", s, 2);
+  return skip_case("optimizer cpu", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_skip_optimizer_nvme(void) {
   if (!have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return skip_case("optimizer nvme", s, 2);
+  return skip_case("optimizer nvme", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_skip_params_on_host(void) {
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
                      "zero_optimization.offload_param.device=cpu"};
-  return skip_case("params cpu, optimizer cpu", s, 3);
+  return skip_case("params cpu, optimizer cpu", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_skip_params_on_host_nvme(void) {
   if (!have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu"};
-  return skip_case("params cpu, optimizer nvme", s, 3);
+  return skip_case("params cpu, optimizer nvme", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_skip_adamw8bit_device(void) {
   const char *s[] = {"optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=64"};
-  return skip_case("AdamW8bit on the device", s, 2);
+  return skip_case("AdamW8bit on the device", s, ZO_ARRAY_LEN(s));
 }
 
 /* ---- a forced overflow through zo_train -------------------------------------- */
@@ -270,7 +270,7 @@ static struct zo_etest_run overflow_ref;
 static int test_overflow_sequence(void) {
   const char *name = run_name("overflow");
   free(overflow_ref.params);
-  CHECK(zo_etest_train(load, tmpdir, name, overflow_sets, 4, N_STEPS, NULL, &overflow_ref) == 0);
+  CHECK(zo_etest_train(load, tmpdir, name, overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS, NULL, &overflow_ref) == 0);
   char path[600];
   snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
   double scale[ZO_ETEST_MAX_STEPS], skipped[ZO_ETEST_MAX_STEPS];
@@ -287,7 +287,7 @@ static int test_overflow_sequence(void) {
   /* The logged scales follow the rule from the logged overflows. */
   struct zo_loss_scaler ls;
   struct zo_config cfg;
-  CHECK(load(&cfg, overflow_sets, 4) == 0);
+  CHECK(load(&cfg, overflow_sets, ZO_ARRAY_LEN(overflow_sets)) == 0);
   zo_loss_scaler_init(&ls, &cfg);
   zo_config_free(&cfg);
   int n_skip = 0, n_grow = 0;
@@ -323,7 +323,7 @@ static int inspect_scaler(const char *ckpt_dir, const struct zo_etest_run *first
 }
 
 static int test_overflow_checkpoint_resume(void) {
-  return zo_etest_checkpoint_resume(load, tmpdir, run_name("overflow"), overflow_sets, 4, N_STEPS,
+  return zo_etest_checkpoint_resume(load, tmpdir, run_name("overflow"), overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS,
                                     &overflow_ref, inspect_scaler);
 }
 
@@ -336,9 +336,9 @@ static int test_mixed_tracks_fp32(void) {
   struct zo_etest_run f32, b16, f16;
   const char *lr = arch->curve_lr;
   const char *f[] = {lr}, *bf[] = {lr, "bf16.enabled=true"}, *fp[] = {lr, "fp16.enabled=true"};
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp32"), f, 1, N_STEPS, NULL, &f32) == 0);
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-bf16"), bf, 2, N_STEPS, NULL, &b16) == 0);
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp16"), fp, 2, N_STEPS, NULL, &f16) == 0);
+  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp32"), f, ZO_ARRAY_LEN(f), N_STEPS, NULL, &f32) == 0);
+  CHECK(zo_etest_train(load, tmpdir, run_name("curve-bf16"), bf, ZO_ARRAY_LEN(bf), N_STEPS, NULL, &b16) == 0);
+  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp16"), fp, ZO_ARRAY_LEN(fp), N_STEPS, NULL, &f16) == 0);
   int ret = 0;
   double worst_b = 0, worst_f = 0;
   for (int i = 0; i < N_STEPS; i++) {
@@ -366,9 +366,9 @@ static int test_quality_real_text(void) {
   if (r) return r;
   double fp32, bf16, fp16;
   const char *a[] = {"engine.seed=7"}, *b[] = {"bf16.enabled=true"}, *c[] = {"fp16.enabled=true"};
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp32", a, 1, &fp32) == 0);
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-bf16", b, 1, &bf16) == 0);
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp16", c, 1, &fp16) == 0);
+  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp32", a, ZO_ARRAY_LEN(a), &fp32) == 0);
+  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-bf16", b, ZO_ARRAY_LEN(b), &bf16) == 0);
+  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp16", c, ZO_ARRAY_LEN(c), &fp16) == 0);
   printf("quality: val loss fp32 %.4f, bf16 %.4f (%+.2f%%), fp16 %.4f (%+.2f%%)\n", fp32, bf16,
          100.0 * (bf16 - fp32) / fp32, fp16, 100.0 * (fp16 - fp32) / fp32);
   CHECK(bf16 <= fp32 * 1.02 && fp16 <= fp32 * 1.02);

@@ -82,8 +82,7 @@ struct mcase {
   const char *precision; /* NULL (fp32), or the --set enabling bf16 or fp16 */
   bool nvme;             /* skipped when the store cannot be created */
   bool resume;           /* checkpoints cross rank counts */
-  const char *sets[4];
-  int n_sets;
+  const char *sets[4];   /* placement options; unused entries NULL */
 };
 
 #define S1 "zero_optimization.stage=1"
@@ -98,22 +97,22 @@ struct mcase {
 #define ADAMW8 "optimizer.type=AdamW8bit"
 
 static const struct mcase cases[] = {
-    {"device", 0, TOL_F32, NULL, false, true, {0}, 0},
-    {"opt-cpu-s1", 0, TOL_F32, NULL, false, false, {S1, OPT_CPU}, 2},
-    {"opt-cpu-s2", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU}, 2},
-    {"opt-cpu-s2-no-overlap", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU, "zero_optimization.overlap_comm=false"}, 3},
-    {"param-cpu-s3", 0, TOL_F32, NULL, false, false, {S3, OPT_CPU, PARAM_CPU}, 3},
-    {"opt-nvme-s2", 0, TOL_F32, NULL, true, true, {S2, OPT_NVME}, 2},
-    {"param-cpu-opt-nvme-s3", 0, TOL_F32, NULL, true, false, {S3, OPT_NVME, PARAM_CPU}, 3},
-    {"bf16-device", 0, TOL_MIXED, BF16, false, false, {0}, 0},
-    {"bf16-opt-cpu-s2", 0, TOL_MIXED, BF16, false, false, {S2, OPT_CPU}, 2},
-    {"bf16-param-cpu-s3", 0, TOL_MIXED, BF16, false, true, {S3, OPT_CPU, PARAM_CPU}, 3},
-    {"bf16-opt-nvme-s2", 0, TOL_MIXED, BF16, true, false, {S2, OPT_NVME}, 2},
-    {"fp16-opt-cpu-s2", 0, TOL_MIXED, FP16, false, false, {S2, OPT_CPU}, 2},
-    {"adamw8bit-opt-cpu-s2", 0, TOL_Q8, NULL, false, false, {S2, OPT_CPU, ADAMW8}, 3},
-    {"llama-device", 1, TOL_F32, NULL, false, false, {0}, 0},
+    {"device", 0, TOL_F32, NULL, false, true, {0}},
+    {"opt-cpu-s1", 0, TOL_F32, NULL, false, false, {S1, OPT_CPU}},
+    {"opt-cpu-s2", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU}},
+    {"opt-cpu-s2-no-overlap", 0, TOL_F32, NULL, false, false, {S2, OPT_CPU, "zero_optimization.overlap_comm=false"}},
+    {"param-cpu-s3", 0, TOL_F32, NULL, false, false, {S3, OPT_CPU, PARAM_CPU}},
+    {"opt-nvme-s2", 0, TOL_F32, NULL, true, true, {S2, OPT_NVME}},
+    {"param-cpu-opt-nvme-s3", 0, TOL_F32, NULL, true, false, {S3, OPT_NVME, PARAM_CPU}},
+    {"bf16-device", 0, TOL_MIXED, BF16, false, false, {0}},
+    {"bf16-opt-cpu-s2", 0, TOL_MIXED, BF16, false, false, {S2, OPT_CPU}},
+    {"bf16-param-cpu-s3", 0, TOL_MIXED, BF16, false, true, {S3, OPT_CPU, PARAM_CPU}},
+    {"bf16-opt-nvme-s2", 0, TOL_MIXED, BF16, true, false, {S2, OPT_NVME}},
+    {"fp16-opt-cpu-s2", 0, TOL_MIXED, FP16, false, false, {S2, OPT_CPU}},
+    {"adamw8bit-opt-cpu-s2", 0, TOL_Q8, NULL, false, false, {S2, OPT_CPU, ADAMW8}},
+    {"llama-device", 1, TOL_F32, NULL, false, false, {0}},
 };
-#define N_CASES (int)(sizeof cases / sizeof cases[0])
+#define N_CASES (int)ZO_ARRAY_LEN(cases)
 
 static bool case_runs(const struct mcase *c) { return !c->nvme || have_nvme; }
 
@@ -121,14 +120,15 @@ static int load_case(const struct mcase *c, struct zo_config *cfg, const char *c
   static char train_set[400], nvme_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[24] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true", "gradient_accumulation_steps=2",
+  const char *common[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true", "gradient_accumulation_steps=2",
                           "steps=12", "optimizer.params.lr=" ZO_STR(LR), "optimizer.params.weight_decay=0.1",
                           "gradient_clipping=0.5", "engine.device=cpu", "log.every=100", "aio.block_size=4096",
-                          "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set};
-  int n = 14;
-  if (c->precision) base[n++] = c->precision;
-  for (int i = 0; i < c->n_sets; i++) base[n++] = c->sets[i];
-  return zo_etest_config_load_arch(cfg, &archs[c->arch], base, n, extra, n_extra);
+                          "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set, c->precision};
+  /* NULL entries (fp32's precision, unused placement slots) are skipped. */
+  const char *base[ZO_ARRAY_LEN(common) + ZO_ARRAY_LEN(c->sets)];
+  memcpy(base, common, sizeof common);
+  memcpy(base + ZO_ARRAY_LEN(common), c->sets, sizeof c->sets);
+  return zo_etest_config_load_arch(cfg, &archs[c->arch], base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 /* A run's files: "<case>-np<ranks>[-<tag>]". */
@@ -186,7 +186,7 @@ static int train_case(const struct mcase *c, zo_comm_t comm, int ranks, int micr
   snprintf(ck, sizeof ck, "checkpoint.dir=%s/ck-%s", dir, name);
   const char *extra[] = {mb, met, ck, "checkpoint.every=6", "checkpoint.keep=0"};
   struct zo_config cfg;
-  CHECK(load_case(c, &cfg, extra, 5) == 0);
+  CHECK(load_case(c, &cfg, extra, ZO_ARRAY_LEN(extra)) == 0);
   const size_t n = case_numel(c);
   CHECK(n > 0);
   float *params = zo_test_xmalloc(n * sizeof *params);
@@ -345,7 +345,7 @@ static int test_per_rank_micro_batch_differs(void) {
 static int ranks_case(int ranks) {
   if (!zo_mpitest_available()) return ZO_TEST_SKIP;
   const char *args[] = {"--ranks", dir};
-  CHECK(zo_mpitest_launch(ranks, args, 2, NULL, 0) == 0);
+  CHECK(zo_mpitest_launch(ranks, args, ZO_ARRAY_LEN(args), NULL, 0) == 0);
   int ret = 0;
   for (int i = 0; i < N_CASES; i++)
     if (case_runs(&cases[i]) && compare_run(&cases[i], ranks, NULL, 0, ranks)) ret = 1;
@@ -401,7 +401,7 @@ static int test_sharded_checkpoint_files(void) {
   snprintf(cdir, sizeof cdir, "checkpoint.dir=%s/ck-corrupt", dir);
   const char *extra[] = {"train_micro_batch_size_per_gpu=6", met, cdir};
   struct zo_config cfg;
-  CHECK(load_case(c, &cfg, extra, 3) == 0);
+  CHECK(load_case(c, &cfg, extra, ZO_ARRAY_LEN(extra)) == 0);
   struct zo_train_opts opts = {.resume = ck};
   const int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
@@ -416,7 +416,7 @@ static int test_sharded_checkpoint_files(void) {
   snprintf(p, sizeof p, "%s/optimizer-00003-of-00003.safetensors", ck);
   snprintf(gone, sizeof gone, "%s.away", p);
   CHECK(rename(p, gone) == 0);
-  CHECK(load_case(c, &cfg, extra, 3) == 0);
+  CHECK(load_case(c, &cfg, extra, ZO_ARRAY_LEN(extra)) == 0);
   const int err2 = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   printf("  missing shard: %d (%s)\n", err2, zo_last_error());

@@ -51,7 +51,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
                         "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
                         nvme_set, precision};
-  return zo_etest_config_load_arch(cfg, arch, base, precision ? 16 : 15, extra, n_extra);
+  return zo_etest_config_load_arch(cfg, arch, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 /* Trains the placement's --set options for n_steps (from checkpoint resume
@@ -97,24 +97,24 @@ static int check_placement(const char *name, const char *const *sets, int n_sets
 
 static int test_optimizer_cpu_stage1(void) {
   const char *s[] = {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"};
-  return check_placement("opt-cpu-s1", s, 2);
+  return check_placement("opt-cpu-s1", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_optimizer_cpu_stage2(void) {
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
-  return check_placement("opt-cpu-s2", s, 2);
+  return check_placement("opt-cpu-s2", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_params_cpu_optimizer_cpu(void) {
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
                      "zero_optimization.offload_param.device=cpu"};
-  return check_placement("param-cpu-opt-cpu", s, 3);
+  return check_placement("param-cpu-opt-cpu", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_optimizer_nvme_stage2(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return check_placement("opt-nvme-s2", s, 2);
+  return check_placement("opt-nvme-s2", s, ZO_ARRAY_LEN(s));
 }
 
 /* Chunks far smaller than a block (sub_group_size), cut inside tensors:
@@ -123,7 +123,7 @@ static int test_optimizer_nvme_small_chunks(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.sub_group_size=1500"};
-  return check_placement("opt-nvme-chunks-1500", s, 3);
+  return check_placement("opt-nvme-chunks-1500", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_params_cpu_optimizer_nvme(void) {
@@ -131,7 +131,7 @@ static int test_params_cpu_optimizer_nvme(void) {
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
-  return check_placement("param-cpu-opt-nvme", s, 4);
+  return check_placement("param-cpu-opt-nvme", s, ZO_ARRAY_LEN(s));
 }
 
 /* Checkpoints every 10 steps, then a resume from step 10: the same losses
@@ -154,7 +154,7 @@ static int test_checkpoint_resume_device(void) { return checkpoint_resume("devic
 static int test_checkpoint_resume_nvme(void) {
   if (!have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return checkpoint_resume("nvme", s, 2);
+  return checkpoint_resume("nvme", s, ZO_ARRAY_LEN(s));
 }
 
 /* One accumulation step and three parameter slots (K = L): the other paths. */
@@ -166,8 +166,8 @@ static int test_single_micro_batch_slots(void) {
                      "zero_optimization.offload_param.buffer_count=3"};
   struct zo_etest_run r0, r1;
   const char *na = run_name("k1-device"), *nb = run_name("k1-slots");
-  CHECK(train_resume(na, a, 2, 5, NULL, &r0) == 0);
-  CHECK(train_resume(nb, b, 6, 5, NULL, &r1) == 0);
+  CHECK(train_resume(na, a, ZO_ARRAY_LEN(a), 5, NULL, &r0) == 0);
+  CHECK(train_resume(nb, b, ZO_ARRAY_LEN(b), 5, NULL, &r1) == 0);
   CHECK(zo_etest_same_run(nb, &r1, &r0, na, 0, 5) == 0);
   free(r0.params);
   free(r1.params);
@@ -177,7 +177,7 @@ static int test_single_micro_batch_slots(void) {
 static int test_budget_too_small(void) {
   const char *s[] = {"engine.gpu_memory_budget=64KiB"};
   struct zo_config cfg;
-  CHECK(load(&cfg, s, 1) == 0);
+  CHECK(load(&cfg, s, ZO_ARRAY_LEN(s)) == 0);
   struct zo_train_opts opts = {0};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
@@ -190,14 +190,14 @@ static int test_budget_too_small(void) {
   char set[100];
   snprintf(set, sizeof set, "engine.gpu_memory_budget=%zu", ref.plan.total[ZO_TIER_DEVICE] - 1);
   const char *s2[] = {set};
-  CHECK(load(&cfg, s2, 1) == 0);
+  CHECK(load(&cfg, s2, ZO_ARRAY_LEN(s2)) == 0);
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == -ENOMEM);
   CHECK(strstr(zo_last_error(), "offload_optimizer.device=cpu") != NULL);
   const char *s3[] = {set, "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
                       "steps=1"};
-  CHECK(load(&cfg, s3, 4) == 0);
+  CHECK(load(&cfg, s3, ZO_ARRAY_LEN(s3)) == 0);
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == 0);
@@ -238,7 +238,7 @@ static int test_nvme_corruption_detected(void) {
   if (!have_nvme) return 77;
   struct zo_config cfg;
   const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  CHECK(load(&cfg, sets, 2) == 0);
+  CHECK(load(&cfg, sets, ZO_ARRAY_LEN(sets)) == 0);
   struct zo_plan plan;
   CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
   struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,

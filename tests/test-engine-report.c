@@ -26,7 +26,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "data.train=unused.bin", "train_micro_batch_size_per_gpu=3",
                         "gradient_accumulation_steps=2", "engine.device=cpu", "aio.block_size=4096",
                         "zero_optimization.offload_param.buffer_count=2", nvme_set};
-  return zo_etest_config_load(cfg, base, 13, extra, n_extra);
+  return zo_etest_config_load(cfg, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 static void fill_random(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
@@ -125,31 +125,31 @@ static int test_all_on_device(void) { return check_placement(NULL, 0); }
 static int test_llama_all_on_device(void) {
   const char *sets[] = {"model.arch=llama", "model.n_head=6", "model.n_embd=36", "model.num_key_value_heads=2",
                         "model.intermediate_size=37"};
-  return check_placement(sets, 5);
+  return check_placement(sets, ZO_ARRAY_LEN(sets));
 }
 
 static int test_optimizer_cpu_stage2(void) {
   const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
-  return check_placement(sets, 2);
+  return check_placement(sets, ZO_ARRAY_LEN(sets));
 }
 
 static int test_params_and_optimizer_on_host_checkpointing(void) {
   const char *sets[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
                         "zero_optimization.offload_param.device=cpu", "activation_checkpointing.enabled=true",
                         "activation_checkpointing.cpu_checkpointing=true"};
-  return check_placement(sets, 5);
+  return check_placement(sets, ZO_ARRAY_LEN(sets));
 }
 
 static int test_device_checkpointing_8bit(void) {
   const char *sets[] = {"activation_checkpointing.enabled=true", "activation_checkpointing.number_checkpoints=2",
                         "optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=64",
                         "optimizer.params.block_size=64"};
-  return check_placement(sets, 5);
+  return check_placement(sets, ZO_ARRAY_LEN(sets));
 }
 
 static int test_optimizer_nvme(void) {
   const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  return check_placement(sets, 2);
+  return check_placement(sets, ZO_ARRAY_LEN(sets));
 }
 
 /* bench memory on the small model: every buildable row measured equal to

@@ -33,7 +33,7 @@ static int load(struct zo_config *cfg, const struct zo_etest_arch *a, const char
                         "optimizer.params.min_8bit_size=1024", "aio.block_size=4096",
                         stage == 3 ? "zero_optimization.offload_param.device=cpu" : "bf16.enabled=false",
                         stage == 3 ? "bf16.enabled=true" : "bf16.enabled=false"};
-  return zo_etest_config_load_arch(cfg, a, sets, (int)(sizeof sets / sizeof sets[0]), NULL, 0);
+  return zo_etest_config_load_arch(cfg, a, sets, ZO_ARRAY_LEN(sets), NULL, 0);
 }
 
 static size_t largest_tensor(const struct zo_tensor_table *t) {

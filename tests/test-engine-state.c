@@ -38,31 +38,30 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "engine.device=cpu", "aio.block_size=4096", "optimizer.params.block_size=96",
                         "optimizer.params.min_8bit_size=1024", "zero_optimization.offload_param.buffer_count=2",
                         nvme_set};
-  return zo_etest_config_load(cfg, base, 13, extra, n_extra);
+  return zo_etest_config_load(cfg, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 struct placement {
   const char *name;
   bool nvme;
-  const char *sets[4];
-  int n_sets;
+  const char *sets[4]; /* unused entries NULL */
 };
 
 static const struct placement placements[] = {
-    {"device", false, {NULL}, 0},
-    {"opt-cpu", false, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}, 2},
+    {"device", false, {NULL}},
+    {"opt-cpu", false, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}},
     {"param-cpu", false,
      {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
-      "zero_optimization.offload_param.device=cpu"}, 3},
-    {"opt-nvme", true, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"}, 2},
+      "zero_optimization.offload_param.device=cpu"}},
+    {"opt-nvme", true, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"}},
     {"param-cpu-opt-nvme", true,
      {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
-      "zero_optimization.offload_param.device=cpu"}, 3},
+      "zero_optimization.offload_param.device=cpu"}},
     {"opt-nvme-chunks-700", true,
      {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
-      "zero_optimization.sub_group_size=700"}, 3},
+      "zero_optimization.sub_group_size=700"}},
 };
-#define N_PLACEMENTS ((int)(sizeof placements / sizeof placements[0]))
+#define N_PLACEMENTS ((int)ZO_ARRAY_LEN(placements))
 
 /* Optimizer format x precision variants. */
 static const char *const variants[][2] = {
@@ -71,16 +70,14 @@ static const char *const variants[][2] = {
     {"optimizer.type=AdamW", "bf16.enabled=true"},
     {"optimizer.type=AdamW8bit", "bf16.enabled=true"},
 };
-#define N_VARIANTS 4
+#define N_VARIANTS ((int)ZO_ARRAY_LEN(variants))
 
 static struct zo_sched *make_sched(const struct placement *pl, int variant, struct zo_plan *plan) {
-  const char *sets[8];
-  int n = 0;
-  for (int i = 0; i < pl->n_sets; i++) sets[n++] = pl->sets[i];
-  sets[n++] = variants[variant][0];
-  sets[n++] = variants[variant][1];
+  const char *sets[ZO_ARRAY_LEN(pl->sets) + ZO_ARRAY_LEN(variants[0])];
+  memcpy(sets, pl->sets, sizeof pl->sets);
+  memcpy(sets + ZO_ARRAY_LEN(pl->sets), variants[variant], sizeof variants[variant]);
   struct zo_config cfg;
-  if (load(&cfg, sets, n)) return NULL;
+  if (load(&cfg, sets, ZO_ARRAY_LEN(sets))) return NULL; /* NULL entries skipped */
   struct zo_model_config mc = cfg.model.spec;
   struct zo_sched *s = NULL;
   if (zo_plan_build(&cfg, &mc, NULL, plan) == 0) {
@@ -502,17 +499,14 @@ static int test_model_io(void) {
  * parameter of full copies. */
 static int test_plan_staging_is_small(void) {
   struct zo_config cfg;
+  char nv[400];
+  snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
   const char *sets[] = {"model.n_layer=12", "model.n_head=12", "model.n_embd=768", "model.vocab_size=50257",
                         "model.max_seq_len=1024", "data.seq_len=64", "train_micro_batch_size_per_gpu=1",
                         "engine.device=cpu", "zero_optimization.stage=3",
                         "zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_param.device=cpu",
-                        "bf16.enabled=true"};
-  char nv[400];
-  snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *all[13];
-  memcpy(all, sets, sizeof sets);
-  all[12] = nv;
-  CHECK(zo_config_load(&cfg, NULL, all, 13) == 0);
+                        "bf16.enabled=true", nv};
+  CHECK(zo_config_load(&cfg, NULL, sets, ZO_ARRAY_LEN(sets)) == 0);
   struct zo_model_config mc = cfg.model.spec;
   struct zo_plan plan;
   CHECK(zo_plan_build(&cfg, &mc, NULL, &plan) == 0);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "zo/checkpoint.h"
+#include "zo/hf.h"
 #include "zo/safetensors.h"
 #include "zo_engine_test.h"
 
@@ -26,7 +27,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "data.format=u16", "data.shuffle=false", "train_micro_batch_size_per_gpu=4",
                         "steps=6", "optimizer.params.lr=0.003", "gradient_clipping=1.0",
                         "engine.device=cpu", "log.every=100", train_set, val_set};
-  return zo_etest_config_load(cfg, base, 16, extra, n_extra);
+  return zo_etest_config_load(cfg, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 static int load_params(const char *ckpt, float **params, size_t *n) {
@@ -58,19 +59,19 @@ static int test_resume_is_bit_exact(void) {
   /* Uninterrupted: 6 steps, shuffled data, 2 accumulation steps. */
   const char *a[] = {set_a, met_a, "checkpoint.every=3", "checkpoint.keep=0", "data.shuffle=true",
                      "gradient_accumulation_steps=2"};
-  CHECK(load(&cfg, a, 6) == 0);
+  CHECK(load(&cfg, a, ZO_ARRAY_LEN(a)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   zo_config_free(&cfg);
   /* Interrupted: stop after 3, resume to 6. */
   const char *b3[] = {set_b, met_b, "checkpoint.every=3", "checkpoint.keep=0", "data.shuffle=true",
                       "gradient_accumulation_steps=2", "steps=3"};
-  CHECK(load(&cfg, b3, 7) == 0);
+  CHECK(load(&cfg, b3, ZO_ARRAY_LEN(b3)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   zo_config_free(&cfg);
   snprintf(ck, sizeof ck, "%s/checkpoint-3", dir_b);
   const char *b6[] = {set_b, met_b, "checkpoint.every=3", "checkpoint.keep=0", "data.shuffle=true",
                       "gradient_accumulation_steps=2"};
-  CHECK(load(&cfg, b6, 6) == 0);
+  CHECK(load(&cfg, b6, ZO_ARRAY_LEN(b6)) == 0);
   opts.resume = ck;
   CHECK(zo_train(&cfg, &opts) == 0);
   zo_config_free(&cfg);
@@ -104,11 +105,11 @@ static int test_accumulation_matches_big_batch(void) {
   struct zo_config cfg;
   struct zo_train_opts opts = {0};
   const char *a[] = {ma};
-  CHECK(load(&cfg, a, 1) == 0);
+  CHECK(load(&cfg, a, ZO_ARRAY_LEN(a)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   zo_config_free(&cfg);
   const char *b[] = {mb, "train_micro_batch_size_per_gpu=2", "gradient_accumulation_steps=2"};
-  CHECK(load(&cfg, b, 3) == 0);
+  CHECK(load(&cfg, b, ZO_ARRAY_LEN(b)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   zo_config_free(&cfg);
   double la[16], lb[16];
@@ -135,7 +136,7 @@ static int test_corrupt_checkpoint_is_refused(void) {
   struct zo_config cfg;
   struct zo_train_opts opts = {0};
   const char *a[] = {set, "steps=2"};
-  CHECK(load(&cfg, a, 2) == 0);
+  CHECK(load(&cfg, a, ZO_ARRAY_LEN(a)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   snprintf(ck, sizeof ck, "%s/checkpoint-2", dir);
   snprintf(file, sizeof file, "%s/model.safetensors", ck);
@@ -149,7 +150,7 @@ static int test_corrupt_checkpoint_is_refused(void) {
   opts.resume = ck;
   const char *b[] = {set, "steps=4"};
   zo_config_free(&cfg);
-  CHECK(load(&cfg, b, 2) == 0);
+  CHECK(load(&cfg, b, ZO_ARRAY_LEN(b)) == 0);
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == -EIO);
@@ -157,7 +158,7 @@ static int test_corrupt_checkpoint_is_refused(void) {
   CHECK(strstr(zo_last_error(), "model.safetensors") != NULL);
   /* Truncation is caught the same way. */
   CHECK(truncate(file, 100) == 0);
-  CHECK(load(&cfg, b, 2) == 0);
+  CHECK(load(&cfg, b, ZO_ARRAY_LEN(b)) == 0);
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == -EIO);
@@ -239,7 +240,7 @@ static int test_eval_uses_less_device_memory(void) {
   struct zo_config cfg;
   struct zo_train_opts opts = {0};
   const char *a[] = {set, "steps=2"};
-  CHECK(load(&cfg, a, 2) == 0);
+  CHECK(load(&cfg, a, ZO_ARRAY_LEN(a)) == 0);
   CHECK(zo_train(&cfg, &opts) == 0);
   struct zo_eval_result res;
   CHECK(zo_eval(&cfg, NULL, 3, &res) == 0);

@@ -34,7 +34,7 @@ static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
                         "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5", "log.every=100",
                         "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
                         nvme_set, device};
-  return zo_etest_config_load(cfg, base, 20, extra, n_extra);
+  return zo_etest_config_load(cfg, base, ZO_ARRAY_LEN(base), extra, n_extra);
 }
 
 static int train(const char *name, const char *const *sets, int n_sets, struct zo_etest_run *r) {
@@ -106,34 +106,34 @@ static int placement(const char *name, const char *const *sets, int n_sets) {
 
 static int test_optimizer_cpu_stage1(void) {
   const char *s[] = {"zero_optimization.stage=1", OPT("cpu")};
-  return placement("gpu-opt-cpu-s1", s, 2);
+  return placement("gpu-opt-cpu-s1", s, ZO_ARRAY_LEN(s));
 }
 static int test_optimizer_cpu_stage2(void) {
   const char *s[] = {S2, OPT("cpu")};
-  return placement("gpu-opt-cpu-s2", s, 2);
+  return placement("gpu-opt-cpu-s2", s, ZO_ARRAY_LEN(s));
 }
 static int test_optimizer_nvme(void) {
   if (!have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {S2, OPT("nvme")};
-  return placement("gpu-opt-nvme", s, 2);
+  return placement("gpu-opt-nvme", s, ZO_ARRAY_LEN(s));
 }
 static int test_params_cpu(void) {
   const char *s[] = {PARAMS, OPT("cpu")};
-  return placement("gpu-params-cpu", s, 3);
+  return placement("gpu-params-cpu", s, ZO_ARRAY_LEN(s));
 }
 static int test_params_cpu_optimizer_nvme(void) {
   if (!have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {PARAMS, OPT("nvme"), "zero_optimization.offload_optimizer.buffer_count=2"};
-  return placement("gpu-params-nvme", s, 4);
+  return placement("gpu-params-nvme", s, ZO_ARRAY_LEN(s));
 }
 static int test_checkpointing(void) {
   const char *s[] = {"activation_checkpointing.enabled=true"};
-  return placement("gpu-ckpt", s, 1);
+  return placement("gpu-ckpt", s, ZO_ARRAY_LEN(s));
 }
 static int test_cpu_checkpointing_params_cpu(void) {
   const char *s[] = {PARAMS, OPT("cpu"), "activation_checkpointing.enabled=true",
                      "activation_checkpointing.cpu_checkpointing=true"};
-  return placement("gpu-ckpt-cpu-params", s, 5);
+  return placement("gpu-ckpt-cpu-params", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_checkpoint_resume(void) {
@@ -146,7 +146,7 @@ static int test_eval_and_sample(void) {
   char ck[400];
   snprintf(ck, sizeof ck, "checkpoint.dir=%s/ck-gpu-resume", tmpdir);
   const char *s[] = {ck};
-  CHECK(load(&cfg, s, 1) == 0);
+  CHECK(load(&cfg, s, ZO_ARRAY_LEN(s)) == 0);
   struct zo_eval_result ev;
   int err = zo_eval(&cfg, NULL, 2, &ev);
   if (err == 0) {

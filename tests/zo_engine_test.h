@@ -28,7 +28,9 @@
 #define ZO_ETEST_MAX_SETS 64  /* --set options in one config load */
 #define ZO_ETEST_MAX_STEPS 64 /* losses kept by one run */
 
-/* zo_config_load of base[0, n_base) then extra[0, n_extra), in that order. */
+/* zo_config_load of base[0, n_base) then extra[0, n_extra), in that order.
+ * NULL entries are skipped: an option a case leaves out (fp32's precision,
+ * say) can stay in a list whose length the compiler counts (ZO_ARRAY_LEN). */
 static inline int zo_etest_config_load(struct zo_config *cfg, const char *const *base, int n_base,
                                        const char *const *extra, int n_extra) {
   const char *sets[ZO_ETEST_MAX_SETS];
@@ -37,8 +39,10 @@ static inline int zo_etest_config_load(struct zo_config *cfg, const char *const 
     return -EINVAL;
   }
   int n = 0;
-  for (int i = 0; i < n_base; i++) sets[n++] = base[i];
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  for (int i = 0; i < n_base; i++)
+    if (base[i]) sets[n++] = base[i];
+  for (int i = 0; i < n_extra; i++)
+    if (extra[i]) sets[n++] = extra[i];
   return zo_config_load(cfg, NULL, sets, n);
 }
 
@@ -71,7 +75,7 @@ static inline bool zo_etest_arch_selected(const char *name) {
 }
 
 /* A struct zo_etest_arch initialiser from a name and an array of options. */
-#define ZO_ETEST_ARCH(name, sets) {name, sets, (int)(sizeof(sets) / sizeof((sets)[0]))}
+#define ZO_ETEST_ARCH(name, sets) {name, sets, (int)ZO_ARRAY_LEN(sets)}
 
 /* zo_etest_config_load of arch->sets, then base[0, n_base), then
  * extra[0, n_extra), in that order. */
@@ -331,18 +335,15 @@ static inline int zo_etest_quality_run(const struct zo_etest_corpus *c, const ch
   snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", dir, name);
   snprintf(tr, sizeof tr, "data.train=%s", c->train);
   snprintf(va, sizeof va, "data.val=%s", c->val);
-  const char *sets[40] = {"model.n_layer=3", "model.n_head=4", "model.n_embd=128", "model.vocab_size=256",
-                          "model.max_seq_len=64", "data.seq_len=64", "data.format=u16",
-                          "train_micro_batch_size_per_gpu=8", "steps=300", "optimizer.params.lr=2e-3",
-                          "optimizer.params.betas=[0.9, 0.95]", "optimizer.params.weight_decay=0.1",
-                          "scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
-                          "scheduler.params.cos_min_ratio=0.1", "gradient_clipping=1.0", "engine.device=cpu",
-                          "log.every=50", "engine.seed=7", met, tr, va};
-  int n = 22;
-  CHECK(n + n_extra <= 40);
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  const char *base[] = {"model.n_layer=3", "model.n_head=4", "model.n_embd=128", "model.vocab_size=256",
+                        "model.max_seq_len=64", "data.seq_len=64", "data.format=u16",
+                        "train_micro_batch_size_per_gpu=8", "steps=300", "optimizer.params.lr=2e-3",
+                        "optimizer.params.betas=[0.9, 0.95]", "optimizer.params.weight_decay=0.1",
+                        "scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
+                        "scheduler.params.cos_min_ratio=0.1", "gradient_clipping=1.0", "engine.device=cpu",
+                        "log.every=50", "engine.seed=7", met, tr, va};
   struct zo_config cfg;
-  CHECK(zo_config_load(&cfg, NULL, sets, n) == 0);
+  CHECK(zo_etest_config_load(&cfg, base, ZO_ARRAY_LEN(base), extra, n_extra) == 0);
   struct zo_train_opts opts = {0};
   const double t0 = zo_time_s();
   int err = zo_train(&cfg, &opts);

@@ -23,6 +23,12 @@
 
 #include "zo/common.h"
 
+/* The number of elements of array a, a compile-time constant; a pointer
+ * instead of an array does not compile (its "length" would be a silent 1). */
+#define ZO_ARRAY_LEN(a)          \
+  (sizeof(a) / sizeof((a)[0]) + \
+   0 * sizeof(char[1 - 2 * __builtin_types_compatible_p(__typeof__(a), __typeof__(&(a)[0]))]))
+
 /* ---- runner ------------------------------------------------------------- */
 
 #define ZO_TEST_SKIP 77 /* a case or a whole test returns this when skipped */
@@ -90,7 +96,7 @@ static inline int zo_test_report(struct zo_test_counts c) {
   return c.skipped && !c.passed ? ZO_TEST_SKIP : 0;
 }
 
-#define ZO_TEST_MAIN(tests) zo_test_report(zo_test_run((tests), sizeof(tests) / sizeof((tests)[0])))
+#define ZO_TEST_MAIN(tests) zo_test_report(zo_test_run((tests), ZO_ARRAY_LEN(tests)))
 
 /* Prints "  <message>" on stderr; returns 1, for `return zo_test_fail(...)`. */
 static inline int zo_test_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
