@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_op_cases.h"
 #include "zo_test.h"
 
 #define GUARD_BYTES 64            /* sentinel bytes on each side of a device tensor */
@@ -234,6 +235,37 @@ static int report(int fail, const struct shape *sh) {
   return fail;
 }
 
+/* ---- the shared op cases (zo_op_cases.h) ---------------------------------------- */
+
+static int n_cases_run; /* (case, dtype) runs, printed at the end */
+
+/* Runs fn on each case of cases[0, n) once per dtype in op_dtypes (BF16 and
+ * F16 only for ZO_OPC_HALF_ONLY), each after zo_rng_seed(its seed), on the
+ * NULL or the created stream as the case says; says which failed. */
+static int run_cases(const struct zo_op_case *cases, size_t n,
+                     int (*fn)(const struct zo_op_case *, enum zo_dtype)) {
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    for (size_t i = 0; i < n; i++) {
+      const struct zo_op_case *c = &cases[i];
+      if (dt == ZO_F32 && (c->flags & ZO_OPC_HALF_ONLY)) continue;
+      zo_rng_seed(c->seed);
+      gstream = c->flags & ZO_OPC_NULL_STREAM ? NULL : test_stream;
+      const int f = fn(c, dt);
+      if (f) {
+        char d[200];
+        fprintf(stderr, "  (case %s; %s, %s stream)\n", zo_op_case_describe(c, d, sizeof d), zo_dtype_name(dt),
+                gstream ? "created" : "NULL");
+      }
+      fail |= f;
+      n_cases_run++;
+    }
+  }
+  return fail;
+}
+#define RUN_CASES(cases, fn) run_cases((cases), ZO_ARRAY_LEN(cases), (fn))
+
 /* ---- ops: each case runs once per dtype in op_dtypes (op_dt) ------------------------ */
 
 static int test_encoder_forward(void) {
@@ -432,8 +464,9 @@ static int test_rmsnorm_backward(void) {
   return fail;
 }
 
-static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, bool with_bias,
-                               enum zo_dtype dt) {
+static int matmul_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C, OC = c->OC;
+  const bool with_bias = c->flags & ZO_OPC_BIAS;
   struct tbuf out = tb_new((size_t)N * OC, dt), inp = tb_new((size_t)N * C, dt),
               w = tb_new((size_t)OC * C, dt), b = tb_new((size_t)OC, dt);
   tb_random(&inp, -1, 1), tb_random(&w, -1, 1), tb_random(&b, -1, 1);
@@ -441,9 +474,8 @@ static int matmul_forward_case(const struct shape *sh, int N, int C, int OC, boo
   cpu->matmul_forward(out.ref, inp.ref, w.ref, with_bias ? b.ref : NULL, N, C, OC, dt, NULL);
   gpu->matmul_forward(D(&out), D(&inp), D(&w), with_bias ? D(&b) : NULL, N, C, OC, dt, gstream);
   int fail = tb_check("out", &out);
-  if (fail) fprintf(stderr, "  (N=%d C=%d OC=%d bias=%d)\n", N, C, OC, (int)with_bias);
   tb_free(&out), tb_free(&inp), tb_free(&w), tb_free(&b);
-  return report(fail, sh);
+  return fail;
 }
 
 /* BF16/F16: the bias is added in fp32 before the one rounding of out. With
@@ -474,27 +506,17 @@ static int matmul_bias_rounding_case(enum zo_dtype dt) {
 }
 
 static int test_matmul_forward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    const enum zo_dtype dt = op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 5);
-      const int N = sh->B * sh->T, C = sh->C;
-      fail |= matmul_forward_case(sh, N, C, 3 * C, true, dt);   /* qkv */
-      fail |= matmul_forward_case(sh, N, 4 * C, C, true, dt);   /* mlp projection */
-      fail |= matmul_forward_case(sh, N, C, sh->Vp, false, dt); /* lm head, no bias */
-      fail |= matmul_forward_case(sh, N, C, sh->V, true, dt);   /* odd OC: unaligned rows of out */
-    }
-    if (dt != ZO_F32) {
-      const struct shape *sh = begin_shape(0, 5);
-      fail |= report(matmul_bias_rounding_case(dt), sh);
-    }
+  int fail = RUN_CASES(zo_matmul_forward_cases, matmul_forward_case);
+  for (size_t di = 1; di < N_DTYPES; di++) { /* BF16, F16 */
+    op_dt = op_dtypes[di];
+    fail |= report(matmul_bias_rounding_case(op_dt), begin_shape(0, 5));
   }
   return fail;
 }
 
-static int matmul_backward_case(const struct shape *sh, int N, int C, int OC, bool with_dinp,
-                                bool with_dbias, enum zo_dtype dt) {
+static int matmul_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C, OC = c->OC;
+  const bool with_dinp = c->flags & ZO_OPC_DINP, with_dbias = c->flags & ZO_OPC_BIAS;
   struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)OC * C, ZO_F32),
               db = tb_new((size_t)OC, ZO_F32), dout = tb_new((size_t)N * OC, dt),
               inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)OC * C, dt);
@@ -519,33 +541,14 @@ static int matmul_backward_case(const struct shape *sh, int N, int C, int OC, bo
         break;
       }
   }
-  if (fail)
-    fprintf(stderr, "  (N=%d C=%d OC=%d dinp=%d dbias=%d)\n", N, C, OC, (int)with_dinp,
-            (int)with_dbias);
   tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
-  return report(fail, sh);
-}
-
-static int test_matmul_backward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    const enum zo_dtype dt = op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 6);
-      const int N = sh->B * sh->T, C = sh->C;
-      fail |= matmul_backward_case(sh, N, C, 3 * C, true, true, dt);
-      fail |= matmul_backward_case(sh, N, 4 * C, C, true, true, dt);
-      fail |= matmul_backward_case(sh, N, C, sh->V, true, true, dt);
-      fail |= matmul_backward_case(sh, N, C, sh->Vp, true, false, dt);
-      fail |= matmul_backward_case(sh, N, C, 4 * C, false, true, dt);
-      fail |=
-          matmul_backward_case(sh, 4096, C, 3 * C, true, true, dt); /* dbias over many row chunks */
-    }
-  }
   return fail;
 }
 
-static int attention_forward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+static int test_matmul_backward(void) { return RUN_CASES(zo_matmul_backward_cases, matmul_backward_case); }
+
+static int attention_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
   struct tbuf out = tb_new(no, dt), att = tb_new((size_t)B * NH * T * T, dt), qkv = tb_new(nq, dt);
   tb_random(&qkv, -2, 2);
@@ -553,37 +556,14 @@ static int attention_forward_case(int B, int T, int NH, int NKV, int hs, enum zo
   cpu->attention_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, dt, NULL);
   gpu->attention_forward(D(&out), D(&att), D(&qkv), B, T, NH, NKV, hs, dt, gstream);
   int fail = tb_check("out", &out) | tb_check("att", &att);
-  if (fail)
-    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&out), tb_free(&att), tb_free(&qkv);
   return fail;
 }
 
-static int test_attention_forward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 7);
-      fail |= report(attention_forward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
-    }
-  }
-  return fail;
-}
+static int test_attention_forward(void) { return RUN_CASES(zo_attention_cases, attention_forward_case); }
 
-/* B > NH here: the other way of splitting (b, h) into loop and batch. */
-static int test_attention_forward_many_rows(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    zo_rng_seed(77);
-    gstream = test_stream;
-    fail |= attention_forward_case(5, 19, 2, 2, 16, op_dt);
-  }
-  return fail;
-}
-
-static int attention_backward_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+static int attention_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
   const size_t na = (size_t)B * NH * T * T;
   struct tbuf dqkv = tb_new(nq, dt), datt = tb_new(na, dt), dout = tb_new(no, dt),
@@ -599,75 +579,16 @@ static int attention_backward_case(int B, int T, int NH, int NKV, int hs, enum z
                           gstream);
   int fail = tb_check("dqkv", &dqkv) | tb_check("qkv (read only)", &qkv) |
              tb_check("att (read only)", &att); /* datt is scratch: contents unspecified */
-  if (fail)
-    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&dqkv), tb_free(&datt), tb_free(&dout), tb_free(&qkv), tb_free(&att), tb_free(&out);
   return fail;
 }
 
-static int test_attention_backward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 8);
-      fail |= report(attention_backward_case(sh->B, sh->T, sh->NH, sh->NH, sh->C / sh->NH, op_dt), sh);
-    }
-    zo_rng_seed(88);
-    gstream = test_stream;
-    fail |= attention_backward_case(5, 19, 2, 2, 16, op_dt);
-  }
-  return fail;
-}
-
-/* Grouped-query heads (B, T, NH, NKV, hs): groups of 3 with the batch over
- * kv heads (B <= NKV) and over batch rows (B > NKV), one kv head for all
- * (multi-query), T across the CPU's 64-row blocks; on both streams. */
-static int test_attention_gqa(void) {
-  static const int cases[][5] = {
-      {1, 70, 6, 2, 16}, {3, 37, 6, 2, 24}, {2, 64, 4, 1, 32}, {5, 19, 8, 4, 8},
-  };
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-      const int *c = cases[k];
-      zo_rng_seed(120 + k);
-      gstream = k % 2 ? NULL : test_stream;
-      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
-      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
-    }
-  }
-  return fail;
-}
-
-/* BF16/F16 only: long sequences whose fp32 scores the CUDA backend computes
- * in chunks of its stream workspace: T = 1024 takes several chunks of heads,
- * T = 2100 (one head's T x T scores over the scratch) blocks of query rows.
- * Grouped heads: the fp32 dk, dv sums of B = 20 kv heads take two chunks
- * of heads, and those of one kv head with hs = 1000 (over the scratch)
- * chunks of key rows. */
-static int test_attention_chunked(void) {
-  static const int cases[][5] = {
-      {2, 1024, 6, 6, 8}, {1, 2100, 1, 1, 16}, {20, 1024, 2, 1, 128}, {1, 2100, 2, 1, 1000},
-  }; /* B, T, NH, NKV, hs */
-  int fail = 0;
-  for (size_t di = 1; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-      const int *c = cases[k];
-      zo_rng_seed(99 + k);
-      gstream = test_stream;
-      fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
-      fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4], op_dt);
-    }
-  }
-  return fail;
-}
+static int test_attention_backward(void) { return RUN_CASES(zo_attention_cases, attention_backward_case); }
 
 /* rope forward and backward in place on qkv (NH, NKV, hs) with Llama's
  * tables (positions [0, T + 5)); the v heads stay as they were on both. */
-static int rope_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
+static int rope_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const int maxT = T + 5, h2 = hs / 2;
   struct tbuf x = tb_new((size_t)B * T * (NH + 2 * NKV) * hs, dt),
               cos_t = tb_new((size_t)maxT * h2, ZO_F32), sin_t = tb_new((size_t)maxT * h2, ZO_F32);
@@ -687,26 +608,11 @@ static int rope_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
   gpu->rope_backward(D(&x), D(&cos_t), D(&sin_t), B, T, NH, NKV, hs, dt, gstream);
   fail |= tb_check("rope_backward dqkv", &x) | tb_check("cos (read only)", &cos_t) |
           tb_check("sin (read only)", &sin_t);
-  if (fail)
-    fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d, %s)\n", B, T, NH, NKV, hs, zo_dtype_name(dt));
   tb_free(&x), tb_free(&cos_t), tb_free(&sin_t);
   return fail;
 }
 
-static int test_rope(void) {
-  static const int cases[][5] = {{2, 64, 6, 2, 16}, {3, 37, 4, 1, 6}, {1, 19, 3, 3, 130}};
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-      const int *c = cases[k];
-      zo_rng_seed(130 + k);
-      gstream = k % 2 ? NULL : test_stream;
-      fail |= rope_case(c[0], c[1], c[2], c[3], c[4], op_dt);
-    }
-  }
-  return fail;
-}
+static int test_rope(void) { return RUN_CASES(zo_rope_cases, rope_case); }
 
 static int test_gelu(void) {
   int fail = 0;
@@ -1196,10 +1102,7 @@ int main(void) {
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(attention_forward),
-      ZO_TEST(attention_forward_many_rows),
       ZO_TEST(attention_backward),
-      ZO_TEST(attention_gqa),
-      ZO_TEST(attention_chunked),
       ZO_TEST(rope),
       ZO_TEST(gelu),
       ZO_TEST(swiglu),
@@ -1218,7 +1121,8 @@ int main(void) {
   }
   cpu = zo_backend_cpu();
   must(gpu->stream_create(&test_stream), "stream_create");
-  struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
+  struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
+  printf("%d op case runs of zo_op_cases.h (case x dtype, CUDA against the CPU backend)\n", n_cases_run);
   gpu->stream_destroy(test_stream);
   return zo_test_report(counts);
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_op_cases.h"
 #include "zo_ref64.h"
 #include "zo_test.h"
 
@@ -107,6 +108,30 @@ static int check_fd(const char *what, double *x, size_t n, const float *grad,
   free(fd);
   return fail;
 }
+
+/* ---- the shared op cases (zo_op_cases.h) ------------------------------------ */
+
+static int n_cases_run; /* printed at the end */
+
+/* Runs fn on the F32 cases of cases[0, n), each after zo_rng_seed(its seed);
+ * says which failed. */
+static int run_cases(const struct zo_op_case *cases, size_t n, int (*fn)(const struct zo_op_case *)) {
+  int fail = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct zo_op_case *c = &cases[i];
+    if (c->flags & ZO_OPC_HALF_ONLY) continue;
+    zo_rng_seed(c->seed);
+    const int f = fn(c);
+    if (f) {
+      char d[200];
+      fprintf(stderr, "  (case %s)\n", zo_op_case_describe(c, d, sizeof d));
+    }
+    fail |= f;
+    n_cases_run++;
+  }
+  return fail;
+}
+#define RUN_CASES(cases, fn) run_cases((cases), ZO_ARRAY_LEN(cases), (fn))
 
 /* ---- encoder -------------------------------------------------------------- */
 
@@ -454,7 +479,8 @@ static int test_rmsnorm_backward_fd(void) {
 
 /* ---- matmul --------------------------------------------------------------- */
 
-static int matmul_forward_case(int N, int C, int OC, int with_bias) {
+static int matmul_forward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C, OC = c->OC, with_bias = c->flags & ZO_OPC_BIAS;
   float *inp = galloc((size_t)N * C), *w = galloc((size_t)OC * C), *bias = galloc(OC);
   float *out = galloc((size_t)N * OC);
   fill_random(inp, (size_t)N * C, -1, 1);
@@ -479,14 +505,12 @@ static int matmul_forward_case(int N, int C, int OC, int with_bias) {
   return fail;
 }
 
-static int test_matmul_forward(void) {
-  zo_rng_seed(7);
-  return matmul_forward_case(13, 37, 150, 1) | matmul_forward_case(13, 37, 150, 0) |
-         matmul_forward_case(1, 5, 3, 1);
-}
+static int test_matmul_forward(void) { return RUN_CASES(zo_matmul_forward_cases, matmul_forward_case); }
 
 /* Flags select which optional outputs are passed (the others are NULL). */
-static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_dbias) {
+static int matmul_backward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C, OC = c->OC;
+  const int with_dinp = c->flags & ZO_OPC_DINP, with_dbias = c->flags & ZO_OPC_BIAS;
   float *inp = galloc((size_t)N * C), *w = galloc((size_t)OC * C), *dout = galloc((size_t)N * OC);
   float *dinp = galloc((size_t)N * C), *dw = galloc((size_t)OC * C), *db = galloc(OC);
   fill_random(inp, (size_t)N * C, -1, 1);
@@ -502,9 +526,12 @@ static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_db
   double *inp64 = widen(inp, (size_t)N * C), *w64 = widen(w, (size_t)OC * C);
   double *dout64 = widen(dout, (size_t)N * OC);
   matmul_backward64(ref_dinp, ref_dw, with_dbias ? ref_db : NULL, dout64, inp64, w64, N, C, OC);
-  int fail = check_output("dweight", dw, ref_dw, (size_t)OC * C, 2e-6, 1e-5);
+  /* dweight and dbias are fp32 sums over the N rows: past 16 rows their
+   * rounding error grows with N, and so does atol. */
+  const double atol_sum = 2e-6 * (N > 16 ? N / 16.0 : 1.0);
+  int fail = check_output("dweight", dw, ref_dw, (size_t)OC * C, atol_sum, 1e-5);
   if (with_dinp) fail |= check_output("dinp", dinp, ref_dinp, (size_t)N * C, 1e-5, 1e-5);
-  if (with_dbias) fail |= check_output("dbias", db, ref_db, OC, 2e-6, 1e-5);
+  if (with_dbias) fail |= check_output("dbias", db, ref_db, OC, atol_sum, 1e-5);
   free(dout64);
   free(w64);
   free(inp64);
@@ -520,11 +547,7 @@ static int matmul_backward_case(int N, int C, int OC, int with_dinp, int with_db
   return fail;
 }
 
-static int test_matmul_backward(void) {
-  zo_rng_seed(8);
-  return matmul_backward_case(13, 37, 150, 1, 1) | matmul_backward_case(13, 37, 150, 0, 0) |
-         matmul_backward_case(1, 5, 3, 1, 1);
-}
+static int test_matmul_backward(void) { return RUN_CASES(zo_matmul_backward_cases, matmul_backward_case); }
 
 struct matmul_fd {
   double *inp, *w, *bias, *dout, *out;
@@ -562,7 +585,8 @@ static int test_matmul_backward_fd(void) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-static int attention_forward_case(int B, int T, int NH, int NKV, int hs) {
+static int attention_forward_case(const struct zo_op_case *c) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const size_t ld = (size_t)(NH + 2 * NKV) * hs;
   size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
@@ -590,7 +614,6 @@ static int attention_forward_case(int B, int T, int NH, int NKV, int hs) {
                   (double)att[(bh * T + t) * T + u]);
           fail = 1;
         }
-  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref_att);
   free(ref);
   free(qkv64);
@@ -601,26 +624,10 @@ static int attention_forward_case(int B, int T, int NH, int NKV, int hs) {
   return fail;
 }
 
-/* (B, T, NH, NKV, hs): multi-head (NKV == NH) as GPT-2 calls it, T across
- * several row blocks (the last partial), odd head sizes, and grouped-query
- * heads with groups of 3 and 4 and one kv head for all (multi-query). */
-static const int attention_cases[][5] = {
-    {2, 7, 3, 3, 8}, {1, 150, 2, 2, 16}, {1, 1, 2, 2, 4}, {2, 67, 6, 6, 7},
-    {2, 70, 6, 2, 5}, {1, 130, 4, 1, 8}, {3, 65, 6, 1, 3},
-};
-#define N_ATTENTION_CASES (sizeof attention_cases / sizeof attention_cases[0])
+static int test_attention_forward(void) { return RUN_CASES(zo_attention_cases, attention_forward_case); }
 
-static int test_attention_forward(void) {
-  zo_rng_seed(10);
-  int fail = 0;
-  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
-    const int *c = attention_cases[i];
-    fail |= attention_forward_case(c[0], c[1], c[2], c[3], c[4]);
-  }
-  return fail;
-}
-
-static int attention_backward_case(int B, int T, int NH, int NKV, int hs) {
+static int attention_backward_case(const struct zo_op_case *c) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const size_t ld = (size_t)(NH + 2 * NKV) * hs;
   size_t n_qkv = (size_t)B * T * ld, n_out = (size_t)B * T * NH * hs, n_att = (size_t)B * NH * T * T;
   float *qkv = galloc(n_qkv), *out = galloc(n_out), *att = galloc(n_att);
@@ -635,7 +642,6 @@ static int attention_backward_case(int B, int T, int NH, int NKV, int hs) {
   double *ref = zo_test_xmalloc(n_qkv * sizeof(double));
   attention_backward64(ref, dout64, qkv64, B, T, NH, NKV, hs);
   int fail = check_output("dqkv", dqkv, ref, n_qkv, 2e-6, 2e-5) | guard_broken("datt", datt, n_att);
-  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ref);
   free(dout64);
   free(qkv64);
@@ -648,15 +654,7 @@ static int attention_backward_case(int B, int T, int NH, int NKV, int hs) {
   return fail;
 }
 
-static int test_attention_backward(void) {
-  zo_rng_seed(11);
-  int fail = 0;
-  for (size_t i = 0; i < N_ATTENTION_CASES; i++) {
-    const int *c = attention_cases[i];
-    fail |= attention_backward_case(c[0], c[1], c[2], c[3], c[4]);
-  }
-  return fail;
-}
+static int test_attention_backward(void) { return RUN_CASES(zo_attention_cases, attention_backward_case); }
 
 struct attention_fd {
   double *qkv, *dout, *out;
@@ -727,7 +725,8 @@ static int v_changed(const char *what, const float *x, const float *want, int B,
 
 /* Forward and backward on (B, T, NH, NKV, hs) against the float64 rotation,
  * v untouched, and backward the exact transpose: <R x, y> = <x, R^T y>. */
-static int rope_case(int B, int T, int NH, int NKV, int hs) {
+static int rope_case(const struct zo_op_case *c) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
   const int maxT = T + 3, h2 = hs / 2;
   const size_t n = (size_t)B * T * (NH + 2 * NKV) * hs, nt = (size_t)maxT * h2;
   float *x = galloc(n), *x0 = galloc(n), *y = galloc(n), *y0 = galloc(n);
@@ -758,7 +757,6 @@ static int rope_case(int B, int T, int NH, int NKV, int hs) {
     fprintf(stderr, "  <R x, y> = %.12g but <x, R^T y> = %.12g\n", lhs, rhs);
     fail = 1;
   }
-  if (fail) fprintf(stderr, "  (B=%d T=%d NH=%d NKV=%d hs=%d)\n", B, T, NH, NKV, hs);
   free(ry);
   free(rx);
   free(s64);
@@ -772,12 +770,7 @@ static int rope_case(int B, int T, int NH, int NKV, int hs) {
   return fail;
 }
 
-static int test_rope(void) {
-  zo_rng_seed(43);
-  /* GQA and MHA, head sizes 2 and 6 (h2 odd), a row wider than a SIMD vector. */
-  return rope_case(2, 7, 6, 2, 8) | rope_case(1, 70, 4, 1, 6) | rope_case(3, 5, 3, 3, 2) |
-         rope_case(1, 3, 2, 1, 130);
-}
+static int test_rope(void) { return RUN_CASES(zo_rope_cases, rope_case); }
 
 struct rope_fd {
   double *qkv, *cos_t, *sin_t, *dout, *out;
@@ -1425,5 +1418,7 @@ int main(void) {
       ZO_TEST(sumsq),
   };
   be = zo_backend_cpu();
-  return ZO_TEST_MAIN(tests);
+  const struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
+  printf("%d op cases of zo_op_cases.h run (F32 against float64)\n", n_cases_run);
+  return zo_test_report(counts);
 }

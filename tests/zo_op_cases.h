@@ -1,0 +1,134 @@
+/* The backend op cases both parity runners iterate: test-kernels-cpu-ops
+ * (the CPU backend in F32 against float64 references, tests/zo_ref64.h) and
+ * test-gpu-backend-ops (the CUDA backend against the CPU one, in F32, BF16
+ * and F16). One line a case: the shape letters the op takes, flags, a seed;
+ * adding a line runs it in both. The tolerances stay with each runner's
+ * check of each output (a float64 reference and a CPU reference call for
+ * different ones). The finite-difference checks, on tiny shapes of their
+ * own, and cases that test one backend's property (the GPU's chunking, the
+ * CPU's thread count) are not here. Header-only data; each runner seeds
+ * zo_rng_seed(seed) before a case, so a case's inputs do not depend on the
+ * cases before it. */
+#ifndef ZO_OP_CASES_H
+#define ZO_OP_CASES_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zo_test.h"
+
+enum {
+  ZO_OPC_BIAS = 1 << 0,        /* matmul: a bias (forward), dbias (backward); else NULL */
+  ZO_OPC_DINP = 1 << 1,        /* matmul backward: dinp; else NULL */
+  ZO_OPC_HALF_ONLY = 1 << 2,   /* only the BF16 and F16 runs (too slow for F32 references) */
+  ZO_OPC_NULL_STREAM = 1 << 3, /* the GPU runner's ops on the NULL stream, not a created one */
+};
+
+struct zo_op_case {
+  int N, C, OC;          /* rows, channels, output channels (norms, matmul) */
+  int B, T, NH, NKV, hs; /* batch, time, query heads, kv heads, head size (attention, rope) */
+  unsigned flags;        /* ZO_OPC_* */
+  uint64_t seed;
+};
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+/* The GPU shapes: GPT-2-like (B*T = 128 rows, C = 96, V = Vp = 256) and
+ * awkward (111 rows, C = 72, V = 101, Vp = 128): qkv, MLP projection, the
+ * head without a bias, odd OC (unaligned rows of out). */
+static const struct zo_op_case zo_matmul_forward_cases[] = {
+    {.N = 13, .C = 37, .OC = 150, .flags = ZO_OPC_BIAS, .seed = 7},
+    {.N = 13, .C = 37, .OC = 150, .seed = 7},
+    {.N = 1, .C = 5, .OC = 3, .flags = ZO_OPC_BIAS, .seed = 7},
+    {.N = 128, .C = 96, .OC = 288, .flags = ZO_OPC_BIAS, .seed = 5},
+    {.N = 128, .C = 384, .OC = 96, .flags = ZO_OPC_BIAS, .seed = 5},
+    {.N = 128, .C = 96, .OC = 256, .seed = 5},
+    {.N = 128, .C = 96, .OC = 256, .flags = ZO_OPC_BIAS, .seed = 5},
+    {.N = 111, .C = 72, .OC = 216, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
+    {.N = 111, .C = 288, .OC = 72, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
+    {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_NULL_STREAM, .seed = 5},
+    {.N = 111, .C = 72, .OC = 101, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
+};
+
+/* dweight always (+=); dinp and dbias where flagged. 4096 rows: dbias over
+ * many row chunks. */
+#define ZO_OPC_DINP_DBIAS (ZO_OPC_DINP | ZO_OPC_BIAS)
+static const struct zo_op_case zo_matmul_backward_cases[] = {
+    {.N = 13, .C = 37, .OC = 150, .flags = ZO_OPC_DINP_DBIAS, .seed = 8},
+    {.N = 13, .C = 37, .OC = 150, .seed = 8},
+    {.N = 1, .C = 5, .OC = 3, .flags = ZO_OPC_DINP_DBIAS, .seed = 8},
+    {.N = 128, .C = 96, .OC = 288, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
+    {.N = 128, .C = 384, .OC = 96, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
+    {.N = 128, .C = 96, .OC = 256, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
+    {.N = 128, .C = 96, .OC = 256, .flags = ZO_OPC_DINP, .seed = 6},
+    {.N = 128, .C = 96, .OC = 384, .flags = ZO_OPC_BIAS, .seed = 6},
+    {.N = 4096, .C = 96, .OC = 288, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
+    {.N = 111, .C = 72, .OC = 216, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    {.N = 111, .C = 288, .OC = 72, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    {.N = 111, .C = 72, .OC = 101, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_DINP | ZO_OPC_NULL_STREAM, .seed = 6},
+    {.N = 111, .C = 72, .OC = 288, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    {.N = 4096, .C = 72, .OC = 216, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+};
+
+/* ---- attention --------------------------------------------------------------- */
+
+/* Forward and backward. Multi-head (NKV == NH) as GPT-2 calls it, T across
+ * several of the CPU's 64-row blocks (the last partial), odd head sizes,
+ * grouped-query heads with groups of 3 and 4 and one kv head for all
+ * (multi-query), B > NH (the GPU's other split of (b, h)), and, BF16/F16
+ * only, long sequences whose fp32 scores the CUDA backend computes in chunks
+ * of its workspace (heads, query rows, kv heads, key rows). */
+static const struct zo_op_case zo_attention_cases[] = {
+    {.B = 2, .T = 7, .NH = 3, .NKV = 3, .hs = 8, .seed = 10},
+    {.B = 1, .T = 150, .NH = 2, .NKV = 2, .hs = 16, .seed = 10},
+    {.B = 1, .T = 1, .NH = 2, .NKV = 2, .hs = 4, .seed = 10},
+    {.B = 2, .T = 67, .NH = 6, .NKV = 6, .hs = 7, .seed = 10},
+    {.B = 2, .T = 70, .NH = 6, .NKV = 2, .hs = 5, .seed = 10},
+    {.B = 1, .T = 130, .NH = 4, .NKV = 1, .hs = 8, .seed = 10},
+    {.B = 3, .T = 65, .NH = 6, .NKV = 1, .hs = 3, .seed = 10},
+    {.B = 2, .T = 64, .NH = 3, .NKV = 3, .hs = 32, .seed = 7},
+    {.B = 3, .T = 37, .NH = 3, .NKV = 3, .hs = 24, .flags = ZO_OPC_NULL_STREAM, .seed = 7},
+    {.B = 5, .T = 19, .NH = 2, .NKV = 2, .hs = 16, .seed = 77},
+    {.B = 1, .T = 70, .NH = 6, .NKV = 2, .hs = 16, .seed = 120},
+    {.B = 3, .T = 37, .NH = 6, .NKV = 2, .hs = 24, .flags = ZO_OPC_NULL_STREAM, .seed = 121},
+    {.B = 2, .T = 64, .NH = 4, .NKV = 1, .hs = 32, .seed = 122},
+    {.B = 5, .T = 19, .NH = 8, .NKV = 4, .hs = 8, .flags = ZO_OPC_NULL_STREAM, .seed = 123},
+    {.B = 2, .T = 1024, .NH = 6, .NKV = 6, .hs = 8, .flags = ZO_OPC_HALF_ONLY, .seed = 99},
+    {.B = 1, .T = 2100, .NH = 1, .NKV = 1, .hs = 16, .flags = ZO_OPC_HALF_ONLY, .seed = 100},
+    {.B = 20, .T = 1024, .NH = 2, .NKV = 1, .hs = 128, .flags = ZO_OPC_HALF_ONLY, .seed = 101},
+    {.B = 1, .T = 2100, .NH = 2, .NKV = 1, .hs = 1000, .flags = ZO_OPC_HALF_ONLY, .seed = 102},
+};
+
+/* ---- rope -------------------------------------------------------------------- */
+
+/* Forward and backward in place on qkv. GQA and MHA, head sizes 2 and 6
+ * (h2 odd), rows wider than a SIMD vector, T across 64-row blocks. */
+static const struct zo_op_case zo_rope_cases[] = {
+    {.B = 2, .T = 7, .NH = 6, .NKV = 2, .hs = 8, .seed = 43},
+    {.B = 1, .T = 70, .NH = 4, .NKV = 1, .hs = 6, .seed = 43},
+    {.B = 3, .T = 5, .NH = 3, .NKV = 3, .hs = 2, .seed = 43},
+    {.B = 1, .T = 3, .NH = 2, .NKV = 1, .hs = 130, .seed = 43},
+    {.B = 2, .T = 64, .NH = 6, .NKV = 2, .hs = 16, .seed = 130},
+    {.B = 3, .T = 37, .NH = 4, .NKV = 1, .hs = 6, .flags = ZO_OPC_NULL_STREAM, .seed = 131},
+    {.B = 1, .T = 19, .NH = 3, .NKV = 3, .hs = 130, .seed = 132},
+};
+
+/* Writes the case's nonzero shape letters and flags into buf[0, cap). */
+static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *buf, size_t cap) {
+  const struct {
+    const char *name;
+    int v;
+  } f[] = {{"N", c->N}, {"C", c->C}, {"OC", c->OC}, {"B", c->B}, {"T", c->T}, {"NH", c->NH}, {"NKV", c->NKV},
+           {"hs", c->hs}};
+  size_t len = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < ZO_ARRAY_LEN(f) && len < cap; i++)
+    if (f[i].v) len += (size_t)snprintf(buf + len, cap - len, "%s%s=%d", len ? " " : "", f[i].name, f[i].v);
+  if (len < cap && (c->flags & ZO_OPC_BIAS)) len += (size_t)snprintf(buf + len, cap - len, " bias");
+  if (len < cap && (c->flags & ZO_OPC_DINP)) len += (size_t)snprintf(buf + len, cap - len, " dinp");
+  if (len < cap) snprintf(buf + len, cap - len, ", seed %llu", (unsigned long long)c->seed);
+  return buf;
+}
+
+#endif /* ZO_OP_CASES_H */
