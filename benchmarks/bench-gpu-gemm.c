@@ -11,6 +11,7 @@
  * reason when there is no GPU; --device cpu runs the same shapes on the CPU
  * backend (use a small --N there). */
 #include "zo/backend.h"
+#include "zo/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>

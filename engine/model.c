@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/cpu.h"
 #include "arch.h"
 
 const struct zo_arch *zo_arch_of(enum zo_model_arch arch) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/cpu.h"
 #include "zo/model.h"
 
 static const char *const part_names[ZO_STATE_N_PARTS] = {"parameters", "exp_avg", "exp_avg_sq"};

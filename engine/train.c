@@ -30,6 +30,7 @@
 
 #include "zo/adamw.h"
 #include "zo/checkpoint.h"
+#include "zo/cpu.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/hf.h"

@@ -7,7 +7,7 @@
  * one code. It does not write grads, does not allocate and keeps no state:
  * the step count t comes from the caller. */
 #include "zo/adamw.h"
-#include "zo/backend.h"
+#include "zo/cpu.h"
 
 #include <math.h>
 #include <stddef.h>

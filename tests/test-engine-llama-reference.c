@@ -20,6 +20,7 @@
 
 #include "zo/adamw.h"
 #include "zo/checkpoint.h"
+#include "zo/cpu.h"
 #include "zo/hf.h"
 #include "zo/model.h"
 #include "zo/safetensors.h"

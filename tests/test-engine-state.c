@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "zo/checkpoint.h"
+#include "zo/cpu.h"
 #include "zo/host.h"
 #include "zo_engine_test.h"
 

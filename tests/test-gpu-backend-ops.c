@@ -16,6 +16,7 @@
  * there is no CUDA backend. */
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
+#include "zo/cpu.h"
 
 #include <errno.h>
 #include <float.h>

@@ -12,6 +12,7 @@
  * Outputs are poisoned with NaN and guarded by sentinel bytes. Shapes cross
  * the GEMM tiles (256 x 256 x 512) and the attention row block (64). */
 #include "zo/backend.h"
+#include "zo/cpu.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,6 +9,7 @@
  * output). Not a benchmark: shapes are small. */
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
+#include "zo/cpu.h"
 
 #include <errno.h>
 #include <float.h>

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "zo/adamw8bit.h"
+#include "zo/cpu.h"
 #include "zo/state.h"
 
 /* ---- state I/O ------------------------------------------------------------

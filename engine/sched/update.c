@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "zo/adamw8bit.h"
+#include "zo/cpu.h"
 
 /* ---- optimizer ----------------------------------------------------------- */
 

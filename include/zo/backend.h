@@ -230,20 +230,9 @@ struct zo_backend {
 /* Chunks of the deterministic sum of squares (sumsq, zo_sumsq). */
 #define ZO_SUMSQ_CHUNKS 64
 
-/* The CPU backend (always available). */
+/* The CPU backend (always available). Its ops called directly on the calling
+ * thread, outside streams: zo/cpu.h. */
 zo_backend_t zo_backend_cpu(void);
-
-/* The CPU backend's adamw_update and sumsq run now on the calling thread
- * (its OpenMP team) on host memory: what offload/adamw.c's zo_adamw_update
- * and zo_sumsq are, so the optimizer on every tier is one code. */
-void zo_cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, bool decay,
-                         long t, float grad_scale);
-double zo_cpu_sumsq(const float *x, size_t n);
-/* The CPU backend's cast, now, on host memory (OpenMP inside): host-side
- * conversions of the engine (uploads, checkpoints, sampling) are the same
- * rounding as every op's. */
-void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n);
 
 /* The CUDA backend, or NULL with zo_last_error() set when the build has no
  * CUDA, no driver or no GPU is present, or the backend is not complete. */

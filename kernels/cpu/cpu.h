@@ -5,6 +5,7 @@
 #define ZO_KERNELS_CPU_H
 
 #include "zo/backend.h"
+#include "zo/cpu.h" /* the direct entry points defined here */
 
 /* ---- ops: same contracts as the zo_backend fields of the same name ------- */
 void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,

@@ -1,0 +1,30 @@
+/* The CPU backend's direct entry points: ops run now, on the calling thread
+ * (its OpenMP team), on host memory, outside any stream, for host-side work
+ * that must round exactly as the backend's ops do. Implemented in
+ * kernels/cpu/; the backend's op table and streams are zo_backend_cpu()
+ * (zo/backend.h). */
+#ifndef ZO_CPU_H
+#define ZO_CPU_H
+
+#include "zo/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CPU backend's adamw_update and sumsq run now on the calling thread
+ * (its OpenMP team) on host memory: what offload/adamw.c's zo_adamw_update
+ * and zo_sumsq are, so the optimizer on every tier is one code. */
+void zo_cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, bool decay,
+                         long t, float grad_scale);
+double zo_cpu_sumsq(const float *x, size_t n);
+/* The CPU backend's cast, now, on host memory (OpenMP inside): host-side
+ * conversions of the engine (uploads, checkpoints, sampling) are the same
+ * rounding as every op's. */
+void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_CPU_H */
