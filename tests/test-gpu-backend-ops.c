@@ -323,7 +323,8 @@ static int test_encoder_backward(void) {
   return fail;
 }
 
-static int layernorm_forward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+static int layernorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C;
   struct tbuf out = tb_new((size_t)N * C, dt), mean = tb_new((size_t)N, ZO_F32),
               rstd = tb_new((size_t)N, ZO_F32), inp = tb_new((size_t)N * C, dt),
               w = tb_new((size_t)C, dt), b = tb_new((size_t)C, dt);
@@ -333,25 +334,17 @@ static int layernorm_forward_case(const struct shape *sh, int N, int C, enum zo_
   tb_poison(&out), tb_poison(&mean), tb_poison(&rstd);
   cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, dt, NULL);
   gpu->layernorm_forward(D(&out), D(&mean), D(&rstd), D(&inp), D(&w), D(&b), N, C, dt, gstream);
-  int fail = report(tb_check("out", &out) | tb_check("mean", &mean) | tb_check("rstd", &rstd), sh);
+  int fail = tb_check("out", &out) | tb_check("mean", &mean) | tb_check("rstd", &rstd);
   tb_free(&out), tb_free(&mean), tb_free(&rstd), tb_free(&inp), tb_free(&w), tb_free(&b);
   return fail;
 }
 
 static int test_layernorm_forward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 3);
-      fail |= layernorm_forward_case(sh, sh->B * sh->T, sh->C, op_dt);
-      fail |= layernorm_forward_case(sh, 5, 1000, op_dt); /* rows many warp-widths long */
-    }
-  }
-  return fail;
+  return RUN_CASES(zo_layernorm_forward_cases, layernorm_forward_case);
 }
 
-static int layernorm_backward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C;
   struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)C, ZO_F32),
               db = tb_new((size_t)C, ZO_F32), dout = tb_new((size_t)N * C, dt),
               inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)C, dt), b = tb_new((size_t)C, dt),
@@ -369,57 +362,36 @@ static int layernorm_backward_case(const struct shape *sh, int N, int C, enum zo
                           C, dt, NULL);
   gpu->layernorm_backward(D(&dinp), D(&dw), D(&db), D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N,
                           C, dt, gstream);
-  int fail =
-      report(tb_check("dinp", &dinp) | tb_check("dweight", &dw) | tb_check("dbias", &db), sh);
+  int fail = tb_check("dinp", &dinp) | tb_check("dweight", &dw) | tb_check("dbias", &db);
   tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
   tb_free(&b), tb_free(&out), tb_free(&mean), tb_free(&rstd);
   return fail;
 }
 
 static int test_layernorm_backward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 4);
-      fail |= layernorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
-      fail |=
-          layernorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks: the atomics path */
-    }
-  }
-  return fail;
+  return RUN_CASES(zo_layernorm_backward_cases, layernorm_backward_case);
 }
 
-static int rmsnorm_forward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+static int rmsnorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C;
   struct tbuf out = tb_new((size_t)N * C, dt), rstd = tb_new((size_t)N, ZO_F32),
               inp = tb_new((size_t)N * C, dt), w = tb_new((size_t)C, dt);
   tb_random(&inp, -2, 3);
   tb_random(&w, 0.5f, 1.5f);
   tb_poison(&out), tb_poison(&rstd);
-  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
-  gpu->rmsnorm_forward(D(&out), D(&rstd), D(&inp), D(&w), 1e-5f, N, C, dt, gstream);
-  int fail = report(tb_check("rmsnorm out", &out) | tb_check("rmsnorm rstd", &rstd), sh);
-  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, c->eps, N, C, dt, NULL);
+  gpu->rmsnorm_forward(D(&out), D(&rstd), D(&inp), D(&w), c->eps, N, C, dt, gstream);
+  int fail = tb_check("rmsnorm out", &out) | tb_check("rmsnorm rstd", &rstd);
   tb_free(&out), tb_free(&rstd), tb_free(&inp), tb_free(&w);
   return fail;
 }
 
-static int test_rmsnorm_forward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 16);
-      fail |= rmsnorm_forward_case(sh, sh->B * sh->T, sh->C, op_dt);
-      fail |= rmsnorm_forward_case(sh, 5, 1001, op_dt); /* odd rows many warp-widths long */
-    }
-  }
-  return fail;
-}
+static int test_rmsnorm_forward(void) { return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_forward_case); }
 
 /* dinp and dweight += from pre-filled values; dweight is deterministic: a
  * second run from the same pre-fill gives the same bits. */
-static int rmsnorm_backward_case(const struct shape *sh, int N, int C, enum zo_dtype dt) {
+static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, C = c->C;
   struct tbuf dinp = tb_new((size_t)N * C, dt), dw = tb_new((size_t)C, ZO_F32),
               dout = tb_new((size_t)N * C, dt), inp = tb_new((size_t)N * C, dt),
               w = tb_new((size_t)C, dt), out = tb_new((size_t)N * C, dt),
@@ -427,7 +399,7 @@ static int rmsnorm_backward_case(const struct shape *sh, int N, int C, enum zo_d
   tb_random(&inp, -2, 3);
   tb_random(&w, 0.5f, 1.5f);
   tb_random(&dout, -1, 1);
-  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, 1e-5f, N, C, dt, NULL);
+  cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, c->eps, N, C, dt, NULL);
   tb_upload(&rstd); /* the same saved statistic on both sides */
   tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1);
   float *dw0 = zo_test_xmalloc((size_t)C * sizeof(float));
@@ -445,25 +417,13 @@ static int rmsnorm_backward_case(const struct shape *sh, int N, int C, enum zo_d
     fprintf(stderr, "  rmsnorm dweight: a second run from the same inputs gives other bits\n");
     fail = 1;
   }
-  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
   free(first), free(dw0);
   tb_free(&dinp), tb_free(&dw), tb_free(&dout), tb_free(&inp), tb_free(&w), tb_free(&out);
   tb_free(&rstd);
-  return report(fail, sh);
-}
-
-static int test_rmsnorm_backward(void) {
-  int fail = 0;
-  for (size_t di = 0; di < N_DTYPES; di++) {
-    op_dt = op_dtypes[di];
-    for (size_t si = 0; si < N_SHAPES; si++) {
-      const struct shape *sh = begin_shape(si, 17);
-      fail |= rmsnorm_backward_case(sh, sh->B * sh->T, sh->C, op_dt);
-      fail |= rmsnorm_backward_case(sh, 300, 1000, op_dt); /* several row chunks of partials */
-    }
-  }
   return fail;
 }
+
+static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
 
 static int matmul_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
   const int N = c->N, C = c->C, OC = c->OC;

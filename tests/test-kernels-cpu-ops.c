@@ -251,9 +251,8 @@ static int test_encoder_backward_fd(void) {
 
 /* ---- layernorm ------------------------------------------------------------ */
 
-static int test_layernorm_forward(void) {
-  enum { N = 13, C = 150 };
-  zo_rng_seed(4);
+static int layernorm_forward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C;
   float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C);
   float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
   fill_random(inp, N * C, -2, 3); /* nonzero mean */
@@ -285,9 +284,12 @@ static int test_layernorm_forward(void) {
   return fail;
 }
 
-static int test_layernorm_backward(void) {
-  enum { N = 13, C = 150 };
-  zo_rng_seed(5);
+static int test_layernorm_forward(void) {
+  return RUN_CASES(zo_layernorm_forward_cases, layernorm_forward_case);
+}
+
+static int layernorm_backward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C;
   float *inp = galloc(N * C), *w = galloc(C), *bias = galloc(C), *dout = galloc(N * C);
   float *out = galloc(N * C), *mean = galloc(N), *rstd = galloc(N);
   float *dinp = galloc(N * C), *dw = galloc(C), *db = galloc(C);
@@ -323,6 +325,10 @@ static int test_layernorm_backward(void) {
   gfree(w);
   gfree(inp);
   return fail;
+}
+
+static int test_layernorm_backward(void) {
+  return RUN_CASES(zo_layernorm_backward_cases, layernorm_backward_case);
 }
 
 struct layernorm_fd {
@@ -362,10 +368,12 @@ static int test_layernorm_backward_fd(void) {
 
 /* ---- rmsnorm -------------------------------------------------------------- */
 
-static int rmsnorm_forward_case(int N, int C, float eps) {
+static int rmsnorm_forward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C;
+  const float eps = c->eps;
   float *inp = galloc((size_t)N * C), *w = galloc(C), *out = galloc((size_t)N * C), *rstd = galloc(N);
   fill_random(inp, (size_t)N * C, -2, 3); /* nonzero mean: RMS, not variance */
-  for (int c = 0; c < C; c++) inp[(size_t)(N / 2) * C + c] = 0.0f; /* rstd = 1/sqrt(eps), out 0 */
+  for (int j = 0; j < C; j++) inp[(size_t)(N / 2) * C + j] = 0.0f; /* rstd = 1/sqrt(eps), out 0 */
   fill_random(w, C, -1, 1);
   fill_nan(out, (size_t)N * C);
   fill_nan(rstd, N);
@@ -375,7 +383,6 @@ static int rmsnorm_forward_case(int N, int C, float eps) {
   rmsnorm_forward64(ref, ref_rstd, inp64, w64, eps, N, C);
   int fail = check_output("out", out, ref, (size_t)N * C, 1e-6, 1e-5) |
              check_output("rstd", rstd, ref_rstd, N, 0, 1e-6) | guard_broken("inp", inp, (size_t)N * C);
-  if (fail) fprintf(stderr, "  (N=%d C=%d eps=%g)\n", N, C, (double)eps);
   free(ref_rstd);
   free(ref);
   free(w64);
@@ -387,13 +394,11 @@ static int rmsnorm_forward_case(int N, int C, float eps) {
   return fail;
 }
 
-static int test_rmsnorm_forward(void) {
-  zo_rng_seed(40);
-  return rmsnorm_forward_case(13, 151, 1e-5f) | rmsnorm_forward_case(5, 3, 1e-6f) |
-         rmsnorm_forward_case(1, 1000, 1e-5f);
-}
+static int test_rmsnorm_forward(void) { return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_forward_case); }
 
-static int rmsnorm_backward_case(int N, int C, float eps) {
+static int rmsnorm_backward_case(const struct zo_op_case *c) {
+  const int N = c->N, C = c->C;
+  const float eps = c->eps;
   const size_t n = (size_t)N * C;
   float *inp = galloc(n), *w = galloc(C), *dout = galloc(n), *out = galloc(n), *rstd = galloc(N);
   float *dinp = galloc(n), *dw = galloc(C), *dinp2 = galloc(n), *dw2 = galloc(C);
@@ -422,7 +427,6 @@ static int rmsnorm_backward_case(int N, int C, float eps) {
     fail = 1;
   }
 #endif
-  if (fail) fprintf(stderr, "  (N=%d C=%d)\n", N, C);
   free(dout64);
   free(w64);
   free(inp64);
@@ -440,11 +444,7 @@ static int rmsnorm_backward_case(int N, int C, float eps) {
   return fail;
 }
 
-static int test_rmsnorm_backward(void) {
-  zo_rng_seed(41);
-  /* C over two column blocks with a partial last one; many rows. */
-  return rmsnorm_backward_case(13, 151, 1e-5f) | rmsnorm_backward_case(300, 70, 1e-6f);
-}
+static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
 
 struct rmsnorm_fd {
   double *inp, *w, *dout, *out;

@@ -27,8 +27,50 @@ enum {
 struct zo_op_case {
   int N, C, OC;          /* rows, channels, output channels (norms, matmul) */
   int B, T, NH, NKV, hs; /* batch, time, query heads, kv heads, head size (attention, rope) */
+  float eps;             /* rmsnorm */
   unsigned flags;        /* ZO_OPC_* */
   uint64_t seed;
+};
+
+/* ---- layernorm, rmsnorm ------------------------------------------------------ */
+
+/* The GPU shapes' B*T rows of C (128 x 96, 111 x 72 on the NULL stream), rows
+ * many warp-widths long, and (backward) many row chunks: the atomics path. */
+static const struct zo_op_case zo_layernorm_forward_cases[] = {
+    {.N = 13, .C = 150, .seed = 4},
+    {.N = 128, .C = 96, .seed = 3},
+    {.N = 5, .C = 1000, .seed = 3},
+    {.N = 111, .C = 72, .flags = ZO_OPC_NULL_STREAM, .seed = 3},
+    {.N = 5, .C = 1000, .flags = ZO_OPC_NULL_STREAM, .seed = 3},
+};
+
+static const struct zo_op_case zo_layernorm_backward_cases[] = {
+    {.N = 13, .C = 150, .seed = 5},
+    {.N = 128, .C = 96, .seed = 4},
+    {.N = 300, .C = 1000, .seed = 4},
+    {.N = 111, .C = 72, .flags = ZO_OPC_NULL_STREAM, .seed = 4},
+    {.N = 300, .C = 1000, .flags = ZO_OPC_NULL_STREAM, .seed = 4},
+};
+
+/* C over two column blocks with a partial last one, tiny rows, one long
+ * row, odd rows many warp-widths long, many rows (chunks of partials). */
+static const struct zo_op_case zo_rmsnorm_forward_cases[] = {
+    {.N = 13, .C = 151, .eps = 1e-5f, .seed = 40},
+    {.N = 5, .C = 3, .eps = 1e-6f, .seed = 40},
+    {.N = 1, .C = 1000, .eps = 1e-5f, .seed = 40},
+    {.N = 128, .C = 96, .eps = 1e-5f, .seed = 16},
+    {.N = 5, .C = 1001, .eps = 1e-5f, .seed = 16},
+    {.N = 111, .C = 72, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 16},
+    {.N = 5, .C = 1001, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 16},
+};
+
+static const struct zo_op_case zo_rmsnorm_backward_cases[] = {
+    {.N = 13, .C = 151, .eps = 1e-5f, .seed = 41},
+    {.N = 300, .C = 70, .eps = 1e-6f, .seed = 41},
+    {.N = 128, .C = 96, .eps = 1e-5f, .seed = 17},
+    {.N = 300, .C = 1000, .eps = 1e-5f, .seed = 17},
+    {.N = 111, .C = 72, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 17},
+    {.N = 300, .C = 1000, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 17},
 };
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -127,6 +169,7 @@ static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *
     if (f[i].v) len += (size_t)snprintf(buf + len, cap - len, "%s%s=%d", len ? " " : "", f[i].name, f[i].v);
   if (len < cap && (c->flags & ZO_OPC_BIAS)) len += (size_t)snprintf(buf + len, cap - len, " bias");
   if (len < cap && (c->flags & ZO_OPC_DINP)) len += (size_t)snprintf(buf + len, cap - len, " dinp");
+  if (len < cap && c->eps != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " eps=%g", (double)c->eps);
   if (len < cap) snprintf(buf + len, cap - len, ", seed %llu", (unsigned long long)c->seed);
   return buf;
 }
