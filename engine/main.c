@@ -18,6 +18,7 @@
 #include "zo/data.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
+#include "zo/sample.h"
 #include "zo/train.h"
 
 #define MAX_SETS 256

@@ -1,7 +1,7 @@
-/* Training loop, evaluation and sampling. One step: gradient_accumulation_steps
+/* The training loop. One step: gradient_accumulation_steps
  * micro-batches (forward, backward with dloss = 1/(B*T*K), so the gradient is
  * the mean), the global L2 norm, clipping, and AdamW tensor by tensor with
- * decay only on 2-D tensors; the scheduler (engine/sched.c) places and orders
+ * decay only on 2-D tensors; the scheduler (engine/sched/) places and orders
  * all of it as the config's zero_optimization section says, after the
  * planner (engine/plan.c) has checked that every tier fits. The reported loss
  * is the mean of the micro-batch losses. AdamW or AdamW8bit (8-bit m, v on
@@ -15,8 +15,11 @@
  * (planned, peak and current bytes per tier and category, measured in the
  * allocators); --memory-report prints the plan before anything is allocated.
  * Data parallel (zo_train_opts.comm over several ranks): each rank trains its
- * rows of the global micro-batch on a full replica, the scheduler sums the
- * gradients; rank 0 alone prints, logs and saves (see zo/train.h). */
+ * rows of the global micro-batch; at ZeRO stage 0 every rank holds the whole
+ * state and the scheduler sums the gradients, at stage >= 1 each rank owns
+ * its shard of the optimizer state (zo_placement_sharded); rank 0 alone
+ * prints and logs (see zo/train.h). Evaluation and sampling are
+ * engine/sample.c's. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -30,13 +33,13 @@
 
 #include "zo/adamw.h"
 #include "zo/checkpoint.h"
-#include "zo/cpu.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/hf.h"
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
+#include "zo/sample.h"
 #include "zo/sched.h"
 
 /* The backend the engine runs on: engine.device, "auto" taking CUDA when a
@@ -75,134 +78,8 @@ static int model_config(const struct zo_config *cfg, struct zo_model_config *mc)
   return zo_model_config_check(mc);
 }
 
-/* Mean loss over n micro-batches of d from position 0 (forward only). */
-static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, int32_t *tg,
-                     zo_stream_t s, double *loss) {
-  double sum = 0.0;
-  zo_data_seek(d, 0);
-  for (int i = 0; i < n; i++) {
-    double l;
-    zo_data_next(d, in, tg);
-    zo_model_forward(m, in, tg, m->B, m->T, s);
-    int err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l);
-    if (err) return err;
-    sum += l;
-  }
-  *loss = sum / n;
-  return 0;
-}
-
 int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
   return model_config(cfg, mc);
-}
-
-/* Validation micro-batches (of B rows, the global micro-batch's) in d. */
-static int val_batches(const struct zo_data *d, int B, int T) {
-  size_t n = zo_data_n_tokens(d) / ((size_t)B * (size_t)T);
-  return n < 1 ? 1 : n > 20 ? 20 : (int)n;
-}
-
-/* splitmix64 for sampling: reproducible for a seed. */
-static double uniform01(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
-static int cmp_desc(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x < y) - (x > y);
-}
-
-/* Draws the next token from logits row (V real entries) with temperature and top-k. */
-static int sample_token(const float *logits, int V, double temperature, int top_k, float *scratch,
-                        uint64_t *rng) {
-  float threshold = -INFINITY;
-  if (top_k > 0 && top_k < V) {
-    memcpy(scratch, logits, (size_t)V * sizeof(float));
-    qsort(scratch, (size_t)V, sizeof(float), cmp_desc);
-    threshold = scratch[top_k - 1];
-  }
-  double maxv = -INFINITY, sum = 0.0;
-  for (int i = 0; i < V; i++)
-    if (logits[i] >= threshold && logits[i] > maxv) maxv = logits[i];
-  for (int i = 0; i < V; i++)
-    sum += logits[i] >= threshold ? exp((logits[i] - maxv) / temperature) : 0.0;
-  double r = uniform01(rng) * sum, acc = 0.0;
-  int last = 0;
-  for (int i = 0; i < V; i++) {
-    if (logits[i] < threshold) continue;
-    acc += exp((logits[i] - maxv) / temperature);
-    last = i;
-    if (acc >= r) return i;
-  }
-  return last;
-}
-
-/* Autoregressive generation with a sliding window of the model's T tokens. */
-static int generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
-                    double temperature, int top_k, uint64_t seed, FILE *out) {
-  const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
-  int32_t *window = calloc((size_t)T, sizeof *window);
-  float *row = malloc((size_t)Vp * sizeof *row), *scratch = malloc((size_t)V * sizeof *scratch);
-  void *raw = malloc((size_t)Vp * m->esize);
-  int err = 0;
-  if (!window || !row || !scratch || !raw) {
-    err = zo_error(-ENOMEM, "out of host memory for sampling");
-    goto out;
-  }
-  uint64_t rng = seed;
-  for (int i = 0; i < n_new; i++) {
-    int len = n_ctx < T ? n_ctx : T;
-    memcpy(window, ctx + n_ctx - len, (size_t)len * sizeof *window);
-    zo_model_forward(m, window, NULL, 1, len, s);
-    /* The LM head runs in chunks; the last row is in the last one, in the
-     * working dtype, widened here. */
-    const void *last = zo_model_at(m, m->logits, (size_t)(len - 1 - m->head_row0) * (size_t)Vp);
-    if ((err = m->backend->memcpy_async(raw, last, (size_t)Vp * m->esize, ZO_COPY_D2H, s)) ||
-        (err = m->backend->stream_synchronize(s)))
-      goto out;
-    zo_cpu_cast(row, ZO_F32, raw, m->dtype, (size_t)Vp);
-    int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
-    ctx[n_ctx++] = tok;
-    if (V == 256)
-      fputc(tok, out);
-    else
-      fprintf(out, "%s%d", i ? "," : "", tok);
-    fflush(out);
-  }
-  fputc('\n', out);
-out:
-  free(window);
-  free(raw);
-  free(row);
-  free(scratch);
-  return err;
-}
-
-/* Fills the context from a prompt: bytes for vocab 256, else token ids. */
-static int parse_prompt(const char *prompt, int V, int32_t *ctx, int cap, int *n) {
-  *n = 0;
-  if (!prompt || !prompt[0]) {
-    ctx[(*n)++] = V == 256 ? '\n' : 0;
-    return 0;
-  }
-  if (V == 256) {
-    for (const unsigned char *p = (const unsigned char *)prompt; *p && *n < cap; p++) ctx[(*n)++] = *p;
-    return 0;
-  }
-  const char *p = prompt;
-  while (*p && *n < cap) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 0 || v >= V)
-      return zo_error(-EINVAL, "--prompt: \"%s\" is not a comma-separated list of token ids below %d",
-                      prompt, V);
-    ctx[(*n)++] = (int32_t)v;
-    p = *end == ',' ? end + 1 : end;
-  }
-  return 0;
 }
 
 /* Mean validation loss over n micro-batches of d from position 0, forward
@@ -244,7 +121,7 @@ static void trainer_free(struct trainer *t) {
   zo_sched_free(t->sched);
 }
 
-/* printf on the lead rank only (the others hold the same state). */
+/* printf on the lead rank only (the figures it prints are global). */
 static void say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const struct trainer *t, const char *fmt, ...) {
   if (!t->lead) return;
@@ -455,7 +332,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
             "elements); m + v %.3f B/param (fp32: 8)\n",
         of->block, 100.0 * (double)n8 / (double)n, of->min_numel, 2.0 * (double)sb / (double)n);
   }
-  int n_val = t.val ? val_batches(t.val, B * N, T) : 0;
+  int n_val = t.val ? zo_eval_n_batches(t.val, B * N, T) : 0;
   if (t.val && st.step == 0) {
     double vl;
     if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
@@ -604,7 +481,8 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     }
     ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
     fprintf(out, "sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
-    err = generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed, out);
+    err = zo_sample_generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed,
+                             out);
     if (out != stdout) fclose(out);
     free(ctx);
   }
@@ -613,123 +491,3 @@ out:
   return err;
 }
 
-/* A forward-only model loaded from checkpoint / init_from / seeded init. */
-static struct zo_model *load_inference(const struct zo_config *cfg, const char *checkpoint, int B, int T,
-                                      zo_backend_t *be_out) {
-  struct zo_model_config mc;
-  char path[PATH_MAX] = "";
-  if (checkpoint) {
-    snprintf(path, sizeof path, "%s", checkpoint);
-  } else if (cfg->checkpoint.dir && cfg->checkpoint.dir[0] &&
-             zo_checkpoint_latest(cfg->checkpoint.dir, path, sizeof path) != 0) {
-    path[0] = '\0';
-  }
-  if (path[0]) {
-    if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
-  } else if (model_config(cfg, &mc)) {
-    return NULL;
-  }
-  if (T > mc.max_seq_len) T = mc.max_seq_len;
-  zo_backend_t be = engine_backend(cfg);
-  if (!be) return NULL;
-  /* Inference runs in the config's precision, like training would. */
-  const struct zo_model_layout lo = {
-      .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
-  struct zo_model *m = zo_model_init_layout(&mc, be, B, T, &lo);
-  if (!m) return NULL;
-  /* Parameters stream into the device through a small staging buffer
-   * (rounded to the working dtype on the way): no host copy of the model,
-   * and the device is never written from the host. */
-  struct zo_state_io io;
-  int err = zo_state_io_model(&io, m);
-  if (!err && path[0]) {
-    char file[PATH_MAX + 32];
-    struct zo_train_state st = {0};
-    if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0)
-      err = zo_checkpoint_load_io(path, m, NULL, &io, false, &st);
-    else {
-      snprintf(file, sizeof file, "%s/model.safetensors", path);
-      err = zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, &io);
-    }
-  } else if (!err && cfg->model.init_from && cfg->model.init_from[0]) {
-    err = zo_model_load_safetensors_io(cfg->model.init_from, m, &io);
-  } else if (!err) {
-    const size_t n = m->table.numel, per = io.stage_bytes / sizeof(float);
-    for (size_t i = 0; i < n && !err; i += per) {
-      const size_t k = n - i < per ? n - i : per;
-      zo_model_init_range(m, cfg->engine.seed, i, io.stage, k);
-      err = io.write(io.ctx, ZO_STATE_PARAMS, i * sizeof(float), io.stage, k * sizeof(float));
-    }
-  }
-  zo_state_io_free(&io);
-  if (err) {
-    zo_model_free(m);
-    return NULL;
-  }
-  *be_out = be;
-  return m;
-}
-
-int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
-            struct zo_eval_result *out) {
-  const char *path = cfg->data.val && cfg->data.val[0] ? cfg->data.val : cfg->data.train;
-  if (!path || !path[0]) return zo_error(-EINVAL, "data.val and data.train are both empty: nothing to evaluate");
-  zo_backend_t be;
-  const int B = cfg->micro_batch, T = cfg->data.seq_len;
-  struct zo_model *m = load_inference(cfg, checkpoint, B, T, &be);
-  if (!m) return -EINVAL;
-  int err = 0;
-  zo_stream_t s = NULL;
-  int32_t *in = malloc((size_t)B * (size_t)m->T * sizeof *in), *tg = malloc((size_t)B * (size_t)m->T * sizeof *tg);
-  struct zo_data *d = zo_data_open(path, (enum zo_data_format)cfg->data.format, m->cfg.vocab_size, B, m->T,
-                                   false, cfg->engine.seed);
-  if (!d) {
-    err = zo_error(-EIO, "%s", zo_last_error());
-    goto out;
-  }
-  if (!in || !tg) {
-    err = zo_error(-ENOMEM, "out of host memory for evaluation batches");
-    goto out;
-  }
-  if ((err = be->stream_create(&s))) goto out;
-  if (n_batches <= 0) n_batches = val_batches(d, B, m->T);
-  out->n_batches = n_batches;
-  if ((err = eval_loss(m, d, n_batches, in, tg, s, &out->loss))) goto out;
-  out->device_bytes = m->arena.peak;
-  out->train_device_bytes = zo_model_device_bytes(&m->cfg, B, m->T, true);
-out:
-  if (s) be->stream_destroy(s);
-  zo_data_close(d);
-  free(in);
-  free(tg);
-  zo_model_free(m);
-  return err;
-}
-
-int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out) {
-  zo_backend_t be;
-  /* Prompt tokens (at most one per byte, or the one start token) plus the new ones. */
-  const size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 2 + (size_t)opts->n_tokens;
-  /* The window is the model's context, or less when the whole text is
-   * shorter: a Llama 3 context (131072) would plan NH * T * T attention
-   * probabilities, hundreds of GiB, for a few tokens. load_inference clamps
-   * to the loaded model's max_seq_len (the checkpoint's, not the config's). */
-  struct zo_model *m = load_inference(cfg, opts->checkpoint, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be);
-  if (!m) return -EINVAL;
-  int err = 0, n_ctx = 0;
-  zo_stream_t s = NULL;
-  int32_t *ctx = malloc(cap * sizeof *ctx);
-  if (!ctx) {
-    err = zo_error(-ENOMEM, "out of host memory for sampling");
-    goto out;
-  }
-  if ((err = parse_prompt(opts->prompt, m->cfg.vocab_size, ctx, (int)cap, &n_ctx))) goto out;
-  if ((err = be->stream_create(&s))) goto out;
-  if (opts->prompt && m->cfg.vocab_size == 256) fputs(opts->prompt, out);
-  err = generate(m, s, ctx, n_ctx, opts->n_tokens, opts->temperature, opts->top_k, opts->seed, out);
-out:
-  if (s) be->stream_destroy(s);
-  free(ctx);
-  zo_model_free(m);
-  return err;
-}

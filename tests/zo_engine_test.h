@@ -17,6 +17,7 @@
 #include "zo/data.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
+#include "zo/sample.h"
 #include "zo/sched.h"
 #include "zo/train.h"
 #include "zo_test.h"
