@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "zo/bench.h"
-#include "zo/bench8.h"
 #include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/data.h"
