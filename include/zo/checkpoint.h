@@ -24,7 +24,7 @@
 
 #include "zo/model.h"
 #include "zo/loss_scale.h"
-#include "zo/sched.h" /* struct zo_optim_format */
+#include "zo/optim_format.h"
 #include "zo/state.h"
 
 #ifdef __cplusplus
@@ -45,7 +45,7 @@ struct zo_train_state {
 };
 
 /* Saves host copies of parameters (table order, m->table.numel floats), and
- * AdamW m and v (the canonical layout of format opt, zo/sched.h; NULL: fp32
+ * AdamW m and v (the canonical layout of format opt, zo/optim_format.h; NULL: fp32
  * AdamW, numel floats each) as checkpoint-<state->step> under dir, then
  * removes the oldest checkpoint-* directories beyond keep (0 = keep all).
  * Writes the final path to out_path (may be NULL). Returns 0 or -errno with a
