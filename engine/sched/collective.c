@@ -8,6 +8,8 @@
  * after a local error so that no rank is left waiting. */
 #include "internal.h"
 
+#include <stdlib.h>
+
 /* Each owner's part of elements [off, off + n) broadcast from it into buf
  * (working dtype; with copy_own the owner copies its part from the host
  * working copy first, else it is in buf already), on comm, every rank in
@@ -25,25 +27,25 @@ int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off,
   return err;
 }
 
-/* Stream pg: block l gathered into its slot's buffer. Runs even after an
+/* Stream block_gather: block l gathered into its slot's buffer. Runs even after an
  * error, so that the others are not left waiting. */
-void pg_gather_fn(void *arg) {
+void block_gather_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   const struct range r = unit_range(s->t, 1 + a->index);
   const double t0 = zo_time_s();
-  int err = exchange_range(s, s->pg_comm, pg_buf(s, a->index % s->K), r.off, r.numel, true);
+  int err = exchange_range(s, s->block_gather_comm, block_gather_buf(s, a->index % s->n_slots), r.off, r.numel, true);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
 }
 
-/* Stream rs: one micro-batch's gradients of a range, staged, summed over
+/* Stream reduce: one micro-batch's gradients of a range, staged, summed over
  * the ranks onto the owner of each shard they meet (the ranks' parts of a
  * reduce-scatter, range by range in the same order on every rank); each
  * owner accumulates its part into its shard of h.grads. Runs even after an
  * error, so that the others are not left waiting. */
-static void rs_acc_fn(void *arg) {
-  struct rs_task *a = arg;
+static void reduce_acc_fn(void *arg) {
+  struct reduce_task *a = arg;
   struct zo_sched *s = a->s;
   const bool first = a->runs++ % s->pl.grad_accum == 0;
   const int me = s->pl.dp_rank;
@@ -53,7 +55,7 @@ static void rs_acc_fn(void *arg) {
     size_t lo, hi;
     if (!shard_cut(s, r, a->off, a->n, &lo, &hi)) continue;
     float *part = a->src + (lo - a->off);
-    err = zo_comm_reduce(s->rs_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
+    err = zo_comm_reduce(s->reduce_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
     if (err || r != me) continue;
     float *dst = grads_at(s, lo);
     if (first) {
@@ -68,14 +70,14 @@ static void rs_acc_fn(void *arg) {
 
 /* Sharded gradients: n gradients at device src to the staging buffer of
  * the task (free: the event the last reduction from it recorded), then
- * their reduction on stream rs (ready event i), which frees it again. */
+ * their reduction on stream reduce (ready event i), which frees it again. */
 void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
-                            struct rs_task *task) {
+                            struct reduce_task *task) {
   CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
   CHECK_Q(s->be->memcpy_async(task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
-  CHECK_Q(s->be->event_record(s->rs_ready[i], s->d2h));
-  CHECK_Q(s->be->stream_wait_event(s->rs, s->rs_ready[i]));
-  CHECK_Q(s->be->launch_host_func(s->rs, rs_acc_fn, task));
+  CHECK_Q(s->be->event_record(s->reduce_ready[i], s->d2h));
+  CHECK_Q(s->be->stream_wait_event(s->reduce, s->reduce_ready[i]));
+  CHECK_Q(s->be->launch_host_func(s->reduce, reduce_acc_fn, task));
 }
 
 /* Optimizer stream, the step's first task: the accumulated gradients, where
@@ -140,15 +142,15 @@ void queue_gather(struct zo_sched *s) {
                                host_params_at(s, a), (b - a) * s->m->esize, ZO_COPY_H2D, s->h2d));
     }
     CHECK_Q(be->event_record(s->gather_wait, s->h2d));
-    CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
-    CHECK_Q(be->launch_host_func(s->os, resident_exchange_fn, s));
-    for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->os));
+    CHECK_Q(be->stream_wait_event(s->optim, s->gather_wait));
+    CHECK_Q(be->launch_host_func(s->optim, resident_exchange_fn, s));
+    for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     return;
   }
   CHECK_Q(be->event_record(s->gather_wait, s->h2d));
-  CHECK_Q(be->stream_wait_event(s->os, s->gather_wait));
-  CHECK_Q(be->launch_host_func(s->os, gather_fn, s));
-  CHECK_Q(be->event_record(s->gather_done, s->os));
+  CHECK_Q(be->stream_wait_event(s->optim, s->gather_wait));
+  CHECK_Q(be->launch_host_func(s->optim, gather_fn, s));
+  CHECK_Q(be->event_record(s->gather_done, s->optim));
   for (int u = 0; u < s->U; u++) {
     void *dev = dev_unit_params(s, u);
     if (dev && s->h.params) {
@@ -157,7 +159,7 @@ void queue_gather(struct zo_sched *s) {
       CHECK_Q(be->memcpy_async(dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
-      CHECK_Q(be->event_record(s->param_ready[u], s->os));
+      CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     }
   }
 }
@@ -169,4 +171,55 @@ int ranks_sum(struct zo_sched *s, double *sums, int n) {
   int err = zo_comm_allreduce(s->comm, sums, 2 * (size_t)n, ZO_F64, ZO_COMM_SUM);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   return err ? error_prefixed(err, "summing the losses over the ranks") : 0;
+}
+
+/* zo_sched_init's data-parallel stage (sharded placements): every rank's
+ * shard, and the streams and communicators of ZeRO-3 block gathers and
+ * overlapped gradient reductions. Every rank decides alike (the same
+ * placement), so the duplicates, which are collective, are made by all or
+ * none. Returns 0 or -errno. */
+int init_ranks(struct zo_sched *s, zo_comm_t comm) {
+  const int n_ranks = s->n_ranks;
+  s->shards = calloc((size_t)n_ranks, sizeof *s->shards);
+  s->rs_counts = calloc((size_t)n_ranks, sizeof *s->rs_counts);
+  s->norm_parts = calloc((size_t)s->t->n_tensors, sizeof *s->norm_parts);
+  if (!s->shards || !s->rs_counts || !s->norm_parts) return sched_no_memory();
+  for (int r = 0; r < n_ranks; r++) {
+    s->shards[r] = zo_shard_of(&s->pl.opt, s->t, r, n_ranks);
+    s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
+  }
+  int err;
+  s->pshard = s->n_slots > 0;
+  if (s->pshard) {
+    s->params_off = s->sh.lo;
+    if ((err = zo_comm_dup(comm, &s->block_gather_comm))) return err;
+    s->block_gather_ready = calloc((size_t)s->n_slots, sizeof *s->block_gather_ready);
+    s->block_gather_free = calloc((size_t)s->n_slots, sizeof *s->block_gather_free);
+    s->block_gather_tasks = calloc((size_t)s->L, sizeof *s->block_gather_tasks);
+    if (!s->block_gather_ready || !s->block_gather_free || !s->block_gather_tasks) return sched_no_memory();
+    for (int l = 0; l < s->L; l++) s->block_gather_tasks[l] = (struct task){s, l, 0};
+    if ((err = s->be->stream_create(&s->block_gather)) ||
+        (err = events_create(s->be, s->block_gather_ready, s->n_slots)) ||
+        (err = events_create(s->be, s->block_gather_free, s->n_slots)))
+      return err;
+  }
+  s->overlap = s->pl.grads_on_host && s->pl.overlap_comm;
+  if (!s->overlap) return 0;
+  const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->L + 1);
+  if ((err = zo_comm_dup(comm, &s->reduce_comm))) return err;
+  s->reduce_ready = calloc((size_t)s->L + 1, sizeof *s->reduce_ready);
+  s->reduce_tasks = calloc((size_t)s->L + 2, sizeof *s->reduce_tasks);
+  if (!s->reduce_ready || !s->reduce_tasks) return sched_no_memory();
+  s->grads_off = s->sh.lo;
+  /* staging pointers once the pool is carved (init_streams) */
+  for (int l = 0; l < s->L; l++)
+    s->reduce_tasks[l] = (struct reduce_task){s, s->t->layer_offset[l], s->t->layer_numel, NULL, 0};
+  s->reduce_tasks[s->L] = (struct reduce_task){s, head.off, head.numel, NULL, 0};
+  s->reduce_tasks[s->L + 1] = (struct reduce_task){s, tail.off, tail.numel, NULL, 0};
+  if ((err = s->be->stream_create(&s->reduce)) || (err = events_create(s->be, s->reduce_ready, s->L + 1)) ||
+      (err = s->be->event_create(&s->reduce_done)) ||
+      (err = events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS)) ||
+      (err = s->be->event_create(&s->stage_res_free)))
+    return err;
+  return 0;
 }

@@ -2,7 +2,7 @@
  * resident (parameter slots loaded on the H2D stream), its gradient target
  * bound and zeroed, its checkpointed input loaded back from host memory;
  * after it, slots are released, gradients leave for the host (staged and
- * accumulated when K > 1) and checkpointed inputs are saved. Only events
+ * accumulated when grad_accum > 1) and checkpointed inputs are saved. Only events
  * order them; nothing here blocks the caller. */
 #include "internal.h"
 
@@ -10,24 +10,24 @@
 
 /* Block l resident in slot l % K, loading it on the H2D stream if needed. */
 static void slot_ensure(struct zo_sched *s, int l) {
-  const int k = l % s->K;
+  const int k = l % s->n_slots;
   if (s->slot_owner[k] == l) return;
   const struct range r = unit_range(s->t, 1 + l);
   if (s->pshard) {
-    /* Gathered from the owners into slot k's buffer (stream pg, in the same
+    /* Gathered from the owners into slot k's buffer (stream block_gather, in the same
      * order on every rank), then copied to the slot. */
-    CHECK_Q(s->be->stream_wait_event(s->pg, s->pg_free[k]));
-    CHECK_Q(s->be->stream_wait_event(s->pg, s->param_ready[1 + l]));
-    CHECK_Q(s->be->launch_host_func(s->pg, pg_gather_fn, &s->pg_tasks[l]));
-    CHECK_Q(s->be->event_record(s->pg_ready[k], s->pg));
-    CHECK_Q(s->be->stream_wait_event(s->h2d, s->pg_ready[k]));
+    CHECK_Q(s->be->stream_wait_event(s->block_gather, s->block_gather_free[k]));
+    CHECK_Q(s->be->stream_wait_event(s->block_gather, s->param_ready[1 + l]));
+    CHECK_Q(s->be->launch_host_func(s->block_gather, block_gather_fn, &s->block_gather_tasks[l]));
+    CHECK_Q(s->be->event_record(s->block_gather_ready[k], s->block_gather));
+    CHECK_Q(s->be->stream_wait_event(s->h2d, s->block_gather_ready[k]));
   }
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
-  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? pg_buf(s, k) : host_params_at(s, r.off),
+  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? block_gather_buf(s, k) : host_params_at(s, r.off),
                               r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
   CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
-  if (s->pshard) CHECK_Q(s->be->event_record(s->pg_free[k], s->h2d));
+  if (s->pshard) CHECK_Q(s->be->event_record(s->block_gather_free[k], s->h2d));
   s->slot_owner[k] = l;
 }
 
@@ -37,16 +37,16 @@ static int need_at(int L, int i) { return i < L ? i : 2 * L - 1 - i; }
 static void slots_acquire(struct zo_sched *s, struct zo_model *m, int l, enum zo_model_phase ph,
                           zo_stream_t cs) {
   const int L = s->L, pos = ph == ZO_MODEL_FORWARD ? l : 2 * L - 1 - l;
-  for (int i = pos; i < pos + s->K && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
-  CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->K]));
-  zo_model_bind_block(m, l, m->param_slots[l % s->K], NULL);
+  for (int i = pos; i < pos + s->n_slots && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
+  CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->n_slots]));
+  zo_model_bind_block(m, l, m->param_slots[l % s->n_slots], NULL);
 }
 
 /* Next step: every slot is stale; start loading the first blocks as soon as
  * their updates finish. */
 void slots_invalidate(struct zo_sched *s) {
-  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
-  for (int l = 0; l < s->K; l++) slot_ensure(s, l);
+  for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1;
+  for (int l = 0; l < s->n_slots; l++) slot_ensure(s, l);
 }
 
 /* ---- gradients ----------------------------------------------------------- */
@@ -129,7 +129,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
     } else if (l == L) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
-    } else if (s->K) {
+    } else if (s->n_slots) {
       slots_acquire(s, m, l, ph, cs);
     } else {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[1 + l]));
@@ -149,7 +149,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
     return;
   }
   if (l == ZO_MODEL_EMBED) return;
-  if (s->K) slots_acquire(s, m, l, ph, cs);
+  if (s->n_slots) slots_acquire(s, m, l, ph, cs);
   if (ck_on_host(s, l)) {
     /* The recompute reads the input first; the next block's input is
      * fetched meanwhile into the other buffer. */
@@ -172,7 +172,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
-  if (l >= 0 && l < L && s->K) CHECK_Q(be->event_record(s->slot_free[l % s->K], cs));
+  if (l >= 0 && l < L && s->n_slots) CHECK_Q(be->event_record(s->slot_free[l % s->n_slots], cs));
   if (ck_on_host(s, l)) {
     if (ph == ZO_MODEL_FORWARD) ck_save(s, m, l, cs);
     else CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
@@ -185,9 +185,9 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
     CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
     if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
     if (s->overlap) {
-      grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->rs_tasks[l]);
+      grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->reduce_tasks[l]);
       CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
-      CHECK_Q(be->event_record(s->stage_free[g], s->rs));
+      CHECK_Q(be->event_record(s->stage_free[g], s->reduce));
       return;
     }
     grads_out(s, m->grad_slots[g], s->t->layer_offset[l], s->t->layer_numel, s->h.stage[g],
@@ -205,12 +205,12 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
     }
     if (s->overlap) {
-      grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->rs_tasks[L]);
-      grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->rs_tasks[L + 1]);
+      grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->reduce_tasks[L]);
+      grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->reduce_tasks[L + 1]);
       CHECK_Q(be->event_record(s->res_free, s->d2h));
-      CHECK_Q(be->event_record(s->stage_res_free, s->rs));
+      CHECK_Q(be->event_record(s->stage_res_free, s->reduce));
       /* The optimizer starts when every range is reduced (queue_optimizer). */
-      if (last) CHECK_Q(be->event_record(s->rs_done, s->rs));
+      if (last) CHECK_Q(be->event_record(s->reduce_done, s->reduce));
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }

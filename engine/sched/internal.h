@@ -1,7 +1,18 @@
 /* The scheduler's private header: struct zo_sched, the task records handed
  * to host functions, and the helpers the files of engine/sched/ share.
  * Nothing outside engine/sched/ includes it; the public interface is
- * zo/sched.h. */
+ * zo/sched.h. The files, one job each:
+ *   sched.c       the conductor: init (staged), free, synchronize, a
+ *                 micro-batch, the end of a step, eval
+ *   placement.c   placement from the config, shards, the optimizer-state format
+ *   layout.c      units, NVMe chunk plans, the host layout; the three plans
+ *   hooks.c       the model's block hooks: slots, gradients out, checkpoints
+ *   step.c        one step's queueing order (queue_optimizer)
+ *   update.c      norm and AdamW / AdamW8bit updates, host and device
+ *   nvme.c        the NVMe pipeline, the state files and their cache
+ *   collective.c  every collective across ranks, and init's ranks stage
+ *   state.c       state I/O and the rank-0 serving protocol
+ *   stats.c       counters, the memory report, the I/O timing */
 #ifndef ZO_ENGINE_SCHED_INTERNAL_H
 #define ZO_ENGINE_SCHED_INTERNAL_H
 
@@ -86,7 +97,7 @@ struct host_bufs {
   float *master;     /* (numel) fp32 master weights, optimizer on cpu */
   uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
   float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
-  float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, K > 1 */
+  float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, grad_accum > 1 */
   float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
   uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
                       * each rounded up to 4096 bytes */
@@ -94,63 +105,69 @@ struct host_bufs {
   float *losses;     /* (grad_accum, B*T) */
   uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
                       * cpu_checkpointing */
-  uint8_t *pgather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
+  uint8_t *block_gather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
                       * owners, ZeRO-3 over ranks */
   uint8_t *st_stage; /* (st_bytes) state I/O staging: init, resume, saves,
                       * fresh states */
   size_t st_bytes;   /* zo_state_stage_bytes */
 };
 
-/* ---- the scheduler ------------------------------------------------------- */
+/* ---- task records (host-function arguments) ------------------------------ */
 
+/* One step's optimizer arguments, double-buffered by step parity
+ * (s->step[parity]): written by step_end, read by the optimizer stream's
+ * host functions of that step. */
 struct step_args {
-  long t;
-  struct zo_adamw_hparams hp;
-  double max_norm;
-  double loss_scale;  /* the gradients are scaled by it (fp16); 1 otherwise */
-  bool skip_nonfinite; /* a non-finite gradient skips the step (fp16) */
-  double norm;        /* of the unscaled gradients */
-  float coef;         /* clip coefficient over the loss scale: what scales g */
-  bool skip;          /* set with norm: this step's update is skipped */
+  long t;                     /* AdamW step (1-based, applied steps only) */
+  struct zo_adamw_hparams hp; /* learning rate of this step, betas, eps, weight decay */
+  double max_norm;            /* gradient clipping threshold; <= 0 none */
+  double loss_scale;          /* the gradients are scaled by it (fp16); 1 otherwise */
+  bool skip_nonfinite;        /* a non-finite gradient skips the step (fp16) */
+  double norm;                /* set by norm_fn: L2 norm of the unscaled gradients */
+  float coef;                 /* set by norm_fn: clip coefficient over the loss scale, what scales g */
+  bool skip;                  /* set by norm_fn: this step's update is skipped */
 };
 
+/* Argument of a per-unit, per-block or per-step host function. */
 struct task {
   struct zo_sched *s;
   int index;  /* unit, block or chunk */
-  int parity; /* step parity for struct step_args */
+  int parity; /* step parity: which struct step_args */
 };
 
+/* acc_fn: dst[0, n) += src[0, n) (fp32 gradients, host). */
 struct acc_task {
   struct zo_sched *s;
-  float *dst;
-  const float *src;
-  size_t n;
+  float *dst;       /* (n) accumulated gradients in h.grads */
+  const float *src; /* (n) one micro-batch's gradients, staged */
+  size_t n;         /* elements */
 };
 
-/* A range of the table's gradients to reduce to its owners (rs stream):
- * elements [off, off + n), staged at src; runs counts the task's runs (on
- * the rs thread only), so that the first micro-batch of a step copies
- * where the later ones add. */
-struct rs_task {
+/* A range of the table's gradients to reduce to its owners (reduce
+ * stream): elements [off, off + n), staged at src; runs counts the task's
+ * runs (on the reduce thread only), so that the first micro-batch of a
+ * step copies where the later ones add. */
+struct reduce_task {
   struct zo_sched *s;
-  size_t off, n;
-  float *src;
-  long runs;
+  size_t off, n; /* elements of the table */
+  float *src;    /* (n) staging buffer */
+  long runs;     /* times run so far */
 };
 
 /* A run of one state part's bytes (canonical layout) stored contiguously in
  * an NVMe chunk: part bytes [canon, canon + nbytes) at byte koff of chunk
  * `chunk`'s region of the file. */
 struct nv_seg {
-  size_t canon, nbytes, koff;
-  int chunk;
+  size_t canon, nbytes, koff; /* bytes */
+  int chunk;                  /* index into s->chunks */
 };
 
+/* One NVMe staging set: a chunk's master, m and v. */
 struct nv_buffer {
-  void *file[NV_FILES];             /* master (chunk floats), m, v (chunk state bytes), 4096-aligned */
-  struct zo_nvme_req rreq[NV_FILES];
-  struct zo_nvme_req wreq[NV_FILES];
-  bool reading, writing;            /* requests outstanding; ordered by the chunk events */
+  void *file[NV_FILES];              /* master (chunk floats), m, v (chunk state bytes), 4096-aligned */
+  struct zo_nvme_req rreq[NV_FILES]; /* outstanding reads, one per file */
+  struct zo_nvme_req wreq[NV_FILES]; /* outstanding writes, one per file */
+  bool reading, writing;             /* requests outstanding; ordered by the chunk events */
 };
 
 /* Host-function argument of an NVMe refill (I/O stream) or update (optimizer stream). */
@@ -162,109 +179,148 @@ struct nv_task {
   int pred_buf; /* refill: buffer of chunk g - d whose writes must finish; -1 none */
 };
 
+/* ---- the scheduler ------------------------------------------------------- */
+
+/* Units: 0 = embeddings, 1..L = blocks, U - 1 = L + 1 = final norm (and an
+ * untied head). Streams (each a worker thread on the CPU backend, a CUDA
+ * stream on the GPU) and what runs on them:
+ *   compute       forward and backward (the model's ops, the hooks' waits)
+ *   h2d           host -> device: parameter slots, updated units, checkpointed inputs
+ *   d2h           device -> host: gradients (and acc_fn adds), checkpointed inputs
+ *   optim         the optimizer: gradient sum over ranks, norm, updates, the exchange
+ *   nvme_io       NVMe refills and write-backs (optimizer on NVMe only)
+ *   reduce        per-block gradient reductions onto their owners (overlap_comm)
+ *   block_gather  ZeRO-3 block gathers from their owners (sharded parameters)
+ * Streams that a placement does not use are NULL. */
 struct zo_sched {
-  struct zo_placement pl;
+  struct zo_placement pl;          /* where each state class lives, this rank's */
   zo_backend_t be;
-  struct zo_model *m;
-  const struct zo_tensor_table *t;
-  int L, U, K, B, T;
-  struct zo_model_hooks hooks;
-  zo_stream_t cs, h2d, d2h, os; /* compute, copies in, copies out, optimizer */
-  zo_stream_t io;               /* NVMe refills (only with the optimizer on NVMe) */
-  struct zo_host_pool pool;
-  struct host_tags pool_tags;   /* the pool's carves by category */
-  struct host_bufs h;
-  float *acc, *micro;           /* device gradient accumulator and micro-batch buffer (full mode) */
-  uint8_t *st_m, *st_v;         /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
-  size_t *soff;                 /* (n_tensors) byte offset of each tensor in the canonical layout */
-  struct zo_arena opt_arena;    /* device, optimizer on the device: norm partials, 8-bit m, v */
-  double *norm_dev;             /* (n_tensors) device: per-tensor sums of squares of the gradients */
-  double *norm_host;            /* (n_tensors) their host copy, summed in table order */
-  /* events */
-  zo_event_t *param_ready;      /* (U) unit's device (or host, for slotted blocks) copy updated */
-  zo_event_t *opt_done;         /* (U) unit's update finished */
-  zo_event_t in_free[2];
-  zo_event_t *slot_free, *slot_ready; /* (K) */
-  int *slot_owner;              /* (K) block in the slot, -1 none or stale */
-  zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS], gslot_free[ZO_SCHED_GRAD_SLOTS];
-  zo_event_t res_ready, res_free, grads_done, grads_ready, norm_done, losses_ready;
-  zo_event_t *chunk_done, *chunk_h2d; /* (n_chunks) NVMe: chunk updated, copied to the device */
-  zo_event_t *chunk_issued;     /* (n_chunks) NVMe: chunk's reads issued */
+  struct zo_model *m;              /* the model; its arena is the device plan */
+  const struct zo_tensor_table *t; /* m's tensor table */
+  int L;                           /* blocks (n_layer) */
+  int U;                           /* units: L + 2 */
+  int n_slots;                     /* parameter slots on the device (pl.param_slots); 0: blocks resident */
+  int B, T;                        /* micro-batch rows, tokens per row */
+  struct zo_model_hooks hooks;     /* hook_begin / hook_end, ctx = this */
+  zo_stream_t compute, h2d, d2h, optim; /* see above */
+  zo_stream_t nvme_io;             /* NVMe refills and writes (optimizer on NVMe), else NULL */
+  struct zo_host_pool pool;        /* the host tier: one allocation, carved by host_layout */
+  struct host_tags pool_tags;      /* the pool's carves by category */
+  struct host_bufs h;              /* the pool's buffers */
+  float *acc;                      /* (numel) device gradient accumulator (gradients on the device) */
+  float *micro;                    /* (numel) device micro-batch gradients, grad_accum > 1 (== acc otherwise) */
+  uint8_t *st_m, *st_v;            /* m, v in the canonical layout where they live (device, cpu); NULL for NVMe */
+  size_t *soff;                    /* (n_tensors) byte offset of each tensor in the canonical layout */
+  struct zo_arena opt_arena;       /* device, optimizer on the device: norm partials, 8-bit m, v */
+  double *norm_dev;                /* (n_tensors) device: per-tensor sums of squares of the gradients */
+  double *norm_host;               /* (n_tensors) their host copy, summed in table order */
+  /* events: "recorded when ..." */
+  zo_event_t *param_ready;         /* (U) unit's device (or host, for slotted blocks) copy updated */
+  zo_event_t *opt_done;            /* (U) unit's update finished (optim) */
+  zo_event_t in_free[2];           /* token buffer b read by the forward (compute) */
+  zo_event_t *slot_free;           /* (n_slots, at least 1) slot's block done with on compute */
+  zo_event_t *slot_ready;          /* (n_slots, at least 1) slot loaded (h2d) */
+  int *slot_owner;                 /* (n_slots, at least 1) block in the slot, -1 none or stale */
+  zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS]; /* gradient slot's block backward done (compute) */
+  zo_event_t gslot_free[ZO_SCHED_GRAD_SLOTS];  /* gradient slot copied out (d2h) */
+  zo_event_t res_ready;            /* resident ranges' gradients complete (compute) */
+  zo_event_t res_free;             /* resident ranges' gradients copied out (d2h) */
+  zo_event_t grads_done;           /* stage 1: last micro-batch accumulated on the device (compute) */
+  zo_event_t grads_ready;          /* the step's gradients where the optimizer reads them */
+  zo_event_t norm_done;            /* norm, clip coefficient and skip decided (optim) */
+  zo_event_t losses_ready;         /* the step's per-token losses on the host (compute) */
+  zo_event_t *chunk_done;          /* (n_chunks) NVMe: chunk updated (optim) */
+  zo_event_t *chunk_h2d;           /* (n_chunks) NVMe: chunk copied to the device (h2d) */
+  zo_event_t *chunk_issued;        /* (n_chunks) NVMe: chunk's reads issued (nvme_io) */
   /* cpu_checkpointing: block l's input lives in the model's ckpt_in[l % 2] */
-  zo_event_t *ck_saved;         /* (ckpt_blocks) input of block l copied to the host */
-  zo_event_t ck_out;            /* recorded on cs where a block's input may leave */
-  zo_event_t ck_free[2], ck_ready[2]; /* input buffer read for the last time, loaded */
-  int ck_owner[2];              /* block whose input a buffer holds (loaded), -1 none */
-  int n_ck;                     /* events in ck_saved */
+  zo_event_t *ck_saved;            /* (ckpt_blocks) input of block l copied to the host (d2h) */
+  zo_event_t ck_out;               /* recorded on compute where a block's input may leave */
+  zo_event_t ck_free[2];           /* input buffer read for the last time (compute) */
+  zo_event_t ck_ready[2];          /* input buffer loaded (h2d) */
+  int ck_owner[2];                 /* block whose input a buffer holds (loaded), -1 none */
+  int n_ck;                        /* events in ck_saved */
   /* host function arguments */
-  struct task *opt_tasks;       /* (2, U) */
-  struct nv_task *nv_refill, *nv_update; /* (2, n_chunks) */
-  struct task norm_tasks[2];
-  struct acc_task *acc_tasks;   /* (L + 2): blocks, then head, tail */
-  struct step_args step[2];
-  double loss_scale;            /* of the micro-batches being queued (zo_sched_set_loss_scale) */
-  int parity;
-  bool stepped;                 /* an optimizer step has been queued */
+  struct task *opt_tasks;          /* (2, U) opt_unit_fn, by parity */
+  struct nv_task *nv_refill;       /* (2, n_chunks) nv_refill_fn, by parity */
+  struct nv_task *nv_update;       /* (2, n_chunks) nv_update_fn and nv_write_fn, by parity */
+  struct task norm_tasks[2];       /* norm_fn, by parity */
+  struct acc_task *acc_tasks;      /* (L + 2): blocks, then head, tail */
+  struct step_args step[2];        /* by parity */
+  double loss_scale;               /* of the micro-batches being queued (zo_sched_set_loss_scale) */
+  int parity;                      /* the current step's parity */
+  bool stepped;                    /* an optimizer step has been queued */
   /* micro-batch state */
-  int k, batch_buf;
-  int *n_valid;                 /* (grad_accum) tokens with a target */
+  int k;                           /* micro-batch of the step being queued, 0 .. grad_accum - 1 */
+  int batch_buf;                   /* token buffer the next micro-batch reads, 0 or 1 */
+  int *n_valid;                    /* (grad_accum) tokens with a target */
   /* NVMe */
-  zo_nvme_t nv;
-  int file_id[NV_FILES];
-  struct chunk *chunks;
+  zo_nvme_t nv;                    /* the store; NULL unless the optimizer is on NVMe */
+  int file_id[NV_FILES];           /* master, m, v files */
+  struct chunk *chunks;            /* (n_chunks) in forward order */
   int n_chunks;
-  struct piece *pieces;         /* (n_pieces) of the chunks, in order */
+  struct piece *pieces;            /* (n_pieces) of the chunks, in order */
   int n_pieces;
-  int nv_depth;                 /* chunks read ahead: min(nvme_buffers, n_chunks) */
-  long nv_base;                 /* global index of the next step's first chunk */
-  bool nv_primed;               /* the next step's first nv_depth refills are queued */
-  struct nv_buffer *nvb;        /* (nvme_buffers) */
-  size_t nvme_planned;
+  int nv_depth;                    /* chunks read ahead: min(nvme_buffers, n_chunks) */
+  long nv_base;                    /* global index of the next step's first chunk */
+  bool nv_primed;                  /* the next step's first nv_depth refills are queued */
+  struct nv_buffer *nvb;           /* (nvme_buffers) staging sets in h.nv_buf */
+  size_t nvme_planned;             /* bytes of the three files */
   /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
    * one-chunk cache per file */
-  bool st_active;               /* between the first state access and zo_sched_state_done */
-  bool st_wrote, st_params_wrote;
-  struct nv_seg *nv_segs[2];    /* [0] the master file's, [1] m's and v's (one layout), by canon */
-  int nv_n_segs[2];
-  int nv_cached[NV_FILES];      /* chunk in nvb[0].file[f], -1 none */
-  bool nv_dirty[NV_FILES];
-  bool *nv_valid;               /* (NV_FILES, n_chunks) the chunk's region of the file was written */
-  /* data parallelism: comm is the caller's (main thread), grad_comm a
-   * duplicate for the optimizer stream; both NULL with one rank */
+  bool st_active;                  /* between the first state access and zo_sched_state_done */
+  bool st_wrote;                   /* some part was written since st_active */
+  bool st_params_wrote;            /* the parameters were: working copies to re-derive */
+  struct nv_seg *nv_segs[2];       /* [0] the master file's, [1] m's and v's (one layout), by canon */
+  int nv_n_segs[2];                /* entries of nv_segs[0], [1] */
+  int nv_cached[NV_FILES];         /* chunk in nvb[0].file[f], -1 none */
+  bool nv_dirty[NV_FILES];         /* the cached chunk was written to */
+  bool *nv_valid;                  /* (NV_FILES, n_chunks) the chunk's region of the file was written */
+  /* data parallelism (collective.c): comm is the caller's (main thread),
+   * grad_comm a duplicate for the optimizer stream; both NULL with one rank */
   zo_comm_t comm, grad_comm;
   int n_ranks;
-  double *loss_sums;            /* (2 * grad_accum) per micro-batch loss sums, then token counts */
+  double *loss_sums;               /* (2 * grad_accum) per micro-batch loss sums, then token counts */
   /* the optimizer's shard (zo_placement_sharded; otherwise the whole table) */
-  bool sharded;
-  struct zo_shard sh;           /* this rank's */
-  struct zo_shard *shards;      /* (n_ranks) every rank's, sharded */
-  size_t *rs_counts;            /* (n_ranks) elements of each shard: the reduce-scatter */
-  size_t master_off, st_off;    /* first element of h.master, first byte of st_m / st_v (the cpu
-                                 * tier holds the shard only; 0 elsewhere) */
-  double *norm_parts;           /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
-  zo_event_t gather_wait, gather_done; /* this rank's updated parameters written / every rank's in */
+  bool sharded;                    /* zo_placement_sharded(&pl) */
+  struct zo_shard sh;              /* this rank's */
+  struct zo_shard *shards;         /* (n_ranks) every rank's, sharded */
+  size_t *rs_counts;               /* (n_ranks) elements of each shard: the reduce-scatter's counts */
+  size_t master_off;               /* first element of h.master (the cpu tier holds the shard only; else 0) */
+  size_t st_off;                   /* first byte of st_m / st_v (likewise) */
+  double *norm_parts;              /* (n_tensors) per-tensor sums of squares, this rank's tensors, others 0 */
+  zo_event_t gather_wait;          /* this rank's updated parameters written (h2d) */
+  zo_event_t gather_done;          /* every rank's updated parameters in (optim) */
+  /* ZeRO-3 over ranks (pshard): h.params holds this rank's shard, and a
+   * slot loads its block gathered from the owners on stream block_gather */
+  bool pshard;
+  size_t params_off;               /* first element of h.params */
+  zo_stream_t block_gather;        /* block gathers (pshard), else NULL */
+  zo_comm_t block_gather_comm;     /* a duplicate of its own for block_gather's thread */
+  zo_event_t *block_gather_ready;  /* (n_slots) slot k's gather buffer filled (block_gather) */
+  zo_event_t *block_gather_free;   /* (n_slots) slot k's gather buffer copied to the slot (h2d) */
+  struct task *block_gather_tasks; /* (L) block l's gather */
   /* gradient sums overlapped with the backward (sharded, gradients on the
-   * host): each block's, and the resident ranges', reduced to their owners
-   * on stream rs as soon as the last micro-batch has accumulated them */
-  bool pshard;                  /* ZeRO-3 over ranks: h.params holds the shard, slots load gathered blocks */
-  size_t params_off;            /* first element of h.params */
-  zo_stream_t pg;               /* block gathers (pshard) */
-  zo_comm_t pg_comm;            /* its duplicate */
-  zo_event_t *pg_ready, *pg_free; /* (K) slot k's gather buffer filled / copied to the slot */
-  struct task *pg_tasks;        /* (L) block l's gather */
+   * host, overlap_comm): each block's, and the resident ranges', reduced to
+   * their owners on stream reduce as soon as a micro-batch has produced them */
   bool overlap;
-  zo_stream_t rs;
-  zo_comm_t rs_comm;            /* a duplicate of its own for rs's thread */
-  zo_event_t *rs_ready;         /* (L + 1) block l's (L: the resident ranges') gradients in h.grads */
-  zo_event_t rs_done;           /* every range reduced */
-  zo_event_t stage_free[ZO_SCHED_GRAD_SLOTS], stage_res_free; /* staging read by its last reduction */
-  size_t grads_off;             /* first element of h.grads (its shard with overlap) */
-  struct rs_task *rs_tasks;     /* (L + 2): blocks, then head, tail */
-  /* first asynchronous error */
+  zo_stream_t reduce;              /* the reductions (overlap), else NULL */
+  zo_comm_t reduce_comm;           /* a duplicate of its own for reduce's thread */
+  zo_event_t *reduce_ready;        /* (L + 1) block l's (L: the resident ranges') gradients staged (d2h) */
+  zo_event_t reduce_done;          /* every range reduced (reduce) */
+  zo_event_t stage_free[ZO_SCHED_GRAD_SLOTS]; /* staging buffer read by its last reduction (reduce) */
+  zo_event_t stage_res_free;       /* resident staging likewise */
+  size_t grads_off;                /* first element of h.grads (its shard with overlap) */
+  struct reduce_task *reduce_tasks; /* (L + 2): blocks, then head, tail */
+  /* first asynchronous error: set by any stream's host function, reported
+   * by the next call on the main thread */
   pthread_mutex_t err_mu;
-  atomic_int err;
-  char err_msg[512];
-  atomic_uint_fast64_t opt_ns, acc_ns, nv_wait_ns, comm_ns;
+  atomic_int err;                  /* -errno; 0 none */
+  char err_msg[512];               /* its message */
+  /* time spent, for zo_sched_stats */
+  atomic_uint_fast64_t opt_ns;     /* ns in the optimizer's arithmetic */
+  atomic_uint_fast64_t acc_ns;     /* ns in host gradient accumulation */
+  atomic_uint_fast64_t nv_wait_ns; /* ns the optimizer stream waited for NVMe reads */
+  atomic_uint_fast64_t comm_ns;    /* ns in collectives */
 };
 
 static inline void async_fail(struct zo_sched *s, int err) {
@@ -300,7 +356,7 @@ static inline uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0
 /* Device address of unit u's parameters, working dtype (NULL: a block
  * living in slots). */
 static inline void *dev_unit_params(struct zo_sched *s, int u) {
-  if (!s->K) return zo_model_at(s->m, s->m->params, unit_range(s->t, u).off);
+  if (!s->n_slots) return zo_model_at(s->m, s->m->params, unit_range(s->t, u).off);
   if (u == 0) return s->m->params;
   if (u == s->U - 1) return zo_model_at(s->m, s->m->params, s->m->head_numel);
   return NULL;
@@ -343,8 +399,8 @@ static inline void unit_owned(const struct zo_sched *s, int u, size_t *a, size_t
 static inline void *gather_buf(struct zo_sched *s) { return s->h.params ? s->h.params : s->m->params; }
 
 /* Slot k's gather buffer (pshard). */
-static inline uint8_t *pg_buf(struct zo_sched *s, int k) {
-  return s->h.pgather + (size_t)k * s->t->layer_numel * s->m->esize;
+static inline uint8_t *block_gather_buf(struct zo_sched *s, int k) {
+  return s->h.block_gather + (size_t)k * s->t->layer_numel * s->m->esize;
 }
 
 /* Rank r's part [*a, *b) of table elements [off, off + n); false when empty. */
@@ -365,6 +421,8 @@ static inline size_t nv_nbytes(const struct chunk *c, int f) { return f == NV_MA
 
 
 /* sched.c: the conductor */
+/* Reports that host memory for the scheduler's tables ran out; returns -ENOMEM. */
+int sched_no_memory(void);
 int events_create(zo_backend_t be, zo_event_t *ev, int n);
 void events_destroy(zo_backend_t be, zo_event_t *ev, int n);
 int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k);
@@ -381,10 +439,11 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 
 /* collective.c: data-parallel collectives */
+int init_ranks(struct zo_sched *s, zo_comm_t comm);
 int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own);
-void pg_gather_fn(void *arg);
+void block_gather_fn(void *arg);
 void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
-                            struct rs_task *task);
+                            struct reduce_task *task);
 void grads_allreduce_fn(void *arg);
 void queue_gather(struct zo_sched *s);
 int ranks_sum(struct zo_sched *s, double *sums, int n);

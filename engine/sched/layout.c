@@ -148,7 +148,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
     h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
   if (pshard)
-    h->pgather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);
+    h->block_gather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);
   /* ZeRO-2/3 over ranks with overlap_comm: each block's gradients are
    * summed onto their owners every micro-batch, each rank accumulating its
    * shard only, through the staging buffers. */

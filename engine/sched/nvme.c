@@ -118,7 +118,7 @@ void nv_update_fn(void *arg) {
                  (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel,
                  mixed ? host_params_at(s, pc->off) : NULL);
   }
-  if (s->K && !mixed) memcpy(host_params_at(s, c->off), master, c->numel * sizeof(float));
+  if (s->n_slots && !mixed) memcpy(host_params_at(s, c->off), master, c->numel * sizeof(float));
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
@@ -127,12 +127,12 @@ void nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
   zo_backend_t be = s->be;
   const int n = s->n_chunks, d = s->nv_depth, nbuf = s->pl.nvme_buffers;
   const int pj = ((j - d) % n + n) % n; /* chunk g - d: this step's or the last */
-  CHECK_Q(be->stream_wait_event(s->io, s->chunk_done[pj]));
-  CHECK_Q(be->stream_wait_event(s->io, s->chunk_h2d[pj]));
+  CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_done[pj]));
+  CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_h2d[pj]));
   struct nv_task *task = &s->nv_refill[p * n + j];
   *task = (struct nv_task){s, j, p, (int)(g % nbuf), g >= d ? (int)((g - d) % nbuf) : -1};
-  CHECK_Q(be->launch_host_func(s->io, nv_refill_fn, task));
-  CHECK_Q(be->event_record(s->chunk_issued[j], s->io));
+  CHECK_Q(be->launch_host_func(s->nvme_io, nv_refill_fn, task));
+  CHECK_Q(be->event_record(s->chunk_issued[j], s->nvme_io));
 }
 
 /* Queues the reads of the next step's first d chunks (once per step). */
@@ -233,7 +233,7 @@ int nvme_open(struct zo_sched *s) {
   }
   /* Registration is an optimization: without it the store uses plain reads. */
   (void)zo_nvme_register_buffers(s->nv, &reg, 1);
-  if ((err = s->be->stream_create(&s->io)) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
+  if ((err = s->be->stream_create(&s->nvme_io)) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;

@@ -50,6 +50,146 @@ void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
     if (ev[i]) be->event_destroy(ev[i]);
 }
 
+int sched_no_memory(void) { return zo_error(-ENOMEM, "out of host memory for the scheduler"); }
+
+/* Stage 2 of init: the host pool, allocated once at its plan and carved by
+ * the same host_layout, and the canonical state offsets. */
+static int init_host(struct zo_sched *s, const struct zo_sched_config *c) {
+  struct host_carver plan = {0};
+  host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
+  int err = zo_host_pool_init(&s->pool, plan.total, c->host_budget, s->pl.pin, c->backend);
+  if (err) return err;
+  /* The OpenMP workers (and the stream threads created from here on) run on
+   * the node that holds the host pool. A refused binding costs speed, not
+   * correctness: warn and go on. */
+  if (s->pool.numa_node >= 0 && zo_topology_bind_omp(s->pool.numa_node, NULL) != 0)
+    fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
+  struct host_carver carver = {.pool = &s->pool, .tags = &s->pool_tags};
+  host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
+  if (carver.err) return carver.err;
+  s->soff = calloc((size_t)s->t->n_tensors, sizeof *s->soff);
+  if (!s->soff) return sched_no_memory();
+  size_t soff = 0;
+  for (int i = 0; i < s->t->n_tensors; i++) {
+    const size_t n = s->t->tensors[i].numel;
+    s->soff[i] = soff;
+    soff += zo_optim_piece_nbytes(&s->pl.opt, zo_optim_is_8bit(&s->pl.opt, n), n);
+  }
+  return 0;
+}
+
+/* Stage 3: where m and v live (st_m, st_v) for the device and cpu tiers. */
+static int init_optimizer(struct zo_sched *s, const struct zo_sched_config *c) {
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    s->st_m = s->h.adam_m;
+    s->st_v = s->h.adam_v;
+    return 0;
+  }
+  if (s->pl.optimizer != ZO_OFFLOAD_NONE) return 0;
+  /* Optimizer on the device: an arena of the scheduler's own (planned by
+   * zo_sched_device_plan) for the per-tensor norm partials and, for 8-bit
+   * states, m and v, since the model's arena carves fp32 m, v only. */
+  const size_t sb = s->pl.opt.eightbit ? zo_optim_state_nbytes(&s->pl.opt, s->t) : 0;
+  const size_t nb = (size_t)s->t->n_tensors * sizeof(double);
+  void *pn, *pm = NULL, *pv = NULL;
+  int err;
+  if ((err = zo_arena_init(&s->opt_arena, c->backend, zo_arena_round(nb) + 2 * zo_arena_round(sb), "device")) ||
+      (err = zo_arena_alloc(&s->opt_arena, nb, "gradient norm partials", &pn)) ||
+      (sb && ((err = zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit m", &pm)) ||
+              (err = zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit v", &pv)))))
+    return err;
+  s->norm_dev = pn;
+  if (!(s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host))) return sched_no_memory();
+  s->st_m = sb ? pm : (uint8_t *)s->m->adam_m;
+  s->st_v = sb ? pv : (uint8_t *)s->m->adam_v;
+  return 0;
+}
+
+/* Stage 4: the four streams every placement uses, their events and the
+ * host-function arguments. */
+static int init_streams(struct zo_sched *s) {
+  zo_backend_t be = s->be;
+  const int U = s->U, n_slot_ev = s->n_slots > 0 ? s->n_slots : 1;
+  s->param_ready = calloc((size_t)U, sizeof(zo_event_t));
+  s->opt_done = calloc((size_t)U, sizeof(zo_event_t));
+  s->slot_free = calloc((size_t)n_slot_ev, sizeof(zo_event_t));
+  s->slot_ready = calloc((size_t)n_slot_ev, sizeof(zo_event_t));
+  s->slot_owner = calloc((size_t)n_slot_ev, sizeof(int));
+  s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
+  s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
+  s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
+  s->loss_sums = calloc(2 * (size_t)s->pl.grad_accum, sizeof(double));
+  const int NCK = s->pl.ckpt_cpu ? s->pl.ckpt_blocks : 0;
+  s->ck_saved = calloc((size_t)NCK + 1, sizeof(zo_event_t));
+  s->n_ck = NCK;
+  if (!s->param_ready || !s->opt_done || !s->slot_free || !s->slot_ready || !s->slot_owner ||
+      !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->loss_sums || !s->ck_saved)
+    return sched_no_memory();
+  int err;
+  if ((err = be->stream_create(&s->compute)) || (err = be->stream_create(&s->h2d)) ||
+      (err = be->stream_create(&s->d2h)) || (err = be->stream_create(&s->optim)) ||
+      (err = events_create(be, s->param_ready, U)) || (err = events_create(be, s->opt_done, U)) ||
+      (err = events_create(be, s->slot_free, n_slot_ev)) || (err = events_create(be, s->slot_ready, n_slot_ev)) ||
+      (err = events_create(be, s->in_free, 2)) || (err = events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS)) ||
+      (err = events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS)) || (err = be->event_create(&s->res_ready)) ||
+      (err = be->event_create(&s->res_free)) || (err = be->event_create(&s->grads_done)) ||
+      (err = be->event_create(&s->grads_ready)) || (err = be->event_create(&s->norm_done)) ||
+      (err = be->event_create(&s->losses_ready)) || (err = be->event_create(&s->gather_wait)) ||
+      (err = be->event_create(&s->gather_done)) || (err = events_create(be, s->ck_saved, NCK)) ||
+      (err = be->event_create(&s->ck_out)) || (err = events_create(be, s->ck_free, 2)) ||
+      (err = events_create(be, s->ck_ready, 2)))
+    return err;
+  s->ck_owner[0] = s->ck_owner[1] = -1;
+  for (int k = 0; k < n_slot_ev; k++) s->slot_owner[k] = -1;
+  for (int p = 0; p < 2; p++) {
+    s->norm_tasks[p] = (struct task){s, 0, p};
+    for (int u = 0; u < U; u++) s->opt_tasks[p * U + u] = (struct task){s, u, p};
+  }
+  /* The gradient tasks' buffers, now that the pool is carved. */
+  const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, U - 1);
+  if (s->overlap) {
+    for (int l = 0; l < s->L; l++) s->reduce_tasks[l].src = s->h.stage[l % ZO_SCHED_GRAD_SLOTS];
+    s->reduce_tasks[s->L].src = s->h.stage_res;
+    s->reduce_tasks[s->L + 1].src = s->h.stage_res + head.numel;
+  }
+  for (int l = 0; l < s->L; l++)
+    s->acc_tasks[l] = (struct acc_task){s, s->h.grads && !s->overlap ? s->h.grads + s->t->layer_offset[l] : NULL,
+                                        s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
+  if (s->h.grads && !s->overlap) {
+    s->acc_tasks[s->L] = (struct acc_task){s, s->h.grads + head.off, s->h.stage_res, head.numel};
+    s->acc_tasks[s->L + 1] = (struct acc_task){
+        s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
+  }
+  return 0;
+}
+
+/* Stage 1 (with the ranks' init in collective.c): the model, whose arena is
+ * the device plan, and what follows from the placement. */
+static int init_model(struct zo_sched *s, const struct zo_sched_config *c) {
+  s->loss_scale = 1.0;
+  s->pl = c->placement;
+  zo_placement_set_ranks(&s->pl, c->comm ? zo_comm_rank(c->comm) : 0, s->n_ranks);
+  s->sharded = zo_placement_sharded(&s->pl);
+  s->be = c->backend;
+  s->B = c->B;
+  s->T = c->T;
+  const struct zo_model_layout lo = zo_placement_layout(&s->pl);
+  s->m = zo_model_init_layout(&c->model, c->backend, c->B, c->T, &lo);
+  if (!s->m) return -ENOMEM; /* the message is the model's */
+  s->t = &s->m->table;
+  s->L = s->m->cfg.n_layer;
+  s->U = s->L + 2;
+  s->n_slots = s->pl.param_slots;
+  s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
+  s->micro = s->m->grads;
+  s->sh = zo_placement_shard(&s->pl, s->t);
+  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
+    s->master_off = s->sh.lo;
+    s->st_off = s->sh.slo;
+  }
+  return 0;
+}
+
 struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   const int n_ranks = c->comm ? zo_comm_size(c->comm) : 1;
   if (n_ranks > 1 && c->backend != zo_backend_cpu()) {
@@ -65,7 +205,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   struct zo_sched *s = calloc(1, sizeof *s);
   if (!s) {
     zo_comm_free(grad_comm);
-    zo_error(-ENOMEM, "out of host memory for the scheduler");
+    sched_no_memory();
     return NULL;
   }
   pthread_mutex_init(&s->err_mu, NULL);
@@ -74,191 +214,20 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     s->comm = c->comm;
     s->grad_comm = grad_comm;
   }
-  s->loss_scale = 1.0;
-  s->pl = c->placement;
-  zo_placement_set_ranks(&s->pl, c->comm ? zo_comm_rank(c->comm) : 0, n_ranks);
-  s->sharded = zo_placement_sharded(&s->pl);
-  s->be = c->backend;
-  s->B = c->B;
-  s->T = c->T;
-  const struct zo_model_layout lo = zo_placement_layout(&s->pl);
-  s->m = zo_model_init_layout(&c->model, c->backend, c->B, c->T, &lo);
-  if (!s->m) goto out_free;
-  s->t = &s->m->table;
-  s->L = s->m->cfg.n_layer;
-  s->U = s->L + 2;
-  s->K = s->pl.param_slots;
-  s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
-  s->micro = s->m->grads;
-  s->sh = zo_placement_shard(&s->pl, s->t);
-  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
-    s->master_off = s->sh.lo;
-    s->st_off = s->sh.slo;
+  if (init_model(s, c) || (s->sharded && init_ranks(s, c->comm)) || init_host(s, c) || init_optimizer(s, c) ||
+      init_streams(s) || (s->pl.optimizer == ZO_OFFLOAD_NVME && nvme_open(s))) {
+    zo_sched_free(s);
+    return NULL;
   }
-  if (s->sharded) {
-    s->shards = calloc((size_t)n_ranks, sizeof *s->shards);
-    s->rs_counts = calloc((size_t)n_ranks, sizeof *s->rs_counts);
-    s->norm_parts = calloc((size_t)s->t->n_tensors, sizeof *s->norm_parts);
-    if (!s->shards || !s->rs_counts || !s->norm_parts) {
-      zo_error(-ENOMEM, "out of host memory for the scheduler");
-      goto out_free;
-    }
-    for (int r = 0; r < n_ranks; r++) {
-      s->shards[r] = zo_shard_of(&s->pl.opt, s->t, r, n_ranks);
-      s->rs_counts[r] = s->shards[r].hi - s->shards[r].lo;
-    }
-    /* Every rank decides alike (the same placement), so the duplicates,
-     * which are collective, are made by all or none. */
-    s->pshard = s->K > 0;
-    if (s->pshard) {
-      s->params_off = s->sh.lo;
-      if (zo_comm_dup(c->comm, &s->pg_comm)) goto out_free;
-      s->pg_ready = calloc((size_t)s->K, sizeof *s->pg_ready);
-      s->pg_free = calloc((size_t)s->K, sizeof *s->pg_free);
-      s->pg_tasks = calloc((size_t)s->L, sizeof *s->pg_tasks);
-      if (!s->pg_ready || !s->pg_free || !s->pg_tasks) {
-        zo_error(-ENOMEM, "out of host memory for the scheduler");
-        goto out_free;
-      }
-      for (int l = 0; l < s->L; l++) s->pg_tasks[l] = (struct task){s, l, 0};
-      if (s->be->stream_create(&s->pg) || events_create(s->be, s->pg_ready, s->K) ||
-          events_create(s->be, s->pg_free, s->K))
-        goto out_free;
-    }
-    s->overlap = s->pl.grads_on_host && s->pl.overlap_comm;
-    if (s->overlap) {
-      const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->L + 1);
-      if (zo_comm_dup(c->comm, &s->rs_comm)) goto out_free;
-      s->rs_ready = calloc((size_t)s->L + 1, sizeof *s->rs_ready);
-      s->rs_tasks = calloc((size_t)s->L + 2, sizeof *s->rs_tasks);
-      if (!s->rs_ready || !s->rs_tasks) {
-        zo_error(-ENOMEM, "out of host memory for the scheduler");
-        goto out_free;
-      }
-      s->grads_off = s->sh.lo;
-      /* staging pointers once the pool is carved (below) */
-      for (int l = 0; l < s->L; l++) s->rs_tasks[l] = (struct rs_task){s, s->t->layer_offset[l], s->t->layer_numel, NULL, 0};
-      s->rs_tasks[s->L] = (struct rs_task){s, head.off, head.numel, NULL, 0};
-      s->rs_tasks[s->L + 1] = (struct rs_task){s, tail.off, tail.numel, NULL, 0};
-      if (s->be->stream_create(&s->rs) || events_create(s->be, s->rs_ready, s->L + 1) ||
-          s->be->event_create(&s->rs_done) || events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS) ||
-          s->be->event_create(&s->stage_res_free))
-        goto out_free;
-    }
-  }
-
-  struct host_carver plan = {0};
-  host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
-  if (zo_host_pool_init(&s->pool, plan.total, c->host_budget, s->pl.pin, c->backend)) goto out_free;
-  /* The OpenMP workers (and the stream threads created from here on) run on
-   * the node that holds the host pool. A refused binding costs speed, not
-   * correctness: warn and go on. */
-  if (s->pool.numa_node >= 0 && zo_topology_bind_omp(s->pool.numa_node, NULL) != 0)
-    fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
-  struct host_carver carver = {.pool = &s->pool, .tags = &s->pool_tags};
-  host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
-  if (carver.err) goto out_free;
-  s->soff = calloc((size_t)s->t->n_tensors, sizeof *s->soff);
-  if (!s->soff) {
-    zo_error(-ENOMEM, "out of host memory for the scheduler");
-    goto out_free;
-  }
-  size_t soff = 0;
-  for (int i = 0; i < s->t->n_tensors; i++) {
-    const size_t n = s->t->tensors[i].numel;
-    s->soff[i] = soff;
-    soff += zo_optim_piece_nbytes(&s->pl.opt, zo_optim_is_8bit(&s->pl.opt, n), n);
-  }
-  if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
-    s->st_m = s->h.adam_m;
-    s->st_v = s->h.adam_v;
-  } else if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    /* Optimizer on the device: an arena of the scheduler's own (planned by
-     * zo_sched_device_plan) for the per-tensor norm partials and, for 8-bit
-     * states, m and v, since the model's arena carves fp32 m, v only. */
-    const size_t sb = s->pl.opt.eightbit ? zo_optim_state_nbytes(&s->pl.opt, s->t) : 0;
-    const size_t nb = (size_t)s->t->n_tensors * sizeof(double);
-    void *pn, *pm = NULL, *pv = NULL;
-    if (zo_arena_init(&s->opt_arena, c->backend, zo_arena_round(nb) + 2 * zo_arena_round(sb), "device") ||
-        zo_arena_alloc(&s->opt_arena, nb, "gradient norm partials", &pn) ||
-        (sb && (zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit m", &pm) ||
-                zo_arena_alloc(&s->opt_arena, sb, "AdamW8bit v", &pv))))
-      goto out_free;
-    s->norm_dev = pn;
-    if (!(s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host))) {
-      zo_error(-ENOMEM, "out of host memory for the scheduler");
-      goto out_free;
-    }
-    s->st_m = sb ? pm : (uint8_t *)s->m->adam_m;
-    s->st_v = sb ? pv : (uint8_t *)s->m->adam_v;
-  }
-
-  zo_backend_t be = s->be;
-  const int U = s->U, K = s->K > 0 ? s->K : 1;
-  s->param_ready = calloc((size_t)U, sizeof(zo_event_t));
-  s->opt_done = calloc((size_t)U, sizeof(zo_event_t));
-  s->slot_free = calloc((size_t)K, sizeof(zo_event_t));
-  s->slot_ready = calloc((size_t)K, sizeof(zo_event_t));
-  s->slot_owner = calloc((size_t)K, sizeof(int));
-  s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
-  s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
-  s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
-  s->loss_sums = calloc(2 * (size_t)s->pl.grad_accum, sizeof(double));
-  const int NCK = s->pl.ckpt_cpu ? s->pl.ckpt_blocks : 0;
-  s->ck_saved = calloc((size_t)NCK + 1, sizeof(zo_event_t));
-  s->n_ck = NCK;
-  if (!s->param_ready || !s->opt_done || !s->slot_free || !s->slot_ready || !s->slot_owner ||
-      !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->loss_sums || !s->ck_saved) {
-    zo_error(-ENOMEM, "out of host memory for the scheduler");
-    goto out_free;
-  }
-  if (be->stream_create(&s->cs) || be->stream_create(&s->h2d) || be->stream_create(&s->d2h) ||
-      be->stream_create(&s->os) || events_create(be, s->param_ready, U) ||
-      events_create(be, s->opt_done, U) || events_create(be, s->slot_free, K) ||
-      events_create(be, s->slot_ready, K) || events_create(be, s->in_free, 2) ||
-      events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS) ||
-      events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS) || be->event_create(&s->res_ready) ||
-      be->event_create(&s->res_free) || be->event_create(&s->grads_done) ||
-      be->event_create(&s->grads_ready) || be->event_create(&s->norm_done) ||
-      be->event_create(&s->losses_ready) || be->event_create(&s->gather_wait) ||
-      be->event_create(&s->gather_done) || events_create(be, s->ck_saved, NCK) ||
-      be->event_create(&s->ck_out) || events_create(be, s->ck_free, 2) ||
-      events_create(be, s->ck_ready, 2))
-    goto out_free;
-  s->ck_owner[0] = s->ck_owner[1] = -1;
-  for (int k = 0; k < K; k++) s->slot_owner[k] = -1;
-  for (int p = 0; p < 2; p++) {
-    s->norm_tasks[p] = (struct task){s, 0, p};
-    for (int u = 0; u < U; u++) s->opt_tasks[p * U + u] = (struct task){s, u, p};
-  }
-  const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, U - 1);
-  if (s->overlap) {
-    for (int l = 0; l < s->L; l++) s->rs_tasks[l].src = s->h.stage[l % ZO_SCHED_GRAD_SLOTS];
-    s->rs_tasks[s->L].src = s->h.stage_res;
-    s->rs_tasks[s->L + 1].src = s->h.stage_res + head.numel;
-  }
-  for (int l = 0; l < s->L; l++)
-    s->acc_tasks[l] = (struct acc_task){s, s->h.grads && !s->overlap ? s->h.grads + s->t->layer_offset[l] : NULL,
-                                        s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
-  if (s->h.grads && !s->overlap) {
-    s->acc_tasks[s->L] = (struct acc_task){s, s->h.grads + head.off, s->h.stage_res, head.numel};
-    s->acc_tasks[s->L + 1] = (struct acc_task){
-        s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
-  }
-  if (s->pl.optimizer == ZO_OFFLOAD_NVME && nvme_open(s)) goto out_free;
   s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end};
   s->m->hooks = &s->hooks;
   return s;
-
-out_free:
-  zo_sched_free(s);
-  return NULL;
 }
 
 int zo_sched_synchronize(struct zo_sched *s) {
   zo_backend_t be = s->be;
   int err = 0;
-  zo_stream_t streams[7] = {s->cs, s->d2h, s->rs, s->os, s->pg, s->h2d, s->io};
+  zo_stream_t streams[7] = {s->compute, s->d2h, s->reduce, s->optim, s->block_gather, s->h2d, s->nvme_io};
   for (int i = 0; i < 7; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
@@ -271,29 +240,29 @@ int zo_sched_synchronize(struct zo_sched *s) {
 void zo_sched_free(struct zo_sched *s) {
   if (!s) return;
   zo_backend_t be = s->be;
-  if (s->cs) zo_sched_synchronize(s);
+  if (s->compute) zo_sched_synchronize(s);
   if (be) {
-    be->stream_destroy(s->cs);
+    be->stream_destroy(s->compute);
     be->stream_destroy(s->h2d);
     be->stream_destroy(s->d2h);
-    be->stream_destroy(s->os);
-    be->stream_destroy(s->io);
-    be->stream_destroy(s->rs);
-    be->stream_destroy(s->pg);
-    events_destroy(be, s->rs_ready, s->L + 1);
+    be->stream_destroy(s->optim);
+    be->stream_destroy(s->nvme_io);
+    be->stream_destroy(s->reduce);
+    be->stream_destroy(s->block_gather);
+    events_destroy(be, s->reduce_ready, s->L + 1);
     events_destroy(be, s->stage_free, ZO_SCHED_GRAD_SLOTS);
-    events_destroy(be, s->pg_ready, s->K);
-    events_destroy(be, s->pg_free, s->K);
-    const int U = s->U, K = s->K > 0 ? s->K : 1;
+    events_destroy(be, s->block_gather_ready, s->n_slots);
+    events_destroy(be, s->block_gather_free, s->n_slots);
+    const int U = s->U, n_slot_ev = s->n_slots > 0 ? s->n_slots : 1;
     events_destroy(be, s->param_ready, U);
     events_destroy(be, s->opt_done, U);
-    events_destroy(be, s->slot_free, K);
-    events_destroy(be, s->slot_ready, K);
+    events_destroy(be, s->slot_free, n_slot_ev);
+    events_destroy(be, s->slot_ready, n_slot_ev);
     events_destroy(be, s->in_free, 2);
     events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
     zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
-                           s->losses_ready, s->gather_wait, s->gather_done, s->rs_done, s->stage_res_free};
+                           s->losses_ready, s->gather_wait, s->gather_done, s->reduce_done, s->stage_res_free};
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);
@@ -321,13 +290,13 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->shards);
   free(s->rs_counts);
   free(s->norm_parts);
-  free(s->rs_ready);
-  free(s->rs_tasks);
-  free(s->pg_ready);
-  free(s->pg_free);
-  free(s->pg_tasks);
-  zo_comm_free(s->pg_comm);
-  zo_comm_free(s->rs_comm);
+  free(s->reduce_ready);
+  free(s->reduce_tasks);
+  free(s->block_gather_ready);
+  free(s->block_gather_free);
+  free(s->block_gather_tasks);
+  zo_comm_free(s->block_gather_comm);
+  zo_comm_free(s->reduce_comm);
   zo_comm_free(s->grad_comm);
   free(s->chunks);
   free(s->nvb);
@@ -346,8 +315,8 @@ void zo_sched_free(struct zo_sched *s) {
 
 /* Synchronous copies of whole units between host buffers and where they live. */
 int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k) {
-  int err = s->be->memcpy_async(dst, src, nbytes, k, s->cs);
-  return err ? err : s->be->stream_synchronize(s->cs);
+  int err = s->be->memcpy_async(dst, src, nbytes, k, s->compute);
+  return err ? err : s->be->stream_synchronize(s->compute);
 }
 
 void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets) {
@@ -373,13 +342,13 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
    * denominator is the global micro-batch's tokens, the same float as one
    * process with N times the rows computes. */
   const float dloss = (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
-  zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->cs);
-  CHECK_Q(s->be->event_record(s->in_free[b], s->cs));
+  zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->compute);
+  CHECK_Q(s->be->event_record(s->in_free[b], s->compute));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
-                              ZO_COPY_D2H, s->cs));
-  zo_model_backward(s->m, s->B, s->T, dloss, s->cs);
+                              ZO_COPY_D2H, s->compute));
+  zo_model_backward(s->m, s->B, s->T, dloss, s->compute);
   s->batch_buf ^= 1;
-  if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->cs));
+  if (k == K - 1) CHECK_Q(s->be->event_record(s->losses_ready, s->compute));
 }
 
 /* Sum over tokens: invalid tokens (no target) have loss exactly 0, so
@@ -418,7 +387,7 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   err = queue_optimizer(s);
   s->stepped = true; /* work was queued even on failure */
   if (err) return err;
-  if (s->K) slots_invalidate(s);
+  if (s->n_slots) slots_invalidate(s);
   if ((err = be->event_synchronize(s->losses_ready))) return err;
   const size_t BT = (size_t)s->B * (size_t)s->T;
   const int K = s->pl.grad_accum;
@@ -452,19 +421,19 @@ void zo_sched_set_loss_scale(struct zo_sched *s, double scale) {
   s->loss_scale = scale;
 }
 
-zo_stream_t zo_sched_stream(struct zo_sched *s) { return s->cs; }
+zo_stream_t zo_sched_stream(struct zo_sched *s) { return s->compute; }
 
 int zo_sched_eval(struct zo_sched *s, double *loss) {
   const size_t BT = (size_t)s->B * (size_t)s->T;
   int32_t *in = s->h.in[s->batch_buf], *tg = s->h.tg[s->batch_buf];
   int n = 0;
   for (size_t i = 0; i < BT; i++) n += tg[i] >= 0;
-  zo_model_forward(s->m, in, tg, s->B, s->T, s->cs);
-  CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->cs));
+  zo_model_forward(s->m, in, tg, s->B, s->T, s->compute);
+  CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->compute));
   s->batch_buf ^= 1;
   float *out = s->h.losses; /* free: the last step's losses were summed */
-  int err = s->be->memcpy_async(out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->cs);
-  if (!err) err = s->be->stream_synchronize(s->cs);
+  int err = s->be->memcpy_async(out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->compute);
+  if (!err) err = s->be->stream_synchronize(s->compute);
   if (err) return err;
   if (s->comm) {
     double ls[2] = {loss_sum(out, BT), n};

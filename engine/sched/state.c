@@ -225,8 +225,8 @@ static int working_copies_sync(struct zo_sched *s) {
   int err = 0;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     if (mixed && hi > lo)
-      s->be->cast(zo_model_at(s->m, s->m->params, lo), s->m->dtype, s->m->master + lo, ZO_F32, hi - lo, s->cs);
-    err = s->be->stream_synchronize(s->cs);
+      s->be->cast(zo_model_at(s->m, s->m->params, lo), s->m->dtype, s->m->master + lo, ZO_F32, hi - lo, s->compute);
+    err = s->be->stream_synchronize(s->compute);
   } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {
     if (mixed) zo_cpu_cast(host_params_at(s, lo), s->pl.dtype, master_at(s, lo), ZO_F32, hi - lo);
     else if (s->h.params && s->h.params != s->h.master)
@@ -292,10 +292,10 @@ int zo_sched_state_done(struct zo_sched *s) {
     for (int f = 0; f < NV_FILES; f++) s->nv_cached[f] = -1;
     nv_reprime(s);
   }
-  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1;
+  for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1;
   s->st_active = false;
   if (err) return error_prefixed(err, "committing the training state");
-  return s->be->stream_synchronize(s->cs);
+  return s->be->stream_synchronize(s->compute);
 }
 
 static int io_read(void *ctx, enum zo_state_part p, size_t off, void *dst, size_t n) {

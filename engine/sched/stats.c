@@ -142,14 +142,14 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       if (!dev)
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? pg_buf(s, 0) : host_params_at(s, r.off),
+          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? block_gather_buf(s, 0) : host_params_at(s, r.off),
                                       r.numel * e, ZO_COPY_H2D, s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);
     if (!err) err = s->be->stream_synchronize(s->d2h);
   }
   *seconds = zo_time_s() - t0;
-  for (int k = 0; k < s->K; k++) s->slot_owner[k] = -1; /* slot 0 was overwritten */
+  for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1; /* slot 0 was overwritten */
   nv_reprime(s);
   return err;
 }

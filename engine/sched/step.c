@@ -16,17 +16,17 @@ int queue_optimizer(struct zo_sched *s) {
   zo_backend_t be = s->be;
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
-  CHECK_Q(be->stream_wait_event(s->os, s->grads_ready));
-  if (s->overlap) CHECK_Q(be->stream_wait_event(s->os, s->rs_done));
-  else if (s->grad_comm) CHECK_Q(be->launch_host_func(s->os, grads_allreduce_fn, s));
+  CHECK_Q(be->stream_wait_event(s->optim, s->grads_ready));
+  if (s->overlap) CHECK_Q(be->stream_wait_event(s->optim, s->reduce_done));
+  else if (s->grad_comm) CHECK_Q(be->launch_host_func(s->optim, grads_allreduce_fn, s));
   if (on_device) {
     for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
-      be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->os);
+      be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->optim);
     CHECK_Q(be->memcpy_async(s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
-                             ZO_COPY_D2H, s->os));
+                             ZO_COPY_D2H, s->optim));
   }
-  CHECK_Q(be->launch_host_func(s->os, norm_fn, &s->norm_tasks[p]));
-  CHECK_Q(be->event_record(s->norm_done, s->os));
+  CHECK_Q(be->launch_host_func(s->optim, norm_fn, &s->norm_tasks[p]));
+  CHECK_Q(be->event_record(s->norm_done, s->optim));
   const bool dev_update = on_device;
   if (dev_update) {
     int err = be->event_synchronize(s->norm_done);
@@ -49,9 +49,9 @@ int queue_optimizer(struct zo_sched *s) {
         const long g = s->nv_base + j;
         struct nv_task *task = &s->nv_update[p * s->n_chunks + j];
         *task = (struct nv_task){s, j, p, (int)(g % s->pl.nvme_buffers), -1};
-        CHECK_Q(be->stream_wait_event(s->os, s->chunk_issued[j]));
-        CHECK_Q(be->launch_host_func(s->os, nv_update_fn, task));
-        CHECK_Q(be->event_record(s->chunk_done[j], s->os));
+        CHECK_Q(be->stream_wait_event(s->optim, s->chunk_issued[j]));
+        CHECK_Q(be->launch_host_func(s->optim, nv_update_fn, task));
+        CHECK_Q(be->event_record(s->chunk_done[j], s->optim));
         if (dev && !(s->sharded && s->h.params)) {
           /* Device copy straight from the staging buffer, which the refill of
            * chunk g + d does not reuse before chunk_h2d[j] completes (sharded
@@ -62,16 +62,16 @@ int queue_optimizer(struct zo_sched *s) {
                                    c->numel * e, ZO_COPY_H2D, s->h2d));
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }
-        CHECK_Q(be->stream_wait_event(s->io, s->chunk_done[j]));
-        CHECK_Q(be->launch_host_func(s->io, nv_write_fn, task));
+        CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_done[j]));
+        CHECK_Q(be->launch_host_func(s->nvme_io, nv_write_fn, task));
         if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
     } else if (dev_update) {
       if (!dev_skip) queue_device_update(s, &s->step[p], u);
     } else {
-      CHECK_Q(be->launch_host_func(s->os, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
+      CHECK_Q(be->launch_host_func(s->optim, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
-    CHECK_Q(be->event_record(s->opt_done[u], s->os));
+    CHECK_Q(be->event_record(s->opt_done[u], s->optim));
     if (s->sharded) {
       /* Without a host working copy this rank's part of the unit goes to
        * the device now (cpu tier; NVMe chunks did above); param_ready after
@@ -87,7 +87,7 @@ int queue_optimizer(struct zo_sched *s) {
     }
     if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
       /* Updated in place where the compute (or the slot loads) read it. */
-      CHECK_Q(be->event_record(s->param_ready[u], s->os));
+      CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     } else if (s->pl.optimizer == ZO_OFFLOAD_NVME) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {

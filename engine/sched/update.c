@@ -127,11 +127,11 @@ void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) 
       const size_t cb = round_up(n, 4);
       s->be->adamw8bit_update(p + o, s->acc + o, ms, (float *)(ms + cb), vs, (float *)(vs + cb), n, s->pl.opt.block,
                               hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, ti->decay, sa->t, sa->coef,
-                              s->os);
+                              s->optim);
     } else {
       s->be->adamw_update(p + o, s->acc + o, (float *)ms, (float *)vs, n, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                          hp->weight_decay, ti->decay, sa->t, sa->coef, s->os);
+                          hp->weight_decay, ti->decay, sa->t, sa->coef, s->optim);
     }
-    if (s->m->master) s->be->cast(zo_model_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->os);
+    if (s->m->master) s->be->cast(zo_model_at(s->m, s->m->params, o), s->m->dtype, p + o, ZO_F32, n, s->optim);
   }
 }

@@ -1,12 +1,15 @@
 /* The offload scheduler: places parameters, gradients, fp32 master weights and
  * AdamW m, v on the device, the host pool or the NVMe store as the config says,
- * and orders one training step over four backend streams (compute, H2D copy,
- * D2H copy, optimizer) with events only: parameters stream into K device slots
- * ahead of the block that needs them, each block's gradients leave for the
- * host as soon as backward produces them and are accumulated there, and after
- * the last micro-batch the CPU AdamW runs block by block in forward order,
- * the NVMe tier reading buffer_count chunks ahead on an I/O stream (the
- * first ones during the step's compute) and writing behind, while the next step's
+ * and orders one training step over backend streams with events only: four
+ * that every placement uses (compute, H2D copy, D2H copy, optimizer), one
+ * for NVMe I/O with the optimizer on NVMe, and, over ranks, one for the
+ * overlapped gradient reductions (overlap_comm) and one for ZeRO-3 block
+ * gathers. Parameters stream into param_slots device slots ahead of the
+ * block that needs them, each block's gradients leave for the host as soon
+ * as backward produces them and are accumulated there, and after the last
+ * micro-batch the CPU AdamW runs block by block in forward order, the NVMe
+ * tier reading buffer_count chunks ahead on its I/O stream (the first ones
+ * during the step's compute) and writing behind, while the next step's
  * forward of block l waits only for block l's update.
  * With cpu_checkpointing the inputs of the checkpointed blocks leave for the
  * host pool on the D2H stream after each block's forward and come back on
@@ -34,16 +37,21 @@
  * values, and a non-finite gradient skips the step's update everywhere.
  * Placements stay bit-identical to all-on-device in every dtype.
  * Data parallelism (zo_sched_config.comm over N > 1 ranks, CPU backend
- * only): every rank holds the whole replicated state in the same placement
- * and computes its own rows of the global micro-batch with dloss = 1 /
- * (B*T*grad_accum*N); on the optimizer stream, after the last micro-batch's
- * gradients are where the optimizer reads them (the device accumulator, or
- * the host gradients when they leave the device), a host function sums
- * them over the ranks in place (zo_comm_allreduce on a duplicate of comm),
- * so every rank holds the global-batch mean and runs the same norm, clip,
- * fp16 skip and update. Losses and validation losses are the global means
- * (sums and token counts reduced on comm by the calling thread). With one
- * rank nothing changes, bit for bit. */
+ * only): each rank computes its own rows of the global micro-batch with
+ * dloss = 1 / (B*T*grad_accum*N). At ZeRO stage 0 every rank holds the
+ * whole state, replicated, and the optimizer stream first sums the
+ * gradients over the ranks in place (allreduce), so every rank runs the
+ * same norm, clip, fp16 skip and update. At stage >= 1 the optimizer state
+ * is sharded (zo_shard_of: runs of whole tensors): each rank updates only
+ * its shard, the norm is the sum of per-tensor sums from their owners, and
+ * the ranks exchange the updated working parameters; stage 2 reduce-scatters
+ * the gradients (with the optimizer offloaded and overlap_comm, block by
+ * block during the backward), and stage 3 with parameter slots shards the
+ * host working parameters too, each block gathered from its owners as a
+ * slot loads it. Losses and validation losses are the global means (sums
+ * and token counts reduced on comm by the calling thread). With one rank
+ * nothing changes, bit for bit. The implementation is engine/sched/ (its
+ * internal.h maps the files). */
 #ifndef ZO_SCHED_H
 #define ZO_SCHED_H
 
