@@ -153,7 +153,7 @@ struct zo_config_data {           /* "data" */
 
 struct zo_config_engine {         /* "engine" */
   enum zo_device device;          /* default "auto" */
-  size_t gpu_memory_budget;       /* bytes for the device arena, 0 = free memory minus a margin */
+  size_t gpu_memory_budget;       /* bytes: ceiling for the device plan; 0 = the device's free memory */
   size_t host_memory_budget;      /* bytes of host tier, 0 = as much as the plan needs */
   int threads;                    /* OpenMP threads, 0 = all cores */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
