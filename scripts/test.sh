@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
+scripts/check-layers.sh # kernels <- offload <- engine, before anything is built
 scripts/build.sh release
 # transformers for the Hugging Face interoperability test (PyPI); without it
 # that one test reports SKIP with the reason.
