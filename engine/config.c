@@ -3,8 +3,10 @@
  * every key of the tree must name a schema entry (else: nearest valid key by
  * edit distance), every schema leaf takes its value or its default, and the
  * cross-field rules run last. Table order is dump order, and a default that
- * follows another key ("def_from") must come after that key. The struct owns
- * copies of its strings: nothing points into the JSON tree once it is freed. */
+ * follows another key ("def_from") must come after that key. A few DeepSpeed
+ * keys are accepted, checked and ignored ("ignored"): a config that sets one
+ * loads with one warning line on stderr per key. The struct owns copies of
+ * its strings: nothing points into the JSON tree once it is freed. */
 #include "zo/config.h"
 
 #include "zo/adamw8bit.h"
@@ -46,6 +48,8 @@ struct zo_config_key {
   const char *def;          /* default as JSON text */
   const char *def_from;     /* or: the default is this (earlier) key's value */
   unsigned sched;           /* scheduler.params.*: bit (1 << type) per scheduler that takes it */
+  const char *ignored;      /* accepted for DeepSpeed compatibility without effect: why (the
+                             * warning when a config sets it); NULL for the keys in use */
 };
 
 static const char *const optimizer_names[] = {"AdamW", "AdamW8bit", NULL};
@@ -153,9 +157,15 @@ static const struct zo_config_key zo_config_schema[] = {
   SECTION("aio"),
   {KEY("aio.block_size", KEY_BYTES, aio.block_size), RANGE(4096, 1 << 30), .def = "\"1MiB\""},
   {KEY("aio.queue_depth", KEY_INT, aio.queue_depth), RANGE(1, 65536), .def = "8"},
-  {KEY("aio.thread_count", KEY_INT, aio.thread_count), RANGE(1, 1024), .def = "1"},
-  {KEY("aio.single_submit", KEY_BOOL, aio.single_submit), .def = "false"},
-  {KEY("aio.overlap_events", KEY_BOOL, aio.overlap_events), .def = "true"},
+  /* DeepSpeed's libaio knobs: the NVMe tier has one io_uring thread per store
+   * (offload/nvme_uring.c) and the scheduler orders its I/O with events. */
+  {KEY("aio.thread_count", KEY_INT, aio.thread_count), RANGE(1, 1024), .def = "1",
+   .ignored = "zoffload's NVMe tier submits from one io_uring per store"},
+  {KEY("aio.single_submit", KEY_BOOL, aio.single_submit), .def = "false",
+   .ignored = "zoffload's NVMe tier submits every prepared block at once on one io_uring per store"},
+  {KEY("aio.overlap_events", KEY_BOOL, aio.overlap_events), .def = "true",
+   .ignored = "zoffload's NVMe tier always overlaps submission and completion on one io_uring per "
+              "store, and the scheduler orders its transfers with its own events"},
 
   SECTION("activation_checkpointing"),
   {KEY("activation_checkpointing.enabled", KEY_BOOL, activation_checkpointing.enabled),
@@ -870,6 +880,20 @@ out_nomem:
   return zo_error(-ENOMEM, "--set: out of memory");
 }
 
+/* One warning line on stderr for each ignored key the tree sets (JSON null
+ * means unset). */
+static void warn_ignored(const struct load_ctx *ctx, json_t *root) {
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const struct zo_config_key *k = &zo_config_schema[i];
+    const json_t *v = k->ignored ? tree_get(root, k->path) : NULL;
+    if (!v) continue;
+    char val[96];
+    fmt_json(v, val, sizeof val);
+    fprintf(stderr, "zoffload: warning: %s: %s = %s is accepted for DeepSpeed compatibility and has no effect: "
+                    "%s\n", source_of(ctx, k->path), k->path, val, k->ignored);
+  }
+}
+
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
   ZO_ASSERT(cfg != NULL && n_sets >= 0 && (n_sets == 0 || sets != NULL));
   memset(cfg, 0, sizeof *cfg);
@@ -900,6 +924,7 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   if (err) goto out_free;
   err = check_cross(&ctx, cfg);
   if (err) goto out_free;
+  warn_ignored(&ctx, root);
   json_decref(root);
   return 0;
 

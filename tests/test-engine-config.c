@@ -1,6 +1,7 @@
 /* Config loading: defaults, every key, a table of malformed configs with the
  * error code and message each must give, --set overrides, dump/load round
- * trips, the shipped configs and byte-size parsing. Config files are written
+ * trips, the shipped configs, the warning of the keys accepted without effect
+ * and byte-size parsing. Config files are written
  * to a fresh temporary directory that is removed at the end. */
 #include "zo/config.h"
 
@@ -61,6 +62,34 @@ static int load_text(struct zo_config *cfg, const char *name, const char *text,
   if (!text) return zo_config_load(cfg, NULL, sets, n_sets);
   write_config(name, text, path, sizeof path);
   return zo_config_load(cfg, path, sets, n_sets);
+}
+
+/* load_text, with what the load wrote on stderr in *printed (malloc'd,
+ * free it). */
+static int load_capturing(struct zo_config *cfg, const char *text, const char *const *sets, int n_sets,
+                          char **printed) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
+  FILE *f = fopen(path, "w+");
+  const int saved = dup(STDERR_FILENO);
+  if (!f || saved < 0) {
+    perror(path);
+    exit(1);
+  }
+  fflush(stderr);
+  dup2(fileno(f), STDERR_FILENO);
+  const int err = load_text(cfg, "capture", text, sets, n_sets);
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  const long n = ftell(f) >= 0 && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  *printed = n >= 0 ? calloc((size_t)n + 1, 1) : NULL;
+  if (!*printed || fseek(f, 0, SEEK_SET) != 0 || fread(*printed, 1, (size_t)n, f) != (size_t)n) {
+    perror(path);
+    exit(1);
+  }
+  fclose(f);
+  return err;
 }
 
 static bool config_equal(const struct zo_config *a, const struct zo_config *b) {
@@ -657,6 +686,38 @@ static int test_parse_bytes(void) {
   return checks_failed_since(before);
 }
 
+/* aio.thread_count, single_submit and overlap_events are DeepSpeed's and do
+ * nothing here: set, each loads with one warning line naming it, its value
+ * and why; unset (or null), nothing, as for the keys in use. */
+static int test_ignored_keys(void) {
+  int before = n_failed;
+  struct zo_config c;
+  char *printed;
+  const char *thread_count[] = {"aio.thread_count=4"};
+  EXPECT(load_capturing(&c, NULL, thread_count, ZO_ARRAY_LEN(thread_count), &printed) == 0);
+  EXPECT(c.aio.thread_count == 4);
+  EXPECT(streq(printed, "zoffload: warning: --set: aio.thread_count = 4 is accepted for DeepSpeed compatibility "
+                        "and has no effect: zoffload's NVMe tier submits from one io_uring per store\n"));
+  free(printed);
+  zo_config_free(&c);
+
+  EXPECT(load_capturing(&c, "{\"aio\": {\"single_submit\": true}}", NULL, 0, &printed) == 0);
+  EXPECT(c.aio.single_submit);
+  EXPECT(strstr(printed, "capture.json: aio.single_submit = true is accepted for DeepSpeed compatibility") &&
+         strchr(printed, '\n') == printed + strlen(printed) - 1);
+  free(printed);
+  zo_config_free(&c);
+
+  const char *unset[] = {"aio.block_size=4096", "aio.queue_depth=4", "aio.overlap_events=false",
+                         "aio.overlap_events=null"};
+  EXPECT(load_capturing(&c, NULL, unset, ZO_ARRAY_LEN(unset), &printed) == 0);
+  EXPECT(c.aio.overlap_events && c.aio.queue_depth == 4);
+  EXPECT(streq(printed, ""));
+  free(printed);
+  zo_config_free(&c);
+  return checks_failed_since(before);
+}
+
 int main(void) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "config")) return 1;
   static const struct zo_test tests[] = {
@@ -668,6 +729,7 @@ int main(void) {
       ZO_TEST(round_trip),
       ZO_TEST(shipped_configs),
       ZO_TEST(wide_vocab),
+      ZO_TEST(ignored_keys),
       ZO_TEST(parse_bytes),
   };
   struct zo_test_counts counts = zo_test_run(tests, sizeof tests / sizeof tests[0]);
