@@ -47,7 +47,9 @@ static const char *usage_train =
     "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
     "                    every run ends with the memory report (planned, peak, current)\n"
     "  under mpirun -np N: N data-parallel ranks on the CPU backend, train_micro_batch_size_per_gpu\n"
-    "  rows each, replicated optimizer state; rank 0 prints, logs and saves\n";
+    "  rows each; the optimizer state is replicated on every rank at zero_optimization.stage 0 and\n"
+    "  sharded over the ranks at stage >= 1 (each rank then saves its shard); rank 0 prints, logs\n"
+    "  and saves the rest\n";
 
 static const char *usage_eval =
     "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N]\n"
