@@ -13,7 +13,7 @@
 
 #include "zo/fsutil.h"
 #include "zo/model.h"
-#include "zo/sched.h" /* struct zo_optim_format */
+#include "zo/optim_format.h"
 #include "zo/state.h"
 
 /* dir/name into out; -ENAMETOOLONG (with a message) when it does not fit. */

@@ -114,25 +114,6 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
  * Returns 0 and writes its path, -ENOENT when there is none. */
 int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size);
 
-/* Reads the model config of a checkpoint directory's config.json, or of a
- * safetensors file's shapes (n_head cannot be inferred: it is taken from
- * n_head). Returns 0 or -errno with a message. */
-int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg);
-
-/* Loads a Hugging Face GPT-2 safetensors file (F32, BF16 or F16 tensors;
- * names with or without the "transformer." prefix) into host params laid out
- * by m's table. Every tensor must be present with the expected shape: a
- * mismatch names the tensor and both shapes. Returns 0 or -errno. */
-int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params);
-/* The same, writing the parameters through io, piece by piece. */
-int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, const struct zo_state_io *io);
-
-/* Writes host params as a Hugging Face GPT-2 safetensors file (atomically)
- * and config.json beside it in dir. Returns 0 or -errno. */
-int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const float *params);
-/* The same, reading the parameters through io. */
-int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io);
-
 #ifdef __cplusplus
 }
 #endif
