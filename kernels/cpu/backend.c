@@ -110,476 +110,121 @@ static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void 
   return 0;
 }
 
-/* ---- ops: args struct, task function, table entry ------------------------- */
+/* ---- ops ------------------------------------------------------------------
+ * CPU_OP(op, (type, name), ...) defines the table entry cpu_<op>(args...,
+ * stream) from an op's argument list (zo_cpu_<op>'s, in its order): its
+ * task record struct <op>_args holds the arguments, copied into the stream's
+ * queue at enqueue time, and <op>_run calls zo_cpu_<op> with them on the
+ * stream's worker (on the NULL stream, before cpu_<op> returns). CPU_OP_FN
+ * names the function to run instead. The table below checks every entry's
+ * signature against struct zo_backend. No argument may be named a or
+ * stream (the wrappers' own names). */
 
-struct encoder_forward_args {
-  void *out;
-  const int32_t *inp;
-  const void *wte;
-  const void *wpe;
-  int B;
-  int T;
-  int C;
-  enum zo_dtype dt;
-};
+#define CPU_OP(op, ...) CPU_OP_FN(op, zo_cpu_##op, __VA_ARGS__)
+#define CPU_OP_FN(op, fn, ...)                                                               \
+  struct op##_args {                                                                         \
+    OP_MAP(OP_FIELD, OP_NOSEP, __VA_ARGS__)                                                  \
+  };                                                                                         \
+  _Static_assert(sizeof(struct op##_args) <= ZO_CPU_TASK_ARGS, #op ": task record too big"); \
+  static void op##_run(void *p) {                                                            \
+    const struct op##_args *a = p;                                                           \
+    fn(OP_MAP(OP_FROM_TASK, OP_COMMA, __VA_ARGS__));                                         \
+  }                                                                                          \
+  static void cpu_##op(OP_MAP(OP_PARAM, OP_COMMA, __VA_ARGS__), zo_stream_t stream) {        \
+    const struct op##_args a = {OP_MAP(OP_NAME, OP_COMMA, __VA_ARGS__)};                     \
+    zo_cpu_stream_enqueue(stream, op##_run, &a, sizeof a);                                   \
+  }
 
-static void encoder_forward_run(void *p) {
-  struct encoder_forward_args *a = p;
-  zo_cpu_encoder_forward(a->out, a->inp, a->wte, a->wpe, a->B, a->T, a->C, a->dt);
+/* What each (type, name) pair becomes in the record, the call and the entry. */
+#define OP_FIELD(type, name) type name;
+#define OP_FROM_TASK(type, name) a->name
+#define OP_PARAM(type, name) type name
+#define OP_NAME(type, name) name
+#define OP_COMMA() ,
+#define OP_NOSEP()
+
+/* OP_MAP(f, sep, x1, ..., xn) = f x1 sep() ... sep() f xn, for n <= 16. */
+#define OP_MAP(f, sep, ...) OP_CAT(OP_MAP_, OP_COUNT(__VA_ARGS__))(f, sep, __VA_ARGS__)
+#define OP_COUNT(...) OP_COUNT_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define OP_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
+#define OP_CAT(a, b) OP_CAT_(a, b)
+#define OP_CAT_(a, b) a##b
+#define OP_MAP_1(f, sep, x) f x
+#define OP_MAP_2(f, sep, x, ...) f x sep() OP_MAP_1(f, sep, __VA_ARGS__)
+#define OP_MAP_3(f, sep, x, ...) f x sep() OP_MAP_2(f, sep, __VA_ARGS__)
+#define OP_MAP_4(f, sep, x, ...) f x sep() OP_MAP_3(f, sep, __VA_ARGS__)
+#define OP_MAP_5(f, sep, x, ...) f x sep() OP_MAP_4(f, sep, __VA_ARGS__)
+#define OP_MAP_6(f, sep, x, ...) f x sep() OP_MAP_5(f, sep, __VA_ARGS__)
+#define OP_MAP_7(f, sep, x, ...) f x sep() OP_MAP_6(f, sep, __VA_ARGS__)
+#define OP_MAP_8(f, sep, x, ...) f x sep() OP_MAP_7(f, sep, __VA_ARGS__)
+#define OP_MAP_9(f, sep, x, ...) f x sep() OP_MAP_8(f, sep, __VA_ARGS__)
+#define OP_MAP_10(f, sep, x, ...) f x sep() OP_MAP_9(f, sep, __VA_ARGS__)
+#define OP_MAP_11(f, sep, x, ...) f x sep() OP_MAP_10(f, sep, __VA_ARGS__)
+#define OP_MAP_12(f, sep, x, ...) f x sep() OP_MAP_11(f, sep, __VA_ARGS__)
+#define OP_MAP_13(f, sep, x, ...) f x sep() OP_MAP_12(f, sep, __VA_ARGS__)
+#define OP_MAP_14(f, sep, x, ...) f x sep() OP_MAP_13(f, sep, __VA_ARGS__)
+#define OP_MAP_15(f, sep, x, ...) f x sep() OP_MAP_14(f, sep, __VA_ARGS__)
+#define OP_MAP_16(f, sep, x, ...) f x sep() OP_MAP_15(f, sep, __VA_ARGS__)
+
+CPU_OP(encoder_forward, (void *, out), (const int32_t *, inp), (const void *, wte), (const void *, wpe),
+       (int, B), (int, T), (int, C), (enum zo_dtype, dt))
+CPU_OP(encoder_backward, (float *, dwte), (float *, dwpe), (const void *, dout), (const int32_t *, inp),
+       (int, B), (int, T), (int, C), (enum zo_dtype, dt))
+CPU_OP(layernorm_forward, (void *, out), (float *, mean), (float *, rstd), (const void *, inp),
+       (const void *, weight), (const void *, bias), (int, N), (int, C), (enum zo_dtype, dt))
+CPU_OP(layernorm_backward, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
+       (const void *, inp), (const void *, weight), (const float *, mean), (const float *, rstd),
+       (int, N), (int, C), (enum zo_dtype, dt))
+CPU_OP(rmsnorm_forward, (void *, out), (float *, rstd), (const void *, inp), (const void *, weight),
+       (float, eps), (int, N), (int, C), (enum zo_dtype, dt))
+CPU_OP(rmsnorm_backward, (void *, dinp), (float *, dweight), (const void *, dout), (const void *, inp),
+       (const void *, weight), (const float *, rstd), (int, N), (int, C), (enum zo_dtype, dt))
+CPU_OP(matmul_forward, (void *, out), (const void *, inp), (const void *, weight), (const void *, bias),
+       (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
+CPU_OP(matmul_backward, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
+       (const void *, inp), (const void *, weight), (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
+CPU_OP(attention_forward, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
+       (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
+CPU_OP(attention_backward, (void *, dqkv), (void *, datt), (const void *, dout), (const void *, qkv),
+       (const void *, att), (int, B), (int, T), (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
+CPU_OP(rope_forward, (void *, qkv), (const float *, cos), (const float *, sin), (int, B), (int, T),
+       (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
+CPU_OP(rope_backward, (void *, dqkv), (const float *, cos), (const float *, sin), (int, B), (int, T),
+       (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
+CPU_OP(gelu_forward, (void *, out), (const void *, inp), (size_t, N), (enum zo_dtype, dt))
+CPU_OP(gelu_backward, (void *, dinp), (const void *, inp), (const void *, dout), (size_t, N),
+       (enum zo_dtype, dt))
+CPU_OP(swiglu_forward, (void *, out), (const void *, inp), (size_t, N), (int, I), (enum zo_dtype, dt))
+CPU_OP(swiglu_backward, (void *, dinp), (const void *, inp), (const void *, dout), (size_t, N), (int, I),
+       (enum zo_dtype, dt))
+CPU_OP(residual_forward, (void *, out), (const void *, inp1), (const void *, inp2), (size_t, N),
+       (enum zo_dtype, dt))
+CPU_OP(residual_backward, (void *, dinp1), (void *, dinp2), (const void *, dout), (size_t, N),
+       (enum zo_dtype, dt))
+CPU_OP(crossentropy_forward, (float *, losses), (void *, dlogits), (const void *, logits),
+       (const int32_t *, targets), (float, dloss), (int, N), (int, V), (int, Vp), (enum zo_dtype, dt))
+CPU_OP(cast, (void *, dst), (enum zo_dtype, dst_dt), (const void *, src), (enum zo_dtype, src_dt),
+       (size_t, n))
+CPU_OP(adamw_update, (float *, p), (const float *, g), (float *, m), (float *, v), (size_t, n), (float, lr),
+       (float, beta1), (float, beta2), (float, eps), (float, weight_decay), (bool, decay), (long, t),
+       (float, grad_scale))
+
+/* zo_adamw8bit_update with the hyperparameters as the op passes them. */
+static void adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m_absmax, uint8_t *v_code,
+                             float *v_absmax, size_t n, size_t block, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, bool decay, long t, float grad_scale) {
+  const struct zo_adamw_hparams hp = {
+      .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
+  zo_adamw8bit_update(p, g, m_code, m_absmax, v_code, v_absmax, n, block, &hp, decay, t, grad_scale);
 }
-
-static void cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B, int T, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct encoder_forward_args a = {out, inp, wte, wpe, B, T, C, dt};
-  zo_cpu_stream_enqueue(stream, encoder_forward_run, &a, sizeof a);
-}
-
-struct encoder_backward_args {
-  float *dwte;
-  float *dwpe;
-  const void *dout;
-  const int32_t *inp;
-  int B;
-  int T;
-  int C;
-  enum zo_dtype dt;
-};
-
-static void encoder_backward_run(void *p) {
-  struct encoder_backward_args *a = p;
-  zo_cpu_encoder_backward(a->dwte, a->dwpe, a->dout, a->inp, a->B, a->T, a->C, a->dt);
-}
-
-static void cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B, int T, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct encoder_backward_args a = {dwte, dwpe, dout, inp, B, T, C, dt};
-  zo_cpu_stream_enqueue(stream, encoder_backward_run, &a, sizeof a);
-}
-
-struct layernorm_forward_args {
-  void *out;
-  float *mean;
-  float *rstd;
-  const void *inp;
-  const void *weight;
-  const void *bias;
-  int N;
-  int C;
-  enum zo_dtype dt;
-};
-
-static void layernorm_forward_run(void *p) {
-  struct layernorm_forward_args *a = p;
-  zo_cpu_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->N, a->C, a->dt);
-}
-
-static void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct layernorm_forward_args a = {out, mean, rstd, inp, weight, bias, N, C, dt};
-  zo_cpu_stream_enqueue(stream, layernorm_forward_run, &a, sizeof a);
-}
-
-struct layernorm_backward_args {
-  void *dinp;
-  float *dweight;
-  float *dbias;
-  const void *dout;
-  const void *inp;
-  const void *weight;
-  const float *mean;
-  const float *rstd;
-  int N;
-  int C;
-  enum zo_dtype dt;
-};
-
-static void layernorm_backward_run(void *p) {
-  struct layernorm_backward_args *a = p;
-  zo_cpu_layernorm_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean, a->rstd, a->N, a->C, a->dt);
-}
-
-static void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight, const float *mean, const float *rstd, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct layernorm_backward_args a = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dt};
-  zo_cpu_stream_enqueue(stream, layernorm_backward_run, &a, sizeof a);
-}
-
-struct rmsnorm_forward_args {
-  void *out;
-  float *rstd;
-  const void *inp;
-  const void *weight;
-  float eps;
-  int N;
-  int C;
-  enum zo_dtype dt;
-};
-
-static void rmsnorm_forward_run(void *p) {
-  struct rmsnorm_forward_args *a = p;
-  zo_cpu_rmsnorm_forward(a->out, a->rstd, a->inp, a->weight, a->eps, a->N, a->C, a->dt);
-}
-
-static void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, float eps, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct rmsnorm_forward_args a = {out, rstd, inp, weight, eps, N, C, dt};
-  zo_cpu_stream_enqueue(stream, rmsnorm_forward_run, &a, sizeof a);
-}
-
-struct rmsnorm_backward_args {
-  void *dinp;
-  float *dweight;
-  const void *dout;
-  const void *inp;
-  const void *weight;
-  const float *rstd;
-  int N;
-  int C;
-  enum zo_dtype dt;
-};
-
-static void rmsnorm_backward_run(void *p) {
-  struct rmsnorm_backward_args *a = p;
-  zo_cpu_rmsnorm_backward(a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd, a->N, a->C, a->dt);
-}
-
-static void cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, const float *rstd, int N, int C, enum zo_dtype dt, zo_stream_t stream) {
-  struct rmsnorm_backward_args a = {dinp, dweight, dout, inp, weight, rstd, N, C, dt};
-  zo_cpu_stream_enqueue(stream, rmsnorm_backward_run, &a, sizeof a);
-}
-
-struct matmul_forward_args {
-  void *out;
-  const void *inp;
-  const void *weight;
-  const void *bias;
-  int N;
-  int C;
-  int OC;
-  enum zo_dtype dt;
-};
-
-static void matmul_forward_run(void *p) {
-  struct matmul_forward_args *a = p;
-  zo_cpu_matmul_forward(a->out, a->inp, a->weight, a->bias, a->N, a->C, a->OC, a->dt);
-}
-
-static void cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N, int C, int OC, enum zo_dtype dt, zo_stream_t stream) {
-  struct matmul_forward_args a = {out, inp, weight, bias, N, C, OC, dt};
-  zo_cpu_stream_enqueue(stream, matmul_forward_run, &a, sizeof a);
-}
-
-struct matmul_backward_args {
-  void *dinp;
-  float *dweight;
-  float *dbias;
-  const void *dout;
-  const void *inp;
-  const void *weight;
-  int N;
-  int C;
-  int OC;
-  enum zo_dtype dt;
-};
-
-static void matmul_backward_run(void *p) {
-  struct matmul_backward_args *a = p;
-  zo_cpu_matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->N, a->C, a->OC, a->dt);
-}
-
-static void cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight, int N, int C, int OC, enum zo_dtype dt, zo_stream_t stream) {
-  struct matmul_backward_args a = {dinp, dweight, dbias, dout, inp, weight, N, C, OC, dt};
-  zo_cpu_stream_enqueue(stream, matmul_backward_run, &a, sizeof a);
-}
-
-struct attention_forward_args {
-  void *out;
-  void *att;
-  const void *qkv;
-  int B;
-  int T;
-  int NH;
-  int NKV;
-  int hs;
-  enum zo_dtype dt;
-};
-
-static void attention_forward_run(void *p) {
-  struct attention_forward_args *a = p;
-  zo_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
-}
-
-static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_forward_args a = {out, att, qkv, B, T, NH, NKV, hs, dt};
-  zo_cpu_stream_enqueue(stream, attention_forward_run, &a, sizeof a);
-}
-
-struct attention_backward_args {
-  void *dqkv;
-  void *datt;
-  const void *dout;
-  const void *qkv;
-  const void *att;
-  int B;
-  int T;
-  int NH;
-  int NKV;
-  int hs;
-  enum zo_dtype dt;
-};
-
-static void attention_backward_run(void *p) {
-  struct attention_backward_args *a = p;
-  zo_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->qkv, a->att, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
-}
-
-static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
-  struct attention_backward_args a = {dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, dt};
-  zo_cpu_stream_enqueue(stream, attention_backward_run, &a, sizeof a);
-}
-
-struct rope_args {
-  void *qkv;
-  const float *cos;
-  const float *sin;
-  int B;
-  int T;
-  int NH;
-  int NKV;
-  int hs;
-  enum zo_dtype dt;
-};
-
-static void rope_forward_run(void *p) {
-  struct rope_args *a = p;
-  zo_cpu_rope_forward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
-}
-
-static void cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
-  struct rope_args a = {qkv, cos, sin, B, T, NH, NKV, hs, dt};
-  zo_cpu_stream_enqueue(stream, rope_forward_run, &a, sizeof a);
-}
-
-static void rope_backward_run(void *p) {
-  struct rope_args *a = p;
-  zo_cpu_rope_backward(a->qkv, a->cos, a->sin, a->B, a->T, a->NH, a->NKV, a->hs, a->dt);
-}
-
-static void cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
-  struct rope_args a = {dqkv, cos, sin, B, T, NH, NKV, hs, dt};
-  zo_cpu_stream_enqueue(stream, rope_backward_run, &a, sizeof a);
-}
-
-struct gelu_forward_args {
-  void *out;
-  const void *inp;
-  size_t N;
-  enum zo_dtype dt;
-};
-
-static void gelu_forward_run(void *p) {
-  struct gelu_forward_args *a = p;
-  zo_cpu_gelu_forward(a->out, a->inp, a->N, a->dt);
-}
-
-static void cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt, zo_stream_t stream) {
-  struct gelu_forward_args a = {out, inp, N, dt};
-  zo_cpu_stream_enqueue(stream, gelu_forward_run, &a, sizeof a);
-}
-
-struct gelu_backward_args {
-  void *dinp;
-  const void *inp;
-  const void *dout;
-  size_t N;
-  enum zo_dtype dt;
-};
-
-static void gelu_backward_run(void *p) {
-  struct gelu_backward_args *a = p;
-  zo_cpu_gelu_backward(a->dinp, a->inp, a->dout, a->N, a->dt);
-}
-
-static void cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt, zo_stream_t stream) {
-  struct gelu_backward_args a = {dinp, inp, dout, N, dt};
-  zo_cpu_stream_enqueue(stream, gelu_backward_run, &a, sizeof a);
-}
-
-struct swiglu_forward_args {
-  void *out;
-  const void *inp;
-  size_t N;
-  int I;
-  enum zo_dtype dt;
-};
-
-static void swiglu_forward_run(void *p) {
-  struct swiglu_forward_args *a = p;
-  zo_cpu_swiglu_forward(a->out, a->inp, a->N, a->I, a->dt);
-}
-
-static void cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
-  struct swiglu_forward_args a = {out, inp, N, I, dt};
-  zo_cpu_stream_enqueue(stream, swiglu_forward_run, &a, sizeof a);
-}
-
-struct swiglu_backward_args {
-  void *dinp;
-  const void *inp;
-  const void *dout;
-  size_t N;
-  int I;
-  enum zo_dtype dt;
-};
-
-static void swiglu_backward_run(void *p) {
-  struct swiglu_backward_args *a = p;
-  zo_cpu_swiglu_backward(a->dinp, a->inp, a->dout, a->N, a->I, a->dt);
-}
-
-static void cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_t N, int I, enum zo_dtype dt, zo_stream_t stream) {
-  struct swiglu_backward_args a = {dinp, inp, dout, N, I, dt};
-  zo_cpu_stream_enqueue(stream, swiglu_backward_run, &a, sizeof a);
-}
-
-struct residual_forward_args {
-  void *out;
-  const void *inp1;
-  const void *inp2;
-  size_t N;
-  enum zo_dtype dt;
-};
-
-static void residual_forward_run(void *p) {
-  struct residual_forward_args *a = p;
-  zo_cpu_residual_forward(a->out, a->inp1, a->inp2, a->N, a->dt);
-}
-
-static void cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N, enum zo_dtype dt, zo_stream_t stream) {
-  struct residual_forward_args a = {out, inp1, inp2, N, dt};
-  zo_cpu_stream_enqueue(stream, residual_forward_run, &a, sizeof a);
-}
-
-struct residual_backward_args {
-  void *dinp1;
-  void *dinp2;
-  const void *dout;
-  size_t N;
-  enum zo_dtype dt;
-};
-
-static void residual_backward_run(void *p) {
-  struct residual_backward_args *a = p;
-  zo_cpu_residual_backward(a->dinp1, a->dinp2, a->dout, a->N, a->dt);
-}
-
-static void cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt, zo_stream_t stream) {
-  struct residual_backward_args a = {dinp1, dinp2, dout, N, dt};
-  zo_cpu_stream_enqueue(stream, residual_backward_run, &a, sizeof a);
-}
-
-struct crossentropy_forward_args {
-  float *losses;
-  void *dlogits;
-  const void *logits;
-  const int32_t *targets;
-  float dloss;
-  int N;
-  int V;
-  int Vp;
-  enum zo_dtype dt;
-};
-
-static void crossentropy_forward_run(void *p) {
-  struct crossentropy_forward_args *a = p;
-  zo_cpu_crossentropy_forward(a->losses, a->dlogits, a->logits, a->targets, a->dloss, a->N, a->V, a->Vp, a->dt);
-}
-
-static void cpu_crossentropy_forward(float *losses, void *dlogits, const void *logits, const int32_t *targets, float dloss, int N, int V, int Vp, enum zo_dtype dt, zo_stream_t stream) {
-  struct crossentropy_forward_args a = {losses, dlogits, logits, targets, dloss, N, V, Vp, dt};
-  zo_cpu_stream_enqueue(stream, crossentropy_forward_run, &a, sizeof a);
-}
-
-struct cast_args {
-  void *dst;
-  const void *src;
-  enum zo_dtype dst_dt, src_dt;
-  size_t n;
-};
-
-static void cast_run(void *p) {
-  struct cast_args *a = p;
-  zo_cpu_cast(a->dst, a->dst_dt, a->src, a->src_dt, a->n);
-}
-
-static void cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n,
-                     zo_stream_t stream) {
-  struct cast_args a = {dst, src, dst_dt, src_dt, n};
-  zo_cpu_stream_enqueue(stream, cast_run, &a, sizeof a);
-}
-
-struct adamw_update_args {
-  float *p, *m, *v;
-  const float *g;
-  size_t n;
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
-  bool decay;
-  long t;
-};
-
-static void adamw_update_run(void *p) {
-  struct adamw_update_args *a = p;
-  zo_cpu_adamw_update(a->p, a->g, a->m, a->v, a->n, a->lr, a->beta1, a->beta2, a->eps,
-                      a->weight_decay, a->decay, a->t, a->grad_scale);
-}
-
-static void cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, bool decay,
-                             long t, float grad_scale, zo_stream_t stream) {
-  struct adamw_update_args a = {.p = p, .m = m, .v = v, .g = g, .n = n, .lr = lr, .beta1 = beta1,
-                                .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
-                                .grad_scale = grad_scale, .decay = decay, .t = t};
-  zo_cpu_stream_enqueue(stream, adamw_update_run, &a, sizeof a);
-}
-
-struct adamw8bit_update_args {
-  float *p, *m_absmax, *v_absmax;
-  uint8_t *m_code, *v_code;
-  const float *g;
-  size_t n, block;
-  struct zo_adamw_hparams hp;
-  float grad_scale;
-  bool decay;
-  long t;
-};
-
-static void adamw8bit_update_run(void *p) {
-  struct adamw8bit_update_args *a = p;
-  zo_adamw8bit_update(a->p, a->g, a->m_code, a->m_absmax, a->v_code, a->v_absmax, a->n, a->block, &a->hp,
-                      a->decay, a->t, a->grad_scale);
-}
-
-static void cpu_adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m_absmax, uint8_t *v_code,
-                                 float *v_absmax, size_t n, size_t block, float lr, float beta1, float beta2,
-                                 float eps, float weight_decay, bool decay, long t, float grad_scale,
-                                 zo_stream_t stream) {
-  struct adamw8bit_update_args a = {
-      .p = p, .m_absmax = m_absmax, .v_absmax = v_absmax, .m_code = m_code, .v_code = v_code, .g = g, .n = n,
-      .block = block, .hp = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay},
-      .grad_scale = grad_scale, .decay = decay, .t = t};
-  zo_cpu_stream_enqueue(stream, adamw8bit_update_run, &a, sizeof a);
-}
-
-struct sumsq_args {
-  double *out;
-  const float *x;
-  size_t n;
-};
-
-static void sumsq_run(void *p) {
-  struct sumsq_args *a = p;
-  *a->out = zo_cpu_sumsq(a->x, a->n);
-}
-
-static void cpu_sumsq(double *out, const float *x, size_t n, zo_stream_t stream) {
-  struct sumsq_args a = {out, x, n};
-  zo_cpu_stream_enqueue(stream, sumsq_run, &a, sizeof a);
-}
+CPU_OP_FN(adamw8bit_update, adamw8bit_update, (float *, p), (const float *, g), (uint8_t *, m_code),
+          (float *, m_absmax), (uint8_t *, v_code), (float *, v_absmax), (size_t, n), (size_t, block),
+          (float, lr), (float, beta1), (float, beta2), (float, eps), (float, weight_decay), (bool, decay),
+          (long, t), (float, grad_scale))
+
+/* The sum into device memory, as the op's contract has it. */
+static void sumsq(double *out, const float *x, size_t n) { *out = zo_cpu_sumsq(x, n); }
+CPU_OP_FN(sumsq, sumsq, (double *, out), (const float *, x), (size_t, n))
 
 /* ---- the table ------------------------------------------------------------ */
 
