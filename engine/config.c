@@ -949,6 +949,7 @@ void zo_config_free(struct zo_config *cfg) {
 /* ---- dump ------------------------------------------------------------------ */
 
 static bool dump_skips(const struct zo_config *cfg, const struct zo_config_key *k) {
+  if (k->ignored) return true; /* no effect: not part of the effective config */
   if (cfg->scheduler.type == ZO_SCHEDULER_NONE && strncmp(k->path, "scheduler", 9) == 0)
     return true;
   return k->sched && !(k->sched & (1u << cfg->scheduler.type));

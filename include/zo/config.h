@@ -120,9 +120,9 @@ struct zo_config_zero {           /* "zero_optimization" */
 struct zo_config_aio {            /* "aio": NVMe tier I/O (DeepSpeed defaults) */
   size_t block_size;              /* bytes per request, multiple of 4096, default 1MiB */
   int queue_depth;                /* io_uring entries in flight, default 8 */
-  int thread_count;               /* I/O threads, default 1 */
-  bool single_submit;             /* one submit per request instead of batches, default false */
-  bool overlap_events;            /* overlap submission and completion, default true */
+  int thread_count;               /* accepted and ignored (DeepSpeed's I/O threads), default 1 */
+  bool single_submit;             /* accepted and ignored, default false */
+  bool overlap_events;            /* accepted and ignored, default true */
 };
 
 struct zo_config_checkpointing {  /* "activation_checkpointing" */
