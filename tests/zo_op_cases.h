@@ -1,7 +1,8 @@
 /* The backend op cases both parity runners iterate: test-kernels-cpu-ops
  * (the CPU backend in F32 against float64 references, tests/zo_ref64.h) and
  * test-gpu-backend-ops (the CUDA backend against the CPU one, in F32, BF16
- * and F16). One line a case: the shape letters the op takes, flags, a seed;
+ * and F16), and test-kernels-cpu-mixed (the CPU backend in BF16 and F16
+ * against float64 references). One line a case: the shape letters the op takes, flags, a seed;
  * adding a line runs it in both. The tolerances stay with each runner's
  * check of each output (a float64 reference and a CPU reference call for
  * different ones). The finite-difference checks, on tiny shapes of their
@@ -20,14 +21,17 @@
 enum {
   ZO_OPC_BIAS = 1 << 0,        /* matmul: a bias (forward), dbias (backward); else NULL */
   ZO_OPC_DINP = 1 << 1,        /* matmul backward: dinp; else NULL */
-  ZO_OPC_HALF_ONLY = 1 << 2,   /* only the BF16 and F16 runs (too slow for F32 references) */
+  ZO_OPC_HALF_ONLY = 1 << 2,   /* only the GPU runner's BF16 and F16 runs (too large for float64 or F32 references) */
   ZO_OPC_NULL_STREAM = 1 << 3, /* the GPU runner's ops on the NULL stream, not a created one */
 };
 
 struct zo_op_case {
   int N, C, OC;          /* rows, channels, output channels (norms, matmul) */
   int B, T, NH, NKV, hs; /* batch, time, query heads, kv heads, head size (attention, rope) */
+  int V, Vp, maxT;       /* vocabulary, padded logit row, rows of wpe (encoder, crossentropy) */
+  int I;                 /* swiglu: out's row width (inp's rows are [gate | up], 2 * I) */
   float eps;             /* rmsnorm */
+  float shift;           /* crossentropy: added to every logit (the max subtraction must absorb it) */
   unsigned flags;        /* ZO_OPC_* */
   uint64_t seed;
 };
@@ -38,6 +42,7 @@ struct zo_op_case {
  * many warp-widths long, and (backward) many row chunks: the atomics path. */
 static const struct zo_op_case zo_layernorm_forward_cases[] = {
     {.N = 13, .C = 150, .seed = 4},
+    {.N = 11, .C = 200, .seed = 202},
     {.N = 128, .C = 96, .seed = 3},
     {.N = 5, .C = 1000, .seed = 3},
     {.N = 111, .C = 72, .flags = ZO_OPC_NULL_STREAM, .seed = 3},
@@ -46,6 +51,7 @@ static const struct zo_op_case zo_layernorm_forward_cases[] = {
 
 static const struct zo_op_case zo_layernorm_backward_cases[] = {
     {.N = 13, .C = 150, .seed = 5},
+    {.N = 11, .C = 200, .seed = 202},
     {.N = 128, .C = 96, .seed = 4},
     {.N = 300, .C = 1000, .seed = 4},
     {.N = 111, .C = 72, .flags = ZO_OPC_NULL_STREAM, .seed = 4},
@@ -58,6 +64,7 @@ static const struct zo_op_case zo_rmsnorm_forward_cases[] = {
     {.N = 13, .C = 151, .eps = 1e-5f, .seed = 40},
     {.N = 5, .C = 3, .eps = 1e-6f, .seed = 40},
     {.N = 1, .C = 1000, .eps = 1e-5f, .seed = 40},
+    {.N = 11, .C = 201, .eps = 1e-6f, .seed = 208},
     {.N = 128, .C = 96, .eps = 1e-5f, .seed = 16},
     {.N = 5, .C = 1001, .eps = 1e-5f, .seed = 16},
     {.N = 111, .C = 72, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 16},
@@ -67,6 +74,7 @@ static const struct zo_op_case zo_rmsnorm_forward_cases[] = {
 static const struct zo_op_case zo_rmsnorm_backward_cases[] = {
     {.N = 13, .C = 151, .eps = 1e-5f, .seed = 41},
     {.N = 300, .C = 70, .eps = 1e-6f, .seed = 41},
+    {.N = 11, .C = 201, .eps = 1e-6f, .seed = 208},
     {.N = 128, .C = 96, .eps = 1e-5f, .seed = 17},
     {.N = 300, .C = 1000, .eps = 1e-5f, .seed = 17},
     {.N = 111, .C = 72, .eps = 1e-5f, .flags = ZO_OPC_NULL_STREAM, .seed = 17},
@@ -82,6 +90,10 @@ static const struct zo_op_case zo_matmul_forward_cases[] = {
     {.N = 13, .C = 37, .OC = 150, .flags = ZO_OPC_BIAS, .seed = 7},
     {.N = 13, .C = 37, .OC = 150, .seed = 7},
     {.N = 1, .C = 5, .OC = 3, .flags = ZO_OPC_BIAS, .seed = 7},
+    {.N = 5, .C = 7, .OC = 3, .flags = ZO_OPC_BIAS, .seed = 203},
+    {.N = 1, .C = 64, .OC = 33, .seed = 203},
+    {.N = 300, .C = 530, .OC = 270, .flags = ZO_OPC_BIAS, .seed = 203},
+    {.N = 257, .C = 40, .OC = 513, .seed = 203},
     {.N = 128, .C = 96, .OC = 288, .flags = ZO_OPC_BIAS, .seed = 5},
     {.N = 128, .C = 384, .OC = 96, .flags = ZO_OPC_BIAS, .seed = 5},
     {.N = 128, .C = 96, .OC = 256, .seed = 5},
@@ -99,6 +111,10 @@ static const struct zo_op_case zo_matmul_backward_cases[] = {
     {.N = 13, .C = 37, .OC = 150, .flags = ZO_OPC_DINP_DBIAS, .seed = 8},
     {.N = 13, .C = 37, .OC = 150, .seed = 8},
     {.N = 1, .C = 5, .OC = 3, .flags = ZO_OPC_DINP_DBIAS, .seed = 8},
+    {.N = 5, .C = 7, .OC = 3, .flags = ZO_OPC_DINP_DBIAS, .seed = 203},
+    {.N = 1, .C = 64, .OC = 33, .flags = ZO_OPC_DINP_DBIAS, .seed = 203},
+    {.N = 300, .C = 530, .OC = 270, .flags = ZO_OPC_DINP_DBIAS, .seed = 203},
+    {.N = 257, .C = 40, .OC = 513, .flags = ZO_OPC_BIAS, .seed = 203},
     {.N = 128, .C = 96, .OC = 288, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
     {.N = 128, .C = 384, .OC = 96, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
     {.N = 128, .C = 96, .OC = 256, .flags = ZO_OPC_DINP_DBIAS, .seed = 6},
@@ -129,6 +145,9 @@ static const struct zo_op_case zo_attention_cases[] = {
     {.B = 2, .T = 70, .NH = 6, .NKV = 2, .hs = 5, .seed = 10},
     {.B = 1, .T = 130, .NH = 4, .NKV = 1, .hs = 8, .seed = 10},
     {.B = 3, .T = 65, .NH = 6, .NKV = 1, .hs = 3, .seed = 10},
+    {.B = 2, .T = 70, .NH = 3, .NKV = 3, .hs = 8, .seed = 205},
+    {.B = 2, .T = 70, .NH = 6, .NKV = 2, .hs = 8, .seed = 205},
+    {.B = 1, .T = 67, .NH = 4, .NKV = 1, .hs = 6, .seed = 205},
     {.B = 2, .T = 64, .NH = 3, .NKV = 3, .hs = 32, .seed = 7},
     {.B = 3, .T = 37, .NH = 3, .NKV = 3, .hs = 24, .flags = ZO_OPC_NULL_STREAM, .seed = 7},
     {.B = 5, .T = 19, .NH = 2, .NKV = 2, .hs = 16, .seed = 77},
@@ -151,9 +170,77 @@ static const struct zo_op_case zo_rope_cases[] = {
     {.B = 1, .T = 70, .NH = 4, .NKV = 1, .hs = 6, .seed = 43},
     {.B = 3, .T = 5, .NH = 3, .NKV = 3, .hs = 2, .seed = 43},
     {.B = 1, .T = 3, .NH = 2, .NKV = 1, .hs = 130, .seed = 43},
+    {.B = 2, .T = 67, .NH = 6, .NKV = 2, .hs = 10, .seed = 209},
     {.B = 2, .T = 64, .NH = 6, .NKV = 2, .hs = 16, .seed = 130},
     {.B = 3, .T = 37, .NH = 4, .NKV = 1, .hs = 6, .flags = ZO_OPC_NULL_STREAM, .seed = 131},
     {.B = 1, .T = 19, .NH = 3, .NKV = 3, .hs = 130, .seed = 132},
+};
+
+/* ---- encoder ----------------------------------------------------------------- */
+
+/* Forward, then again with wpe NULL (Llama: out is the token's row, bit for
+ * bit). Tiny vocabularies, odd C, the GPU shapes' vocabularies (256; 101). */
+static const struct zo_op_case zo_encoder_forward_cases[] = {
+    {.B = 2, .T = 7, .C = 24, .V = 13, .maxT = 9, .seed = 1},
+    {.B = 2, .T = 7, .C = 37, .V = 13, .maxT = 7, .seed = 47},
+    {.B = 2, .T = 9, .C = 40, .V = 7, .maxT = 11, .seed = 201},
+    {.B = 2, .T = 64, .C = 96, .V = 256, .maxT = 64, .seed = 1},
+    {.B = 3, .T = 37, .C = 72, .V = 101, .maxT = 40, .flags = ZO_OPC_NULL_STREAM, .seed = 1},
+};
+
+/* dwte and dwpe += (pre-filled), then dwte alone with dwpe NULL. V well
+ * below B*T: tokens repeat across positions and batch rows. */
+static const struct zo_op_case zo_encoder_backward_cases[] = {
+    {.B = 3, .T = 7, .C = 37, .V = 5, .maxT = 9, .seed = 2},
+    {.B = 2, .T = 9, .C = 40, .V = 7, .maxT = 11, .seed = 201},
+    {.B = 2, .T = 64, .C = 96, .V = 7, .maxT = 64, .seed = 2},
+    {.B = 3, .T = 37, .C = 72, .V = 7, .maxT = 40, .flags = ZO_OPC_NULL_STREAM, .seed = 2},
+};
+
+/* ---- elementwise: gelu, residual, swiglu ------------------------------------- */
+
+/* gelu forward and backward (dinp also aliasing dout); residual forward
+ * (out also aliasing either input) and backward (both +=). N odd, past the
+ * CPU's parallel chunks (70001), not a multiple of the GPU's vector width. */
+static const struct zo_op_case zo_gelu_cases[] = {
+    {.N = 1001, .seed = 13},
+    {.N = 70001, .seed = 206},
+    {.N = 49155, .seed = 9},
+    {.N = 31971, .flags = ZO_OPC_NULL_STREAM, .seed = 9},
+};
+
+static const struct zo_op_case zo_residual_cases[] = {
+    {.N = 1001, .seed = 16},
+    {.N = 70001, .seed = 206},
+    {.N = 12289, .seed = 10},
+    {.N = 7993, .flags = ZO_OPC_NULL_STREAM, .seed = 10},
+};
+
+/* Forward and backward on N rows of [gate | up]: odd I, a row longer than
+ * the CPU's 16384-column task, one column, the GPU shapes' 4C + 3. */
+static const struct zo_op_case zo_swiglu_cases[] = {
+    {.N = 13, .I = 37, .seed = 45},
+    {.N = 3, .I = 20001, .seed = 45},
+    {.N = 5, .I = 1, .seed = 45},
+    {.N = 9, .I = 1001, .seed = 210},
+    {.N = 128, .I = 387, .seed = 18},
+    {.N = 111, .I = 291, .flags = ZO_OPC_NULL_STREAM, .seed = 18},
+};
+
+/* ---- crossentropy ------------------------------------------------------------- */
+
+/* N rows of V real and Vp - V padded logits (padding NaN: reading it poisons
+ * the row), targets with -1 (masked) and V - 1; dlogits separate, NULL, and
+ * aliasing logits. Logits shifted by +-300 (exp must not overflow), the GPU
+ * shapes, GPT-2's vocabulary. */
+static const struct zo_op_case zo_crossentropy_cases[] = {
+    {.N = 13, .V = 101, .Vp = 128, .seed = 19},
+    {.N = 13, .V = 101, .Vp = 128, .shift = 300.0f, .seed = 19},
+    {.N = 13, .V = 101, .Vp = 128, .shift = -300.0f, .seed = 19},
+    {.N = 9, .V = 1000, .Vp = 1024, .seed = 207},
+    {.N = 128, .V = 256, .Vp = 256, .seed = 11},
+    {.N = 111, .V = 101, .Vp = 128, .flags = ZO_OPC_NULL_STREAM, .seed = 11},
+    {.N = 6, .V = 50257, .Vp = 50304, .seed = 111},
 };
 
 /* Writes the case's nonzero shape letters and flags into buf[0, cap). */
@@ -162,7 +249,7 @@ static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *
     const char *name;
     int v;
   } f[] = {{"N", c->N}, {"C", c->C}, {"OC", c->OC}, {"B", c->B}, {"T", c->T}, {"NH", c->NH}, {"NKV", c->NKV},
-           {"hs", c->hs}};
+           {"hs", c->hs}, {"V", c->V}, {"Vp", c->Vp}, {"maxT", c->maxT}, {"I", c->I}};
   size_t len = 0;
   buf[0] = '\0';
   for (size_t i = 0; i < ZO_ARRAY_LEN(f) && len < cap; i++)
@@ -170,6 +257,7 @@ static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *
   if (len < cap && (c->flags & ZO_OPC_BIAS)) len += (size_t)snprintf(buf + len, cap - len, " bias");
   if (len < cap && (c->flags & ZO_OPC_DINP)) len += (size_t)snprintf(buf + len, cap - len, " dinp");
   if (len < cap && c->eps != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " eps=%g", (double)c->eps);
+  if (len < cap && c->shift != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " shift=%g", (double)c->shift);
   if (len < cap) snprintf(buf + len, cap - len, ", seed %llu", (unsigned long long)c->seed);
   return buf;
 }

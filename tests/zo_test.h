@@ -120,6 +120,41 @@ static inline void *zo_test_xmalloc(size_t nbytes) {
   return p;
 }
 
+/* The heap blocks of one case, freed together: a case keeps each block it
+ * allocates here and frees them all with zo_test_bufs_free at its end, so
+ * its cleanup is one line whatever it allocated. */
+#define ZO_TEST_BUFS_MAX 48
+struct zo_test_bufs {
+  void *mem[ZO_TEST_BUFS_MAX]; /* the blocks as malloc returned them */
+  int n;
+};
+
+/* Keeps mem (a malloc'ed block) for zo_test_bufs_free; returns it. */
+static inline void *zo_test_bufs_keep(struct zo_test_bufs *b, void *mem) {
+  if (b->n == ZO_TEST_BUFS_MAX) {
+    fprintf(stderr, "more than %d blocks in one zo_test_bufs\n", ZO_TEST_BUFS_MAX);
+    exit(1);
+  }
+  b->mem[b->n++] = mem;
+  return mem;
+}
+
+static inline void *zo_test_bufs_alloc(struct zo_test_bufs *b, size_t nbytes) {
+  return zo_test_bufs_keep(b, zo_test_xmalloc(nbytes));
+}
+
+/* float64 copy of x[0, n), kept in b. */
+static inline double *zo_test_bufs_widen(struct zo_test_bufs *b, const float *x, size_t n) {
+  double *d = zo_test_bufs_alloc(b, n * sizeof(double));
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+/* Frees every block kept in b, last first; b is empty again. */
+static inline void zo_test_bufs_free(struct zo_test_bufs *b) {
+  while (b->n > 0) free(b->mem[--b->n]);
+}
+
 /* ---- random numbers: splitmix64 ----------------------------------------- */
 
 /* The next value of the stream whose state is *s (any seed is fine). */
