@@ -9,8 +9,9 @@
  * losses) are within fp32 noise. Where the contract rounds an intermediate
  * (attention's probabilities and their gradient), the test reads the stored
  * dt values and checks that exactly those weighted the next product.
- * Outputs are poisoned with NaN and guarded by sentinel bytes. Shapes cross
- * the GEMM tiles (256 x 256 x 512) and the attention row block (64). */
+ * Outputs are poisoned with NaN and guarded by sentinel bytes. The ops run
+ * on the cases of tests/zo_op_cases.h, whose shapes cross the GEMM tiles
+ * (256 x 256 x 512) and the attention row block (64), once per dtype. */
 #include "zo/backend.h"
 #include "zo/cpu.h"
 
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo_op_cases.h"
 #include "zo_ref64.h"
 #include "zo_test.h"
 
@@ -151,16 +153,12 @@ static int test_cast_pairs(void) {
 
 /* ---- dt buffers ------------------------------------------------------------ */
 
-/* n dt elements between guard bytes; free with dfree. */
-static void *dalloc(size_t n, enum zo_dtype dt) {
-  uint8_t *mem = zo_test_xmalloc(n * zo_dtype_size(dt) + 2 * GUARD_BYTES);
+/* n dt elements between guard bytes, kept in b. */
+static void *dalloc(struct zo_test_bufs *b, size_t n, enum zo_dtype dt) {
+  uint8_t *mem = zo_test_bufs_alloc(b, n * zo_dtype_size(dt) + 2 * GUARD_BYTES);
   memset(mem, GUARD_BYTE, GUARD_BYTES);
   memset(mem + GUARD_BYTES + n * zo_dtype_size(dt), GUARD_BYTE, GUARD_BYTES);
   return mem + GUARD_BYTES;
-}
-
-static void dfree(void *p) {
-  if (p) free((uint8_t *)p - GUARD_BYTES);
 }
 
 static int dguard(const char *what, const void *p, size_t n, enum zo_dtype dt) {
@@ -184,19 +182,38 @@ static void rand_dt(float *x, void *xd, size_t n, float lo, float hi, enum zo_dt
   }
 }
 
+/* A guarded dt tensor of n random dt values in [lo, hi), kept in b; *wide,
+ * unless wide is NULL, their exact float values (also kept in b). */
+static void *dalloc_rand(struct zo_test_bufs *b, size_t n, float lo, float hi, enum zo_dtype dt, float **wide) {
+  void *d = dalloc(b, n, dt);
+  float *x = wide ? zo_test_bufs_alloc(b, n * sizeof(float)) : NULL;
+  rand_dt(x, d, n, lo, hi, dt);
+  if (wide) *wide = x;
+  return d;
+}
+
 static void poison(void *p, size_t n, enum zo_dtype dt) {
+  if (dt == ZO_F32) {
+    for (size_t i = 0; i < n; i++) ((float *)p)[i] = NAN;
+    return;
+  }
   const uint16_t nan16 = dt == ZO_BF16 ? 0x7fc0 : 0x7e00;
   for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = nan16;
 }
 
-static double *widen64(const float *x, size_t n) {
-  double *d = zo_test_xmalloc(n * sizeof(double));
-  for (size_t i = 0; i < n; i++) d[i] = x[i];
-  return d;
+/* An output poisoned with NaN: an element the op does not write fails. */
+static void *dalloc_nan(struct zo_test_bufs *b, size_t n, enum zo_dtype dt) {
+  void *p = dalloc(b, n, dt);
+  poison(p, n, dt);
+  return p;
 }
 
-static float *dt_to_f32(const void *p, size_t n, enum zo_dtype dt) {
-  float *f = zo_test_xmalloc(n * sizeof(float) + 1);
+static double *widen64(struct zo_test_bufs *b, const float *x, size_t n) { return zo_test_bufs_widen(b, x, n); }
+
+static double *d64alloc(struct zo_test_bufs *b, size_t n) { return zo_test_bufs_alloc(b, n * sizeof(double)); }
+
+static float *dt_to_f32(struct zo_test_bufs *b, const void *p, size_t n, enum zo_dtype dt) {
+  float *f = zo_test_bufs_alloc(b, n * sizeof(float) + 1);
   zo_cpu_cast(f, ZO_F32, p, dt, n);
   return f;
 }
@@ -205,9 +222,10 @@ static float *dt_to_f32(const void *p, size_t n, enum zo_dtype dt) {
  * plus atol for fp32 cancellation. */
 static int check_dt(const char *what, const void *got, size_t n, enum zo_dtype dt, const double *ref,
                     double atol) {
-  float *g = dt_to_f32(got, n, dt);
-  int fail = dguard(what, got, n, dt) | zo_test_close(what, g, ref, n, atol, 1.01 * unit_roundoff(dt) + 1e-6);
-  free(g);
+  struct zo_test_bufs b = {0};
+  int fail = dguard(what, got, n, dt) |
+             zo_test_close(what, dt_to_f32(&b, got, n, dt), ref, n, atol, 1.01 * unit_roundoff(dt) + 1e-6);
+  zo_test_bufs_free(&b);
   return fail;
 }
 
@@ -216,244 +234,228 @@ static int check_f32(const char *what, const float *got, size_t n, const double 
   return dguard(what, got, n, ZO_F32) | zo_test_close(what, got, ref, n, atol, rtol);
 }
 
-static float *falloc_rand(size_t n, float lo, float hi) {
-  float *p = dalloc(n, ZO_F32);
+static float *falloc_rand(struct zo_test_bufs *b, size_t n, float lo, float hi) {
+  float *p = dalloc(b, n, ZO_F32);
   for (size_t i = 0; i < n; i++) p[i] = zo_rng_float(lo, hi);
   return p;
 }
 
-/* ---- encoder ------------------------------------------------------------------ */
+/* ---- the shared op cases (zo_op_cases.h) ------------------------------------ */
 
-static int encoder(enum zo_dtype dt) {
-  enum { B = 2, T = 9, C = 40, V = 7, maxT = 11 };
-  zo_rng_seed(201);
-  int32_t inp[B * T];
-  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(zo_rng_u32() % V);
-  float wte[V * C], wpe[maxT * C];
-  void *wted = dalloc(V * C, dt), *wped = dalloc(maxT * C, dt), *out = dalloc(B * T * C, dt);
-  rand_dt(wte, wted, V * C, -1, 1, dt);
-  rand_dt(wpe, wped, maxT * C, -1, 1, dt);
-  poison(out, B * T * C, dt);
-  be->encoder_forward(out, inp, wted, wped, B, T, C, dt, NULL);
-  double *w64 = widen64(wte, V * C), *p64 = widen64(wpe, maxT * C), *ref = zo_test_xmalloc(B * T * C * sizeof(double));
-  encoder_forward64(ref, inp, w64, p64, B, T, C);
-  int fail = check_dt("out", out, B * T * C, dt, ref, 0);
-  /* wpe NULL: the token rows, bit for bit */
-  poison(out, B * T * C, dt);
-  be->encoder_forward(out, inp, wted, NULL, B, T, C, dt, NULL);
-  for (int i = 0; i < B * T; i++)
-    if (memcmp((uint16_t *)out + (size_t)i * C, (uint16_t *)wted + (size_t)inp[i] * C, C * 2)) {
-      fprintf(stderr, "  %s encoder (wpe NULL): row %d is not wte's row %d\n", dt_name(dt), i, inp[i]);
-      fail = 1;
-      break;
-    }
-  /* backward: fp32 gradients += dt dout */
-  void *dout = dalloc(B * T * C, dt);
-  float doutf[B * T * C];
-  rand_dt(doutf, dout, B * T * C, -1, 1, dt);
-  float *dwte = falloc_rand(V * C, -1, 1), *dwpe = falloc_rand(maxT * C, -1, 1);
-  double *rw = widen64(dwte, V * C), *rp = widen64(dwpe, maxT * C);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, dt, NULL);
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++)
-      for (int c = 0; c < C; c++) {
-        rw[(size_t)inp[b * T + t] * C + c] += doutf[(b * T + t) * C + c];
-        rp[(size_t)t * C + c] += doutf[(b * T + t) * C + c];
+static const enum zo_dtype half_dtypes[] = {ZO_BF16, ZO_F16};
+
+static int n_cases_run; /* (case, dtype) runs, printed at the end */
+
+/* Runs fn on each case of cases[0, n) but the HALF_ONLY ones (too large for
+ * float64 references) once per dtype in half_dtypes, each after
+ * zo_rng_seed(its seed) with a fresh buffer set freed after it; says which
+ * failed. */
+static int run_cases(const struct zo_op_case *cases, size_t n,
+                     int (*fn)(const struct zo_op_case *, enum zo_dtype, struct zo_test_bufs *)) {
+  int fail = 0;
+  for (size_t di = 0; di < ZO_ARRAY_LEN(half_dtypes); di++)
+    for (size_t i = 0; i < n; i++) {
+      const struct zo_op_case *c = &cases[i];
+      if (c->flags & ZO_OPC_HALF_ONLY) continue;
+      zo_rng_seed(c->seed);
+      struct zo_test_bufs b = {0};
+      const int f = fn(c, half_dtypes[di], &b);
+      zo_test_bufs_free(&b);
+      if (f) {
+        char d[200];
+        fprintf(stderr, "  (case %s; %s)\n", zo_op_case_describe(c, d, sizeof d), dt_name(half_dtypes[di]));
       }
-  fail |= check_f32("dwte", dwte, V * C, rw, 1e-6, 1e-6) | check_f32("dwpe", dwpe, maxT * C, rp, 1e-6, 1e-6);
-  /* dwpe NULL: dwte alone */
-  for (size_t i = 0; i < (size_t)V * C; i++) rw[i] = dwte[i];
-  for (int i = 0; i < B * T; i++)
-    for (int c = 0; c < C; c++) rw[(size_t)inp[i] * C + c] += doutf[(size_t)i * C + c];
-  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, dt, NULL);
-  fail |= check_f32("dwte (dwpe NULL)", dwte, V * C, rw, 1e-6, 1e-6);
-  free(rp);
-  free(rw);
-  dfree(dwpe);
-  dfree(dwte);
-  dfree(dout);
-  free(ref);
-  free(p64);
-  free(w64);
-  dfree(out);
-  dfree(wped);
-  dfree(wted);
+      fail |= f;
+      n_cases_run++;
+    }
   return fail;
 }
+#define RUN_CASES(cases, fn) run_cases((cases), ZO_ARRAY_LEN(cases), (fn))
 
-static int test_encoder_bf16(void) { return encoder(ZO_BF16); }
-static int test_encoder_fp16(void) { return encoder(ZO_F16); }
+static int32_t *random_tokens(struct zo_test_bufs *b, size_t n, int V) {
+  int32_t *t = zo_test_bufs_alloc(b, n * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(zo_rng_u32() % (uint32_t)V);
+  return t;
+}
+
+/* ---- encoder ------------------------------------------------------------------ */
+
+/* Then wpe NULL: the token rows, bit for bit. */
+static int encoder_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
+  const size_t n = (size_t)B * T * C;
+  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  float *wte, *wpe;
+  void *wted = dalloc_rand(b, (size_t)V * C, -1, 1, dt, &wte), *wped = dalloc_rand(b, (size_t)maxT * C, -1, 1, dt, &wpe);
+  void *out = dalloc_nan(b, n, dt);
+  be->encoder_forward(out, inp, wted, wped, B, T, C, dt, NULL);
+  double *ref = d64alloc(b, n);
+  encoder_forward64(ref, inp, widen64(b, wte, (size_t)V * C), widen64(b, wpe, (size_t)maxT * C), B, T, C);
+  int fail = check_dt("out", out, n, dt, ref, 0);
+  poison(out, n, dt);
+  be->encoder_forward(out, inp, wted, NULL, B, T, C, dt, NULL);
+  for (int i = 0; i < B * T; i++)
+    if (memcmp((uint16_t *)out + (size_t)i * C, (uint16_t *)wted + (size_t)inp[i] * C, (size_t)C * 2)) {
+      fprintf(stderr, "  encoder (wpe NULL): row %d is not wte's row %d\n", i, inp[i]);
+      return 1;
+    }
+  return fail | dguard("out (wpe NULL)", out, n, dt);
+}
+
+static int test_encoder_forward(void) { return RUN_CASES(zo_encoder_forward_cases, encoder_forward_case); }
+
+/* fp32 gradients += dt dout; then dwpe NULL: dwte alone. */
+static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
+  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  float *doutf;
+  void *dout = dalloc_rand(b, (size_t)B * T * C, -1, 1, dt, &doutf);
+  float *dwte = falloc_rand(b, (size_t)V * C, -1, 1), *dwpe = falloc_rand(b, (size_t)maxT * C, -1, 1);
+  double *rw = widen64(b, dwte, (size_t)V * C), *rp = widen64(b, dwpe, (size_t)maxT * C);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, dt, NULL);
+  for (int bt = 0; bt < B * T; bt++)
+    for (int k = 0; k < C; k++) {
+      rw[(size_t)inp[bt] * C + k] += doutf[(size_t)bt * C + k];
+      rp[(size_t)(bt % T) * C + k] += doutf[(size_t)bt * C + k];
+    }
+  int fail = check_f32("dwte", dwte, (size_t)V * C, rw, 1e-6, 1e-6) |
+             check_f32("dwpe", dwpe, (size_t)maxT * C, rp, 1e-6, 1e-6);
+  for (size_t i = 0; i < (size_t)V * C; i++) rw[i] = dwte[i];
+  for (int bt = 0; bt < B * T; bt++)
+    for (int k = 0; k < C; k++) rw[(size_t)inp[bt] * C + k] += doutf[(size_t)bt * C + k];
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, dt, NULL);
+  return fail | check_f32("dwte (dwpe NULL)", dwte, (size_t)V * C, rw, 1e-6, 1e-6);
+}
+
+static int test_encoder_backward(void) { return RUN_CASES(zo_encoder_backward_cases, encoder_backward_case); }
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-static int layernorm(enum zo_dtype dt) {
-  enum { N = 11, C = 200 };
-  zo_rng_seed(202);
-  float *x = zo_test_xmalloc(N * C * sizeof(float)), w[C], bias[C];
-  float *doutf = zo_test_xmalloc(N * C * sizeof(float)), *dinp0 = zo_test_xmalloc(N * C * sizeof(float));
-  void *xd = dalloc(N * C, dt), *wd = dalloc(C, dt), *bd = dalloc(C, dt), *out = dalloc(N * C, dt);
-  void *dout = dalloc(N * C, dt), *dinp = dalloc(N * C, dt);
-  rand_dt(x, xd, N * C, -2, 3, dt);
-  rand_dt(w, wd, C, -1, 1, dt);
-  rand_dt(bias, bd, C, -1, 1, dt);
-  rand_dt(doutf, dout, N * C, -1, 1, dt);
-  rand_dt(dinp0, dinp, N * C, -1, 1, dt);
-  float *mean = dalloc(N, ZO_F32), *rstd = dalloc(N, ZO_F32);
-  poison(out, N * C, dt);
-  be->layernorm_forward(out, mean, rstd, xd, wd, bd, N, C, dt, NULL);
-  double *x64 = widen64(x, N * C), *w64 = widen64(w, C), *b64 = widen64(bias, C);
-  double *ref = zo_test_xmalloc(N * C * sizeof(double)), rm[N], rs[N];
-  layernorm_forward64(ref, rm, rs, x64, w64, b64, N, C);
-  int fail = check_dt("out", out, N * C, dt, ref, 1e-5) | check_f32("mean", mean, N, rm, 1e-6, 1e-6) |
-             check_f32("rstd", rstd, N, rs, 0, 1e-5);
-  float *dw = falloc_rand(C, -1, 1), *db = falloc_rand(C, -1, 1);
-  double *rdinp = widen64(dinp0, N * C), *rdw = widen64(dw, C), *rdb = widen64(db, C);
-  double *d64 = widen64(doutf, N * C);
-  be->layernorm_backward(dinp, dw, db, dout, xd, wd, mean, rstd, N, C, dt, NULL);
-  layernorm_backward64(rdinp, rdw, rdb, d64, x64, w64, N, C);
-  fail |= check_dt("dinp", dinp, N * C, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
-          check_f32("dbias", db, C, rdb, 1e-5, 1e-5);
-  free(d64);
-  free(rdb);
-  free(rdw);
-  free(rdinp);
-  dfree(db);
-  dfree(dw);
-  free(ref);
-  free(b64);
-  free(w64);
-  free(x64);
-  dfree(rstd);
-  dfree(mean);
-  dfree(dinp);
-  dfree(dout);
-  dfree(out);
-  dfree(bd);
-  dfree(wd);
-  dfree(xd);
-  free(dinp0);
-  free(doutf);
-  free(x);
-  return fail;
+/* The inputs of a norm case: x (N, C) and w, bias (C), dt storage and exact
+ * floats. */
+struct norm_inputs {
+  void *xd, *wd, *bd;
+  float *x, *w, *bias;
+};
+
+static struct norm_inputs norm_inputs(struct zo_test_bufs *b, int N, int C, enum zo_dtype dt) {
+  struct norm_inputs in;
+  in.xd = dalloc_rand(b, (size_t)N * C, -2, 3, dt, &in.x);
+  in.wd = dalloc_rand(b, (size_t)C, -1, 1, dt, &in.w);
+  in.bd = dalloc_rand(b, (size_t)C, -1, 1, dt, &in.bias);
+  return in;
 }
 
-static int test_layernorm_bf16(void) { return layernorm(ZO_BF16); }
-static int test_layernorm_fp16(void) { return layernorm(ZO_F16); }
+static int layernorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C;
+  const size_t n = (size_t)N * C;
+  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  void *out = dalloc_nan(b, n, dt);
+  float *mean = dalloc_nan(b, N, ZO_F32), *rstd = dalloc_nan(b, N, ZO_F32);
+  be->layernorm_forward(out, mean, rstd, in.xd, in.wd, in.bd, N, C, dt, NULL);
+  double *ref = d64alloc(b, n), *rm = d64alloc(b, N), *rs = d64alloc(b, N);
+  layernorm_forward64(ref, rm, rs, widen64(b, in.x, n), widen64(b, in.w, C), widen64(b, in.bias, C), N, C);
+  return check_dt("out", out, n, dt, ref, 1e-5) | check_f32("mean", mean, N, rm, 1e-6, 1e-6) |
+         check_f32("rstd", rstd, N, rs, 0, 1e-5);
+}
+
+static int test_layernorm_forward(void) { return RUN_CASES(zo_layernorm_forward_cases, layernorm_forward_case); }
+
+static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C;
+  const size_t n = (size_t)N * C;
+  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  float *doutf, *dinp0;
+  void *dout = dalloc_rand(b, n, -1, 1, dt, &doutf), *dinp = dalloc_rand(b, n, -1, 1, dt, &dinp0);
+  void *out = dalloc(b, n, dt);
+  float *mean = dalloc(b, N, ZO_F32), *rstd = dalloc(b, N, ZO_F32);
+  float *dw = falloc_rand(b, C, -1, 1), *db = falloc_rand(b, C, -1, 1);
+  be->layernorm_forward(out, mean, rstd, in.xd, in.wd, in.bd, N, C, dt, NULL);
+  double *rdinp = widen64(b, dinp0, n), *rdw = widen64(b, dw, C), *rdb = widen64(b, db, C);
+  be->layernorm_backward(dinp, dw, db, dout, in.xd, in.wd, mean, rstd, N, C, dt, NULL);
+  layernorm_backward64(rdinp, rdw, rdb, widen64(b, doutf, n), widen64(b, in.x, n), widen64(b, in.w, C), N, C);
+  return check_dt("dinp", dinp, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
+         check_f32("dbias", db, C, rdb, 1e-5, 1e-5);
+}
+
+static int test_layernorm_backward(void) { return RUN_CASES(zo_layernorm_backward_cases, layernorm_backward_case); }
 
 /* ---- rmsnorm --------------------------------------------------------------------- */
 
-static int rmsnorm(enum zo_dtype dt) {
-  enum { N = 11, C = 201 };
-  const float eps = 1e-6f;
-  zo_rng_seed(208);
-  float *x = zo_test_xmalloc(N * C * sizeof(float)), w[C];
-  float *doutf = zo_test_xmalloc(N * C * sizeof(float)), *dinp0 = zo_test_xmalloc(N * C * sizeof(float));
-  void *xd = dalloc(N * C, dt), *wd = dalloc(C, dt), *out = dalloc(N * C, dt);
-  void *dout = dalloc(N * C, dt), *dinp = dalloc(N * C, dt);
-  rand_dt(x, xd, N * C, -2, 3, dt);
-  rand_dt(w, wd, C, -1, 1, dt);
-  rand_dt(doutf, dout, N * C, -1, 1, dt);
-  rand_dt(dinp0, dinp, N * C, -1, 1, dt);
-  float *rstd = dalloc(N, ZO_F32);
-  for (int n = 0; n < N; n++) rstd[n] = NAN;
-  poison(out, N * C, dt);
-  be->rmsnorm_forward(out, rstd, xd, wd, eps, N, C, dt, NULL);
-  double *x64 = widen64(x, N * C), *w64 = widen64(w, C);
-  double *ref = zo_test_xmalloc(N * C * sizeof(double)), rs[N];
-  rmsnorm_forward64(ref, rs, x64, w64, eps, N, C);
-  int fail = check_dt("out", out, N * C, dt, ref, 1e-5) | check_f32("rstd", rstd, N, rs, 0, 1e-5);
-  float *dw = falloc_rand(C, -1, 1);
-  double *rdinp = widen64(dinp0, N * C), *rdw = widen64(dw, C), *d64 = widen64(doutf, N * C);
-  be->rmsnorm_backward(dinp, dw, dout, xd, wd, rstd, N, C, dt, NULL);
-  rmsnorm_backward64(rdinp, rdw, d64, x64, w64, eps, N, C);
-  fail |= check_dt("dinp", dinp, N * C, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
-  if (fail) fprintf(stderr, "  (%s rmsnorm)\n", dt_name(dt));
-  free(d64);
-  free(rdw);
-  free(rdinp);
-  dfree(dw);
-  free(ref);
-  free(w64);
-  free(x64);
-  dfree(rstd);
-  dfree(dinp);
-  dfree(dout);
-  dfree(out);
-  dfree(wd);
-  dfree(xd);
-  free(dinp0);
-  free(doutf);
-  free(x);
-  return fail;
+static int rmsnorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C;
+  const size_t n = (size_t)N * C;
+  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  void *out = dalloc_nan(b, n, dt);
+  float *rstd = dalloc_nan(b, N, ZO_F32);
+  be->rmsnorm_forward(out, rstd, in.xd, in.wd, c->eps, N, C, dt, NULL);
+  double *ref = d64alloc(b, n), *rs = d64alloc(b, N);
+  rmsnorm_forward64(ref, rs, widen64(b, in.x, n), widen64(b, in.w, C), c->eps, N, C);
+  return check_dt("out", out, n, dt, ref, 1e-5) | check_f32("rstd", rstd, N, rs, 0, 1e-5);
 }
 
-static int test_rmsnorm_bf16(void) { return rmsnorm(ZO_BF16); }
-static int test_rmsnorm_fp16(void) { return rmsnorm(ZO_F16); }
+static int test_rmsnorm_forward(void) { return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_forward_case); }
+
+static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C;
+  const size_t n = (size_t)N * C;
+  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  float *doutf, *dinp0;
+  void *dout = dalloc_rand(b, n, -1, 1, dt, &doutf), *dinp = dalloc_rand(b, n, -1, 1, dt, &dinp0);
+  void *out = dalloc(b, n, dt);
+  float *rstd = dalloc(b, N, ZO_F32), *dw = falloc_rand(b, C, -1, 1);
+  be->rmsnorm_forward(out, rstd, in.xd, in.wd, c->eps, N, C, dt, NULL);
+  double *rdinp = widen64(b, dinp0, n), *rdw = widen64(b, dw, C);
+  be->rmsnorm_backward(dinp, dw, dout, in.xd, in.wd, rstd, N, C, dt, NULL);
+  rmsnorm_backward64(rdinp, rdw, widen64(b, doutf, n), widen64(b, in.x, n), widen64(b, in.w, C), c->eps, N, C);
+  return check_dt("dinp", dinp, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+}
+
+static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
-static int matmul_case(int N, int C, int OC, bool bias_on, bool dinp_on, enum zo_dtype dt) {
+/* atol: fp32 rounding of a K-term dot product of terms below 1, 1e-6 K. */
+static int matmul_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C, OC = c->OC;
+  const bool with_bias = c->flags & ZO_OPC_BIAS;
   const size_t nI = (size_t)N * C, nW = (size_t)OC * C, nO = (size_t)N * OC;
-  float *inp = zo_test_xmalloc(nI * 4), *w = zo_test_xmalloc(nW * 4), *bias = zo_test_xmalloc((size_t)OC * 4);
-  float *doutf = zo_test_xmalloc(nO * 4);
-  void *ind = dalloc(nI, dt), *wd = dalloc(nW, dt), *bd = dalloc((size_t)OC, dt), *out = dalloc(nO, dt);
-  void *dout = dalloc(nO, dt), *dinp = dalloc(nI, dt);
-  rand_dt(inp, ind, nI, -1, 1, dt);
-  rand_dt(w, wd, nW, -1, 1, dt);
-  rand_dt(bias, bd, (size_t)OC, -1, 1, dt);
-  rand_dt(doutf, dout, nO, -1, 1, dt);
-  poison(out, nO, dt);
-  poison(dinp, nI, dt);
-  be->matmul_forward(out, ind, wd, bias_on ? bd : NULL, N, C, OC, dt, NULL);
-  double *i64 = widen64(inp, nI), *w64 = widen64(w, nW), *b64 = widen64(bias, (size_t)OC);
-  double *ref = zo_test_xmalloc(nO * sizeof(double));
-  matmul_forward64(ref, i64, w64, bias_on ? b64 : NULL, N, C, OC);
-  /* atol: fp32 rounding of a K-term dot product of terms below 1. */
-  const double atol = 1e-6 * C;
-  char what[96];
-  snprintf(what, sizeof what, "out (%d,%d,%d)", N, C, OC);
-  int fail = check_dt(what, out, nO, dt, ref, atol);
-  float *dw = falloc_rand(nW, -1, 1), *db = falloc_rand((size_t)OC, -1, 1);
-  double *rdw = widen64(dw, nW), *rdb = widen64(db, (size_t)OC), *rdinp = zo_test_xmalloc(nI * sizeof(double));
-  double *d64 = widen64(doutf, nO);
-  be->matmul_backward(dinp_on ? dinp : NULL, dw, db, dout, ind, wd, N, C, OC, dt, NULL);
-  matmul_backward64(rdinp, rdw, rdb, d64, i64, w64, N, C, OC);
-  snprintf(what, sizeof what, "dweight (%d,%d,%d)", N, C, OC);
-  fail |= check_f32(what, dw, nW, rdw, 1e-6 * N, 1e-6);
-  fail |= check_f32("dbias", db, (size_t)OC, rdb, 1e-6 * N, 1e-6);
-  if (dinp_on) fail |= check_dt("dinp", dinp, nI, dt, rdinp, 1e-6 * OC);
-  else fail |= dguard("dinp (NULL: untouched)", dinp, nI, dt) || ((uint16_t *)dinp)[0] != (dt == ZO_BF16 ? 0x7fc0 : 0x7e00);
-  free(d64);
-  free(rdinp);
-  free(rdb);
-  free(rdw);
-  dfree(db);
-  dfree(dw);
-  free(ref);
-  free(b64);
-  free(w64);
-  free(i64);
-  dfree(dinp);
-  dfree(dout);
-  dfree(out);
-  dfree(bd);
-  dfree(wd);
-  dfree(ind);
-  free(doutf);
-  free(bias);
-  free(w);
-  free(inp);
+  float *inp, *w, *bias;
+  void *ind = dalloc_rand(b, nI, -1, 1, dt, &inp), *wd = dalloc_rand(b, nW, -1, 1, dt, &w);
+  void *bd = dalloc_rand(b, (size_t)OC, -1, 1, dt, &bias), *out = dalloc_nan(b, nO, dt);
+  be->matmul_forward(out, ind, wd, with_bias ? bd : NULL, N, C, OC, dt, NULL);
+  double *ref = d64alloc(b, nO);
+  matmul_forward64(ref, widen64(b, inp, nI), widen64(b, w, nW), with_bias ? widen64(b, bias, (size_t)OC) : NULL,
+                   N, C, OC);
+  return check_dt(with_bias ? "out" : "out (no bias)", out, nO, dt, ref, 1e-6 * C);
+}
+
+static int test_matmul_forward(void) { return RUN_CASES(zo_matmul_forward_cases, matmul_forward_case); }
+
+/* dinp (dt, overwritten) and dbias (fp32, +=) where the case flags them; a
+ * NULL dinp stays poisoned. */
+static int matmul_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, C = c->C, OC = c->OC;
+  const bool with_dinp = c->flags & ZO_OPC_DINP, with_dbias = c->flags & ZO_OPC_BIAS;
+  const size_t nI = (size_t)N * C, nW = (size_t)OC * C, nO = (size_t)N * OC;
+  float *inp, *w, *doutf;
+  void *ind = dalloc_rand(b, nI, -1, 1, dt, &inp), *wd = dalloc_rand(b, nW, -1, 1, dt, &w);
+  void *dout = dalloc_rand(b, nO, -1, 1, dt, &doutf), *dinp = dalloc_nan(b, nI, dt);
+  float *dw = falloc_rand(b, nW, -1, 1), *db = falloc_rand(b, (size_t)OC, -1, 1);
+  double *rdw = widen64(b, dw, nW), *rdb = widen64(b, db, (size_t)OC), *rdinp = d64alloc(b, nI);
+  be->matmul_backward(with_dinp ? dinp : NULL, dw, with_dbias ? db : NULL, dout, ind, wd, N, C, OC, dt, NULL);
+  matmul_backward64(rdinp, rdw, rdb, widen64(b, doutf, nO), widen64(b, inp, nI), widen64(b, w, nW), N, C, OC);
+  int fail = check_f32("dweight", dw, nW, rdw, 1e-6 * N, 1e-6);
+  if (with_dbias) fail |= check_f32("dbias", db, (size_t)OC, rdb, 1e-6 * N, 1e-6);
+  if (with_dinp)
+    fail |= check_dt("dinp", dinp, nI, dt, rdinp, 1e-6 * OC);
+  else
+    fail |= dguard("dinp (NULL: untouched)", dinp, nI, dt) ||
+            ((uint16_t *)dinp)[0] != (dt == ZO_BF16 ? 0x7fc0 : 0x7e00);
   return fail;
 }
 
-static int matmul(enum zo_dtype dt) {
-  zo_rng_seed(203);
-  return matmul_case(5, 7, 3, true, true, dt) | matmul_case(1, 64, 33, false, true, dt) |
-         matmul_case(300, 530, 270, true, true, dt) | matmul_case(257, 40, 513, false, false, dt);
-}
-
-static int test_matmul_bf16(void) { return matmul(ZO_BF16); }
-static int test_matmul_fp16(void) { return matmul(ZO_F16); }
+static int test_matmul_backward(void) { return RUN_CASES(zo_matmul_backward_cases, matmul_backward_case); }
 
 /* The tiled GEMM gives the same bits whatever the thread count. */
 static int test_matmul_threads_bitwise(void) {
@@ -464,40 +466,32 @@ static int test_matmul_threads_bitwise(void) {
 #endif
   enum { N = 300, C = 600, OC = 290 };
   zo_rng_seed(204);
-  void *in = dalloc(N * C, ZO_BF16), *w = dalloc(OC * C, ZO_BF16), *o1 = dalloc(N * OC, ZO_BF16),
-       *o2 = dalloc(N * OC, ZO_BF16);
-  rand_dt(NULL, in, N * C, -1, 1, ZO_BF16);
-  rand_dt(NULL, w, OC * C, -1, 1, ZO_BF16);
+  struct zo_test_bufs b = {0};
+  void *in = dalloc_rand(&b, N * C, -1, 1, ZO_BF16, NULL), *w = dalloc_rand(&b, OC * C, -1, 1, ZO_BF16, NULL);
+  void *o1 = dalloc(&b, N * OC, ZO_BF16), *o2 = dalloc(&b, N * OC, ZO_BF16);
   be->set_threads(1);
   be->matmul_forward(o1, in, w, NULL, N, C, OC, ZO_BF16, NULL);
   be->set_threads(2);
   be->matmul_forward(o2, in, w, NULL, N, C, OC, ZO_BF16, NULL);
   int fail = memcmp(o1, o2, (size_t)N * OC * 2) != 0;
   if (fail) fprintf(stderr, "  1 and 2 threads differ\n");
-  dfree(o2);
-  dfree(o1);
-  dfree(w);
-  dfree(in);
+  zo_test_bufs_free(&b);
   return fail;
 }
 
 /* ---- attention -------------------------------------------------------------------- */
 
-static int attention_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype dt) {
-  const int G = NH / NKV;
+/* Forward and backward. */
+static int attention_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs, G = NH / NKV;
   const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
   const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * ldo, na = (size_t)B * NH * T * T;
-  float *qkv = zo_test_xmalloc(nq * 4), *doutf = zo_test_xmalloc(no * 4);
-  void *qkvd = dalloc(nq, dt), *out = dalloc(no, dt), *att = dalloc(na, dt), *dout = dalloc(no, dt);
-  void *dqkv = dalloc(nq, dt), *datt = dalloc(na, dt);
-  rand_dt(qkv, qkvd, nq, -2, 2, dt);
-  rand_dt(doutf, dout, no, -1, 1, dt);
-  poison(out, no, dt);
-  poison(att, na, dt);
-  poison(dqkv, nq, dt);
-  poison(datt, na, dt);
+  float *qkv, *doutf;
+  void *qkvd = dalloc_rand(b, nq, -2, 2, dt, &qkv), *dout = dalloc_rand(b, no, -1, 1, dt, &doutf);
+  void *out = dalloc_nan(b, no, dt), *att = dalloc_nan(b, na, dt), *dqkv = dalloc_nan(b, nq, dt);
+  void *datt = dalloc_nan(b, na, dt);
   be->attention_forward(out, att, qkvd, B, T, NH, NKV, hs, dt, NULL);
-  double *q64 = widen64(qkv, nq), *ref_out = zo_test_xmalloc(no * 8), *ref_att = zo_test_xmalloc(na * 8);
+  double *q64 = widen64(b, qkv, nq), *ref_out = d64alloc(b, no), *ref_att = d64alloc(b, na);
   attention_forward64(ref_out, ref_att, q64, B, T, NH, NKV, hs);
   /* Element offsets: query head h's q, kv head g's k and v, at row (b, t). */
 #define QO(b, t, h) (((size_t)(b) * T + (t)) * ld + (size_t)(h) * hs)
@@ -509,58 +503,57 @@ static int attention_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype d
    * scores). */
   int fail = check_dt("att", att, na, dt, ref_att, 1e-6);
   /* out is exactly the stored probabilities weighting v, rounded once. */
-  float *a32 = dt_to_f32(att, na, dt);
-  double *want = zo_test_xmalloc(no * 8);
-  for (int b = 0; b < B; b++)
+  float *a32 = dt_to_f32(b, att, na, dt);
+  double *want = d64alloc(b, no);
+  for (int bi = 0; bi < B; bi++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++)
         for (int i = 0; i < hs; i++) {
           double s = 0.0;
-          for (int u = 0; u < T; u++) s += (double)a32[AO(b, h, t, u)] * qkv[VO(b, u, h / G) + i];
-          want[OO(b, t, h) + i] = s;
+          for (int u = 0; u < T; u++) s += (double)a32[AO(bi, h, t, u)] * qkv[VO(bi, u, h / G) + i];
+          want[OO(bi, t, h) + i] = s;
         }
   fail |= check_dt("out = att_stored @ v", out, no, dt, want, 1e-6);
   /* ... and close to the exact attention: the rounded probabilities each
    * err by u, so a sum over T keys errs by about u times its largest value. */
-  float *o32 = dt_to_f32(out, no, dt);
+  float *o32 = dt_to_f32(b, out, no, dt);
   double big_out = 0.0;
   for (size_t i = 0; i < no; i++) big_out = fmax(big_out, fabs(ref_out[i]));
   fail |= zo_test_close("out vs exact", o32, ref_out, no, 2 * unit_roundoff(dt) * big_out, 4 * unit_roundoff(dt));
-  free(o32);
 
   be->attention_backward(dqkv, datt, dout, qkvd, att, B, T, NH, NKV, hs, dt, NULL);
   /* datt: the softmax backward of the stored probabilities, rounded once. */
-  double *rdatt = zo_test_xmalloc(na * 8), *raw = zo_test_xmalloc((size_t)T * 8);
+  double *rdatt = d64alloc(b, na), *raw = d64alloc(b, (size_t)T);
   const double scale = 1.0 / sqrt((double)hs);
-  for (int b = 0; b < B; b++)
+  for (int bi = 0; bi < B; bi++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const float *a = a32 + AO(b, h, t, 0);
+        const float *a = a32 + AO(bi, h, t, 0);
         double dot = 0.0;
         for (int u = 0; u < T; u++) {
           double s = 0.0;
-          for (int i = 0; i < hs; i++) s += (double)doutf[OO(b, t, h) + i] * qkv[VO(b, u, h / G) + i];
+          for (int i = 0; i < hs; i++) s += (double)doutf[OO(bi, t, h) + i] * qkv[VO(bi, u, h / G) + i];
           raw[u] = u <= t ? s : 0.0;
           dot += a[u] * raw[u];
         }
-        for (int u = 0; u < T; u++) rdatt[AO(b, h, t, u)] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
+        for (int u = 0; u < T; u++) rdatt[AO(bi, h, t, u)] = u <= t ? scale * a[u] * (raw[u] - dot) : 0.0;
       }
   fail |= check_dt("datt", datt, na, dt, rdatt, 1e-6);
   /* dq, dk, dv: products of the stored datt and att, rounded once; dk and dv
    * summed over the group's query heads first. */
-  float *d32 = dt_to_f32(datt, na, dt);
-  double *rdq = zo_test_xmalloc(nq * 8);
+  float *d32 = dt_to_f32(b, datt, na, dt);
+  double *rdq = d64alloc(b, nq);
   memset(rdq, 0, nq * 8);
-  for (int b = 0; b < B; b++)
+  for (int bi = 0; bi < B; bi++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++)
         for (int u = 0; u < T; u++) {
-          const double da = d32[AO(b, h, t, u)], a = a32[AO(b, h, t, u)];
-          const size_t qo = QO(b, t, h), ko = KO(b, u, h / G), vo = VO(b, u, h / G);
+          const double da = d32[AO(bi, h, t, u)], a = a32[AO(bi, h, t, u)];
+          const size_t qo = QO(bi, t, h), ko = KO(bi, u, h / G), vo = VO(bi, u, h / G);
           for (int i = 0; i < hs; i++) {
             rdq[qo + i] += da * qkv[ko + i];               /* dq[t] += datt[t,u] k[u] */
             rdq[ko + i] += da * qkv[qo + i];               /* dk[u] += datt[t,u] q[t] */
-            rdq[vo + i] += a * doutf[OO(b, t, h) + i];     /* dv[u] += att[t,u] dout[t] */
+            rdq[vo + i] += a * doutf[OO(bi, t, h) + i];     /* dv[u] += att[t,u] dout[t] */
           }
         }
 #undef QO
@@ -570,112 +563,67 @@ static int attention_case(int B, int T, int NH, int NKV, int hs, enum zo_dtype d
 #undef AO
   fail |= check_dt("dqkv", dqkv, nq, dt, rdq, 1e-5);
   /* ... and close to the exact gradient. */
-  double *exact = zo_test_xmalloc(nq * 8), *d64 = widen64(doutf, no);
+  double *exact = d64alloc(b, nq), *d64 = widen64(b, doutf, no);
   attention_backward64(exact, d64, q64, B, T, NH, NKV, hs);
-  float *g = dt_to_f32(dqkv, nq, dt);
+  float *g = dt_to_f32(b, dqkv, nq, dt);
   double big = 0.0;
   for (size_t i = 0; i < nq; i++) big = fmax(big, fabs(exact[i]));
   fail |= zo_test_close("dqkv vs exact", g, exact, nq, 2 * unit_roundoff(dt) * big, 8 * unit_roundoff(dt));
-  if (fail) fprintf(stderr, "  (%s, B=%d T=%d NH=%d NKV=%d hs=%d)\n", dt_name(dt), B, T, NH, NKV, hs);
-  free(g);
-  free(d64);
-  free(exact);
-  free(rdq);
-  free(d32);
-  free(raw);
-  free(rdatt);
-  free(want);
-  free(a32);
-  free(ref_att);
-  free(ref_out);
-  free(q64);
-  dfree(datt);
-  dfree(dqkv);
-  dfree(dout);
-  dfree(att);
-  dfree(out);
-  dfree(qkvd);
-  free(doutf);
-  free(qkv);
   return fail;
 }
 
-/* Multi-head (NKV == NH), grouped-query (groups of 3) and multi-query
- * (one kv head) attention, T across two row blocks. */
-static int attention(enum zo_dtype dt) {
-  zo_rng_seed(205);
-  return attention_case(2, 70, 3, 3, 8, dt) | attention_case(2, 70, 6, 2, 8, dt) |
-         attention_case(1, 67, 4, 1, 6, dt);
-}
-
-static int test_attention_bf16(void) { return attention(ZO_BF16); }
-static int test_attention_fp16(void) { return attention(ZO_F16); }
+static int test_attention(void) { return RUN_CASES(zo_attention_cases, attention_case); }
 
 /* ---- rope -------------------------------------------------------------------------- */
 
 /* In place on dt q and k heads, fp32 tables: each element rounded once from
  * the fp32 rotation; the v heads keep their bits. Forward, then backward
  * (the transpose) on fresh values. */
-static int rope(enum zo_dtype dt) {
-  enum { B = 2, T = 67, NH = 6, NKV = 2, hs = 10, maxT = 70, h2 = hs / 2 };
-  const size_t ld = (size_t)(NH + 2 * NKV) * hs, n = (size_t)B * T * ld;
-  zo_rng_seed(209);
-  float *cos_t = dalloc((size_t)maxT * h2, ZO_F32), *sin_t = dalloc((size_t)maxT * h2, ZO_F32);
+static int rope_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs, maxT = T + 3, h2 = hs / 2;
+  const size_t ld = (size_t)(NH + 2 * NKV) * hs, n = (size_t)B * T * ld, nt = (size_t)maxT * h2;
+  float *cos_t = dalloc(b, nt, ZO_F32), *sin_t = dalloc(b, nt, ZO_F32);
   for (int t = 0; t < maxT; t++)
     for (int i = 0; i < h2; i++) {
       const double a = t * pow(10000.0, -2.0 * i / hs);
       cos_t[t * h2 + i] = (float)cos(a), sin_t[t * h2 + i] = (float)sin(a);
     }
-  double *c64 = widen64(cos_t, (size_t)maxT * h2), *s64 = widen64(sin_t, (size_t)maxT * h2);
-  float *x = zo_test_xmalloc(n * 4);
-  void *xd = dalloc(n, dt), *x0 = zo_test_xmalloc(n * 2);
+  double *c64 = widen64(b, cos_t, nt), *s64 = widen64(b, sin_t, nt);
+  float *x = zo_test_bufs_alloc(b, n * 4);
+  void *xd = dalloc(b, n, dt), *x0 = zo_test_bufs_alloc(b, n * 2);
   int fail = 0;
   for (int pass = 0; pass < 2; pass++) {
+    const char *what = pass == 0 ? "rope_forward" : "rope_backward";
     rand_dt(x, xd, n, -2, 2, dt);
     memcpy(x0, xd, n * 2);
     if (pass == 0)
       be->rope_forward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
     else
       be->rope_backward(xd, cos_t, sin_t, B, T, NH, NKV, hs, dt, NULL);
-    double *ref = widen64(x, n);
+    double *ref = widen64(b, x, n);
     rope64(ref, c64, s64, pass == 0 ? 1.0 : -1.0, B, T, NH, NKV, hs);
-    fail |= check_dt(pass == 0 ? "rope_forward" : "rope_backward", xd, n, dt, ref, 1e-6);
+    fail |= check_dt(what, xd, n, dt, ref, 1e-6);
     for (size_t r = 0; r < (size_t)B * T; r++)
       if (memcmp((uint16_t *)xd + r * ld + (NH + NKV) * hs, (uint16_t *)x0 + r * ld + (NH + NKV) * hs,
                  (size_t)NKV * hs * 2)) {
-        fprintf(stderr, "  %s: v heads of row %zu changed\n", pass == 0 ? "rope_forward" : "rope_backward", r);
+        fprintf(stderr, "  %s: v heads of row %zu changed\n", what, r);
         fail = 1;
         break;
       }
-    free(ref);
   }
-  fail |= dguard("cos", cos_t, (size_t)maxT * h2, ZO_F32) | dguard("sin", sin_t, (size_t)maxT * h2, ZO_F32);
-  if (fail) fprintf(stderr, "  (%s rope)\n", dt_name(dt));
-  free(x0);
-  dfree(xd);
-  free(x);
-  free(s64);
-  free(c64);
-  dfree(sin_t);
-  dfree(cos_t);
-  return fail;
+  return fail | dguard("cos", cos_t, nt, ZO_F32) | dguard("sin", sin_t, nt, ZO_F32);
 }
 
-static int test_rope_bf16(void) { return rope(ZO_BF16); }
-static int test_rope_fp16(void) { return rope(ZO_F16); }
+static int test_rope(void) { return RUN_CASES(zo_rope_cases, rope_case); }
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
-static int elementwise(enum zo_dtype dt) {
-  enum { N = 70001 };
-  zo_rng_seed(206);
-  float *x = zo_test_xmalloc(N * 4), *y = zo_test_xmalloc(N * 4), *d = zo_test_xmalloc(N * 4);
-  void *xd = dalloc(N, dt), *yd = dalloc(N, dt), *dd = dalloc(N, dt), *out = dalloc(N, dt);
-  rand_dt(x, xd, N, -4, 4, dt);
-  rand_dt(y, yd, N, -4, 4, dt);
-  rand_dt(d, dd, N, -1, 1, dt);
-  double *ref = zo_test_xmalloc(N * 8);
-  poison(out, N, dt);
+/* Forward, backward, backward with dinp aliasing dout: each rounded once. */
+static int gelu_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const size_t N = (size_t)c->N;
+  float *x, *d;
+  void *xd = dalloc_rand(b, N, -4, 4, dt, &x), *dd = dalloc_rand(b, N, -1, 1, dt, &d), *out = dalloc_nan(b, N, dt);
+  double *ref = d64alloc(b, N);
   be->gelu_forward(out, xd, N, dt, NULL);
   for (size_t i = 0; i < N; i++) ref[i] = gelu64(x[i]);
   int fail = check_dt("gelu", out, N, dt, ref, 1e-6);
@@ -683,144 +631,124 @@ static int elementwise(enum zo_dtype dt) {
   be->gelu_backward(out, xd, dd, N, dt, NULL);
   for (size_t i = 0; i < N; i++) ref[i] = gelu_grad64(x[i]) * d[i];
   fail |= check_dt("gelu backward", out, N, dt, ref, 1e-6);
-  be->gelu_backward(dd, xd, dd, N, dt, NULL); /* in place: dinp aliases dout */
-  fail |= check_dt("gelu backward in place", dd, N, dt, ref, 1e-6);
-  poison(out, N, dt);
+  be->gelu_backward(dd, xd, dd, N, dt, NULL);
+  return fail | check_dt("gelu backward in place", dd, N, dt, ref, 1e-6);
+}
+
+static int test_gelu(void) { return RUN_CASES(zo_gelu_cases, gelu_case); }
+
+/* Forward (also in place: out aliasing an input), then backward: both
+ * inputs accumulate the same dout, each sum rounded once. */
+static int residual_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const size_t N = (size_t)c->N;
+  float *x, *y, *d;
+  void *xd = dalloc_rand(b, N, -4, 4, dt, &x), *yd = dalloc_rand(b, N, -4, 4, dt, &y), *out = dalloc_nan(b, N, dt);
+  double *ref = d64alloc(b, N), *ref2 = d64alloc(b, N);
   be->residual_forward(out, xd, yd, N, dt, NULL);
   for (size_t i = 0; i < N; i++) ref[i] = (double)x[i] + y[i];
-  fail |= check_dt("residual", out, N, dt, ref, 0);
-  be->residual_forward(xd, xd, yd, N, dt, NULL); /* out aliases an input */
+  int fail = check_dt("residual", out, N, dt, ref, 0);
+  be->residual_forward(xd, xd, yd, N, dt, NULL);
   fail |= check_dt("residual in place", xd, N, dt, ref, 0);
-  /* residual backward: both accumulate the same dout */
-  rand_dt(d, dd, N, -1, 1, dt);
+  void *dd = dalloc_rand(b, N, -1, 1, dt, &d);
   rand_dt(x, xd, N, -4, 4, dt);
   rand_dt(y, yd, N, -4, 4, dt);
-  double *ref2 = zo_test_xmalloc(N * 8);
   for (size_t i = 0; i < N; i++) {
     ref[i] = (double)x[i] + d[i];
     ref2[i] = (double)y[i] + d[i];
   }
   be->residual_backward(xd, yd, dd, N, dt, NULL);
-  fail |= check_dt("residual backward 1", xd, N, dt, ref, 0) | check_dt("residual backward 2", yd, N, dt, ref2, 0);
-  free(ref2);
-  free(ref);
-  dfree(out);
-  dfree(dd);
-  dfree(yd);
-  dfree(xd);
-  free(d);
-  free(y);
-  free(x);
-  return fail;
+  return fail | check_dt("residual backward 1", xd, N, dt, ref, 0) | check_dt("residual backward 2", yd, N, dt, ref2, 0);
 }
+
+static int test_residual(void) { return RUN_CASES(zo_residual_cases, residual_case); }
 
 /* SwiGLU on dt rows [gate | up]: out and dinp each rounded once. */
-static int swiglu(enum zo_dtype dt) {
-  enum { N = 9, I = 1001 };
-  const size_t ni = (size_t)N * 2 * I, no = (size_t)N * I;
-  zo_rng_seed(210);
-  float *x = zo_test_xmalloc(ni * 4), *d = zo_test_xmalloc(no * 4);
-  void *xd = dalloc(ni, dt), *dd = dalloc(no, dt), *out = dalloc(no, dt), *dinp = dalloc(ni, dt);
-  rand_dt(x, xd, ni, -8, 8, dt);
-  rand_dt(d, dd, no, -1, 1, dt);
-  poison(out, no, dt);
-  poison(dinp, ni, dt);
+static int swiglu_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const size_t N = (size_t)c->N;
+  const int I = c->I;
+  const size_t ni = N * 2 * (size_t)I, no = N * (size_t)I;
+  float *x, *d;
+  void *xd = dalloc_rand(b, ni, -8, 8, dt, &x), *dd = dalloc_rand(b, no, -1, 1, dt, &d);
+  void *out = dalloc_nan(b, no, dt), *dinp = dalloc_nan(b, ni, dt);
   be->swiglu_forward(out, xd, N, I, dt, NULL);
   be->swiglu_backward(dinp, xd, dd, N, I, dt, NULL);
-  double *x64 = widen64(x, ni), *d64 = widen64(d, no), *ref = zo_test_xmalloc(no * 8), *rd = zo_test_xmalloc(ni * 8);
+  double *x64 = widen64(b, x, ni), *ref = d64alloc(b, no), *rd = d64alloc(b, ni);
   swiglu_forward64(ref, x64, N, I);
-  swiglu_backward64(rd, x64, d64, N, I);
-  int fail = check_dt("swiglu out", out, no, dt, ref, 1e-6) | check_dt("swiglu dinp", dinp, ni, dt, rd, 1e-6);
-  if (fail) fprintf(stderr, "  (%s swiglu)\n", dt_name(dt));
-  free(rd);
-  free(ref);
-  free(d64);
-  free(x64);
-  dfree(dinp);
-  dfree(out);
-  dfree(dd);
-  dfree(xd);
-  free(d);
-  free(x);
-  return fail;
+  swiglu_backward64(rd, x64, widen64(b, d, no), N, I);
+  return check_dt("swiglu out", out, no, dt, ref, 1e-6) | check_dt("swiglu dinp", dinp, ni, dt, rd, 1e-6);
 }
 
-static int test_swiglu_bf16(void) { return swiglu(ZO_BF16); }
-static int test_swiglu_fp16(void) { return swiglu(ZO_F16); }
-
-static int test_elementwise_bf16(void) { return elementwise(ZO_BF16); }
-static int test_elementwise_fp16(void) { return elementwise(ZO_F16); }
+static int test_swiglu(void) { return RUN_CASES(zo_swiglu_cases, swiglu_case); }
 
 /* ---- cross-entropy ----------------------------------------------------------------- */
 
-static int crossentropy(enum zo_dtype dt) {
-  enum { N = 9, V = 1000, Vp = 1024 };
-  zo_rng_seed(207);
+/* fp32 losses, dt dlogits rounded once; without dlogits the same losses, in
+ * place (dlogits aliasing logits) the same bits. Every fifth row from the
+ * fifth has no target (-1). */
+static int crossentropy_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, V = c->V, Vp = c->Vp;
   const size_t n = (size_t)N * Vp;
-  float *x = zo_test_xmalloc(n * 4);
-  void *xd = dalloc(n, dt), *dl = dalloc(n, dt);
-  rand_dt(x, xd, n, -6, 6, dt);
-  int32_t targets[N];
-  for (int i = 0; i < N; i++) targets[i] = i == 4 ? -1 : (int32_t)(zo_rng_u32() % V);
+  float *x;
+  void *xd = dalloc_rand(b, n, c->shift - 6, c->shift + 6, dt, &x), *dl = dalloc_nan(b, n, dt);
+  int32_t *targets = random_tokens(b, (size_t)N, V);
+  for (int i = 4; i < N; i += 5) targets[i] = -1;
   const float dloss = 0.37f;
-  float *losses = dalloc(N, ZO_F32);
-  poison(dl, n, dt);
+  float *losses = dalloc_nan(b, N, ZO_F32), *l2 = dalloc(b, N, ZO_F32);
   be->crossentropy_forward(losses, dl, xd, targets, dloss, N, V, Vp, dt, NULL);
-  double *x64 = widen64(x, n), *rl = zo_test_xmalloc(N * 8), *rd = zo_test_xmalloc(n * 8);
-  crossentropy_forward64(rl, rd, x64, targets, dloss, N, V, Vp);
+  double *rl = d64alloc(b, N), *rd = d64alloc(b, n);
+  crossentropy_forward64(rl, rd, widen64(b, x, n), targets, dloss, N, V, Vp);
   int fail = check_f32("losses", losses, N, rl, 1e-6, 1e-6) | check_dt("dlogits", dl, n, dt, rd, 1e-7);
-  /* without dlogits: the same losses; in place: the same gradient */
-  float *l2 = dalloc(N, ZO_F32);
   be->crossentropy_forward(l2, NULL, xd, targets, dloss, N, V, Vp, dt, NULL);
-  fail |= memcmp(l2, losses, N * 4) != 0;
+  int differ = memcmp(l2, losses, (size_t)N * 4) != 0;
   be->crossentropy_forward(l2, xd, xd, targets, dloss, N, V, Vp, dt, NULL);
-  fail |= memcmp(l2, losses, N * 4) != 0 || memcmp(xd, dl, n * 2) != 0;
-  if (fail) fprintf(stderr, "  %s cross-entropy: variants (no dlogits, in place) differ\n", dt_name(dt));
-  dfree(l2);
-  free(rd);
-  free(rl);
-  free(x64);
-  dfree(losses);
-  dfree(dl);
-  dfree(xd);
-  free(x);
-  return fail;
+  differ |= memcmp(l2, losses, (size_t)N * 4) != 0 || memcmp(xd, dl, n * 2) != 0;
+  if (differ) fprintf(stderr, "  cross-entropy: variants (no dlogits, in place) differ\n");
+  return fail | differ;
 }
 
-static int test_crossentropy_bf16(void) { return crossentropy(ZO_BF16); }
-static int test_crossentropy_fp16(void) { return crossentropy(ZO_F16); }
+static int test_crossentropy(void) { return RUN_CASES(zo_crossentropy_cases, crossentropy_case); }
 
 /* fp16's range: large activations become inf, never garbage. */
 static int test_fp16_overflow_is_inf(void) {
   enum { N = 4, C = 8, OC = 2 };
-  void *in = dalloc(N * C, ZO_F16), *w = dalloc(OC * C, ZO_F16), *out = dalloc(N * OC, ZO_F16);
+  struct zo_test_bufs b = {0};
+  void *in = dalloc(&b, N * C, ZO_F16), *w = dalloc(&b, OC * C, ZO_F16), *out = dalloc(&b, N * OC, ZO_F16);
   float one = 60000.0f, two = 2.0f;
   for (int i = 0; i < N * C; i++) ((uint16_t *)in)[i] = to_bits(one, ZO_F16);
   for (int i = 0; i < OC * C; i++) ((uint16_t *)w)[i] = to_bits(two, ZO_F16);
   be->matmul_forward(out, in, w, NULL, N, C, OC, ZO_F16, NULL);
-  float *o = dt_to_f32(out, N * OC, ZO_F16);
+  float *o = dt_to_f32(&b, out, N * OC, ZO_F16);
   int fail = 0;
   for (int i = 0; i < N * OC; i++) fail |= !(isinf(o[i]) && o[i] > 0);
   if (fail) fprintf(stderr, "  60000 * 2 * 8 in fp16 should be +inf, got %g\n", (double)o[0]);
-  free(o);
-  dfree(out);
-  dfree(w);
-  dfree(in);
+  zo_test_bufs_free(&b);
   return fail;
 }
 
 int main(void) {
   be = zo_backend_cpu();
   static const struct zo_test tests[] = {
-      ZO_TEST(rounding_bf16),     ZO_TEST(rounding_fp16),     ZO_TEST(cast_pairs),
-      ZO_TEST(encoder_bf16),      ZO_TEST(encoder_fp16),      ZO_TEST(layernorm_bf16),
-      ZO_TEST(layernorm_fp16),    ZO_TEST(rmsnorm_bf16),      ZO_TEST(rmsnorm_fp16),
-      ZO_TEST(matmul_bf16),       ZO_TEST(matmul_fp16),
-      ZO_TEST(matmul_threads_bitwise), ZO_TEST(attention_bf16), ZO_TEST(attention_fp16),
-      ZO_TEST(rope_bf16),         ZO_TEST(rope_fp16),
-      ZO_TEST(swiglu_bf16),       ZO_TEST(swiglu_fp16),
-      ZO_TEST(elementwise_bf16),  ZO_TEST(elementwise_fp16),  ZO_TEST(crossentropy_bf16),
-      ZO_TEST(crossentropy_fp16), ZO_TEST(fp16_overflow_is_inf),
+      ZO_TEST(rounding_bf16),
+      ZO_TEST(rounding_fp16),
+      ZO_TEST(cast_pairs),
+      ZO_TEST(encoder_forward),
+      ZO_TEST(encoder_backward),
+      ZO_TEST(layernorm_forward),
+      ZO_TEST(layernorm_backward),
+      ZO_TEST(rmsnorm_forward),
+      ZO_TEST(rmsnorm_backward),
+      ZO_TEST(matmul_forward),
+      ZO_TEST(matmul_backward),
+      ZO_TEST(matmul_threads_bitwise),
+      ZO_TEST(attention),
+      ZO_TEST(rope),
+      ZO_TEST(gelu),
+      ZO_TEST(residual),
+      ZO_TEST(swiglu),
+      ZO_TEST(crossentropy),
+      ZO_TEST(fp16_overflow_is_inf),
   };
-  return ZO_TEST_MAIN(tests);
+  const struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
+  printf("%d op case runs of zo_op_cases.h (case x dtype, BF16 and F16 against float64)\n", n_cases_run);
+  return zo_test_report(counts);
 }
