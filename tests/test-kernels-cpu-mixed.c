@@ -272,19 +272,13 @@ static int run_cases(const struct zo_op_case *cases, size_t n,
 }
 #define RUN_CASES(cases, fn) run_cases((cases), ZO_ARRAY_LEN(cases), (fn))
 
-static int32_t *random_tokens(struct zo_test_bufs *b, size_t n, int V) {
-  int32_t *t = zo_test_bufs_alloc(b, n * sizeof(int32_t));
-  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(zo_rng_u32() % (uint32_t)V);
-  return t;
-}
-
 /* ---- encoder ------------------------------------------------------------------ */
 
 /* Then wpe NULL: the token rows, bit for bit. */
 static int encoder_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
   const size_t n = (size_t)B * T * C;
-  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  const int32_t *inp = zo_op_case_tokens(b, (size_t)B * T, V);
   float *wte, *wpe;
   void *wted = dalloc_rand(b, (size_t)V * C, -1, 1, dt, &wte), *wped = dalloc_rand(b, (size_t)maxT * C, -1, 1, dt, &wpe);
   void *out = dalloc_nan(b, n, dt);
@@ -307,7 +301,7 @@ static int test_encoder_forward(void) { return RUN_CASES(zo_encoder_forward_case
 /* fp32 gradients += dt dout; then dwpe NULL: dwte alone. */
 static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
-  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  const int32_t *inp = zo_op_case_tokens(b, (size_t)B * T, V);
   float *doutf;
   void *dout = dalloc_rand(b, (size_t)B * T * C, -1, 1, dt, &doutf);
   float *dwte = falloc_rand(b, (size_t)V * C, -1, 1), *dwpe = falloc_rand(b, (size_t)maxT * C, -1, 1);
@@ -331,25 +325,30 @@ static int test_encoder_backward(void) { return RUN_CASES(zo_encoder_backward_ca
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-/* The inputs of a norm case: x (N, C) and w, bias (C), dt storage and exact
- * floats. */
+/* The tensors of a norm case, dt storage and exact floats: x (N, C), w and
+ * bias (C); with grads also dout and dinp (N, C, dinp pre-filled: +=). */
 struct norm_inputs {
-  void *xd, *wd, *bd;
-  float *x, *w, *bias;
+  void *xd, *wd, *bd, *doutd, *dinpd;
+  float *x, *w, *bias, *dout, *dinp0;
 };
 
-static struct norm_inputs norm_inputs(struct zo_test_bufs *b, int N, int C, enum zo_dtype dt) {
-  struct norm_inputs in;
-  in.xd = dalloc_rand(b, (size_t)N * C, -2, 3, dt, &in.x);
+static struct norm_inputs norm_inputs(struct zo_test_bufs *b, int N, int C, bool grads, enum zo_dtype dt) {
+  const size_t n = (size_t)N * C;
+  struct norm_inputs in = {0};
+  in.xd = dalloc_rand(b, n, -2, 3, dt, &in.x);
   in.wd = dalloc_rand(b, (size_t)C, -1, 1, dt, &in.w);
   in.bd = dalloc_rand(b, (size_t)C, -1, 1, dt, &in.bias);
+  if (grads) {
+    in.doutd = dalloc_rand(b, n, -1, 1, dt, &in.dout);
+    in.dinpd = dalloc_rand(b, n, -1, 1, dt, &in.dinp0);
+  }
   return in;
 }
 
 static int layernorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int N = c->N, C = c->C;
   const size_t n = (size_t)N * C;
-  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  const struct norm_inputs in = norm_inputs(b, N, C, false, dt);
   void *out = dalloc_nan(b, n, dt);
   float *mean = dalloc_nan(b, N, ZO_F32), *rstd = dalloc_nan(b, N, ZO_F32);
   be->layernorm_forward(out, mean, rstd, in.xd, in.wd, in.bd, N, C, dt, NULL);
@@ -364,17 +363,15 @@ static int test_layernorm_forward(void) { return RUN_CASES(zo_layernorm_forward_
 static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int N = c->N, C = c->C;
   const size_t n = (size_t)N * C;
-  const struct norm_inputs in = norm_inputs(b, N, C, dt);
-  float *doutf, *dinp0;
-  void *dout = dalloc_rand(b, n, -1, 1, dt, &doutf), *dinp = dalloc_rand(b, n, -1, 1, dt, &dinp0);
+  const struct norm_inputs in = norm_inputs(b, N, C, true, dt);
   void *out = dalloc(b, n, dt);
   float *mean = dalloc(b, N, ZO_F32), *rstd = dalloc(b, N, ZO_F32);
   float *dw = falloc_rand(b, C, -1, 1), *db = falloc_rand(b, C, -1, 1);
   be->layernorm_forward(out, mean, rstd, in.xd, in.wd, in.bd, N, C, dt, NULL);
-  double *rdinp = widen64(b, dinp0, n), *rdw = widen64(b, dw, C), *rdb = widen64(b, db, C);
-  be->layernorm_backward(dinp, dw, db, dout, in.xd, in.wd, mean, rstd, N, C, dt, NULL);
-  layernorm_backward64(rdinp, rdw, rdb, widen64(b, doutf, n), widen64(b, in.x, n), widen64(b, in.w, C), N, C);
-  return check_dt("dinp", dinp, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
+  double *rdinp = widen64(b, in.dinp0, n), *rdw = widen64(b, dw, C), *rdb = widen64(b, db, C);
+  be->layernorm_backward(in.dinpd, dw, db, in.doutd, in.xd, in.wd, mean, rstd, N, C, dt, NULL);
+  layernorm_backward64(rdinp, rdw, rdb, widen64(b, in.dout, n), widen64(b, in.x, n), widen64(b, in.w, C), N, C);
+  return check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
          check_f32("dbias", db, C, rdb, 1e-5, 1e-5);
 }
 
@@ -385,7 +382,7 @@ static int test_layernorm_backward(void) { return RUN_CASES(zo_layernorm_backwar
 static int rmsnorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int N = c->N, C = c->C;
   const size_t n = (size_t)N * C;
-  const struct norm_inputs in = norm_inputs(b, N, C, dt);
+  const struct norm_inputs in = norm_inputs(b, N, C, false, dt);
   void *out = dalloc_nan(b, n, dt);
   float *rstd = dalloc_nan(b, N, ZO_F32);
   be->rmsnorm_forward(out, rstd, in.xd, in.wd, c->eps, N, C, dt, NULL);
@@ -399,16 +396,14 @@ static int test_rmsnorm_forward(void) { return RUN_CASES(zo_rmsnorm_forward_case
 static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const int N = c->N, C = c->C;
   const size_t n = (size_t)N * C;
-  const struct norm_inputs in = norm_inputs(b, N, C, dt);
-  float *doutf, *dinp0;
-  void *dout = dalloc_rand(b, n, -1, 1, dt, &doutf), *dinp = dalloc_rand(b, n, -1, 1, dt, &dinp0);
+  const struct norm_inputs in = norm_inputs(b, N, C, true, dt);
   void *out = dalloc(b, n, dt);
   float *rstd = dalloc(b, N, ZO_F32), *dw = falloc_rand(b, C, -1, 1);
   be->rmsnorm_forward(out, rstd, in.xd, in.wd, c->eps, N, C, dt, NULL);
-  double *rdinp = widen64(b, dinp0, n), *rdw = widen64(b, dw, C);
-  be->rmsnorm_backward(dinp, dw, dout, in.xd, in.wd, rstd, N, C, dt, NULL);
-  rmsnorm_backward64(rdinp, rdw, widen64(b, doutf, n), widen64(b, in.x, n), widen64(b, in.w, C), c->eps, N, C);
-  return check_dt("dinp", dinp, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+  double *rdinp = widen64(b, in.dinp0, n), *rdw = widen64(b, dw, C);
+  be->rmsnorm_backward(in.dinpd, dw, in.doutd, in.xd, in.wd, rstd, N, C, dt, NULL);
+  rmsnorm_backward64(rdinp, rdw, widen64(b, in.dout, n), widen64(b, in.x, n), widen64(b, in.w, C), c->eps, N, C);
+  return check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
 }
 
 static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
@@ -690,7 +685,7 @@ static int crossentropy_case(const struct zo_op_case *c, enum zo_dtype dt, struc
   const size_t n = (size_t)N * Vp;
   float *x;
   void *xd = dalloc_rand(b, n, c->shift - 6, c->shift + 6, dt, &x), *dl = dalloc_nan(b, n, dt);
-  int32_t *targets = random_tokens(b, (size_t)N, V);
+  int32_t *targets = zo_op_case_tokens(b, (size_t)N, V);
   for (int i = 4; i < N; i += 5) targets[i] = -1;
   const float dloss = 0.37f;
   float *losses = dalloc_nan(b, N, ZO_F32), *l2 = dalloc(b, N, ZO_F32);

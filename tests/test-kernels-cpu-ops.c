@@ -144,12 +144,6 @@ static int run_cases(const struct zo_op_case *cases, size_t n,
 }
 #define RUN_CASES(cases, fn) run_cases((cases), ZO_ARRAY_LEN(cases), (fn))
 
-static int32_t *random_tokens(struct zo_test_bufs *b, size_t n, int V) {
-  int32_t *t = zo_test_bufs_alloc(b, n * sizeof(int32_t));
-  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(zo_rng_u32() % (uint32_t)V);
-  return t;
-}
-
 /* ---- encoder -------------------------------------------------------------- */
 
 /* Then with wpe NULL (Llama): out is the token's row, bit for bit (the -0 in
@@ -157,7 +151,7 @@ static int32_t *random_tokens(struct zo_test_bufs *b, size_t n, int V) {
 static int encoder_forward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
   const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
   const size_t n = (size_t)B * T * C;
-  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  const int32_t *inp = zo_op_case_tokens(b, (size_t)B * T, V);
   float *wte = galloc_random(b, (size_t)V * C, -1, 1), *wpe = galloc_random(b, (size_t)maxT * C, -1, 1);
   float *out = galloc_nan(b, n);
   for (int v = 0; v < V; v++) wte[(size_t)v * C] = -0.0f;
@@ -192,7 +186,7 @@ static void encoder_backward_ref(double *ref_wte, double *ref_wpe, const float *
 
 static int encoder_backward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
   const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT;
-  const int32_t *inp = random_tokens(b, (size_t)B * T, V);
+  const int32_t *inp = zo_op_case_tokens(b, (size_t)B * T, V);
   float *dout = galloc_random(b, (size_t)B * T * C, -1, 1);
   float *dwte = galloc_random(b, (size_t)V * C, -1, 1), *dwpe = galloc_random(b, (size_t)maxT * C, -1, 1);
   double *ref_wte = widen(b, dwte, (size_t)V * C), *ref_wpe = widen(b, dwpe, (size_t)maxT * C);
@@ -225,7 +219,7 @@ static int test_encoder_backward_fd(void) {
   enum { B = 2, T = 3, C = 4, V = 3, maxT = 4 };
   zo_rng_seed(3);
   struct zo_test_bufs b = {0};
-  const int32_t *inp = random_tokens(&b, B * T, V);
+  const int32_t *inp = zo_op_case_tokens(&b, B * T, V);
   float wte[V * C], wpe[maxT * C], dout[B * T * C], dwte[V * C] = {0}, dwpe[maxT * C] = {0};
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);

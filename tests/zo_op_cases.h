@@ -243,6 +243,13 @@ static const struct zo_op_case zo_crossentropy_cases[] = {
     {.N = 6, .V = 50257, .Vp = 50304, .seed = 111},
 };
 
+/* n token ids (or targets) uniform in [0, V), kept in b. */
+static inline int32_t *zo_op_case_tokens(struct zo_test_bufs *b, size_t n, int V) {
+  int32_t *t = zo_test_bufs_alloc(b, n * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(zo_rng_u32() % (uint32_t)V);
+  return t;
+}
+
 /* Writes the case's nonzero shape letters and flags into buf[0, cap). */
 static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *buf, size_t cap) {
   const struct {
