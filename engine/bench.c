@@ -20,6 +20,7 @@
 #include "zo/adamw.h"
 #include "zo/adamw8bit.h"
 #include "zo/plan.h"
+#include "zo/trace_file.h"
 #include "zo/sched.h"
 #include "zo/train.h"
 
@@ -213,9 +214,11 @@ static void fill_tokens(int32_t *in, int32_t *tg, size_t n, int V, uint64_t *sta
 /* Mean step time over `steps` steps (after `warmup` untimed ones), steps
  * numbered from *t; with compute_only the optimizer is skipped and each
  * step's micro-batches are timed to completion. comm_s (may be NULL): the
- * mean seconds per step in collectives. */
+ * mean seconds per step in collectives. With traced the timed steps are
+ * recorded on the timeline (zo/trace.h), numbered 1..steps, recording
+ * stopped at the end: its cost is part of the time. */
 static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, int warmup,
-                      bool compute_only, long *t, double *mean_s, double *comm_s) {
+                      bool compute_only, bool traced, long *t, double *mean_s, double *comm_s) {
   struct zo_model *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
@@ -226,11 +229,19 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   struct zo_sched_stats st0, st1;
   zo_sched_stats(s, &st0);
   int err = 0;
+  uint64_t step_t0 = 0;
   for (int i = 0; i < steps + warmup && !err; i++) {
     if (i == warmup) {
       if ((err = zo_sched_synchronize(s))) break;
       zo_sched_stats(s, &st0);
       t0 = zo_time_s();
+      if (traced) zo_trace_start();
+    }
+    if (traced && i >= warmup) {
+      const uint64_t now = zo_trace_now();
+      if (i > warmup) zo_trace_step(i - warmup, step_t0, now);
+      zo_sched_trace_counters(s);
+      step_t0 = now;
     }
     for (int k = 0; k < cfg->grad_accum; k++) {
       int32_t *in, *tg;
@@ -245,6 +256,10 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
       err = zo_sched_step_end(s, ++*t, &hp, cfg->gradient_clipping, &loss);
   }
   if (!err) err = zo_sched_synchronize(s);
+  if (traced) {
+    zo_trace_step(steps, step_t0, zo_trace_now());
+    zo_trace_stop();
+  }
   *mean_s = (zo_time_s() - t0) / steps;
   zo_sched_stats(s, &st1);
   if (comm_s) *comm_s = (st1.comm_s - st0.comm_s) / steps;
@@ -343,15 +358,21 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
   }
   double step[BENCH_ROUNDS], device[BENCH_ROUNDS], compute[BENCH_ROUNDS], io[BENCH_ROUNDS], opt[BENCH_ROUNDS];
   double ratio[BENCH_ROUNDS], overlap[BENCH_ROUNDS], comm_s[BENCH_ROUNDS];
+  double traced[BENCH_ROUNDS], traced_ratio[BENCH_ROUNDS];
+  /* engine.trace.path: each round also times the configured steps traced
+   * (the CPU backend records the timeline); the last round's is written. */
+  const bool tracing = cfg->engine.trace.path[0] && be->stream_set_name && (!comm || zo_comm_rank(comm) == 0);
   long ts = 0, td = 0;
   err = opt_bench_init(&ob, &zo_sched_model(s)->table);
   for (int r = 0; r < BENCH_ROUNDS && !err; r++) {
     const int warmup = r == 0 ? 2 : 0;
-    if ((err = time_steps(s, cfg, steps, warmup, false, &ts, &step[r], &comm_s[r])) ||
-        (err = time_steps(sd, cfg, steps, warmup, false, &td, &device[r], NULL)) ||
-        (err = time_steps(sd, cfg, steps, warmup, true, &td, &compute[r], NULL)) ||
+    if ((err = time_steps(s, cfg, steps, warmup, false, false, &ts, &step[r], &comm_s[r])) ||
+        (tracing && (err = time_steps(s, cfg, steps, 0, false, true, &ts, &traced[r], NULL))) ||
+        (err = time_steps(sd, cfg, steps, warmup, false, false, &td, &device[r], NULL)) ||
+        (err = time_steps(sd, cfg, steps, warmup, true, false, &td, &compute[r], NULL)) ||
         (err = zo_sched_time_io(s, &io[r])))
       break;
+    if (tracing) traced_ratio[r] = traced[r] / step[r];
     opt[r] = opt_bench_time(&ob, cfg, 3);
     double slowest = compute[r];
     if (io[r] > slowest) slowest = io[r];
@@ -362,6 +383,12 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
   opt_bench_free(&ob);
   zo_sched_free(sd);
   zo_sched_free(s);
+  if (!err && tracing) {
+    out->traced_step_s = zo_median(traced, BENCH_ROUNDS);
+    out->trace_overhead = zo_median(traced_ratio, BENCH_ROUNDS) - 1.0;
+    err = zo_trace_write_json(cfg->engine.trace.path);
+    out->traced = !err;
+  }
   if (err) return err;
   out->step_s = zo_median(step, BENCH_ROUNDS);
   out->device_step_s = zo_median(device, BENCH_ROUNDS);

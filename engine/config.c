@@ -212,6 +212,10 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.host_memory_budget", KEY_BYTES, engine.host_memory_budget), .def = "0"},
   {KEY("engine.threads", KEY_INT, engine.threads), ATLEAST(0), .def = "0"},
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
+  SECTION("engine.trace"),
+  {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},
+  {KEY("engine.trace.first_step", KEY_INT, engine.trace.first_step), RANGE(1, 1 << 30), .def = "2"},
+  {KEY("engine.trace.steps", KEY_INT, engine.trace.steps), RANGE(1, 1000), .def = "2"},
 
   SECTION("log"),
   {KEY("log.every", KEY_INT, log.every), ATLEAST(1), .def = "10"},

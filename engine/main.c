@@ -18,6 +18,7 @@
 #include "zo/nvme.h"
 #include "zo/plan.h"
 #include "zo/sample.h"
+#include "zo/trace_file.h"
 #include "zo/train.h"
 
 #define MAX_SETS 256
@@ -33,19 +34,24 @@ static const char *usage_main =
     "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
+    "  trace summary FILE  per-step summary of a timeline written by --trace\n"
     "\n"
     "Every command taking CONFIG accepts --set key.path=value (repeatable).\n"
     "`zoffload <command> --help` describes a command.\n";
 
 static const char *usage_train =
     "usage: zoffload train CONFIG [--set key=value]... [--resume DIR|auto] [--sample N]\n"
-    "                      [--memory-report]\n"
+    "                      [--memory-report] [--trace FILE]\n"
     "  --set key=value   override a config key (JSON value, or a plain string)\n"
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
     "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
     "                    every run ends with the memory report (planned, peak, current)\n"
+    "  --trace FILE      write a timeline of steps engine.trace.first_step .. + engine.trace.steps - 1\n"
+    "                    (default 2, 3) as Chrome trace-event JSON (Perfetto, chrome://tracing):\n"
+    "                    every stream's tasks, copies, NVMe requests, waits; CPU backend only.\n"
+    "                    Same as --set engine.trace.path=FILE\n"
     "  under mpirun -np N: N data-parallel ranks on the CPU backend, train_micro_batch_size_per_gpu\n"
     "  rows each; the optimizer state is replicated on every rank at zero_optimization.stage 0 and\n"
     "  sharded over the ranks at stage >= 1 (each rank then saves its shard); rank 0 prints, logs\n"
@@ -79,7 +85,7 @@ static const char *usage_plan =
 static const char *usage_bench =
     "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
-    "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--json]\n"
+    "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--trace FILE] [--json]\n"
     "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
@@ -88,7 +94,9 @@ static const char *usage_bench =
     "         blocks, queue depth 32)\n"
     "  step:  step time with the config's placement vs everything on the device, and\n"
     "         overlap efficiency = step / max(compute alone, I/O alone, optimizer alone);\n"
-    "         under mpirun -np N also tokens/s per rank and in total and the time in communication\n"
+    "         under mpirun -np N also tokens/s per rank and in total and the time in communication;\n"
+    "         --trace FILE also times the configured steps with the timeline recording (the cost of\n"
+    "         tracing, side by side) and writes the last round's timeline to FILE\n"
     "  memory: device bytes planned and measured (schedulers built, no step run) for fp32 all on\n"
     "         device (unchunked head from the plan, chunked head), bf16, + activation checkpointing,\n"
     "         + optimizer offload, + parameter offload, all combined\n"
@@ -163,7 +171,7 @@ enum opt {
   OPT_SET = 1000, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_CHECKPOINT, OPT_BATCHES, OPT_PROMPT,
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
-  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS,
+  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE,
 };
 
 static const struct option all_options[] = {
@@ -194,6 +202,7 @@ static const struct option all_options[] = {
     {"placements", no_argument, NULL, OPT_PLACEMENTS},
     {"host-ram", required_argument, NULL, OPT_HOST_RAM},
     {"ranks", required_argument, NULL, OPT_RANKS},
+    {"trace", required_argument, NULL, OPT_TRACE},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -210,6 +219,7 @@ struct args {
   size_t host_ram[8]; /* --host-ram sizes */
   int n_host_ram;
   double temperature, val_fraction;
+  char trace_set[4200];      /* --trace FILE as "engine.trace.path=FILE" */
   const char *const *inputs; /* (n_inputs) text files for prepare */
   int n_inputs;
 };
@@ -222,6 +232,12 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
     a->sets[a->n_sets++] = v;
     return 0;
   case OPT_RESUME: a->resume = v; return 0;
+  case OPT_TRACE:
+    if (strlen(v) > sizeof a->trace_set - 32) return bad_usage(usage, "--trace %s: the path is too long", v);
+    if (a->n_sets == MAX_SETS) return bad_usage(usage, "too many --set options (max %s)", "256");
+    snprintf(a->trace_set, sizeof a->trace_set, "engine.trace.path=%s", v); /* a plain string */
+    a->sets[a->n_sets++] = a->trace_set;
+    return 0;
   case OPT_CHECKPOINT: a->checkpoint = v; return 0;
   case OPT_PROMPT: a->prompt = v; return 0;
   case OPT_OUT_TRAIN: a->out_train = v; return 0;
@@ -333,7 +349,7 @@ static int load_config(struct args *a, struct zo_config *cfg) {
   return err ? fail(2, NULL) : 0;
 }
 
-static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_END};
+static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_TRACE, OPT_END};
 static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_END};
@@ -342,7 +358,7 @@ static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
-static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_JSON, OPT_END};
+static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_TRACE, OPT_JSON, OPT_END};
 static const int bench_memory_opts[] = {OPT_SET, OPT_JSON, OPT_END};
 
 static int cmd_train(int argc, char **argv) {
@@ -548,6 +564,9 @@ static int bench_step(int argc, char **argv) {
   printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,
          b.optimizer_s * 1e3);
   printf("  overlap efficiency (step / slowest alone): %.3f\n", b.overlap);
+  if (b.traced)
+    printf("  traced: %.1f ms per step, %+.1f%% against untraced (median of per-round ratios); timeline of the "
+           "last round written\n", b.traced_step_s * 1e3, b.trace_overhead * 100.0);
   char ranks_json[64 + 48 * ZO_BENCH_MAX_RANKS] = "";
   if (b.ranks > 1) {
     printf("  data parallel over %d ranks (micro-batch %d per rank, global %d): %.0f tokens/s in total\n", b.ranks,
@@ -675,6 +694,23 @@ static int cmd_prepare(int argc, char **argv) {
   return 0;
 }
 
+static const char *usage_trace =
+    "usage: zoffload trace summary FILE\n"
+    "  per traced step: each track's busy and waiting time, the copy and NVMe time hidden\n"
+    "  behind compute, the critical path, and the compute stream's longest waits (which task\n"
+    "  on which stream it waited for)\n";
+
+static int cmd_trace(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(usage_trace, stdout);
+    return 0;
+  }
+  if (argc != 3 || strcmp(argv[1], "summary") != 0)
+    return bad_usage(usage_trace, "%s", "expected: trace summary FILE");
+  int err = zo_trace_summary_print(argv[2], stdout);
+  return err ? fail(exit_code(err), "trace summary") : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_main, stderr);
@@ -696,6 +732,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
+  if (!strcmp(cmd, "trace")) return cmd_trace(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "zo/cpu.h"
+#include "zo/trace.h"
 #include "arch.h"
 
 const struct zo_arch *zo_arch_of(enum zo_model_arch arch) {
@@ -457,11 +458,15 @@ int zo_model_download_params(const struct zo_model *m, float *host_params) {
 
 /* ---- forward and backward ---------------------------------------------------------- */
 
+/* The hooks, and the block index the ops queued between them carry on the
+ * timeline (zo/trace.h). */
 static void hook_begin(struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t s) {
   if (m->hooks && m->hooks->block_begin) m->hooks->block_begin(m->hooks->ctx, m, l, ph, s);
+  zo_trace_scope(l);
 }
 
 static void hook_end(struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t s) {
+  zo_trace_scope(-1);
   if (m->hooks && m->hooks->block_end) m->hooks->block_end(m->hooks->ctx, m, l, ph, s);
 }
 

@@ -40,6 +40,7 @@
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
 #include "zo/sample.h"
+#include "zo/trace_file.h"
 #include "zo/sched.h"
 
 /* The backend the engine runs on: engine.device, "auto" taking CUDA when a
@@ -349,7 +350,15 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   struct zo_sched_stats s0, s1;
   zo_sched_stats(t.sched, &s0);
   long acc_n = 0;
+  /* engine.trace: rank 0's timeline of the configured steps */
+  struct zo_tracer tracer;
+  zo_tracer_init(&tracer, t.lead && t.be->stream_set_name ? cfg->engine.trace.path : NULL,
+                 cfg->engine.trace.first_step, cfg->engine.trace.steps);
+  if (t.lead && cfg->engine.trace.path[0] && !t.be->stream_set_name)
+    say(&t, "trace: the %s backend records no timeline (only the CPU backend does); engine.trace.path ignored\n",
+        t.be->name);
   for (long step = st.step + 1; step <= cfg->steps; step++) {
+    if (zo_tracer_step(&tracer, step)) zo_sched_trace_counters(t.sched);
     double t0 = zo_time_s(), io = 0.0, loss = 0.0, norm = 0.0;
     struct zo_sched_stats sb;
     zo_sched_stats(t.sched, &sb);
@@ -372,6 +381,9 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
     if ((err = zo_sched_step_end(t.sched, opt_step, &hp, cfg->gradient_clipping, &loss))) goto out;
     double t1 = zo_time_s();
     if ((err = zo_sched_norm(t.sched, &norm, &skipped))) goto out;
+    if (zo_tracer_due(&tracer, step, cfg->steps) &&
+        ((err = zo_sched_synchronize(t.sched)) || (err = zo_tracer_end(&tracer, stdout))))
+      goto out;
     double t2 = zo_time_s();
     if (skipped) {
       st.skipped_steps++;

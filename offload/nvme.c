@@ -80,6 +80,7 @@ zo_nvme_t zo_nvme_init(const struct zo_nvme_config *cfg) {
     err = zo_error(-ENOMEM, "nvme: out of memory");
     goto out_errno;
   }
+  nv->trace_track = -1;
   nv->block_size = cfg->block_size;
   nv->queue_depth = cfg->queue_depth;
   for (int i = 0; i < ZO_NVME_MAX_FILES; i++) nv->files[i].fd = -1;
@@ -455,6 +456,11 @@ static int submit(struct zo_nvme *nv, enum zo_nvme_op op, int file_id, uint64_t 
       nv->head = req;
     nv->tail = req;
     nv->n_active++;
+    req->t_submit = 0;
+    if (zo_trace_on()) {
+      req->t_submit = zo_trace_now();
+      zo_trace_counter("nvme requests in flight", (uint64_t)nv->n_active, req->t_submit);
+    }
     if (!nv->uring) pthread_cond_signal(&nv->work_cv);
   }
   pthread_mutex_unlock(&nv->mu);

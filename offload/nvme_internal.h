@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "zo/nvme.h"
+#include "zo/trace.h"
 
 #ifdef ZO_HAVE_LIBURING
 #include <liburing.h>
@@ -58,6 +59,8 @@ struct zo_nvme {
   pthread_cond_t work_cv;          /* threads engine: blocks pending, or stop */
   struct zo_nvme_req *head, *tail; /* requests with blocks not yet dispatched */
   int n_active;                    /* requests submitted and not finished */
+  int trace_track;                 /* timeline track of the requests, -1 none yet */
+  uint64_t trace_gen;              /* zo_trace_generation of trace_track */
   bool stop;
   struct nvme_file files[ZO_NVME_MAX_FILES];
   int n_files;
@@ -85,6 +88,9 @@ struct zo_nvme {
   int ctl_result;
 #endif
 };
+
+/* The store's timeline track ("nvme"), registered on first use. Called with mu. */
+int zo_nvme_trace_track(struct zo_nvme *nv);
 
 /* "zoffload: warning: <message>" on stderr. */
 void zo_nvme_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

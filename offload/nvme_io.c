@@ -59,6 +59,15 @@ const char *zo_nvme_fs_space(const char *dir, char out[96]) {
   return out;
 }
 
+int zo_nvme_trace_track(struct zo_nvme *nv) {
+  const uint64_t gen = zo_trace_generation();
+  if (nv->trace_track < 0 || nv->trace_gen != gen) {
+    nv->trace_track = zo_trace_track("nvme");
+    nv->trace_gen = gen;
+  }
+  return nv->trace_track;
+}
+
 /* Takes the next block of the first pending request into b. Called with mu. */
 bool zo_nvme_blk_take(struct zo_nvme *nv, struct nvme_block *b) {
   struct zo_nvme_req *r = nv->head;
@@ -172,6 +181,12 @@ void zo_nvme_blk_finish(struct zo_nvme *nv, struct nvme_block *b, int status, co
   if (r->n_done == r->nbytes) {
     r->done = true;
     nv->n_active--;
+    if (r->t_submit && zo_trace_on()) {
+      const uint64_t now = zo_trace_now();
+      zo_trace_async(zo_nvme_trace_track(nv), r->op == ZO_NVME_WRITE ? "nvme write" : "nvme read", r->file,
+                     r->nbytes, r->t_submit, now);
+      zo_trace_counter("nvme requests in flight", (uint64_t)nv->n_active, now);
+    }
     pthread_cond_broadcast(&nv->done_cv);
   }
 }

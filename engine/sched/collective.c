@@ -74,9 +74,11 @@ static void reduce_acc_fn(void *arg) {
 void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
                             struct reduce_task *task) {
   CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
+  zo_trace_next("grads out", i, n * sizeof(float), 0);
   CHECK_Q(s->be->memcpy_async(task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(s->be->event_record(s->reduce_ready[i], s->d2h));
   CHECK_Q(s->be->stream_wait_event(s->reduce, s->reduce_ready[i]));
+  zo_trace_next("reduce grads", i, n * sizeof(float), 0);
   CHECK_Q(s->be->launch_host_func(s->reduce, reduce_acc_fn, task));
 }
 
@@ -143,12 +145,14 @@ void queue_gather(struct zo_sched *s) {
     }
     CHECK_Q(be->event_record(s->gather_wait, s->h2d));
     CHECK_Q(be->stream_wait_event(s->optim, s->gather_wait));
+    zo_trace_next("exchange resident params", -1, 0, 0);
     CHECK_Q(be->launch_host_func(s->optim, resident_exchange_fn, s));
     for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     return;
   }
   CHECK_Q(be->event_record(s->gather_wait, s->h2d));
   CHECK_Q(be->stream_wait_event(s->optim, s->gather_wait));
+  zo_trace_next("exchange params", -1, s->t->numel * s->m->esize, 0);
   CHECK_Q(be->launch_host_func(s->optim, gather_fn, s));
   CHECK_Q(be->event_record(s->gather_done, s->optim));
   for (int u = 0; u < s->U; u++) {
@@ -156,6 +160,7 @@ void queue_gather(struct zo_sched *s) {
     if (dev && s->h.params) {
       const struct range r = unit_range(s->t, u);
       CHECK_Q(be->stream_wait_event(s->h2d, s->gather_done));
+      zo_trace_next("load unit", u, r.numel * s->m->esize, 0);
       CHECK_Q(be->memcpy_async(dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
@@ -198,7 +203,7 @@ int init_ranks(struct zo_sched *s, zo_comm_t comm) {
     s->block_gather_tasks = calloc((size_t)s->L, sizeof *s->block_gather_tasks);
     if (!s->block_gather_ready || !s->block_gather_free || !s->block_gather_tasks) return sched_no_memory();
     for (int l = 0; l < s->L; l++) s->block_gather_tasks[l] = (struct task){s, l, 0};
-    if ((err = s->be->stream_create(&s->block_gather)) ||
+    if ((err = sched_stream_create(s, &s->block_gather, "block_gather")) ||
         (err = events_create(s->be, s->block_gather_ready, s->n_slots)) ||
         (err = events_create(s->be, s->block_gather_free, s->n_slots)))
       return err;
@@ -216,7 +221,7 @@ int init_ranks(struct zo_sched *s, zo_comm_t comm) {
     s->reduce_tasks[l] = (struct reduce_task){s, s->t->layer_offset[l], s->t->layer_numel, NULL, 0};
   s->reduce_tasks[s->L] = (struct reduce_task){s, head.off, head.numel, NULL, 0};
   s->reduce_tasks[s->L + 1] = (struct reduce_task){s, tail.off, tail.numel, NULL, 0};
-  if ((err = s->be->stream_create(&s->reduce)) || (err = events_create(s->be, s->reduce_ready, s->L + 1)) ||
+  if ((err = sched_stream_create(s, &s->reduce, "reduce")) || (err = events_create(s->be, s->reduce_ready, s->L + 1)) ||
       (err = s->be->event_create(&s->reduce_done)) ||
       (err = events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS)) ||
       (err = s->be->event_create(&s->stage_res_free)))

@@ -18,12 +18,14 @@ static void slot_ensure(struct zo_sched *s, int l) {
      * order on every rank), then copied to the slot. */
     CHECK_Q(s->be->stream_wait_event(s->block_gather, s->block_gather_free[k]));
     CHECK_Q(s->be->stream_wait_event(s->block_gather, s->param_ready[1 + l]));
+    zo_trace_next("gather block", l, r.numel * s->m->esize, 0);
     CHECK_Q(s->be->launch_host_func(s->block_gather, block_gather_fn, &s->block_gather_tasks[l]));
     CHECK_Q(s->be->event_record(s->block_gather_ready[k], s->block_gather));
     CHECK_Q(s->be->stream_wait_event(s->h2d, s->block_gather_ready[k]));
   }
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
+  zo_trace_next("load block", l, r.numel * s->m->esize, 0);
   CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? block_gather_buf(s, k) : host_params_at(s, r.off),
                               r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
   CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
@@ -66,11 +68,14 @@ static void acc_fn(void *arg) {
  * into the accumulator for the first micro-batch, else to staging + add. */
 static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n, float *stage,
                       struct acc_task *task) {
+  const int index = (int)(task - s->acc_tasks); /* block, or L (head), L + 1 (tail) */
+  zo_trace_next("grads out", index, n * sizeof(float), 0);
   if (s->k == 0) {
     CHECK_Q(s->be->memcpy_async(s->h.grads + off, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
     return;
   }
   CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  zo_trace_next("accumulate grads", index, n * sizeof(float), n);
   CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, task));
 }
 
@@ -92,6 +97,7 @@ static void ck_save(struct zo_sched *s, struct zo_model *m, int l, zo_stream_t c
   CHECK_Q(be->event_record(s->ck_out, cs));
   CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
   CHECK_Q(be->stream_wait_event(s->d2h, s->ck_out));
+  zo_trace_next("save input", l, ck_nbytes(s), 0);
   CHECK_Q(be->memcpy_async(ck_host(s, l), m->ckpt_in[l % 2], ck_nbytes(s), ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->ck_saved[l], s->d2h));
 }
@@ -104,6 +110,7 @@ static void ck_load(struct zo_sched *s, struct zo_model *m, int l) {
   if (s->ck_owner[b] == l) return;
   CHECK_Q(be->stream_wait_event(s->h2d, s->ck_free[b]));
   CHECK_Q(be->stream_wait_event(s->h2d, s->ck_saved[l]));
+  zo_trace_next("load input", l, ck_nbytes(s), 0);
   CHECK_Q(be->memcpy_async(m->ckpt_in[b], ck_host(s, l), ck_nbytes(s), ZO_COPY_H2D, s->h2d));
   CHECK_Q(be->event_record(s->ck_ready[b], s->h2d));
   s->ck_owner[b] = l;
@@ -231,6 +238,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
   CHECK_Q(be->event_record(s->grads_done, cs));
   CHECK_Q(be->stream_wait_event(s->d2h, s->grads_done));
   CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+  zo_trace_next("grads out", -1, s->t->numel * sizeof(float), 0);
   CHECK_Q(be->memcpy_async(s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->grads_ready, s->d2h));
 }

@@ -25,6 +25,7 @@
 
 #include "zo/host.h"
 #include "zo/nvme.h"
+#include "zo/trace.h"
 
 enum { NV_MASTER, NV_M, NV_V, NV_FILES };
 
@@ -423,6 +424,8 @@ static inline size_t nv_nbytes(const struct chunk *c, int f) { return f == NV_MA
 /* sched.c: the conductor */
 /* Reports that host memory for the scheduler's tables ran out; returns -ENOMEM. */
 int sched_no_memory(void);
+/* Creates a stream named name on the timeline (zo/trace.h). Returns 0 or -errno. */
+int sched_stream_create(struct zo_sched *s, zo_stream_t *stream, const char *name);
 int events_create(zo_backend_t be, zo_event_t *ev, int n);
 void events_destroy(zo_backend_t be, zo_event_t *ev, int n);
 int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k);

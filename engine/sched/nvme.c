@@ -131,6 +131,7 @@ void nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
   CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_h2d[pj]));
   struct nv_task *task = &s->nv_refill[p * n + j];
   *task = (struct nv_task){s, j, p, (int)(g % nbuf), g >= d ? (int)((g - d) % nbuf) : -1};
+  zo_trace_next("nvme read chunk", j, s->chunks[j].numel * sizeof(float) + 2 * s->chunks[j].sbytes, 0);
   CHECK_Q(be->launch_host_func(s->nvme_io, nv_refill_fn, task));
   CHECK_Q(be->event_record(s->chunk_issued[j], s->nvme_io));
 }
@@ -233,7 +234,7 @@ int nvme_open(struct zo_sched *s) {
   }
   /* Registration is an optimization: without it the store uses plain reads. */
   (void)zo_nvme_register_buffers(s->nv, &reg, 1);
-  if ((err = s->be->stream_create(&s->nvme_io)) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
+  if ((err = sched_stream_create(s, &s->nvme_io, "nvme_io")) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;

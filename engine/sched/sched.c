@@ -52,6 +52,12 @@ void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
 
 int sched_no_memory(void) { return zo_error(-ENOMEM, "out of host memory for the scheduler"); }
 
+int sched_stream_create(struct zo_sched *s, zo_stream_t *stream, const char *name) {
+  int err = s->be->stream_create(stream);
+  if (!err && s->be->stream_set_name) s->be->stream_set_name(*stream, name);
+  return err;
+}
+
 /* Stage 2 of init: the host pool, allocated once at its plan and carved by
  * the same host_layout, and the canonical state offsets. */
 static int init_host(struct zo_sched *s, const struct zo_sched_config *c) {
@@ -126,8 +132,8 @@ static int init_streams(struct zo_sched *s) {
       !s->opt_tasks || !s->acc_tasks || !s->n_valid || !s->loss_sums || !s->ck_saved)
     return sched_no_memory();
   int err;
-  if ((err = be->stream_create(&s->compute)) || (err = be->stream_create(&s->h2d)) ||
-      (err = be->stream_create(&s->d2h)) || (err = be->stream_create(&s->optim)) ||
+  if ((err = sched_stream_create(s, &s->compute, "compute")) || (err = sched_stream_create(s, &s->h2d, "h2d")) ||
+      (err = sched_stream_create(s, &s->d2h, "d2h")) || (err = sched_stream_create(s, &s->optim, "optim")) ||
       (err = events_create(be, s->param_ready, U)) || (err = events_create(be, s->opt_done, U)) ||
       (err = events_create(be, s->slot_free, n_slot_ev)) || (err = events_create(be, s->slot_ready, n_slot_ev)) ||
       (err = events_create(be, s->in_free, 2)) || (err = events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS)) ||

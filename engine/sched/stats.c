@@ -153,3 +153,11 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   nv_reprime(s);
   return err;
 }
+
+void zo_sched_trace_counters(const struct zo_sched *s) {
+  if (!zo_trace_on()) return;
+  const uint64_t now = zo_trace_now();
+  zo_trace_counter("device bytes in use", s->m->arena.used + s->opt_arena.used, now);
+  zo_trace_counter("host bytes in use", s->pool.used, now);
+  zo_trace_counter("nvme bytes in use", s->nvme_planned, now);
+}

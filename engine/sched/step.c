@@ -18,13 +18,17 @@ int queue_optimizer(struct zo_sched *s) {
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
   CHECK_Q(be->stream_wait_event(s->optim, s->grads_ready));
   if (s->overlap) CHECK_Q(be->stream_wait_event(s->optim, s->reduce_done));
-  else if (s->grad_comm) CHECK_Q(be->launch_host_func(s->optim, grads_allreduce_fn, s));
+  else if (s->grad_comm) {
+    zo_trace_next("allreduce grads", -1, s->t->numel * sizeof(float), 0);
+    CHECK_Q(be->launch_host_func(s->optim, grads_allreduce_fn, s));
+  }
   if (on_device) {
     for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
       be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->optim);
     CHECK_Q(be->memcpy_async(s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
                              ZO_COPY_D2H, s->optim));
   }
+  zo_trace_next("norm", -1, 0, 0);
   CHECK_Q(be->launch_host_func(s->optim, norm_fn, &s->norm_tasks[p]));
   CHECK_Q(be->event_record(s->norm_done, s->optim));
   const bool dev_update = on_device;
@@ -50,6 +54,7 @@ int queue_optimizer(struct zo_sched *s) {
         struct nv_task *task = &s->nv_update[p * s->n_chunks + j];
         *task = (struct nv_task){s, j, p, (int)(g % s->pl.nvme_buffers), -1};
         CHECK_Q(be->stream_wait_event(s->optim, s->chunk_issued[j]));
+        zo_trace_next("adamw chunk", j, 0, 0);
         CHECK_Q(be->launch_host_func(s->optim, nv_update_fn, task));
         CHECK_Q(be->event_record(s->chunk_done[j], s->optim));
         if (dev && !(s->sharded && s->h.params)) {
@@ -57,18 +62,25 @@ int queue_optimizer(struct zo_sched *s) {
            * chunk g + d does not reuse before chunk_h2d[j] completes (sharded
            * with a host working copy: after the exchange instead). */
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
+          zo_trace_next("load chunk", j, c->numel * e, 0);
           CHECK_Q(be->memcpy_async((uint8_t *)dev + (c->off - r.off) * e,
                                    s->h.params ? host_params_at(s, c->off) : s->nvb[task->buf].file[NV_MASTER],
                                    c->numel * e, ZO_COPY_H2D, s->h2d));
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }
         CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_done[j]));
+        zo_trace_next("nvme write chunk", j, c->numel * sizeof(float) + 2 * c->sbytes, 0);
         CHECK_Q(be->launch_host_func(s->nvme_io, nv_write_fn, task));
         if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
     } else if (dev_update) {
-      if (!dev_skip) queue_device_update(s, &s->step[p], u);
+      if (!dev_skip) {
+        zo_trace_scope(u); /* the unit the update ops carry on the timeline */
+        queue_device_update(s, &s->step[p], u);
+        zo_trace_scope(-1);
+      }
     } else {
+      zo_trace_next("adamw unit", u, 0, 0);
       CHECK_Q(be->launch_host_func(s->optim, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
     CHECK_Q(be->event_record(s->opt_done[u], s->optim));
@@ -80,6 +92,7 @@ int queue_optimizer(struct zo_sched *s) {
       unit_owned(s, u, &a, &b);
       if (dev && !s->h.params && s->pl.optimizer == ZO_OFFLOAD_CPU && b > a) {
         CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
+        zo_trace_next("load unit", u, (b - a) * e, 0);
         CHECK_Q(be->memcpy_async((uint8_t *)dev + (a - r.off) * e, master_at(s, a), (b - a) * e, ZO_COPY_H2D,
                                  s->h2d));
       }
@@ -92,6 +105,7 @@ int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
+      zo_trace_next("load unit", u, r.numel * e, 0);
       CHECK_Q(be->memcpy_async(dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off),
                                r.numel * e, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));

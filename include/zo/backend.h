@@ -60,6 +60,9 @@ struct zo_backend {
   int (*stream_create)(zo_stream_t *stream);
   /* Waits for queued work, then frees. Accepts NULL. */
   void (*stream_destroy)(zo_stream_t stream);
+  /* Names the stream for the timeline (zo/trace.h); NULL where the backend
+   * records no timeline. */
+  void (*stream_set_name)(zo_stream_t stream, const char *name);
   /* Blocks the host until all work queued on stream so far has finished. */
   int (*stream_synchronize)(zo_stream_t stream);
   int (*event_create)(zo_event_t *event);

@@ -80,6 +80,11 @@ struct zo_bench_step {
   double rank_tokens_per_s[ZO_BENCH_MAX_RANKS]; /* tokens_per_s of rank r (the first
                                                  * ZO_BENCH_MAX_RANKS ranks) */
   double rank_comm_s[ZO_BENCH_MAX_RANKS];       /* comm_s of rank r */
+  /* engine.trace.path set (CPU backend): the configured steps timed again
+   * with the timeline recording, in every round, the last round's written */
+  bool traced;
+  double traced_step_s;  /* median traced step */
+  double trace_overhead; /* median of per-round traced / untraced step, minus 1 */
 };
 
 /* Builds the config's placement and the all-device one side by side on the

@@ -157,6 +157,11 @@ struct zo_config_engine {         /* "engine" */
   size_t host_memory_budget;      /* bytes of host tier, 0 = as much as the plan needs */
   int threads;                    /* OpenMP threads, 0 = all cores */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
+  struct {                        /* "engine.trace": a timeline of some steps (zo/trace_file.h) */
+    char *path;                   /* Chrome trace-event JSON file, "" = none */
+    int first_step;               /* first traced step (of the run, 1-based), default 2 */
+    int steps;                    /* steps traced, default 2 */
+  } trace;
 };
 
 struct zo_config_log {            /* "log" */

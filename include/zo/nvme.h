@@ -61,6 +61,7 @@ struct zo_nvme_req {
   int status;               /* 0 or the first -errno */
   uint32_t magic;           /* set by *_async; checked by wait */
   bool done;                /* finished: wait returns at once */
+  uint64_t t_submit;        /* ns (zo/trace.h clock) when submitted while tracing, else 0 */
   char msg[320];            /* message for status, moved to zo_last_error() by wait */
 };
 

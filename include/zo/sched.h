@@ -253,6 +253,9 @@ void zo_sched_set_loss_scale(struct zo_sched *s, double scale);
  * rank's rows).
  * Returns 0 or -errno. */
 int zo_sched_eval(struct zo_sched *s, double *loss);
+/* Records each tier's bytes in use as timeline counters (zo/trace.h). */
+void zo_sched_trace_counters(const struct zo_sched *s);
+
 /* The compute stream, for forward-only use of the model (sampling). */
 zo_stream_t zo_sched_stream(struct zo_sched *s);
 /* Waits for everything queued. Returns 0 or the first asynchronous error

@@ -5,6 +5,7 @@
 #include "cpu.h"
 
 #include "zo/adamw8bit.h"
+#include "zo/trace.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -69,11 +70,14 @@ static void copy_run(void *p) {
   memcpy(a->dst, a->src, a->nbytes);
 }
 
-/* Every kind is host to host here. */
+/* Every kind is host to host here; the kind names the copy on the timeline. */
 static int cpu_memcpy_async(void *dst, const void *src, size_t nbytes, enum zo_copy_kind kind,
                             zo_stream_t stream) {
+  static const char *const names[] = {[ZO_COPY_H2D] = "copy H2D", [ZO_COPY_D2H] = "copy D2H", [ZO_COPY_H2H] = "copy H2H",
+                                      [ZO_COPY_D2D] = "copy D2D"};
   struct copy_args a = {dst, src, nbytes};
-  zo_cpu_stream_enqueue(stream, copy_run, &a, sizeof a);
+  const char *name = (unsigned)kind < sizeof names / sizeof names[0] && names[kind] ? names[kind] : "copy";
+  zo_cpu_stream_enqueue_op(stream, copy_run, &a, sizeof a, name, nbytes, 0);
   return 0;
 }
 
@@ -90,7 +94,7 @@ static void set_run(void *p) {
 
 static int cpu_memset_async(void *dst, int value, size_t nbytes, zo_stream_t stream) {
   struct set_args a = {dst, value, nbytes};
-  zo_cpu_stream_enqueue(stream, set_run, &a, sizeof a);
+  zo_cpu_stream_enqueue_op(stream, set_run, &a, sizeof a, "memset", nbytes, 0);
   return 0;
 }
 
@@ -106,7 +110,7 @@ static void host_fn_run(void *p) {
 
 static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void *arg) {
   struct host_fn_args a = {fn, arg};
-  zo_cpu_stream_enqueue(stream, host_fn_run, &a, sizeof a);
+  zo_cpu_stream_enqueue_op(stream, host_fn_run, &a, sizeof a, "host function", 0, 0);
   return 0;
 }
 
@@ -116,12 +120,15 @@ static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void 
  * task record struct <op>_args holds the arguments, copied into the stream's
  * queue at enqueue time, and <op>_run calls zo_cpu_<op> with them on the
  * stream's worker (on the NULL stream, before cpu_<op> returns). CPU_OP_FN
- * names the function to run instead. The table below checks every entry's
- * signature against struct zo_backend. No argument may be named a or
- * stream (the wrappers' own names). */
+ * names the function to run instead. CPU_OP_FLOPS gives the op's FLOPs as an
+ * expression over the record `a`, for the timeline (zo/trace.h; evaluated
+ * only while it records). The table below checks every entry's signature
+ * against struct zo_backend. No argument may be named a or stream (the
+ * wrappers' own names). */
 
-#define CPU_OP(op, ...) CPU_OP_FN(op, zo_cpu_##op, __VA_ARGS__)
-#define CPU_OP_FN(op, fn, ...)                                                               \
+#define CPU_OP(op, ...) CPU_OP_FN(op, zo_cpu_##op, 0, __VA_ARGS__)
+#define CPU_OP_FLOPS(op, flops, ...) CPU_OP_FN(op, zo_cpu_##op, flops, __VA_ARGS__)
+#define CPU_OP_FN(op, fn, flops, ...)                                                        \
   struct op##_args {                                                                         \
     OP_MAP(OP_FIELD, OP_NOSEP, __VA_ARGS__)                                                  \
   };                                                                                         \
@@ -132,7 +139,8 @@ static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void 
   }                                                                                          \
   static void cpu_##op(OP_MAP(OP_PARAM, OP_COMMA, __VA_ARGS__), zo_stream_t stream) {        \
     const struct op##_args a = {OP_MAP(OP_NAME, OP_COMMA, __VA_ARGS__)};                     \
-    zo_cpu_stream_enqueue(stream, op##_run, &a, sizeof a);                                   \
+    zo_cpu_stream_enqueue_op(stream, op##_run, &a, sizeof a, #op, 0,                         \
+                             zo_trace_on() ? (uint64_t)(flops) : 0);                         \
   }
 
 /* What each (type, name) pair becomes in the record, the call and the entry. */
@@ -179,13 +187,15 @@ CPU_OP(rmsnorm_forward, (void *, out), (float *, rstd), (const void *, inp), (co
        (float, eps), (int, N), (int, C), (enum zo_dtype, dt))
 CPU_OP(rmsnorm_backward, (void *, dinp), (float *, dweight), (const void *, dout), (const void *, inp),
        (const void *, weight), (const float *, rstd), (int, N), (int, C), (enum zo_dtype, dt))
-CPU_OP(matmul_forward, (void *, out), (const void *, inp), (const void *, weight), (const void *, bias),
+/* FLOPs: a GEMM's 2 per multiply-add (backward: dinp and dweight), causal
+ * attention's two products over the lower triangle (backward: twice). */
+CPU_OP_FLOPS(matmul_forward, 2.0 * a.N * a.C * a.OC, (void *, out), (const void *, inp), (const void *, weight), (const void *, bias),
        (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
-CPU_OP(matmul_backward, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
+CPU_OP_FLOPS(matmul_backward, 4.0 * a.N * a.C * a.OC, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
        (const void *, inp), (const void *, weight), (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
-CPU_OP(attention_forward, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
+CPU_OP_FLOPS(attention_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
        (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
-CPU_OP(attention_backward, (void *, dqkv), (void *, datt), (const void *, dout), (const void *, qkv),
+CPU_OP_FLOPS(attention_backward, 4.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, dqkv), (void *, datt), (const void *, dout), (const void *, qkv),
        (const void *, att), (int, B), (int, T), (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
 CPU_OP(rope_forward, (void *, qkv), (const float *, cos), (const float *, sin), (int, B), (int, T),
        (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
@@ -217,14 +227,14 @@ static void adamw8bit_update(float *p, const float *g, uint8_t *m_code, float *m
       .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
   zo_adamw8bit_update(p, g, m_code, m_absmax, v_code, v_absmax, n, block, &hp, decay, t, grad_scale);
 }
-CPU_OP_FN(adamw8bit_update, adamw8bit_update, (float *, p), (const float *, g), (uint8_t *, m_code),
+CPU_OP_FN(adamw8bit_update, adamw8bit_update, 0, (float *, p), (const float *, g), (uint8_t *, m_code),
           (float *, m_absmax), (uint8_t *, v_code), (float *, v_absmax), (size_t, n), (size_t, block),
           (float, lr), (float, beta1), (float, beta2), (float, eps), (float, weight_decay), (bool, decay),
           (long, t), (float, grad_scale))
 
 /* The sum into device memory, as the op's contract has it. */
 static void sumsq(double *out, const float *x, size_t n) { *out = zo_cpu_sumsq(x, n); }
-CPU_OP_FN(sumsq, sumsq, (double *, out), (const float *, x), (size_t, n))
+CPU_OP_FN(sumsq, sumsq, 0, (double *, out), (const float *, x), (size_t, n))
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -236,6 +246,7 @@ static const struct zo_backend cpu_backend = {
     .set_threads = zo_cpu_set_threads,
     .stream_create = zo_cpu_stream_create,
     .stream_destroy = zo_cpu_stream_destroy,
+    .stream_set_name = zo_cpu_stream_set_name,
     .stream_synchronize = zo_cpu_stream_synchronize,
     .event_create = zo_cpu_event_create,
     .event_destroy = zo_cpu_event_destroy,

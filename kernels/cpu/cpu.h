@@ -63,6 +63,13 @@ typedef void (*zo_cpu_task_fn)(void *args);
  * runs it now on the calling thread. Blocks while the stream's queue is full. */
 void zo_cpu_stream_enqueue(zo_stream_t stream, zo_cpu_task_fn fn, const void *args,
                            size_t args_size);
+/* The same, naming the task for the timeline (zo/trace.h): name (static),
+ * the bytes it moves and its FLOPs; a label set with zo_trace_next by the
+ * enqueuing thread takes precedence. */
+void zo_cpu_stream_enqueue_op(zo_stream_t stream, zo_cpu_task_fn fn, const void *args, size_t args_size,
+                              const char *name, uint64_t bytes, uint64_t flops);
+/* Names the stream's timeline track (copied). */
+void zo_cpu_stream_set_name(zo_stream_t stream, const char *name);
 
 int zo_cpu_stream_create(zo_stream_t *stream);
 void zo_cpu_stream_destroy(zo_stream_t stream);

@@ -6,13 +6,20 @@
  * it. Stream state is reference-counted so that an event, or a wait queued on
  * another stream, may outlive the stream it captured. The NULL stream runs each
  * task inline on the caller. Test mode: ZO_STREAM_DELAY_US=N (read once, at the
- * first stream_create) makes each worker sleep 0..N us before each task. */
+ * first stream_create) makes each worker sleep 0..N us before each task.
+ * While the timeline recorder (zo/trace.h) is on, each worker records every
+ * task it runs as a span of its stream's track (a wait as a wait naming the
+ * task it waited for), and a host blocked in a synchronize as a wait on its
+ * own track. */
 #include "cpu.h"
+
+#include "zo/trace.h"
 
 #include <errno.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +35,7 @@
 
 struct zo_task {
   zo_cpu_task_fn fn;
+  struct zo_trace_label label; /* what the task is, for the timeline; name NULL: not traced */
   _Alignas(max_align_t) unsigned char args[ZO_CPU_TASK_ARGS];
 };
 
@@ -46,6 +54,9 @@ struct zo_stream {
   atomic_int refs;            /* owner + events capturing it + queued waits */
   pthread_t worker;
   uint64_t rng;               /* delay-mode PRNG state, worker thread only */
+  char name[ZO_TRACE_NAME_MAX]; /* timeline track name (zo_cpu_stream_set_name); guarded by mu */
+  int track;                  /* timeline track, -1 until first traced; guarded by mu */
+  uint64_t track_gen;         /* zo_trace_generation the track belongs to; guarded by mu */
 };
 
 struct zo_event {
@@ -58,6 +69,7 @@ struct zo_event {
 struct zo_wait_args {
   struct zo_stream *src;      /* a reference held until the wait has run */
   uint64_t seq;
+  int src_track;              /* src's timeline track when traced, else -1 */
 };
 
 #define ZO_SEQ_ALL UINT64_MAX /* stream_wait_done: everything queued so far */
@@ -150,6 +162,37 @@ static int stream_is_done(struct zo_stream *s, uint64_t seq) {
   return done;
 }
 
+static void stream_wait_task(void *args);
+
+/* s's timeline track, registered under its name on first use. */
+static int stream_track(struct zo_stream *s) {
+  const uint64_t gen = zo_trace_generation();
+  ZO_PT_CHECK(pthread_mutex_lock(&s->mu));
+  if (s->track < 0 || s->track_gen != gen) {
+    s->track = zo_trace_track(s->name);
+    s->track_gen = gen;
+  }
+  const int track = s->track;
+  ZO_PT_CHECK(pthread_mutex_unlock(&s->mu));
+  return track;
+}
+
+/* Runs task t of s and records it: a span, or a wait naming the task it
+ * waited for (n_done is written by this worker only, so reading it here
+ * needs no lock). */
+static void run_traced(struct zo_stream *s, struct zo_task *t) {
+  const uint64_t seq = s->n_done + 1, t0 = zo_trace_now();
+  t->fn(t->args);
+  const uint64_t t1 = zo_trace_now();
+  const int track = stream_track(s);
+  if (t->fn == stream_wait_task) {
+    const struct zo_wait_args *a = (const void *)t->args;
+    zo_trace_wait(track, seq, a->src_track, a->seq, t0, t1);
+  } else if (t->label.name) {
+    zo_trace_span(track, &t->label, seq, t0, t1);
+  }
+}
+
 static void *stream_worker(void *arg) {
   struct zo_stream *s = arg;
   ZO_PT_CHECK(pthread_mutex_lock(&s->mu));
@@ -161,7 +204,8 @@ static void *stream_worker(void *arg) {
     ZO_PT_CHECK(pthread_mutex_unlock(&s->mu));
     threads_apply();
     if (delay_us) stream_delay(s);
-    t->fn(t->args);
+    if (zo_trace_on()) run_traced(s, t);
+    else t->fn(t->args);
     ZO_PT_CHECK(pthread_mutex_lock(&s->mu));
     s->head = (s->head + 1) % ZO_CPU_QUEUE_LEN;
     s->count--;
@@ -174,6 +218,11 @@ static void *stream_worker(void *arg) {
 }
 
 void zo_cpu_stream_enqueue(zo_stream_t s, zo_cpu_task_fn fn, const void *args, size_t args_size) {
+  zo_cpu_stream_enqueue_op(s, fn, args, args_size, "task", 0, 0);
+}
+
+void zo_cpu_stream_enqueue_op(zo_stream_t s, zo_cpu_task_fn fn, const void *args, size_t args_size,
+                              const char *name, uint64_t bytes, uint64_t flops) {
   ZO_ASSERT(fn);
   ZO_ASSERT(args_size <= ZO_CPU_TASK_ARGS);
   ZO_ASSERT(args || args_size == 0);
@@ -189,6 +238,7 @@ void zo_cpu_stream_enqueue(zo_stream_t s, zo_cpu_task_fn fn, const void *args, s
   while (s->count == ZO_CPU_QUEUE_LEN) ZO_PT_CHECK(pthread_cond_wait(&s->not_full, &s->mu));
   struct zo_task *t = &s->ring[(s->head + s->count) % ZO_CPU_QUEUE_LEN];
   t->fn = fn;
+  t->label = zo_trace_on() ? zo_trace_take(name, bytes, flops) : (struct zo_trace_label){0};
   if (args_size) memcpy(t->args, args, args_size);
   s->count++;
   s->n_queued++;
@@ -213,6 +263,8 @@ int zo_cpu_stream_create(zo_stream_t *stream) {
   if ((err = pthread_cond_init(&s->done, NULL))) goto out_not_full;
   atomic_init(&s->refs, 1);
   uint64_t id = atomic_fetch_add(&n_streams, 1) + 1;
+  snprintf(s->name, sizeof s->name, "stream %llu", (unsigned long long)id);
+  s->track = -1;
   s->rng = splitmix64(&id);
   what = "pthread_create (worker thread)";
   if ((err = pthread_create(&s->worker, NULL, stream_worker, s))) goto out_done;
@@ -244,9 +296,29 @@ void zo_cpu_stream_destroy(zo_stream_t s) {
   stream_unref(s);
 }
 
+/* The host blocked until task seq of src ran, recorded on its own track. */
+static void trace_host_wait(struct zo_stream *src, uint64_t seq, uint64_t t0) {
+  zo_trace_wait(zo_trace_thread_track("host"), 0, stream_track(src), seq, t0, zo_trace_now());
+}
+
 int zo_cpu_stream_synchronize(zo_stream_t s) {
   if (!s) return 0;
-  return stream_wait_done(s, ZO_SEQ_ALL);
+  if (!zo_trace_on()) return stream_wait_done(s, ZO_SEQ_ALL);
+  ZO_PT_CHECK(pthread_mutex_lock(&s->mu));
+  const uint64_t seq = s->n_queued;
+  ZO_PT_CHECK(pthread_mutex_unlock(&s->mu));
+  const uint64_t t0 = zo_trace_now();
+  int err = stream_wait_done(s, seq);
+  trace_host_wait(s, seq, t0);
+  return err;
+}
+
+void zo_cpu_stream_set_name(zo_stream_t s, const char *name) {
+  if (!s) return;
+  ZO_PT_CHECK(pthread_mutex_lock(&s->mu));
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->track = -1; /* registered anew under this name when next traced */
+  ZO_PT_CHECK(pthread_mutex_unlock(&s->mu));
 }
 
 int zo_cpu_event_create(zo_event_t *event) {
@@ -342,7 +414,7 @@ int zo_cpu_stream_wait_event(zo_stream_t s, zo_event_t e) {
     stream_unref(src);
     return done < 0 ? done : 0;
   }
-  struct zo_wait_args a = {.src = src, .seq = seq};
+  struct zo_wait_args a = {.src = src, .seq = seq, .src_track = zo_trace_on() ? stream_track(src) : -1};
   zo_cpu_stream_enqueue(s, stream_wait_task, &a, sizeof a);
   return 0;
 }
@@ -353,7 +425,9 @@ int zo_cpu_event_synchronize(zo_event_t e) {
   uint64_t seq = 0;
   int err = event_capture(e, &src, &seq);
   if (err || !src) return err;
+  const uint64_t t0 = zo_trace_on() ? zo_trace_now() : 0;
   err = stream_wait_done(src, seq);
+  if (t0) trace_host_wait(src, seq, t0);
   stream_unref(src);
   return err;
 }
