@@ -1,6 +1,6 @@
 /* Random access to a model's training state, wherever it lives: the fp32
  * parameters (numel floats in table order) and AdamW's m and v (the
- * canonical layout of the run's optimizer format, zo/sched.h), addressed in
+ * canonical layout of the run's optimizer format, zo/optim_format.h), addressed in
  * bytes. Checkpoint saves read through it and loads, Hugging Face imports and
  * random initialisation write through it, piece by piece, so no full host
  * copy of the state is ever made: the scheduler's implementation
