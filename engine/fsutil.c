@@ -6,6 +6,7 @@
  * descriptors and O_NOFOLLOW, so a symlink planted in a tree is unlinked and
  * never followed. Nothing here buffers: writes go straight to write(2). */
 #include "zo/fsutil.h"
+#include "zo/fault.h" /* zo_fault_*: the plain calls unless ZO_FAULT_INJECTION */
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,7 +58,7 @@ static int close_checked(int fd) {
 }
 
 static int fsync_retry(int fd) {
-  while (fsync(fd) < 0) {
+  while (zo_fault_fsync(fd) < 0) {
     if (errno != EINTR) return -errno;
   }
   return 0;
@@ -114,7 +115,7 @@ int zo_atomic_file_write(struct zo_atomic_file *f, const void *data, size_t nbyt
   const char *p = data;
   while (nbytes > 0) {
     size_t chunk = nbytes < ZO_IO_CHUNK ? nbytes : ZO_IO_CHUNK;
-    ssize_t w = write(f->fd, p, chunk);
+    ssize_t w = zo_fault_write(f->fd, p, chunk);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       /* write returning 0 for a non-empty buffer means the device took
@@ -147,7 +148,7 @@ int zo_atomic_file_commit(struct zo_atomic_file *f) {
     zo_atomic_file_abort(f);
     return err;
   }
-  if (rename(f->tmp_path, f->path) < 0) {
+  if (zo_fault_rename(f->tmp_path, f->path) < 0) {
     err = -errno;
     zo_error(err, "renaming %s to %s: %s", f->tmp_path, f->path, strerror(-err));
     zo_atomic_file_abort(f);
@@ -255,7 +256,7 @@ int zo_rename_atomic_dir(const char *tmpdir, const char *dst) {
     return zo_error(-ENOTDIR, "cannot publish %s as %s: %s is not a directory", tmpdir, dst, tmpdir);
   int err = zo_fsync_dir(tmpdir);
   if (err < 0) return err;
-  if (rename(tmpdir, dst) == 0) return fsync_parents(dst, tmpdir);
+  if (zo_fault_rename(tmpdir, dst) == 0) return fsync_parents(dst, tmpdir);
   err = -errno;
   if (err != -ENOTEMPTY && err != -EEXIST)
     return zo_error(err, "renaming directory %s to %s: %s", tmpdir, dst, strerror(-err));

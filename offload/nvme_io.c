@@ -4,6 +4,8 @@
  * one blocking pread/pwrite each, used where io_uring is unavailable. */
 #include "nvme_internal.h"
 
+#include "zo/fault.h"
+
 #include <errno.h>
 #include <isa-l/crc.h>
 #include <stdarg.h>
@@ -197,8 +199,8 @@ static int block_sync_io(struct nvme_block *b) {
   while (b->moved < b->io_len) {
     const size_t n = b->io_len - b->moved;
     const off_t off = (off_t)(b->offset + b->moved);
-    const ssize_t k = wr ? pwrite(b->f->fd, b->buf + b->moved, n, off)
-                         : pread(b->f->fd, b->buf + b->moved, n, off);
+    const ssize_t k = zo_fault_pio(wr ? ZO_FAULT_NVME_WRITE : ZO_FAULT_NVME_READ, b->f->fd,
+                                   b->buf + b->moved, n, off, ZO_NVME_ALIGN);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) return -errno;
     if (k == 0) return -EIO; /* end of file inside a preallocated file */

@@ -7,6 +7,8 @@
  * has to quiesce the ring for it. Built to a stub without liburing. */
 #include "nvme_internal.h"
 
+#include "zo/fault.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,7 +169,7 @@ void *zo_nvme_ring_main(void *arg) {
     }
     io_uring_cq_advance(ring, n_cqe);
     for (unsigned i = 0; i < n_cqe; i++) {
-      const int res = nv->cqe_res[i];
+      int res = nv->cqe_res[i];
       in_ring--;
       if (nv->cqe_data[i] == NVME_WAKE_TAG) {
         wake_armed = false;
@@ -178,6 +180,10 @@ void *zo_nvme_ring_main(void *arg) {
       }
       const int s = (int)nv->cqe_data[i];
       struct nvme_block *b = &nv->slots[s];
+      /* An injected fault replaces what the kernel did (zo/fault.h). */
+      if (res > 0)
+        res = (int)zo_fault_io(b->req->op == ZO_NVME_WRITE ? ZO_FAULT_NVME_WRITE : ZO_FAULT_NVME_READ,
+                               (size_t)res, ZO_NVME_ALIGN);
       if (res > 0 && b->moved + (uint32_t)res < b->io_len) {
         b->moved += (uint32_t)res; /* short transfer: resume where it stopped */
         ring_prep_block(nv, s);

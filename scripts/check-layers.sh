@@ -25,6 +25,7 @@ declare -A header=(
   [arena.h]=offload
   [comm.h]=offload
   [dcomm.h]=offload
+  [fault.h]=offload       # offload/fault.c; engine/fsutil.c calls it too
   [host.h]=offload
   [nvme.h]=offload
   [topology.h]=offload
