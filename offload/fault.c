@@ -20,7 +20,7 @@ struct fault_rule {
   enum zo_fault_op op;
   uint64_t nth;   /* 1-based call index */
   bool and_later; /* "N+": every call from the Nth on */
-  int err;        /* -errno to fail with, or 0 for a short transfer */
+  int err;        /* -errno to fail with, 0 for a short transfer, 2 to log the call only */
 };
 
 static const char *const op_names[ZO_FAULT_N_OPS] = {"nvme-read", "nvme-write", "write", "fsync",
@@ -56,7 +56,7 @@ static int parse_rule(const char *s, size_t len, struct fault_rule *r) {
   static const struct {
     const char *name;
     int err;
-  } kinds[] = {{"eio", -EIO}, {"enospc", -ENOSPC}, {"edquot", -EDQUOT}, {"efbig", -EFBIG}, {"short", 0}};
+  } kinds[] = {{"eio", -EIO}, {"enospc", -ENOSPC}, {"edquot", -EDQUOT}, {"efbig", -EFBIG}, {"short", 0}, {"log", 2}};
   r->err = 1;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(kind, kinds[i].name) == 0) r->err = kinds[i].err;
@@ -80,7 +80,7 @@ static int fault_set(const char *spec) {
       err = zo_error(-EINVAL,
                      "ZO_FAULT: '%.*s' is not op:N:kind (op: nvme-read, nvme-write, write, "
                      "fsync, rename; N: 1, 2, ... or N+ for that call and every later one; kind: "
-                     "eio, enospc, edquot, efbig, or short for reads and writes)",
+                     "eio, enospc, edquot, efbig, log, or short for reads and writes)",
                      (int)len, p);
     else
       n++;
@@ -96,7 +96,18 @@ static int fault_set(const char *spec) {
   return err;
 }
 
+/* ZO_FAULT_COUNTS=1: how many calls of each op the process made, at exit,
+ * so that a test can place its faults inside a step or a save. */
+static void print_counts(void) {
+  fprintf(stderr, "zoffload: fault calls:");
+  for (int i = 0; i < ZO_FAULT_N_OPS; i++)
+    fprintf(stderr, " %s=%llu", op_names[i], (unsigned long long)atomic_load(&calls[i]));
+  fputc('\n', stderr);
+}
+
 static void read_env(void) {
+  const char *counts = getenv("ZO_FAULT_COUNTS");
+  if (counts && strcmp(counts, "1") == 0) atexit(print_counts);
   const char *spec = getenv("ZO_FAULT");
   if (spec && spec[0] && fault_set(spec) != 0) {
     /* A test that sets a fault it cannot have must not pass by accident. */
@@ -122,6 +133,10 @@ ssize_t zo_fault_io(enum zo_fault_op op, size_t n, size_t align) {
   }
   pthread_mutex_unlock(&rules_mu);
   if (err == 1) return (ssize_t)n;
+  if (err == 2) {
+    fprintf(stderr, "zoffload: fault log: %s call %llu of %zu bytes\n", op_names[op], (unsigned long long)call, n);
+    return (ssize_t)n;
+  }
   size_t k = n;
   if (err == 0 && n > align) {
     k = n / 2 / align * align;

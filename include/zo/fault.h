@@ -9,9 +9,12 @@
  *         write, fsync, rename (engine/fsutil.c: checkpoints, atomic files)
  *   kind: eio, enospc, edquot, efbig (the call fails with that errno), or
  *         short (a read or write moves about half its bytes, as the kernel
- *         may: the caller has to resume it)
+ *         may: the caller has to resume it), or log (the call goes through
+ *         and prints one line "zoffload: fault log: ...": where is call N?)
  * e.g. ZO_FAULT=nvme-write:3:eio, ZO_FAULT=write:2+:enospc. Each fault that
- * fires prints one line on stderr ("zoffload: fault injected: ..."). Without
+ * fires prints one line on stderr ("zoffload: fault injected: ..."); with
+ * ZO_FAULT_COUNTS=1 the process prints its call count of each op at exit
+ * ("zoffload: fault calls: nvme-read=N ..."), to place faults by. Without
  * the option the wrappers are the plain system calls and ZO_FAULT is never
  * read: release builds pay nothing. All functions are thread-safe. */
 #ifndef ZO_FAULT_H

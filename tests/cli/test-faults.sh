@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Faults injected on purpose (zo/fault.h, ZO_FAULT=op:N:kind) at several
+# points of a training step and of a checkpoint save, with the optimizer
+# state on NVMe: every NVMe block read and write, and every write, fsync and
+# rename of the checkpoint writer. For each case: the run stops with exit 1
+# and an error naming the injected errno (a short transfer is resumed and the
+# run succeeds); every checkpoint left is byte-identical to the same step of
+# an uninterrupted run (none corrupted, no half-written one); no temporary
+# file or directory and no NVMe swap directory remains; and a resume from the
+# last checkpoint (or a fresh run, when none was written) ends with
+# model.safetensors and optimizer.safetensors byte-identical to the
+# uninterrupted run's. Prints the matrix fault x point -> outcome.
+# Skipped (77) when the binary was built without ZO_FAULT_INJECTION (Release).
+# Usage: test-faults.sh ZOFFLOAD_BINARY REPO_DIR
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d /tmp/zo-faults-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+unset ZO_FAULT ZO_FAULT_COUNTS
+
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
+"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+# checkpoint.dir and nvme_path come from --set in each run.
+cat >"$tmp/c.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps": 6,
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "max_seq_len": 32},
+ "data": {"train": "$tmp/train.bin", "val": "$tmp/val.bin", "format": "u16", "seq_len": 16},
+ "engine": {"device": "cpu"}, "log": {"every": 1},
+ "checkpoint": {"every": 2, "keep": 10},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}
+JSON
+
+# run NAME [ARGS...]: zoffload train into $tmp/NAME (checkpoints: ck, swap: nvme).
+run() {
+  local name=$1
+  shift
+  mkdir -p "$tmp/$name/nvme"
+  "$bin" train "$tmp/c.json" --set checkpoint.dir="$tmp/$name/ck" \
+    --set zero_optimization.offload_optimizer.nvme_path="$tmp/$name/nvme" "$@"
+}
+
+out=$(ZO_FAULT=write:1:eio run probe 2>&1)
+if [[ $out != *"fault injected"* ]]; then
+  echo "SKIP: $bin was built without fault injection (configure with -DZO_FAULT_INJECTION=ON; on by default in Debug and sanitizer builds)"
+  exit 77
+fi
+
+# The uninterrupted run, and the call counts the points below were placed by.
+counts=$(ZO_FAULT_COUNTS=1 run base 2>&1 >/dev/null | grep "fault calls") || { echo "FAIL: the uninterrupted run failed"; exit 1; }
+want="zoffload: fault calls: nvme-read=140 nvme-write=105 write=102 fsync=30 rename=15"
+if [[ $counts != "$want" ]]; then
+  echo "FAIL: the uninterrupted run made other calls than the points below assume:"
+  echo "  got:  $counts"
+  echo "  want: $want"
+  echo "  (place them again: ZO_FAULT=nvme-read:1+:log,nvme-write:1+:log,write:1+:log,fsync:1+:log,rename:1+:log)"
+  exit 1
+fi
+
+# op:N  point (what the Nth call is in the uninterrupted run)  kinds
+cases=(
+  "nvme-write:1|init: first master-weight block|eio enospc short"
+  "nvme-write:20|step 1 update, mid-state|eio enospc short"
+  "nvme-write:75|step 4 update, last block before save 4|eio enospc"
+  "nvme-write:90|step 6 update|eio short"
+  "nvme-read:3|init: state read back|eio short"
+  "nvme-read:25|step 2 update|eio short"
+  "nvme-read:45|save 2: optimizer state read|eio short"
+  "nvme-read:88|save 4: optimizer state read|eio"
+  "nvme-read:120|step 6 update|eio"
+  "write:1|save 2: model.safetensors header|eio enospc short"
+  "write:20|save 2: model.safetensors tensors|eio enospc short"
+  "write:30|save 2: config.json|eio"
+  "write:66|save 4: optimizer.safetensors|eio enospc short"
+  "write:102|save 6: trainer_state.json (last write)|enospc short"
+  "write:35+|save 4 on: the disk stays full|enospc"
+  "fsync:1|save 2: model.safetensors|eio"
+  "fsync:15|save 4: optimizer.safetensors|eio"
+  "fsync:29|save 6: temp directory before publishing|eio"
+  "fsync:30|save 6: parent after publishing|eio"
+  "rename:1|save 2: model.safetensors into the temp dir|eio"
+  "rename:10|save 4: publishing the directory|eio"
+  "rename:14|save 6: trainer_state.json|eio"
+  "rename:15|save 6: publishing the directory|eio"
+)
+declare -A errtext=([eio]="Input/output error" [enospc]="No space left on device")
+
+fail=0
+n=0
+matrix=()
+for c in "${cases[@]}"; do
+  IFS='|' read -r at point kinds <<<"$c"
+  for kind in $kinds; do
+    n=$((n + 1))
+    name=case$n
+    spec="$at:$kind"
+    out=$(ZO_FAULT=$spec run "$name" 2>&1)
+    rc=$?
+    why=()
+    [[ $out == *"fault injected"* ]] || why+=("the fault never fired")
+    last=$(grep "^zoffload: train:" <<<"$out" | tail -1)
+    if [[ $kind == short ]]; then
+      ((rc == 0)) || why+=("exit $rc after a short transfer (want 0): $last")
+    else
+      ((rc == 1)) || why+=("exit $rc (want 1)")
+      [[ ${last,,} == *"${errtext[$kind],,}"* ]] || why+=("error does not name '${errtext[$kind]}': ${last:-<none>}")
+    fi
+    # No checkpoint corrupted: each one left equals the uninterrupted run's.
+    saved=""
+    for d in "$tmp/$name"/ck/checkpoint-*; do
+      [[ -d $d ]] || continue
+      s=${d##*/}
+      saved+="${s#checkpoint-} "
+      for f in model.safetensors optimizer.safetensors config.json trainer_state.json; do
+        cmp -s "$d/$f" "$tmp/base/ck/$s/$f" || why+=("$s/$f differs from the uninterrupted run's")
+      done
+    done
+    left=$(cd "$tmp/$name" && find ck nvme -mindepth 1 \( -name '.checkpoint-*' -o -name '*.tmp*' -o -name 'zoffload-nvme-*' \) 2>/dev/null | tr '\n' ' ')
+    [[ -z $left ]] || why+=("left behind: $left")
+    # Resume (or start again) and end where the uninterrupted run ended.
+    if [[ ! -d $tmp/$name/ck/checkpoint-6 ]]; then
+      if [[ -n $saved ]]; then
+        rout=$(run "$name" --resume auto 2>&1)
+      else
+        rout=$(run "$name" 2>&1)
+      fi
+      (($? == 0)) || why+=("the resumed run failed: $(tail -1 <<<"$rout")")
+    fi
+    for f in model.safetensors optimizer.safetensors; do
+      cmp -s "$tmp/$name/ck/checkpoint-6/$f" "$tmp/base/ck/checkpoint-6/$f" ||
+        why+=("after resuming, checkpoint-6/$f is not the uninterrupted run's")
+    done
+    if ((${#why[@]})); then
+      outcome="FAIL: $(printf '%s; ' "${why[@]}")"
+      fail=$((fail + 1))
+      echo "--- $spec output:"
+      tail -5 <<<"$out"
+    elif [[ $kind == short ]]; then
+      outcome="resumed transfer, run completed, identical"
+    else
+      outcome="exit 1, kept ${saved:-none}, clean, resume identical"
+    fi
+    matrix+=("$(printf '%-18s %-48s %s' "$spec" "$point" "$outcome")")
+  done
+done
+
+echo "fault matrix (optimizer on NVMe, 6 steps, a checkpoint every 2; uninterrupted: $counts):"
+printf '%-18s %-48s %s\n' "fault" "point" "outcome"
+printf '%s\n' "${matrix[@]}"
+echo "$((n - fail)) of $n cases passed"
+((fail == 0))
