@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 scripts/check-layers.sh # kernels <- offload <- engine, before anything is built
+scripts/check-cuda-atomics.sh # CUDA reductions in a fixed order: no float atomicAdd
 scripts/build.sh release
 # transformers for the Hugging Face interoperability test (PyPI); without it
 # that one test reports SKIP with the reason.

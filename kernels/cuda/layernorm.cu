@@ -4,10 +4,12 @@
  * Statistics are fp32 in two passes, mean then centred squares, as on the CPU
  * (no E[x^2] - E[x]^2 cancellation); the second pass re-reads the row, which
  * is in L1 by then. Backward: dinp += one warp per row (read, add in fp32,
- * round once); dweight and dbias += column sums over rows, each block summing
- * a chunk of rows for 32 columns in shared memory and adding its partial with
- * one atomic per column (a plain += when one chunk covers all rows), so the
- * last bits vary with the interleaving of blocks. */
+ * round once); dweight and dbias += column sums over rows, deterministic as
+ * rmsnorm's: each block sums a chunk of rows for 32 columns in a fixed order
+ * and writes its partials to the stream's cuBLASLt workspace (stream order
+ * keeps GEMMs out of it, common.cuh), then one thread per column adds them in
+ * chunk order. The chunk count depends only on N, C and the device. No
+ * atomics. */
 #include "layernorm.cuh"
 
 #define LN_WARPS 8     /* rows (warps) per block in the row kernels */
@@ -68,13 +70,15 @@ layernorm_backward_dinp_kernel(scalar_t *dinp, const scalar_t *__restrict__ dout
   }
 }
 
-/* Block (32, LN_COL_ROWS): rows [row0, row0 + rows_per_chunk) of 32 columns. */
+/* Block (32, LN_COL_ROWS): rows [row0, row0 + rows_per_chunk) of 32
+ * columns; partial_w, partial_b (chunks, C) row blockIdx.y. */
 template <typename scalar_t>
 static __global__ void
-layernorm_backward_params_kernel(float *dweight, float *dbias, const scalar_t *__restrict__ dout,
-                                 const scalar_t *__restrict__ inp, const float *__restrict__ mean,
-                                 const float *__restrict__ rstd, int N, int C, int rows_per_chunk,
-                                 int use_atomics) {
+layernorm_backward_partial_kernel(float *partial_w, float *partial_b,
+                                  const scalar_t *__restrict__ dout,
+                                  const scalar_t *__restrict__ inp, const float *__restrict__ mean,
+                                  const float *__restrict__ rstd, int N, int C,
+                                  int rows_per_chunk) {
   __shared__ float part_w[LN_COL_ROWS][ZO_WARP + 1], part_b[LN_COL_ROWS][ZO_WARP + 1];
   int c = blockIdx.x * ZO_WARP + threadIdx.x;
   int row0 = blockIdx.y * rows_per_chunk;
@@ -96,13 +100,23 @@ layernorm_backward_params_kernel(float *dweight, float *dbias, const scalar_t *_
     dw += part_w[y][threadIdx.x];
     db += part_b[y][threadIdx.x];
   }
-  if (use_atomics) {
-    atomicAdd(&dweight[c], dw);
-    atomicAdd(&dbias[c], db);
-  } else {
-    dweight[c] += dw;
-    dbias[c] += db;
+  partial_w[(size_t)blockIdx.y * C + c] = dw;
+  partial_b[(size_t)blockIdx.y * C + c] = db;
+}
+
+static __global__ void layernorm_backward_reduce_kernel(float *dweight, float *dbias,
+                                                        const float *partial_w,
+                                                        const float *partial_b, int chunks,
+                                                        int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float w = 0.0f, b = 0.0f;
+  for (int k = 0; k < chunks; k++) {
+    w += partial_w[(size_t)k * C + c];
+    b += partial_b[(size_t)k * C + c];
   }
+  dweight[c] += w;
+  dbias[c] += b;
 }
 
 template <typename scalar_t>
@@ -132,14 +146,22 @@ static void layernorm_backward(void *dinp, float *dweight, float *dbias, const v
   unsigned want = 2u * (unsigned)zo_cuda.prop.multiProcessorCount;
   unsigned chunks = want > col_blocks ? want / col_blocks : 1u;
   unsigned max_chunks = zo_ceil_div((size_t)N, LN_MIN_ROWS);
+  const size_t fit = ZO_CUDA_WORKSPACE_BYTES / (2 * sizeof(float)) / (size_t)C; /* partial rows */
+  ZO_ASSERT(fit >= 1);
   if (chunks > max_chunks) chunks = max_chunks;
+  if (chunks > fit) chunks = (unsigned)fit;
   if (chunks < 1) chunks = 1;
   int rows_per_chunk = (int)zo_ceil_div((size_t)N, chunks);
   chunks = zo_ceil_div((size_t)N, (size_t)rows_per_chunk);
+  float *partial_w = (float *)zo_cuda_workspace(stream);
+  float *partial_b = partial_w + (size_t)chunks * C;
   dim3 grid(col_blocks, chunks), col_block(ZO_WARP, LN_COL_ROWS);
-  layernorm_backward_params_kernel<scalar_t>
-      <<<grid, col_block, 0, s>>>(dweight, dbias, (const scalar_t *)dout, (const scalar_t *)inp,
-                                  mean, rstd, N, C, rows_per_chunk, chunks > 1);
+  layernorm_backward_partial_kernel<scalar_t><<<grid, col_block, 0, s>>>(
+      partial_w, partial_b, (const scalar_t *)dout, (const scalar_t *)inp, mean, rstd, N, C,
+      rows_per_chunk);
+  ZO_CUDA_CHECK_LAUNCH();
+  layernorm_backward_reduce_kernel<<<zo_ceil_div((size_t)C, 256), 256, 0, s>>>(
+      dweight, dbias, partial_w, partial_b, (int)chunks, C);
   ZO_CUDA_CHECK_LAUNCH();
 }
 
@@ -154,7 +176,7 @@ extern "C" void zo_cuda_layernorm_backward(void *dinp, float *dweight, float *db
                                            const void *dout, const void *inp, const void *weight,
                                            const float *mean, const float *rstd, int N, int C,
                                            enum zo_dtype dt, zo_stream_t stream) {
-  if (N == 0) return;
+  if (N == 0 || C == 0) return;
   ZO_CUDA_DT_DISPATCH(dt, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
                       N, C, stream);
 }

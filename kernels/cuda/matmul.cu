@@ -18,8 +18,11 @@
  * Where cuBLASLt offers no bias epilogue for a layout or type, out is first
  * filled with the bias rows and the GEMM adds to it (beta 1): C is read into
  * fp32 and D rounded once, the same single rounding as the epilogue.
- * dbias is a separate column-sum kernel: CUBLASLT_EPILOGUE_BGRADB overwrites
- * rather than accumulates, and in dt rather than fp32. */
+ * dbias is a separate column sum: CUBLASLT_EPILOGUE_BGRADB overwrites rather
+ * than accumulates, and in dt rather than fp32. It is deterministic: blocks
+ * write per-chunk partials to the stream's cuBLASLt workspace (the dweight
+ * GEMM before it on the same stream is done with it by then: stream order),
+ * added in chunk order by one thread per column; no atomics. */
 #include "matmul.cuh"
 
 #include "gemm.cuh"
@@ -50,11 +53,11 @@ static void bias_rows(void *out, const void *bias, int N, int OC, zo_stream_t st
 #define COLSUM_ROWS 8      /* threadIdx.y extent: rows summed side by side */
 #define COLSUM_MIN_ROWS 64 /* rows per block at least, before splitting the rows */
 
-/* Block (32, COLSUM_ROWS) sums rows [row0, row1) of 32 columns in fp32; one
- * atomic per column per block (a plain += when the grid has one row chunk). */
+/* Block (32, COLSUM_ROWS) sums rows [row0, row1) of 32 columns in fp32 in a
+ * fixed order into partial (chunks, OC) row blockIdx.y. */
 template <typename scalar_t>
-static __global__ void colsum_add_kernel(float *dbias, const scalar_t *dout, int N, int OC,
-                                         int rows_per_chunk, int use_atomics) {
+static __global__ void colsum_partial_kernel(float *partial, const scalar_t *dout, int N, int OC,
+                                             int rows_per_chunk) {
   __shared__ float part[COLSUM_ROWS][ZO_WARP + 1];
   int c = blockIdx.x * ZO_WARP + threadIdx.x;
   int row0 = blockIdx.y * rows_per_chunk;
@@ -67,10 +70,16 @@ static __global__ void colsum_add_kernel(float *dbias, const scalar_t *dout, int
   __syncthreads();
   if (threadIdx.y != 0 || c >= OC) return;
   for (int y = 1; y < COLSUM_ROWS; y++) s += part[y][threadIdx.x];
-  if (use_atomics)
-    atomicAdd(&dbias[c], s);
-  else
-    dbias[c] += s;
+  partial[(size_t)blockIdx.y * OC + c] = s;
+}
+
+static __global__ void colsum_reduce_kernel(float *dbias, const float *partial, int chunks,
+                                            int OC) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float s = 0.0f;
+  for (int k = 0; k < chunks; k++) s += partial[(size_t)k * OC + c];
+  dbias[c] += s;
 }
 
 template <typename scalar_t>
@@ -80,13 +89,21 @@ static void colsum_add(float *dbias, const void *dout, int N, int OC, zo_stream_
   unsigned want = 2u * (unsigned)zo_cuda.prop.multiProcessorCount;
   unsigned chunks = want > col_blocks ? want / col_blocks : 1u;
   unsigned max_chunks = zo_ceil_div((size_t)N, COLSUM_MIN_ROWS);
+  const size_t fit = ZO_CUDA_WORKSPACE_BYTES / sizeof(float) / (size_t)OC; /* partial rows */
+  ZO_ASSERT(fit >= 1);
   if (chunks > max_chunks) chunks = max_chunks;
+  if (chunks > fit) chunks = (unsigned)fit;
   if (chunks < 1) chunks = 1;
   int rows_per_chunk = (int)zo_ceil_div((size_t)N, chunks);
   chunks = zo_ceil_div((size_t)N, (size_t)rows_per_chunk);
+  cudaStream_t s = zo_cuda_stream(stream);
+  float *partial = (float *)zo_cuda_workspace(stream);
   dim3 grid(col_blocks, chunks), block(ZO_WARP, COLSUM_ROWS);
-  colsum_add_kernel<scalar_t><<<grid, block, 0, zo_cuda_stream(stream)>>>(
-      dbias, (const scalar_t *)dout, N, OC, rows_per_chunk, chunks > 1);
+  colsum_partial_kernel<scalar_t><<<grid, block, 0, s>>>(partial, (const scalar_t *)dout, N, OC,
+                                                         rows_per_chunk);
+  ZO_CUDA_CHECK_LAUNCH();
+  colsum_reduce_kernel<<<zo_ceil_div((size_t)OC, 256), 256, 0, s>>>(dbias, partial, (int)chunks,
+                                                                    OC);
   ZO_CUDA_CHECK_LAUNCH();
 }
 
