@@ -1,5 +1,7 @@
-/* Token files: mmap'ed read-only, validated once at open, cut into (B,T)
- * micro-batches converted to int32 on the fly. The micro-batch order is a pure
+/* Token files: mmap'ed read-only and validated once at open, then cut into
+ * (B,T) micro-batches read with pread and converted to int32 on the fly: a
+ * file truncated under a running job is an -EIO naming it, never a SIGBUS
+ * from a mapped page that no longer exists (the map lives only during open). The micro-batch order is a pure
  * function of the micro-batch index (see zo/data.h), so seek is O(1) and a
  * resumed run reads exactly what an uninterrupted one would. Deliberately no
  * prefetch thread: copying B*T tokens from the page cache costs microseconds
@@ -28,9 +30,15 @@ __extension__ typedef unsigned __int128 u128;
 
 struct zo_data {
   enum zo_data_format fmt;
-  void *map;          /* the whole file, PROT_READ */
+  void *map;          /* the whole file, PROT_READ; open only, NULL after */
   size_t map_nbytes;  /* bytes */
-  const void *tokens;  /* (n_tokens,) of uint8, uint16 or uint32, inside map */
+  const void *tokens;  /* (n_tokens,) of uint8, uint16 or uint32, inside map; open only */
+  int fd;              /* the file, read by zo_data_next */
+  char *path;          /* for messages (owned) */
+  size_t file_nbytes;  /* bytes at open */
+  size_t data_off;     /* bytes: file offset of token 0 */
+  uint8_t *stage;      /* (rank_BT + 1) tokens of the file's width: one window */
+  uint32_t vocab;      /* vocab_size: every id read is below it */
   size_t token_nbytes; /* 1, 2 or 4 */
   size_t n_tokens;
   int B, T;
@@ -295,16 +303,19 @@ struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int
   if (open_regular(path, &fd, &nbytes) != 0) return NULL;
   void *map = mmap(NULL, nbytes, PROT_READ, MAP_PRIVATE, fd, 0);
   int map_errno = errno;
-  close(fd); /* the mapping keeps the file */
   if (map == MAP_FAILED) {
     zo_error(-map_errno, "cannot map data file '%s' (%zu bytes): %s", path, nbytes, strerror(map_errno));
+    close(fd);
     return NULL;
   }
   struct zo_data *d = calloc(1, sizeof *d);
-  if (!d) {
+  if (!d || !(d->path = strdup(path))) {
     zo_error(-ENOMEM, "out of host memory opening data file '%s'", path);
-    goto out_unmap;
+    goto out_free;
   }
+  d->fd = fd;
+  d->file_nbytes = nbytes;
+  d->vocab = (uint32_t)vocab_size;
   d->fmt = fmt;
   d->map = map;
   d->map_nbytes = nbytes;
@@ -388,42 +399,97 @@ struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int
       goto out_free;
     }
   }
+  d->data_off = (size_t)((const uint8_t *)d->tokens - (const uint8_t *)map);
+  d->stage = malloc((d->rank_BT + 1) * d->token_nbytes);
+  if (!d->stage) {
+    zo_error(-ENOMEM, "out of host memory for one micro-batch of '%s'", path);
+    goto out_free;
+  }
+  munmap(map, nbytes);
+  d->map = NULL;
+  d->tokens = NULL;
   return d;
 
 out_free:
+  if (d) {
+    free(d->perm);
+    free(d->path);
+  }
   free(d);
-out_unmap:
   munmap(map, nbytes);
+  close(fd);
   return NULL;
 }
 
 void zo_data_close(struct zo_data *d) {
   if (!d) return;
   free(d->perm);
-  munmap(d->map, d->map_nbytes);
+  free(d->stage);
+  free(d->path);
+  close(d->fd);
   free(d);
 }
 
 /* ---- micro-batches ------------------------------------------------------ */
 
-/* dst[k] = token[(start + k) mod N] for k < n; start < N. */
-static void copy_tokens(const struct zo_data *d, int32_t *dst, size_t start, size_t n) {
+/* d->stage = token[(start + k) mod N] for k < n (n <= rank_BT + 1); start < N.
+ * Returns 0, or -EIO (or pread's -errno) when the file no longer holds them. */
+static int read_tokens(struct zo_data *d, size_t start, size_t n) {
+  uint8_t *dst = d->stage;
   while (n > 0) {
-    size_t run = d->n_tokens - start < n ? d->n_tokens - start : n;
-    if (d->token_nbytes == 1) {
-      const uint8_t *src = (const uint8_t *)d->tokens + start;
-      for (size_t k = 0; k < run; k++) dst[k] = src[k];
-    } else if (d->token_nbytes == 2) {
-      const uint16_t *src = (const uint16_t *)d->tokens + start;
-      for (size_t k = 0; k < run; k++) dst[k] = src[k];
-    } else {
-      /* every id was checked <= INT32_MAX at open */
-      const uint32_t *src = (const uint32_t *)d->tokens + start;
-      for (size_t k = 0; k < run; k++) dst[k] = (int32_t)src[k];
+    const size_t run = d->n_tokens - start < n ? d->n_tokens - start : n;
+    const size_t want = run * d->token_nbytes;
+    const off_t off = (off_t)(d->data_off + start * d->token_nbytes);
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t r = pread(d->fd, dst + got, want - got, off + (off_t)got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const int err = r < 0 ? errno : EIO;
+        struct stat st;
+        const long long now = fstat(d->fd, &st) == 0 ? (long long)st.st_size : -1;
+        return zo_error(-err,
+                        "data file '%s' changed under the running job: reading %zu bytes at offset %lld "
+                        "failed (%s); it held %zu bytes when opened and holds %lld now. Restore the file "
+                        "(training must read the same tokens to resume exactly) and resume from the last "
+                        "checkpoint",
+                        d->path, want, (long long)off + (long long)got, r < 0 ? strerror(err) : "end of file",
+                        d->file_nbytes, now);
+      }
+      got += (size_t)r;
     }
-    dst += run;
+    dst += want;
     n -= run;
     start = 0;
+  }
+  /* The open-time scan vouched for the file as it was then; a file rewritten
+   * since must not index past the embedding table. */
+  const size_t n_read = (size_t)(dst - d->stage) / d->token_nbytes;
+  for (size_t k = 0; k < n_read; k++) {
+    uint32_t id = 0; /* little-endian: the low bytes */
+    memcpy(&id, d->stage + k * d->token_nbytes, d->token_nbytes);
+    if (id >= d->vocab)
+      return zo_error(-EINVAL,
+                      "data file '%s' changed under the running job: token id %u is >= vocab_size %u "
+                      "(every id was below it when the file was opened). Restore the file and resume "
+                      "from the last checkpoint",
+                      d->path, (unsigned)id, (unsigned)d->vocab);
+  }
+  return 0;
+}
+
+/* dst[k] = stage token k + skip, for k < n. */
+static void convert_tokens(const struct zo_data *d, int32_t *dst, size_t skip, size_t n) {
+  if (d->token_nbytes == 1) {
+    const uint8_t *src = d->stage + skip;
+    for (size_t k = 0; k < n; k++) dst[k] = src[k];
+  } else if (d->token_nbytes == 2) {
+    const uint16_t *src = (const uint16_t *)(void *)d->stage + skip;
+    for (size_t k = 0; k < n; k++) dst[k] = src[k];
+  } else {
+    /* every id was checked below vocab_size at open and by read_tokens */
+    const uint32_t *src = (const uint32_t *)(void *)d->stage + skip;
+    for (size_t k = 0; k < n; k++) dst[k] = (int32_t)src[k];
   }
 }
 
@@ -441,8 +507,10 @@ int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets) {
   /* This rank's rows of the global window; start + rank_off can pass the
    * end only without shuffle, where the stream wraps. */
   start = (start + d->rank_off) % d->n_tokens;
-  copy_tokens(d, inputs, start, d->rank_BT);
-  copy_tokens(d, targets, start + 1 == d->n_tokens ? 0 : start + 1, d->rank_BT);
+  int err = read_tokens(d, start, d->rank_BT + 1);
+  if (err) return err;
+  convert_tokens(d, inputs, 0, d->rank_BT);
+  convert_tokens(d, targets, 1, d->rank_BT);
   return 0;
 }
 

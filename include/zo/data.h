@@ -2,10 +2,12 @@
  * Four formats: raw UTF-8 text (each byte is one token, vocab 256), llm.c
  * token shards (256 x int32 header, then uint16 tokens for GPT-2's version 1
  * or uint32 tokens for Llama 3's version 7, as the header says) and flat
- * uint16 or uint32 token files (little-endian, no header). Files are mmap'ed,
- * never read into memory, and validated once at open: a file that cannot give
- * one micro-batch, or holds a token id >= vocab_size, is refused there and
- * never fails mid-training.
+ * uint16 or uint32 token files (little-endian, no header). Files are mmap'ed
+ * and validated once at open: a file that cannot give one micro-batch, or
+ * holds a token id >= vocab_size, is refused there. Micro-batches are then
+ * read with pread (one window each, never the whole file), so a file
+ * truncated or rewritten under a running job is an error naming it, never a
+ * SIGBUS or an id beyond the vocabulary.
  * The order of micro-batches is a pure function of (file, B, T, shuffle, seed,
  * micro-batch index), so resuming at a position reproduces the stream exactly.
  * One handle is used by one thread at a time. */
@@ -86,7 +88,9 @@ void zo_data_close(struct zo_data *d);
 
 /* Fills inputs and targets, each (B,T) int32, with micro-batch number
  * zo_data_position(d) (this rank's rows of it) and advances the position by one. Synchronous, no
- * allocation. Returns 0 (the stream never ends: it wraps, see "Order"). */
+ * allocation. Returns 0 (the stream never ends: it wraps, see "Order"), or,
+ * when the file changed since open, -EIO (truncated: the file, its size then
+ * and now) or -EINVAL (a token id >= vocab_size), with the message. */
 int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets);
 /* Micro-batches handed out so far (the index of the next one). */
 uint64_t zo_data_position(const struct zo_data *d);
