@@ -30,9 +30,10 @@ static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, 
   zo_data_seek(d, 0);
   for (int i = 0; i < n; i++) {
     double l;
-    zo_data_next(d, in, tg);
+    int err = zo_data_next(d, in, tg);
+    if (err) return err;
     zo_model_forward(m, in, tg, m->B, m->T, s);
-    int err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l);
+    err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l);
     if (err) return err;
     sum += l;
   }

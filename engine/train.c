@@ -92,8 +92,8 @@ static int sched_eval_loss(struct zo_sched *s, struct zo_data *d, int n, double 
     int32_t *in, *tg;
     double l;
     zo_sched_batch(s, &in, &tg);
-    zo_data_next(d, in, tg);
-    int err = zo_sched_eval(s, &l);
+    int err = zo_data_next(d, in, tg);
+    if (!err) err = zo_sched_eval(s, &l);
     if (err) return err;
     sum += l;
   }
@@ -370,7 +370,7 @@ int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
       int32_t *in, *tg;
       zo_sched_batch(t.sched, &in, &tg);
       double ti = zo_time_s();
-      zo_data_next(t.train, in, tg);
+      if ((err = zo_data_next(t.train, in, tg))) goto out;
       io += zo_time_s() - ti;
       zo_sched_micro_batch(t.sched, k);
     }
