@@ -811,7 +811,8 @@ static int parse_file(const char *path, json_t **root) {
   size_t len = 0;
   int err = read_file(path, &text, &len);
   if (err) return err;
-  size_t i = 0;
+  const size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* UTF-8 byte-order mark */
+  size_t i = bom;
   while (i < len && isspace((unsigned char)text[i])) i++;
   if (i == len) {
     free(text);
@@ -819,7 +820,7 @@ static int parse_file(const char *path, json_t **root) {
                     "{\"model\": {\"n_layer\": 12}}", path);
   }
   json_error_t jerr;
-  *root = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+  *root = json_loadb(text + bom, len - bom, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
   free(text);
   if (!*root)
     return zo_error(-EINVAL, "%s:%d:%d: JSON syntax error: %s", path, jerr.line, jerr.column,
