@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,91 @@ static int list_steps(const char *dir, long **steps, int *n) {
   closedir(d);
   qsort(*steps, (size_t)*n, sizeof **steps, cmp_long);
   return 0;
+}
+
+int zo_checkpoint_list(const char *dir, long **steps, int *n) { return list_steps(dir, steps, n); }
+
+/* Whether checkpoint directory path is whole: trainer_state.json and every
+ * file it lists are there (sizes and checksums are the load's to check). */
+static bool checkpoint_is_whole(const char *path) {
+  char p[PATH_MAX];
+  if (join(p, sizeof p, path, "trainer_state.json")) return false;
+  json_t *j = json_load_file(p, 0, NULL);
+  if (!j) return false;
+  json_t *files = json_object_get(j, "files");
+  bool whole = json_is_object(files) && json_object_size(files) > 0;
+  const char *name;
+  json_t *v;
+  json_object_foreach(files, name, v) {
+    if (!whole) break;
+    whole = !strchr(name, '/') && join(p, sizeof p, path, name) == 0 && access(p, F_OK) == 0;
+  }
+  json_decref(j);
+  return whole;
+}
+
+/* Removes dir/name, saying so on log with why. */
+static int remove_leftover(const char *dir, const char *name, const char *why, FILE *log) {
+  char p[PATH_MAX];
+  int err = join(p, sizeof p, dir, name);
+  if (!err) err = zo_remove_tree(p);
+  if (err) return zo_error(err, "cannot remove %s (%s): %s", name, why, zo_last_error());
+  if (log) fprintf(log, "removed %s: %s\n", p, why);
+  return 0;
+}
+
+int zo_checkpoint_clean_leftovers(const char *dir, FILE *log) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : zo_error(-errno, "%s: %s", strerror(errno), dir);
+  int err = 0;
+  struct dirent *e;
+  /* Names first: removing while listing may skip entries. */
+  char (*names)[256] = NULL;
+  const char **whys = NULL;
+  int n = 0, cap = 0;
+  while ((e = readdir(d))) {
+    const char *nm = e->d_name, *why = NULL;
+    long step;
+    if (!strncmp(nm, ".checkpoint-", 12) && strstr(nm, ".tmp-"))
+      why = "a save that did not finish (the process was killed or crashed)";
+    else if (!strncmp(nm, ".checkpoint-", 12) && strstr(nm, ".prune-"))
+      why = "a checkpoint whose removal by checkpoint.keep did not finish";
+    else if (parse_step(nm, &step) == 0) {
+      char p[PATH_MAX];
+      if (join(p, sizeof p, dir, nm) == 0 && !checkpoint_is_whole(p))
+        why = "an incomplete checkpoint (files missing: left half removed by a killed run)";
+    }
+    if (!why) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 8;
+      void *a = realloc(names, (size_t)cap * sizeof *names), *b = a ? realloc(whys, (size_t)cap * sizeof *whys) : NULL;
+      if (a) names = a;
+      if (b) whys = b;
+      if (!a || !b) {
+        err = zo_error(-ENOMEM, "out of host memory listing %s", dir);
+        break;
+      }
+    }
+    snprintf(names[n], sizeof names[n], "%s", nm);
+    whys[n++] = why;
+  }
+  closedir(d);
+  for (int i = 0; i < n && !err; i++) err = remove_leftover(dir, names[i], whys[i], log);
+  free(names);
+  free(whys);
+  return err;
+}
+
+int zo_checkpoint_remove_all(const char *dir, FILE *log) {
+  long *steps;
+  int n, err = list_steps(dir, &steps, &n);
+  for (int i = 0; i < n && !err; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%ld", steps[i]);
+    err = remove_leftover(dir, name, "--overwrite", log);
+  }
+  free(steps);
+  return err;
 }
 
 int zo_checkpoint_latest(const char *dir, char *out_path, size_t out_size) {
@@ -226,18 +312,62 @@ int zo_checkpoint_begin(const char *dir, long step, struct zo_checkpoint_txn *x)
 }
 
 void zo_checkpoint_abort(const struct zo_checkpoint_txn *x) {
-  if (x->tmp[0]) zo_remove_tree(x->tmp);
+  /* The error that made the save fail is the one to report: a failed
+   * removal (a read-only file system, a directory never created) only adds
+   * a warning. */
+  char first[1024];
+  snprintf(first, sizeof first, "%s", zo_last_error());
+  struct stat st;
+  if (x->tmp[0] && lstat(x->tmp, &st) == 0 && zo_remove_tree(x->tmp) != 0)
+    fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
+  zo_error(-EIO, "%s", first);
 }
 
+/* "saving checkpoint-N: why": the reason first, the full path (which may
+ * fill the message) only inside it. */
 static int txn_fail(const struct zo_checkpoint_txn *x, int err) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", zo_last_error());
-  return zo_error(err, "saving checkpoint %s: %s", x->final, msg);
+  const char *base = strrchr(x->final, '/');
+  return zo_error(err, "saving %s: %s", base ? base + 1 : x->final, msg);
+}
+
+/* The parameters a save reads are checked finite as they stream by: a
+ * checkpoint with a NaN or infinite weight is never written. */
+struct finite_io {
+  const struct zo_state_io *inner;
+  const struct zo_tensor_table *t;
+};
+
+static int finite_read(void *ctx, enum zo_state_part p, size_t off, void *dst, size_t nbytes) {
+  const struct finite_io *f = ctx;
+  int err = f->inner->read(f->inner->ctx, p, off, dst, nbytes);
+  if (err || p != ZO_STATE_PARAMS) return err;
+  const float *v = dst;
+  for (size_t i = 0; i < nbytes / sizeof(float); i++) {
+    if (isfinite(v[i])) continue;
+    const size_t e = off / sizeof(float) + i;
+    const char *name = "?";
+    for (int k = 0; k < f->t->n_tensors; k++)
+      if (e >= f->t->tensors[k].offset && e < f->t->tensors[k].offset + f->t->tensors[k].numel)
+        name = f->t->tensors[k].name;
+    return zo_error(-ERANGE, "parameter %s holds %g (element %zu of the table): a checkpoint with non-finite "
+                             "weights is never written", name, (double)v[i], e);
+  }
+  return 0;
+}
+
+static int finite_write(void *ctx, enum zo_state_part p, size_t off, const void *src, size_t nbytes) {
+  const struct finite_io *f = ctx;
+  return f->inner->write(f->inner->ctx, p, off, src, nbytes);
 }
 
 int zo_checkpoint_write_model(const struct zo_checkpoint_txn *x, const struct zo_model *m,
                               const struct zo_state_io *io) {
-  int err = zo_model_save_pretrained_io(x->tmp, m, io);
+  const struct finite_io fctx = {io, &m->table};
+  const struct zo_state_io fio = {.ctx = (void *)(uintptr_t)&fctx, .read = finite_read, .write = finite_write,
+                                  .stage = io->stage, .stage_bytes = io->stage_bytes};
+  int err = zo_model_save_pretrained_io(x->tmp, m, &fio);
   return err ? txn_fail(x, err) : 0;
 }
 
@@ -322,13 +452,24 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
   if (out_path) snprintf(out_path, out_size, "%s", x->final);
 
   if (keep > 0) {
+    /* Only checkpoints older than this one go, the keep - 1 newest of them
+     * stay: the one just written (finite, finite_read saw to it) is never
+     * removed, whatever steps other directories carry. Each goes by a
+     * rename first, so that a kill mid-removal leaves a name the next run
+     * recognises (zo_checkpoint_clean_leftovers), never a half checkpoint. */
     long *steps;
     int n;
     if (list_steps(x->dir, &steps, &n) == 0) {
-      for (int i = 0; i + keep < n; i++) {
-        char old[64];
+      int older = 0;
+      while (older < n && steps[older] < state->step) older++;
+      for (int i = 0; i + (keep - 1) < older; i++) {
+        char old[64], doomed[96], dpath[PATH_MAX];
         snprintf(old, sizeof old, "checkpoint-%ld", steps[i]);
-        if (join(path, sizeof path, x->dir, old) || zo_remove_tree(path))
+        snprintf(doomed, sizeof doomed, ".checkpoint-%ld.prune-%ld", steps[i], (long)getpid());
+        if (join(path, sizeof path, x->dir, old) || join(dpath, sizeof dpath, x->dir, doomed)) continue;
+        if (rename(path, dpath) != 0)
+          fprintf(stderr, "zoffload: warning: could not remove old checkpoint %s: %s\n", path, strerror(errno));
+        else if (zo_remove_tree(dpath))
           fprintf(stderr, "zoffload: warning: could not remove old checkpoint: %s\n", zo_last_error());
       }
       free(steps);
@@ -497,6 +638,31 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   if (applied + skipped != step || applied < 0 || skipped < 0) {
     err = zo_error(-EINVAL, "%s/trainer_state.json: applied_steps %ld + skipped_steps %ld != step %ld",
                    path, applied, skipped, step);
+    goto out;
+  }
+  /* Every field in the range a run can produce: an edited or damaged
+   * trainer_state.json is refused, not resumed from. A step reads at most
+   * 2^20 micro-batches (a generous gradient_accumulation_steps). */
+  const char *bad = NULL;
+  char range[96] = "";
+  if (step < 0 || step > (1l << 40)) bad = "step", snprintf(range, sizeof range, "0 to 2^40");
+  else if (pos < 0 || pos > step * (1l << 20))
+    bad = "data_position", snprintf(range, sizeof range, "0 to step x 2^20 = %ld micro-batches", step << 20);
+  else if (hleft < 0 || hleft > INT_MAX) bad = "loss_scale_hysteresis_left", snprintf(range, sizeof range, "0 to %d", INT_MAX);
+  else if (siter < 0 || siter > step) bad = "loss_scale_iter", snprintf(range, sizeof range, "0 to step = %ld", step);
+  else if (slast < -1 || slast >= siter + (siter == 0))
+    bad = "loss_scale_last_overflow", snprintf(range, sizeof range, "-1 to loss_scale_iter - 1 = %ld", siter - 1);
+  else if (seed < 0) bad = "seed", snprintf(range, sizeof range, "0 to 2^63 - 1");
+  if (bad) {
+    long v = !strcmp(bad, "step") ? step : !strcmp(bad, "data_position") ? pos
+             : !strcmp(bad, "loss_scale_hysteresis_left") ? hleft : !strcmp(bad, "loss_scale_iter") ? siter
+             : !strcmp(bad, "loss_scale_last_overflow") ? slast : seed;
+    err = zo_error(-EINVAL, "%s/trainer_state.json: \"%s\" = %ld is out of range (%s): the file was edited or "
+                            "damaged; resume from another checkpoint", path, bad, v, range);
+    goto out;
+  }
+  if (!isfinite(json_number_value(ls))) {
+    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is not finite", path);
     goto out;
   }
   struct zo_model_config c;

@@ -14,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -65,6 +69,17 @@ static int fsync_retry(int fd) {
 }
 
 static const char *space_hint(int err) {
+  static _Thread_local char hint[96];
+  if (err == -EFBIG) {
+    struct rlimit rl;
+    char a[32];
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      snprintf(hint, sizeof hint, " (the file size limit, ulimit -f, is %s)",
+               zo_format_bytes((size_t)rl.rlim_cur, a));
+      return hint;
+    }
+    return " (a file size limit of the file system or the process)";
+  }
   return err == -ENOSPC || err == -EDQUOT ? " (free space on that file system or write elsewhere)" : "";
 }
 
@@ -351,6 +366,183 @@ int zo_remove_tree(const char *path) {
     return zo_error(err, "cannot remove %s: %s", path, strerror(-err));
   }
   return remove_at(AT_FDCWD, path, path, st.st_dev);
+}
+
+/* Async-signal-safe: only open, getdents64, unlinkat and close, with the
+ * directory entries in a stack buffer (no malloc, no stdio, no errno kept).
+ * depth bounds the recursion. */
+struct linux_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+static int remove_contents_raw(int dfd, int depth) {
+  char buf[2048] __attribute__((aligned(8)));
+  int err = 0;
+  for (;;) {
+    long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+    if (n <= 0) return n < 0 ? -1 : err;
+    /* Entries removed while listing: the next call starts after them anyway. */
+    for (long off = 0; off < n;) {
+      struct linux_dirent64 *e = (struct linux_dirent64 *)(void *)(buf + off);
+      off += e->d_reclen;
+      const char *nm = e->d_name;
+      if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0'))) continue;
+      if (unlinkat(dfd, nm, 0) == 0) continue;
+      if (depth <= 0) {
+        err = -1;
+        continue;
+      }
+      int sub = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        err = -1;
+        continue;
+      }
+      if (remove_contents_raw(sub, depth - 1) != 0) err = -1;
+      close(sub);
+      if (unlinkat(dfd, nm, AT_REMOVEDIR) != 0) err = -1;
+    }
+  }
+}
+
+int zo_remove_tree_signal_safe(const char *path, int depth) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int err = remove_contents_raw(fd, depth);
+  close(fd);
+  return rmdir(path) == 0 ? err : -1;
+}
+
+/* ---- run locks, probes, free space --------------------------------------- */
+
+int zo_dir_lock(const char *dir, const char *extra, struct zo_dir_lock *l) {
+  ZO_ASSERT(dir && l);
+  l->fd = -1;
+  char *path = path_join(dir, ZO_DIR_LOCK_NAME);
+  if (!path) return zo_error(-ENOMEM, "locking %s: out of host memory", dir);
+  int fd;
+  do {
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    int err = -errno;
+    zo_error(err, "cannot open the run lock %s: %s", path, strerror(-err));
+    free(path);
+    return err;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = -errno;
+    if (err == -EWOULDBLOCK) {
+      char who[256] = "";
+      ssize_t n = pread(fd, who, sizeof who - 1, 0);
+      who[n > 0 ? n : 0] = '\0';
+      long pid = 0;
+      char host[128] = "?";
+      for (char *line = who; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        if (!strncmp(line, "pid ", 4)) pid = strtol(line + 4, NULL, 10);
+        if (!strncmp(line, "host ", 5)) snprintf(host, sizeof host, "%s", line + 5);
+        line = nl ? nl + 1 : NULL;
+      }
+      err = zo_error(-EBUSY, "another zoffload run (pid %ld on host %s) is writing to %s (it holds %s): "
+                             "wait for it to end or use another checkpoint.dir",
+                     pid, host, dir, ZO_DIR_LOCK_NAME);
+    } else {
+      zo_error(err, "cannot lock %s: %s", path, strerror(-err));
+    }
+    close(fd);
+    free(path);
+    return err;
+  }
+  char text[512], host[128] = "?";
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = '\0';
+  int n = snprintf(text, sizeof text, "pid %ld\nhost %s\n%s", (long)getpid(), host, extra ? extra : "");
+  if (n < 0 || (size_t)n >= sizeof text) n = (int)strlen(text);
+  /* Informational only: the lock is the flock, which the kernel drops with the process. */
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != (ssize_t)n) {
+    int err = -errno;
+    zo_error(err, "cannot write the run lock %s: %s%s", path, strerror(-err), space_hint(err));
+    close(fd);
+    free(path);
+    return err;
+  }
+  free(path);
+  l->fd = fd;
+  return 0;
+}
+
+void zo_dir_unlock(struct zo_dir_lock *l) {
+  if (!l || l->fd < 0) return;
+  close(l->fd); /* drops the flock; the file stays, so no one locks an unlinked inode */
+  l->fd = -1;
+}
+
+bool zo_dir_is_locked(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return held;
+}
+
+int zo_dir_probe_writable(const char *dir) {
+  ZO_ASSERT(dir);
+  int err = zo_mkdir_p(dir, 0755);
+  if (err) return err;
+  char name[64];
+  snprintf(name, sizeof name, ".zoffload-probe-%ld", (long)getpid());
+  char *path = path_join(dir, name);
+  if (!path) return zo_error(-ENOMEM, "probing %s: out of host memory", dir);
+  int fd;
+  do {
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    err = -errno;
+    zo_error(err, "%s: cannot create a file in %s", strerror(-err), dir);
+    free(path);
+    return err;
+  }
+  ssize_t w;
+  do {
+    w = write(fd, "z", 1);
+  } while (w < 0 && errno == EINTR);
+  err = w == 1 ? fsync_retry(fd) : w < 0 ? -errno : -EIO;
+  close(fd);
+  unlink(path);
+  free(path);
+  if (err) return zo_error(err, "%s%s: cannot write a file in %s", strerror(-err), space_hint(err), dir);
+  return 0;
+}
+
+int zo_fs_free_bytes(const char *path, size_t *nbytes) {
+  ZO_ASSERT(path && nbytes);
+  *nbytes = 0;
+  char *p = str_dup(path[0] ? path : ".");
+  if (!p) return zo_error(-ENOMEM, "free space of %s: out of host memory", path);
+  int err = 0;
+  for (;;) {
+    struct statvfs st;
+    if (statvfs(p, &st) == 0) {
+      *nbytes = (size_t)st.f_bavail * (size_t)st.f_frsize;
+      break;
+    }
+    char *slash = strrchr(p, '/');
+    if (!slash) {
+      if (statvfs(".", &st) == 0) *nbytes = (size_t)st.f_bavail * (size_t)st.f_frsize;
+      else err = zo_error(-errno, "statvfs %s: %s", path, strerror(errno));
+      break;
+    }
+    if (slash == p) p[1] = '\0';
+    else *slash = '\0';
+  }
+  free(p);
+  return err;
 }
 
 /* ---- reading ----------------------------------------------------------- */

@@ -16,11 +16,15 @@
  * A save writes a temporary directory, fsyncs every file, renames it into
  * place and fsyncs the parent, so a crash leaves the last checkpoint intact. A
  * load verifies every checksum first: a truncated or corrupt checkpoint is
- * refused, never half-loaded. */
+ * refused, never half-loaded, and every trainer_state.json field is
+ * range-checked. A save checks each parameter finite as it streams by (a
+ * NaN or inf weight fails it with -ERANGE), and retention never removes
+ * the checkpoint just written. */
 #ifndef ZO_CHECKPOINT_H
 #define ZO_CHECKPOINT_H
 
 #include <limits.h>
+#include <stdio.h>
 
 #include "zo/model.h"
 #include "zo/loss_scale.h"
@@ -70,8 +74,9 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
  * the one optimizer.safetensors of all tensors) and returns its CRC32;
  * commit (rank 0, once every part is written) records the checksums (the
  * shards' given), writes trainer_state.json, renames the directory into
- * place atomically and removes checkpoints beyond keep; abort removes the
- * temporary directory. Each returns 0 or -errno with a message naming the
+ * place atomically and removes checkpoints beyond keep (only ones of lower
+ * steps: the one just written always stays); abort removes the temporary
+ * directory, keeping the error that made the save fail as zo_last_error(). Each returns 0 or -errno with a message naming the
  * checkpoint. A load reads either form, whatever the rank count. */
 struct zo_checkpoint_txn {
   char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
@@ -109,6 +114,23 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
  * shape) leaves the state partly written. Returns 0 or -errno. */
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state);
+
+/* The steps of the checkpoint-<step> directories under dir, ascending, in a
+ * malloc'd array (*steps, free() it; NULL when none). A missing dir has
+ * none. Returns 0 or -errno. */
+int zo_checkpoint_list(const char *dir, long **steps, int *n);
+
+/* Removes what killed runs leave under dir, one line each on log (may be
+ * NULL): .checkpoint-N.tmp-PID (a save cut short), .checkpoint-N.prune-PID
+ * (a removal cut short) and checkpoint-N directories missing
+ * trainer_state.json or a file it lists (half removed by an older
+ * version's retention). The caller holds dir's run lock (zo_dir_lock), so
+ * no live run owns them. Returns 0 or -errno. */
+int zo_checkpoint_clean_leftovers(const char *dir, FILE *log);
+
+/* Removes every checkpoint-N directory under dir (train --overwrite), one
+ * line each on log (may be NULL). Returns 0 or -errno. */
+int zo_checkpoint_remove_all(const char *dir, FILE *log);
 
 /* Finds the checkpoint-<step> directory with the highest step under dir.
  * Returns 0 and writes its path, -ENOENT when there is none. */

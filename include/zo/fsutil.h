@@ -8,6 +8,8 @@
 #ifndef ZO_FSUTIL_H
 #define ZO_FSUTIL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "zo/common.h"
@@ -65,6 +67,36 @@ int zo_rename_atomic_dir(const char *tmpdir, const char *dst);
  * cross into other file systems (-EXDEV). A missing path is -ENOENT. Returns
  * 0 or -errno. */
 int zo_remove_tree(const char *path);
+/* Removes path and everything under it, at most depth directory levels
+ * below it, with async-signal-safe calls only (open, getdents64, unlinkat,
+ * close, rmdir; no allocation, no stdio): what a signal handler may call.
+ * Symlinks are unlinked, never followed. Returns 0, or -1 when something
+ * could not be removed (errno unspecified, no message). */
+int zo_remove_tree_signal_safe(const char *path, int depth);
+
+/* One writer per directory: an exclusive flock on dir/.zoffload.lock, held
+ * until zo_dir_unlock or the process's end (the kernel drops it at kill -9).
+ * The file names the holder ("pid N", "host H", then extra, may be NULL);
+ * it is never removed. A lock held elsewhere, by another process or another
+ * open in this one, is -EBUSY with a message naming its pid and host. */
+#define ZO_DIR_LOCK_NAME ".zoffload.lock"
+struct zo_dir_lock {
+  int fd; /* the locked file, -1 when none */
+};
+int zo_dir_lock(const char *dir, const char *extra, struct zo_dir_lock *l);
+/* Drops the lock. Accepts an unlocked one. */
+void zo_dir_unlock(struct zo_dir_lock *l);
+/* Whether someone holds an flock on path (a file or a directory): false
+ * when it is free or cannot be opened. */
+bool zo_dir_is_locked(const char *path);
+/* Creates dir (and parents) and checks that a file can be created,
+ * written and fsynced in it (the probe is removed). Returns 0 or -errno
+ * with a message that gives the reason before the path. */
+int zo_dir_probe_writable(const char *dir);
+/* Bytes available to us on the file system holding path, or its nearest
+ * existing ancestor. Returns 0 or -errno. */
+int zo_fs_free_bytes(const char *path, size_t *nbytes);
+
 /* Reads a whole regular file into a malloc'd buffer (*data, free() it) of
  * *nbytes bytes, followed by one NUL byte not counted in *nbytes. Files over
  * max_bytes are refused with -EFBIG. Returns 0 or -errno. */
