@@ -58,6 +58,7 @@ static const char *const scheduler_names[] = {"none", "WarmupLR", "WarmupCosineL
 static const char *const warmup_names[] = {"linear", "log", NULL};
 static const char *const offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
@@ -73,6 +74,7 @@ _Static_assert(sizeof(enum zo_offload_device) == sizeof(int), "enum fields are s
 _Static_assert(sizeof(enum zo_model_arch) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_data_format) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_device) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(enum zo_on_nonfinite) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
                "format_names follows enum zo_data_format");
 
@@ -212,6 +214,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.host_memory_budget", KEY_BYTES, engine.host_memory_budget), .def = "0"},
   {KEY("engine.threads", KEY_INT, engine.threads), ATLEAST(0), .def = "0"},
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
+  {KEY("engine.on_nonfinite", KEY_ENUM, engine.on_nonfinite), .names = nonfinite_names, .def = "\"stop\""},
   SECTION("engine.trace"),
   {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},
   {KEY("engine.trace.first_step", KEY_INT, engine.trace.first_step), RANGE(1, 1 << 30), .def = "2"},

@@ -7,6 +7,7 @@
  * in each process on its own. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,15 @@ static const char *usage_main =
     "`zoffload <command> --help` describes a command.\n";
 
 static const char *usage_train =
-    "usage: zoffload train CONFIG [--set key=value]... [--resume DIR|auto] [--sample N]\n"
+    "usage: zoffload train CONFIG [--set key=value]... [--resume DIR|auto] [--overwrite] [--sample N]\n"
     "                      [--memory-report] [--trace FILE]\n"
     "  --set key=value   override a config key (JSON value, or a plain string)\n"
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
+    "  --overwrite       start a fresh run in a checkpoint.dir that holds another run's checkpoints\n"
+    "                    (or a non-empty log.metrics_path): removes them first, saying so. Without it\n"
+    "                    such a run is refused; a checkpoint.dir is locked by the run writing to it\n"
+    "  SIGINT / SIGTERM  finish the step, save a checkpoint, exit 130 / 143; a second one exits at once\n"
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
     "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
     "                    every run ends with the memory report (planned, peak, current)\n"
@@ -58,14 +63,17 @@ static const char *usage_train =
     "  and saves the rest\n";
 
 static const char *usage_eval =
-    "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N]\n"
-    "  --checkpoint DIR  checkpoint directory or safetensors file (default: the latest\n"
-    "                    under checkpoint.dir, else model.init_from, else the random init)\n"
+    "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N] [--random-init]\n"
+    "  --checkpoint DIR  checkpoint directory or safetensors file (default: --set model.init_from=FILE\n"
+    "                    when given, else the latest under checkpoint.dir, else the config's\n"
+    "                    model.init_from); the weights used are named on stderr\n"
+    "  --random-init     with none of those, use the seeded random initialisation (else refused)\n"
     "  --batches N       micro-batches of data.val to average (default: up to 20)\n";
 
 static const char *usage_sample =
     "usage: zoffload sample CONFIG [--set key=value]... [--checkpoint DIR] [--prompt TEXT]\n"
-    "                       [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                       [--tokens N] [--temperature T] [--top-k K] [--seed S] [--random-init]\n"
+    "  --checkpoint DIR, --random-init: as for eval (the weights used are named on stderr)\n"
     "  defaults: --tokens 256 --temperature 0.8 --top-k 40 --seed engine.seed\n"
     "  for vocabularies other than 256 bytes, --prompt is comma-separated token ids\n";
 
@@ -171,7 +179,7 @@ enum opt {
   OPT_SET = 1000, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_CHECKPOINT, OPT_BATCHES, OPT_PROMPT,
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
-  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE,
+  OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
 };
 
 static const struct option all_options[] = {
@@ -203,6 +211,8 @@ static const struct option all_options[] = {
     {"host-ram", required_argument, NULL, OPT_HOST_RAM},
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"trace", required_argument, NULL, OPT_TRACE},
+    {"overwrite", no_argument, NULL, OPT_OVERWRITE},
+    {"random-init", no_argument, NULL, OPT_RANDOM_INIT},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -215,7 +225,7 @@ struct args {
   const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path;
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
-  bool memory_report, seed_given, json, placements;
+  bool memory_report, seed_given, json, placements, overwrite, random_init;
   size_t host_ram[8]; /* --host-ram sizes */
   int n_host_ram;
   double temperature, val_fraction;
@@ -244,6 +254,8 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_OUT_VAL: a->out_val = v; return 0;
   case OPT_PATH: a->path = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
+  case OPT_OVERWRITE: a->overwrite = true; return 0;
+  case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;
   case OPT_HOST_RAM: {
@@ -349,10 +361,19 @@ static int load_config(struct args *a, struct zo_config *cfg) {
   return err ? fail(2, NULL) : 0;
 }
 
-static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_TRACE, OPT_END};
-static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_END};
+static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_OVERWRITE, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_TRACE,
+                                 OPT_END};
+static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
-                                  OPT_TOP_K, OPT_SEED, OPT_END};
+                                  OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
+
+/* Whether a --set gave key (then it came from the command line). */
+static bool set_on_command_line(const struct args *a, const char *key) {
+  const size_t n = strlen(key);
+  for (int i = 0; i < a->n_sets; i++)
+    if (!strncmp(a->sets[i], key, n) && a->sets[i][n] == '=') return true;
+  return false;
+}
 static const int set_opts[] = {OPT_SET, OPT_END};
 static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
@@ -372,10 +393,23 @@ static int cmd_train(int argc, char **argv) {
     zo_config_free(&cfg);
     return 1;
   }
+  if (a.overwrite && a.resume) {
+    zo_config_free(&cfg);
+    zo_comm_free(comm);
+    return bad_usage(usage_train, "%s", "--overwrite starts a fresh run: it cannot go with --resume");
+  }
+  int sig = 0;
   struct zo_train_opts opts = {.resume = a.resume, .sample_tokens = (int)a.sample,
-                               .memory_report = a.memory_report, .comm = comm};
+                               .memory_report = a.memory_report, .comm = comm, .overwrite = a.overwrite,
+                               .stop_signal = &sig};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
+  if (err && sig) {
+    /* Stopped on request, after saving: the shell's convention for death by that signal. */
+    fprintf(stderr, "zoffload: train: %s\n", zo_last_error());
+    zo_comm_free(comm);
+    return 128 + sig;
+  }
   if (err) return job_fail(comm, exit_code(err), "train");
   zo_comm_free(comm);
   return 0;
@@ -388,7 +422,10 @@ static int cmd_eval(int argc, char **argv) {
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
   struct zo_eval_result res;
-  int err = zo_eval(&cfg, a.checkpoint, (int)a.batches, &res);
+  const struct zo_weights w = {.checkpoint = a.checkpoint,
+                               .init_from_explicit = set_on_command_line(&a, "model.init_from"),
+                               .random_init = a.random_init};
+  int err = zo_eval_weights(&cfg, &w, (int)a.batches, &res);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "eval");
   char d[32], t[32];
@@ -405,7 +442,9 @@ static int cmd_sample(int argc, char **argv) {
   if ((r = load_config(&a, &cfg))) return r;
   struct zo_sample_opts o = {.checkpoint = a.checkpoint, .prompt = a.prompt, .n_tokens = (int)a.tokens,
                              .temperature = a.temperature, .top_k = (int)a.top_k,
-                             .seed = a.seed_given ? (uint64_t)a.seed : cfg.engine.seed};
+                             .seed = a.seed_given ? (uint64_t)a.seed : cfg.engine.seed,
+                             .init_from_explicit = set_on_command_line(&a, "model.init_from"),
+                             .random_init = a.random_init};
   int err = zo_sample(&cfg, &o, stdout);
   zo_config_free(&cfg);
   return err ? fail(exit_code(err), "sample") : 0;
@@ -424,6 +463,7 @@ static int cmd_plan(int argc, char **argv) {
   struct zo_model_config mc;
   struct zo_plan plan;
   int err = zo_train_model_config(&cfg, &mc);
+  if (!err) err = zo_train_check_threads(&cfg);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
   if (!err && a.placements) {
     const size_t gib = (size_t)1 << 30;
@@ -721,6 +761,9 @@ int main(int argc, char **argv) {
     fputs(usage_main, stdout);
     return 0;
   }
+  /* Past ulimit -f a write fails with EFBIG and is reported; the default
+   * action would kill the process mid-write without a word. */
+  signal(SIGXFSZ, SIG_IGN);
   if (!strcmp(cmd, "--version")) {
     puts("zoffload 0.1.0");
     return 0;

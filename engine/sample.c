@@ -2,8 +2,9 @@
  * sampling (autoregressive generation with temperature and top-k), on a
  * forward-only model (zo_model_init_layout with training false: no
  * gradients, one block's activations shared by all blocks) loaded from a
- * checkpoint, a Hugging Face directory or the seeded init, in the config's
- * precision. Nothing here trains or offloads; the generation loop is also
+ * checkpoint, a Hugging Face directory or, only when asked for
+ * (--random-init), the seeded init, in the config's precision; which one is
+ * said on stderr. Nothing here trains or offloads; the generation loop is also
  * what `train --sample N` runs on the trained model (engine/train.c). */
 #include "zo/sample.h"
 
@@ -148,17 +149,52 @@ static int parse_prompt(const char *prompt, int V, int32_t *ctx, int cap, int *n
   return 0;
 }
 
-/* A forward-only model loaded from checkpoint / init_from / seeded init. */
-static struct zo_model *load_inference(const struct zo_config *cfg, const char *checkpoint, int B, int T,
+/* Which weights a forward-only model loads, in this order: the explicit
+ * checkpoint; model.init_from when the command line gave it; the latest
+ * checkpoint under checkpoint.dir; model.init_from from the config; the
+ * seeded init, only when w->random_init allows it. Writes the path to load
+ * ("" for the seeded init) and says which on stderr. */
+static int choose_weights(const struct zo_config *cfg, const struct zo_weights *w, char *path, size_t size) {
+  const char *init = cfg->model.init_from && cfg->model.init_from[0] ? cfg->model.init_from : NULL;
+  const char *dir = cfg->checkpoint.dir && cfg->checkpoint.dir[0] ? cfg->checkpoint.dir : NULL;
+  path[0] = '\0';
+  if (w->checkpoint) {
+    snprintf(path, size, "%s", w->checkpoint);
+  } else if (init && w->init_from_explicit) {
+    snprintf(path, size, "%s", init);
+  } else if (dir && zo_checkpoint_latest(dir, path, size) == 0) {
+  } else if (init) {
+    snprintf(path, size, "%s", init);
+  } else if (!w->random_init) {
+    if (dir)
+      return zo_error(-ENOENT, "no weights to use: no checkpoint-<step> under checkpoint.dir %s and no "
+                               "model.init_from; give --checkpoint DIR or --set model.init_from=FILE, or "
+                               "--random-init for the seeded random initialisation", dir);
+    return zo_error(-ENOENT, "no weights to use: checkpoint.dir and model.init_from are empty; give --checkpoint "
+                             "DIR or --set model.init_from=FILE, or --random-init for the seeded random "
+                             "initialisation");
+  }
+  return 0;
+}
+
+/* Prints which weights were loaded: the checkpoint and its step, a model
+ * file or directory, or the seeded init. */
+static void say_weights(const char *path, const struct zo_train_state *st, bool checkpoint, uint64_t seed) {
+  if (!path[0])
+    fprintf(stderr, "weights: the seeded random initialisation (engine.seed %llu, --random-init)\n",
+            (unsigned long long)seed);
+  else if (checkpoint)
+    fprintf(stderr, "weights: %s (step %ld)\n", path, st->step);
+  else
+    fprintf(stderr, "weights: %s\n", path);
+}
+
+/* A forward-only model loaded from the weights choose_weights picks. */
+static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
                                       zo_backend_t *be_out) {
   struct zo_model_config mc;
   char path[PATH_MAX] = "";
-  if (checkpoint) {
-    snprintf(path, sizeof path, "%s", checkpoint);
-  } else if (cfg->checkpoint.dir && cfg->checkpoint.dir[0] &&
-             zo_checkpoint_latest(cfg->checkpoint.dir, path, sizeof path) != 0) {
-    path[0] = '\0';
-  }
+  if (choose_weights(cfg, w, path, sizeof path)) return NULL;
   if (path[0]) {
     if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else if (zo_train_model_config(cfg, &mc)) {
@@ -177,17 +213,17 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const char *
    * and the device is never written from the host. */
   struct zo_state_io io;
   int err = zo_state_io_model(&io, m);
+  struct zo_train_state st = {0};
+  bool is_checkpoint = false;
   if (!err && path[0]) {
     char file[PATH_MAX + 32];
-    struct zo_train_state st = {0};
-    if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0)
+    if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0) {
+      is_checkpoint = true;
       err = zo_checkpoint_load_io(path, m, NULL, &io, false, &st);
-    else {
+    } else {
       snprintf(file, sizeof file, "%s/model.safetensors", path);
       err = zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, &io);
     }
-  } else if (!err && cfg->model.init_from && cfg->model.init_from[0]) {
-    err = zo_model_load_safetensors_io(cfg->model.init_from, m, &io);
   } else if (!err) {
     const size_t n = m->table.numel, per = io.stage_bytes / sizeof(float);
     for (size_t i = 0; i < n && !err; i += per) {
@@ -196,6 +232,7 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const char *
       err = io.write(io.ctx, ZO_STATE_PARAMS, i * sizeof(float), io.stage, k * sizeof(float));
     }
   }
+  if (!err) say_weights(path, &st, is_checkpoint, cfg->engine.seed);
   zo_state_io_free(&io);
   if (err) {
     zo_model_free(m);
@@ -207,12 +244,18 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const char *
 
 int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
             struct zo_eval_result *out) {
+  const struct zo_weights w = {.checkpoint = checkpoint};
+  return zo_eval_weights(cfg, &w, n_batches, out);
+}
+
+int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int n_batches,
+                    struct zo_eval_result *out) {
   const char *path = cfg->data.val && cfg->data.val[0] ? cfg->data.val : cfg->data.train;
   if (!path || !path[0]) return zo_error(-EINVAL, "data.val and data.train are both empty: nothing to evaluate");
   zo_backend_t be;
   const int B = cfg->micro_batch, T = cfg->data.seq_len;
-  struct zo_model *m = load_inference(cfg, checkpoint, B, T, &be);
-  if (!m) return -EINVAL;
+  struct zo_model *m = load_inference(cfg, w, B, T, &be);
+  if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   int err = 0;
   zo_stream_t s = NULL;
   int32_t *in = malloc((size_t)B * (size_t)m->T * sizeof *in), *tg = malloc((size_t)B * (size_t)m->T * sizeof *tg);
@@ -227,6 +270,7 @@ int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
     goto out;
   }
   if ((err = be->stream_create(&s))) goto out;
+  zo_model_stream_workspace(m, 0, s);
   if (n_batches <= 0) n_batches = zo_eval_n_batches(d, B, m->T);
   out->n_batches = n_batches;
   if ((err = eval_loss(m, d, n_batches, in, tg, s, &out->loss))) goto out;
@@ -249,8 +293,10 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
    * shorter: a Llama 3 context (131072) would plan NH * T * T attention
    * probabilities, hundreds of GiB, for a few tokens. load_inference clamps
    * to the loaded model's max_seq_len (the checkpoint's, not the config's). */
-  struct zo_model *m = load_inference(cfg, opts->checkpoint, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be);
-  if (!m) return -EINVAL;
+  const struct zo_weights w = {.checkpoint = opts->checkpoint, .init_from_explicit = opts->init_from_explicit,
+                               .random_init = opts->random_init};
+  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be);
+  if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   int err = 0, n_ctx = 0;
   zo_stream_t s = NULL;
   int32_t *ctx = malloc(cap * sizeof *ctx);
@@ -260,6 +306,7 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
   }
   if ((err = parse_prompt(opts->prompt, m->cfg.vocab_size, ctx, (int)cap, &n_ctx))) goto out;
   if ((err = be->stream_create(&s))) goto out;
+  zo_model_stream_workspace(m, 0, s);
   if (opts->prompt && m->cfg.vocab_size == 256) fputs(opts->prompt, out);
   err = zo_sample_generate(m, s, ctx, n_ctx, opts->n_tokens, opts->temperature, opts->top_k, opts->seed, out);
 out:

@@ -388,7 +388,7 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   sa->hp = *hp;
   sa->max_norm = max_norm;
   sa->loss_scale = s->loss_scale;
-  sa->skip_nonfinite = s->pl.dtype == ZO_F16;
+  sa->skip_nonfinite = s->pl.dtype == ZO_F16 || s->pl.skip_nonfinite;
   sa->skip = false;
   err = queue_optimizer(s);
   s->stepped = true; /* work was queued even on failure */

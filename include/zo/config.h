@@ -151,12 +151,22 @@ struct zo_config_data {           /* "data" */
   bool shuffle;                   /* shuffle sequence order per epoch (engine.seed), default true */
 };
 
+/* engine.on_nonfinite: what an fp32 or bf16 step with a non-finite loss or
+ * gradient norm does (fp16 always skips it and lowers the loss scale). */
+enum zo_on_nonfinite {
+  ZO_NONFINITE_STOP, /* "stop": the run ends with an error naming the step, the value and the
+                      * last good checkpoint; nothing of the step is saved */
+  ZO_NONFINITE_SKIP, /* "skip": the update is skipped (data consumed), as fp16 does */
+};
+
 struct zo_config_engine {         /* "engine" */
   enum zo_device device;          /* default "auto" */
   size_t gpu_memory_budget;       /* bytes: ceiling for the device plan; 0 = the device's free memory */
   size_t host_memory_budget;      /* bytes of host tier, 0 = as much as the plan needs */
-  int threads;                    /* OpenMP threads, 0 = all cores */
+  int threads;                    /* OpenMP threads, 0 = all cores; at most 4x the hardware
+                                   * threads (zo_train_backend refuses more) */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
+  enum zo_on_nonfinite on_nonfinite; /* default "stop" */
   struct {                        /* "engine.trace": a timeline of some steps (zo/trace_file.h) */
     char *path;                   /* Chrome trace-event JSON file, "" = none */
     int first_step;               /* first traced step (of the run, 1-based), default 2 */

@@ -6,6 +6,7 @@
 #ifndef ZO_SAMPLE_H
 #define ZO_SAMPLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -25,15 +26,31 @@ struct zo_eval_result {
   size_t train_device_bytes; /* what training the same config plans, for comparison */
 };
 
-/* Validation loss of the checkpoint (NULL: latest under checkpoint.dir, or
- * model.init_from, or the random init) over n_batches micro-batches of
+/* The weights eval and sample load, first found: checkpoint; model.init_from
+ * when init_from_explicit (given on the command line, it wins over
+ * checkpoint.dir); the latest checkpoint under checkpoint.dir;
+ * model.init_from; the seeded init, only with random_init (else -ENOENT
+ * saying what was looked for). Which one is printed on stderr ("weights:
+ * PATH (step N)"). */
+struct zo_weights {
+  const char *checkpoint;  /* checkpoint directory or model file, NULL: see above */
+  bool init_from_explicit; /* model.init_from came from the command line */
+  bool random_init;        /* the seeded init is allowed when nothing else is there */
+};
+
+/* Validation loss of the weights w picks over n_batches micro-batches of
  * data.val (data.train when val is empty), with a forward-only model.
  * Returns 0 or -errno. */
+int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int n_batches,
+                    struct zo_eval_result *out);
+/* The same with only an explicit checkpoint (NULL: as zo_weights says, no random init). */
 int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
             struct zo_eval_result *out);
 
 struct zo_sample_opts {
-  const char *checkpoint; /* as for zo_eval */
+  const char *checkpoint; /* as struct zo_weights's */
+  bool init_from_explicit; /* as struct zo_weights's */
+  bool random_init;        /* as struct zo_weights's */
   const char *prompt;     /* byte-level text for vocab 256, else comma-separated token ids */
   int n_tokens;           /* tokens to generate */
   double temperature;     /* > 0 */

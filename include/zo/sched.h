@@ -105,6 +105,8 @@ struct zo_placement {
   bool overlap_comm;    /* zero_optimization.overlap_comm */
   int dp_rank, dp_ranks; /* data-parallel rank of this process and ranks (1: one
                           * process); set by zo_placement_set_ranks */
+  bool skip_nonfinite;  /* a non-finite gradient norm skips the update in fp32 and bf16 too
+                         * (engine.on_nonfinite "skip"; fp16 always skips) */
 };
 
 /* Data parallelism with ZeRO stage >= 1 over several ranks shards the

@@ -24,6 +24,10 @@ struct zo_train_opts {
   struct zo_sched_stats *stats; /* receives the planned and peak bytes per tier (may be NULL) */
   float *final_params; /* receives the final parameters, table order (may be NULL) */
   zo_comm_t comm;      /* data-parallel ranks, borrowed (NULL: one process); see zo_train */
+  bool overwrite;      /* a fresh run into a checkpoint.dir holding another run's checkpoints (or a
+                        * non-empty log.metrics_path) removes them first instead of refusing */
+  int *stop_signal;    /* receives SIGINT or SIGTERM when one stopped the run (it returns -EINTR),
+                        * else 0 (may be NULL) */
 };
 
 /* The model shapes of cfg: model.* or, with model.init_from, the file's
@@ -35,8 +39,25 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
  * machine, OpenMP gets the machine's cores divided among them (each would
  * otherwise start one thread per core). NULL with zo_last_error() set. */
 zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm);
+/* -EINVAL with a message when engine.threads or OMP_NUM_THREADS asks for
+ * more than 4x the hardware threads (zo_train_backend and zo_train check
+ * it first), else 0. */
+int zo_train_check_threads(const struct zo_config *cfg);
 
-/* Trains cfg->steps optimizer steps. Returns 0; -EINVAL/-ENOTSUP for a config
+/* Trains cfg->steps optimizer steps. Before step 1 (rank 0): checkpoint.dir
+ * is created and probed writable, its path length and free space (one
+ * checkpoint) checked, locked for the whole run (a second run on it is
+ * -EBUSY naming the holder's pid and host), cleared of killed runs'
+ * leftovers (one line each), and a fresh run (opts->resume NULL) into one
+ * holding checkpoints or into a non-empty metrics file is -EEXIST unless
+ * opts->overwrite; threads beyond 4x the hardware's and an address-space
+ * limit too small for the plan are refused. While it runs, SIGINT and
+ * SIGTERM end it after the current step with a checkpoint (-EINTR,
+ * *opts->stop_signal set); a second signal exits the process at once
+ * (128 + signal) after removing the NVMe directory. An fp32 or bf16 step
+ * with a non-finite loss or gradient norm stops the run with -ERANGE
+ * naming the last good checkpoint (engine.on_nonfinite "stop") or skips
+ * the update ("skip"). Returns 0; -EINVAL/-ENOTSUP for a config
  * the engine cannot run (message says which key); -EIO/-ENOENT/... for data
  * and checkpoint errors; -ENOMEM with the tier, bytes asked and available.
  * With opts->comm over N > 1 ranks (collective: every rank calls it with the
