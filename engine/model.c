@@ -204,6 +204,10 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   const size_t rows = (size_t)zo_model_head_rows(cfg, B, T, lo);
   m->logits = carve(c, rows * (size_t)cfg->padded_vocab_size * e, "logits (one LM-head chunk)", A);
   m->losses = carve(c, BT * f, "losses", A);
+  /* The backend's per-stream scratch (CUDA: cuBLASLt workspaces), so that
+   * nothing on the device lives outside the plan; none on the CPU. */
+  for (int k = 0; lo->stream_workspace && k < (training ? ZO_MODEL_STREAM_WORKSPACES : 1); k++)
+    m->stream_workspaces[k] = carve(c, lo->stream_workspace, "workspace (stream scratch)", W);
   if (!training) return;
   struct zo_arch_buf scratch[ZO_MODEL_MAX_BUFS];
   carve_bufs(c, m->scratch, scratch, a->scratch(cfg, T, scratch), BT, e, W, -1);
@@ -244,6 +248,13 @@ static void block_views(const struct zo_tensor_table *t, void **views, void *bas
     const int i = zo_arch_block_tensor(t, l, k);
     views[i] = (char *)base + (t->tensors[i].offset - origin) * e;
   }
+}
+
+void zo_model_stream_workspace(struct zo_model *m, int k, zo_stream_t stream) {
+  ZO_ASSERT(k >= 0 && k < ZO_MODEL_STREAM_WORKSPACES && stream);
+  if (!m->backend->stream_set_workspace) return;
+  ZO_ASSERT(m->stream_workspaces[k]);
+  m->backend->stream_set_workspace(stream, m->stream_workspaces[k]);
 }
 
 void zo_model_bind_block(struct zo_model *m, int l, void *params_base, float *grads_base) {
@@ -293,6 +304,7 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   m->T = T;
   m->training = training;
   m->layout = *lo;
+  m->layout.stream_workspace = backend->stream_workspace_bytes;
   if (lo->dtype != ZO_F32 && lo->dtype != ZO_BF16 && lo->dtype != ZO_F16) {
     zo_error(-EINVAL, "model dtype %s: need F32, BF16 or F16", zo_dtype_name(lo->dtype));
     goto out_free;

@@ -49,6 +49,7 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
   int err = zo_placement_from_config(cfg, mc->n_layer, &p->placement);
   if (err) return err;
   zo_placement_set_ranks(&p->placement, rank, n_ranks);
+  p->placement.stream_workspace = backend ? backend->stream_workspace_bytes : 0;
   struct zo_tensor_table t;
   if ((err = zo_model_build_table(mc, &t))) return err;
   p->total[ZO_TIER_DEVICE] = zo_sched_device_plan(&p->placement, mc, p->B, p->T, p->bytes[ZO_TIER_DEVICE]);

@@ -195,5 +195,6 @@ struct zo_model_layout zo_placement_layout(const struct zo_placement *pl) {
       .optimizer = pl->optimizer == ZO_OFFLOAD_NONE && !pl->opt.eightbit,
       .ckpt_blocks = pl->ckpt_blocks,
       .ckpt_on_host = pl->ckpt_cpu,
+      .stream_workspace = pl->stream_workspace,
   };
 }

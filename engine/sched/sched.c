@@ -145,6 +145,9 @@ static int init_streams(struct zo_sched *s) {
       (err = be->event_create(&s->ck_out)) || (err = events_create(be, s->ck_free, 2)) ||
       (err = events_create(be, s->ck_ready, 2)))
     return err;
+  /* The op streams' scratch (CUDA's cuBLASLt workspaces) is in the device plan. */
+  zo_model_stream_workspace(s->m, 0, s->compute);
+  zo_model_stream_workspace(s->m, 1, s->optim);
   s->ck_owner[0] = s->ck_owner[1] = -1;
   for (int k = 0; k < n_slot_ev; k++) s->slot_owner[k] = -1;
   for (int p = 0; p < 2; p++) {

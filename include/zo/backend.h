@@ -42,7 +42,9 @@ struct zo_backend {
   void (*mem_free)(void *ptr);
   /* Free and total device memory in bytes. Returns 0 or -errno. */
   int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
-  /* Number of worker threads ops may use (OpenMP on the CPU backend). */
+  /* Number of worker threads ops may use (OpenMP on the CPU backend; on
+   * CUDA the OpenMP team of the calling thread and of host functions, which
+   * run the CPU optimizer). */
   void (*set_threads)(int n_threads);
   /* Registers [ptr, ptr + nbytes) of host memory (page aligned, resident)
    * with the device so that copies from and to it are asynchronous DMA
@@ -63,7 +65,8 @@ struct zo_backend {
   /* Names the stream for the timeline (zo/trace.h); NULL where the backend
    * records no timeline. */
   void (*stream_set_name)(zo_stream_t stream, const char *name);
-  /* Blocks the host until all work queued on stream so far has finished. */
+  /* Blocks the host until all work queued on stream so far has finished
+   * (on CUDA the thread sleeps on a blocking-sync event; it does not spin). */
   int (*stream_synchronize)(zo_stream_t stream);
   int (*event_create)(zo_event_t *event);
   void (*event_destroy)(zo_event_t event);
@@ -73,21 +76,40 @@ struct zo_backend {
   /* Work queued on stream after this call waits for event's capture. An
    * event never recorded is complete. */
   int (*stream_wait_event)(zo_stream_t stream, zo_event_t event);
-  /* Blocks the host until event's capture has run. */
+  /* Blocks the host until event's capture has run (sleeping, as above). */
   int (*event_synchronize)(zo_event_t event);
   /* Asynchronous copy ordered on stream. Host memory should be pinned for
-   * overlap on CUDA; any host memory is correct. Returns 0 or -errno. */
+   * overlap on CUDA; any host memory is correct: on CUDA a copy from or to
+   * pageable (unregistered) memory first waits for the stream's queued work
+   * (whose event waits a host function may satisfy later, which CUDA does not
+   * order a pageable copy behind) and returns when it is done. Returns 0 or
+   * -errno. */
   int (*memcpy_async)(void *dst, const void *src, size_t nbytes, enum zo_copy_kind kind,
                       zo_stream_t stream);
   /* Sets nbytes of device memory to byte value, ordered on stream. */
   int (*memset_async)(void *dst, int value, size_t nbytes, zo_stream_t stream);
   /* Runs fn(arg) on a host thread, ordered on stream like any other work
    * (cudaLaunchHostFunc semantics): later work on stream waits for it. fn must
-   * not synchronize on, or queue work to, the stream it runs on. */
+   * not synchronize on, or queue work to, the stream it runs on; on CUDA it
+   * must not call the backend at all (CUDA forbids it; the backend aborts,
+   * naming the call). fn runs with the thread count of set_threads for its
+   * OpenMP regions. */
   int (*launch_host_func)(zo_stream_t stream, void (*fn)(void *arg), void *arg);
   /* The backend's own handle of stream (a cudaStream_t) for libraries that
    * queue work on it themselves (NCCL, zo/dcomm.h). NULL on the CPU backend. */
   void *(*native_stream)(zo_stream_t stream);
+  /* Bytes of device scratch each stream that runs ops needs (CUDA: its
+   * cuBLASLt workspace, which ops also use for partial sums between GEMMs);
+   * 0 on the CPU backend. The engine plans one per op-running stream in the
+   * device arena's workspace category (zo_model_layout.stream_workspace) and
+   * gives it with stream_set_workspace; a stream never given one allocates
+   * its own on its first op that needs it, outside any plan (tests, tools),
+   * and says so once on stderr. */
+  size_t stream_workspace_bytes;
+  /* Makes ptr (device, stream_workspace_bytes, 256-byte aligned) stream's
+   * workspace. Call before queuing ops on stream; the memory must outlive
+   * the stream's queued work. NULL on the CPU backend. */
+  void (*stream_set_workspace)(zo_stream_t stream, void *ptr);
 
   /* ---- ops -------------------------------------------------------------- */
   /* Every op over activations and working parameters takes their dtype dt:

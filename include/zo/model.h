@@ -109,7 +109,17 @@ struct zo_model_layout {
   bool ckpt_on_host;   /* their inputs live in host memory: the hooks copy each
                         * out after the block's forward and back before its
                         * recompute, through two device input buffers */
+  size_t stream_workspace; /* bytes of device scratch per stream that runs ops
+                            * (zo_backend.stream_workspace_bytes: CUDA's cuBLASLt
+                            * workspace; 0 on the CPU backend, which carves
+                            * nothing): ZO_MODEL_STREAM_WORKSPACES of them
+                            * (one forward-only) in the workspace category.
+                            * zo_model_init_layout takes the backend's value. */
 };
+
+/* Workspaces a training model carves for the backend's op streams: the one
+ * its passes run on (0) and the optimizer's (1). */
+#define ZO_MODEL_STREAM_WORKSPACES 2
 
 /* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
  * padded vocabulary (50304) that is 333 rows of fp32. */
@@ -201,6 +211,10 @@ struct zo_model {
    * residual stream's gradient (B, T, C), scratch[1] the gradient of a
    * normalization's output (B, T, C) */
   void *scratch[ZO_MODEL_MAX_BUFS];
+  /* (layout.stream_workspace bytes each, device) for stream_set_workspace:
+   * [0] the passes' stream, [1] the optimizer's (training); NULL when the
+   * backend needs none */
+  void *stream_workspaces[ZO_MODEL_STREAM_WORKSPACES];
   struct zo_arena arena;        /* owns all device memory above */
   float *host_losses;           /* (B, T) host copy for mean_loss */
 };
@@ -251,6 +265,12 @@ void zo_model_init_params(const struct zo_model *m, float *params, uint64_t seed
  * identical to the same range of zo_model_init_params: a model too large for
  * one host copy is initialised piece by piece. */
 void zo_model_init_range(const struct zo_model *m, uint64_t seed, size_t first, float *dst, size_t numel);
+
+/* Gives stream workspace k of the model (0: for the stream the passes run
+ * on, 1: the optimizer's, training only) with the backend's
+ * stream_set_workspace, so the stream's scratch is inside the device plan;
+ * nothing on a backend without one (CPU). Call before queuing ops on it. */
+void zo_model_stream_workspace(struct zo_model *m, int k, zo_stream_t stream);
 
 /* Points block l's parameter views at a block's parameters starting at
  * params_base (device, layer_numel elements of the working dtype) and its

@@ -107,6 +107,9 @@ struct zo_placement {
                           * process); set by zo_placement_set_ranks */
   bool skip_nonfinite;  /* a non-finite gradient norm skips the update in fp32 and bf16 too
                          * (engine.on_nonfinite "skip"; fp16 always skips) */
+  size_t stream_workspace; /* bytes of device scratch per op stream the backend
+                            * needs (zo_backend.stream_workspace_bytes; 0 on
+                            * the CPU); set by the planner (zo_plan_build) */
 };
 
 /* Data parallelism with ZeRO stage >= 1 over several ranks shards the

@@ -66,12 +66,17 @@ static inline int zo_cuda_try(cudaError_t err, const char *stmt, const char *fil
 /* A zo_stream on CUDA: the stream plus the cuBLASLt workspace that GEMMs on it
  * use (a workspace must never serve two GEMMs running at once, and GEMMs on
  * different streams may run at once). Other ops on the same stream may use it
- * as scratch between GEMMs (sumsq and rmsnorm_backward do; attention's
- * bf16/fp16 path keeps fp32 scores in its upper half while its GEMMs get the
- * lower half): stream order keeps them apart. backend.cu owns creation. */
+ * as scratch between GEMMs (sumsq, the norms' and matmul's weight-gradient
+ * partials, the encoder's position sort; attention's bf16/fp16 path keeps
+ * fp32 scores in its upper half while its GEMMs get the lower half): stream
+ * order keeps them apart. The workspace is planned device memory the engine
+ * gives the stream (stream_set_workspace, carved from its device arena); a
+ * stream never given one allocates its own on first use (tests, tools).
+ * backend.cu owns creation. */
 struct zo_stream {
   cudaStream_t cu;
-  void *workspace; /* device, ZO_CUDA_WORKSPACE_BYTES */
+  void *workspace;     /* device, ZO_CUDA_WORKSPACE_BYTES; NULL until given or first used */
+  bool owns_workspace; /* allocated by the backend (freed with the stream) */
 };
 
 /* bytes of cuBLASLt workspace per stream (32 MiB: what cuBLAS asks on Hopper) */
@@ -84,15 +89,16 @@ static inline cudaStream_t zo_cuda_stream(zo_stream_t stream) {
 /* Process-wide state set once by zo_backend_cuda() (backend.cu). */
 struct zo_cuda_state {
   cublasLtHandle_t lt;
-  void *default_workspace; /* the NULL stream's workspace */
+  void *default_workspace; /* the NULL stream's workspace, allocated on first use */
   cudaDeviceProp prop;
   int device;
 };
 extern struct zo_cuda_state zo_cuda;
 
-static inline void *zo_cuda_workspace(zo_stream_t stream) {
-  return stream ? stream->workspace : zo_cuda.default_workspace;
-}
+/* The stream's workspace (ZO_CUDA_WORKSPACE_BYTES of device memory): the one
+ * the engine gave it, or the backend's own, allocated on first use (aborts
+ * naming the bytes when that fails). backend.cu. */
+void *zo_cuda_workspace(zo_stream_t stream);
 
 /* ---- dtypes -------------------------------------------------------------------- */
 
