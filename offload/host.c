@@ -4,7 +4,12 @@
  * page exists (pages never move afterwards), and locking faults the pages in
  * in the same pass. The mapping is 2 MiB aligned and advised for transparent
  * huge pages, which makes the first touch one fault per 2 MiB instead of 512
- * (6x faster measured here); carves stay 4 KiB aligned. */
+ * (6x faster measured here); carves stay 4 KiB aligned.
+ * On a backend that registers host memory (CUDA) the pool is always
+ * registered, which also locks it, whatever pin says and without mlock: a
+ * copy from pageable memory is not ordered behind the host functions that
+ * fill it, so the scheduler's pipelines would be wrong, not merely slow. A
+ * refused registration refuses the pool. */
 #include "zo/host.h"
 
 #include <errno.h>
@@ -139,7 +144,8 @@ int zo_host_pool_init(struct zo_host_pool *p, size_t capacity, size_t budget, bo
     fprintf(stderr, "zoffload: note: host pool not placed on a NUMA node: %s\n", zo_last_error());
 
   double t0 = zo_time_s();
-  if (pin) {
+  const bool registers = backend && backend->host_register;
+  if (pin && !registers) {
     err = lock_pages(base, capacity);
     if (err == 0)
       p->pinned = true;
@@ -150,16 +156,23 @@ int zo_host_pool_init(struct zo_host_pool *p, size_t capacity, size_t budget, bo
     err = populate_pages(base, capacity);
     if (err) goto out_unmap;
   }
-  /* Locked pages are what the CPU backend needs; a GPU also needs them
-   * registered to copy them by DMA, asynchronously. */
-  if (p->pinned && backend && backend->host_register) {
-    if (backend->host_register(base, capacity) == 0) {
-      p->registered = true;
-    } else {
-      fprintf(stderr, "zoffload: warning: the host pool is locked but could not be registered with "
-                      "the %s device (%s): host<->device copies from it are staged and do not overlap "
-                      "compute\n", backend->name, zo_last_error());
+  if (registers) {
+    err = backend->host_register(base, capacity);
+    if (err) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", zo_last_error());
+      munmap(base, capacity);
+      return zo_error(err,
+                      "host pool: could not register %s (%zu bytes) of host memory with the %s "
+                      "device (%s). Offloading to host memory on it needs registered pages: "
+                      "copies from pageable memory are not ordered behind the host functions "
+                      "that fill them. Check the memory locked by other processes, lower the "
+                      "host tier (zero_optimization.offload_*), or keep everything on the "
+                      "device",
+                      zo_format_bytes(capacity, asked), capacity, backend->name, why);
     }
+    p->registered = true;
+    p->pinned = true; /* registration locks the pages */
   }
   p->fault_in_s = zo_time_s() - t0;
   p->base = base;

@@ -51,9 +51,13 @@ size_t zo_host_round(size_t nbytes);
  * and faults every page in, timing that in p->fault_in_s. A refused lock
  * (RLIMIT_MEMLOCK) is not an error: the pool stays pageable and the first
  * refusal in the process prints one warning line naming the limit and how to
- * raise it. On a backend with host_register (CUDA) the locked pages are also
- * registered, so copies are DMA and overlap compute; a refused registration
- * warns and leaves the pool locked but staged. The NUMA node is the one
+ * raise it. On a backend with host_register (CUDA) the pool is registered
+ * instead of mlocked, whatever pin says (registration locks the pages; copies
+ * are DMA, overlap compute and are ordered on their stream like other work,
+ * which copies from pageable memory are not); a refused registration is an
+ * error (the return value of host_register, the message saying why and
+ * what to change), since the scheduler's host functions fill pool memory
+ * that copies queued earlier read. The NUMA node is the one
  * nearest the device's PCI bus id when the backend tells it (CUDA), else the
  * calling thread's. The engine binds its OpenMP threads to
  * the same node with zo_topology_bind_omp(p->numa_node). budget is
