@@ -12,7 +12,11 @@
  * ones included); NaN never passes. cast must be bit-exact (both sides round
  * to nearest even), NaN matching NaN. Ops run on a created stream, or on the
  * NULL (legacy default) stream where a case or shape says so. Also: memory
- * errors, copies, memset, and stream / event / host-function ordering. Uses
+ * errors, copies, memset, stream / event / host-function ordering, the
+ * gradient reductions bit-identical from run to run on shapes that take
+ * their multi-chunk paths (and the fp32 embedding backward bitwise the
+ * CPU's), and a copy from pageable memory queued behind an event that a
+ * host function satisfies later reading what the function wrote. Uses
  * only the public backend table. Exits 77 (skipped) with the reason when
  * there is no CUDA backend. */
 #include "zo/adamw8bit.h"
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zo_op_cases.h"
 #include "zo_test.h"
@@ -1013,6 +1018,156 @@ static int test_streams_events(void) {
   return fail;
 }
 
+/* ---- determinism ------------------------------------------------------------------ */
+
+/* Runs op twice on the device from out's current contents (ref, left as it
+ * is) and says whether the two results are the same bytes. */
+static int twice_same(const char *what, struct tbuf *out, void (*op)(void *ctx), void *ctx) {
+  tb_upload(out);
+  op(ctx);
+  if (tb_read(what, out)) return 1;
+  unsigned char *first = zo_test_xmalloc(tb_bytes(out));
+  memcpy(first, out->got, tb_bytes(out));
+  tb_upload(out);
+  op(ctx);
+  int fail = tb_read(what, out);
+  if (!fail && memcmp(first, out->got, tb_bytes(out)) != 0) {
+    fprintf(stderr, "  %s: two runs on the same inputs differ (a nondeterministic reduction)\n", what);
+    fail = 1;
+  }
+  free(first);
+  return fail;
+}
+
+struct det_enc {
+  struct tbuf dwte, dwpe, dout;
+  struct ibuf inp;
+  int B, T, C;
+};
+static void det_enc_run(void *p) {
+  struct det_enc *e = p;
+  gpu->encoder_backward(D(&e->dwte), D(&e->dwpe), D(&e->dout), e->inp.dev, e->B, e->T, e->C,
+                        e->dout.dt, gstream);
+}
+
+struct det_ln {
+  struct tbuf dinp, dw, db, dout, inp, w, mean, rstd;
+  int N, C;
+};
+static void det_ln_run(void *p) {
+  struct det_ln *l = p;
+  gpu->layernorm_backward(D(&l->dinp), D(&l->dw), D(&l->db), D(&l->dout), D(&l->inp), D(&l->w),
+                          D(&l->mean), D(&l->rstd), l->N, l->C, l->dout.dt, gstream);
+}
+
+struct det_mm {
+  struct tbuf dw, db, dout, inp, w;
+  int N, C, OC;
+};
+static void det_mm_run(void *p) {
+  struct det_mm *m = p;
+  gpu->matmul_backward(NULL, D(&m->dw), D(&m->db), D(&m->dout), D(&m->inp), D(&m->w), m->N, m->C,
+                       m->OC, m->dout.dt, gstream);
+}
+
+/* Shapes large enough for the multi-chunk column sums (N rows over many
+ * blocks) and an embedding backward where 7 tokens fill 2048 positions. */
+static int test_reductions_deterministic(void) {
+  int fail = 0;
+  gstream = test_stream;
+  zo_rng_seed(1919);
+  const enum zo_dtype dts[] = {ZO_F32, ZO_BF16};
+  for (size_t k = 0; k < ZO_ARRAY_LEN(dts); k++) {
+    const enum zo_dtype dt = dts[k];
+    op_dt = dt;
+    struct det_enc e = {.B = 8, .T = 256, .C = 96};
+    e.dwte = tb_new((size_t)7 * e.C, ZO_F32);
+    e.dwpe = tb_new((size_t)e.T * e.C, ZO_F32);
+    e.dout = tb_new((size_t)e.B * e.T * e.C, dt);
+    e.inp = ib_new((size_t)e.B * e.T, 0, 7);
+    tb_random(&e.dwte, -1, 1), tb_random(&e.dwpe, -1, 1), tb_random(&e.dout, -1, 1);
+    fail |= twice_same("encoder_backward dwte", &e.dwte, det_enc_run, &e);
+    if (dt == ZO_F32) { /* the CPU's order: bitwise equal */
+      tb_upload(&e.dwte), tb_upload(&e.dwpe);
+      det_enc_run(&e);
+      cpu->encoder_backward(e.dwte.ref, e.dwpe.ref, e.dout.ref, e.inp.host, e.B, e.T, e.C, dt, NULL);
+      fail |= tb_check_exact("encoder_backward dwte vs cpu", &e.dwte) |
+              tb_check_exact("encoder_backward dwpe vs cpu", &e.dwpe);
+    }
+    tb_free(&e.dwte), tb_free(&e.dwpe), tb_free(&e.dout), ib_free(&e.inp);
+
+    struct det_ln l = {.N = 8192, .C = 96};
+    const size_t NC = (size_t)l.N * l.C;
+    l.dinp = tb_new(NC, dt), l.dout = tb_new(NC, dt), l.inp = tb_new(NC, dt);
+    l.dw = tb_new((size_t)l.C, ZO_F32), l.db = tb_new((size_t)l.C, ZO_F32), l.w = tb_new((size_t)l.C, dt);
+    l.mean = tb_new((size_t)l.N, ZO_F32), l.rstd = tb_new((size_t)l.N, ZO_F32);
+    tb_random(&l.dinp, -1, 1), tb_random(&l.dout, -1, 1), tb_random(&l.inp, -1, 1);
+    tb_random(&l.dw, -1, 1), tb_random(&l.db, -1, 1), tb_random(&l.w, 0.5f, 1.5f);
+    tb_random(&l.mean, -0.1f, 0.1f), tb_random(&l.rstd, 0.5f, 2.0f);
+    fail |= twice_same("layernorm_backward dweight", &l.dw, det_ln_run, &l);
+    tb_upload(&l.dinp);
+    fail |= twice_same("layernorm_backward dbias", &l.db, det_ln_run, &l);
+    tb_free(&l.dinp), tb_free(&l.dout), tb_free(&l.inp), tb_free(&l.dw), tb_free(&l.db);
+    tb_free(&l.w), tb_free(&l.mean), tb_free(&l.rstd);
+
+    struct det_mm m = {.N = 8192, .C = 64, .OC = 96};
+    m.dw = tb_new((size_t)m.OC * m.C, ZO_F32), m.db = tb_new((size_t)m.OC, ZO_F32);
+    m.dout = tb_new((size_t)m.N * m.OC, dt), m.inp = tb_new((size_t)m.N * m.C, dt);
+    m.w = tb_new((size_t)m.OC * m.C, dt);
+    tb_random(&m.dw, -1, 1), tb_random(&m.db, -1, 1), tb_random(&m.dout, -1, 1);
+    tb_random(&m.inp, -1, 1), tb_random(&m.w, -1, 1);
+    fail |= twice_same("matmul_backward dbias", &m.db, det_mm_run, &m);
+    tb_free(&m.dw), tb_free(&m.db), tb_free(&m.dout), tb_free(&m.inp), tb_free(&m.w);
+    if (fail) fprintf(stderr, "  (%s)\n", zo_dtype_name(dt));
+  }
+  return fail;
+}
+
+/* ---- pageable copies behind host functions ---------------------------------------- */
+
+#define PAGEABLE_N 4096
+
+/* Sleeps, then writes the buffer: a copy that read it when it was queued
+ * would see the old values. */
+static void slow_writer(void *arg) {
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  float *x = arg;
+  for (int i = 0; i < PAGEABLE_N; i++) x[i] = 42.0f;
+}
+
+static int test_pageable_copy_after_host_func(void) {
+  float *src = zo_test_xmalloc(PAGEABLE_N * sizeof(float)); /* malloc: pageable */
+  float *back = zo_test_xmalloc(PAGEABLE_N * sizeof(float));
+  for (int i = 0; i < PAGEABLE_N; i++) src[i] = 1.0f, back[i] = 0.0f;
+  zo_stream_t s1, s2;
+  zo_event_t ev;
+  void *d;
+  must(gpu->stream_create(&s1), "stream_create");
+  must(gpu->stream_create(&s2), "stream_create");
+  must(gpu->event_create(&ev), "event_create");
+  must(gpu->mem_alloc(&d, PAGEABLE_N * sizeof(float)), "mem_alloc");
+  must(gpu->launch_host_func(s1, slow_writer, src), "launch_host_func");
+  must(gpu->event_record(ev, s1), "event_record");
+  must(gpu->stream_wait_event(s2, ev), "stream_wait_event");
+  must(gpu->memcpy_async(d, src, PAGEABLE_N * sizeof(float), ZO_COPY_H2D, s2), "H2D");
+  must(gpu->memcpy_async(back, d, PAGEABLE_N * sizeof(float), ZO_COPY_D2H, s2), "D2H");
+  must(gpu->stream_synchronize(s2), "stream_synchronize");
+  int fail = 0;
+  for (int i = 0; i < PAGEABLE_N; i++)
+    if (back[i] != 42.0f) {
+      fprintf(stderr, "  element %d: %g, want 42: the pageable copy ran before the host function "
+                      "that its stream waited for\n", i, (double)back[i]);
+      fail = 1;
+      break;
+    }
+  gpu->mem_free(d);
+  gpu->event_destroy(ev);
+  gpu->stream_destroy(s1), gpu->stream_destroy(s2);
+  free(src), free(back);
+  return fail;
+}
+
 int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(memory),
@@ -1036,6 +1191,8 @@ int main(void) {
       ZO_TEST(adamw8bit_update),
       ZO_TEST(sumsq),
       ZO_TEST(streams_events),
+      ZO_TEST(reductions_deterministic),
+      ZO_TEST(pageable_copy_after_host_func),
   };
   gpu = zo_backend_cuda();
   if (!gpu) {

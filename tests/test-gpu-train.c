@@ -6,7 +6,9 @@
  * on the GPU gives the all-on-GPU losses and weights (bit for bit where the
  * same kernels run in the same order; within 1e-6 where the norm's partial
  * sums are taken on the host instead of the device); a checkpoint resumes
- * bit-identically on the GPU; eval and sample run there. */
+ * bit-identically on the GPU; eval and sample run there; two runs of the
+ * same config, fp32 and bf16, give the same bits (no reduction depends on
+ * the order blocks finish in). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +79,27 @@ static int test_all_on_gpu(void) {
   CHECK(train("gpu-device", NULL, 0, &ref) == 0);
   CHECK(ref.losses[N_STEPS - 1] < ref.losses[0]);
   CHECK(zo_etest_peaks_match("gpu-device", &ref));
+  return 0;
+}
+
+/* Runs repeat bit for bit: the reductions feeding gradients, losses and the
+ * norm sum in a fixed order (scripts/check-cuda-atomics.sh). */
+static int test_runs_bit_identical(void) {
+  struct zo_etest_run again, b1, b2;
+  CHECK(train("gpu-device-again", NULL, 0, &again) == 0);
+  const bool same = memcmp(again.losses, ref.losses, N_STEPS * sizeof(double)) == 0 &&
+                    memcmp(again.params, ref.params, again.n * sizeof(float)) == 0;
+  free(again.params);
+  const char *s[] = {"bf16.enabled=true"};
+  CHECK(train("gpu-bf16-1", s, 1, &b1) == 0);
+  CHECK(train("gpu-bf16-2", s, 1, &b2) == 0);
+  const bool same16 = memcmp(b1.losses, b2.losses, N_STEPS * sizeof(double)) == 0 &&
+                      memcmp(b1.params, b2.params, b1.n * sizeof(float)) == 0;
+  free(b1.params);
+  free(b2.params);
+  printf("  repeated runs: fp32 %s, bf16 %s\n", same ? "bit-identical" : "DIFFER",
+         same16 ? "bit-identical" : "DIFFER");
+  CHECK(same && same16);
   return 0;
 }
 
@@ -177,7 +200,7 @@ int main(int argc, char **argv) {
   have_nvme = zo_etest_nvme_probe(nvme_dir);
   static const struct zo_test tests[] = {
       ZO_TEST(fp32_matches_cpu),       ZO_TEST(bf16_tracks_cpu),   ZO_TEST(fp16_tracks_cpu),
-      ZO_TEST(all_on_gpu),             ZO_TEST(optimizer_cpu_stage1), ZO_TEST(optimizer_cpu_stage2),
+      ZO_TEST(all_on_gpu),             ZO_TEST(runs_bit_identical), ZO_TEST(optimizer_cpu_stage1), ZO_TEST(optimizer_cpu_stage2),
       ZO_TEST(optimizer_nvme),         ZO_TEST(params_cpu),        ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(checkpointing),          ZO_TEST(cpu_checkpointing_params_cpu), ZO_TEST(checkpoint_resume),
       ZO_TEST(eval_and_sample),
