@@ -148,9 +148,16 @@ void zo_plan_report_print(const struct zo_plan *p, const struct zo_sched_mem *me
               : "");
 }
 
-/* Re-plans a variant; true when it fits. */
+/* Re-plans a variant; true when it fits. A device budget the backend gave
+ * (its free memory) holds for the variant too: without it every variant
+ * would fit the device. */
 static bool variant_fits(const struct zo_config *cfg, const struct zo_plan *p, struct zo_plan *out) {
-  return zo_plan_build(cfg, &p->model, NULL, out) == 0 && zo_plan_fits(out);
+  if (zo_plan_build(cfg, &p->model, NULL, out) != 0) return false;
+  if (!out->budget[ZO_TIER_DEVICE] && p->budget[ZO_TIER_DEVICE]) {
+    out->budget[ZO_TIER_DEVICE] = p->budget[ZO_TIER_DEVICE];
+    out->fits[ZO_TIER_DEVICE] = out->total[ZO_TIER_DEVICE] <= out->budget[ZO_TIER_DEVICE];
+  }
+  return zo_plan_fits(out);
 }
 
 static void add_variant(char *msg, size_t size, size_t *len, const struct zo_plan *v, const char *sets) {
@@ -178,9 +185,15 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
         }
       }
     }
+    zo_format_bytes(p->total[i], a);
+    zo_format_bytes(p->budget[i], b);
+    /* Figures that round alike ("needs 30.00 MiB but allows 30.00 MiB") are given in bytes. */
+    if (!strcmp(a, b)) {
+      snprintf(a, sizeof a, "%zu bytes", p->total[i]);
+      snprintf(b, sizeof b, "%zu bytes", p->budget[i]);
+    }
     int n = snprintf(msg + len, sizeof msg - len, "%sthe plan needs %s on the %s tier but %s allows %s; largest:",
-                     len ? "; " : "", zo_format_bytes(p->total[i], a), zo_tier_name((enum zo_tier)i),
-                     p->budget_src[i], zo_format_bytes(p->budget[i], b));
+                     len ? "; " : "", a, zo_tier_name((enum zo_tier)i), p->budget_src[i], b);
     if (n > 0) len += (size_t)n;
     for (int r = 0; r < 3 && len < sizeof msg; r++) {
       if (top[r] < 0 || p->bytes[i][top[r]] == 0) continue;
@@ -215,6 +228,13 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
         add_variant(msg, sizeof msg, &len, &vp, sets);
       }
     }
+  }
+  if (cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NVME) {
+    /* NVMe too small: the host may hold the optimizer instead. */
+    v = *cfg;
+    v.zero.offload_optimizer.device = ZO_OFFLOAD_CPU;
+    if (variant_fits(&v, p, &vp))
+      add_variant(msg, sizeof msg, &len, &vp, "--set zero_optimization.offload_optimizer.device=cpu");
   }
   if (cfg->zero.offload_param.device == ZO_OFFLOAD_NONE) {
     v = *cfg;

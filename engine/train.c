@@ -381,13 +381,13 @@ static int check_address_space(const struct zo_plan *plan, const struct zo_backe
   const size_t need = vm_now() + (host_device ? plan->total[ZO_TIER_DEVICE] : 0) + plan->total[ZO_TIER_HOST] +
                       threads * ZO_THREAD_VM + ZO_BASE_VM;
   if (need <= (size_t)rl.rlim_cur) return 0;
-  char a[32], b[32], c[32], d[32];
+  char a[32], b[32], c[32], d[32], e[32];
   return zo_error(-ENOMEM, "the address-space limit (ulimit -v) is %s, and this run needs about %s: %s mapped now, "
                            "%s of plan (device arena and host pool), %s for %zu threads (BLAS buffers, stacks, "
                            "malloc arenas); raise the limit (ulimit -v unlimited) or shrink the plan",
                   zo_format_bytes((size_t)rl.rlim_cur, a), zo_format_bytes(need, b), zo_format_bytes(vm_now(), c),
                   zo_format_bytes((host_device ? plan->total[ZO_TIER_DEVICE] : 0) + plan->total[ZO_TIER_HOST], d),
-                  zo_format_bytes(threads * ZO_THREAD_VM, c), threads);
+                  zo_format_bytes(threads * ZO_THREAD_VM, e), threads);
 }
 
 /* An out-of-memory message under a limit names the limit, not physical memory. */
@@ -509,6 +509,20 @@ static int save_checkpoint(struct trainer *t, const struct zo_config *cfg, const
    * line resumes from it. */
   if (t->comm && (err = zo_comm_barrier(t->comm))) return err;
   return 0;
+}
+
+/* -ERANGE: step's what (a loss, a norm, a weight) is not finite; names the
+ * last good checkpoint to resume from. */
+static int nonfinite_stop(const struct zo_config *cfg, long step, const char *what) {
+  char w[600], last[PATH_MAX] = "";
+  snprintf(w, sizeof w, "%s", what);
+  const bool dir = cfg->checkpoint.dir && cfg->checkpoint.dir[0];
+  if (!dir || zo_checkpoint_latest(cfg->checkpoint.dir, last, sizeof last) != 0)
+    snprintf(last, sizeof last, "none (no checkpoint was saved)");
+  return zo_error(-ERANGE, "step %ld: %s (engine.on_nonfinite = \"stop\"): the run stops, nothing of this step is "
+                           "saved; the last good checkpoint is %s. Resume from it with a lower "
+                           "optimizer.params.lr or gradient_clipping, or set engine.on_nonfinite = \"skip\"",
+                  step, w, last);
 }
 
 /* The step at which a signal stops the run: rank 0's, on every rank. */
@@ -742,13 +756,11 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     double t2 = zo_time_s();
     if (!mixed16 && !skipped && (!isfinite(loss) || !isfinite(norm))) {
       /* Nothing of this step reaches a checkpoint: the run ends before the save. */
-      char last[PATH_MAX] = "none (no checkpoint was saved yet)";
-      if (ckpt_dir && zo_checkpoint_latest(cfg->checkpoint.dir, last, sizeof last) != 0)
-        snprintf(last, sizeof last, "none (no checkpoint was saved yet)");
-      err = zo_error(-ERANGE, "step %ld: the %s is %g (engine.on_nonfinite = \"stop\"): the run stops, nothing of "
-                              "this step is saved; the last good checkpoint is %s. Resume from it with a lower "
-                              "optimizer.params.lr or gradient_clipping, or set engine.on_nonfinite = \"skip\"",
-                     step, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? norm : loss, last);
+      char what[64];
+      const double v = isfinite(loss) ? norm : loss;
+      snprintf(what, sizeof what, "the %s is %s", isfinite(loss) ? "gradient norm" : "loss",
+               isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
+      err = nonfinite_stop(cfg, step, what);
       goto out;
     }
     if (skipped) {
@@ -756,8 +768,8 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       if (mixed16)
         say(&t, "%sstep %ld: gradient overflow at loss scale %g: update skipped\n", t.tty ? "\r" : "", step, scale);
       else
-        say(&t, "%sstep %ld: the gradient norm is %g: update skipped (engine.on_nonfinite = \"skip\")\n",
-            t.tty ? "\r" : "", step, norm);
+        say(&t, "%sstep %ld: the gradient norm is %s: update skipped (engine.on_nonfinite = \"skip\")\n",
+            t.tty ? "\r" : "", step, isnan(norm) ? "NaN" : "inf");
     } else {
       st.applied_steps++;
     }
@@ -821,7 +833,11 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
           fflush(t.metrics);
         }
       }
-      if (save && (err = save_checkpoint(&t, cfg, &plan.placement, &st))) goto out;
+      if (save && (err = save_checkpoint(&t, cfg, &plan.placement, &st))) {
+        /* Weights that overflowed while the loss and norm were still finite. */
+        if (err == -ERANGE) err = nonfinite_stop(cfg, step, zo_last_error());
+        goto out;
+      }
     }
     if ((err = stop_requested(&t, &sig))) goto out;
     if (sig && !save && ckpt_dir && (err = save_checkpoint(&t, cfg, &plan.placement, &st))) goto out;
