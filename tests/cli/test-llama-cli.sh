@@ -121,7 +121,7 @@ expect 2 "differs from the config's" tied train "$config" "${resumed[@]}" --set 
   --set model.tie_word_embeddings=true
 # Llama 3's context: sampling plans the text's length, not 131072 positions.
 expect 0 "The " long sample "$config" --set checkpoint.dir="$tmp/none" --set model.max_seq_len=131072 \
-  --prompt "The " --tokens 8
+  --prompt "The " --tokens 8 --random-init
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
