@@ -27,4 +27,7 @@ if [[ "${1:-}" != "--quick" ]]; then
   # The threads under test are the scheduler's, the same for every
   # architecture: the engine tests run their GPT-2 cases only here.
   (cd build/tsan && OMP_NUM_THREADS=1 ZO_TEST_ARCHS=gpt2 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -L 'cpu|nvme' -LE slow -E hf-transformers --timeout 900)
+  # libFuzzer targets (tests/fuzz/), 20 s each after the other suites;
+  # skipped with the reason printed where clang's libFuzzer is missing.
+  tests/fuzz/run.sh 20
 fi
