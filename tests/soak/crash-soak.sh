@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Crash soak: N trials, each a training run killed with SIGKILL at a random
-# moment (steps, saves, start-up alike: a checkpoint every step), over three
+# moment (after a random checkpoint k is announced, plus a random share of one
+# step: steps, saves and start-up alike, a checkpoint every step), over three
 # placements in turn: everything on the device, the optimizer state on NVMe,
 # the parameters on the host. Each killed run is resumed (--resume auto, or
 # started again when no checkpoint was published) to the end. A trial passes
@@ -79,6 +80,7 @@ leftovers() { # DIR: what a run left behind, one per line
 
 declare -A wall_ms
 for p in "${placements[@]}"; do
+  run "$tmp/warm-$p" "$p" >/dev/null 2>&1 # caches warm, so the timing below is a run's
   t0=$(date +%s%N)
   run "$tmp/base-$p" "$p" >"$tmp/base-$p.log" 2>&1 || { echo "FAIL: the uninterrupted $p run failed:"; tail -5 "$tmp/base-$p.log"; exit 1; }
   wall_ms[$p]=$((($(date +%s%N) - t0) / 1000000))
@@ -95,12 +97,21 @@ lines=()
 for ((t = 1; t <= trials; t++)); do
   p=${placements[$(((t - 1) % ${#placements[@]}))]}
   d=$tmp/t$t
-  # Uniform over the uninterrupted run's wall time (start-up included), plus 20%.
-  delay_ms=$((RANDOM * 32768 + RANDOM))
-  delay_ms=$((delay_ms % (wall_ms[$p] * 6 / 5 + 1)))
+  # A random moment: after checkpoint k (0: from the start) is announced,
+  # k uniform in 0..steps-1, plus a uniform share of one step-and-save
+  # interval, so kills spread over start-up, steps and saves alike.
+  k=$((RANDOM % steps))
+  interval_ms=$((wall_ms[$p] / (steps + 1) + 1))
+  delay_ms=$(((RANDOM * 32768 + RANDOM) % interval_ms))
   args "$d" "$p"
-  "$bin" "${args[@]}" >"$d.log" 2>&1 & # $! is zoffload itself, not a subshell
+  # stdbuf: "saved" lines reach the log as they are printed; it execs, so
+  # $! is zoffload itself.
+  : >"$d.log" # exists before the poll below reads it
+  stdbuf -oL "$bin" "${args[@]}" >"$d.log" 2>&1 &
   pid=$!
+  if ((k > 0)); then
+    while kill -0 "$pid" 2>/dev/null && ! grep -q "^saved .*/checkpoint-$k\$" "$d.log"; do sleep 0.002; done
+  fi
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
@@ -137,8 +148,8 @@ for ((t = 1; t <= trials; t++)); do
   done
   after=$(leftovers "$d" | tr '\n' ' ')
   [[ -z $after ]] || why+=("left after the resumed run: $after")
-  line=$(printf 'trial %3d  %-11s kill at %5d ms  checkpoints left: %-18s temporaries left: %d  swap dirs left: %d' \
-    "$t" "$p" "$delay_ms" "${kept:-none}" "$n_tmp" "$n_swap")
+  line=$(printf 'trial %3d  %-11s kill %4d ms after checkpoint %d  checkpoints left: %-18s temporaries left: %d  swap dirs left: %d' \
+    "$t" "$p" "$delay_ms" "$k" "${kept:-none}" "$n_tmp" "$n_swap")
   if ((${#why[@]})); then
     fail=$((fail + 1))
     line+="  FAIL: $(printf '%s; ' "${why[@]}")"
