@@ -3,6 +3,8 @@
 # against, with their runtime libraries, into .debs/ at the repository root,
 # so that benchmarks/gpu_check.sh can build on a machine that has only the
 # CUDA toolkit, CMake and Python (it unpacks them into a private prefix).
+# .debs/ is git-ignored: the device call that runs gpu_check.sh names it,
+# carry: [".debs"] (about 15 MB of the call's 64 MiB).
 # Run on a Debian/Ubuntu amd64 machine whose release matches the target's
 # glibc or is older (these are bookworm builds: glibc 2.36).
 #   benchmarks/collect-debs.sh            download what is missing from .debs/

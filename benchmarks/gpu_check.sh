@@ -1,32 +1,54 @@
 #!/usr/bin/env bash
-# GPU check for a lent machine that has only the CUDA toolkit (with gcc),
-# CMake and Python: unpack the Debian packages carried in .debs/ (made by
-# benchmarks/collect-debs.sh) into a private prefix, configure with the CUDA
-# backend for sm_90, build, run the gpu-labelled tests (CUDA vs CPU op
-# parity in every dtype, training on the GPU against the CPU and in every
-# offload placement), the cuBLASLt GEMM throughput benchmark (its bf16 peak
-# is the MFU denominator) and bf16 training throughput of GPT-2 124M and
-# 350M all on the GPU, with the optimizer on the CPU, and with the
-# parameters on the CPU too, and print a summary table. Everything fits in 8 minutes: each
-# step's timeout is cut to what is left. Output also goes to $OUT/gpu_check.log
-# when $OUT is set. Never installs anything system-wide; exits 0 unless the
-# build or a test failed. Without a GPU the table says "no GPU" (rehearsal).
+# The GPU check, written to succeed on its first run as ONE device call of at
+# most 9 minutes on a machine that has the CUDA toolkit, CMake, Ninja and
+# Python but none of our Debian libraries (they travel as .debs/, made by
+# benchmarks/collect-debs.sh; the call names carry: [".debs"]):
+#   1. preflight (20 s): driver, nvcc, cuBLASLt library and headers, omp.h,
+#      CMake, Ninja, the libraries (.debs/ or the system's), free GPU memory,
+#      torch; stops with one "PREFLIGHT FAILED:" line when the build cannot
+#      work. Without a GPU it goes on (rehearsal) and stops before the first
+#      step that needs one, saying so.
+#   2. unpack .debs/ into a private prefix; configure (sm_90) and build.
+#   3. the GPU op parity tests, first, with ZO_CUDA_SYNC=1 (a failing kernel
+#      is named with its shapes); then test-gpu-train (placements bit-identical
+#      on the GPU, GPU against CPU within tolerance, repeated runs bit-identical)
+#      and test-gpu-nccl.
+#   4. timings that fit the time left, most important first: bf16 GPT-2 124M
+#      and a 1B Llama (configs/llama-1b.json), all on the GPU and with each
+#      offload placement (tokens/s, TFLOP/s, overlap efficiency, from
+#      zoffload bench step), the PyTorch peer (benchmarks/gpu_torch_peer.py:
+#      fused AdamW on the GPU, FSDP2 CPU offload) side by side as ratios, and
+#      the cuBLASLt GEMM throughput.
+#   5. a summary table: every line says what ran and what did not, and why.
+# Every step's log, ctest's LastTest.log and the summary go to $OUT (or
+# $BUILD/logs without $OUT). Never installs anything system-wide. Exits 0
+# when everything that ran passed (a rehearsal without a GPU included), 1
+# when a build, test or benchmark failed, 2 when the preflight failed.
 #   benchmarks/gpu_check.sh
 # Environment: ZO_CHECK_BUILD (build dir, default build/gpu-check),
+# ZO_CHECK_KEEP_BUILD=1 (reuse an existing build dir of the same generator:
+# rehearsals), ZO_CHECK_BUDGET (seconds for everything, default 525),
+# ZO_CHECK_BUILD_TIMEOUT (seconds for each build step, default 240),
+# ZO_CHECK_GPT2_B (GPT-2 124M micro-batch, default 8, T = 1024),
 # ZO_CHECK_FORCE_DEB_TOOLS=1 (use the carried make/pkgconf even when the
-# machine has its own: rehearses the bare-machine path).
+# machine has its own).
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BUILD=${ZO_CHECK_BUILD:-$ROOT/build/gpu-check}
+[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
 PREFIX=$BUILD-deps
-BUDGET=480   # seconds for the whole script
-RESERVE=20   # kept back for the summary
+LOGS=${OUT:-$BUILD/logs}
+BUDGET=${ZO_CHECK_BUDGET:-525} # seconds for the whole script: under a 540 s call
+RESERVE=15                     # kept back for the summary and the log copies
+BUILD_MAX=${ZO_CHECK_BUILD_TIMEOUT:-240} # seconds for each of the two build steps at most
 START=$(date +%s)
+mkdir -p "$LOGS"
 
 declare -a ROWS=()
-row() { ROWS+=("$(printf '%-34s %s' "$1" "$2")"); }
+row() { ROWS+=("$(printf '%-48s %s' "$1" "$2")"); }
+elapsed() { echo $(($(date +%s) - START)); }
 left() { echo $((START + BUDGET - RESERVE - $(date +%s))); }
 # step_timeout MAX: MAX seconds or what is left, whichever is less (>= 1).
 step_timeout() {
@@ -36,7 +58,16 @@ step_timeout() {
   ((l < 1)) && l=1
   echo "$l"
 }
-say() { printf '\n=== %s (t=%ds)\n' "$*" $(($(date +%s) - START)); }
+say() { printf '\n=== %s (t=%ds)\n' "$*" "$(elapsed)"; }
+# A label as a file name that survives the trip back from the device: [A-Za-z0-9._-] only.
+fname() { local f=${1//[^A-Za-z0-9._-]/_}; echo "${f//__/_}"; }
+# ctest's LastTest.log of the run just finished, kept under a name of its own.
+keep_lasttest() {
+  local f
+  for f in "$BUILD"/Testing/Temporary/LastTest*.log; do
+    [[ -f $f ]] && cp "$f" "$LOGS/$1-$(basename "$f")"
+  done
+}
 
 # Unpacks one .deb into $PREFIX: dpkg -x, or Python's ar + tar where there is no dpkg.
 unpack_deb() {
@@ -68,239 +99,475 @@ PY
   fi
 }
 
-main() {
-  local status=0
-  say "zoffload gpu_check in $ROOT"
-  echo "host: $(uname -srm), $(nproc) CPUs; cmake $(cmake --version | head -n1 | awk '{print $3}')"
-  if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-    export PATH=/usr/local/cuda/bin:$PATH
-  fi
-  echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
-
-  # ---- device ------------------------------------------------------------------
-  local gpu="no GPU"
-  if command -v nvidia-smi >/dev/null; then
-    local q qrc
-    q=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)
-    qrc=$?
-    q=${q%%$'\n'*}
-    if [[ $qrc -eq 0 && -n "$q" ]]; then
-      gpu="$q"
-    else
-      gpu="no GPU (nvidia-smi: ${q:0:60})"
-    fi
-  else
-    gpu="no GPU (no nvidia-smi)"
-  fi
-  echo "device: $gpu"
-  row "device" "$gpu"
-
-  # ---- dependencies from .debs/ --------------------------------------------------
-  local -a cmake_args=(-DZO_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release
-                       -DZO_WERROR=OFF)
-  local arch_lib=usr/lib/x86_64-linux-gnu
-  if compgen -G ".debs/*.deb" >/dev/null; then
-    say "unpacking .debs/ into $PREFIX"
-    [[ $(uname -m) == x86_64 ]] || echo "warning: .debs/ holds amd64 packages, this is $(uname -m)"
-    rm -rf "$PREFIX"
-    mkdir -p "$PREFIX/bin"
-    local n=0 f
-    for f in .debs/*.deb; do
-      case $(basename "$f") in
-        # (no `ldconfig -p | grep -q`: under pipefail grep's early exit fails the pipe)
-        libgomp1_*) [[ $(ldconfig -p 2>/dev/null) == *"libgomp.so.1 "* ||
-                       $(gcc -print-file-name=libgomp.so.1 2>/dev/null) == /* ]] && continue ;;
-      esac
-      unpack_deb "$f" || { echo "cannot unpack $f"; status=1; }
-      n=$((n + 1))
-    done
-    # Absolute symlinks (libz.so -> /lib/...) must point into the prefix.
-    local l t
-    while IFS= read -r l; do
-      t=$(readlink "$l")
-      [[ $t == /* && -e "$PREFIX$t" ]] && ln -sfn "$PREFIX$t" "$l"
-    done < <(find "$PREFIX" -type l)
-    # .pc files say prefix=/usr; make them say the prefix.
-    local pc
-    for pc in "$PREFIX/$arch_lib/pkgconfig"/*.pc "$PREFIX/usr/share/pkgconfig"/*.pc; do
-      [[ -f $pc ]] && sed -i -e "s|=/usr|=$PREFIX/usr|g" -e "s|-I/usr|-I$PREFIX/usr|g" \
-                             -e "s|-L/usr|-L$PREFIX/usr|g" "$pc"
-    done
-    export PKG_CONFIG_PATH="$PREFIX/$arch_lib/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-    export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-    local libdirs="$PREFIX/$arch_lib/openblas-openmp:$PREFIX/$arch_lib:$PREFIX/lib/x86_64-linux-gnu"
-    RUN_LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    # Pre-set find_path/find_library results: the top-level CMakeLists looks
-    # for OpenBLAS only under /usr (NO_DEFAULT_PATH).
-    cmake_args+=(-DZO_CBLAS_INCLUDE="$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp"
-                 -DZO_OPENBLAS="$PREFIX/$arch_lib/openblas-openmp/libopenblas.so"
-                 -DZO_OPENBLAS_ROOT="$PREFIX/usr"
-                 -DZLIB_INCLUDE_DIR="$PREFIX/usr/include"
-                 -DZLIB_LIBRARY="$PREFIX/$arch_lib/libz.so"
-                 "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$libdirs")
-    # Tools the machine may lack: a wrapper so pkgconf finds its library.
-    if [[ -x $PREFIX/usr/bin/pkgconf ]] && { ! command -v pkg-config >/dev/null || [[ ${ZO_CHECK_FORCE_DEB_TOOLS:-0} == 1 ]]; }; then
-      printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
-        "$PREFIX/$arch_lib" "$PREFIX/usr/bin/pkgconf" > "$PREFIX/bin/pkg-config"
-      chmod +x "$PREFIX/bin/pkg-config"
-      cmake_args+=(-DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkg-config")
-      echo "using the carried pkgconf"
-    fi
-    if [[ -x $PREFIX/usr/bin/make ]] && { ! command -v make >/dev/null || [[ ${ZO_CHECK_FORCE_DEB_TOOLS:-0} == 1 ]]; }; then
-      cmake_args+=(-DCMAKE_MAKE_PROGRAM="$PREFIX/usr/bin/make")
-      echo "using the carried make"
-    fi
-    row "dependencies" "$n .debs unpacked into ${PREFIX#$ROOT/}"
-  else
-    RUN_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-    row "dependencies" "system (no .debs/)"
-  fi
-
-  # ---- configure and build ---------------------------------------------------------
-  say "configure ($BUILD)"
-  local t0 t1 ok=1
+# ---- 1. preflight ------------------------------------------------------------------------
+GPU=""       # "name, total MiB, driver" when a GPU answers
+NO_GPU=""    # why not, otherwise
+GEN=Ninja
+TORCH=""     # torch version when importable
+preflight() {
+  say "preflight"
+  local fatal="" t0
   t0=$(date +%s)
-  rm -rf "$BUILD"
-  timeout "$(step_timeout 120)" cmake -S "$ROOT" -B "$BUILD" -G "Unix Makefiles" "${cmake_args[@]}" \
-    || ok=0
-  if ((ok)); then
-    grep -E '^(ZO_CBLAS_INCLUDE|ZO_OPENBLAS|ZLIB_LIBRARY[A-Z_]*|(JANSSON|ISAL|LIBURING|HWLOC)_LIBDIR|CMAKE_CUDA_ARCHITECTURES):' \
-      "$BUILD/CMakeCache.txt" | sed 's/^/  /'
-    say "build: zo-kernels-cuda (timed alone)"
-    local c0 c1
-    c0=$(date +%s)
-    timeout "$(step_timeout 200)" cmake --build "$BUILD" -j "$(nproc)" --target zo-kernels-cuda || ok=0
-    c1=$(date +%s)
-    row "build: CUDA backend (sm_90)" "$( ((ok)) && echo "ok, $((c1 - c0)) s on $(nproc) cores" || echo FAILED)"
-  fi
-  if ((ok)); then
-    say "build: tests and benchmarks"
-    timeout "$(step_timeout 200)" cmake --build "$BUILD" -j "$(nproc)" \
-      --target zoffload test-gpu-backend-ops test-gpu-train test-gpu-nccl bench-gpu-gemm || ok=0
-  fi
-  t1=$(date +%s)
-  row "configure + build" "$( ((ok)) && echo "ok, $((t1 - t0)) s" || echo "FAILED (see log)")"
-  if ((!ok)); then
-    status=1
-  else
-    echo "libraries of zoffload and test-gpu-backend-ops:"
-    LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH ldd "$BUILD/zoffload" \
-      "$BUILD/tests/test-gpu-backend-ops" 2>&1 | sed 's/ (0x[0-9a-f]*)$//' | sort -u \
-      | grep -E 'openblas|jansson|uring|hwloc|isal|libz|gfortran|cudart|cublas|not found' | sed 's/^/ /'
-  fi
-
-  # ---- GPU parity tests ----------------------------------------------------------------
-  if ((ok)); then
-    say "ctest -L gpu"
-    local out rc
-    out=$(cd "$BUILD" && LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 150)" \
-      ctest -L gpu --output-on-failure --timeout "$(step_timeout 140)" 2>&1)
-    rc=$?
-    echo "$out"
-    if grep -q "(Skipped)" <<<"$out" && ! grep -q "Passed" <<<"$out"; then
-      local why
-      why=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH "$BUILD/tests/test-gpu-backend-ops" 2>&1 | grep -m1 SKIP)
-      if [[ $gpu == "no GPU"* ]]; then
-        row "gpu ops parity (ctest -L gpu)" "SKIP, no GPU: ${why#SKIP: }"
-      else # nvidia-smi sees a GPU that the backend cannot use (driver older than the toolkit?)
-        row "gpu ops parity (ctest -L gpu)" "FAIL, GPU present but skipped: ${why#SKIP: }"
-        status=1
+  for d in /usr/local/cuda/bin /usr/local/nvidia/bin; do
+    [[ -d $d && :$PATH: != *":$d:"* ]] && export PATH=$PATH:$d
+  done
+  printf '%-14s %s\n' host "$(uname -srm), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM"
+  # GPU and driver (not fatal: without one this is a rehearsal)
+  local q
+  if command -v nvidia-smi >/dev/null; then
+    q=$(timeout 10 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader,nounits 2>&1)
+    if [[ $? -eq 0 && -n $q && $q != *"failed"* && $q != *"NVIDIA-SMI"* ]]; then
+      q=${q%%$'\n'*}
+      local name total free driver
+      IFS=',' read -r name total free driver <<<"$q"
+      GPU="$name, ${total// /} MiB, driver ${driver// /}"
+      printf '%-14s %s (free %s MiB)\n' gpu "$GPU" "${free// /}"
+      row "preflight: GPU" "$GPU, ${free// /} MiB free"
+      if ((${free// /} < 60000)); then
+        echo "warning: ${free// /} MiB free on the GPU; the 1B Llama all-on-GPU run wants about 40 GiB"
       fi
-    elif ((rc == 0)) && grep -q "100% tests passed" <<<"$out"; then
-      local secs
-      secs=$(grep -oE 'test-gpu-[a-z-]+ \.+ +Passed +[0-9.]+ sec' <<<"$out" | sed -E 's/ \.+ +Passed +/ /' | paste -sd, -)
-      row "gpu tests (ctest -L gpu)" "PASS ($secs)"
     else
-      row "gpu ops parity (ctest -L gpu)" "FAIL (rc $rc, see log)"
-      status=1
+      NO_GPU="nvidia-smi: ${q:0:100}"
     fi
   else
-    row "gpu ops parity (ctest -L gpu)" "not run (build failed)"
+    NO_GPU="no nvidia-smi on PATH (no driver)"
   fi
-
-  # ---- cuBLASLt GEMM throughput ----------------------------------------------------------
-  local layers="qkv attn.proj mlp.fc mlp.proj lm_head"
-  if ((ok)); then
-    say "bench-gpu-gemm (bf16 and fp32 cuBLASLt, N = B*T = 8192)"
-    local gout grc
-    gout=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 120)" \
-      "$BUILD/benchmarks/bench-gpu-gemm" --device cuda --N 8192 --iters 20 2>&1)
-    grc=$?
-    echo "$gout"
-    local L line
-    for L in $layers; do
-      line=$(grep -m1 "^zoffload gemm .*dtype=bf16.*layer=$L " <<<"$gout")
-      if [[ -n $line ]]; then
-        local shape fwd bwd
-        shape=$(grep -oE 'C=[0-9]+ OC=[0-9]+' <<<"$line")
-        fwd=$(grep -oE 'fwd_tflops=[0-9.]+' <<<"$line" | cut -d= -f2)
-        bwd=$(grep -oE 'bwd_tflops=[0-9.]+' <<<"$line" | cut -d= -f2)
-        row "gemm bf16 $L ($shape)" "fwd $fwd / bwd $bwd TFLOP/s"
-      elif ((grc == 77)); then
-        row "gemm $L" "no GPU"
-      else
-        row "gemm $L" "FAIL (rc $grc)"
-      fi
-    done
+  if [[ -n $NO_GPU ]]; then
+    printf '%-14s none: %s\n' gpu "$NO_GPU"
+    row "preflight: GPU" "none ($NO_GPU): rehearsal, stops before the GPU steps"
+  fi
+  # nvcc, cuBLASLt
+  local nvcc_v cuda_home inc lib
+  if command -v nvcc >/dev/null; then
+    nvcc_v=$(nvcc --version | grep -o 'release [0-9.]*')
+    cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    printf '%-14s %s (%s)\n' nvcc "$nvcc_v" "$cuda_home"
+    inc=$(ls "$cuda_home"/include/cublasLt.h "$cuda_home"/targets/*/include/cublasLt.h 2>/dev/null | head -n1)
+    lib=$(ls "$cuda_home"/lib64/libcublasLt.so* "$cuda_home"/targets/*/lib/libcublasLt.so* 2>/dev/null | head -n1)
+    printf '%-14s header %s, library %s\n' cuBLASLt "${inc:-MISSING}" "${lib:-MISSING}"
+    [[ -z $inc ]] && fatal="cublasLt.h not found under $cuda_home (CUDA toolkit without cuBLAS headers)"
+    [[ -z $lib ]] && fatal="libcublasLt.so not found under $cuda_home"
+    row "preflight: nvcc, cuBLASLt" "$nvcc_v; ${inc:+header ok}${lib:+, library ok}"
   else
-    for L in $layers; do row "gemm $L" "not run"; done
+    fatal="nvcc not found (PATH, /usr/local/cuda/bin): the CUDA toolkit is needed to build"
   fi
-
-  # ---- training throughput on the GPU ----------------------------------------------------
-  # zoffload bench step: bf16, synthetic tokens, the configured placement and
-  # the all-on-GPU one side by side; MFU against the bf16 GEMM peak measured
-  # above in this run.
-  local peak
-  peak=$(grep -m1 '^zoffload gemm_peak ' <<<"${gout:-}" | grep -oE 'tflops=[0-9.]+' | cut -d= -f2)
-  [[ -n $peak ]] && row "bf16 GEMM peak (MFU denominator)" "$peak TFLOP/s"
-  local model placement
-  for model in 124m 350m; do
-    for placement in device opt-cpu params-cpu; do
-      local label="train GPT-2 $model bf16, $placement"
-      if ((!ok)); then
-        row "$label" "not run"
-        continue
-      fi
-      local -a sets=(--set engine.device=cuda --set bf16.enabled=true)
-      case $placement in
-        opt-cpu) sets+=(--set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu) ;;
-        params-cpu) sets+=(--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu
-                           --set zero_optimization.offload_param.device=cpu) ;;
-      esac
-      say "bench step configs/gpt2-$model.json ($placement)"
-      local bout brc bj
-      bout=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 90)" \
-        "$BUILD/zoffload" bench step "$ROOT/configs/gpt2-$model.json" --steps 3 --json "${sets[@]}" 2>&1)
-      brc=$?
-      echo "$bout"
-      bj=$(grep -m1 '^{"backend"' <<<"$bout")
-      if [[ -n $bj ]]; then
-        row "$label" "$(python3 - "$bj" "${peak:-0}" <<'PY'
-import json, sys
-j = json.loads(sys.argv[1]); peak = float(sys.argv[2])
-mfu = f", MFU {100 * j['tflops'] / peak:.1f}%" if peak > 0 else ""
-print(f"{j['tokens_per_s']:.0f} tok/s, {j['tflops']:.1f} TFLOP/s{mfu}; "
-      f"{100 * j['device_step_ms'] / j['step_ms']:.0f}% of all-on-GPU ({j['backend']})")
-PY
-)"
-      else
-        row "$label" "no result (rc $brc$( ((brc == 124)) && echo ', out of time'))"
-        [[ $gpu == "no GPU"* ]] || status=1
-      fi
+  # omp.h with the host compiler nvcc uses
+  if ! command -v gcc >/dev/null; then
+    fatal="gcc not found (nvcc's host compiler)"
+  elif ! printf '#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n' |
+      gcc -fopenmp -x c - -o "$LOGS/.omp-probe" 2>"$LOGS/omp-probe.log"; then
+    fatal="gcc cannot compile with <omp.h> and -fopenmp (see omp-probe.log)"
+  else
+    printf '%-14s ok (%s)\n' omp.h "$(gcc -dumpfullversion 2>/dev/null)"
+  fi
+  rm -f "$LOGS/.omp-probe"
+  [[ -s $LOGS/omp-probe.log ]] || rm -f "$LOGS/omp-probe.log"
+  # CMake, Ninja (make as the fallback generator)
+  if command -v cmake >/dev/null; then
+    printf '%-14s %s\n' cmake "$(cmake --version | head -n1 | awk '{print $3}')"
+  else
+    fatal="cmake not found"
+  fi
+  if command -v ninja >/dev/null; then
+    printf '%-14s %s\n' ninja "$(ninja --version)"
+  elif command -v make >/dev/null || compgen -G ".debs/make_*.deb" >/dev/null; then
+    GEN="Unix Makefiles"
+    echo "ninja          not found: using Unix Makefiles"
+  else
+    fatal="neither ninja nor make found"
+  fi
+  # The libraries: carried .debs/ or the system's
+  local n_debs
+  n_debs=$(compgen -G ".debs/*.deb" | wc -l)
+  if ((n_debs > 0)); then
+    printf '%-14s %d packages in .debs/\n' libraries "$n_debs"
+    local p
+    for p in libopenblas0-openmp libopenblas-openmp-dev libjansson-dev libjansson4 zlib1g-dev; do
+      compgen -G ".debs/${p}_*.deb" >/dev/null || fatal=".debs/ lacks $p: rerun benchmarks/collect-debs.sh"
     done
-  done
+    row "preflight: libraries" "$n_debs .debs carried"
+  elif pkg-config --exists jansson 2>/dev/null && [[ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]]; then
+    echo "libraries      the system's (no .debs/)"
+    row "preflight: libraries" "the system's (no .debs/)"
+  else
+    fatal="no .debs/ and no system jansson + OpenBLAS: run benchmarks/collect-debs.sh here and name carry: [\".debs\"] in the device call"
+  fi
+  # torch for the peer (not fatal)
+  TORCH=$(timeout 15 python3 -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>/dev/null)
+  printf '%-14s %s\n' torch "${TORCH:-not importable}"
+  row "preflight: torch (peer)" "${TORCH:-not importable: the peer rows will say so}"
+  printf '%-14s %d s\n' preflight "$(($(date +%s) - t0))"
+  if [[ -n $fatal ]]; then
+    echo "PREFLIGHT FAILED: $fatal"
+    row "preflight" "FAILED: $fatal"
+    return 1
+  fi
+  row "preflight" "ok in $(($(date +%s) - t0)) s"
+  return 0
+}
 
-  # ---- summary ---------------------------------------------------------------------------------
-  row "total time" "$(($(date +%s) - START)) s of ${BUDGET} s"
-  printf '\n=== zoffload gpu_check summary\n'
-  printf '%s\n' "${ROWS[@]}"
+# ---- 2. dependencies, configure, build ---------------------------------------------------------
+RUN_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+declare -a CMAKE_ARGS=()
+deps() {
+  CMAKE_ARGS=(-G "$GEN" -DZO_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release
+              -DZO_WERROR=OFF -DZO_MPI=OFF)
+  local arch_lib=usr/lib/x86_64-linux-gnu
+  compgen -G ".debs/*.deb" >/dev/null || return 0
+  say "unpacking .debs/ into $PREFIX"
+  [[ $(uname -m) == x86_64 ]] || echo "warning: .debs/ holds amd64 packages, this is $(uname -m)"
+  rm -rf "$PREFIX"
+  mkdir -p "$PREFIX/bin"
+  local n=0 f
+  for f in .debs/*.deb; do
+    case $(basename "$f") in
+      # (no `ldconfig -p | grep -q`: under pipefail grep's early exit fails the pipe)
+      libgomp1_*) [[ $(ldconfig -p 2>/dev/null) == *"libgomp.so.1 "* ||
+                     $(gcc -print-file-name=libgomp.so.1 2>/dev/null) == /* ]] && continue ;;
+    esac
+    unpack_deb "$f" || { echo "cannot unpack $f"; return 1; }
+    n=$((n + 1))
+  done
+  # Absolute symlinks (libz.so -> /lib/...) must point into the prefix.
+  local l t
+  while IFS= read -r l; do
+    t=$(readlink "$l")
+    [[ $t == /* && -e "$PREFIX$t" ]] && ln -sfn "$PREFIX$t" "$l"
+  done < <(find "$PREFIX" -type l)
+  # .pc files say prefix=/usr; make them say the prefix.
+  local pc
+  for pc in "$PREFIX/$arch_lib/pkgconfig"/*.pc "$PREFIX/usr/share/pkgconfig"/*.pc; do
+    [[ -f $pc ]] && sed -i -e "s|=/usr|=$PREFIX/usr|g" -e "s|-I/usr|-I$PREFIX/usr|g" \
+                           -e "s|-L/usr|-L$PREFIX/usr|g" "$pc"
+  done
+  export PKG_CONFIG_PATH="$PREFIX/$arch_lib/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  local libdirs="$PREFIX/$arch_lib/openblas-openmp:$PREFIX/$arch_lib:$PREFIX/lib/x86_64-linux-gnu"
+  RUN_LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Pre-set find_path/find_library results: the top-level CMakeLists looks
+  # for OpenBLAS only under /usr (NO_DEFAULT_PATH).
+  CMAKE_ARGS+=(-DZO_CBLAS_INCLUDE="$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp"
+               -DZO_OPENBLAS="$PREFIX/$arch_lib/openblas-openmp/libopenblas.so"
+               -DZO_OPENBLAS_ROOT="$PREFIX/usr"
+               -DZLIB_INCLUDE_DIR="$PREFIX/usr/include"
+               -DZLIB_LIBRARY="$PREFIX/$arch_lib/libz.so"
+               "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$libdirs")
+  # Tools the machine may lack: a wrapper so pkgconf finds its library.
+  if [[ -x $PREFIX/usr/bin/pkgconf ]] && { ! command -v pkg-config >/dev/null || [[ ${ZO_CHECK_FORCE_DEB_TOOLS:-0} == 1 ]]; }; then
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+      "$PREFIX/$arch_lib" "$PREFIX/usr/bin/pkgconf" > "$PREFIX/bin/pkg-config"
+    chmod +x "$PREFIX/bin/pkg-config"
+    CMAKE_ARGS+=(-DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkg-config")
+    echo "using the carried pkgconf"
+  fi
+  if [[ $GEN == "Unix Makefiles" && -x $PREFIX/usr/bin/make ]] &&
+     { ! command -v make >/dev/null || [[ ${ZO_CHECK_FORCE_DEB_TOOLS:-0} == 1 ]]; }; then
+    CMAKE_ARGS+=(-DCMAKE_MAKE_PROGRAM="$PREFIX/usr/bin/make")
+    echo "using the carried make"
+  fi
+  echo "$n packages unpacked"
+  return 0
+}
+
+build() {
+  say "configure ($BUILD, $GEN)"
+  local t0 ok=1 c0
+  t0=$(date +%s)
+  # A fresh build (its logs folder kept) unless a rehearsal asks to reuse one.
+  [[ ${ZO_CHECK_KEEP_BUILD:-0} == 1 ]] ||
+    find "$BUILD" -mindepth 1 -maxdepth 1 ! -name logs ! -name nvme -exec rm -rf {} + 2>/dev/null
+  timeout "$(step_timeout 120)" cmake -S "$ROOT" -B "$BUILD" "${CMAKE_ARGS[@]}" >"$LOGS/configure.log" 2>&1 || ok=0
+  tail -n 5 "$LOGS/configure.log"
+  if ((!ok)); then
+    cp "$BUILD"/CMakeFiles/CMakeConfigureLog.yaml "$LOGS/" 2>/dev/null
+    row "configure" "FAILED (configure.log)"
+    return 1
+  fi
+  grep -E '^(ZO_CBLAS_INCLUDE|ZO_OPENBLAS|ZLIB_LIBRARY[A-Z_]*|CMAKE_CUDA_ARCHITECTURES|ZO_HAVE_NCCL|CMAKE_CUDA_COMPILER):' \
+    "$BUILD/CMakeCache.txt" | sed 's/^/  /'
+  say "build: zo-kernels-cuda (timed alone)"
+  c0=$(date +%s)
+  timeout "$(step_timeout "$BUILD_MAX")" cmake --build "$BUILD" -j "$(nproc)" --target zo-kernels-cuda >"$LOGS/build-cuda.log" 2>&1 || ok=0
+  tail -n 3 "$LOGS/build-cuda.log"
+  row "build: CUDA backend (sm_90)" "$( ((ok)) && echo "ok, $(($(date +%s) - c0)) s on $(nproc) cores" || echo "FAILED (build-cuda.log)")"
+  if ((ok)); then
+    say "build: zoffload, the gpu tests and bench-gpu-gemm"
+    timeout "$(step_timeout "$BUILD_MAX")" cmake --build "$BUILD" -j "$(nproc)" \
+      --target zoffload test-gpu-backend-ops test-gpu-train test-gpu-nccl bench-gpu-gemm >"$LOGS/build.log" 2>&1 || ok=0
+    tail -n 3 "$LOGS/build.log"
+    row "build: zoffload, tests, benchmarks" "$( ((ok)) && echo "ok, $(($(date +%s) - t0)) s with configure" || echo "FAILED (build.log)")"
+  fi
+  ((ok)) || return 1
+  echo "libraries of zoffload:"
+  LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH ldd "$BUILD/zoffload" 2>&1 | sed 's/ (0x[0-9a-f]*)$//' | sort -u |
+    grep -E 'openblas|jansson|uring|hwloc|isal|libz|gomp|cudart|cublas|nccl|not found' | sed 's/^/  /'
+  return 0
+}
+
+# ---- 3. tests on the GPU -------------------------------------------------------------------------
+# ctest_step LABEL REGEX MAX [ENV...]: runs the tests, keeps the log and
+# LastTest.log. A skip fails the step (a GPU is there), unless SKIP_OK=1.
+SKIP_OK=0
+ctest_step() {
+  local label=$1 regex=$2 max=$3 name
+  name=$(fname "$1")
+  shift 3
+  say "ctest -R '$regex' ${*:+(with $*)}"
+  local out rc secs
+  out=$(cd "$BUILD" && env "$@" LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$max")" \
+    ctest -R "$regex" --output-on-failure --timeout "$(step_timeout "$((max - 5))")" 2>&1)
+  rc=$?
+  echo "$out" | tee "$LOGS/$name.log" | tail -n 25
+  keep_lasttest "$name"
+  secs=$(grep -oE 'test-gpu-[a-z-]+ \.+ *(\*\*\*)?[A-Za-z]+ +[0-9.]+ sec' <<<"$out" | sed -E 's/ \.+ */ /' | paste -sd, -)
+  if ((rc == 0)) && grep -q "100% tests passed" <<<"$out" && ! grep -q "Not Run\|Skipped" <<<"$out"; then
+    row "$label" "PASS ($secs)"
+    return 0
+  fi
+  if grep -q "Skipped" <<<"$out" && ((rc == 0)); then
+    local why
+    why=$(grep -m1 '^SKIP' "$BUILD"/Testing/Temporary/LastTest.log 2>/dev/null)
+    if ((SKIP_OK)); then
+      row "$label" "skipped: ${why:-see $name.log}"
+      return 0
+    fi
+    row "$label" "FAIL: skipped although a GPU answered nvidia-smi: ${why:-see $name.log}"
+  elif ((rc == 124)); then
+    row "$label" "FAIL: out of time after ${max} s ($name.log)"
+  else
+    row "$label" "FAIL (rc $rc: $secs; $name.log, $name-LastTest.log)"
+  fi
+  return 1
+}
+
+# ---- 4. timings -------------------------------------------------------------------------------------
+declare -A TPS=() # label -> tokens/s, for the side-by-side
+B124=${ZO_CHECK_GPT2_B:-8} # GPT-2 124M micro-batch (T = 1024), the same for the peer
+BENCH_DEVICE=cuda          # cpu only for the rehearsal's parser check
+
+# bench NAME CONFIG PLACEMENT STEPS MIN_SECONDS MAX_SECONDS [--set ...]
+bench() {
+  local label=$1 cfg=$2 placement=$3 steps=$4 need=$5 max=$6
+  shift 6
+  if (($(left) < need)); then
+    row "$label" "not run: out of time ($(left) s left, needs about $need s)"
+    return 0
+  fi
+  local -a sets=(--set "engine.device=$BENCH_DEVICE" --set bf16.enabled=true --set engine.gpu_memory_budget=0 "$@")
+  case $placement in
+    device) sets+=(--set zero_optimization.stage=0 --set zero_optimization.offload_optimizer.device=none
+                   --set zero_optimization.offload_param.device=none) ;;
+    opt-cpu) sets+=(--set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu
+                    --set zero_optimization.offload_param.device=none) ;;
+    params-cpu) sets+=(--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu
+                       --set zero_optimization.offload_param.device=cpu) ;;
+    opt-nvme) mkdir -p "$BUILD/nvme"
+              sets+=(--set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=nvme
+                     --set "zero_optimization.offload_optimizer.nvme_path=$BUILD/nvme"
+                     --set zero_optimization.offload_param.device=none) ;;
+  esac
+  say "bench step $cfg ($placement)"
+  local log="$LOGS/bench-$(fname "$label").log" out rc j
+  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$max")" \
+    "$BUILD/zoffload" bench step "$ROOT/$cfg" --steps "$steps" --json "${sets[@]}" 2>&1)
+  rc=$?
+  echo "$out" >"$log"
+  tail -n 8 <<<"$out"
+  j=$(grep -m1 '^{"backend"' <<<"$out")
+  if [[ -z $j ]]; then
+    row "$label" "FAIL: no result (rc $rc$( ((rc == 124)) && echo ', out of time'); $(basename "$log"))"
+    return 1
+  fi
+  local line
+  line=$(python3 - "$j" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print(f"{j['tokens_per_s']:.0f} {j['tokens_per_s']:.0f} tok/s, {j['tflops']:.1f} TFLOP/s, overlap "
+      f"efficiency {j['overlap_efficiency']:.2f}, {100 * j['device_step_ms'] / j['step_ms']:.0f}% of "
+      f"all-on-GPU ({j['device_tokens_per_s']:.0f} tok/s)")
+PY
+)
+  TPS[$label]=${line%% *}
+  row "$label" "${line#* }"
+  return 0
+}
+
+# peer MODE LABEL MIN MAX
+peer() {
+  local mode=$1 label=$2 need=$3 max=$4
+  if [[ -z $TORCH ]]; then
+    row "$label" "not run: torch is not importable here"
+    return 0
+  fi
+  if (($(left) < need)); then
+    row "$label" "not run: out of time ($(left) s left, needs about $need s)"
+    return 0
+  fi
+  say "PyTorch peer: $mode"
+  local out rc j
+  out=$(timeout "$(step_timeout "$max")" python3 "$ROOT/benchmarks/gpu_torch_peer.py" --mode "$mode" \
+    --batch "$B124" --seq 1024 --steps 5 2>&1)
+  rc=$?
+  echo "$out" >"$LOGS/peer-$mode.log"
+  tail -n 4 <<<"$out"
+  j=$(grep -m1 '^{"peer"' <<<"$out")
+  if [[ -z $j ]]; then
+    local why
+    why=$(grep -m1 -E '^torch-peer: (SKIP|FAIL)' <<<"$out")
+    row "$label" "${why:-FAIL (rc $rc$( ((rc == 124)) && echo ', out of time'); peer-$mode.log)}"
+    [[ $why == *SKIP* ]] && return 0
+    return 1
+  fi
+  local line
+  line=$(python3 - "$j" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print(f"{j['tokens_per_s']:.0f} {j['tokens_per_s']:.0f} tok/s, step {j['step_ms']:.1f} ms, "
+      f"peak {j['peak_gpu_gib']} GiB on the GPU, torch {j['torch']}")
+PY
+)
+  TPS[$label]=${line%% *}
+  row "$label" "${line#* }"
+  return 0
+}
+
+gemm() {
+  if (($(left) < 40)); then
+    row "gemm bf16 (bench-gpu-gemm)" "not run: out of time ($(left) s left)"
+    return 0
+  fi
+  say "bench-gpu-gemm (bf16 and fp32 cuBLASLt, N = B*T = 8192)"
+  local out rc peak
+  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 60)" \
+    "$BUILD/benchmarks/bench-gpu-gemm" --device cuda --N 8192 --iters 20 2>&1)
+  rc=$?
+  echo "$out" >"$LOGS/bench-gpu-gemm.log"
+  peak=$(grep -m1 '^zoffload gemm_peak ' <<<"$out" | grep -oE 'tflops=[0-9.]+' | cut -d= -f2)
+  if [[ -n $peak ]]; then
+    row "gemm bf16 peak (bench-gpu-gemm)" "$peak TFLOP/s (cuBLASLt at GPT-2 shapes)"
+  else
+    row "gemm bf16 peak (bench-gpu-gemm)" "FAIL (rc $rc; bench-gpu-gemm.log)"
+    return 1
+  fi
+}
+
+side_by_side() {
+  local a=${TPS["zoffload GPT-2 124M, all on GPU"]:-} b=${TPS["torch GPT-2 124M, all on GPU"]:-}
+  local c=${TPS["zoffload GPT-2 124M, optimizer on cpu"]:-} d=${TPS["torch GPT-2 124M, FSDP2 CPU offload"]:-}
+  # pair LABEL ZO TORCH: the ratio, or why there is none.
+  pair() {
+    if [[ -n $2 && -n $3 ]]; then
+      row "$1" "zoffload $2 / torch $3 tok/s = $(python3 -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}x")' "$2" "$3")"
+    else
+      local miss=""
+      [[ -z $2 ]] && miss=zoffload
+      [[ -z $3 ]] && miss="${miss:+$miss and }torch"
+      row "$1" "not computed: no $miss figure (its row above says why)"
+    fi
+  }
+  pair "side by side: all on GPU" "$a" "$b"
+  pair "side by side: optimizer on the CPU" "$c" "$d"
+}
+
+# ---- the run -------------------------------------------------------------------------------------------
+# what_not_run REASON LABEL...: one row per step that did not run.
+what_not_run() {
+  local why=$1 l
+  shift
+  for l in "$@"; do row "$l" "not run: $why"; done
+}
+
+GPU_STEPS=("gpu op parity (ZO_CUDA_SYNC=1)" "gpu training tests" "gpu nccl test (one rank)"
+           "zoffload GPT-2 124M, all on GPU"
+           "zoffload GPT-2 124M, optimizer on cpu" "zoffload GPT-2 124M, params + optimizer on cpu"
+           "torch GPT-2 124M, all on GPU" "torch GPT-2 124M, FSDP2 CPU offload"
+           "zoffload Llama 1B, all on GPU" "zoffload Llama 1B, optimizer on cpu"
+           "zoffload Llama 1B, params + optimizer on cpu" "zoffload GPT-2 124M, optimizer on nvme"
+           "gemm bf16 peak (bench-gpu-gemm)")
+
+# Without a GPU: what can be checked of the GPU steps' plumbing (the tests
+# skip with their reason, LastTest.log is kept, the peer says why it cannot
+# run, bench step's JSON parses on the CPU backend), then stop.
+rehearse() {
+  local status=0 out why
+  say "rehearsal: the gpu tests skip without a GPU (ctest, LastTest.log kept)"
+  out=$(cd "$BUILD" && LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 60)" \
+    ctest -R '^test-gpu-' --output-on-failure --timeout 50 2>&1)
+  echo "$out" | tee "$LOGS/rehearsal-ctest-gpu.log" | tail -n 8
+  keep_lasttest "rehearsal-ctest-gpu"
+  why=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH "$BUILD/tests/test-gpu-backend-ops" 2>&1 | grep -m1 '^SKIP')
+  if [[ $(grep -c "(Skipped)" <<<"$out") -ge 3 ]]; then
+    row "rehearsal: ctest -R test-gpu-" "3 tests skipped as they must without a GPU (${why:-no reason printed})"
+  else
+    row "rehearsal: ctest -R test-gpu-" "FAIL: expected 3 skips (rehearsal-ctest-gpu.log)"
+    status=1
+  fi
+  peer gpu "rehearsal: torch peer without a GPU" 1 60
+  BENCH_DEVICE=cpu
+  bench "rehearsal: bench step JSON (CPU backend)" configs/tiny.json device 1 1 120 || status=1
+  BENCH_DEVICE=cuda
+  say "stop: no GPU ($NO_GPU); every step from here needs one"
+  what_not_run "no GPU ($NO_GPU)" "${GPU_STEPS[@]}"
   return $status
 }
 
-if [[ -n "${OUT:-}" ]]; then
-  mkdir -p "$OUT"
-  main "$@" 2>&1 | tee "$OUT/gpu_check.log"
-  exit "${PIPESTATUS[0]}"
-else
-  main "$@"
-fi
+main() {
+  local status=0
+  say "zoffload gpu_check in $ROOT (budget $BUDGET s; logs in $LOGS)"
+  echo "commit: $(git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null | cut -c1-100)"
+  if ! preflight; then
+    what_not_run "the preflight failed" "build" "${GPU_STEPS[@]}"
+    return 2
+  fi
+  if ! deps; then
+    row "dependencies" "FAILED: unpacking .debs/"
+    what_not_run "dependencies failed" "${GPU_STEPS[@]}"
+    return 1
+  fi
+  if ! build; then
+    what_not_run "the build failed" "${GPU_STEPS[@]}"
+    return 1
+  fi
+  if [[ -n $NO_GPU ]]; then
+    rehearse
+    return $?
+  fi
+  # The ops first, synchronized after every op: a failure names its kernel.
+  ctest_step "gpu op parity (ZO_CUDA_SYNC=1)" '^test-gpu-backend-ops$' 150 ZO_CUDA_SYNC=1 || status=1
+  ctest_step "gpu training tests" '^test-gpu-train$' 200 || status=1
+  SKIP_OK=1 # without NCCL next to the toolkit the build has no device collectives
+  ctest_step "gpu nccl test (one rank)" '^test-gpu-nccl$' 40 || status=1
+  SKIP_OK=0
+  local ll="configs/llama-1b.json" llsets=(--set gradient_accumulation_steps=4 --set data.seq_len=2048)
+  local gsets=(--set train_micro_batch_size_per_gpu="$B124" --set data.seq_len=1024 --set gradient_accumulation_steps=1)
+  bench "zoffload GPT-2 124M, all on GPU" configs/gpt2-124m.json device 3 25 60 "${gsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, optimizer on cpu" configs/gpt2-124m.json opt-cpu 2 30 75 "${gsets[@]}" || status=1
+  peer gpu "torch GPT-2 124M, all on GPU" 30 90 || status=1
+  peer cpu-offload "torch GPT-2 124M, FSDP2 CPU offload" 40 120 || status=1
+  bench "zoffload GPT-2 124M, params + optimizer on cpu" configs/gpt2-124m.json params-cpu 2 30 75 "${gsets[@]}" || status=1
+  bench "zoffload Llama 1B, all on GPU" "$ll" device 1 45 100 "${llsets[@]}" || status=1
+  bench "zoffload Llama 1B, optimizer on cpu" "$ll" opt-cpu 1 60 120 "${llsets[@]}" || status=1
+  bench "zoffload Llama 1B, params + optimizer on cpu" "$ll" params-cpu 1 60 120 "${llsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, optimizer on nvme" configs/gpt2-124m.json opt-nvme 2 40 75 "${gsets[@]}" || status=1
+  gemm || status=1
+  side_by_side
+  return $status
+}
+
+summary() {
+  row "total time" "$(elapsed) s of ${BUDGET} s"
+  {
+    printf '\n=== zoffload gpu_check summary (%s)\n' "${GPU:-no GPU}"
+    printf '%s\n' "${ROWS[@]}"
+  } | tee "$LOGS/summary.txt"
+}
+
+# Everything to the terminal and to gpu_check.log.
+exec > >(tee "$LOGS/gpu_check.log") 2>&1
+TEE=$!
+main "$@"
+rc=$?
+summary
+exec >&- 2>&-
+wait "$TEE" 2>/dev/null
+exit $rc
