@@ -99,7 +99,7 @@ static int list_steps(const char *dir, long **steps, int *n) {
     (*steps)[(*n)++] = s;
   }
   closedir(d);
-  qsort(*steps, (size_t)*n, sizeof **steps, cmp_long);
+  if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, cmp_long);
   return 0;
 }
 
