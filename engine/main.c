@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zo/bench.h"
 #include "zo/comm.h"
@@ -752,6 +753,10 @@ static int cmd_trace(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* Before any output: redirected to a file or a pipe, stdout would be
+   * fully buffered, a long run would show nothing for minutes and a killed
+   * job would lose its log. */
+  if (!isatty(STDOUT_FILENO)) setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     fputs(usage_main, stderr);
     return 2;

@@ -43,6 +43,7 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "zo/adamw.h"
@@ -398,6 +399,13 @@ static int quote_limit(int err) {
   snprintf(msg, sizeof msg, "%s", zo_last_error());
   return zo_error(err, "%s (this process runs under an address-space limit, ulimit -v, of %s: that limit, not "
                        "the free memory, is what ran out)", msg, zo_format_bytes((size_t)rl.rlim_cur, a));
+}
+
+/* Wall-clock time in Unix seconds, for the metrics lines ("time"). */
+static double unix_time(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* printf on the lead rank only (the figures it prints are global). */
@@ -792,8 +800,9 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       }
       fprintf(t.metrics,
               "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
-              "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s}\n",
-              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s);
+              "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s, \"time\": %.3f}\n",
+              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s,
+              unix_time());
       fflush(t.metrics);
     }
     st.step = step;
@@ -829,7 +838,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
         if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
         say(&t, "%sstep %ld: val loss %.4f\n", t.tty ? "\r" : "", step, vl);
         if (t.metrics) {
-          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g}\n", step, vl);
+          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, vl, unix_time());
           fflush(t.metrics);
         }
       }
