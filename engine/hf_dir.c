@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo/cpu.h"
 #include "zo/fsutil.h"
 #include "zo/safetensors.h"
 #include "zo/state.h"
@@ -38,12 +39,14 @@ struct hf_fill {
   bool transpose;
   int index;         /* of this view, for staged */
   int *staged;       /* the view whose rows the staging buffer holds, -1 none */
+  enum zo_dtype dtype; /* in the file; F32 is our values as they are */
+  float *cast;       /* (ZO_ST_FILL_CHUNK / 2) fp32 elements, for another dtype */
 };
 
-static int fill_hf(void *ctx, void *dst, size_t offset, size_t nbytes) {
-  const struct hf_fill *v = ctx;
+/* Elements [first, first + n) of the file's tensor as fp32 into d. */
+static int fill_f32(const struct hf_fill *v, float *d, size_t first, size_t n) {
   const struct zo_state_io *io = v->io;
-  if (!v->transpose) return io->read(io->ctx, ZO_STATE_PARAMS, v->byte0 + offset, dst, nbytes);
+  if (!v->transpose) return io->read(io->ctx, ZO_STATE_PARAMS, v->byte0 + first * sizeof(float), d, n * sizeof(float));
   const float *src = io->stage;
   if (*v->staged != v->index) {
     *v->staged = -1;
@@ -51,13 +54,21 @@ static int fill_hf(void *ctx, void *dst, size_t offset, size_t nbytes) {
     if (err) return err;
     *v->staged = v->index;
   }
-  float *d = dst;
-  const size_t first = offset / sizeof(float), n = nbytes / sizeof(float);
   for (size_t k = 0; k < n; k++) {
     const size_t e = first + k, r = e / v->n_rows, c = e % v->n_rows; /* element (r, c) of (cols, n_rows) */
     d[k] = src[c * v->cols + r];
   }
   return 0;
+}
+
+static int fill_hf(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  const struct hf_fill *v = ctx;
+  const size_t es = zo_dtype_size(v->dtype), first = offset / es, n = nbytes / es;
+  if (v->dtype == ZO_F32) return fill_f32(v, dst, first, n);
+  /* Rounded once, to nearest even, as the working dtype is. */
+  int err = fill_f32(v, v->cast, first, n);
+  if (!err) zo_cpu_cast(dst, v->dtype, v->cast, ZO_F32, n);
+  return err;
 }
 
 /* The architecture's Hugging Face tensors of m (allocated; free them). */
@@ -82,44 +93,134 @@ int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const fl
 }
 
 int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io) {
+  const struct zo_hf_save_opts o = {.dtype = ZO_F32};
+  return zo_model_save_pretrained_opts(dir, m, io, &o);
+}
+
+static const char *torch_dtype(enum zo_dtype dt) {
+  return dt == ZO_BF16 ? "bfloat16" : dt == ZO_F16 ? "float16" : "float32";
+}
+
+/* Shard of each tensor (nbytes[i] bytes) under max bytes a shard (0: one
+ * file), as transformers assigns them: in order, a new shard when the next
+ * tensor would overflow this one; a tensor larger than max alone. Returns
+ * the number of shards. */
+static int assign_shards(const size_t *nbytes, int n, size_t max, int *shard) {
+  int s = 0;
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    if (max && used > 0 && used + nbytes[i] > max) {
+      s++;
+      used = 0;
+    }
+    shard[i] = s;
+    used += nbytes[i];
+  }
+  return s + 1;
+}
+
+static void shard_name(char *buf, size_t size, int s, int n_shards) {
+  if (n_shards == 1) snprintf(buf, size, "model.safetensors");
+  else snprintf(buf, size, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+}
+
+/* model.safetensors.index.json: the total bytes of tensor data and the
+ * shard of each tensor. */
+static int write_index(const char *dir, const struct zo_hf_tensor *hf, const int *shard, int n, int n_shards,
+                       size_t total) {
+  char path[PATH_MAX], file[64];
+  json_t *j = json_object(), *meta = json_object(), *map = json_object();
+  int err = !j || !meta || !map ? zo_error(-ENOMEM, "out of memory building %s's index", dir) : 0;
+  if (!err) {
+    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    json_object_set_new(j, "metadata", meta);
+    json_object_set_new(j, "weight_map", map);
+    meta = map = NULL;
+    for (int i = 0; i < n; i++) {
+      shard_name(file, sizeof file, shard[i], n_shards);
+      json_object_set_new(json_object_get(j, "weight_map"), hf[i].name, json_string(file));
+    }
+    err = join(path, sizeof path, dir, "model.safetensors.index.json");
+    if (!err) err = write_json(path, j);
+  }
+  json_decref(meta);
+  json_decref(map);
+  json_decref(j);
+  return err;
+}
+
+int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
+                                  const struct zo_hf_save_opts *o) {
+  ZO_ASSERT(o->dtype == ZO_F32 || o->dtype == ZO_BF16 || o->dtype == ZO_F16);
   char path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
   struct zo_hf_tensor *hf = NULL;
-  int n_hf = 0, staged = -1;
+  int n_hf = 0, staged = -1, n_shards = 1;
   struct hf_fill *views = NULL;
-  struct zo_st_writer *w = zo_st_writer_init();
+  size_t *nbytes = NULL, total = 0;
+  int *shard = NULL;
+  float *cast = NULL;
+  struct zo_st_writer *w = NULL;
+  const size_t es = zo_dtype_size(o->dtype);
   if ((err = hf_list(m, &hf, &n_hf))) goto out;
   views = calloc((size_t)n_hf + 1, sizeof *views);
-  if (!views || !w) {
+  nbytes = calloc((size_t)n_hf + 1, sizeof *nbytes);
+  shard = calloc((size_t)n_hf + 1, sizeof *shard);
+  if (o->dtype != ZO_F32) cast = malloc(ZO_ST_FILL_CHUNK / 2 * sizeof(float));
+  if (!views || !nbytes || !shard || (o->dtype != ZO_F32 && !cast)) {
     err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
     goto out;
   }
   for (int i = 0; i < n_hf; i++) {
-    const struct zo_hf_tensor *h = &hf[i];
-    const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
-    const size_t cols = tensor_cols(ti);
-    /* A transposed view is a whole hf_transposed tensor: zo_state_stage_bytes holds it. */
-    ZO_ASSERT(!h->transpose || (ti->hf_transposed && (size_t)h->rows * cols * sizeof(float) <= io->stage_bytes));
-    views[i] = (struct hf_fill){io, (ti->offset + (size_t)h->row0 * cols) * sizeof(float), (size_t)h->rows, cols,
-                                h->transpose, i, &staged};
-    /* A row range is contiguous (the padded vocabulary rows are left out). */
-    if ((err = zo_st_writer_add_fill(w, h->name, ZO_F32, h->ndim, h->shape, fill_hf, &views[i]))) goto out;
+    size_t numel = 1;
+    for (int k = 0; k < hf[i].ndim; k++) numel *= (size_t)hf[i].shape[k];
+    nbytes[i] = numel * es;
+    total += nbytes[i];
   }
-  if ((err = join(path, sizeof path, dir, "model.safetensors")) ||
-      (err = zo_st_writer_set_metadata(w, "format", "pt")) || (err = zo_st_writer_write(w, path)))
-    goto out;
+  n_shards = assign_shards(nbytes, n_hf, o->max_shard_bytes, shard);
+  for (int s = 0; s < n_shards && !err; s++) {
+    char file[64];
+    if (!(w = zo_st_writer_init())) {
+      err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
+      goto out;
+    }
+    for (int i = 0; i < n_hf; i++) {
+      if (shard[i] != s) continue;
+      const struct zo_hf_tensor *h = &hf[i];
+      const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
+      const size_t cols = tensor_cols(ti);
+      /* A transposed view is a whole hf_transposed tensor: zo_state_stage_bytes holds it. */
+      ZO_ASSERT(!h->transpose ||
+                (ti->hf_transposed && (size_t)h->rows * cols * sizeof(float) <= io->stage_bytes));
+      views[i] = (struct hf_fill){io, (ti->offset + (size_t)h->row0 * cols) * sizeof(float), (size_t)h->rows, cols,
+                                  h->transpose, i, &staged, o->dtype, cast};
+      /* A row range is contiguous (the padded vocabulary rows are left out). */
+      if ((err = zo_st_writer_add_fill(w, h->name, o->dtype, h->ndim, h->shape, fill_hf, &views[i]))) goto out;
+    }
+    shard_name(file, sizeof file, s, n_shards);
+    if ((err = join(path, sizeof path, dir, file)) || (err = zo_st_writer_set_metadata(w, "format", "pt")) ||
+        (err = zo_st_writer_write(w, path)))
+      goto out;
+    zo_st_writer_free(w);
+    w = NULL;
+  }
+  if (n_shards > 1 && (err = write_index(dir, hf, shard, n_hf, n_shards, total))) goto out;
 
   json_t *j = m->arch->hf_config(&m->cfg);
   if (!j) {
     err = zo_error(-ENOMEM, "out of memory building %s/config.json", dir);
     goto out;
   }
+  json_object_set_new(j, "torch_dtype", json_string(torch_dtype(o->dtype)));
   err = join(path, sizeof path, dir, "config.json");
   if (!err) err = write_json(path, j);
   json_decref(j);
 out:
   zo_st_writer_free(w);
+  free(cast);
+  free(shard);
+  free(nbytes);
   free(views);
   free(hf);
   return err;

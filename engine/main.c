@@ -1,4 +1,5 @@
-/* zoffload command line: train, eval, sample, plan, bench, config, prepare.
+/* zoffload command line: train, eval, sample, plan, bench, config, prepare,
+ * trace, export, env.
  * Exit codes: 0 success, 1 runtime error (data, I/O, memory), 2 bad usage or
  * bad config. Only this file (and tests, benchmarks) calls exit(). Under an
  * MPI launcher (mpirun -np N) train and bench step run data parallel over
@@ -17,6 +18,7 @@
 #include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/data.h"
+#include "zo/env.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
 #include "zo/sample.h"
@@ -37,6 +39,8 @@ static const char *usage_main =
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
+    "  export CHECKPOINT --out DIR  a weights-only Hugging Face directory of a checkpoint\n"
+    "  env             version, build features, GPU, host memory, NUMA (for bug reports)\n"
     "\n"
     "Every command taking CONFIG accepts --set key.path=value (repeatable).\n"
     "`zoffload <command> --help` describes a command.\n";
@@ -111,6 +115,25 @@ static const char *usage_bench =
     "         + optimizer offload, + parameter offload, all combined\n"
     "  --json makes the last line one JSON object (memory: one JSON object per row).\n";
 
+static const char *usage_env =
+    "usage: zoffload env [--nvme-path DIR]\n"
+    "  the version and build features (CUDA architectures, NCCL, MPI, io_uring, hwloc, ISA-L),\n"
+    "  the BLAS and its core type, the SIMD kernels this CPU gets, the GPU with its free memory\n"
+    "  and driver, host memory and the memlock limit, NUMA nodes; paste it into bug reports\n"
+    "  --nvme-path DIR   also DIR's file system and free space, whether O_DIRECT works there (a\n"
+    "                    probe file is written and removed) and the NVMe tier's I/O engine\n";
+
+static const char *usage_export =
+    "usage: zoffload export CHECKPOINT --out DIR [--dtype fp32|bf16|fp16] [--max-shard-size 5GB]\n"
+    "  writes the weights of CHECKPOINT (a checkpoint-<step> directory, checksums verified, or a\n"
+    "  Hugging Face directory) to DIR as a Hugging Face model directory: config.json and\n"
+    "  model.safetensors, or model-0000k-of-0000n.safetensors and model.safetensors.index.json\n"
+    "  past --max-shard-size (default 5GB; GB = 1e9 bytes, GiB = 2^30). No optimizer state.\n"
+    "  DIR must be new (only its last component is created) or empty.\n"
+    "  --dtype  tensor dtype in the files (default fp32: the saved values exactly; bf16 and fp16\n"
+    "           round to nearest even). Host memory: 4 bytes a parameter\n"
+    "  load it with transformers' from_pretrained(DIR) or --set model.init_from=DIR\n";
+
 static const char *usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";
 
 static const char *usage_prepare =
@@ -181,6 +204,7 @@ enum opt {
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
+  OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE,
 };
 
 static const struct option all_options[] = {
@@ -214,6 +238,10 @@ static const struct option all_options[] = {
     {"trace", required_argument, NULL, OPT_TRACE},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
     {"random-init", no_argument, NULL, OPT_RANDOM_INIT},
+    {"nvme-path", required_argument, NULL, OPT_NVME_PATH},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD_SIZE},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -223,7 +251,9 @@ struct args {
   const char *config;
   const char *sets[MAX_SETS];
   int n_sets;
-  const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path;
+  const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path, *nvme_path, *out;
+  enum zo_dtype dtype;   /* export --dtype */
+  size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
   bool memory_report, seed_given, json, placements, overwrite, random_init;
@@ -254,6 +284,17 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_OUT_TRAIN: a->out_train = v; return 0;
   case OPT_OUT_VAL: a->out_val = v; return 0;
   case OPT_PATH: a->path = v; return 0;
+  case OPT_NVME_PATH: a->nvme_path = v; return 0;
+  case OPT_OUT: a->out = v; return 0;
+  case OPT_DTYPE:
+    if (!strcmp(v, "fp32") || !strcmp(v, "float32")) a->dtype = ZO_F32;
+    else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16")) a->dtype = ZO_BF16;
+    else if (!strcmp(v, "fp16") || !strcmp(v, "float16")) a->dtype = ZO_F16;
+    else return bad_usage(usage, "--dtype %s: valid: fp32, bf16, fp16", v);
+    return 0;
+  case OPT_MAX_SHARD_SIZE:
+    return zo_parse_bytes(v, &a->max_shard_size) == 0 && a->max_shard_size > 0
+               ? 0 : bad_usage(usage, "--max-shard-size %s: need a size such as 5GB or 500MiB", v);
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
@@ -382,6 +423,8 @@ static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OP
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
 static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_TRACE, OPT_JSON, OPT_END};
 static const int bench_memory_opts[] = {OPT_SET, OPT_JSON, OPT_END};
+static const int env_opts[] = {OPT_NVME_PATH, OPT_END};
+static const int export_opts[] = {OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_END};
 
 static int cmd_train(int argc, char **argv) {
   struct args a = {0};
@@ -735,6 +778,36 @@ static int cmd_prepare(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_env(int argc, char **argv) {
+  struct args a = {0};
+  int r = parse_args(argc, argv, usage_env, env_opts, POS_NONE, &a);
+  if (r) return r == 1 ? 0 : r;
+  int err = zo_env_report(stdout, a.nvme_path);
+  return err ? fail(exit_code(err), "env") : 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+  struct args a = {.dtype = ZO_F32, .max_shard_size = 5000000000};
+  int r = parse_args(argc, argv, usage_export, export_opts, POS_FILES, &a);
+  if (r) return r == 1 ? 0 : r;
+  if (a.n_inputs != 1)
+    return bad_usage(usage_export, "%s", a.n_inputs ? "give one CHECKPOINT" : "missing CHECKPOINT");
+  if (!a.out) return bad_usage(usage_export, "%s", "missing --out DIR");
+  const struct zo_export_opts o = {.out = a.out, .dtype = a.dtype, .max_shard_bytes = a.max_shard_size};
+  struct zo_export_result res;
+  int err = zo_export(a.inputs[0], &o, &res);
+  if (err) return fail(exit_code(err), "export");
+  char lb[32], wb[32], step[48] = "";
+  if (res.step >= 0) snprintf(step, sizeof step, " (step %ld)", res.step);
+  printf("loaded %s%s: %s in %.2f s (%.1f MB/s)\n", a.inputs[0], step, zo_format_bytes(res.load_bytes, lb),
+         res.load_s, (double)res.load_bytes / 1e6 / (res.load_s > 0 ? res.load_s : 1e-9));
+  printf("exported %s: %s weights in %d safetensors file%s%s, %s in %.2f s (%.1f MB/s)\n", a.out,
+         zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
+         res.n_files > 1 ? " + model.safetensors.index.json" : "", zo_format_bytes(res.bytes, wb), res.save_s,
+         (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9));
+  return 0;
+}
+
 static const char *usage_trace =
     "usage: zoffload trace summary FILE\n"
     "  per traced step: each track's busy and waiting time, the copy and NVMe time hidden\n"
@@ -781,6 +854,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
   if (!strcmp(cmd, "trace")) return cmd_trace(argc - 1, argv + 1);
+  if (!strcmp(cmd, "env")) return cmd_env(argc - 1, argv + 1);
+  if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;
 }

@@ -5,15 +5,19 @@
  * checkpoint, a Hugging Face directory or, only when asked for
  * (--random-init), the seeded init, in the config's precision; which one is
  * said on stderr. Nothing here trains or offloads; the generation loop is also
- * what `train --sample N` runs on the trained model (engine/train.c). */
+ * what `train --sample N` runs on the trained model (engine/train.c). Export
+ * (zo_export) loads the same way into an fp32 model and writes it back out
+ * as a Hugging Face directory (engine/hf_dir.c). */
 #include "zo/sample.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zo/checkpoint.h"
@@ -189,6 +193,20 @@ static void say_weights(const char *path, const struct zo_train_state *st, bool 
     fprintf(stderr, "weights: %s\n", path);
 }
 
+/* The parameters of path into m through io: one of our checkpoints (its
+ * checksums verified, the step into st) or a Hugging Face directory or file. */
+static int load_path(const char *path, const struct zo_model *m, const struct zo_state_io *io,
+                     struct zo_train_state *st, bool *is_checkpoint) {
+  char file[PATH_MAX + 32];
+  *is_checkpoint = false;
+  if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0) {
+    *is_checkpoint = true;
+    return zo_checkpoint_load_io(path, m, NULL, io, false, st);
+  }
+  snprintf(file, sizeof file, "%s/model.safetensors", path);
+  return zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, io);
+}
+
 /* A forward-only model loaded from the weights choose_weights picks. */
 static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
                                       zo_backend_t *be_out) {
@@ -216,14 +234,7 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   struct zo_train_state st = {0};
   bool is_checkpoint = false;
   if (!err && path[0]) {
-    char file[PATH_MAX + 32];
-    if (snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0) {
-      is_checkpoint = true;
-      err = zo_checkpoint_load_io(path, m, NULL, &io, false, &st);
-    } else {
-      snprintf(file, sizeof file, "%s/model.safetensors", path);
-      err = zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, &io);
-    }
+    err = load_path(path, m, &io, &st, &is_checkpoint);
   } else if (!err) {
     const size_t n = m->table.numel, per = io.stage_bytes / sizeof(float);
     for (size_t i = 0; i < n && !err; i += per) {
@@ -312,6 +323,73 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
 out:
   if (s) be->stream_destroy(s);
   free(ctx);
+  zo_model_free(m);
+  return err;
+}
+
+/* Bytes and safetensors files of the exported directory, into res. */
+static int export_sizes(const char *dir, struct zo_export_result *res) {
+  DIR *d = opendir(dir);
+  if (!d) return zo_error(-errno, "%s: %s", dir, strerror(errno));
+  const struct dirent *e;
+  while ((e = readdir(d))) {
+    char p[PATH_MAX];
+    struct stat sb;
+    if (e->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p ||
+        stat(p, &sb) != 0)
+      continue;
+    res->bytes += (size_t)sb.st_size;
+    const size_t n = strlen(e->d_name);
+    if (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) res->n_files++;
+  }
+  closedir(d);
+  return 0;
+}
+
+int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
+  if (!S_ISDIR(sb.st_mode))
+    return zo_error(-EINVAL, "%s: export takes a checkpoint directory (checkpoint-<step>) or a Hugging Face "
+                             "directory holding config.json", path);
+  /* The output: a new or empty directory, created only as its last component. */
+  DIR *d = opendir(o->out);
+  if (d) {
+    const struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    if (!empty) return zo_error(-EEXIST, "--out %s is not empty: give a new or empty directory", o->out);
+  } else if (errno != ENOENT) {
+    return zo_error(-errno, "--out %s: %s", o->out, strerror(errno));
+  } else if (mkdir(o->out, 0755) != 0) {
+    return zo_error(-errno, "--out %s: %s%s", o->out, strerror(errno),
+                    errno == ENOENT ? " (its parent directory does not exist)" : "");
+  }
+  struct zo_model_config mc;
+  int err = zo_model_config_from_pretrained(path, 0, &mc);
+  if (err) return err;
+  /* fp32 on the CPU backend, one token: the parameters as saved, in host
+   * memory once (as eval on the CPU holds them), streamed to the files a
+   * tensor at a time. */
+  const struct zo_model_layout lo = {.training = false, .dtype = ZO_F32};
+  struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), 1, 1, &lo);
+  if (!m) return zo_error(-ENOMEM, "%s", zo_last_error());
+  struct zo_state_io io = {0};
+  struct zo_train_state st = {0};
+  bool is_checkpoint = false;
+  const double t0 = zo_time_s();
+  if (!(err = zo_state_io_model(&io, m))) err = load_path(path, m, &io, &st, &is_checkpoint);
+  const double t1 = zo_time_s();
+  const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
+  if (!err) err = zo_model_save_pretrained_opts(o->out, m, &io, &so);
+  if (!err) {
+    *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1,
+                                     .load_bytes = m->table.numel * sizeof(float),
+                                     .step = is_checkpoint ? st.step : -1};
+    err = export_sizes(o->out, res);
+  }
+  zo_state_io_free(&io);
   zo_model_free(m);
   return err;
 }

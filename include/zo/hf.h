@@ -36,6 +36,21 @@ int zo_model_save_pretrained(const char *dir, const struct zo_model *m, const fl
 /* The same, reading the parameters through io. */
 int zo_model_save_pretrained_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io);
 
+struct zo_hf_save_opts {
+  enum zo_dtype dtype;    /* of the tensors in the files: ZO_F32, ZO_BF16 or ZO_F16 (rounded to nearest even);
+                             config.json's torch_dtype says it */
+  size_t max_shard_bytes; /* bytes of tensor data a file; 0: one model.safetensors */
+};
+/* The same with a dtype and shards: past max_shard_bytes the tensors go, in
+ * order, to model-0000k-of-0000n.safetensors files as transformers splits
+ * them (a tensor larger than the limit alone in its file), named by
+ * model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}).
+ * Each file is written atomically and streamed: a tensor at a time through
+ * io, converted in 1 MiB pieces. Files of an earlier save in dir are left
+ * alone: give an empty directory. Returns 0 or -errno. */
+int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
+                                  const struct zo_hf_save_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,8 @@
  * validation loss and text generation on a forward-only model (no
  * gradients, one block's activations shared by all blocks) in the config's
  * precision, loaded from one of our checkpoints, a Hugging Face directory
- * (zo/hf.h) or the seeded init. One process; no offload. */
+ * (zo/hf.h) or the seeded init, and the export of a checkpoint's weights as
+ * a Hugging Face directory. One process; no offload. */
 #ifndef ZO_SAMPLE_H
 #define ZO_SAMPLE_H
 
@@ -74,6 +75,30 @@ int zo_eval_n_batches(const struct zo_data *d, int B, int T);
  * Synchronizes s after every token. Returns 0 or -errno. */
 int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                        double temperature, int top_k, uint64_t seed, FILE *out);
+
+struct zo_export_opts {
+  const char *out;        /* the Hugging Face directory to write: new (only its last component is
+                             created) or empty */
+  enum zo_dtype dtype;    /* of the exported tensors: ZO_F32, ZO_BF16 or ZO_F16 */
+  size_t max_shard_bytes; /* tensor bytes a file, 0: one model.safetensors */
+};
+
+struct zo_export_result {
+  long step;          /* of the checkpoint, -1 for a Hugging Face directory */
+  size_t load_bytes;  /* fp32 parameter bytes read */
+  size_t bytes;       /* bytes of every file written */
+  int n_files;        /* safetensors files written (1: not sharded) */
+  double load_s, save_s;
+};
+
+/* Writes the weights of path (one of our checkpoint directories, its
+ * checksums verified, or a Hugging Face directory) to o->out as a weights-only
+ * Hugging Face directory (zo_model_save_pretrained_opts: o->dtype, sharded
+ * past o->max_shard_bytes, config.json), loadable by transformers and by
+ * model.init_from. The parameters are loaded once into an fp32 forward-only
+ * model on the CPU backend (4 bytes a parameter of host memory, as eval on
+ * the CPU) and streamed out a tensor at a time. Returns 0 or -errno. */
+int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res);
 
 #ifdef __cplusplus
 }

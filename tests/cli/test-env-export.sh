@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# zoffload env (every section, --nvme-path's probe leaves nothing behind, a
+# missing path is an error and is not created), the metrics JSONL's "time"
+# field, and zoffload export: a tiny trained checkpoint exported in fp32
+# (model.safetensors byte-identical to the checkpoint's, same eval loss),
+# bf16 sharded by a tiny --max-shard-size (the index names every tensor's
+# shard, total_size adds up, every tensor BF16, the same bf16 eval loss as
+# the checkpoint) and fp16; the refusals (non-empty --out, missing parent,
+# bad --dtype). The safetensors headers are read with python3 when present.
+# Usage: test-env-export.sh ZOFFLOAD_BINARY REPO_DIR
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d /tmp/zo-envx-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
+expect() {
+  local code=$1 want=$2
+  shift 3
+  local out rc
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
+    bad "zoffload $* -> exit $rc (want $code), wanted substring: $want"
+    echo "$out" | head -5
+  else
+    ok
+  fi
+}
+
+# ---- env ----
+out=$("$bin" env 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "env exit $rc"
+for want in "zoffload 0.1.0" "build features:" "CUDA backend" "NCCL" "MPI" "io_uring" "hwloc" "ISA-L" \
+            "BLAS:" "CPU:" "AdamW8bit kernel" "GPU:" "driver" "MemAvailable" "MemTotal" "memlock limit" \
+            "NUMA:" "nodes"; do
+  [[ "$out" == *"$want"* ]] && ok || bad "env: no '$want' in its output"
+done
+if [[ "$out" == *"no GPU: "* || "$out" == *"free of"* ]]; then ok; else bad "env: neither 'no GPU: reason' nor a device"; fi
+mkdir "$tmp/nv"
+out=$("$bin" env --nvme-path "$tmp/nv" 2>&1)
+[[ "$out" == *"NVMe path $tmp/nv:"* && "$out" == *"O_DIRECT"* && "$out" == *"free of"* && "$out" == *"NVMe tier"* ]] \
+  && ok || { bad "env --nvme-path: no NVMe section"; echo "$out" | tail -5; }
+left=$(ls -A "$tmp/nv")
+[[ -z "$left" ]] && ok || bad "env --nvme-path left files behind: $left"
+expect 1 "--nvme-path $tmp/missing/sub: No such file" -- env --nvme-path "$tmp/missing/sub"
+[[ ! -e "$tmp/missing" ]] && ok || bad "env --nvme-path created a missing directory"
+expect 2 "unknown option --bogus" -- env --bogus
+expect 0 "usage: zoffload env" -- env --help
+
+# ---- a tiny trained checkpoint, its metrics ----
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
+"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cat > "$tmp/c.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps": 4,
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 32},
+ "data": {"train": "$tmp/train.bin", "val": "$tmp/val.bin", "format": "u16", "seq_len": 16},
+ "engine": {"device": "cpu"}, "log": {"every": 2, "metrics_path": "$tmp/m.jsonl"},
+ "checkpoint": {"dir": "$tmp/ck", "every": 4, "keep": 1}}
+JSON
+t0=$(date +%s)
+expect 0 "saved $tmp/ck/checkpoint-4" -- train "$tmp/c.json"
+t1=$(date +%s)
+ck=$tmp/ck/checkpoint-4
+# Every metrics line carries "time", Unix seconds within the run.
+n_lines=$(grep -c . "$tmp/m.jsonl")
+n_time=0
+while IFS= read -r line; do
+  t=$(sed -n 's/.*"time": \([0-9][0-9]*\)\.[0-9]*}$/\1/p' <<<"$line")
+  [[ -n "$t" && $t -ge $((t0 - 1)) && $t -le $((t1 + 1)) ]] && n_time=$((n_time + 1))
+done < "$tmp/m.jsonl"
+[[ $n_lines -ge 5 && $n_time -eq $n_lines ]] && ok \
+  || bad "metrics: $n_time of $n_lines lines carry a \"time\" in [$t0, $t1]: $(head -1 "$tmp/m.jsonl")"
+
+# ---- export ----
+loss() { "$bin" eval "$tmp/c.json" "$@" 2>/dev/null | sed -n 's/^val loss \([0-9.]*\) .*/\1/p'; }
+expect 0 "exported $tmp/x32: F32 weights in 1 safetensors file" -- export "$ck" --out "$tmp/x32"
+[[ -f "$tmp/x32/config.json" && -f "$tmp/x32/model.safetensors" && ! -e "$tmp/x32/model.safetensors.index.json" ]] \
+  && ok || bad "export fp32: files: $(ls "$tmp/x32")"
+cmp -s "$tmp/x32/model.safetensors" "$ck/model.safetensors" && ok \
+  || bad "export fp32: model.safetensors differs from the checkpoint's"
+ls "$tmp/x32" | grep -q optimizer && bad "export wrote optimizer state" || ok
+a=$(loss --checkpoint "$ck")
+b=$(loss --set model.init_from="$tmp/x32")
+[[ -n "$a" && "$a" == "$b" ]] && ok || bad "eval: checkpoint $a, fp32 export $b"
+
+expect 0 "+ model.safetensors.index.json" -- export "$ck" --out "$tmp/xbf" --dtype bf16 --max-shard-size 20KB
+n_shards=$(ls "$tmp/xbf"/model-*-of-*.safetensors 2>/dev/null | wc -l)
+[[ $n_shards -ge 2 && -f "$tmp/xbf/model.safetensors.index.json" && ! -e "$tmp/xbf/model.safetensors" ]] && ok \
+  || bad "export bf16 sharded: files: $(ls "$tmp/xbf")"
+grep -q '"torch_dtype": "bfloat16"' "$tmp/xbf/config.json" && ok || bad "export bf16: config.json torch_dtype"
+a=$(loss --set bf16.enabled=true --checkpoint "$ck")
+b=$(loss --set bf16.enabled=true --set model.init_from="$tmp/xbf")
+[[ -n "$a" && "$a" == "$b" ]] && ok || bad "bf16 eval: checkpoint $a, bf16 export $b"
+expect 0 "F16 weights in 1 safetensors file" -- export "$ck" --out "$tmp/x16" --dtype fp16
+
+if command -v python3 >/dev/null; then
+  # check_dir DIR DTYPE MAX_SHARD: headers, dtypes, index coverage and total_size.
+  check_dir() {
+    python3 - "$@" <<'PY'
+import json, os, struct, sys
+d, dtype, max_shard = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def header(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+idx = os.path.join(d, "model.safetensors.index.json")
+files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+heads = {f: header(os.path.join(d, f)) for f in files}
+errs = []
+for f, h in heads.items():
+    data = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in h.values())
+    if len(files) > 1 and data > max_shard and len(h) > 1:
+        errs.append(f"{f}: {data} bytes of {len(h)} tensors over the shard size {max_shard}")
+    errs += [f"{f}: {k} is {v['dtype']}" for k, v in h.items() if v["dtype"] != dtype]
+if os.path.exists(idx):
+    j = json.load(open(idx))
+    wm = j["weight_map"]
+    names = {k for h in heads.values() for k in h}
+    if set(wm) != names: errs.append(f"index names {len(wm)} tensors, the shards hold {len(names)}")
+    errs += [f"index: {k} -> {f}, not there" for k, f in wm.items() if k not in heads.get(f, {})]
+    total = sum(v["data_offsets"][1] - v["data_offsets"][0] for h in heads.values() for v in h.values())
+    if j["metadata"]["total_size"] != total: errs.append(f"total_size {j['metadata']['total_size']} != {total}")
+print("\n".join(errs))
+sys.exit(1 if errs else 0)
+PY
+  }
+  check_dir "$tmp/x32" F32 0 && ok || bad "export fp32: headers"
+  check_dir "$tmp/xbf" BF16 20000 && ok || bad "export bf16: headers and index"
+  check_dir "$tmp/x16" F16 0 && ok || bad "export fp16: headers"
+else
+  echo "note: no python3: the safetensors headers are not checked"
+fi
+
+expect 1 "--out $tmp/xbf is not empty" -- export "$ck" --out "$tmp/xbf"
+expect 1 "its parent directory does not exist" -- export "$ck" --out "$tmp/nope/x"
+[[ ! -e "$tmp/nope" ]] && ok || bad "export created a missing parent"
+expect 2 "--dtype int8: valid: fp32, bf16, fp16" -- export "$ck" --out "$tmp/y" --dtype int8
+expect 2 "missing --out DIR" -- export "$ck"
+expect 2 "missing CHECKPOINT" -- export --out "$tmp/y"
+expect 2 "--max-shard-size x: need a size" -- export "$ck" --out "$tmp/y" --max-shard-size x
+expect 2 "export takes a checkpoint directory" -- export "$ck/model.safetensors" --out "$tmp/y"
+expect 0 "usage: zoffload export" -- export --help
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
