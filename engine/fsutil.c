@@ -246,6 +246,39 @@ int zo_mkdir_p(const char *path, mode_t mode) {
   return err;
 }
 
+int zo_mkdir_leaf(const char *path, mode_t mode) {
+  ZO_ASSERT(path);
+  if (!*path) return zo_error(-EINVAL, "mkdir: empty path");
+  char *p = str_dup(path);
+  if (!p) return zo_error(-ENOMEM, "mkdir %s: out of host memory", path);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+  struct stat st;
+  int err = 0;
+  if (stat(p, &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      err = zo_error(-ENOTDIR, "cannot create directory %s: a file that is not a directory is in the way", p);
+    goto out_free;
+  }
+  /* A typo in a parent would otherwise become a tree of directories. */
+  char *parent = dir_of(p);
+  if (!parent) {
+    err = zo_error(-ENOMEM, "mkdir %s: out of host memory", path);
+    goto out_free;
+  }
+  if (stat(parent, &st) != 0)
+    err = zo_error(-ENOENT, "cannot create directory %s: its parent %s does not exist (a typo? only the last "
+                            "component is created: create the parent first, e.g. mkdir -p %s)", p, parent, parent);
+  else if (!S_ISDIR(st.st_mode))
+    err = zo_error(-ENOTDIR, "cannot create directory %s: its parent %s is not a directory", p, parent);
+  else
+    err = mkdir_one(p, mode);
+  free(parent);
+out_free:
+  free(p);
+  return err;
+}
+
 static int fsync_parents(const char *a, const char *b) {
   char *da = dir_of(a), *db = b ? dir_of(b) : NULL;
   int err = 0;
@@ -492,7 +525,7 @@ bool zo_dir_is_locked(const char *path) {
 
 int zo_dir_probe_writable(const char *dir) {
   ZO_ASSERT(dir);
-  int err = zo_mkdir_p(dir, 0755);
+  int err = zo_mkdir_leaf(dir, 0755);
   if (err) return err;
   char name[64];
   snprintf(name, sizeof name, ".zoffload-probe-%ld", (long)getpid());

@@ -248,8 +248,9 @@ static int nvme_dir_clean(const char *nvme_path, bool say) {
 }
 
 static int nvme_dir_open(struct trainer *t, const char *nvme_path) {
-  int err = zo_mkdir_p(nvme_path, 0700);
-  if (err || (err = nvme_dir_clean(nvme_path, t->lead))) return err;
+  int err = zo_mkdir_leaf(nvme_path, 0700);
+  if (err) return zo_error(err, "zero_optimization.offload_optimizer.nvme_path: %s", zo_last_error());
+  if ((err = nvme_dir_clean(nvme_path, t->lead))) return err;
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof tmp, "%s/.zoffload-run-%ld-XXXXXX", nvme_path, (long)getpid()) >= (int)sizeof tmp)
     return zo_error(-ENAMETOOLONG, "path too long: zero_optimization.offload_optimizer.nvme_path %s", nvme_path);

@@ -16,22 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int mkdir_p(const char *path) {
-  char *p = strdup(path);
-  if (p == NULL) return -ENOMEM;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s != '\0') continue;
-    const char c = *s;
-    *s = '\0';
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-      const int err = -errno;
-      free(p);
-      return err;
-    }
-    *s = c;
-    if (c == '\0') break;
-  }
-  free(p);
+/* Creates path, not its parents: a typo in nvme_path must not become a tree
+ * of directories. A missing parent is -ENOENT. */
+static int mkdir_leaf(const char *path) {
+  if (mkdir(path, 0700) != 0 && errno != EEXIST) return -errno;
   struct stat st;
   if (stat(path, &st) != 0) return -errno;
   return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
@@ -88,9 +76,10 @@ zo_nvme_t zo_nvme_init(const struct zo_nvme_config *cfg) {
   nv->wake_fd = -1;
 #endif
 
-  err = mkdir_p(cfg->dir);
+  err = mkdir_leaf(cfg->dir);
   if (err) {
-    zo_error(err, "nvme: cannot create nvme_path %s: %s", cfg->dir, strerror(-err));
+    zo_error(err, "nvme: cannot create nvme_path %s: %s%s", cfg->dir, strerror(-err),
+             err == -ENOENT ? " (its parent directory does not exist: only the last component is created)" : "");
     goto out_free;
   }
   const size_t n_dir = strlen(cfg->dir) + sizeof "/zoffload-nvme-XXXXXX";

@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
 scripts/prepare-tiny.sh build/release/zoffload
+# configs/tiny.json's checkpoint.dir is runs/tiny: zoffload creates only its last component.
+mkdir -p runs
 build/release/zoffload train configs/tiny.json --sample 400 "$@"

@@ -57,6 +57,11 @@ int zo_fsync_dir(const char *dir);
  * directories are fine, a non-directory in the way is -ENOTDIR. Returns 0 or
  * -errno. */
 int zo_mkdir_p(const char *path, mode_t mode);
+/* Creates path with mode when it is missing, and only path: a missing parent
+ * is -ENOENT with a message naming it (a typo in a configured path must not
+ * become a tree of directories); a non-directory in the way is -ENOTDIR.
+ * Returns 0 or -errno. */
+int zo_mkdir_leaf(const char *path, mode_t mode);
 /* Publishes a fully written directory: fsyncs tmpdir, renames it to dst and
  * fsyncs the parent directories. An existing dst directory is replaced
  * atomically (renameat2 RENAME_EXCHANGE, then the old tree is removed).
@@ -89,7 +94,7 @@ void zo_dir_unlock(struct zo_dir_lock *l);
 /* Whether someone holds an flock on path (a file or a directory): false
  * when it is free or cannot be opened. */
 bool zo_dir_is_locked(const char *path);
-/* Creates dir (and parents) and checks that a file can be created,
+/* Creates dir (its parent must exist: zo_mkdir_leaf) and checks that a file can be created,
  * written and fsynced in it (the probe is removed). Returns 0 or -errno
  * with a message that gives the reason before the path. */
 int zo_dir_probe_writable(const char *dir);
