@@ -248,9 +248,8 @@ static int nvme_dir_clean(const char *nvme_path, bool say) {
 }
 
 static int nvme_dir_open(struct trainer *t, const char *nvme_path) {
-  int err = zo_mkdir_leaf(nvme_path, 0700);
-  if (err) return zo_error(err, "zero_optimization.offload_optimizer.nvme_path: %s", zo_last_error());
-  if ((err = nvme_dir_clean(nvme_path, t->lead))) return err;
+  int err = zo_mkdir_p(nvme_path, 0700);
+  if (err || (err = nvme_dir_clean(nvme_path, t->lead))) return err;
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof tmp, "%s/.zoffload-run-%ld-XXXXXX", nvme_path, (long)getpid()) >= (int)sizeof tmp)
     return zo_error(-ENAMETOOLONG, "path too long: zero_optimization.offload_optimizer.nvme_path %s", nvme_path);
@@ -497,22 +496,48 @@ static void print_peaks(const struct zo_sched_stats *st, FILE *out) {
           st->pinned ? "pinned" : "pageable", zo_format_bytes(st->nvme_planned, e));
 }
 
+/* "1.20 MiB in 0.31 s, 4.1 MB/s" into buf, for the progress lines. */
+static const char *rate_str(size_t nbytes, double s, char buf[96]) {
+  char b[32];
+  snprintf(buf, 96, "%s in %.2f s, %.1f MB/s", zo_format_bytes(nbytes, b), s,
+           (double)nbytes / 1e6 / (s > 0 ? s : 1e-9));
+  return buf;
+}
+
+/* Bytes of the files directly in dir (a checkpoint's). */
+static size_t dir_bytes(const char *dir) {
+  size_t n = 0;
+  DIR *d = opendir(dir);
+  for (const struct dirent *e; d && (e = readdir(d));) {
+    char p[PATH_MAX];
+    struct stat sb;
+    if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p && stat(p, &sb) == 0 &&
+        S_ISREG(sb.st_mode))
+      n += (size_t)sb.st_size;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 /* Saves checkpoint-<st->step> (every rank calls it; rank 0 writes unless the
- * optimizer is sharded) and prints where. */
+ * optimizer is sharded) and prints where, its bytes and the write rate. */
 static int save_checkpoint(struct trainer *t, const struct zo_config *cfg, const struct zo_placement *pl,
                            const struct zo_train_state *st) {
-  char path[PATH_MAX];
+  char path[PATH_MAX], rate[96];
   int err = 0;
+  const double t0 = zo_time_s();
   if (zo_placement_sharded(pl)) {
     if ((err = save_sharded(t, cfg, pl, st, path, sizeof path))) return err;
-    say(t, "%ssaved %s (%d optimizer shards)\n", t->tty ? "\r" : "", path, t->n_ranks);
+    if (t->lead)
+      say(t, "%ssaved %s (%d optimizer shards)\n  wrote %s\n", t->tty ? "\r" : "", path, t->n_ranks,
+          rate_str(dir_bytes(path), zo_time_s() - t0, rate));
   } else if (t->lead) {
     /* Rank 0 writes the checkpoint: every rank holds the same state. */
     err = zo_checkpoint_save_io(cfg->checkpoint.dir, zo_sched_model(t->sched), &pl->opt, &t->io, st,
                                 cfg->checkpoint.keep, path, sizeof path);
     const int done = zo_sched_state_done(t->sched);
     if (err || (err = done)) return err;
-    say(t, "%ssaved %s\n", t->tty ? "\r" : "", path);
+    say(t, "%ssaved %s\n  wrote %s\n", t->tty ? "\r" : "", path, rate_str(dir_bytes(path), zo_time_s() - t0, rate));
   }
   /* The others go on once it is on disk, so that a job stopped after this
    * line resumes from it. */
@@ -627,6 +652,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   zo_loss_scaler_init(&st.scaler, cfg);
   char resume_path[PATH_MAX] = "";
   zo_sched_state_io(t.sched, &t.io);
+  const double t_load = zo_time_s();
   if (opts->resume) {
     if (strcmp(opts->resume, "auto") == 0) {
       if (!cfg->checkpoint.dir || !cfg->checkpoint.dir[0]) {
@@ -667,6 +693,13 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   }
   if (!err) err = zo_sched_state_done(t.sched);
   if (err) goto out;
+  if (opts->resume || (cfg->model.init_from && cfg->model.init_from[0])) {
+    char rate[96];
+    const size_t lb = m->table.numel * sizeof(float) +
+                      (opts->resume ? 2 * zo_optim_state_nbytes(&plan.placement.opt, &m->table) : 0);
+    say(&t, "loaded %s: %s\n", opts->resume ? resume_path : cfg->model.init_from,
+        rate_str(lb, zo_time_s() - t_load, rate));
+  }
 
   st.batch_rows = (long)B * N;
   st.world_size = N;
@@ -701,6 +734,9 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
         zo_placement_sharded(&plan.placement) ? "optimizer state sharded (ZeRO stage >= 1)"
                                               : "optimizer state replicated on every rank (ZeRO stage 0)");
   say(&t, "placement: %s\n", zo_placement_describe(&plan.placement, where, sizeof where));
+  if (st.scaler.enabled && !st.scaler.dynamic)
+    say(&t, "fp16: static loss scale %g (fp16.loss_scale): it never changes; a step that overflows is skipped\n",
+        st.scaler.scale);
   if (plan.placement.opt.eightbit) {
     const struct zo_optim_format *of = &plan.placement.opt;
     const size_t n8 = zo_optim_numel_8bit(of, &m->table), sb = zo_optim_state_nbytes(of, &m->table);
@@ -711,8 +747,11 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   int n_val = t.val ? zo_eval_n_batches(t.val, B * N, T) : 0;
   if (t.val && st.step == 0) {
     double vl;
+    const double te = zo_time_s();
     if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
-    say(&t, "step 0: val loss %.4f\n", vl);
+    const double ds = zo_time_s() - te;
+    say(&t, "step 0: val loss %.4f\n  evaluated %d batches, %zu tokens in %.2f s, %.0f tok/s\n", vl, n_val,
+        (size_t)n_val * GBT, ds, (double)((size_t)n_val * GBT) / (ds > 0 ? ds : 1e-9));
   }
 
   const struct zo_adamw_hparams hp0 = {.beta1 = (float)cfg->optimizer.betas[0],
@@ -815,7 +854,8 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       zo_sched_stats(t.sched, &s1);
       if (t.tty) say(&t, "\r");
       char scale_s[48] = "", ranks_s[48] = "", comm_s[32] = "";
-      if (st.scaler.enabled) snprintf(scale_s, sizeof scale_s, " | scale %g, %ld skipped", scale, st.skipped_steps);
+      if (st.scaler.enabled) snprintf(scale_s, sizeof scale_s, " | scale %g%s, %ld skipped", scale,
+                                      st.scaler.dynamic ? "" : " static", st.skipped_steps);
       if (t.comm) {
         snprintf(ranks_s, sizeof ranks_s, " (%d ranks, %.0f per rank)", N, (double)(BT * (size_t)K) / dt);
         snprintf(comm_s, sizeof comm_s, ", comm %.1f", 1e3 * (s1.comm_s - s0.comm_s) / acc_n);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zoffload env (every section, --nvme-path's probe leaves nothing behind, a
 # missing path is an error and is not created), the metrics JSONL's "time"
-# field, and zoffload export: a tiny trained checkpoint exported in fp32
+# field, the progress lines of loading, the first evaluation and checkpoint
+# writes, a static loss scale labelled static, and zoffload export: a tiny trained checkpoint exported in fp32
 # (model.safetensors byte-identical to the checkpoint's, same eval loss),
 # bf16 sharded by a tiny --max-shard-size (the index names every tensor's
 # shard, total_size adds up, every tensor BF16, the same bf16 eval loss as
@@ -64,8 +65,13 @@ cat > "$tmp/c.json" <<JSON
  "checkpoint": {"dir": "$tmp/ck", "every": 4, "keep": 1}}
 JSON
 t0=$(date +%s)
-expect 0 "saved $tmp/ck/checkpoint-4" -- train "$tmp/c.json"
+"$bin" train "$tmp/c.json" > "$tmp/train.out" 2>&1 || bad "train exit $?"
 t1=$(date +%s)
+# Progress lines: the first evaluation, each checkpoint write (bytes, MB/s).
+grep -q "^  evaluated [0-9]* batches, [0-9]* tokens in [0-9.]* s, [0-9]* tok/s$" "$tmp/train.out" && ok \
+  || bad "train: no progress line for the first evaluation"
+grep -A1 "^saved $tmp/ck/checkpoint-4$" "$tmp/train.out" | grep -q "^  wrote [0-9.]* [KMG]*i*B in [0-9.]* s, [0-9.]* MB/s$" \
+  && ok || { bad "train: no 'wrote ... MB/s' line after the save"; cat "$tmp/train.out"; }
 ck=$tmp/ck/checkpoint-4
 # Every metrics line carries "time", Unix seconds within the run.
 n_lines=$(grep -c . "$tmp/m.jsonl")
@@ -76,6 +82,14 @@ while IFS= read -r line; do
 done < "$tmp/m.jsonl"
 [[ $n_lines -ge 5 && $n_time -eq $n_lines ]] && ok \
   || bad "metrics: $n_time of $n_lines lines carry a \"time\" in [$t0, $t1]: $(head -1 "$tmp/m.jsonl")"
+
+# Loading prints its bytes and rate; a static fp16.loss_scale says so.
+expect 0 "loaded $tmp/ck/checkpoint-4: " -- train "$tmp/c.json" --set steps=5 --resume "$tmp/ck/checkpoint-4" \
+  --set checkpoint.dir="$tmp/ck5" --set log.metrics_path="$tmp/m5.jsonl"
+out=$("$bin" train "$tmp/c.json" --set fp16.enabled=true --set fp16.loss_scale=128 --set checkpoint.dir="$tmp/ck16" \
+  --set log.metrics_path="$tmp/m16.jsonl" 2>&1)
+[[ "$out" == *"fp16: static loss scale 128"* && "$out" == *"scale 128 static, 0 skipped"* ]] && ok \
+  || bad "fp16 with a static loss scale: not labelled static"
 
 # ---- export ----
 loss() { "$bin" eval "$tmp/c.json" "$@" 2>/dev/null | sed -n 's/^val loss \([0-9.]*\) .*/\1/p'; }
