@@ -3,10 +3,14 @@
  * every key of the tree must name a schema entry (else: nearest valid key by
  * edit distance), every schema leaf takes its value or its default, and the
  * cross-field rules run last. Table order is dump order, and a default that
- * follows another key ("def_from") must come after that key. A few DeepSpeed
- * keys are accepted, checked and ignored ("ignored"): a config that sets one
- * loads with one warning line on stderr per key. The struct owns copies of
- * its strings: nothing points into the JSON tree once it is freed. */
+ * follows another key ("def_from") must come after that key. DeepSpeed's
+ * keys that do nothing here are accepted ("ignored": checked when they have a
+ * field, any value when KEY_ANY): a config that sets some loads with one
+ * warning listing them. Every unknown key of a file is reported in one error;
+ * "auto" (Hugging Face's DeepSpeed configs) is the key's default; a few
+ * aliases (bf16: true, gradient_checkpointing) are rewritten first. The
+ * struct owns copies of its strings: nothing points into the JSON tree once
+ * it is freed. */
 #include "zo/config.h"
 
 #include "zo/adamw8bit.h"
@@ -29,6 +33,7 @@ enum key_type {
   KEY_ENUM,    /* an enum, matched by name (case-insensitive) */
   KEY_BYTES,   /* size_t, "10GiB" or a whole number */
   KEY_PAIR,    /* double[2] */
+  KEY_ANY,     /* no field: a DeepSpeed key without effect here, any value */
 };
 
 enum {
@@ -47,6 +52,7 @@ struct zo_config_key {
   const char *const *names; /* KEY_ENUM: names in enum order, NULL-terminated */
   const char *def;          /* default as JSON text */
   const char *def_from;     /* or: the default is this (earlier) key's value */
+  const char *auto_def;     /* what "auto" means when not the default, as JSON text */
   unsigned sched;           /* scheduler.params.*: bit (1 << type) per scheduler that takes it */
   const char *ignored;      /* accepted for DeepSpeed compatibility without effect: why (the
                              * warning when a config sets it); NULL for the keys in use */
@@ -89,6 +95,7 @@ _Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
 #define RANGE(a, b) .min = (a), .max = (b), .flags = HAS_MIN | HAS_MAX
 #define ATLEAST(a) .min = (a), .flags = HAS_MIN
 #define ABOVE(a) .min = (a), .flags = HAS_MIN | MIN_OPEN
+#define NO_EFFECT(p, why) {.path = (p), .type = KEY_ANY, .ignored = (why)}
 #define OFFLOAD(sec, member, nbuf)                                                              \
   SECTION("zero_optimization." sec),                                                           \
   {KEY("zero_optimization." sec ".device", KEY_ENUM, zero.member.device),                     \
@@ -102,6 +109,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("train_micro_batch_size_per_gpu", KEY_INT, micro_batch), ATLEAST(1), .def = "1"},
   {KEY("gradient_accumulation_steps", KEY_INT, grad_accum), ATLEAST(1), .def = "1"},
   {KEY("steps", KEY_INT, steps), ATLEAST(1), .def = "1000"},
+  {KEY("train_batch_size", KEY_INT, train_batch_size), ATLEAST(0), .def = "0"},
 
   SECTION("optimizer"),
   {KEY("optimizer.type", KEY_ENUM, optimizer.type), .names = optimizer_names, .def = "\"AdamW\""},
@@ -126,7 +134,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("scheduler.params.warmup_max_lr", KEY_REAL, scheduler.warmup_max_lr), ABOVE(0),
    .def_from = "optimizer.params.lr", .sched = S_WLR | S_WDL},
   {KEY("scheduler.params.warmup_num_steps", KEY_INT, scheduler.warmup_num_steps), ATLEAST(0),
-   .def = "1000", .sched = S_WLR | S_WCL | S_WDL},
+   .def = "1000", .auto_def = "0", .sched = S_WLR | S_WCL | S_WDL},
   {KEY("scheduler.params.warmup_type", KEY_ENUM, scheduler.warmup_type), .names = warmup_names,
    .def = "\"linear\"", .sched = S_WLR | S_WCL | S_WDL},
   {KEY("scheduler.params.total_num_steps", KEY_INT, scheduler.total_num_steps), ATLEAST(1),
@@ -155,6 +163,30 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("zero_optimization.overlap_comm", KEY_BOOL, zero.overlap_comm), .def = "true"},
   OFFLOAD("offload_optimizer", offload_optimizer, "4"),
   OFFLOAD("offload_param", offload_param, "5"),
+  /* DeepSpeed's communication buckets, stage-3 fetch heuristics and save
+   * options: the scheduler moves whole blocks (one ZeRO unit each, prefetch
+   * depth offload_param.buffer_count) and saves fp32 master weights. */
+  NO_EFFECT("zero_optimization.contiguous_gradients", "gradients land in one contiguous buffer anyway"),
+  NO_EFFECT("zero_optimization.reduce_bucket_size", "gradients are reduced per block, not per bucket"),
+  NO_EFFECT("zero_optimization.allgather_bucket_size", "parameters are gathered per block, not per bucket"),
+  NO_EFFECT("zero_optimization.reduce_scatter", "stage >= 2 always reduce-scatters"),
+  NO_EFFECT("zero_optimization.allgather_partitions", "parameters are gathered per block"),
+  NO_EFFECT("zero_optimization.round_robin_gradients", "each rank owns a contiguous range of the state"),
+  NO_EFFECT("zero_optimization.stage3_prefetch_bucket_size", "prefetch is offload_param.buffer_count blocks"),
+  NO_EFFECT("zero_optimization.stage3_param_persistence_threshold", "every block is streamed"),
+  NO_EFFECT("zero_optimization.stage3_max_live_parameters", "live blocks are offload_param.buffer_count"),
+  NO_EFFECT("zero_optimization.stage3_max_reuse_distance", "blocks are reloaded in schedule order"),
+  NO_EFFECT("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoints hold fp32 weights"),
+  NO_EFFECT("zero_optimization.stage3_gather_fp16_weights_on_model_save", "checkpoints hold fp32 weights"),
+  NO_EFFECT("zero_optimization.ignore_unused_parameters", "every parameter is used"),
+  NO_EFFECT("zero_optimization.elastic_checkpoint", "checkpoints load on any rank count"),
+  NO_EFFECT("zero_optimization.load_from_fp32_weights", "checkpoints hold fp32 weights"),
+  NO_EFFECT("zero_optimization.offload_optimizer.fast_init", "the NVMe files are written at start-up"),
+  NO_EFFECT("zero_optimization.offload_optimizer.pipeline_read", "NVMe reads are always pipelined"),
+  NO_EFFECT("zero_optimization.offload_optimizer.pipeline_write", "NVMe writes are always pipelined"),
+  NO_EFFECT("zero_optimization.offload_optimizer.ratio", "the whole optimizer step runs where it is placed"),
+  NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot holds one block"),
+  NO_EFFECT("zero_optimization.offload_param.max_in_cpu", "the host holds every parameter"),
 
   SECTION("aio"),
   {KEY("aio.block_size", KEY_BYTES, aio.block_size), RANGE(4096, 1 << 30), .def = "\"1MiB\""},
@@ -170,6 +202,9 @@ static const struct zo_config_key zo_config_schema[] = {
               "store, and the scheduler orders its transfers with its own events"},
 
   SECTION("activation_checkpointing"),
+  NO_EFFECT("activation_checkpointing.contiguous_memory_optimization", "checkpoints live in one buffer"),
+  NO_EFFECT("activation_checkpointing.synchronize_checkpoint_boundary", "streams are ordered by events"),
+  NO_EFFECT("activation_checkpointing.profile", "see engine.trace"),
   {KEY("activation_checkpointing.enabled", KEY_BOOL, activation_checkpointing.enabled),
    .def = "false"},
   {KEY("activation_checkpointing.number_checkpoints", KEY_INT,
@@ -207,6 +242,11 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("data.format", KEY_ENUM, data.format), .names = format_names, .def = "\"llmc\""},
   {KEY("data.seq_len", KEY_INT, data.seq_len), ATLEAST(1), .def_from = "model.max_seq_len"},
   {KEY("data.shuffle", KEY_BOOL, data.shuffle), .def = "true"},
+  {KEY("data.epochs", KEY_REAL, data.epochs), ATLEAST(0), .def = "0"},
+
+  SECTION("eval"),
+  {KEY("eval.every", KEY_INT, eval.every), ATLEAST(0), .def = "0"},
+  {KEY("eval.steps", KEY_INT, eval.steps), RANGE(0, 1 << 20), .def = "0"},
 
   SECTION("engine"),
   {KEY("engine.device", KEY_ENUM, engine.device), .names = device_names, .def = "\"auto\""},
@@ -228,6 +268,24 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("checkpoint.dir", KEY_STRING, checkpoint.dir), .def = "\"\""},
   {KEY("checkpoint.every", KEY_INT, checkpoint.every), ATLEAST(0), .def = "0"},
   {KEY("checkpoint.keep", KEY_INT, checkpoint.keep), ATLEAST(0), .def = "3"},
+
+  /* DeepSpeed's monitoring and numerics switches without a counterpart. */
+  NO_EFFECT("steps_per_print", "progress lines follow log.every"),
+  NO_EFFECT("wall_clock_breakdown", "every progress line has the step's timings"),
+  NO_EFFECT("memory_breakdown", "see train --memory-report"),
+  NO_EFFECT("dump_state", "see zoffload config"),
+  NO_EFFECT("zero_allow_untested_optimizer", "the optimizer is zoffload's own"),
+  NO_EFFECT("zero_force_ds_cpu_optimizer", "the optimizer is zoffload's own"),
+  NO_EFFECT("prescale_gradients", "gradients are summed in fp32 and divided once"),
+  NO_EFFECT("gradient_predivide_factor", "gradients are summed in fp32 and divided once"),
+  NO_EFFECT("communication_data_type", "gradients are reduced in fp32"),
+  NO_EFFECT("fp16.auto_cast", "fp16.enabled casts the whole model"),
+  NO_EFFECT("fp16.consecutive_hysteresis", "hysteresis counts overflows as DeepSpeed's default does"),
+  NO_EFFECT("tensorboard", "see log.metrics_path"),
+  NO_EFFECT("wandb", "see log.metrics_path"),
+  NO_EFFECT("csv_monitor", "see log.metrics_path"),
+  NO_EFFECT("comms_logger", "see log.metrics_path"),
+  NO_EFFECT("flops_profiler", "every progress line has TFLOP/s"),
 };
 
 #define N_KEYS (sizeof zo_config_schema / sizeof zo_config_schema[0])
@@ -273,22 +331,42 @@ static int edit_distance(const char *a, const char *b) {
   return prev[nb];
 }
 
+/* A distance d between a typed name of n characters and a valid one is a
+ * typo worth suggesting when it is small relative to the name: 1 edit in
+ * 1-4 characters, 2 in 5-7, 3 in 8-10, ... */
+static bool is_close(int d, size_t n) {
+  return 3 * (size_t)d <= n + 2;
+}
+
 /* Nearest schema path to an unknown one: by the whole path, or by the last
- * component alone (a key put in the wrong section), siblings first on ties. */
+ * component alone (a key put in the wrong section), siblings first on ties.
+ * NULL when even the nearest is not close (is_close on the last component,
+ * or on the part of the path after what both share); a valid leaf the path
+ * continues ("optimizer.params.lr.x") is always close. */
 static const char *nearest_key(const char *path) {
   const char *best = NULL;
   int best_score = INT_MAX;
+  bool best_close = false;
   const char *leaf = leaf_of(path);
-  size_t plen = parent_len(path);
+  size_t plen = parent_len(path), n = strlen(path);
   for (size_t i = 0; i < N_KEYS; i++) {
     const char *cand = zo_config_schema[i].path;
+    size_t clen = strlen(cand), common = 0;
+    while (common < n && common < clen && tolower((unsigned char)path[common]) ==
+                                              tolower((unsigned char)cand[common]))
+      common++;
     bool sibling = parent_len(cand) == plen && strncmp(cand, path, plen) == 0;
+    bool below = common == clen && path[clen] == '.' && zo_config_schema[i].type != KEY_SECTION;
     int by_path = edit_distance(path, cand);
     int by_leaf = edit_distance(leaf, leaf_of(cand));
-    int score = 2 * (by_path < by_leaf ? by_path : by_leaf) + (sibling ? 0 : 1);
-    if (score < best_score) best_score = score, best = cand;
+    int score = below ? 0 : 2 * (by_path < by_leaf ? by_path : by_leaf) + (sibling ? 0 : 1);
+    if (score < best_score) {
+      best_score = score, best = cand;
+      best_close = below || is_close(by_leaf, strlen(leaf)) ||
+                   is_close(by_path, (n > clen ? n : clen) - common);
+    }
   }
-  return best;
+  return best_close ? best : NULL;
 }
 
 static int enum_index(const char *const *names, const char *s) {
@@ -381,6 +459,7 @@ static void describe(const struct zo_config_key *k, char *buf, size_t cap) {
   case KEY_BOOL: snprintf(buf, cap, "true or false"); break;
   case KEY_STRING: snprintf(buf, cap, "a string"); break;
   case KEY_PAIR: snprintf(buf, cap, "an array of 2 numbers, each%s", range); break;
+  case KEY_ANY: snprintf(buf, cap, "any value"); break;
   case KEY_BYTES:
     snprintf(buf, cap, "a byte size such as \"10GiB\", \"512MiB\", \"1.5GB\" or a whole number%s",
              range);
@@ -400,7 +479,20 @@ struct load_ctx {
   const char *file;        /* name for messages */
   const char *const *sets; /* the --set arguments that parsed */
   int n_sets;
+  bool given[N_KEYS];      /* the tree set the key (not null, not "auto") */
+  bool any_auto;           /* some key said "auto" */
+  /* unknown keys, reported together */
+  int n_unknown;
+  char unknown_src[PATH_MAX_LEN];
+  char unknown_first[PATH_MAX_LEN];
+  const char *unknown_first_near;
+  char unknown_list[720];  /* "\"a\" (did you mean \"b\"?), \"c\"" */
+  int n_unlisted;          /* unknown keys that did not fit the list */
 };
+
+static size_t key_index(const struct zo_config_key *k) {
+  return (size_t)(k - zo_config_schema);
+}
 
 /* Who gave the value at path: the last --set at or above it, else the file. */
 static const char *source_of(const struct load_ctx *ctx, const char *path) {
@@ -418,8 +510,46 @@ static const char *source_of2(const struct load_ctx *ctx, const char *a, const c
 }
 
 static int unknown_key(const char *src, const char *path) {
-  return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", src, path,
-                  nearest_key(path));
+  const char *near = nearest_key(path);
+  if (!near)
+    return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
+                    "lists them)", src, path);
+  return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", src, path, near);
+}
+
+static void unknown_add(struct load_ctx *ctx, const char *src, const char *path) {
+  const char *near = nearest_key(path);
+  if (ctx->n_unknown++ == 0) {
+    snprintf(ctx->unknown_src, sizeof ctx->unknown_src, "%s", src);
+    snprintf(ctx->unknown_first, sizeof ctx->unknown_first, "%s", path);
+    ctx->unknown_first_near = near;
+  }
+  char item[2 * PATH_MAX_LEN + 40];
+  if (near)
+    snprintf(item, sizeof item, "%s\"%s\" (did you mean \"%s\"?)", ctx->n_unknown > 1 ? ", " : "", path,
+             near);
+  else
+    snprintf(item, sizeof item, "%s\"%s\"", ctx->n_unknown > 1 ? ", " : "", path);
+  size_t used = strlen(ctx->unknown_list);
+  if (ctx->n_unlisted == 0 && used + strlen(item) < sizeof ctx->unknown_list)
+    memcpy(ctx->unknown_list + used, item, strlen(item) + 1);
+  else
+    ctx->n_unlisted++;
+}
+
+/* The one error for every unknown key check_keys found. */
+static int unknown_report(const struct load_ctx *ctx) {
+  if (ctx->n_unknown == 1) {
+    if (!ctx->unknown_first_near)
+      return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
+                      "lists them)", ctx->unknown_src, ctx->unknown_first);
+    return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", ctx->unknown_src,
+                    ctx->unknown_first, ctx->unknown_first_near);
+  }
+  char more[48] = "";
+  if (ctx->n_unlisted) snprintf(more, sizeof more, " and %d more", ctx->n_unlisted);
+  return zo_error(-EINVAL, "%s: %d unknown keys: %s%s. Fix them all before rerunning (docs/config.md lists "
+                  "the valid keys)", ctx->unknown_src, ctx->n_unknown, ctx->unknown_list, more);
 }
 
 static int bad_value(const struct load_ctx *ctx, const struct zo_config_key *k, const json_t *v,
@@ -461,6 +591,7 @@ static int set_leaf(const struct load_ctx *ctx, struct zo_config *cfg,
   char *dst = (char *)cfg + k->offset;
   switch (k->type) {
   case KEY_SECTION:
+  case KEY_ANY:
     break;
   case KEY_INT: {
     long long x;
@@ -565,8 +696,9 @@ static json_t *tree_get(json_t *root, const char *path) {
   return NULL;
 }
 
-/* Pass 1: every key in the tree names a schema entry; sections are objects. */
-static int check_keys(const struct load_ctx *ctx, json_t *obj, const char *prefix) {
+/* Pass 1: every key in the tree names a schema entry (the unknown ones are
+ * collected for unknown_report); sections are objects. */
+static int check_keys(struct load_ctx *ctx, json_t *obj, const char *prefix) {
   const char *key;
   json_t *val;
   json_object_foreach(obj, key, val) {
@@ -578,7 +710,10 @@ static int check_keys(const struct load_ctx *ctx, json_t *obj, const char *prefi
     if (fits && strchr(key, '.') != NULL)
       return zo_error(-EINVAL, "%s: key \"%s\" contains '.': nest objects instead, as in "
                       "{\"optimizer\": {\"params\": {\"lr\": 1e-3}}}", src, key);
-    if (!k) return unknown_key(src, fits ? path : key);
+    if (!k) {
+      unknown_add(ctx, src, fits ? path : key);
+      continue;
+    }
     if (k->type != KEY_SECTION || json_is_null(val)) continue;
     if (!json_is_object(val)) return bad_value(ctx, k, val, NULL);
     int err = check_keys(ctx, val, path);
@@ -606,12 +741,40 @@ static int sched_param_misplaced(const struct load_ctx *ctx, const struct zo_con
                   source_of(ctx, k->path), k->path, scheduler_names[cfg->scheduler.type], takes);
 }
 
+/* "auto" in a Hugging Face DeepSpeed config: the key's default here (or
+ * auto_def), except for the names where "auto" is itself a value. */
+static bool is_auto(const struct zo_config_key *k, const json_t *v) {
+  if (!json_is_string(v) || strcasecmp(json_string_value(v), "auto") != 0) return false;
+  return k->type != KEY_STRING && !(k->type == KEY_ENUM && enum_index(k->names, "auto") >= 0);
+}
+
+static int set_default(const struct load_ctx *ctx, struct zo_config *cfg, const struct zo_config_key *k,
+                       const char *text) {
+  json_error_t jerr;
+  json_t *def = json_loads(text, JSON_DECODE_ANY, &jerr);
+  ZO_ASSERT(def != NULL);
+  int err = set_leaf(ctx, cfg, k, def);
+  json_decref(def);
+  ZO_ASSERT(err == 0 || err == -ENOMEM);
+  return err;
+}
+
 /* Pass 2: every leaf, in table order, from the tree or its default. */
-static int fill_values(const struct load_ctx *ctx, struct zo_config *cfg, json_t *root) {
+static int fill_values(struct load_ctx *ctx, struct zo_config *cfg, json_t *root) {
   for (size_t i = 0; i < N_KEYS; i++) {
     const struct zo_config_key *k = &zo_config_schema[i];
-    if (k->type == KEY_SECTION) continue;
+    if (k->type == KEY_SECTION || k->type == KEY_ANY) continue;
     json_t *v = tree_get(root, k->path);
+    if (v && is_auto(k, v)) {
+      ctx->any_auto = true;
+      if (k->auto_def) {
+        int err = set_default(ctx, cfg, k, k->auto_def);
+        if (err) return err;
+        continue;
+      }
+      v = NULL;
+    }
+    ctx->given[i] = v != NULL;
     if (v && k->sched && !(k->sched & (1u << cfg->scheduler.type)))
       return sched_param_misplaced(ctx, cfg, k);
     if (v) {
@@ -622,17 +785,80 @@ static int fill_values(const struct load_ctx *ctx, struct zo_config *cfg, json_t
       ZO_ASSERT(from && from < k && from->size == k->size && from->type != KEY_STRING);
       memcpy((char *)cfg + k->offset, (const char *)cfg + from->offset, k->size);
     } else {
-      json_error_t jerr;
-      json_t *def = json_loads(k->def, JSON_DECODE_ANY, &jerr);
-      ZO_ASSERT(def != NULL);
-      int err = set_leaf(ctx, cfg, k, def);
-      json_decref(def);
-      ZO_ASSERT(err == 0 || err == -ENOMEM);
+      int err = set_default(ctx, cfg, k, k->def);
       if (err) return err;
     }
   }
   return 0;
 }
+
+static bool given(const struct load_ctx *ctx, const char *path) {
+  const struct zo_config_key *k = find_key(path);
+  ZO_ASSERT(k != NULL);
+  return ctx->given[key_index(k)];
+}
+
+/* Ranks of this job as its launcher (mpirun) tells them; 1 without one. */
+static long launcher_ranks(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (v && *end == '\0' && n >= 1) return n;
+  }
+  return 1;
+}
+
+/* DeepSpeed's train_batch_size = micro-batch x accumulation x ranks: derives
+ * whichever of the first two the config left out, and checks the product. */
+static int batch_rule(const struct load_ctx *ctx, struct zo_config *cfg) {
+  const long tbs = cfg->train_batch_size, N = launcher_ranks();
+  if (tbs == 0) return 0;
+  const bool has_mb = given(ctx, "train_micro_batch_size_per_gpu"), has_ga = given(ctx, "gradient_accumulation_steps");
+  const char *src = source_of(ctx, "train_batch_size");
+  char ranks_s[64] = "";
+  if (N > 1) snprintf(ranks_s, sizeof ranks_s, " x %ld ranks", N);
+  if (!has_mb || !has_ga) {
+    const long other = has_mb ? (long)cfg->micro_batch : has_ga ? (long)cfg->grad_accum : 1;
+    const long div = other * N;
+    if (tbs % div != 0 || tbs / div > INT_MAX)
+      return zo_error(-EINVAL, "%s: train_batch_size = %ld is not a multiple of %s%s = %ld: set it to a "
+                      "multiple, or give train_micro_batch_size_per_gpu and gradient_accumulation_steps",
+                      src, tbs, has_mb ? "train_micro_batch_size_per_gpu" : "gradient_accumulation_steps",
+                      ranks_s, div);
+    if (!has_mb) cfg->micro_batch = (int)(tbs / div);
+    else cfg->grad_accum = (int)(tbs / div);
+  }
+  const long prod = (long)cfg->micro_batch * cfg->grad_accum * N;
+  if (prod != tbs)
+    return zo_error(-EINVAL, "%s: train_batch_size = %ld but train_micro_batch_size_per_gpu %d x "
+                    "gradient_accumulation_steps %d%s = %ld: make them agree, or leave one of the three out",
+                    src, tbs, cfg->micro_batch, cfg->grad_accum, ranks_s, prod);
+  return 0;
+}
+
+/* The schedule ends at total_num_steps: warns when the run stops elsewhere. */
+static void warn_total_steps(const struct zo_config *cfg, const char *src) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  if (!s->total_num_steps_set || s->total_num_steps == cfg->steps ||
+      (s->type != ZO_SCHEDULER_WARMUP_COSINE_LR && s->type != ZO_SCHEDULER_WARMUP_DECAY_LR))
+    return;
+  char what[160];
+  if (s->total_num_steps > cfg->steps)
+    snprintf(what, sizeof what, "the run ends at lr %.3g, before the %s schedule reaches %.3g",
+             zo_lr_at(&cfg->lr_schedule, cfg->steps), scheduler_names[s->type], cfg->lr_schedule.min_lr);
+  else
+    snprintf(what, sizeof what, "the %s schedule reaches %.3g at step %ld and stays there for the last %ld steps",
+             scheduler_names[s->type], cfg->lr_schedule.min_lr, s->total_num_steps,
+             cfg->steps - s->total_num_steps);
+  fprintf(stderr, "zoffload: warning: %s: scheduler.params.total_num_steps = %ld but the run has %ld step%s: %s; "
+                  "remove total_num_steps to make it follow steps\n",
+          src, s->total_num_steps, cfg->steps, cfg->steps == 1 ? "" : "s", what);
+}
+
+static int check_warmup(const struct zo_config *cfg, const char *src);
+static void derive_schedule(struct zo_config *cfg);
 
 /* Pass 3: rules across keys, then the derived fields. */
 static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
@@ -701,7 +927,6 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                     "alignment), e.g. \"1MiB\"", SRC("aio.block_size"), cfg->aio.block_size);
 
   const struct zo_config_scheduler *s = &cfg->scheduler;
-  const char *sname = scheduler_names[s->type];
   if (s->type != ZO_SCHEDULER_NONE && s->warmup_type != ZO_WARMUP_LINEAR)
     return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_type = \"%s\": only \"linear\" "
                     "warmup is supported", SRC("scheduler.params.warmup_type"),
@@ -719,19 +944,31 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                     "scheduler.params.warmup_max_lr = %g",
                     SRC2("scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr"),
                     s->warmup_min_lr, s->warmup_max_lr);
-  if ((s->type == ZO_SCHEDULER_WARMUP_COSINE_LR || s->type == ZO_SCHEDULER_WARMUP_DECAY_LR) &&
-      s->warmup_num_steps > s->total_num_steps)
-    return zo_error(-EINVAL, "%s: scheduler.params.warmup_num_steps = %ld exceeds "
-                    "scheduler.params.total_num_steps = %ld (%s; total_num_steps defaults to "
-                    "steps)",
-                    SRC2("scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"),
-                    s->warmup_num_steps,
-                    s->total_num_steps, sname);
+  int err = check_warmup(cfg, SRC2("scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"));
+  if (err) return err;
+  if (cfg->data.epochs > 0 && ctx->given[key_index(find_key("steps"))])
+    return zo_error(-EINVAL, "%s: steps = %ld and data.epochs = %g are both set: keep one (data.epochs derives "
+                    "the steps from data.train)", SRC2("steps", "data.epochs"), cfg->steps, cfg->data.epochs);
 #undef SRC
 #undef SRC2
 
   m->padded_vocab_size = (m->vocab_size + 63) / 64 * 64;
+  derive_schedule(cfg);
+  return 0;
+}
 
+static int check_warmup(const struct zo_config *cfg, const char *src) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  if ((s->type == ZO_SCHEDULER_WARMUP_COSINE_LR || s->type == ZO_SCHEDULER_WARMUP_DECAY_LR) &&
+      s->warmup_num_steps > s->total_num_steps)
+    return zo_error(-EINVAL, "%s: scheduler.params.warmup_num_steps = %ld exceeds "
+                    "scheduler.params.total_num_steps = %ld (%s; total_num_steps defaults to "
+                    "steps)", src, s->warmup_num_steps, s->total_num_steps, scheduler_names[s->type]);
+  return 0;
+}
+
+static void derive_schedule(struct zo_config *cfg) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
   struct zo_lr_schedule *lr = &cfg->lr_schedule;
   *lr = (struct zo_lr_schedule){.kind = ZO_LR_CONSTANT, .lr = cfg->optimizer.lr,
                                 .min_lr = cfg->optimizer.lr, .total_steps = cfg->steps};
@@ -758,6 +995,24 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
     lr->total_steps = s->total_num_steps;
     break;
   }
+}
+
+long zo_config_steps_for_epochs(const struct zo_config *cfg, size_t n_tokens, int n_ranks) {
+  ZO_ASSERT(cfg && cfg->data.epochs > 0 && n_ranks >= 1);
+  const double window = (double)cfg->micro_batch * cfg->data.seq_len * n_ranks;
+  const double per_epoch = n_tokens > 1 ? floor((double)(n_tokens - 1) / window) : 0;
+  const double steps = ceil(cfg->data.epochs * per_epoch / cfg->grad_accum);
+  return steps < 1 ? 1 : steps > 1e15 ? (long)1e15 : (long)steps;
+}
+
+int zo_config_set_steps(struct zo_config *cfg, long steps) {
+  ZO_ASSERT(cfg && steps >= 1);
+  cfg->steps = steps;
+  if (!cfg->scheduler.total_num_steps_set) cfg->scheduler.total_num_steps = steps;
+  int err = check_warmup(cfg, "data.epochs");
+  if (err) return err;
+  derive_schedule(cfg);
+  warn_total_steps(cfg, "data.epochs");
   return 0;
 }
 
@@ -854,6 +1109,9 @@ static int apply_set(json_t *root, const char *set) {
       return zo_error(-EINVAL, "--set \"%s\": \"%s\" is not a key path like "
                       "optimizer.params.lr", set, path);
   }
+  if (!strcmp(path, "gradient_checkpointing")) {
+    snprintf(path, sizeof path, "activation_checkpointing.enabled");
+  }
   const struct zo_config_key *k = find_key(path);
   if (!k) return unknown_key("--set", path);
 
@@ -888,18 +1146,84 @@ out_nomem:
   return zo_error(-ENOMEM, "--set: out of memory");
 }
 
-/* One warning line on stderr for each ignored key the tree sets (JSON null
- * means unset). */
-static void warn_ignored(const struct load_ctx *ctx, json_t *root) {
+/* Keys in use that do nothing for this config when set to another value
+ * than their default: why, or NULL. */
+static const char *unused_here(const struct zo_config *cfg, const struct zo_config_key *k) {
+  if (k->ignored) return k->ignored;
+  if (!strcmp(k->path, "zero_optimization.sub_group_size") && cfg->zero.sub_group_size != 16777216 &&
+      cfg->zero.offload_optimizer.device != ZO_OFFLOAD_NVME)
+    return "it sizes NVMe optimizer chunks and the optimizer is not on NVMe";
+  if (!strcmp(k->path, "zero_optimization.overlap_comm") && !cfg->zero.overlap_comm &&
+      (cfg->zero.stage < 2 || cfg->zero.offload_optimizer.device == ZO_OFFLOAD_NONE))
+    return "it applies to stage >= 2 with the optimizer offloaded";
+  return NULL;
+}
+
+/* One warning on stderr for the keys the tree sets that have no effect
+ * (JSON null means unset): with its reason when there is one, else listed
+ * with their values in one line. */
+static void warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg, json_t *root) {
+  char list[900];
+  size_t used = 0;
+  int n = 0, n_unlisted = 0;
+  const struct zo_config_key *only = NULL;
   for (size_t i = 0; i < N_KEYS; i++) {
     const struct zo_config_key *k = &zo_config_schema[i];
-    const json_t *v = k->ignored ? tree_get(root, k->path) : NULL;
-    if (!v) continue;
-    char val[96];
+    const json_t *v = unused_here(cfg, k) ? tree_get(root, k->path) : NULL;
+    if (!v || k->type == KEY_SECTION) continue;
+    char val[64], item[PATH_MAX_LEN + 96];
     fmt_json(v, val, sizeof val);
-    fprintf(stderr, "zoffload: warning: %s: %s = %s is accepted for DeepSpeed compatibility and has no effect: "
-                    "%s\n", source_of(ctx, k->path), k->path, val, k->ignored);
+    const char *src = source_of(ctx, k->path);
+    snprintf(item, sizeof item, "%s%s = %s%s", n ? ", " : "", k->path, val, src != ctx->file ? " (--set)" : "");
+    if (n++ == 0) only = k;
+    if (used + strlen(item) < sizeof list && n_unlisted == 0) {
+      memcpy(list + used, item, strlen(item) + 1);
+      used += strlen(item);
+    } else {
+      n_unlisted++;
+    }
   }
+  if (n == 0) return;
+  if (n == 1) {
+    char val[96];
+    fmt_json(tree_get(root, only->path), val, sizeof val);
+    fprintf(stderr, "zoffload: warning: %s: %s = %s is accepted for DeepSpeed compatibility and has no effect: "
+                    "%s\n", source_of(ctx, only->path), only->path, val, unused_here(cfg, only));
+    return;
+  }
+  fprintf(stderr, "zoffload: warning: %s: %d DeepSpeed keys are accepted and have no effect here: %s%s%.0d%s "
+                  "(docs/config.md says why for each)\n",
+          ctx->file, n, list, n_unlisted ? " and " : "", n_unlisted, n_unlisted ? " more" : "");
+}
+
+/* Hugging Face's and DeepSpeed's shorthands: "bf16": true and "fp16": true
+ * (also "auto") for their .enabled, "gradient_checkpointing" for
+ * activation_checkpointing.enabled. */
+static int apply_aliases(const struct load_ctx *ctx, json_t *root) {
+  static const char *const shorthand[] = {"bf16", "fp16"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *v = json_object_get(root, shorthand[i]);
+    if (!v || !(json_is_boolean(v) || json_is_string(v))) continue;
+    json_t *obj = json_object();
+    if (!obj || json_object_set(obj, "enabled", v) != 0 || json_object_set_new(root, shorthand[i], obj) != 0)
+      return zo_error(-ENOMEM, "config: out of memory");
+  }
+  json_t *gc = json_object_get(root, "gradient_checkpointing");
+  if (!gc) return 0;
+  json_t *ac = json_object_get(root, "activation_checkpointing");
+  if (ac && json_is_object(ac) && json_object_get(ac, "enabled"))
+    return zo_error(-EINVAL, "%s: gradient_checkpointing and activation_checkpointing.enabled are both set: "
+                    "gradient_checkpointing is a name for the second, keep one",
+                    source_of2(ctx, "gradient_checkpointing", "activation_checkpointing.enabled"));
+  if (!ac || json_is_null(ac)) {
+    ac = json_object();
+    if (!ac || json_object_set_new(root, "activation_checkpointing", ac) != 0)
+      return zo_error(-ENOMEM, "config: out of memory");
+  }
+  if (!json_is_object(ac)) return 0; /* check_keys names the wrong type */
+  if (json_object_set(ac, "enabled", gc) != 0 || json_object_del(root, "gradient_checkpointing") != 0)
+    return zo_error(-ENOMEM, "config: out of memory");
+  return 0;
 }
 
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
@@ -921,7 +1245,9 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
     if (err) goto out_free;
     ctx.n_sets = i + 1;
   }
+  if ((err = apply_aliases(&ctx, root))) goto out_free;
   err = check_keys(&ctx, root, "");
+  if (!err && ctx.n_unknown) err = unknown_report(&ctx);
   if (err) goto out_free;
   cfg->path = strdup(path ? path : "");
   if (!cfg->path) {
@@ -930,9 +1256,13 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   }
   err = fill_values(&ctx, cfg, root);
   if (err) goto out_free;
+  cfg->scheduler.total_num_steps_set = given(&ctx, "scheduler.params.total_num_steps");
+  if ((err = batch_rule(&ctx, cfg))) goto out_free;
   err = check_cross(&ctx, cfg);
   if (err) goto out_free;
-  warn_ignored(&ctx, root);
+  warn_ignored(&ctx, cfg, root);
+  if (cfg->data.epochs == 0)
+    warn_total_steps(cfg, source_of2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);
   return 0;
 
@@ -958,6 +1288,9 @@ void zo_config_free(struct zo_config *cfg) {
 
 static bool dump_skips(const struct zo_config *cfg, const struct zo_config_key *k) {
   if (k->ignored) return true; /* no effect: not part of the effective config */
+  /* derived: written, they would read back as given */
+  if (!strcmp(k->path, "steps") && cfg->data.epochs > 0) return true;
+  if (!strcmp(k->path, "scheduler.params.total_num_steps") && !cfg->scheduler.total_num_steps_set) return true;
   if (cfg->scheduler.type == ZO_SCHEDULER_NONE && strncmp(k->path, "scheduler", 9) == 0)
     return true;
   return k->sched && !(k->sched & (1u << cfg->scheduler.type));
@@ -981,6 +1314,7 @@ static void dump_leaf(const struct zo_config *cfg, const struct zo_config_key *k
   char buf[64], buf2[64];
   switch (k->type) {
   case KEY_SECTION:
+  case KEY_ANY:
     break;
   case KEY_INT: {
     long long x;

@@ -248,8 +248,9 @@ static int nvme_dir_clean(const char *nvme_path, bool say) {
 }
 
 static int nvme_dir_open(struct trainer *t, const char *nvme_path) {
-  int err = zo_mkdir_p(nvme_path, 0700);
-  if (err || (err = nvme_dir_clean(nvme_path, t->lead))) return err;
+  int err = zo_mkdir_leaf(nvme_path, 0700);
+  if (err) return zo_error(err, "zero_optimization.offload_optimizer.nvme_path: %s", zo_last_error());
+  if ((err = nvme_dir_clean(nvme_path, t->lead))) return err;
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof tmp, "%s/.zoffload-run-%ld-XXXXXX", nvme_path, (long)getpid()) >= (int)sizeof tmp)
     return zo_error(-ENAMETOOLONG, "path too long: zero_optimization.offload_optimizer.nvme_path %s", nvme_path);
@@ -589,6 +590,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   t.lead = t.rank == 0;
   t.tty = !t.comm && isatty(STDOUT_FILENO);
   struct zo_model_config mc;
+  struct zo_config epochs_cfg; /* cfg with the steps of data.epochs (shares cfg's strings) */
   int err;
   if ((err = check_supported(cfg)) || (err = check_threads(cfg)) || (err = model_config(cfg, &mc))) return err;
   if (!cfg->data.train || !cfg->data.train[0])
@@ -596,6 +598,11 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   /* B rows per rank; a step is K global micro-batches of N*B rows. */
   const int B = cfg->micro_batch, T = cfg->data.seq_len, K = cfg->grad_accum, N = t.n_ranks;
   const size_t BT = (size_t)B * (size_t)T, GBT = BT * (size_t)N;
+  if (cfg->train_batch_size && cfg->train_batch_size != (long)B * K * N)
+    return zo_error(-EINVAL, "train_batch_size = %ld but this run has train_micro_batch_size_per_gpu %d x "
+                             "gradient_accumulation_steps %d x %d rank%s = %ld: leave gradient_accumulation_steps out "
+                             "to derive it, or set train_batch_size to %ld",
+                    cfg->train_batch_size, B, K, N, N == 1 ? "" : "s", (long)B * K * N, (long)B * K * N);
 
   t.be = zo_train_backend(cfg, t.comm);
   if (!t.be) return -ENODEV;
@@ -637,6 +644,15 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   if (!t.train) {
     err = zo_error(-EIO, "data.train: %s", zo_last_error());
     goto out;
+  }
+  if (cfg->data.epochs > 0) {
+    /* data.epochs: the steps, and the schedule that follows them, come from the file. */
+    epochs_cfg = *cfg;
+    const long steps = zo_config_steps_for_epochs(cfg, zo_data_n_tokens(t.train), N);
+    if ((err = zo_config_set_steps(&epochs_cfg, steps))) goto out;
+    cfg = t.cfg = &epochs_cfg;
+    say(&t, "data.epochs %g: %ld steps over %s's %zu tokens\n", cfg->data.epochs, steps, cfg->data.train,
+        zo_data_n_tokens(t.train));
   }
   if (cfg->data.val && cfg->data.val[0]) {
     t.val = zo_data_open_rank(cfg->data.val, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
@@ -744,7 +760,10 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
             "elements); m + v %.3f B/param (fp32: 8)\n",
         of->block, 100.0 * (double)n8 / (double)n, of->min_numel, 2.0 * (double)sb / (double)n);
   }
-  int n_val = t.val ? zo_eval_n_batches(t.val, B * N, T) : 0;
+  int n_val = t.val ? cfg->eval.steps > 0 ? cfg->eval.steps : zo_eval_n_batches(t.val, B * N, T) : 0;
+  if (!t.val && cfg->eval.every > 0)
+    say(&t, "note: eval.every = %ld but there is no data.val: no validation loss during this run\n",
+        cfg->eval.every);
   if (t.val && st.step == 0) {
     double vl;
     const double te = zo_time_s();
@@ -873,7 +892,8 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     }
     if (t.tty) progress_bar(step, cfg->steps, zo_time_s() - t_start, first);
     bool save = ckpt_dir && (last || (cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0));
-    if (save || (last && t.val)) {
+    const bool eval_due = t.val && (last || save || (cfg->eval.every > 0 && step % cfg->eval.every == 0));
+    if (save || eval_due) {
       if (t.val) {
         double vl;
         if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;

@@ -1,8 +1,11 @@
 /* Training configuration: one JSON file, DeepSpeed's key names where DeepSpeed
  * has one, plus sections of our own (model, data, engine, log, checkpoint),
  * then `--set key.path=value` overrides. Every key is validated against one
- * schema table (type, range, allowed values, default); an unknown key is an
- * error that names the nearest valid key. This module only reads and checks:
+ * schema table (type, range, allowed values, default); the unknown keys are
+ * one error that names them all, each with the nearest valid key when it is
+ * close. DeepSpeed configs load as written: "auto" is the key's default, and
+ * DeepSpeed's keys without effect here are accepted with one warning. This
+ * module only reads and checks:
  * it does not open data files, probe devices or decide memory placement.
  * A loaded struct zo_config owns copies of all its strings. */
 #ifndef ZO_CONFIG_H
@@ -84,6 +87,7 @@ struct zo_config_scheduler {      /* "scheduler" (DeepSpeed parameters, see abov
   long warmup_num_steps;          /* all: steps of linear warmup, default 1000 */
   enum zo_warmup_type warmup_type; /* all: default "linear" */
   long total_num_steps;           /* WarmupCosineLR, WarmupDecayLR: end of decay, default steps */
+  bool total_num_steps_set;       /* given in the config; false: it follows steps (and data.epochs) */
   double warmup_min_ratio;        /* WarmupCosineLR: warmup start / lr, must be 0 */
   double cos_min_ratio;           /* WarmupCosineLR: final lr / lr, in [0, 1], default 1e-4 */
 };
@@ -149,6 +153,15 @@ struct zo_config_data {           /* "data" */
   enum zo_data_format format;     /* default "llmc" */
   int seq_len;                    /* T, <= model.max_seq_len, default max_seq_len */
   bool shuffle;                   /* shuffle sequence order per epoch (engine.seed), default true */
+  double epochs;                  /* passes over data.train instead of steps; 0 = use steps (default).
+                                   * The trainer derives steps from the file's micro-batches
+                                   * (zo_config_steps_for_epochs); exclusive with steps */
+};
+
+struct zo_config_eval {           /* "eval": validation loss during training (data.val) */
+  long every;                     /* steps between evaluations, 0 = at checkpoints and the end only
+                                   * (default) */
+  int steps;                      /* micro-batches per evaluation, 0 = the file's, at most 20 */
 };
 
 /* engine.on_nonfinite: what an fp32 or bf16 step with a non-finite loss or
@@ -190,6 +203,10 @@ struct zo_config {
   int micro_batch;                /* train_micro_batch_size_per_gpu: B, default 1 */
   int grad_accum;                 /* gradient_accumulation_steps, default 1 */
   long steps;                     /* optimizer steps to train, default 1000 */
+  long train_batch_size;          /* DeepSpeed's: micro_batch x grad_accum x ranks, checked; 0 = not
+                                   * given (default). Given with only one of micro_batch and
+                                   * grad_accum, the other is derived (ranks from the launcher's
+                                   * environment, 1 without one) */
   struct zo_config_optimizer optimizer;
   struct zo_config_scheduler scheduler;
   struct zo_lr_schedule lr_schedule; /* derived from optimizer + scheduler (see above) */
@@ -201,6 +218,7 @@ struct zo_config {
   struct zo_config_checkpointing activation_checkpointing;
   struct zo_config_model model;
   struct zo_config_data data;
+  struct zo_config_eval eval;
   struct zo_config_engine engine;
   struct zo_config_log log;
   struct zo_config_checkpoint checkpoint;
@@ -213,8 +231,12 @@ struct zo_config {
  * at its path; JSON null anywhere means "the default". Then checks every key
  * and the cross-field rules and derives lr_schedule and
  * model.spec.padded_vocab_size.
- * Returns 0; -EINVAL for a syntax error, an unknown key (the message names the
- * file or --set, the key path and the nearest valid key), a wrong type or an
+ * Prints on stderr, once per load: one warning listing the keys set that have
+ * no effect here, one when an explicit scheduler.params.total_num_steps
+ * differs from steps.
+ * Returns 0; -EINVAL for a syntax error, unknown keys (one message names the
+ * file or --set and every unknown key path, each with the nearest valid key
+ * when it is close), a wrong type or an
  * out-of-range value (the message names the valid range or values);
  * -ENOTSUP for a known but unsupported value (model.arch "llama",
  * warmup_type "log", ...); -ENOENT or another -errno when the file cannot be
@@ -222,6 +244,18 @@ struct zo_config {
  * (zo_config_free on it is harmless). Any thread; the message goes to that
  * thread's zo_last_error(). */
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
+
+/* Steps of data.epochs passes over a training file of n_tokens tokens with
+ * n_ranks ranks: ceil(epochs x micro-batches per epoch / grad_accum), where a
+ * micro-batch is n_ranks x micro_batch windows of data.seq_len + 1 tokens
+ * (one token overlapping), at least 1. cfg->data.epochs must be > 0. */
+long zo_config_steps_for_epochs(const struct zo_config *cfg, size_t n_tokens, int n_ranks);
+
+/* Sets cfg->steps (a run's steps decided after loading: data.epochs), and
+ * with it total_num_steps and lr_schedule when total_num_steps follows
+ * steps; warns once on stderr when an explicit total_num_steps differs.
+ * Returns 0, or -EINVAL when warmup_num_steps then exceeds total_num_steps. */
+int zo_config_set_steps(struct zo_config *cfg, long steps);
 
 /* "auto", "cpu" or "cuda": the engine.device value, as zo_backend_init takes it. */
 const char *zo_device_name(enum zo_device d);
