@@ -469,11 +469,14 @@ static int cmd_eval(int argc, char **argv) {
   const struct zo_weights w = {.checkpoint = a.checkpoint,
                                .init_from_explicit = set_on_command_line(&a, "model.init_from"),
                                .random_init = a.random_init};
-  int err = zo_eval_weights(&cfg, &w, (int)a.batches, &res);
+  /* Without data.val the loss is measured on data.train: the line says so. */
+  const bool on_train = !cfg.data.val || !cfg.data.val[0];
+  int err = zo_eval_weights(&cfg, &w, a.batches ? (int)a.batches : cfg.eval.steps, &res);
   zo_config_free(&cfg);
   if (err) return fail(exit_code(err), "eval");
   char d[32], t[32];
-  printf("val loss %.6f over %d batches | device %s (training would plan %s)\n", res.loss, res.n_batches,
+  printf("%s loss %.6f over %d batches%s | device %s (training would plan %s)\n", on_train ? "train" : "val",
+         res.loss, res.n_batches, on_train ? " of data.train (no data.val: this measured the training data)" : "",
          zo_format_bytes(res.device_bytes, d), zo_format_bytes(res.train_device_bytes, t));
   return 0;
 }

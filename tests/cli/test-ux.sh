@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a DeepSpeed or Hugging Face user meets first: a schedule that follows
 # the run (steps, data.epochs, the warning for an explicit total_num_steps
-# that differs), evaluation on its own cadence (eval.every, eval.steps), one
+# that differs), evaluation on its own cadence (eval.every, eval.steps) and
+# eval saying when it measured the training data, one
 # message for every unknown key, and configured paths with a typo that do
 # not become trees of directories (checkpoint.dir, nvme_path).
 # Usage: test-ux.sh ZOFFLOAD_BINARY REPO_DIR
@@ -68,6 +69,10 @@ expect 0 "step 2: val loss" every -- train "$tmp/c.json" --set steps=6 --set eva
 count every "val loss" 4 # step 0, 2, 4, 6
 expect 0 "no data.val" noval -- train "$tmp/c.json" --set steps=2 --set eval.every=1 --set data.val=\"\" \
   --set scheduler.params.total_num_steps=null
+# zoffload eval without data.val measures data.train and says so; eval.steps is its default batch count.
+expect 0 "train loss" evaltrain -- eval "$tmp/c.json" --random-init --set data.val=\"\" --set eval.steps=2
+count evaltrain "over 2 batches of data.train (no data.val: this measured the training data)" 1
+expect 0 "val loss" evalval -- eval "$tmp/c.json" --random-init --batches 1
 
 # 2. Every unknown key in one message.
 cat >"$tmp/typos.json" <<JSON
