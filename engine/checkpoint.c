@@ -416,7 +416,7 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
     if ((err = join(path, sizeof path, x->tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) break;
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
   }
-  if (n_shards <= 0 && files && !err) {
+  if (n_shards == 0 && files && !err) {
     uint32_t crc;
     if (!(err = join(path, sizeof path, x->tmp, "optimizer.safetensors")) && !(err = file_crc(path, &crc)))
       json_object_set_new(files, "optimizer.safetensors", json_integer(crc));
@@ -442,6 +442,7 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
                                 "optimizer_shards", n_shards > 0 ? n_shards : 0, "files", files)
                     : NULL;
   if (!j) return txn_fail(x, zo_error(-ENOMEM, "out of memory building trainer_state.json"));
+  if (n_shards < 0) json_object_set_new(j, "weights_only", json_true());
   err = join(path, sizeof path, x->tmp, "trainer_state.json");
   if (!err) err = write_json(path, j);
   json_decref(j);
@@ -486,6 +487,16 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
   if (!err) err = zo_checkpoint_write_model(&x, m, io);
   if (!err) err = zo_checkpoint_write_optimizer(&x, m, f, io, 0, 0, 0, m->table.n_tensors, NULL);
   if (!err) err = zo_checkpoint_commit(&x, state, 0, NULL, keep, out_path, out_size);
+  if (err) zo_checkpoint_abort(&x);
+  return err;
+}
+
+int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
+                                  const struct zo_train_state *state, int keep, char *out_path, size_t out_size) {
+  struct zo_checkpoint_txn x;
+  int err = zo_checkpoint_begin(dir, state->step, &x);
+  if (!err) err = zo_checkpoint_write_model(&x, m, io);
+  if (!err) err = zo_checkpoint_commit(&x, state, -1, NULL, keep, out_path, out_size);
   if (err) zo_checkpoint_abort(&x);
   return err;
 }
@@ -600,7 +611,14 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
                             "to 65536", path, n_shards);
     goto out;
   }
-  const int n_opt = n_shards > 0 ? (int)n_shards : 1;
+  const bool weights_only = json_is_true(json_object_get(j, "weights_only"));
+  if (weights_only && optimizer) {
+    err = zo_error(-EINVAL, "%s holds the weights only (saved with checkpoint.save_optimizer = false): there is "
+                            "no optimizer state to resume; start a new run from it with --set "
+                            "model.init_from=%s", path, path);
+    goto out;
+  }
+  const int n_opt = weights_only ? 0 : n_shards > 0 ? (int)n_shards : 1;
   for (int i = 0; i < N_CKPT_FILES + n_opt; i++) {
     char fname[64];
     if (i < N_CKPT_FILES) snprintf(fname, sizeof fname, "%s", ckpt_files[i]);

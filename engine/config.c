@@ -268,6 +268,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("checkpoint.dir", KEY_STRING, checkpoint.dir), .def = "\"\""},
   {KEY("checkpoint.every", KEY_INT, checkpoint.every), ATLEAST(0), .def = "0"},
   {KEY("checkpoint.keep", KEY_INT, checkpoint.keep), ATLEAST(0), .def = "3"},
+  {KEY("checkpoint.save_optimizer", KEY_BOOL, checkpoint.save_optimizer), .def = "true"},
 
   /* DeepSpeed's monitoring and numerics switches without a counterpart. */
   NO_EFFECT("steps_per_print", "progress lines follow log.every"),

@@ -527,18 +527,26 @@ static int save_checkpoint(struct trainer *t, const struct zo_config *cfg, const
   char path[PATH_MAX], rate[96];
   int err = 0;
   const double t0 = zo_time_s();
+  /* checkpoint.save_optimizer = false: the run's final checkpoint holds the weights only. */
+  const bool weights_only = !cfg->checkpoint.save_optimizer && st->step >= cfg->steps;
   if (zo_placement_sharded(pl)) {
     if ((err = save_sharded(t, cfg, pl, st, path, sizeof path))) return err;
     if (t->lead)
-      say(t, "%ssaved %s (%d optimizer shards)\n  wrote %s\n", t->tty ? "\r" : "", path, t->n_ranks,
+      say(t, "%ssaved %s (%d optimizer shards%s)\n  wrote %s\n", t->tty ? "\r" : "", path, t->n_ranks,
+          weights_only ? "; checkpoint.save_optimizer = false is not applied to a sharded optimizer" : "",
           rate_str(dir_bytes(path), zo_time_s() - t0, rate));
   } else if (t->lead) {
     /* Rank 0 writes the checkpoint: every rank holds the same state. */
-    err = zo_checkpoint_save_io(cfg->checkpoint.dir, zo_sched_model(t->sched), &pl->opt, &t->io, st,
-                                cfg->checkpoint.keep, path, sizeof path);
+    const struct zo_model *m = zo_sched_model(t->sched);
+    err = weights_only ? zo_checkpoint_save_weights_io(cfg->checkpoint.dir, m, &t->io, st, cfg->checkpoint.keep,
+                                                       path, sizeof path)
+                       : zo_checkpoint_save_io(cfg->checkpoint.dir, m, &pl->opt, &t->io, st, cfg->checkpoint.keep,
+                                               path, sizeof path);
     const int done = zo_sched_state_done(t->sched);
     if (err || (err = done)) return err;
-    say(t, "%ssaved %s\n  wrote %s\n", t->tty ? "\r" : "", path, rate_str(dir_bytes(path), zo_time_s() - t0, rate));
+    say(t, "%ssaved %s%s\n  wrote %s\n", t->tty ? "\r" : "", path,
+        weights_only ? " (weights only: checkpoint.save_optimizer = false)" : "",
+        rate_str(dir_bytes(path), zo_time_s() - t0, rate));
   }
   /* The others go on once it is on disk, so that a job stopped after this
    * line resumes from it. */

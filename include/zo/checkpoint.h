@@ -64,6 +64,12 @@ int zo_checkpoint_save(const char *dir, const struct zo_model *m, const float *p
 int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, const struct zo_train_state *state, int keep,
                           char *out_path, size_t out_size);
+/* A weights-only checkpoint (checkpoint.save_optimizer = false): the same
+ * without the optimizer file; trainer_state.json says "weights_only": true.
+ * Eval, sample and export load it; a resume is refused, naming
+ * model.init_from. */
+int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
+                                  const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
 /* A checkpoint written in parts (data parallel with a sharded optimizer:
  * every rank writes its shard's optimizer file, rank 0 the rest):
@@ -76,7 +82,9 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
  * shards' given), writes trainer_state.json, renames the directory into
  * place atomically and removes checkpoints beyond keep (only ones of lower
  * steps: the one just written always stays); abort removes the temporary
- * directory, keeping the error that made the save fail as zo_last_error(). Each returns 0 or -errno with a message naming the
+ * directory, keeping the error that made the save fail as zo_last_error();
+ * commit with n_shards -1 records a weights-only checkpoint (no optimizer
+ * file written). Each returns 0 or -errno with a message naming the
  * checkpoint. A load reads either form, whatever the rank count. */
 struct zo_checkpoint_txn {
   char dir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];

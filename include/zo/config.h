@@ -196,6 +196,9 @@ struct zo_config_checkpoint {     /* "checkpoint" */
   char *dir;                      /* "" = no checkpoints */
   long every;                     /* steps between checkpoints, 0 = only at the end */
   int keep;                       /* most recent checkpoints kept, 0 = all; default 3 */
+  bool save_optimizer;            /* false: the run's final checkpoint holds the weights only
+                                     (not resumable; eval, sample, export, model.init_from read
+                                     it); default true */
 };
 
 struct zo_config {

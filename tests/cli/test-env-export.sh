@@ -6,7 +6,8 @@
 # (model.safetensors byte-identical to the checkpoint's, same eval loss),
 # bf16 sharded by a tiny --max-shard-size (the index names every tensor's
 # shard, total_size adds up, every tensor BF16, the same bf16 eval loss as
-# the checkpoint) and fp16; the refusals (non-empty --out, missing parent,
+# the checkpoint) and fp16; checkpoint.save_optimizer = false (a weights-only
+# final checkpoint: eval and export read it, resume refused); the refusals (non-empty --out, missing parent,
 # bad --dtype). The safetensors headers are read with python3 when present.
 # Usage: test-env-export.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
@@ -91,8 +92,25 @@ out=$("$bin" train "$tmp/c.json" --set fp16.enabled=true --set fp16.loss_scale=1
 [[ "$out" == *"fp16: static loss scale 128"* && "$out" == *"scale 128 static, 0 skipped"* ]] && ok \
   || bad "fp16 with a static loss scale: not labelled static"
 
-# ---- export ----
 loss() { "$bin" eval "$tmp/c.json" "$@" 2>/dev/null | sed -n 's/^val loss \([0-9.]*\) .*/\1/p'; }
+
+# checkpoint.save_optimizer = false: the final checkpoint holds the weights
+# only (an earlier one keeps the optimizer); eval and export read it, a
+# resume is refused naming model.init_from.
+cw=$tmp/ckw
+expect 0 "saved $cw/checkpoint-4 (weights only: checkpoint.save_optimizer = false)" -- train "$tmp/c.json" \
+  --set checkpoint.save_optimizer=false --set checkpoint.dir="$cw" --set checkpoint.every=2 --set checkpoint.keep=0 \
+  --set log.metrics_path="$tmp/mw.jsonl"
+[[ -f "$cw/checkpoint-2/optimizer.safetensors" && ! -e "$cw/checkpoint-4/optimizer.safetensors" && \
+   -f "$cw/checkpoint-4/model.safetensors" ]] && ok || bad "save_optimizer=false: files $(ls "$cw"/checkpoint-*)"
+grep -q '"weights_only": true' "$cw/checkpoint-4/trainer_state.json" && ok || bad "weights_only not recorded"
+[[ "$(loss --checkpoint "$cw/checkpoint-4")" == "$(loss --checkpoint "$ck")" ]] && ok \
+  || bad "eval of the weights-only checkpoint differs from the full one's"
+expect 2 "holds the weights only (saved with checkpoint.save_optimizer = false)" -- train "$tmp/c.json" \
+  --set checkpoint.dir="$cw" --set log.metrics_path="$tmp/mw.jsonl" --set steps=6 --resume auto
+expect 0 "exported $tmp/xw: F32" -- export "$cw/checkpoint-4" --out "$tmp/xw"
+
+# ---- export ----
 expect 0 "exported $tmp/x32: F32 weights in 1 safetensors file" -- export "$ck" --out "$tmp/x32"
 [[ -f "$tmp/x32/config.json" && -f "$tmp/x32/model.safetensors" && ! -e "$tmp/x32/model.safetensors.index.json" ]] \
   && ok || bad "export fp32: files: $(ls "$tmp/x32")"
