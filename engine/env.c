@@ -9,6 +9,7 @@
  * (and the NVMe tier's private directory), both removed before returning. */
 #include "zo/env.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -16,6 +17,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -33,6 +35,18 @@
 #endif
 #ifndef ZO_ENV_BUILD_TYPE
 #define ZO_ENV_BUILD_TYPE "unknown"
+#endif
+#ifndef ZO_ENV_NCCL
+#define ZO_ENV_NCCL 0
+#endif
+#ifndef ZO_ENV_FAULT_INJECTION
+#define ZO_ENV_FAULT_INJECTION 0
+#endif
+#ifndef ZO_ENV_NATIVE
+#define ZO_ENV_NATIVE 0
+#endif
+#ifndef ZO_ENV_ISAL_VERSION
+#define ZO_ENV_ISAL_VERSION "unknown"
 #endif
 
 /* OpenBLAS's introspection, when the linked BLAS is OpenBLAS (weak: another
@@ -151,6 +165,13 @@ static void print_cpu(FILE *out) {
           omp && omp[0] ? omp : "unset");
 }
 
+/* Whether two PCI bus ids name one device: the domain's width and the case
+ * differ between CUDA ("0000:3B:00.0") and /proc ("0000:3b:00.0"). */
+static bool same_pci(const char *a, const char *b) {
+  const char *x = strchr(a, ':'), *y = strchr(b, ':');
+  return x && y && strcasecmp(x, y) == 0 && strtoul(a, NULL, 16) == strtoul(b, NULL, 16);
+}
+
 /* The GPU through the CUDA backend; its PCI bus id into pci (empty when none). */
 static void print_gpu(FILE *out, char *pci, size_t pci_size) {
   pci[0] = '\0';
@@ -174,11 +195,19 @@ static void print_gpu(FILE *out, char *pci, size_t pci_size) {
               vis ? vis : "unset", zo_format_bytes(free_b, fb), zo_format_bytes(total_b, tb));
     else
       fprintf(out, "  device           %s: free memory unknown (%s)\n", pci[0] ? pci : "?", zo_last_error());
-    char p[PATH_MAX], model[128];
-    if (pci[0] && snprintf(p, sizeof p, "/proc/driver/nvidia/gpus/%s/information", pci) > 0 &&
-        proc_field(p, "Model", model, sizeof model))
-      fprintf(out, "  model            %s\n", model);
   }
+  /* Every GPU the driver knows, whether CUDA_VISIBLE_DEVICES shows it or not. */
+  DIR *d = opendir("/proc/driver/nvidia/gpus");
+  for (const struct dirent *e; d && (e = readdir(d));) {
+    char p[PATH_MAX], model[128];
+    if (e->d_name[0] == '.' ||
+        snprintf(p, sizeof p, "/proc/driver/nvidia/gpus/%s/information", e->d_name) >= (int)sizeof p ||
+        !proc_field(p, "Model", model, sizeof model))
+      continue;
+    fprintf(out, "  GPU %-12s %s%s\n", e->d_name, model,
+            same_pci(pci, e->d_name) ? " (the CUDA backend's device)" : "");
+  }
+  if (d) closedir(d);
   fprintf(out, "  driver           %s\n", driver[0] ? driver : "none (/proc/driver/nvidia/version absent)");
 }
 
