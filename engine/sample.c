@@ -23,6 +23,7 @@
 #include "zo/checkpoint.h"
 #include "zo/cpu.h"
 #include "zo/data.h"
+#include "zo/fsutil.h"
 #include "zo/hf.h"
 #include "zo/model.h"
 #include "zo/state.h"
@@ -352,7 +353,12 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   if (!S_ISDIR(sb.st_mode))
     return zo_error(-EINVAL, "%s: export takes a checkpoint directory (checkpoint-<step>) or a Hugging Face "
                              "directory holding config.json", path);
-  /* The output: a new or empty directory, created only as its last component. */
+  struct zo_model_config mc;
+  int err = zo_model_config_from_pretrained(path, 0, &mc);
+  if (err) return err;
+  /* The output: a new or empty directory, created only as its last
+   * component; whatever a failed export wrote there is removed again. */
+  bool created = false;
   DIR *d = opendir(o->out);
   if (d) {
     const struct dirent *e;
@@ -365,21 +371,20 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   } else if (mkdir(o->out, 0755) != 0) {
     return zo_error(-errno, "--out %s: %s%s", o->out, strerror(errno),
                     errno == ENOENT ? " (its parent directory does not exist)" : "");
+  } else {
+    created = true;
   }
-  struct zo_model_config mc;
-  int err = zo_model_config_from_pretrained(path, 0, &mc);
-  if (err) return err;
   /* fp32 on the CPU backend, one token: the parameters as saved, in host
    * memory once (as eval on the CPU holds them), streamed to the files a
    * tensor at a time. */
   const struct zo_model_layout lo = {.training = false, .dtype = ZO_F32};
   struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), 1, 1, &lo);
-  if (!m) return zo_error(-ENOMEM, "%s", zo_last_error());
   struct zo_state_io io = {0};
   struct zo_train_state st = {0};
   bool is_checkpoint = false;
   const double t0 = zo_time_s();
-  if (!(err = zo_state_io_model(&io, m))) err = load_path(path, m, &io, &st, &is_checkpoint);
+  if (!m) err = zo_error(-ENOMEM, "%s", zo_last_error());
+  if (!err && !(err = zo_state_io_model(&io, m))) err = load_path(path, m, &io, &st, &is_checkpoint);
   const double t1 = zo_time_s();
   const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
   if (!err) err = zo_model_save_pretrained_opts(o->out, m, &io, &so);
@@ -391,5 +396,14 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   }
   zo_state_io_free(&io);
   zo_model_free(m);
+  if (err) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zo_last_error());
+    /* Everything in it is this export's: it was new or empty. */
+    const bool removed = zo_remove_tree(o->out) == 0;
+    if (removed && !created) mkdir(o->out, 0755);
+    if (removed) err = zo_error(err, "%s (%s %s)", msg, created ? "removed" : "emptied again:", o->out);
+    else err = zo_error(err, "%s", msg);
+  }
   return err;
 }

@@ -172,6 +172,10 @@ fi
 expect 1 "--out $tmp/xbf is not empty" -- export "$ck" --out "$tmp/xbf"
 expect 1 "its parent directory does not exist" -- export "$ck" --out "$tmp/nope/x"
 [[ ! -e "$tmp/nope" ]] && ok || bad "export created a missing parent"
+# A corrupt checkpoint is refused (checksums) and leaves no --out behind.
+cp -r "$ck" "$tmp/corrupt" && printf 'x' | dd of="$tmp/corrupt/model.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect 1 "checksum mismatch" -- export "$tmp/corrupt" --out "$tmp/xc"
+[[ ! -e "$tmp/xc" ]] && ok || bad "a failed export left $tmp/xc behind"
 expect 2 "--dtype int8: valid: fp32, bf16, fp16" -- export "$ck" --out "$tmp/y" --dtype int8
 expect 2 "missing --out DIR" -- export "$ck"
 expect 2 "missing CHECKPOINT" -- export --out "$tmp/y"
