@@ -183,15 +183,20 @@ static int choose_weights(const struct zo_config *cfg, const struct zo_weights *
 }
 
 /* Prints which weights were loaded: the checkpoint and its step, a model
- * file or directory, or the seeded init. */
-static void say_weights(const char *path, const struct zo_train_state *st, bool checkpoint, uint64_t seed) {
-  if (!path[0])
+ * file or directory, or the seeded init; for a file, its fp32 bytes and the
+ * load rate. */
+static void say_weights(const char *path, const struct zo_train_state *st, bool checkpoint, uint64_t seed,
+                        size_t nbytes, double s) {
+  char b[32];
+  if (!path[0]) {
     fprintf(stderr, "weights: the seeded random initialisation (engine.seed %llu, --random-init)\n",
             (unsigned long long)seed);
-  else if (checkpoint)
-    fprintf(stderr, "weights: %s (step %ld)\n", path, st->step);
-  else
-    fprintf(stderr, "weights: %s\n", path);
+    return;
+  }
+  if (checkpoint) fprintf(stderr, "weights: %s (step %ld)", path, st->step);
+  else fprintf(stderr, "weights: %s", path);
+  fprintf(stderr, ": loaded %s in %.2f s, %.1f MB/s\n", zo_format_bytes(nbytes, b), s,
+          (double)nbytes / 1e6 / (s > 0 ? s : 1e-9));
 }
 
 /* The parameters of path into m through io: one of our checkpoints (its
@@ -234,6 +239,7 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   int err = zo_state_io_model(&io, m);
   struct zo_train_state st = {0};
   bool is_checkpoint = false;
+  const double t0 = zo_time_s();
   if (!err && path[0]) {
     err = load_path(path, m, &io, &st, &is_checkpoint);
   } else if (!err) {
@@ -244,7 +250,8 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
       err = io.write(io.ctx, ZO_STATE_PARAMS, i * sizeof(float), io.stage, k * sizeof(float));
     }
   }
-  if (!err) say_weights(path, &st, is_checkpoint, cfg->engine.seed);
+  if (!err)
+    say_weights(path, &st, is_checkpoint, cfg->engine.seed, m->table.numel * sizeof(float), zo_time_s() - t0);
   zo_state_io_free(&io);
   if (err) {
     zo_model_free(m);

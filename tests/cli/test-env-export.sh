@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # zoffload env (every section, --nvme-path's probe leaves nothing behind, a
 # missing path is an error and is not created), the metrics JSONL's "time"
-# field, the progress lines of loading, the first evaluation and checkpoint
-# writes, a static loss scale labelled static, and zoffload export: a tiny trained checkpoint exported in fp32
+# field, the progress lines of loading (train and eval), the first evaluation
+# and checkpoint writes, a static loss scale labelled static, and zoffload export: a tiny trained checkpoint exported in fp32
 # (model.safetensors byte-identical to the checkpoint's, same eval loss),
 # bf16 sharded by a tiny --max-shard-size (the index names every tensor's
 # shard, total_size adds up, every tensor BF16, the same bf16 eval loss as
@@ -93,6 +93,8 @@ out=$("$bin" train "$tmp/c.json" --set fp16.enabled=true --set fp16.loss_scale=1
   || bad "fp16 with a static loss scale: not labelled static"
 
 loss() { "$bin" eval "$tmp/c.json" "$@" 2>/dev/null | sed -n 's/^val loss \([0-9.]*\) .*/\1/p'; }
+
+expect 0 "weights: $ck (step 4): loaded " -- eval "$tmp/c.json" --checkpoint "$ck"
 
 # checkpoint.save_optimizer = false: the final checkpoint holds the weights
 # only (an earlier one keeps the optimizer); eval and export read it, a
