@@ -131,7 +131,7 @@ static const char *usage_export =
     "  past --max-shard-size (default 5GB; GB = 1e9 bytes, GiB = 2^30). No optimizer state.\n"
     "  DIR must be new (only its last component is created) or empty.\n"
     "  --dtype  tensor dtype in the files (default fp32: the saved values exactly; bf16 and fp16\n"
-    "           round to nearest even). Host memory: 4 bytes a parameter\n"
+    "           round to nearest even). Host memory: 2 bytes a parameter (4 in fp32)\n"
     "  load it with transformers' from_pretrained(DIR) or --set model.init_from=DIR\n";
 
 static const char *usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";

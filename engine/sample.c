@@ -381,10 +381,13 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   } else {
     created = true;
   }
-  /* fp32 on the CPU backend, one token: the parameters as saved, in host
-   * memory once (as eval on the CPU holds them), streamed to the files a
-   * tensor at a time. */
-  const struct zo_model_layout lo = {.training = false, .dtype = ZO_F32};
+  /* In the export's dtype on the CPU backend, one token: the parameters in
+   * host memory once (as eval on the CPU holds them), streamed to the files
+   * a tensor at a time. Rounding happens once, on the way in (to nearest
+   * even, as the writer would), and a bf16 or fp16 value widened to fp32
+   * rounds back to itself, so the files are what an fp32 model would give
+   * at half the memory. */
+  const struct zo_model_layout lo = {.training = false, .dtype = o->dtype};
   struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), 1, 1, &lo);
   struct zo_state_io io = {0};
   struct zo_train_state st = {0};

@@ -95,9 +95,11 @@ struct zo_export_result {
  * checksums verified, or a Hugging Face directory) to o->out as a weights-only
  * Hugging Face directory (zo_model_save_pretrained_opts: o->dtype, sharded
  * past o->max_shard_bytes, config.json), loadable by transformers and by
- * model.init_from. The parameters are loaded once into an fp32 forward-only
- * model on the CPU backend (4 bytes a parameter of host memory, as eval on
- * the CPU) and streamed out a tensor at a time. Returns 0 or -errno. */
+ * model.init_from. The parameters are loaded once into a forward-only model
+ * of o->dtype on the CPU backend (2 or 4 bytes a parameter of host memory,
+ * as eval on the CPU; the files are those an fp32 model would give) and
+ * streamed out a tensor at a time. On error what was written in o->out is
+ * removed. Returns 0 or -errno. */
 int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res);
 
 #ifdef __cplusplus
