@@ -95,8 +95,12 @@ def main():
     for i, lane in enumerate(lanes):
         rows[f"nvme requests {i}" if len(lanes) > 1 else "nvme requests"] = [
             (a, b, KINDS[4][1], None) for a, b in lane]
-    order = sorted(rows, key=lambda r: (ORDER.index(r.split()[0]) if r.split()[0] in ORDER else len(ORDER), r))
-    fig, ax = plt.subplots(figsize=(14, 0.55 * len(order) + 1.8))
+    def rank(r):
+        head, last = r.split()[0], r.split()[-1]
+        return (ORDER.index(head) if head in ORDER else len(ORDER), int(last) if last.isdigit() else -1, r)
+
+    order = sorted(rows, key=rank)
+    fig, ax = plt.subplots(figsize=(14, 0.45 * len(order) + 1.6))
     for y, track in enumerate(order):
         for t0, t1, colour, hatch in rows[track]:
             ax.broken_barh([((t0 - lo) / 1e3, (t1 - t0) / 1e3)], (y - 0.38, 0.76), facecolors=colour,
