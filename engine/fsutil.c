@@ -227,14 +227,23 @@ static int mkdir_one(const char *p, mode_t mode) {
   return zo_error(err, "cannot create directory %s: %s", p, strerror(-err));
 }
 
-int zo_mkdir_p(const char *path, mode_t mode) {
+/* A copy of path without trailing slashes into *out (the caller frees).
+ * Returns 0 or -errno. */
+static int mkdir_path_copy(const char *path, char **out) {
   ZO_ASSERT(path);
   if (!*path) return zo_error(-EINVAL, "mkdir: empty path");
   char *p = str_dup(path);
   if (!p) return zo_error(-ENOMEM, "mkdir %s: out of host memory", path);
   size_t n = strlen(p);
   while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
-  int err = 0;
+  *out = p;
+  return 0;
+}
+
+int zo_mkdir_p(const char *path, mode_t mode) {
+  char *p;
+  int err = mkdir_path_copy(path, &p);
+  if (err) return err;
   for (char *s = p + 1; *s && err == 0; s++) {
     if (*s != '/' || s[-1] == '/') continue;
     *s = '\0';
@@ -247,14 +256,10 @@ int zo_mkdir_p(const char *path, mode_t mode) {
 }
 
 int zo_mkdir_leaf(const char *path, mode_t mode) {
-  ZO_ASSERT(path);
-  if (!*path) return zo_error(-EINVAL, "mkdir: empty path");
-  char *p = str_dup(path);
-  if (!p) return zo_error(-ENOMEM, "mkdir %s: out of host memory", path);
-  size_t n = strlen(p);
-  while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+  char *p;
+  int err = mkdir_path_copy(path, &p);
+  if (err) return err;
   struct stat st;
-  int err = 0;
   if (stat(p, &st) == 0) {
     if (!S_ISDIR(st.st_mode))
       err = zo_error(-ENOTDIR, "cannot create directory %s: a file that is not a directory is in the way", p);

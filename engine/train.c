@@ -20,14 +20,9 @@
  * its shard of the optimizer state (zo_placement_sharded); rank 0 alone
  * prints and logs (see zo/train.h). Evaluation and sampling are
  * engine/sample.c's.
- * A run owns its checkpoint.dir (run_dir_open: a flock held to the end,
- * leftovers of killed runs removed, another run's checkpoints refused
- * unless --overwrite) and its NVMe directory (nvme_dir_open: a locked
- * zoffload-run-* directory holding the store's; unlocked ones are a dead
- * run's and removed). SIGINT / SIGTERM: the handler only records the
- * signal; the loop finishes the step, saves and returns -EINTR. A second
- * signal ends the process from the handler, which removes the NVMe
- * directory first with async-signal-safe calls only. */
+ * A run owns its checkpoint.dir and its NVMe directory, checks its limits
+ * before step 1 and stops on SIGINT / SIGTERM after the step, saving
+ * (engine/run_guard.c); the loop returns -EINTR then. */
 #include "zo/train.h"
 
 #include <errno.h>
@@ -35,13 +30,10 @@
 #include <math.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +48,7 @@
 #include "zo/plan.h"
 #include "zo/sample.h"
 #include "zo/trace_file.h"
+#include "run_guard.h"
 #include "zo/sched.h"
 
 /* The backend the engine runs on: engine.device, "auto" taking CUDA when a
@@ -152,254 +145,16 @@ struct trainer {
   struct zo_data *train, *val;
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
-  struct zo_dir_lock lock;         /* checkpoint.dir's run lock (lead rank), fd -1 when none */
-  int nvme_fd;                     /* flock on nvme_dir, -1 when none */
-  char nvme_dir[PATH_MAX];         /* this run's zoffload-run-* under nvme_path, "" when none */
+  struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
 };
-
-/* ---- signals --------------------------------------------------------------
- * The handler only stores the first SIGINT / SIGTERM; the loop reads it
- * after each step. A second one cannot wait for a step: the handler removes
- * the NVMe directory (its path copied here before the handler could run,
- * removed with zo_remove_tree_signal_safe's async-signal-safe calls) and
- * _exits. Checkpoint temporaries it leaves are the next run's to remove. */
-static volatile sig_atomic_t stop_signal;
-static volatile sig_atomic_t swap_dir_set;
-static char swap_dir[PATH_MAX];
-
-static void on_stop_signal(int sig) {
-  if (!stop_signal) {
-    stop_signal = sig;
-    return;
-  }
-  static const char msg[] = "\nzoffload: second signal: stopping now, without a checkpoint of this step\n";
-  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-  (void)w;
-  if (swap_dir_set) zo_remove_tree_signal_safe(swap_dir, 2);
-  _exit(128 + sig);
-}
-
-struct saved_signals {
-  struct sigaction intr, term, xfsz;
-};
-
-static void signals_install(struct saved_signals *old) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  stop_signal = 0;
-  sigaction(SIGINT, &sa, &old->intr);
-  sigaction(SIGTERM, &sa, &old->term);
-  /* Past ulimit -f a write fails with EFBIG (reported, the save aborted)
-   * instead of the signal killing the process mid-save. */
-  struct sigaction ign;
-  memset(&ign, 0, sizeof ign);
-  ign.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ign, &old->xfsz);
-}
-
-static void signals_restore(const struct saved_signals *old) {
-  sigaction(SIGINT, &old->intr, NULL);
-  sigaction(SIGTERM, &old->term, NULL);
-  sigaction(SIGXFSZ, &old->xfsz, NULL);
-  swap_dir_set = 0;
-}
-
-static const char *signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
-
-/* ---- the NVMe directory ---------------------------------------------------
- * The store makes its zoffload-nvme-* directory inside ours,
- * <nvme_path>/zoffload-run-<pid>-XXXXXX, created under a hidden name, locked
- * (flock on the directory, held to the end) and only then renamed: a
- * zoffload-run-* directory whose lock is free belongs to a run that died,
- * and any run on the same nvme_path removes it. */
-static int nvme_dir_clean(const char *nvme_path, bool say) {
-  DIR *d = opendir(nvme_path);
-  if (!d) return 0;
-  struct dirent *e;
-  char found[16][256];
-  int n = 0, err = 0;
-  while ((e = readdir(d)) && n < 16)
-    if (!strncmp(e->d_name, "zoffload-run-", 13) || !strncmp(e->d_name, "zoffload-nvme-", 14))
-      snprintf(found[n++], sizeof found[0], "%s", e->d_name);
-  closedir(d);
-  for (int i = 0; i < n && !err; i++) {
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s/%s", nvme_path, found[i]) >= (int)sizeof p) continue;
-    if (!strncmp(found[i], "zoffload-nvme-", 14)) {
-      if (say)
-        printf("note: %s is an NVMe swap directory of an older zoffload or of another program (bench nvme, a "
-               "test); remove it if none of them is running\n", p);
-      continue;
-    }
-    int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      if ((err = zo_remove_tree(p)))
-        err = zo_error(err, "cannot remove a dead run's NVMe directory: %s", zo_last_error());
-      else if (say)
-        printf("removed %s: the NVMe swap directory of a run that was killed\n", p);
-    }
-    close(fd);
-  }
-  return err;
-}
-
-static int nvme_dir_open(struct trainer *t, const char *nvme_path) {
-  int err = zo_mkdir_leaf(nvme_path, 0700);
-  if (err) return zo_error(err, "zero_optimization.offload_optimizer.nvme_path: %s", zo_last_error());
-  if ((err = nvme_dir_clean(nvme_path, t->lead))) return err;
-  char tmp[PATH_MAX];
-  if (snprintf(tmp, sizeof tmp, "%s/.zoffload-run-%ld-XXXXXX", nvme_path, (long)getpid()) >= (int)sizeof tmp)
-    return zo_error(-ENAMETOOLONG, "path too long: zero_optimization.offload_optimizer.nvme_path %s", nvme_path);
-  if (!mkdtemp(tmp)) return zo_error(-errno, "%s: cannot create a directory in nvme_path %s", strerror(errno), nvme_path);
-  t->nvme_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (t->nvme_fd < 0 || flock(t->nvme_fd, LOCK_EX | LOCK_NB) != 0) {
-    err = zo_error(-errno, "%s: cannot lock %s", strerror(errno), tmp);
-    rmdir(tmp);
-    return err;
-  }
-  char *slash = strrchr(tmp, '/');
-  snprintf(t->nvme_dir, sizeof t->nvme_dir, "%.*s/%s", (int)(slash - tmp), tmp, slash + 2);
-  if (rename(tmp, t->nvme_dir) != 0) {
-    err = zo_error(-errno, "%s: cannot rename %s", strerror(errno), tmp);
-    rmdir(tmp);
-    t->nvme_dir[0] = '\0';
-    return err;
-  }
-  memcpy(swap_dir, t->nvme_dir, sizeof swap_dir);
-  swap_dir_set = 1;
-  return 0;
-}
-
-static void nvme_dir_close(struct trainer *t) {
-  swap_dir_set = 0;
-  if (t->nvme_dir[0] && rmdir(t->nvme_dir) != 0 && errno != ENOENT)
-    fprintf(stderr, "zoffload: warning: could not remove %s: %s\n", t->nvme_dir, strerror(errno));
-  t->nvme_dir[0] = '\0';
-  if (t->nvme_fd >= 0) close(t->nvme_fd);
-  t->nvme_fd = -1;
-}
 
 static void trainer_free(struct trainer *t) {
   if (t->metrics) fclose(t->metrics);
   zo_data_close(t->train);
   zo_data_close(t->val);
   zo_sched_free(t->sched); /* removes the store's directory, then ours goes */
-  nvme_dir_close(t);
-  zo_dir_unlock(&t->lock);
-}
-
-/* ---- the run directory ----------------------------------------------------
- * Everything about checkpoint.dir that could fail at the first save is
- * checked here, before step 1: the longest path a save makes, writability
- * (a probe file), one writer (the lock), the leftovers of killed runs, and
- * whether it holds another run's checkpoints or metrics. Lead rank only. */
-static int run_dir_open(struct trainer *t, const struct zo_config *cfg, const struct zo_train_opts *opts) {
-  const char *dir = cfg->checkpoint.dir;
-  /* The deepest path a save writes: dir/.checkpoint-N.tmp-PID/<file>.tmp.PID */
-  char tail[256];
-  const int nt = snprintf(tail, sizeof tail, "/.checkpoint-%ld.tmp-%ld/optimizer-00001-of-00001.safetensors.tmp.%ld",
-                          cfg->steps, (long)getpid(), (long)getpid());
-  const size_t len = strlen(dir);
-  if (len + (size_t)nt >= PATH_MAX)
-    return zo_error(-ENAMETOOLONG, "checkpoint.dir is too long: %zu characters, and the files a checkpoint writes "
-                                   "in it would have paths of %zu, over the %d the system allows (PATH_MAX); use "
-                                   "a shorter path (it begins %.60s...)", len, len + (size_t)nt, PATH_MAX, dir);
-  int err = zo_dir_probe_writable(dir);
-  if (err) return zo_error(err, "checkpoint.dir: %s", zo_last_error());
-  if ((err = zo_dir_lock(dir, NULL, &t->lock))) return err;
-  if ((err = zo_checkpoint_clean_leftovers(dir, stdout))) return err;
-  if (opts->resume) return 0;
-  long *steps;
-  int n;
-  if ((err = zo_checkpoint_list(dir, &steps, &n))) return err;
-  const long lo = n ? steps[0] : 0, hi = n ? steps[n - 1] : 0;
-  free(steps);
-  struct stat st;
-  const char *mp = cfg->log.metrics_path;
-  const bool metrics = mp && mp[0] && stat(mp, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-  if (!n && !metrics) return 0;
-  char what[96];
-  if (n == 1) snprintf(what, sizeof what, "checkpoint-%ld", lo);
-  else snprintf(what, sizeof what, "%d of them, checkpoint-%ld to checkpoint-%ld", n, lo, hi);
-  if (!opts->overwrite) {
-    if (n)
-      return zo_error(-EEXIST, "checkpoint.dir %s already holds another run's checkpoints (%s): continue that run "
-                               "with --resume auto, or start over with --overwrite (removes them)", dir, what);
-    return zo_error(-EEXIST, "log.metrics_path %s already holds another run's metrics (%lld bytes): continue that "
-                             "run with --resume auto, or start over with --overwrite (starts the file anew)",
-                    mp, (long long)st.st_size);
-  }
-  if (n) {
-    printf("--overwrite: removing the %d checkpoint%s of the previous run in %s\n", n, n == 1 ? "" : "s", dir);
-    if ((err = zo_checkpoint_remove_all(dir, stdout))) return err;
-  }
-  if (metrics) printf("--overwrite: %s starts anew\n", mp);
-  return 0;
-}
-
-/* Free space for one more checkpoint (model in fp32, m and v) on
- * checkpoint.dir's file system, checked before step 1. */
-static int run_dir_check_space(const struct zo_config *cfg, const struct zo_model *m,
-                               const struct zo_optim_format *opt) {
-  size_t avail;
-  int err = zo_fs_free_bytes(cfg->checkpoint.dir, &avail);
-  if (err) return err;
-  const size_t need = m->table.numel * sizeof(float) + 2 * zo_optim_state_nbytes(opt, &m->table) + ((size_t)1 << 20);
-  if (avail >= need) return 0;
-  char a[32], b[32];
-  return zo_error(-ENOSPC, "not enough space for a checkpoint: one needs %s (parameters, m and v) and the file "
-                           "system of checkpoint.dir %s has %s free; free space or point checkpoint.dir elsewhere",
-                  zo_format_bytes(need, a), cfg->checkpoint.dir, zo_format_bytes(avail, b));
-}
-
-/* ---- limits ---------------------------------------------------------------
- * Under an address-space limit (ulimit -v) too small for the plan, OpenBLAS
- * spins forever in its buffer allocator instead of failing: refuse before
- * the first GEMM, with the figures. What the process maps besides the plan:
- * per thread, OpenBLAS's GEMM buffer, a malloc arena and a stack. */
-#define ZO_THREAD_VM ((size_t)160 << 20)
-#define ZO_BASE_VM ((size_t)256 << 20)
-
-static size_t vm_now(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long pages = 0;
-  if (f) {
-    if (fscanf(f, "%lu", &pages) != 1) pages = 0;
-    fclose(f);
-  }
-  return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-}
-
-static int check_address_space(const struct zo_plan *plan, const struct zo_backend *be) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-  const long hw = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-  const size_t threads = (size_t)hw + 8; /* OpenMP's, the streams', the NVMe engine's */
-  const bool host_device = strcmp(be->name, "cpu") == 0;
-  const size_t need = vm_now() + (host_device ? plan->total[ZO_TIER_DEVICE] : 0) + plan->total[ZO_TIER_HOST] +
-                      threads * ZO_THREAD_VM + ZO_BASE_VM;
-  if (need <= (size_t)rl.rlim_cur) return 0;
-  char a[32], b[32], c[32], d[32], e[32];
-  return zo_error(-ENOMEM, "the address-space limit (ulimit -v) is %s, and this run needs about %s: %s mapped now, "
-                           "%s of plan (device arena and host pool), %s for %zu threads (BLAS buffers, stacks, "
-                           "malloc arenas); raise the limit (ulimit -v unlimited) or shrink the plan",
-                  zo_format_bytes((size_t)rl.rlim_cur, a), zo_format_bytes(need, b), zo_format_bytes(vm_now(), c),
-                  zo_format_bytes((host_device ? plan->total[ZO_TIER_DEVICE] : 0) + plan->total[ZO_TIER_HOST], d),
-                  zo_format_bytes(threads * ZO_THREAD_VM, e), threads);
-}
-
-/* An out-of-memory message under a limit names the limit, not physical memory. */
-static int quote_limit(int err) {
-  struct rlimit rl;
-  if (err != -ENOMEM || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return err;
-  char msg[900], a[32];
-  snprintf(msg, sizeof msg, "%s", zo_last_error());
-  return zo_error(err, "%s (this process runs under an address-space limit, ulimit -v, of %s: that limit, not "
-                       "the free memory, is what ran out)", msg, zo_format_bytes((size_t)rl.rlim_cur, a));
+  zo_run_nvme_dir_close(&t->guard);
+  zo_dir_unlock(&t->guard.lock);
 }
 
 /* Wall-clock time in Unix seconds, for the metrics lines ("time"). */
@@ -570,7 +325,7 @@ static int nonfinite_stop(const struct zo_config *cfg, long step, const char *wh
 
 /* The step at which a signal stops the run: rank 0's, on every rank. */
 static int stop_requested(struct trainer *t, int *sig) {
-  int32_t v = stop_signal;
+  int32_t v = zo_run_stop_signal();
   if (t->comm) {
     int err = zo_comm_broadcast(t->comm, &v, sizeof v, 0);
     if (err) return err;
@@ -582,21 +337,22 @@ static int stop_requested(struct trainer *t, int *sig) {
 static int train_run(const struct zo_config *cfg, const struct zo_train_opts *opts);
 
 int zo_train(const struct zo_config *cfg, const struct zo_train_opts *opts) {
-  struct saved_signals old_signals;
-  signals_install(&old_signals);
+  struct zo_run_signals old_signals;
+  zo_run_signals_install(&old_signals);
   if (opts->stop_signal) *opts->stop_signal = 0;
   int err = train_run(cfg, opts);
-  signals_restore(&old_signals);
+  zo_run_signals_restore(&old_signals);
   return err;
 }
 
 static int train_run(const struct zo_config *cfg, const struct zo_train_opts *opts) {
   struct trainer t = {.cfg = cfg, .comm = opts->comm, .n_ranks = opts->comm ? zo_comm_size(opts->comm) : 1,
-                      .lock = {.fd = -1}, .nvme_fd = -1};
+                      .guard = {.lock = {.fd = -1}, .nvme_fd = -1}};
   if (t.n_ranks == 1) t.comm = NULL;
   t.rank = t.comm ? zo_comm_rank(t.comm) : 0;
   t.lead = t.rank == 0;
   t.tty = !t.comm && isatty(STDOUT_FILENO);
+  t.guard.lead = t.lead;
   struct zo_model_config mc;
   struct zo_config epochs_cfg; /* cfg with the steps of data.epochs (shares cfg's strings) */
   int err;
@@ -618,9 +374,9 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   struct zo_plan plan;
   if ((err = zo_plan_build_rank(cfg, &mc, t.be, t.rank, N, &plan))) goto out;
   if (opts->memory_report && t.lead) zo_plan_print(&plan, stdout);
-  if ((err = zo_plan_check(cfg, &plan)) || (err = check_address_space(&plan, t.be))) goto out;
+  if ((err = zo_plan_check(cfg, &plan)) || (err = zo_run_check_address_space(&plan, t.be))) goto out;
   const bool ckpt_dir = cfg->checkpoint.dir && cfg->checkpoint.dir[0];
-  if (t.lead && ckpt_dir && (err = run_dir_open(&t, cfg, opts))) goto out;
+  if (t.lead && ckpt_dir && (err = zo_run_dir_open(&t.guard, cfg, opts))) goto out;
   if (t.comm) {
     /* Rank 0's verdict on the run directory, so that no rank starts alone. */
     int32_t ok = err == 0;
@@ -631,8 +387,8 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     }
   }
   if (plan.placement.optimizer == ZO_OFFLOAD_NVME) {
-    if ((err = nvme_dir_open(&t, plan.placement.nvme_path))) goto out;
-    plan.placement.nvme_path = t.nvme_dir;
+    if ((err = zo_run_nvme_dir_open(&t.guard, plan.placement.nvme_path))) goto out;
+    plan.placement.nvme_path = t.guard.nvme_dir;
   }
   /* fp16 skips an overflowed step anyway; fp32 and bf16 when asked to. */
   plan.placement.skip_nonfinite = cfg->engine.on_nonfinite == ZO_NONFINITE_SKIP;
@@ -640,12 +396,12 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
                                      .backend = t.be, .host_budget = cfg->engine.host_memory_budget,
                                      .comm = t.comm};
   if (!(t.sched = zo_sched_init(&sc))) {
-    err = quote_limit(-ENOMEM);
+    err = zo_run_quote_limit(-ENOMEM);
     goto out;
   }
   struct zo_model *m = zo_sched_model(t.sched);
   const size_t n = m->table.numel;
-  if (t.lead && ckpt_dir && (err = run_dir_check_space(cfg, m, &plan.placement.opt))) goto out;
+  if (t.lead && ckpt_dir && (err = zo_run_dir_check_space(cfg, m, &plan.placement.opt))) goto out;
 
   t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
                               cfg->data.shuffle, cfg->engine.seed, t.rank, N);
@@ -923,12 +679,12 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   if (sig) {
     if (t.tty) say(&t, "\n");
     if (opts->stop_signal) *opts->stop_signal = sig;
-    err = st.step == first ? zo_error(-EINTR, "stopped by %s before step %ld: nothing new to save", signal_name(sig),
+    err = st.step == first ? zo_error(-EINTR, "stopped by %s before step %ld: nothing new to save", zo_run_signal_name(sig),
                                       st.step + 1)
           : ckpt_dir ? zo_error(-EINTR, "stopped by %s after step %ld (saved in %s): continue with --resume auto",
-                              signal_name(sig), st.step, cfg->checkpoint.dir)
+                              zo_run_signal_name(sig), st.step, cfg->checkpoint.dir)
           : zo_error(-EINTR, "stopped by %s after step %ld (no checkpoint.dir: nothing saved)",
-                              signal_name(sig), st.step);
+                              zo_run_signal_name(sig), st.step);
     goto out;
   }
   if (t.tty) say(&t, "\n");
