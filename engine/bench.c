@@ -363,7 +363,8 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
    * (the CPU backend records the timeline); the last round's is written. */
   const bool tracing = cfg->engine.trace.path[0] && be->stream_set_name && (!comm || zo_comm_rank(comm) == 0);
   long ts = 0, td = 0;
-  err = opt_bench_init(&ob, &zo_sched_model(s)->table);
+  err = tracing ? zo_trace_path_check(cfg->engine.trace.path) : 0;
+  if (!err) err = opt_bench_init(&ob, &zo_sched_model(s)->table);
   for (int r = 0; r < BENCH_ROUNDS && !err; r++) {
     const int warmup = r == 0 ? 2 : 0;
     if ((err = time_steps(s, cfg, steps, warmup, false, false, &ts, &step[r], &comm_s[r])) ||

@@ -10,6 +10,8 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "zo/fsutil.h"
 
@@ -177,6 +179,23 @@ out:
 
 void zo_tracer_init(struct zo_tracer *tr, const char *path, long first, long n) {
   *tr = (struct zo_tracer){.path = path, .first = first, .last = first + n - 1};
+}
+
+int zo_trace_path_check(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) >= sizeof dir) return zo_error(-ENAMETOOLONG, "engine.trace.path %.80s...: too long", path);
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    return zo_error(-errno, "engine.trace.path %s: its directory %s: %s (the trace is written there after the "
+                            "traced steps; create it first)", path, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return zo_error(-ENOTDIR, "engine.trace.path %s: %s is not a directory", path, dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return zo_error(-errno, "engine.trace.path %s: cannot write in %s: %s", path, dir, strerror(errno));
+  return 0;
 }
 
 bool zo_tracer_step(struct zo_tracer *tr, long step) {

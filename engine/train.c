@@ -551,6 +551,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   struct zo_tracer tracer;
   zo_tracer_init(&tracer, t.lead && t.be->stream_set_name ? cfg->engine.trace.path : NULL,
                  cfg->engine.trace.first_step, cfg->engine.trace.steps);
+  if (tracer.path && (err = zo_trace_path_check(tracer.path))) goto out;
   if (t.lead && cfg->engine.trace.path[0] && !t.be->stream_set_name)
     say(&t, "trace: the %s backend records no timeline (only the CPU backend does); engine.trace.path ignored\n",
         t.be->name);

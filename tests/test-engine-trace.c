@@ -285,6 +285,26 @@ static int test_summary_refuses_garbage(void) {
   return 0;
 }
 
+/* A trace path whose directory is missing stops the run before step 1,
+ * naming the key and the directory, and writes nothing. */
+static int test_trace_path_missing_dir(void) {
+  char tset[400], met[400];
+  snprintf(tset, sizeof tset, "engine.trace.path=%s/no-such-dir/t.json", tmpdir);
+  snprintf(met, sizeof met, "log.metrics_path=%s/missing-dir.jsonl", tmpdir);
+  const char *const sets[] = {tset, met};
+  struct zo_config cfg;
+  CHECK(load(&cfg, sets, ZO_ARRAY_LEN(sets)) == 0);
+  struct zo_train_opts opts = {0};
+  const int err = zo_train(&cfg, &opts);
+  zo_config_free(&cfg);
+  CHECK(err == -ENOENT && strstr(zo_last_error(), "engine.trace.path") && strstr(zo_last_error(), "no-such-dir"));
+  double losses[4];
+  char path[400];
+  snprintf(path, sizeof path, "%s/missing-dir.jsonl", tmpdir);
+  CHECK(zo_etest_read_metric(path, "loss", losses, 4) <= 0); /* no step ran */
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "trace")) return 1;
@@ -298,6 +318,7 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_nvme),
       ZO_TEST(params_cpu),
       ZO_TEST(summary_refuses_garbage),
+      ZO_TEST(trace_path_missing_dir),
   };
   const int rc = zo_test_report(zo_test_run(tests, ZO_ARRAY_LEN(tests)));
   zo_trace_free();

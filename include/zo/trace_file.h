@@ -38,6 +38,10 @@ struct zo_tracer {
 };
 
 void zo_tracer_init(struct zo_tracer *tr, const char *path, long first, long n);
+/* Checks, before any step, that the file at path can be written: its
+ * directory exists and is writable. Returns 0 or -errno, the message
+ * naming engine.trace.path. */
+int zo_trace_path_check(const char *path);
 /* Before queueing step `step`. Returns true while the step is traced. */
 bool zo_tracer_step(struct zo_tracer *tr, long step);
 /* True when step is the last one traced (or the run ends at it while
