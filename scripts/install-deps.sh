@@ -11,6 +11,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev libisal-dev
       libopenmpi-dev openmpi-bin
+      libpcre2-dev libutf8proc-dev libprotobuf-c-dev protobuf-c-compiler
+      fio
       fortunes)
 if [[ "${1:-}" == "--reference" ]]; then
   pkgs+=(python3-torch python3-numpy python3-matplotlib)
