@@ -567,6 +567,13 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     const double scale = st.scaler.scale;
     bool skipped = false;
     zo_sched_set_loss_scale(t.sched, scale);
+    if (zo_data_has_mask(t.train)) {
+      /* With a loss mask the step's loss is the mean over its trained
+       * targets (every micro-batch, every rank), known before the first. */
+      size_t n_targets;
+      if ((err = zo_data_count_targets(t.train, zo_data_position(t.train), K, &n_targets))) goto out;
+      zo_sched_set_step_targets(t.sched, n_targets);
+    }
     for (int k = 0; k < K; k++) {
       int32_t *in, *tg;
       zo_sched_batch(t.sched, &in, &tg);
