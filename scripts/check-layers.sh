@@ -34,6 +34,7 @@ declare -A header=(
   [checkpoint.h]=engine
   [config.h]=engine
   [data.h]=engine
+  [prepare.h]=engine
   [env.h]=engine           # engine/env.c
   [fsutil.h]=engine
   [hf.h]=engine
