@@ -47,6 +47,7 @@ declare -A header=(
   [sched.h]=engine
   [state.h]=engine
   [tensor.h]=engine
+  [tokenizer.h]=engine      # engine/tokenizer*.c
   [trace_file.h]=engine     # engine/trace.c
   [train.h]=engine
 )
