@@ -46,7 +46,9 @@
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
+#include "zo/run_tokenizer.h"
 #include "zo/sample.h"
+#include "zo/tokenizer.h"
 #include "zo/trace_file.h"
 #include "run_guard.h"
 #include "zo/sched.h"
@@ -146,9 +148,11 @@ struct trainer {
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
   struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
+  char tokenizer[PATH_MAX];        /* the run's tokenizer.json (zo/run_tokenizer.h), "" none */
 };
 
 static void trainer_free(struct trainer *t) {
+  zo_checkpoint_carry_tokenizer(NULL);
   if (t->metrics) fclose(t->metrics);
   zo_data_close(t->train);
   zo_data_close(t->val);
@@ -403,6 +407,22 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   const size_t n = m->table.numel;
   if (t.lead && ckpt_dir && (err = zo_run_dir_check_space(cfg, m, &plan.placement.opt))) goto out;
 
+  /* The run's tokenizer goes into every checkpoint; its ids must fit the model. */
+  if ((err = zo_run_tokenizer(cfg, t.tokenizer, sizeof t.tokenizer))) goto out;
+  if (t.tokenizer[0]) {
+    struct zo_tokenizer *tk;
+    if ((err = zo_tokenizer_load(t.tokenizer, &tk))) goto out;
+    const size_t tv = zo_tokenizer_vocab_size(tk);
+    zo_tokenizer_free(tk);
+    if (tv > (size_t)mc.vocab_size) {
+      err = zo_error(-EINVAL, "tokenizer %s has %zu ids but the model's vocab_size is %d: set model.vocab_size "
+                              ">= %zu, or give the model's own tokenizer (model.tokenizer)",
+                     t.tokenizer, tv, mc.vocab_size, tv);
+      goto out;
+    }
+    zo_checkpoint_carry_tokenizer(t.tokenizer);
+    if (t.lead) say(&t, "tokenizer: %s (%zu ids; copied into every checkpoint)\n", t.tokenizer, tv);
+  }
   t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
                               cfg->data.shuffle, cfg->engine.seed, t.rank, N);
   if (!t.train) {
@@ -716,9 +736,21 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       goto out;
     }
     ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
+    /* With the run's tokenizer the sample is text, started at its
+     * beginning- (else end-) of-text token and running through end-of-text
+     * tokens (printed), so it shows several documents. */
+    struct zo_tokenizer *tk = NULL;
+    if (t.tokenizer[0] && (err = zo_tokenizer_load(t.tokenizer, &tk))) {
+      free(ctx);
+      if (out != stdout) fclose(out);
+      goto out;
+    }
+    if (tk && zo_tokenizer_bos_id(tk) >= 0) ctx[0] = zo_tokenizer_bos_id(tk);
+    else if (tk && zo_tokenizer_eos_id(tk) >= 0) ctx[0] = zo_tokenizer_eos_id(tk);
     fprintf(out, "sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
-    err = zo_sample_generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed,
-                             out);
+    err = zo_sample_generate_text(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40,
+                                  cfg->engine.seed, tk, false, out);
+    zo_tokenizer_free(tk);
     if (out != stdout) fclose(out);
     free(ctx);
   }
