@@ -35,6 +35,7 @@ declare -A header=(
   [config.h]=engine
   [data.h]=engine
   [prepare.h]=engine
+  [chat_template.h]=engine
   [run_tokenizer.h]=engine
   [env.h]=engine           # engine/env.c
   [fsutil.h]=engine
