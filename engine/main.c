@@ -144,13 +144,16 @@ static const char *usage_prepare =
     "  goes to --out-val\n"
     "   or: zoffload prepare --tokenizer PATH --out-train FILE [--out-val FILE] [--val-fraction F]\n"
     "                        [--format u16|u32|llmc|llmc32] [--separator STR]\n"
-    "                        [--field KEY | --prompt-field KEY --completion-field KEY] FILE...\n"
+    "                        [--field KEY | --prompt-field KEY --completion-field KEY |\n"
+    "                         --messages-field KEY] FILE...\n"
     "  encodes documents with a tokenizer (tokenizer.json, or a model directory holding it),\n"
     "  the tokenizer's end-of-text token after each: a text file is one document (or one per\n"
     "  piece between --separator STR, e.g. $'\\n%\\n'); *.jsonl files (or any file with a --*field\n"
     "  option) hold one JSON object a line: its --field (default \"text\") is the document, or\n"
     "  --prompt-field and --completion-field make instruction data: FILE.mask beside each output\n"
-    "  trains only the completion tokens (and the end-of-text after them). The last F of the\n"
+    "  trains only the completion tokens (and the end-of-text after them); --messages-field names a\n"
+    "  list of {role, content} rendered with the tokenizer's chat template (tokenizer_config.json),\n"
+    "  the assistant turns trained. The last F of the\n"
     "  documents (default 0.05) go to --out-val. --format u16 (default) refuses ids above 65535.\n"
     "  Threads: OMP_NUM_THREADS (default all)\n";
 

@@ -8,8 +8,9 @@
  * documents are then encoded in batches over OpenMP threads and written in
  * their input order, so the output does not depend on the thread count.
  * The last val_fraction of the documents (whole documents) go to out_val.
- * Not here: the chat "messages" form (it needs a chat-template interpreter;
- * refused with that reason). */
+ * The chat form (a list of {role, content} messages a line) is rendered
+ * with the tokenizer's chat template (zo/chat_template.h): the text each
+ * assistant message adds to the rendering is trained, the rest is not. */
 #include "zo/prepare.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo/chat_template.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/tokenizer.h"
@@ -155,7 +157,7 @@ static int enc_append(struct encoded *e, const struct zo_tokenizer *tk, const ch
   return 0;
 }
 
-static int enc_eos(struct encoded *e, int32_t eos) {
+static int enc_eos(struct encoded *e, int32_t eos, uint8_t trained) {
   if (e->n == e->cap) {
     size_t c = e->cap ? 2 * e->cap : 16;
     int32_t *p = realloc(e->ids, c * sizeof *p);
@@ -168,7 +170,7 @@ static int enc_eos(struct encoded *e, int32_t eos) {
       e->mask = m;
     }
   }
-  if (e->mask) e->mask[e->n] = 1; /* the model learns to stop */
+  if (e->mask) e->mask[e->n] = trained;
   e->ids[e->n++] = eos;
   return 0;
 }
@@ -185,6 +187,92 @@ static const char *json_field(struct encoded *e, json_t *obj, const char *key, c
   }
   *len = json_string_length(v);
   return json_string_value(v);
+}
+
+/* Renders messages[0, n) into *out (freed first), reporting to e. */
+static int render(struct encoded *e, const char *tmpl, const struct zo_chat_message *m, size_t n, bool gen,
+                  const char *bos, const char *eos, char **out, size_t *len, const struct input *in,
+                  const struct doc *d) {
+  free(*out);
+  *out = NULL;
+  int err = zo_chat_render(tmpl, m, n, gen, bos, eos, out, len);
+  if (err) snprintf(e->msg, sizeof e->msg, "%s:%zu: %s", in->path, d->line, zo_last_error());
+  return err;
+}
+
+/* The chat form: segments of the rendering, encoded one after the other
+ * without special tokens added (the template writes them), as
+ * apply_chat_template(tokenize=True) does. For each assistant message j the
+ * rendering of messages[0, j) with the generation prompt must extend what
+ * came before it, and that of messages[0, j] must extend it in turn: the
+ * difference is the completion (trained); everything else is prompt. */
+static int encode_chat(struct encoded *e, const struct zo_tokenizer *tk, json_t *msgs, const struct input *in,
+                       const struct doc *d) {
+  const char *tmpl = zo_tokenizer_chat_template(tk);
+  if (!tmpl) {
+    snprintf(e->msg, sizeof e->msg, "%s:%zu: the tokenizer has no chat_template (tokenizer_config.json) to render "
+                                    "messages with; give --prompt-field and --completion-field instead",
+             in->path, d->line);
+    return -EINVAL;
+  }
+  const size_t n = json_array_size(msgs);
+  struct zo_chat_message *m = calloc(n + 1, sizeof *m);
+  if (!m) return -ENOMEM;
+  for (size_t k = 0; k < n; k++) {
+    json_t *x = json_array_get(msgs, k), *role = json_object_get(x, "role"), *content = json_object_get(x, "content");
+    if (!json_is_string(role) || !json_is_string(content)) {
+      snprintf(e->msg, sizeof e->msg, "%s:%zu: message %zu is not an object with string \"role\" and \"content\"",
+               in->path, d->line, k);
+      free(m);
+      return -EINVAL;
+    }
+    m[k].role = json_string_value(role);
+    m[k].content = json_string_value(content);
+  }
+  const int32_t bos_id = zo_tokenizer_bos_id(tk), eos_id = zo_tokenizer_eos_id(tk);
+  const char *bos = bos_id >= 0 ? zo_tokenizer_id_to_token(tk, bos_id) : NULL;
+  const char *eos = eos_id >= 0 ? zo_tokenizer_id_to_token(tk, eos_id) : NULL;
+  char *a = NULL, *b = NULL, *prev = NULL; /* prev: the last full rendering, its first done bytes encoded */
+  size_t done = 0, na = 0, nb = 0;
+  int err = 0;
+  for (size_t j = 0; j <= n && !err; j++) {
+    if (j < n && strcmp(m[j].role, "assistant") != 0) continue;
+    /* j == n: the tail after the last assistant message, not trained. */
+    if ((err = render(e, tmpl, m, j, j < n, bos, eos, &a, &na, in, d))) break;
+    if (na < done || (done && memcmp(a, prev, done) != 0)) {
+      snprintf(e->msg, sizeof e->msg, "%s:%zu: the chat template's rendering of messages 0..%zu does not begin with "
+                                      "that of the conversation before it: completions cannot be masked",
+               in->path, d->line, j);
+      err = -EINVAL;
+      break;
+    }
+    if ((err = enc_append(e, tk, a + done, na - done, false, 0))) break;
+    done = na;
+    if (j == n) break;
+    if ((err = render(e, tmpl, m, j + 1, false, bos, eos, &b, &nb, in, d))) break;
+    if (nb < done || memcmp(b, a, done) != 0) {
+      snprintf(e->msg, sizeof e->msg, "%s:%zu: the chat template's rendering with assistant message %zu does not "
+                                      "begin with the rendering before it plus the generation prompt: completions "
+                                      "cannot be masked",
+               in->path, d->line, j);
+      err = -EINVAL;
+      break;
+    }
+    if ((err = enc_append(e, tk, b + done, nb - done, false, 1))) break;
+    done = nb;
+    free(prev);
+    prev = b;
+    b = NULL;
+  }
+  free(prev);
+  if (!err && done == 0 && n == 0) {
+    snprintf(e->msg, sizeof e->msg, "%s:%zu: an empty message list", in->path, d->line);
+    err = -EINVAL;
+  }
+  free(a);
+  free(b);
+  free(m);
+  return err;
 }
 
 static void encode_doc(struct encoded *e, const struct zo_tokenizer *tk, const struct zo_prepare_opts *o,
@@ -204,6 +292,23 @@ static void encode_doc(struct encoded *e, const struct zo_tokenizer *tk, const s
       return;
     }
     size_t n1 = 0, n2 = 0;
+    if (o->messages_field) {
+      json_t *msgs = json_object_get(obj, o->messages_field);
+      if (!json_is_array(msgs)) {
+        snprintf(e->msg, sizeof e->msg, "%s:%zu: %s \"%s\" (--messages-field names a list of {role, content})",
+                 in->path, d->line, msgs ? "not a list:" : "no key", o->messages_field);
+        err = -EINVAL;
+      } else {
+        err = encode_chat(e, tk, msgs, in, d);
+      }
+      json_decref(obj);
+      /* The conversation's own end is the template's; the separator after
+       * it is not a completion token. */
+      if (!err && (e->n == 0 || e->ids[e->n - 1] != eos)) err = enc_eos(e, eos, 0);
+      if (err == -ENOMEM) snprintf(e->msg, sizeof e->msg, "out of host memory encoding %s", in->path);
+      e->err = err;
+      return;
+    }
     if (o->prompt_field) {
       const char *p = json_field(e, obj, o->prompt_field, in, d, &n1);
       const char *c = p ? json_field(e, obj, o->completion_field, in, d, &n2) : NULL;
@@ -216,7 +321,8 @@ static void encode_doc(struct encoded *e, const struct zo_tokenizer *tk, const s
     }
     json_decref(obj);
   }
-  if (!err) err = enc_eos(e, eos);
+  /* After a completion the end-of-text is trained: the model learns to stop. */
+  if (!err) err = enc_eos(e, eos, 1);
   if (err == -ENOMEM) snprintf(e->msg, sizeof e->msg, "out of host memory encoding %s", in->path);
   e->err = err;
 }
@@ -293,9 +399,8 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
     return zo_error(-EINVAL, "prepare: val fraction %g is outside [0, 1)", o->val_fraction);
   if (o->out_val && !strcmp(o->out_train, o->out_val))
     return zo_error(-EINVAL, "prepare: train and val outputs are the same file '%s'", o->out_train);
-  if (o->messages_field)
-    return zo_error(-ENOTSUP, "prepare: the chat \"messages\" form is not supported yet (it needs a chat-template "
-                              "interpreter); give --prompt-field and --completion-field");
+  if (o->messages_field && o->prompt_field)
+    return zo_error(-EINVAL, "prepare: --messages-field and --prompt-field exclude each other");
   if (!!o->prompt_field != !!o->completion_field)
     return zo_error(-EINVAL, "prepare: --prompt-field and --completion-field go together");
   if (o->format != ZO_DATA_U16 && o->format != ZO_DATA_U32 && o->format != ZO_DATA_LLMC)
@@ -303,7 +408,7 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
                     zo_data_format_name(o->format));
   const bool wide = o->format == ZO_DATA_U32 || o->wide_llmc;
   const size_t width = wide ? 4 : 2;
-  const bool masked = o->prompt_field != NULL;
+  const bool masked = o->prompt_field != NULL || o->messages_field != NULL;
 
   struct zo_tokenizer *tk = NULL;
   int err = zo_tokenizer_load(o->tokenizer, &tk);

@@ -2,9 +2,11 @@
  * (engine/prepare.c). Each document is encoded with the tokenizer (its
  * special tokens added, as transformers' tokenizer(text) does) and followed
  * by the tokenizer's end-of-text token. Instruction data (a prompt and a
- * completion field) also gets a loss mask beside each output (PATH.mask,
- * zo/data.h): 0 on the prompt's tokens, 1 on the completion's and its
- * end-of-text token, so training learns the completions only. */
+ * completion field, or chat messages rendered with the tokenizer's chat
+ * template) also gets a loss mask beside each output (PATH.mask, zo/data.h):
+ * 0 on the prompt's tokens, 1 on the completion's (and its end-of-text
+ * token; for chat, what each assistant message adds to the rendering), so
+ * training learns the completions only. */
 #ifndef ZO_PREPARE_H
 #define ZO_PREPARE_H
 
@@ -20,7 +22,8 @@ struct zo_prepare_opts {
   const char *field;            /* JSON lines: the text field (NULL: "text") */
   const char *prompt_field;     /* JSON lines: instruction data, with completion_field; NULL: none */
   const char *completion_field;
-  const char *messages_field;   /* the chat form: refused (-ENOTSUP), not implemented */
+  const char *messages_field;   /* JSON lines: the chat form, a list of {role, content} rendered with
+                                   the tokenizer's chat template; assistant turns trained */
   const char *separator;        /* plain text: documents end at each occurrence; NULL: one per file */
   enum zo_data_format format;   /* ZO_DATA_U16, ZO_DATA_U32 or ZO_DATA_LLMC */
   bool wide_llmc;               /* llmc with uint32 ids (version 7) */
