@@ -26,6 +26,8 @@
 #include "zo/trace_file.h"
 #include "zo/train.h"
 
+#include "tokenizer_cli.h"
+
 #define MAX_SETS 256
 
 static const char *usage_main =
@@ -36,12 +38,13 @@ static const char *usage_main =
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
-    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, tokenize\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
     "  export CHECKPOINT --out DIR  a weights-only Hugging Face directory of a checkpoint\n"
     "  env             version, build features, GPU, host memory, NUMA (for bug reports)\n"
+    "  tokenizer train|encode|decode  Hugging Face tokenizer.json: learn one, encode, decode\n"
     "\n"
     "Every command taking CONFIG accepts --set key.path=value (repeatable).\n"
     "`zoffload <command> --help` describes a command.\n";
@@ -101,6 +104,7 @@ static const char *usage_bench =
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--trace FILE] [--json]\n"
     "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
+    "       zoffload bench tokenize [--tokenizer PATH] [--threads N] [--reps R] [FILE...]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
     "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
@@ -792,6 +796,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "nvme")) return bench_nvme(argc - 1, argv + 1);
   if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
   if (!strcmp(argv[1], "memory")) return bench_memory(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "tokenize")) return zo_cli_bench_tokenize(argc - 1, argv + 1);
   return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 
@@ -940,6 +945,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "trace")) return cmd_trace(argc - 1, argv + 1);
   if (!strcmp(cmd, "env")) return cmd_env(argc - 1, argv + 1);
   if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenizer")) return zo_cli_tokenizer(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;
 }

@@ -31,10 +31,11 @@ void zo_tokenizer_free(struct zo_tokenizer *tk);
 size_t zo_tokenizer_vocab_size(const struct zo_tokenizer *tk);
 /* Encodes text[0, n) exactly as tokenizers' Tokenizer.encode(text,
  * add_special_tokens=add_special); appends to *ids (grown with realloc;
- * *n_ids, *cap updated). Invalid UTF-8 is not an error: each byte of an
- * invalid sequence is taken as U+FFFD would be by Python's
- * bytes.decode("utf-8", "replace")... see the implementation's header for the
- * exact rule. Returns 0 or -ENOMEM. Safe to call from several threads on one tk. */
+ * *n_ids, *cap updated). Invalid UTF-8 is not an error: each maximal invalid
+ * subpart is read as one U+FFFD, as Rust's from_utf8_lossy and Python's
+ * bytes.decode("utf-8", "replace") do, so the ids are the reference's for
+ * that repaired text. Returns 0 or -errno (-ENOMEM). Safe to call from
+ * several threads on one tk; each thread keeps a cache of encoded words. */
 int zo_tokenizer_encode(const struct zo_tokenizer *tk, const char *text, size_t n, bool add_special,
                         int32_t **ids, size_t *n_ids, size_t *cap);
 /* Decodes exactly as tokenizers' decode(ids, skip_special_tokens=skip_special);
@@ -53,6 +54,26 @@ int32_t zo_tokenizer_eos_id(const struct zo_tokenizer *tk);
 int32_t zo_tokenizer_bos_id(const struct zo_tokenizer *tk);
 /* tokenizer_config.json's chat_template string (owned by tk), NULL none. */
 const char *zo_tokenizer_chat_template(const struct zo_tokenizer *tk);
+
+/* `zoffload tokenizer train`: learns a byte-level BPE vocabulary. */
+struct zo_tokenizer_train_opts {
+  size_t vocab_size;            /* ids in all: 256 bytes + merges + special tokens */
+  const char *pattern;          /* split pattern: "llama3" (default when NULL) or "gpt2" */
+  const char *const *specials;  /* special tokens after "<|endoftext|>" (the eos and bos), may be NULL */
+  size_t n_specials;
+  size_t min_frequency;         /* a pair seen fewer times is not merged (0: 2) */
+};
+
+/* Reads files[0, n_files) (invalid UTF-8 repaired as by encode), splits them
+ * with the pattern, learns merges by pair frequency (ties: the smaller pair
+ * of ids) until opts->vocab_size ids or no pair is frequent enough, and
+ * writes out_dir/tokenizer.json (loadable by tokenizers >= 0.13 and by
+ * zo_tokenizer_load) and out_dir/tokenizer_config.json (eos and bos
+ * "<|endoftext|>", PreTrainedTokenizerFast, so transformers' AutoTokenizer
+ * loads the directory), creating out_dir. *n_vocab (may be NULL): the ids
+ * written. Returns 0 or -errno with zo_error naming the file. */
+int zo_tokenizer_train(const char *const *files, size_t n_files, const struct zo_tokenizer_train_opts *opts,
+                       const char *out_dir, size_t *n_vocab);
 
 #ifdef __cplusplus
 }
