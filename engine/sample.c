@@ -153,7 +153,7 @@ int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ct
 int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                             double temperature, int top_k, uint64_t seed, const struct zo_tokenizer *tk,
                             bool stop_at_eos, FILE *out) {
-  const int n_ctx0 = n_ctx;
+  int n_ctx0 = n_ctx; /* the first id of the document being written */
   const int32_t eos = tk ? zo_tokenizer_eos_id(tk) : -1;
   size_t done = 0;
   const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
@@ -180,8 +180,14 @@ int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int
     int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
     if (stop_at_eos && tok == eos) break;
     ctx[n_ctx++] = tok;
-    if (tk) {
-      if ((err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), stop_at_eos, false, &done, out))) goto out;
+    if (tk && tok == eos) {
+      /* Going on past the end of a document: a blank line, then the next. */
+      if ((err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - 1 - n_ctx0), true, true, &done, out))) goto out;
+      fputs("\n\n", out);
+      n_ctx0 = n_ctx;
+      done = 0;
+    } else if (tk) {
+      if ((err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), true, false, &done, out))) goto out;
     } else if (V == 256) {
       fputc(tok, out);
     } else {
@@ -189,7 +195,7 @@ int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int
     }
     fflush(out);
   }
-  if (tk && (err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), stop_at_eos, true, &done, out))) goto out;
+  if (tk && (err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), true, true, &done, out))) goto out;
   fputc('\n', out);
 out:
   free(window);

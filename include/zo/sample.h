@@ -85,10 +85,11 @@ int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ct
 
 struct zo_tokenizer;
 /* zo_sample_generate writing text: with tk the tokens are decoded as they come
- * (an incomplete UTF-8 sequence held back until its last byte), special
- * tokens skipped when stop_at_eos; with stop_at_eos generation ends at the
- * tokenizer's end-of-text token (not written), as transformers' generate
- * does. tk NULL: as zo_sample_generate. Returns 0 or -errno. */
+ * (an incomplete UTF-8 sequence held back until its last byte, special
+ * tokens skipped); with stop_at_eos generation ends at the tokenizer's
+ * end-of-text token (not written), as transformers' generate does, else an
+ * end-of-text is written as a blank line and generation goes on. tk NULL:
+ * as zo_sample_generate. Returns 0 or -errno. */
 int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                             double temperature, int top_k, uint64_t seed, const struct zo_tokenizer *tk,
                             bool stop_at_eos, FILE *out);
