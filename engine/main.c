@@ -830,7 +830,7 @@ static int cmd_prepare_tokenized(const struct args *a) {
   }
   struct zo_prepare_result res;
   int err = zo_prepare_tokenized(a->inputs, a->n_inputs, &o, &res);
-  if (err) return fail(exit_code(err), "prepare");
+  if (err) return fail(exit_code(err), NULL); /* the message names prepare */
   printf("prepared %zu documents: %zu training tokens -> %s, %zu validation tokens (%zu documents) -> %s; "
          "vocabulary %zu, end-of-text id %d",
          res.n_docs, res.n_train, a->out_train, res.n_val, res.n_val_docs, a->out_val ? a->out_val : "(none)",

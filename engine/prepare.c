@@ -489,7 +489,7 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
       bytes_done += d->len;
     }
     const double now = zo_time_s();
-    if (o->progress && (now - last_print > (tty ? 0.2 : 10.0) || b0 + nb == n_docs)) {
+    if (!err && o->progress && (now - last_print > (tty ? 0.2 : 10.0) || b0 + nb == n_docs)) {
       last_print = now;
       fprintf(stderr, "%sprepare: %zu/%zu documents, %zu tokens, %.1f MB of %.1f MB, %.1f MB/s%s", tty ? "\r" : "",
               b0 + nb, n_docs, train.n + val.n, (double)bytes_done / 1e6, (double)bytes_total / 1e6,
