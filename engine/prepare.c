@@ -450,7 +450,7 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
   if (o->out_val && (err = out_begin(&val, o->out_val, o->format, masked))) goto out;
 
   size_t bytes_done = 0, bytes_total = 0, n_trained = 0;
-  for (int k = 0; k < n_paths; k++) bytes_total += in[k].nbytes;
+  for (size_t k = 0; k < n_docs; k++) bytes_total += docs[k].len; /* separators and blank lines not counted */
   const double t0 = zo_time_s();
   double last_print = t0;
   const bool tty = isatty(STDERR_FILENO);
