@@ -161,6 +161,12 @@ static int run_cases(const char *path) {
       total_bad++;
       continue;
     }
+    json_t *eos = json_object_get(t, "eos"), *bos = json_object_get(t, "bos");
+    if ((eos && json_integer_value(eos) != zo_tokenizer_eos_id(tk)) || (bos && json_integer_value(bos) != zo_tokenizer_bos_id(tk))) {
+      fprintf(stderr, "MISMATCH [%s] eos/bos: want %lld/%lld (transformers), got %d/%d\n", name, json_integer_value(eos),
+              json_integer_value(bos), zo_tokenizer_eos_id(tk), zo_tokenizer_bos_id(tk));
+      total_bad++;
+    }
     json_t *cases = json_object_get(t, "cases");
     const long n_cases = (long)json_array_size(cases);
     long bad = 0, roundtrips = 0, thread_bad = 0;
