@@ -94,6 +94,7 @@ struct zo_tokenizer {
   uint32_t merge_mask;
   int32_t unk_id;                 /* -1 none */
   bool fuse_unk, byte_fallback;
+  bool ignore_merges;             /* a piece that is a token is that token (tokenizers >= 0.19; 0.15 ignores the key) */
   int32_t byte_ids[256];          /* "<0xXX>" in vocab, -1 absent */
   char **id_tok;                  /* id -> token (added tokens over the model's), NULL gaps */
   size_t n_ids;
@@ -623,6 +624,10 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 /* BPE::merge_word + Word::merge_all on s[0, n); the ids into *out. */
 static int bpe_word(const struct zo_tokenizer *tk, struct tls *t, const char *s, size_t n, int32_t **ids,
                     size_t *n_ids, size_t *cap) {
+  if (tk->ignore_merges) {
+    const struct zo_tk_slot *whole = zo_tk_map_find(&tk->vocab, s, n);
+    if (whole) return push_ids(ids, n_ids, cap, &whole->val, 1);
+  }
   if (sym_reserve(t, 4 * n + 1)) return -ENOMEM;
   struct symbol *sym = t->sym;
   size_t ns = 0;
@@ -1451,10 +1456,12 @@ static int load_model(const struct ld *L, json_t *o) {
   for (int k = 0; k < 2; k++) {
     const char *key = k ? "end_of_word_suffix" : "continuing_subword_prefix";
     json_t *v = json_object_get(o, key);
-    if (v && !json_is_null(v)) return refuse(L, where, "\"%s\" is not supported (null only)", key);
+    /* "" (GPT-2's and Qwen's files) changes nothing, like null. */
+    if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
+      return refuse(L, where, "\"%s\" is not supported (null or \"\" only)", key);
   }
-  if (!is_false_or_absent(o, "ignore_merges")) return refuse(L, "model.ignore_merges", "true is not supported");
-  if ((err = get_bool(L, o, where, "fuse_unk", false, &tk->fuse_unk)) ||
+  if ((err = get_bool(L, o, where, "ignore_merges", false, &tk->ignore_merges)) ||
+      (err = get_bool(L, o, where, "fuse_unk", false, &tk->fuse_unk)) ||
       (err = get_bool(L, o, where, "byte_fallback", false, &tk->byte_fallback)))
     return err;
   json_t *vocab = json_object_get(o, "vocab"), *merges = json_object_get(o, "merges");

@@ -236,7 +236,7 @@ int zo_cli_tokenizer(int argc, char **argv) {
 /* ---- bench tokenize ------------------------------------------------------ */
 
 static const char reference_py[] =
-    "import json, struct, sys, time\n"
+    "import json, os, struct, sys, time\n"
     "import tokenizers\n"
     "from tokenizers import Tokenizer\n"
     "path, docs_path, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
@@ -246,7 +246,7 @@ static const char reference_py[] =
     "    (n,) = struct.unpack_from('<Q', raw, i)\n"
     "    docs.append(raw[i + 8:i + 8 + n].decode('utf-8', 'replace'))\n"
     "    i += 8 + n\n"
-    "tk = Tokenizer.from_file(path)\n"
+    "tk = Tokenizer.from_file(os.path.join(path, 'tokenizer.json') if os.path.isdir(path) else path)\n"
     "tk.encode_batch(docs[:64], add_special_tokens=False)\n"
     "times = []\n"
     "for _ in range(reps):\n"
@@ -391,6 +391,7 @@ static int run_reference(const char *tmp, const char *tok_path, int threads, int
   setenv("PYTHONPATH", pp, 1);
   setenv("RAYON_NUM_THREADS", th, 1);
   setenv("TOKENIZERS_PARALLELISM", "true", 1);
+  fflush(stdout);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);

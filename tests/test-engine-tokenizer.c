@@ -104,6 +104,32 @@ static int test_tiny_bpe(void) {
   return bad;
 }
 
+/* GPT-2's and Qwen's files spell "no prefix" as ""; ignore_merges (Llama 3's
+ * files, tokenizers >= 0.19) takes a piece that is a token whole, so "abc"
+ * is one token although no merge reaches it. */
+static int test_model_options(void) {
+  int bad = 0;
+  for (int ignore = 0; ignore < 2; ignore++) {
+    char json[1024], path[512];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"BPE\", \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\","
+             " \"ignore_merges\": %s, \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4},"
+             " \"merges\": [\"a b\"]}}",
+             ignore ? "true" : "false");
+    if (write_json("options.json", json, path, sizeof(path))) return 1;
+    struct zo_tokenizer *tk;
+    if (zo_tokenizer_load(path, &tk)) {
+      fprintf(stderr, "  %s\n", zo_last_error());
+      return 1;
+    }
+    bad += ignore ? encode_eq(tk, "abc", 3, (const int32_t[]){4}, 1) : encode_eq(tk, "abc", 3, (const int32_t[]){3, 2}, 2);
+    zo_tokenizer_free(tk);
+  }
+  bad += expect_refusal("{\"model\": {\"continuing_subword_prefix\": \"##\", \"vocab\": {}, \"merges\": []}}",
+                        "continuing_subword_prefix", "null");
+  return bad;
+}
+
 static unsigned char *unhex(const char *h, size_t *n) {
   *n = strlen(h) / 2;
   unsigned char *b = malloc(*n + 1);
@@ -160,6 +186,12 @@ static int run_cases(const char *path) {
       fprintf(stderr, "[%s] load: %s\n", name, zo_last_error());
       total_bad++;
       continue;
+    }
+    json_t *eos = json_object_get(t, "eos"), *bos = json_object_get(t, "bos");
+    if ((eos && json_integer_value(eos) != zo_tokenizer_eos_id(tk)) || (bos && json_integer_value(bos) != zo_tokenizer_bos_id(tk))) {
+      fprintf(stderr, "MISMATCH [%s] eos/bos: want %lld/%lld (transformers), got %d/%d\n", name, json_integer_value(eos),
+              json_integer_value(bos), zo_tokenizer_eos_id(tk), zo_tokenizer_bos_id(tk));
+      total_bad++;
     }
     json_t *cases = json_object_get(t, "cases");
     const long n_cases = (long)json_array_size(cases);
@@ -241,6 +273,7 @@ int main(int argc, char **argv) {
   static const struct zo_test tests[] = {
       ZO_TEST(refusals),
       ZO_TEST(tiny_bpe),
+      ZO_TEST(model_options),
   };
   const int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);

@@ -9,6 +9,9 @@ held out), in the shapes real checkpoints use:
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
+  zoffload  the directory `zoffload tokenizer train` writes (when the zoffload
+            binary is given): loaded by the reference and by transformers'
+            AutoTokenizer, whose ids must equal the reference's
 then writes the reference's ids and decodes for held-out text (copyright
 files, hand-written multi-script text with emoji, combining marks, runs of
 spaces and newlines, digits, contractions, special tokens, and seeded random
@@ -22,12 +25,13 @@ encoder repairs them as Python's bytes.decode("utf-8", "replace") does (each
 maximal invalid subpart becomes U+FFFD); the cases feed the raw bytes to ours
 and the repaired text to the reference.
 
-Usage: tests/hf/run.sh test-engine-tokenizer REPO test_tokenizer_exact.py
+Usage: tests/hf/run.sh test-engine-tokenizer REPO test_tokenizer_exact.py [ZOFFLOAD]
 """
 import glob
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -160,8 +164,16 @@ def train_spm(files, vocab, tmp):
     return Tokenizer.from_file(path)
 
 
+def train_zoffload(zoffload, files, vocab, tmp):
+    out = os.path.join(tmp, "zoffload-trained")
+    subprocess.run([zoffload, "tokenizer", "train", "--vocab-size", str(vocab), "--out", out,
+                    "--special", "<|im_start|>", "--special", "<|im_end|>"] + files, check=True)
+    return out
+
+
 def main():
     checker = sys.argv[1]
+    zoffload = sys.argv[2] if len(sys.argv) > 2 else None
     train, held = corpus()
     if not train:
         print("SKIP: no Debian text corpus (/usr/share/games/fortunes, /usr/share/common-licenses)")
@@ -187,17 +199,33 @@ def main():
             "llama3": train_llama3(train, 3000),
             "spm": train_spm(train, 2000, tmp),
         }
+        auto = None
+        if zoffload:
+            from transformers import AutoTokenizer
+            d = train_zoffload(zoffload, train, 4000, tmp)
+            kinds["zoffload"] = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+            auto = AutoTokenizer.from_pretrained(d)
+            if auto.eos_token != "<|endoftext|>" or auto.bos_token != "<|endoftext|>":
+                print(f"FAIL: AutoTokenizer eos {auto.eos_token!r} bos {auto.bos_token!r}, want <|endoftext|>")
+                return 1
         out = {"tokenizers": []}
         n_cases = 0
         for name, tk in kinds.items():
             d = os.path.join(tmp, name)
             os.makedirs(d)
             tk.save(os.path.join(d, "tokenizer.json"))
+            entry = {"name": name, "path": d}
+            if name == "zoffload":
+                shutil.copy(os.path.join(tmp, "zoffload-trained", "tokenizer_config.json"), d)
+                entry.update(eos=auto.eos_token_id, bos=auto.bos_token_id)
             cases = []
             for raw in texts:
                 text = raw.decode("utf-8", "replace")
                 ids = tk.encode(text, add_special_tokens=False).ids
                 ids_sp = tk.encode(text, add_special_tokens=True).ids
+                if name == "zoffload" and auto(text)["input_ids"] != ids_sp:
+                    print(f"FAIL: transformers' AutoTokenizer and tokenizers differ on {text[:80]!r}")
+                    return 1
                 dec = tk.decode(ids, skip_special_tokens=False)
                 cases.append({"text": raw.hex(), "ids": ids, "ids_special": ids_sp,
                               "decoded": dec.encode("utf-8").hex(),
@@ -212,7 +240,8 @@ def main():
                               "decoded": tk.decode(ids, skip_special_tokens=False).encode("utf-8").hex(),
                               "decoded_skip": tk.decode(ids, skip_special_tokens=True).encode("utf-8").hex()})
             n_cases += len(cases)
-            out["tokenizers"].append({"name": name, "path": d, "cases": cases})
+            entry["cases"] = cases
+            out["tokenizers"].append(entry)
         cases_path = os.path.join(tmp, "cases.json")
         with open(cases_path, "w") as f:
             json.dump(out, f)
