@@ -40,7 +40,7 @@ static const char *usage_main =
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
     "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, tokenize\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
-    "  prepare         turn text files into uint16 token files (byte-level)\n"
+    "  prepare         text or JSON lines -> token files (byte-level, or --tokenizer: BPE ids + loss masks)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
     "  export CHECKPOINT --out DIR  a weights-only Hugging Face directory of a checkpoint\n"
     "  env             version, build features, GPU, host memory, NUMA (for bug reports)\n"
