@@ -378,13 +378,21 @@ static int load_tokenizer(const struct zo_config *cfg, const char *path, struct 
   *tk = NULL;
   struct stat st;
   const bool dir = path[0] && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-  if (!(dir && zo_tokenizer_json_of(path, json, sizeof json))) {
+  const bool dir_tok = dir && zo_tokenizer_json_of(path, json, sizeof json);
+  if (!dir_tok) {
     int err = zo_run_tokenizer(cfg, json, sizeof json);
     if (err) return err;
   }
   if (!json[0]) return 0;
   int err = zo_tokenizer_load(json, tk);
-  if (err) return zo_error(err, "tokenizer %s: %s", json, zo_last_error());
+  if (err && cfg->model.tokenizer && cfg->model.tokenizer[0] && !dir_tok)
+    return zo_error(err, "model.tokenizer %s: %s", json, zo_last_error());
+  if (err) {
+    /* One that came with the weights or model.init_from: go on without it. */
+    fprintf(stderr, "note: tokenizer %s is not usable here (%s): ids, not text\n", json, zo_last_error());
+    *tk = NULL;
+    return 0;
+  }
   fprintf(stderr, "tokenizer: %s (%zu ids)\n", json, zo_tokenizer_vocab_size(*tk));
   return 0;
 }

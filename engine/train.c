@@ -411,9 +411,19 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   if ((err = zo_run_tokenizer(cfg, t.tokenizer, sizeof t.tokenizer))) goto out;
   if (t.tokenizer[0]) {
     struct zo_tokenizer *tk;
-    if ((err = zo_tokenizer_load(t.tokenizer, &tk))) goto out;
-    const size_t tv = zo_tokenizer_vocab_size(tk);
-    zo_tokenizer_free(tk);
+    size_t tv = 0;
+    if ((err = zo_tokenizer_load(t.tokenizer, &tk))) {
+      /* model.init_from's tokenizer only came along: one this build cannot
+       * read still travels with the checkpoints (transformers may read it). */
+      if (cfg->model.tokenizer && cfg->model.tokenizer[0]) goto out;
+      if (t.lead)
+        say(&t, "note: tokenizer %s is not usable here (%s): copied into checkpoints, but the sample prints ids\n",
+            t.tokenizer, zo_last_error());
+      err = 0;
+    } else {
+      tv = zo_tokenizer_vocab_size(tk);
+      zo_tokenizer_free(tk);
+    }
     if (tv > (size_t)mc.vocab_size) {
       err = zo_error(-EINVAL, "tokenizer %s has %zu ids but the model's vocab_size is %d: set model.vocab_size "
                               ">= %zu, or give the model's own tokenizer (model.tokenizer)",
@@ -421,7 +431,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       goto out;
     }
     zo_checkpoint_carry_tokenizer(t.tokenizer);
-    if (t.lead) say(&t, "tokenizer: %s (%zu ids; copied into every checkpoint)\n", t.tokenizer, tv);
+    if (t.lead && tv) say(&t, "tokenizer: %s (%zu ids; copied into every checkpoint)\n", t.tokenizer, tv);
   }
   t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
                               cfg->data.shuffle, cfg->engine.seed, t.rank, N);
@@ -740,11 +750,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
      * beginning- (else end-) of-text token and running through end-of-text
      * tokens (printed), so it shows several documents. */
     struct zo_tokenizer *tk = NULL;
-    if (t.tokenizer[0] && (err = zo_tokenizer_load(t.tokenizer, &tk))) {
-      free(ctx);
-      if (out != stdout) fclose(out);
-      goto out;
-    }
+    if (t.tokenizer[0] && zo_tokenizer_load(t.tokenizer, &tk)) tk = NULL; /* said at the start */
     if (tk && zo_tokenizer_bos_id(tk) >= 0) ctx[0] = zo_tokenizer_bos_id(tk);
     else if (tk && zo_tokenizer_eos_id(tk) >= 0) ctx[0] = zo_tokenizer_eos_id(tk);
     fprintf(out, "sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);

@@ -142,5 +142,14 @@ expect 0 "bits per byte" eval -- eval "$tmp/cfg.json"
 expect 0 "Question" sample -- sample "$tmp/cfg.json" --prompt "Question" --tokens 5
 expect 2 "vocab_size is 100" smallvocab -- train "$tmp/cfg.json" --set model.vocab_size=100 --set checkpoint.dir="$tmp/run2"
 
+# A tokenizer this build cannot read that came with model.init_from: noted,
+# carried into the checkpoints, the sample in ids; given as model.tokenizer: refused.
+cp -r "$tmp/run/checkpoint-3" "$tmp/unigram" && rm "$tmp/unigram/trainer_state.json"
+sed -i 's/"type": "BPE"/"type": "Unigram"/' "$tmp/unigram/tokenizer.json"
+expect 0 "is not usable here" unusable -- train "$tmp/cfg.json" --set model.tokenizer= --set model.init_from="$tmp/unigram" \
+  --set checkpoint.dir="$tmp/run3" --sample 3
+grep -q "Unigram" "$tmp/run3/checkpoint-3/tokenizer.json" && ok || bad "the unusable tokenizer was not carried"
+expect 2 "Unigram" unusable2 -- train "$tmp/cfg.json" --set model.tokenizer="$tmp/unigram" --set checkpoint.dir="$tmp/run4"
+
 echo "test-prepare: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
