@@ -282,6 +282,11 @@ def finetune(binary, tmp, arch, tok_dir, tok, docs):
 
 
 def main_parts(binary, tmp):
+    try:
+        import jinja2  # noqa: F401  (transformers' apply_chat_template)
+    except ImportError:
+        print("SKIP: jinja2 not installed (python3-jinja2: scripts/install-deps.sh --reference)")
+        sys.exit(77)
     files = fortune_files()
     if not files:
         print("SKIP: no fortune files (apt-get install fortunes)")
