@@ -10,8 +10,9 @@ is one PyTorch batch of those 6 rows, labels -100 where masked,
 F.cross_entropy(..., ignore_index=-100) (the mean over the trained targets
 of the whole step): the engine's step-1 loss must equal it to 1e-6 relative
 and its gradient norm (before clipping; metrics "grad_norm") to 1e-5.
-The same step must give the same loss and norm with the optimizer and
+Three steps must give the same losses and norms (bit for bit) with the optimizer and
 gradients on the host (zero_optimization stage 2, offload_optimizer cpu),
+with the optimizer on NVMe,
 with parameters on the host too (stage 3, offload_param cpu), and, when
 mpirun is there, over 2 ranks (each reading 3 of the 6 rows of one
 micro-batch: the mean is global over the ranks). A mask of all ones must
@@ -41,16 +42,18 @@ V, N_LAYER, N_HEAD, C, TMAX = 97, 2, 4, 32, 32
 B, T, K = 3, 16, 2
 
 
-def metrics_step1(path):
+def metrics_steps(path):
+    """[(loss, grad_norm)] of every step."""
+    out = []
     with open(path) as f:
         for line in f:
             m = json.loads(line)
-            if m.get("step") == 1 and "loss" in m:
-                return m["loss"], m["grad_norm"]
-    return float("nan"), float("nan")
+            if "loss" in m:
+                out.append((m["loss"], m["grad_norm"]))
+    return out
 
 
-def run_step(binary, tmp, name, config, *extra, ranks=1):
+def run_steps(binary, tmp, name, config, *extra, ranks=1):
     metrics = os.path.join(tmp, f"{name}.jsonl")
     run_dir = os.path.join(tmp, f"run-{name}")
     args = [binary, "train", config, "--set", f"log.metrics_path={metrics}", "--set", f"checkpoint.dir={run_dir}",
@@ -61,8 +64,13 @@ def run_step(binary, tmp, name, config, *extra, ranks=1):
     if r.returncode != 0:
         print(f"FAIL {' '.join(args)} -> exit {r.returncode}\n{r.stdout.decode(errors='replace')}"
               f"{r.stderr.decode(errors='replace')}", flush=True)
-        return float("nan"), float("nan")
-    return metrics_step1(metrics)
+        return [(float("nan"), float("nan"))] * 3
+    return metrics_steps(metrics)
+
+
+def run_step(binary, tmp, name, config, *extra, ranks=1):
+    """(loss, grad_norm) of step 1."""
+    return run_steps(binary, tmp, name, config, *extra, ranks=ranks)[0]
 
 
 def reference(model, tokens, mask):
@@ -134,13 +142,17 @@ def masked_loss(binary, tmp):
     placements = (
         ("optimizer and gradients on the host", "host",
          ["--set", "zero_optimization.stage=2", "--set", "zero_optimization.offload_optimizer.device=cpu"]),
+        ("optimizer on NVMe (a directory here)", "nvme",
+         ["--set", "zero_optimization.stage=2", "--set", "zero_optimization.offload_optimizer.device=nvme",
+          "--set", f"zero_optimization.offload_optimizer.nvme_path={os.path.join(tmp, 'nvme')}"]),
         ("parameters on the host too", "params",
          ["--set", "zero_optimization.stage=3", "--set", "zero_optimization.offload_optimizer.device=cpu",
           "--set", "zero_optimization.offload_param.device=cpu"]),
     )
+    three = run_steps(binary, tmp, "device3", config, "--set", "steps=3")
     for label, name, extra in placements:
-        l2, n2 = run_step(binary, tmp, name, config, *extra)
-        check(l2 == loss and n2 == norm, f"{label}: the same loss and norm ({l2!r}, {n2!r})")
+        got = run_steps(binary, tmp, name, config, "--set", "steps=3", *extra)
+        check(got == three and len(got) == 3, f"{label}: the same losses and norms over 3 steps ({got[-1]!r})")
     if shutil.which("mpirun") and "mpi" in subprocess.run([binary, "env"], capture_output=True,
                                                            text=True).stdout.lower():
         l2, n2 = run_step(binary, tmp, "ranks", config, "--set", "train_micro_batch_size_per_gpu=%d" % 1,
