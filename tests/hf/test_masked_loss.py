@@ -10,12 +10,12 @@ is one PyTorch batch of those 6 rows, labels -100 where masked,
 F.cross_entropy(..., ignore_index=-100) (the mean over the trained targets
 of the whole step): the engine's step-1 loss must equal it to 1e-6 relative
 and its gradient norm (before clipping; metrics "grad_norm") to 1e-5.
-Three steps must give the same losses and norms (bit for bit) with the optimizer and
-gradients on the host (zero_optimization stage 2, offload_optimizer cpu),
-with the optimizer on NVMe,
-with parameters on the host too (stage 3, offload_param cpu), and, when
-mpirun is there, over 2 ranks (each reading 3 of the 6 rows of one
-micro-batch: the mean is global over the ranks). A mask of all ones must
+Three steps must give the same losses and norms, bit for bit, with the
+optimizer and gradients on the host (zero_optimization stage 2,
+offload_optimizer cpu), with the optimizer on NVMe, and with parameters on
+the host too (stage 3, offload_param cpu); when mpirun is there, 3 ranks
+each reading 1 of the 3 rows of every micro-batch must give torch's step-1
+loss and norm (the mean is global over the ranks). A mask of all ones must
 give the step's unmasked loss (the file without its mask), and targets
 masked in one step leave the gradient untouched: changing the token of a
 masked target's position changes nothing.
