@@ -516,12 +516,13 @@ static int cmd_eval(int argc, char **argv) {
   printf("%s loss %.6f over %d batches%s | device %s (training would plan %s)\n", on_train ? "train" : "val",
          res.loss, res.n_batches, on_train ? " of data.train (no data.val: this measured the training data)" : "",
          zo_format_bytes(res.device_bytes, d), zo_format_bytes(res.train_device_bytes, t));
+  printf("  loss per token %.6f over %zu trained targets; ", res.loss_per_token, res.n_tokens);
   if (res.n_bytes)
-    printf("  %.6f bits per byte (%zu tokens, %zu bytes of text: %.3f bytes per token%s)\n", res.bits_per_byte,
+    printf("%.6f bits per byte (%zu tokens, %zu bytes of text: %.3f bytes per token%s)\n", res.bits_per_byte,
            res.n_tokens, res.n_bytes, (double)res.n_bytes / (double)res.n_tokens,
            res.has_tokenizer ? "" : "; byte-level data");
   else
-    printf("  bits per byte unknown: no tokenizer (set model.tokenizer) and not byte-level data\n");
+    printf("bits per byte unknown: no tokenizer (set model.tokenizer) and not byte-level data\n");
   return 0;
 }
 

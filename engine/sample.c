@@ -81,6 +81,7 @@ static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, 
   out->n_tokens = tokens;
   out->n_bytes = bytes;
   out->bits_per_byte = bytes ? nats / log(2.0) / (double)bytes : 0.0;
+  out->loss_per_token = tokens ? nats / (double)tokens : 0.0;
   return 0;
 }
 

@@ -24,6 +24,7 @@ struct zo_eval_result {
   double loss;               /* mean validation loss over the batches */
   double bits_per_byte;      /* summed loss / ln 2 / bytes of the targets' text (the run's tokenizer
                                 decodes them; 1 byte each for byte-level data), 0 when unknown */
+  double loss_per_token;     /* summed loss / n_tokens (loss is the mean of the batches' means) */
   size_t n_tokens;           /* targets evaluated (masked ones not counted) */
   size_t n_bytes;            /* bytes of text they decode to, 0 when unknown */
   bool has_tokenizer;        /* a tokenizer was found (eval: for the bytes) */

@@ -250,6 +250,10 @@ def finetune(binary, tmp, arch, tok_dir, tok, docs):
         ref_loss, ref_bytes, ref_nats = eval_reference(hf_tok, model, val, int(m.group(2)))
         bpb = float(mb.group(1))
         check(rel(float(m.group(1)), ref_loss) < 1e-5, f"eval loss = transformers' masked mean ({ref_loss:.6f})")
+        mt = re.search(r"loss per token (\S+) over (\d+) trained targets", out)
+        check(mt is not None and int(mt.group(2)) == int(mb.group(2)) and
+              rel(float(mt.group(1)), ref_nats / int(mt.group(2))) < 1e-5,
+              f"loss per token = transformers' summed masked loss / trained targets ({mt.group(0) if mt else out!r})")
         check(int(mb.group(3)) == ref_bytes, f"bytes of the targets' text = transformers' decoding ({ref_bytes})")
         check(rel(bpb, ref_nats / math.log(2) / ref_bytes) < 1e-5,
               f"bits per byte = summed loss / ln 2 / bytes ({ref_nats / math.log(2) / ref_bytes:.6f})")
