@@ -17,6 +17,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,7 +195,13 @@ static void next(struct ctx *c, struct lex *L) {
     L->t = T_NAME;
   } else if (isdigit(ch)) {
     L->i = 0;
-    while (L->p < L->end && isdigit((unsigned char)*L->p)) L->i = L->i * 10 + (*L->p++ - '0');
+    while (L->p < L->end && isdigit((unsigned char)*L->p)) {
+      if (__builtin_mul_overflow(L->i, 10, &L->i) || __builtin_add_overflow(L->i, *L->p++ - '0', &L->i)) {
+        fail(c, "chat template: an integer literal beyond 64 bits");
+        L->t = T_END;
+        return;
+      }
+    }
     L->t = T_INT;
   } else if (ch == '\'' || ch == '"') {
     const char q = *L->p++;
@@ -451,7 +458,8 @@ static struct value unary(struct ctx *c, struct lex *L, bool run) {
   if (is_op(L, "-")) {
     next(c, L);
     struct value v = unary(c, L, run);
-    return run && v.k == V_INT ? vint(-v.i) : v;
+    if (run && v.k == V_INT && v.i == LLONG_MIN) fail(c, "chat template: integer overflow in '-'");
+    return run && v.k == V_INT && v.i != LLONG_MIN ? vint(-v.i) : v;
   }
   struct value v = primary(c, L, run);
   while (!c->failed && is_op(L, "|")) {
@@ -489,11 +497,22 @@ static struct value mul(struct ctx *c, struct lex *L, bool run) {
       fail(c, "chat template: '%s' needs integers, got %s and %s", op, kind_name(a.k), kind_name(b.k));
       break;
     }
-    if (op[0] == '*') a = vint(a.i * b.i);
-    else if (b.i == 0) fail(c, "chat template: division by zero");
-    else if (op[0] == '%') a = vint(((a.i % b.i) + b.i) % b.i);
-    else if (op[0] == '/' && op[1] == '/') a = vint(a.i / b.i);
-    else fail(c, "chat template: '/' (true division) is not supported; use '//'");
+    long long r;
+    if (op[0] == '*') {
+      if (__builtin_mul_overflow(a.i, b.i, &r)) fail(c, "chat template: integer overflow in '*'");
+      else a = vint(r);
+    } else if (op[0] == '/' && !op[1]) {
+      fail(c, "chat template: '/' (true division) is not supported; use '//'");
+    } else if (b.i == 0) {
+      fail(c, "chat template: division by zero");
+    } else if (b.i == -1 && a.i == LLONG_MIN) {
+      fail(c, "chat template: integer overflow in '%s'", op);
+    } else {
+      /* Python's floor division and modulo: the remainder takes the divisor's sign. */
+      const long long q = a.i / b.i, m = a.i % b.i;
+      const bool adjust = m != 0 && (m < 0) != (b.i < 0);
+      a = vint(op[0] == '%' ? (adjust ? m + b.i : m) : (adjust ? q - 1 : q));
+    }
   }
   return a;
 }
@@ -514,7 +533,11 @@ static struct value add(struct ctx *c, struct lex *L, bool run) {
       p[sa.len + sb.len] = '\0';
       a = (struct value){.k = V_STR, .s = p, .len = sa.len + sb.len};
     } else if (a.k == V_INT && b.k == V_INT) {
-      a = vint(op == '+' ? a.i + b.i : a.i - b.i);
+      long long r;
+      if (op == '+' ? __builtin_add_overflow(a.i, b.i, &r) : __builtin_sub_overflow(a.i, b.i, &r))
+        fail(c, "chat template: integer overflow in '%c'", op);
+      else
+        a = vint(r);
     } else {
       fail(c, "chat template: '%c' between a %s and a %s", op, kind_name(a.k), kind_name(b.k));
     }
