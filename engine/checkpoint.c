@@ -22,6 +22,7 @@
 
 #include "zo/adamw8bit.h"
 #include "zo/fsutil.h"
+#include "zo/run_tokenizer.h"
 #include "zo/hf.h"
 #include "zo/safetensors.h"
 #include "zo/state.h"
@@ -415,6 +416,17 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
     uint32_t crc;
     if ((err = join(path, sizeof path, x->tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) break;
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
+  }
+  /* The run's tokenizer files, so the checkpoint is a whole model directory. */
+  const char *tok = zo_checkpoint_carried_tokenizer();
+  if (tok[0] && files && !err) err = zo_tokenizer_copy_files(tok, x->tmp);
+  for (int i = 0; i < ZO_TOKENIZER_N_FILES && tok[0] && files && !err; i++) {
+    uint32_t crc;
+    struct stat tst;
+    if ((err = join(path, sizeof path, x->tmp, zo_tokenizer_files[i]))) break;
+    if (stat(path, &tst) != 0) continue;
+    if ((err = file_crc(path, &crc))) break;
+    json_object_set_new(files, zo_tokenizer_files[i], json_integer(crc));
   }
   if (n_shards == 0 && files && !err) {
     uint32_t crc;

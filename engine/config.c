@@ -217,6 +217,7 @@ static const struct zo_config_key zo_config_schema[] = {
   SECTION("model"),
   {KEY("model.arch", KEY_ENUM, model.spec.arch), .names = arch_names, .def = "\"gpt2\""},
   {KEY("model.init_from", KEY_STRING, model.init_from), .def = "\"\""},
+  {KEY("model.tokenizer", KEY_STRING, model.tokenizer), .def = "\"\""},
   {KEY("model.n_layer", KEY_INT, model.spec.n_layer), RANGE(1, 1024), .def = "12"},
   {KEY("model.n_head", KEY_INT, model.spec.n_head), RANGE(1, 1024), .def = "12"},
   {KEY("model.n_embd", KEY_INT, model.spec.n_embd), RANGE(1, 65536), .def = "768"},

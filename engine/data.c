@@ -52,6 +52,9 @@ struct zo_data {
   uint64_t *perm;     /* shuffle only: (n_windows,) window order of perm_epoch */
   uint64_t perm_epoch;
   bool perm_valid;
+  int mask_fd;         /* the loss mask beside the file (zo/data.h), -1: none */
+  char *mask_path;     /* for messages (owned), NULL: none */
+  uint8_t *mask_stage; /* (BT + 1) mask bytes: one global window */
 };
 
 /* ---- random permutation ------------------------------------------------- */
@@ -287,6 +290,89 @@ static size_t first_bad_token(const struct zo_data *d, int vocab_size) {
   return first;
 }
 
+
+/* ---- loss mask ---------------------------------------------------------- */
+
+/* pread of exactly n bytes at off; -EIO naming what at end of file. */
+static int pread_full(int fd, void *buf, size_t n, off_t off, const char *path) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, off + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      return zo_error(-err, "cannot read %zu bytes at offset %lld of '%s': %s (the file changed under the "
+                            "running job? restore it and resume from the last checkpoint)",
+                      n - got, (long long)off + (long long)got, path, r < 0 ? strerror(err) : "end of file");
+    }
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+/* Opens d->path + ".mask" when it exists: one byte per token, each 0 or 1,
+ * as many as the token file holds. Returns 0 (also when there is none). */
+static int open_mask(struct zo_data *d) {
+  const size_t n = strlen(d->path) + sizeof ZO_DATA_MASK_SUFFIX;
+  if (!(d->mask_path = malloc(n))) return zo_error(-ENOMEM, "out of host memory opening '%s'", d->path);
+  snprintf(d->mask_path, n, "%s" ZO_DATA_MASK_SUFFIX, d->path);
+  int fd = open(d->mask_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {
+    free(d->mask_path);
+    d->mask_path = NULL;
+    return 0;
+  }
+  if (fd < 0) {
+    const int err = errno;
+    return zo_error(-err, "cannot open the loss mask '%s' of data file '%s': %s", d->mask_path, d->path,
+                    strerror(err));
+  }
+  d->mask_fd = fd;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    return zo_error(-err, "cannot stat the loss mask '%s': %s", d->mask_path, strerror(err));
+  }
+  if ((size_t)st.st_size != d->n_tokens)
+    return zo_error(-EINVAL, "loss mask '%s' holds %lld bytes but data file '%s' holds %zu tokens: a mask has one "
+                             "byte (0 or 1) per token; prepare both again, or remove the mask to train on "
+                             "every token",
+                    d->mask_path, (long long)st.st_size, d->path, d->n_tokens);
+  /* Every byte 0 or 1, in 1 MiB reads. */
+  enum { CHUNK = 1 << 20 };
+  uint8_t *buf = malloc(CHUNK);
+  if (!buf) return zo_error(-ENOMEM, "out of host memory checking '%s'", d->mask_path);
+  int err = 0;
+  for (size_t off = 0; off < d->n_tokens && !err; off += CHUNK) {
+    const size_t k = d->n_tokens - off < CHUNK ? d->n_tokens - off : CHUNK;
+    if ((err = pread_full(fd, buf, k, (off_t)off, d->mask_path))) break;
+    for (size_t j = 0; j < k; j++)
+      if (buf[j] > 1) {
+        err = zo_error(-EINVAL, "loss mask '%s': byte %zu is %u, a mask holds 0 (not trained) or 1 (trained)",
+                       d->mask_path, off + j, (unsigned)buf[j]);
+        break;
+      }
+  }
+  free(buf);
+  if (err) return err;
+  if (!(d->mask_stage = malloc(d->BT + 1)))
+    return zo_error(-ENOMEM, "out of host memory for one micro-batch of '%s'", d->mask_path);
+  return 0;
+}
+
+/* dst[k] = mask[(start + k) mod N] for k < n. */
+static int read_mask(const struct zo_data *d, uint8_t *dst, size_t start, size_t n) {
+  while (n > 0) {
+    const size_t run = d->n_tokens - start < n ? d->n_tokens - start : n;
+    int err = pread_full(d->mask_fd, dst, run, (off_t)start, d->mask_path);
+    if (err) return err;
+    dst += run;
+    n -= run;
+    start = 0;
+  }
+  return 0;
+}
+
 struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
                              bool shuffle, uint64_t seed) {
   return zo_data_open_rank(path, fmt, vocab_size, B, T, shuffle, seed, 0, 1);
@@ -314,6 +400,7 @@ struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int
     goto out_free;
   }
   d->fd = fd;
+  d->mask_fd = -1;
   d->file_nbytes = nbytes;
   d->vocab = (uint32_t)vocab_size;
   d->fmt = fmt;
@@ -405,6 +492,7 @@ struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int
     zo_error(-ENOMEM, "out of host memory for one micro-batch of '%s'", path);
     goto out_free;
   }
+  if (open_mask(d) != 0) goto out_free;
   munmap(map, nbytes);
   d->map = NULL;
   d->tokens = NULL;
@@ -412,6 +500,10 @@ struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int
 
 out_free:
   if (d) {
+    if (d->mask_fd >= 0) close(d->mask_fd);
+    free(d->mask_stage);
+    free(d->mask_path);
+    free(d->stage);
     free(d->perm);
     free(d->path);
   }
@@ -423,6 +515,9 @@ out_free:
 
 void zo_data_close(struct zo_data *d) {
   if (!d) return;
+  if (d->mask_fd >= 0) close(d->mask_fd);
+  free(d->mask_stage);
+  free(d->mask_path);
   free(d->perm);
   free(d->stage);
   free(d->path);
@@ -493,24 +588,50 @@ static void convert_tokens(const struct zo_data *d, int32_t *dst, size_t skip, s
   }
 }
 
-int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets) {
-  ZO_ASSERT(d != NULL && inputs != NULL && targets != NULL);
-  uint64_t i = d->position++;
-  size_t start;
+/* First token of global micro-batch i's window (see "Order" in zo/data.h). */
+static size_t window_start(struct zo_data *d, uint64_t i) {
   if (d->shuffle) {
     uint64_t epoch = i / d->n_windows;
     if (!d->perm_valid || d->perm_epoch != epoch) build_permutation(d, epoch);
-    start = (size_t)(d->perm[i % d->n_windows] * d->BT);
-  } else {
-    start = (size_t)((u128)(i % d->n_tokens) * d->BT % d->n_tokens);
+    return (size_t)(d->perm[i % d->n_windows] * d->BT);
   }
+  return (size_t)((u128)(i % d->n_tokens) * d->BT % d->n_tokens);
+}
+
+int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets) {
+  ZO_ASSERT(d != NULL && inputs != NULL && targets != NULL);
+  uint64_t i = d->position++;
   /* This rank's rows of the global window; start + rank_off can pass the
    * end only without shuffle, where the stream wraps. */
-  start = (start + d->rank_off) % d->n_tokens;
+  const size_t start = (window_start(d, i) + d->rank_off) % d->n_tokens;
   int err = read_tokens(d, start, d->rank_BT + 1);
   if (err) return err;
   convert_tokens(d, inputs, 0, d->rank_BT);
   convert_tokens(d, targets, 1, d->rank_BT);
+  if (d->mask_fd >= 0) {
+    /* Target k is token k + 1 of the window: trained where its mask is 1. */
+    if ((err = read_mask(d, d->mask_stage, start, d->rank_BT + 1))) return err;
+    for (size_t k = 0; k < d->rank_BT; k++)
+      if (!d->mask_stage[k + 1]) targets[k] = -1;
+  }
+  return 0;
+}
+
+bool zo_data_has_mask(const struct zo_data *d) { return d->mask_fd >= 0; }
+
+int zo_data_count_targets(struct zo_data *d, uint64_t first, int n, size_t *n_targets) {
+  ZO_ASSERT(d != NULL && n >= 0);
+  size_t count = 0;
+  for (int j = 0; j < n; j++) {
+    if (d->mask_fd < 0) {
+      count += d->BT;
+      continue;
+    }
+    int err = read_mask(d, d->mask_stage, window_start(d, first + (uint64_t)j), d->BT + 1);
+    if (err) return err;
+    for (size_t k = 1; k <= d->BT; k++) count += d->mask_stage[k];
+  }
+  *n_targets = count;
   return 0;
 }
 
@@ -576,6 +697,15 @@ int zo_data_write_u32(const char *path, const uint32_t *tokens, size_t n) {
   int err = check_int32_ids(path, tokens, n);
   if (err) return err;
   return write_tokens(path, NULL, 0, tokens, n * sizeof *tokens);
+}
+
+int zo_data_write_mask(const char *token_path, const uint8_t *mask, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (mask[k] > 1) return zo_error(-EINVAL, "loss mask of '%s': byte %zu is %u, not 0 or 1", token_path, k, mask[k]);
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof path, "%s" ZO_DATA_MASK_SUFFIX, token_path) >= (int)sizeof path)
+    return zo_error(-ENAMETOOLONG, "loss mask path of '%s' is too long", token_path);
+  return write_tokens(path, NULL, 0, mask, n);
 }
 
 /* ---- prepare ------------------------------------------------------------ */

@@ -21,9 +21,12 @@
 #include "zo/env.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
+#include "zo/prepare.h"
 #include "zo/sample.h"
 #include "zo/trace_file.h"
 #include "zo/train.h"
+
+#include "tokenizer_cli.h"
 
 #define MAX_SETS 256
 
@@ -35,12 +38,13 @@ static const char *usage_main =
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
-    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, tokenize\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
-    "  prepare         turn text files into uint16 token files (byte-level)\n"
+    "  prepare         text or JSON lines -> token files (byte-level, or --tokenizer: BPE ids + loss masks)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
     "  export CHECKPOINT --out DIR  a weights-only Hugging Face directory of a checkpoint\n"
     "  env             version, build features, GPU, host memory, NUMA (for bug reports)\n"
+    "  tokenizer train|encode|decode  Hugging Face tokenizer.json: learn one, encode, decode\n"
     "\n"
     "Every command taking CONFIG accepts --set key.path=value (repeatable).\n"
     "`zoffload <command> --help` describes a command.\n";
@@ -100,6 +104,7 @@ static const char *usage_bench =
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--trace FILE] [--json]\n"
     "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
+    "       zoffload bench tokenize [--tokenizer PATH] [--threads N] [--reps R] [FILE...]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
     "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
@@ -140,7 +145,21 @@ static const char *usage_prepare =
     "usage: zoffload prepare --out-train FILE [--out-val FILE] [--val-fraction F] TEXTFILE...\n"
     "  concatenates the text files' bytes into byte-level tokens (vocab 256) and writes\n"
     "  flat uint16 token files (data.format \"u16\"); the last F of the stream (default 0.05)\n"
-    "  goes to --out-val\n";
+    "  goes to --out-val\n"
+    "   or: zoffload prepare --tokenizer PATH --out-train FILE [--out-val FILE] [--val-fraction F]\n"
+    "                        [--format u16|u32|llmc|llmc32] [--separator STR]\n"
+    "                        [--field KEY | --prompt-field KEY --completion-field KEY |\n"
+    "                         --messages-field KEY] FILE...\n"
+    "  encodes documents with a tokenizer (tokenizer.json, or a model directory holding it),\n"
+    "  the tokenizer's end-of-text token after each: a text file is one document (or one per\n"
+    "  piece between --separator STR, e.g. $'\\n%\\n'); *.jsonl files (or any file with a --*field\n"
+    "  option) hold one JSON object a line: its --field (default \"text\") is the document, or\n"
+    "  --prompt-field and --completion-field make instruction data: FILE.mask beside each output\n"
+    "  trains only the completion tokens (and the end-of-text after them); --messages-field names a\n"
+    "  list of {role, content} rendered with the tokenizer's chat template (tokenizer_config.json),\n"
+    "  the assistant turns trained. The last F of the\n"
+    "  documents (default 0.05) go to --out-val. --format u16 (default) refuses ids above 65535.\n"
+    "  Threads: OMP_NUM_THREADS (default all)\n";
 
 static int fail(int code, const char *what) {
   fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", zo_last_error());
@@ -205,6 +224,8 @@ enum opt {
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE,
+  OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
+  OPT_FORMAT,
 };
 
 static const struct option all_options[] = {
@@ -242,6 +263,13 @@ static const struct option all_options[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD_SIZE},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"field", required_argument, NULL, OPT_FIELD},
+    {"prompt-field", required_argument, NULL, OPT_PROMPT_FIELD},
+    {"completion-field", required_argument, NULL, OPT_COMPLETION_FIELD},
+    {"messages-field", required_argument, NULL, OPT_MESSAGES_FIELD},
+    {"separator", required_argument, NULL, OPT_SEPARATOR},
+    {"format", required_argument, NULL, OPT_FORMAT},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -262,6 +290,7 @@ struct args {
   double temperature, val_fraction;
   char trace_set[4200];      /* --trace FILE as "engine.trace.path=FILE" */
   const char *const *inputs; /* (n_inputs) text files for prepare */
+  const char *tokenizer, *field, *prompt_field, *completion_field, *messages_field, *separator, *format;
   int n_inputs;
 };
 
@@ -295,6 +324,13 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_MAX_SHARD_SIZE:
     return zo_parse_bytes(v, &a->max_shard_size) == 0 && a->max_shard_size > 0
                ? 0 : bad_usage(usage, "--max-shard-size %s: need a size such as 5GB or 500MiB", v);
+  case OPT_TOKENIZER: a->tokenizer = v; return 0;
+  case OPT_FIELD: a->field = v; return 0;
+  case OPT_PROMPT_FIELD: a->prompt_field = v; return 0;
+  case OPT_COMPLETION_FIELD: a->completion_field = v; return 0;
+  case OPT_MESSAGES_FIELD: a->messages_field = v; return 0;
+  case OPT_SEPARATOR: a->separator = v; return 0;
+  case OPT_FORMAT: a->format = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
@@ -418,7 +454,9 @@ static bool set_on_command_line(const struct args *a, const char *key) {
 }
 static const int set_opts[] = {OPT_SET, OPT_END};
 static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_END};
-static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
+static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_TOKENIZER, OPT_FIELD,
+                                   OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
+                                   OPT_FORMAT, OPT_END};
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
 static const int bench_step_opts[] = {OPT_SET, OPT_STEPS, OPT_TRACE, OPT_JSON, OPT_END};
@@ -478,6 +516,13 @@ static int cmd_eval(int argc, char **argv) {
   printf("%s loss %.6f over %d batches%s | device %s (training would plan %s)\n", on_train ? "train" : "val",
          res.loss, res.n_batches, on_train ? " of data.train (no data.val: this measured the training data)" : "",
          zo_format_bytes(res.device_bytes, d), zo_format_bytes(res.train_device_bytes, t));
+  printf("  loss per token %.6f over %zu trained targets; ", res.loss_per_token, res.n_tokens);
+  if (res.n_bytes)
+    printf("%.6f bits per byte (%zu tokens, %zu bytes of text: %.3f bytes per token%s)\n", res.bits_per_byte,
+           res.n_tokens, res.n_bytes, (double)res.n_bytes / (double)res.n_tokens,
+           res.has_tokenizer ? "" : "; byte-level data");
+  else
+    printf("bits per byte unknown: no tokenizer (set model.tokenizer) and not byte-level data\n");
   return 0;
 }
 
@@ -752,6 +797,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "nvme")) return bench_nvme(argc - 1, argv + 1);
   if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
   if (!strcmp(argv[1], "memory")) return bench_memory(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "tokenize")) return zo_cli_bench_tokenize(argc - 1, argv + 1);
   return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 
@@ -766,10 +812,50 @@ static int cmd_config(int argc, char **argv) {
   return err ? fail(1, "config") : 0;
 }
 
+static int cmd_prepare_tokenized(const struct args *a) {
+  struct zo_prepare_opts o = {.tokenizer = a->tokenizer, .field = a->field, .prompt_field = a->prompt_field,
+                              .completion_field = a->completion_field, .messages_field = a->messages_field,
+                              .separator = a->separator, .format = ZO_DATA_U16, .out_train = a->out_train,
+                              .out_val = a->out_val, .val_fraction = a->out_val ? a->val_fraction : 0.0,
+                              .progress = true};
+  o.jsonl = a->field || a->prompt_field || a->completion_field || a->messages_field;
+  for (int k = 0; k < a->n_inputs && !o.jsonl; k++) o.jsonl = zo_prepare_is_jsonl_path(a->inputs[k]);
+  if (o.jsonl && a->separator)
+    return bad_usage(usage_prepare, "%s", "--separator is for text files; JSON lines hold one document a line");
+  if (a->format && !strcmp(a->format, "llmc32")) {
+    o.format = ZO_DATA_LLMC;
+    o.wide_llmc = true;
+  } else if (a->format && (zo_data_format_parse(a->format, &o.format) || o.format == ZO_DATA_TEXT)) {
+    return bad_usage(usage_prepare, "--format %s: valid: u16, u32, llmc (uint16 ids), llmc32 (uint32 ids)",
+                     a->format);
+  }
+  struct zo_prepare_result res;
+  int err = zo_prepare_tokenized(a->inputs, a->n_inputs, &o, &res);
+  if (err) return fail(exit_code(err), NULL); /* the message names prepare */
+  printf("prepared %zu documents: %zu training tokens -> %s, %zu validation tokens (%zu documents) -> %s; "
+         "vocabulary %zu, end-of-text id %d",
+         res.n_docs, res.n_train, a->out_train, res.n_val, res.n_val_docs, a->out_val ? a->out_val : "(none)",
+         res.vocab_size, (int)res.eos_id);
+  if (res.masked)
+    printf("; loss masks %s" ZO_DATA_MASK_SUFFIX "%s: %zu of %zu tokens trained", a->out_train,
+           a->out_val ? " and the val's" : "", res.n_trained, res.n_train + res.n_val);
+  printf("\n");
+  return 0;
+}
+
 static int cmd_prepare(int argc, char **argv) {
   struct args a = {.val_fraction = 0.05};
   int r = parse_args(argc, argv, usage_prepare, prepare_opts, POS_FILES, &a);
   if (r) return r == 1 ? 0 : r;
+  if (!a.tokenizer && (a.field || a.prompt_field || a.completion_field || a.messages_field || a.separator ||
+                       a.format))
+    return bad_usage(usage_prepare, "%s", "--field, --prompt-field, --completion-field, --messages-field, "
+                                          "--separator and --format need --tokenizer PATH");
+  if (a.tokenizer) {
+    if (!a.out_train) return bad_usage(usage_prepare, "%s", "missing --out-train FILE");
+    if (a.n_inputs == 0) return bad_usage(usage_prepare, "%s", "no input files");
+    return cmd_prepare_tokenized(&a);
+  }
   if (!a.out_train) return bad_usage(usage_prepare, "%s", "missing --out-train FILE");
   if (a.n_inputs == 0) return bad_usage(usage_prepare, "%s", "no input text files");
   if (!a.out_val && a.val_fraction > 0) return bad_usage(usage_prepare, "%s", "missing --out-val FILE (or --val-fraction 0)");
@@ -808,6 +894,7 @@ static int cmd_export(int argc, char **argv) {
          zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
          res.n_files > 1 ? " + model.safetensors.index.json" : "", zo_format_bytes(res.bytes, wb), res.save_s,
          (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9));
+  if (res.tokenizer) printf("  with the tokenizer files beside the weights (tokenizer.json and its configs)\n");
   return 0;
 }
 
@@ -859,6 +946,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "trace")) return cmd_trace(argc - 1, argv + 1);
   if (!strcmp(cmd, "env")) return cmd_env(argc - 1, argv + 1);
   if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenizer")) return zo_cli_tokenizer(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, usage_main);
   return 2;
 }

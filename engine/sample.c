@@ -26,24 +26,62 @@
 #include "zo/fsutil.h"
 #include "zo/hf.h"
 #include "zo/model.h"
+#include "zo/run_tokenizer.h"
 #include "zo/state.h"
+#include "zo/tokenizer.h"
 #include "zo/train.h"
 
-/* Mean loss over n micro-batches of d from position 0 (forward only). */
-static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, int32_t *tg,
-                     zo_stream_t s, double *loss) {
-  double sum = 0.0;
-  zo_data_seek(d, 0);
-  for (int i = 0; i < n; i++) {
-    double l;
-    int err = zo_data_next(d, in, tg);
-    if (err) return err;
-    zo_model_forward(m, in, tg, m->B, m->T, s);
-    err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l);
-    if (err) return err;
-    sum += l;
+/* Bytes of text the trained targets of tg stand for: their decoding with
+ * tk (special tokens skipped), one byte each for byte-level data (tk NULL,
+ * vocabulary 256), 0 when neither is known. */
+static int target_bytes(const struct zo_tokenizer *tk, int V, const int32_t *tg, size_t n, int32_t *scratch,
+                        size_t *bytes) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (tg[i] >= 0) scratch[k++] = tg[i];
+  if (!tk) {
+    *bytes = V == 256 ? k : 0;
+    return 0;
   }
-  *loss = sum / n;
+  char *text;
+  size_t len;
+  if (zo_tokenizer_decode(tk, scratch, k, true, &text, &len)) return zo_error(-ENOMEM, "out of host memory");
+  free(text);
+  *bytes = len;
+  return 0;
+}
+
+/* Mean loss over n micro-batches of d from position 0 (forward only), and
+ * the bits per byte of the text the targets decode to (0 when unknown). */
+static int eval_loss(struct zo_model *m, struct zo_data *d, int n, int32_t *in, int32_t *tg, zo_stream_t s,
+                     const struct zo_tokenizer *tk, struct zo_eval_result *out) {
+  double sum = 0.0, nats = 0.0;
+  size_t bytes = 0, tokens = 0;
+  const size_t BT = (size_t)m->B * (size_t)m->T;
+  int32_t *scratch = malloc(BT * sizeof *scratch);
+  if (!scratch) return zo_error(-ENOMEM, "out of host memory for evaluation batches");
+  int err = 0;
+  zo_data_seek(d, 0);
+  for (int i = 0; i < n && !err; i++) {
+    double l;
+    size_t nb = 0, nv = 0;
+    if ((err = zo_data_next(d, in, tg))) break;
+    zo_model_forward(m, in, tg, m->B, m->T, s);
+    if ((err = zo_model_mean_loss(m, tg, m->B, m->T, s, &l))) break;
+    if ((err = target_bytes(tk, m->cfg.vocab_size, tg, BT, scratch, &nb))) break;
+    for (size_t k = 0; k < BT; k++) nv += tg[k] >= 0;
+    sum += l;
+    nats += l * (double)nv;
+    tokens += nv;
+    bytes += nb;
+  }
+  free(scratch);
+  if (err) return err;
+  out->loss = sum / n;
+  out->n_tokens = tokens;
+  out->n_bytes = bytes;
+  out->bits_per_byte = bytes ? nats / log(2.0) / (double)bytes : 0.0;
+  out->loss_per_token = tokens ? nats / (double)tokens : 0.0;
   return 0;
 }
 
@@ -90,8 +128,35 @@ static int sample_token(const float *logits, int V, double temperature, int top_
   return last;
 }
 
+/* Writes the text of the generated ids[0, n) that has not been written yet
+ * (*done bytes were): all of it when final, else up to an incomplete UTF-8
+ * sequence at the end (decoded as U+FFFD until its next token comes). */
+static int write_text(const struct zo_tokenizer *tk, const int32_t *ids, size_t n, bool skip_special, bool final,
+                      size_t *done, FILE *out) {
+  char *text;
+  size_t len;
+  if (zo_tokenizer_decode(tk, ids, n, skip_special, &text, &len)) return zo_error(-ENOMEM, "out of host memory");
+  size_t end = len;
+  if (!final && end >= 3 && !memcmp(text + end - 3, "\xef\xbf\xbd", 3)) end -= 3;
+  if (end > *done) {
+    fwrite(text + *done, 1, end - *done, out);
+    *done = end;
+  }
+  free(text);
+  return 0;
+}
+
 int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                        double temperature, int top_k, uint64_t seed, FILE *out) {
+  return zo_sample_generate_text(m, s, ctx, n_ctx, n_new, temperature, top_k, seed, NULL, false, out);
+}
+
+int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
+                            double temperature, int top_k, uint64_t seed, const struct zo_tokenizer *tk,
+                            bool stop_at_eos, FILE *out) {
+  int n_ctx0 = n_ctx; /* the first id of the document being written */
+  const int32_t eos = tk ? zo_tokenizer_eos_id(tk) : -1;
+  size_t done = 0;
   const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size, T = m->T;
   int32_t *window = calloc((size_t)T, sizeof *window);
   float *row = malloc((size_t)Vp * sizeof *row), *scratch = malloc((size_t)V * sizeof *scratch);
@@ -114,13 +179,24 @@ int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ct
       goto out;
     zo_cpu_cast(row, ZO_F32, raw, m->dtype, (size_t)Vp);
     int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
+    if (stop_at_eos && tok == eos) break;
     ctx[n_ctx++] = tok;
-    if (V == 256)
+    if (tk && tok == eos) {
+      /* Going on past the end of a document: a blank line, then the next. */
+      if ((err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - 1 - n_ctx0), true, true, &done, out))) goto out;
+      fputs("\n\n", out);
+      n_ctx0 = n_ctx;
+      done = 0;
+    } else if (tk) {
+      if ((err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), true, false, &done, out))) goto out;
+    } else if (V == 256) {
       fputc(tok, out);
-    else
+    } else {
       fprintf(out, "%s%d", i ? "," : "", tok);
+    }
     fflush(out);
   }
+  if (tk && (err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), true, true, &done, out))) goto out;
   fputc('\n', out);
 out:
   free(window);
@@ -152,6 +228,40 @@ static int parse_prompt(const char *prompt, int V, int32_t *ctx, int cap, int *n
     p = *end == ',' ? end + 1 : end;
   }
   return 0;
+}
+
+/* The context from a prompt encoded with tk as transformers' tokenizer(prompt)
+ * does (its special tokens added); an empty prompt is the beginning-of-text
+ * token, else the end-of-text one (GPT-2 starts there). */
+static int prompt_tokens(const struct zo_tokenizer *tk, const char *prompt, int V, int32_t *ctx, size_t cap,
+                         int *n) {
+  int32_t *ids = NULL;
+  size_t n_ids = 0, ids_cap = 0;
+  if (prompt && prompt[0] &&
+      zo_tokenizer_encode(tk, prompt, strlen(prompt), true, &ids, &n_ids, &ids_cap))
+    return zo_error(-ENOMEM, "out of host memory encoding the prompt");
+  if (n_ids == 0) {
+    const int32_t start = zo_tokenizer_bos_id(tk) >= 0 ? zo_tokenizer_bos_id(tk) : zo_tokenizer_eos_id(tk);
+    if (start < 0) {
+      free(ids);
+      return zo_error(-EINVAL, "sample: an empty prompt needs a beginning- or end-of-text token, and the "
+                               "tokenizer has neither: give --prompt TEXT");
+    }
+    ctx[0] = start;
+    *n = 1;
+    free(ids);
+    return 0;
+  }
+  int err = 0;
+  for (size_t k = 0; k < n_ids && !err; k++)
+    if (ids[k] < 0 || ids[k] >= V)
+      err = zo_error(-EINVAL, "--prompt: token id %d of the encoded prompt is outside the model's vocabulary of "
+                              "%d: the tokenizer does not belong to this model", (int)ids[k], V);
+  if (!err && n_ids > cap) err = zo_error(-EINVAL, "--prompt: %zu tokens, more than the %zu planned", n_ids, cap);
+  if (!err) memcpy(ctx, ids, n_ids * sizeof *ids);
+  *n = (int)n_ids;
+  free(ids);
+  return err;
 }
 
 /* Which weights a forward-only model loads, in this order: the explicit
@@ -215,10 +325,10 @@ static int load_path(const char *path, const struct zo_model *m, const struct zo
 
 /* A forward-only model loaded from the weights choose_weights picks. */
 static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
-                                      zo_backend_t *be_out) {
+                                      zo_backend_t *be_out, char *path) {
   struct zo_model_config mc;
-  char path[PATH_MAX] = "";
-  if (choose_weights(cfg, w, path, sizeof path)) return NULL;
+  path[0] = '\0';
+  if (choose_weights(cfg, w, path, PATH_MAX)) return NULL;
   if (path[0]) {
     if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else if (zo_train_model_config(cfg, &mc)) {
@@ -261,6 +371,33 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   return m;
 }
 
+/* The tokenizer beside the weights at path (a checkpoint or model directory
+ * holding tokenizer.json), else the run's (zo_run_tokenizer); *tk NULL when
+ * there is none. Says which on stderr. Returns 0 or -errno. */
+static int load_tokenizer(const struct zo_config *cfg, const char *path, struct zo_tokenizer **tk) {
+  char json[PATH_MAX];
+  *tk = NULL;
+  struct stat st;
+  const bool dir = path[0] && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  const bool dir_tok = dir && zo_tokenizer_json_of(path, json, sizeof json);
+  if (!dir_tok) {
+    int err = zo_run_tokenizer(cfg, json, sizeof json);
+    if (err) return err;
+  }
+  if (!json[0]) return 0;
+  int err = zo_tokenizer_load(json, tk);
+  if (err && cfg->model.tokenizer && cfg->model.tokenizer[0] && !dir_tok)
+    return zo_error(err, "model.tokenizer %s: %s", json, zo_last_error());
+  if (err) {
+    /* One that came with the weights or model.init_from: go on without it. */
+    fprintf(stderr, "note: tokenizer %s is not usable here (%s): ids, not text\n", json, zo_last_error());
+    *tk = NULL;
+    return 0;
+  }
+  fprintf(stderr, "tokenizer: %s (%zu ids)\n", json, zo_tokenizer_vocab_size(*tk));
+  return 0;
+}
+
 int zo_eval(const struct zo_config *cfg, const char *checkpoint, int n_batches,
             struct zo_eval_result *out) {
   const struct zo_weights w = {.checkpoint = checkpoint};
@@ -273,13 +410,17 @@ int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int
   if (!path || !path[0]) return zo_error(-EINVAL, "data.val and data.train are both empty: nothing to evaluate");
   zo_backend_t be;
   const int B = cfg->micro_batch, T = cfg->data.seq_len;
-  struct zo_model *m = load_inference(cfg, w, B, T, &be);
+  char wpath[PATH_MAX];
+  struct zo_model *m = load_inference(cfg, w, B, T, &be, wpath);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
-  int err = 0;
+  struct zo_tokenizer *tk = NULL;
+  int err = load_tokenizer(cfg, wpath, &tk);
+  out->has_tokenizer = tk != NULL;
   zo_stream_t s = NULL;
   int32_t *in = malloc((size_t)B * (size_t)m->T * sizeof *in), *tg = malloc((size_t)B * (size_t)m->T * sizeof *tg);
   struct zo_data *d = zo_data_open(path, (enum zo_data_format)cfg->data.format, m->cfg.vocab_size, B, m->T,
                                    false, cfg->engine.seed);
+  if (err) goto out;
   if (!d) {
     err = zo_error(-EIO, "%s", zo_last_error());
     goto out;
@@ -292,7 +433,7 @@ int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int
   zo_model_stream_workspace(m, 0, s);
   if (n_batches <= 0) n_batches = zo_eval_n_batches(d, B, m->T);
   out->n_batches = n_batches;
-  if ((err = eval_loss(m, d, n_batches, in, tg, s, &out->loss))) goto out;
+  if ((err = eval_loss(m, d, n_batches, in, tg, s, tk, out))) goto out;
   out->device_bytes = m->arena.peak;
   out->train_device_bytes = zo_model_device_bytes(&m->cfg, B, m->T, true);
 out:
@@ -300,37 +441,49 @@ out:
   zo_data_close(d);
   free(in);
   free(tg);
+  zo_tokenizer_free(tk);
   zo_model_free(m);
   return err;
 }
 
 int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out) {
   zo_backend_t be;
-  /* Prompt tokens (at most one per byte, or the one start token) plus the new ones. */
-  const size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 2 + (size_t)opts->n_tokens;
+  /* Prompt tokens (at most one per byte, plus the tokenizer's few special
+   * tokens, or the one start token) plus the new ones. */
+  const size_t cap = (opts->prompt ? strlen(opts->prompt) : 0) + 8 + (size_t)opts->n_tokens;
   /* The window is the model's context, or less when the whole text is
    * shorter: a Llama 3 context (131072) would plan NH * T * T attention
    * probabilities, hundreds of GiB, for a few tokens. load_inference clamps
    * to the loaded model's max_seq_len (the checkpoint's, not the config's). */
   const struct zo_weights w = {.checkpoint = opts->checkpoint, .init_from_explicit = opts->init_from_explicit,
                                .random_init = opts->random_init};
-  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be);
+  char wpath[PATH_MAX];
+  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be, wpath);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
-  int err = 0, n_ctx = 0;
+  struct zo_tokenizer *tk = NULL;
+  int err = load_tokenizer(cfg, wpath, &tk), n_ctx = 0;
   zo_stream_t s = NULL;
   int32_t *ctx = malloc(cap * sizeof *ctx);
+  if (err) goto out;
   if (!ctx) {
     err = zo_error(-ENOMEM, "out of host memory for sampling");
     goto out;
   }
-  if ((err = parse_prompt(opts->prompt, m->cfg.vocab_size, ctx, (int)cap, &n_ctx))) goto out;
+  if (tk) {
+    err = prompt_tokens(tk, opts->prompt, m->cfg.vocab_size, ctx, cap - (size_t)opts->n_tokens, &n_ctx);
+  } else {
+    err = parse_prompt(opts->prompt, m->cfg.vocab_size, ctx, (int)cap, &n_ctx);
+  }
+  if (err) goto out;
   if ((err = be->stream_create(&s))) goto out;
   zo_model_stream_workspace(m, 0, s);
-  if (opts->prompt && m->cfg.vocab_size == 256) fputs(opts->prompt, out);
-  err = zo_sample_generate(m, s, ctx, n_ctx, opts->n_tokens, opts->temperature, opts->top_k, opts->seed, out);
+  if (opts->prompt && (tk || m->cfg.vocab_size == 256)) fputs(opts->prompt, out);
+  err = zo_sample_generate_text(m, s, ctx, n_ctx, opts->n_tokens, opts->temperature, opts->top_k, opts->seed, tk,
+                                true, out);
 out:
   if (s) be->stream_destroy(s);
   free(ctx);
+  zo_tokenizer_free(tk);
   zo_model_free(m);
   return err;
 }
@@ -398,10 +551,15 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   const double t1 = zo_time_s();
   const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
   if (!err) err = zo_model_save_pretrained_opts(o->out, m, &io, &so);
+  /* The tokenizer files beside the weights make the export a whole model
+   * directory (AutoTokenizer, generation config). */
+  char tok_json[PATH_MAX];
+  const bool has_tok = !err && zo_tokenizer_json_of(path, tok_json, sizeof tok_json);
+  if (has_tok) err = zo_tokenizer_copy_files(tok_json, o->out);
   if (!err) {
     *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1,
                                      .load_bytes = m->table.numel * sizeof(float),
-                                     .step = is_checkpoint ? st.step : -1};
+                                     .step = is_checkpoint ? st.step : -1, .tokenizer = has_tok};
     err = export_sizes(o->out, res);
   }
   zo_state_io_free(&io);

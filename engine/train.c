@@ -46,7 +46,9 @@
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
+#include "zo/run_tokenizer.h"
 #include "zo/sample.h"
+#include "zo/tokenizer.h"
 #include "zo/trace_file.h"
 #include "run_guard.h"
 #include "zo/sched.h"
@@ -146,9 +148,11 @@ struct trainer {
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
   struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
+  char tokenizer[PATH_MAX];        /* the run's tokenizer.json (zo/run_tokenizer.h), "" none */
 };
 
 static void trainer_free(struct trainer *t) {
+  zo_checkpoint_carry_tokenizer(NULL);
   if (t->metrics) fclose(t->metrics);
   zo_data_close(t->train);
   zo_data_close(t->val);
@@ -403,6 +407,32 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   const size_t n = m->table.numel;
   if (t.lead && ckpt_dir && (err = zo_run_dir_check_space(cfg, m, &plan.placement.opt))) goto out;
 
+  /* The run's tokenizer goes into every checkpoint; its ids must fit the model. */
+  if ((err = zo_run_tokenizer(cfg, t.tokenizer, sizeof t.tokenizer))) goto out;
+  if (t.tokenizer[0]) {
+    struct zo_tokenizer *tk;
+    size_t tv = 0;
+    if ((err = zo_tokenizer_load(t.tokenizer, &tk))) {
+      /* model.init_from's tokenizer only came along: one this build cannot
+       * read still travels with the checkpoints (transformers may read it). */
+      if (cfg->model.tokenizer && cfg->model.tokenizer[0]) goto out;
+      if (t.lead)
+        say(&t, "note: tokenizer %s is not usable here (%s): copied into checkpoints, but the sample prints ids\n",
+            t.tokenizer, zo_last_error());
+      err = 0;
+    } else {
+      tv = zo_tokenizer_vocab_size(tk);
+      zo_tokenizer_free(tk);
+    }
+    if (tv > (size_t)mc.vocab_size) {
+      err = zo_error(-EINVAL, "tokenizer %s has %zu ids but the model's vocab_size is %d: set model.vocab_size "
+                              ">= %zu, or give the model's own tokenizer (model.tokenizer)",
+                     t.tokenizer, tv, mc.vocab_size, tv);
+      goto out;
+    }
+    zo_checkpoint_carry_tokenizer(t.tokenizer);
+    if (t.lead && tv) say(&t, "tokenizer: %s (%zu ids; copied into every checkpoint)\n", t.tokenizer, tv);
+  }
   t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
                               cfg->data.shuffle, cfg->engine.seed, t.rank, N);
   if (!t.train) {
@@ -567,6 +597,13 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     const double scale = st.scaler.scale;
     bool skipped = false;
     zo_sched_set_loss_scale(t.sched, scale);
+    if (zo_data_has_mask(t.train)) {
+      /* With a loss mask the step's loss is the mean over its trained
+       * targets (every micro-batch, every rank), known before the first. */
+      size_t n_targets;
+      if ((err = zo_data_count_targets(t.train, zo_data_position(t.train), K, &n_targets))) goto out;
+      zo_sched_set_step_targets(t.sched, n_targets);
+    }
     for (int k = 0; k < K; k++) {
       int32_t *in, *tg;
       zo_sched_batch(t.sched, &in, &tg);
@@ -709,9 +746,17 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       goto out;
     }
     ctx[0] = mc.vocab_size == 256 ? '\n' : 0;
+    /* With the run's tokenizer the sample is text, started at its
+     * beginning- (else end-) of-text token and running through end-of-text
+     * tokens (printed), so it shows several documents. */
+    struct zo_tokenizer *tk = NULL;
+    if (t.tokenizer[0] && zo_tokenizer_load(t.tokenizer, &tk)) tk = NULL; /* said at the start */
+    if (tk && zo_tokenizer_bos_id(tk) >= 0) ctx[0] = zo_tokenizer_bos_id(tk);
+    else if (tk && zo_tokenizer_eos_id(tk) >= 0) ctx[0] = zo_tokenizer_eos_id(tk);
     fprintf(out, "sample (temperature 0.8, top-k 40, seed %llu):\n", (unsigned long long)cfg->engine.seed);
-    err = zo_sample_generate(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40, cfg->engine.seed,
-                             out);
+    err = zo_sample_generate_text(m, zo_sched_stream(t.sched), ctx, 1, opts->sample_tokens, 0.8, 40,
+                                  cfg->engine.seed, tk, false, out);
+    zo_tokenizer_free(tk);
     if (out != stdout) fclose(out);
     free(ctx);
   }

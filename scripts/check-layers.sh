@@ -34,6 +34,9 @@ declare -A header=(
   [checkpoint.h]=engine
   [config.h]=engine
   [data.h]=engine
+  [prepare.h]=engine
+  [chat_template.h]=engine
+  [run_tokenizer.h]=engine
   [env.h]=engine           # engine/env.c
   [fsutil.h]=engine
   [hf.h]=engine
@@ -46,6 +49,7 @@ declare -A header=(
   [sched.h]=engine
   [state.h]=engine
   [tensor.h]=engine
+  [tokenizer.h]=engine      # engine/tokenizer*.c
   [trace_file.h]=engine     # engine/trace.c
   [train.h]=engine
 )

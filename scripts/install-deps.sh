@@ -2,7 +2,8 @@
 # Installs the Debian packages zoffload needs to build, test and run its
 # default job. Idempotent: when everything is present it touches nothing.
 #   scripts/install-deps.sh              build + test + main-job dependencies
-#   scripts/install-deps.sh --reference  also python3-torch (regenerating the
+#   scripts/install-deps.sh --reference  also python3-torch and python3-jinja2
+#                                        (transformers' chat templates; regenerating the
 #                                        PyTorch reference vectors, benchmarks)
 # Open MPI is optional for the build (ZO_MPI=AUTO builds without it) but CI
 # installs it so that the data-parallel tests (ctest label mpi) run.
@@ -15,7 +16,7 @@ pkgs=(build-essential cmake pkg-config git
       fio
       fortunes)
 if [[ "${1:-}" == "--reference" ]]; then
-  pkgs+=(python3-torch python3-numpy python3-matplotlib)
+  pkgs+=(python3-torch python3-numpy python3-matplotlib python3-jinja2)
 fi
 
 missing=()

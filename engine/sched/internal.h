@@ -248,6 +248,7 @@ struct zo_sched {
   struct acc_task *acc_tasks;      /* (L + 2): blocks, then head, tail */
   struct step_args step[2];        /* by parity */
   double loss_scale;               /* of the micro-batches being queued (zo_sched_set_loss_scale) */
+  size_t step_targets;             /* trained targets of the step being queued, 0: all (zo_sched_set_step_targets) */
   int parity;                      /* the current step's parity */
   bool stepped;                    /* an optimizer step has been queued */
   /* micro-batch state */

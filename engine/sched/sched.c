@@ -350,7 +350,9 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
    * scale is a power of two, so scaling dloss is exact. Over N ranks the
    * denominator is the global micro-batch's tokens, the same float as one
    * process with N times the rows computes. */
-  const float dloss = (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
+  const float dloss = s->step_targets
+                          ? (float)s->loss_scale / (float)s->step_targets
+                          : (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
   zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->compute);
   CHECK_Q(s->be->event_record(s->in_free[b], s->compute));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
@@ -409,7 +411,16 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
       ls[K + k] = s->n_valid[k];
     }
     if ((err = ranks_sum(s, ls, K))) return err;
-    for (int k = 0; k < K; k++) sum += (ls[K + k] > 0 ? ls[k] / ls[K + k] : 0.0) / K;
+    if (s->step_targets) {
+      for (int k = 0; k < K; k++) sum += ls[k];
+      sum /= (double)s->step_targets;
+    } else {
+      for (int k = 0; k < K; k++) sum += (ls[K + k] > 0 ? ls[k] / ls[K + k] : 0.0) / K;
+    }
+  } else if (s->step_targets) {
+    /* The mean over the step's trained targets, as its gradient. */
+    for (int k = 0; k < K; k++) sum += loss_sum(s->h.losses + (size_t)k * BT, BT);
+    sum /= (double)s->step_targets;
   } else {
     for (int k = 0; k < K; k++) sum += mean_loss(s->h.losses + (size_t)k * BT, BT, s->n_valid[k]) / K;
   }
@@ -424,6 +435,8 @@ int zo_sched_norm(struct zo_sched *s, double *norm, bool *skipped) {
   if (skipped) *skipped = s->step[s->parity].skip;
   return 0;
 }
+
+void zo_sched_set_step_targets(struct zo_sched *s, size_t n) { s->step_targets = n; }
 
 void zo_sched_set_loss_scale(struct zo_sched *s, double scale) {
   ZO_ASSERT(scale > 0.0);

@@ -139,6 +139,10 @@ struct zo_config_checkpointing {  /* "activation_checkpointing" */
 struct zo_config_model {          /* "model" */
   char *init_from;                /* safetensors file or Hugging Face directory to start
                                    * from (its shapes win); "" = random init (engine.seed) */
+  char *tokenizer;                /* tokenizer.json or a directory holding it (tokenizer_config.json,
+                                   * special_tokens_map.json, generation_config.json beside it are
+                                   * copied into checkpoints); "" = model.init_from's directory when
+                                   * it holds tokenizer.json, else none */
   struct zo_model_config spec;    /* arch ("gpt2" default, "llama"), n_layer, n_head,
                                    * n_embd, vocab_size, max_seq_len (default GPT-2 124M:
                                    * 12, 12, 768, 50257, 1024), num_key_value_heads,

@@ -10,6 +10,12 @@
  * SIGBUS or an id beyond the vocabulary.
  * The order of micro-batches is a pure function of (file, B, T, shuffle, seed,
  * micro-batch index), so resuming at a position reproduces the stream exactly.
+ * A loss mask may sit beside a token file: PATH.mask (ZO_DATA_MASK_SUFFIX),
+ * one byte per token, 1 where the token is trained as a target and 0 where
+ * it is not (the prompt of instruction data, zoffload prepare). The loader
+ * then sets the target of every masked token to -1 (no target: no loss, no
+ * gradient); the training loss is the mean over the targets left, over the
+ * whole step (every micro-batch and rank: zo_data_count_targets).
  * One handle is used by one thread at a time. */
 #ifndef ZO_DATA_H
 #define ZO_DATA_H
@@ -34,6 +40,9 @@ enum zo_data_format {
 #define ZO_LLMC32_MAGIC 20240801 /* Llama 3 shards: uint32 tokens */
 #define ZO_LLMC32_VERSION 7
 #define ZO_LLMC_HEADER_INTS 256 /* int32 words; 1024 bytes */
+
+/* The loss mask beside a token file: its path with this appended. */
+#define ZO_DATA_MASK_SUFFIX ".mask"
 
 struct zo_data;
 
@@ -83,6 +92,9 @@ struct zo_data *zo_data_open(const char *path, enum zo_data_format fmt, int voca
  * 0 <= rank < n_ranks is a contract. */
 struct zo_data *zo_data_open_rank(const char *path, enum zo_data_format fmt, int vocab_size, int B, int T,
                                   bool shuffle, uint64_t seed, int rank, int n_ranks);
+/* With a loss mask beside path (PATH.mask, see above) the handle reads it
+ * too: it must hold exactly one byte per token, each 0 or 1, else NULL with a
+ * message naming both files and the sizes or the byte. */
 /* Unmaps and frees. Accepts NULL. */
 void zo_data_close(struct zo_data *d);
 
@@ -92,6 +104,15 @@ void zo_data_close(struct zo_data *d);
  * when the file changed since open, -EIO (truncated: the file, its size then
  * and now) or -EINVAL (a token id >= vocab_size), with the message. */
 int zo_data_next(struct zo_data *d, int32_t *inputs, int32_t *targets);
+/* Whether the file has a loss mask (then masked targets are -1). */
+bool zo_data_has_mask(const struct zo_data *d);
+/* Targets trained in global micro-batches [first, first + n) (all ranks'
+ * rows): with a mask, the mask bytes of their targets summed; without,
+ * n * ranks * B * T. Every rank computes the same count from the file alone,
+ * so the step's loss can be the mean over its trained targets before any of
+ * them is computed. Does not move the position. Returns 0 or -errno (the
+ * mask file changed). */
+int zo_data_count_targets(struct zo_data *d, uint64_t first, int n, size_t *n_targets);
 /* Micro-batches handed out so far (the index of the next one). */
 uint64_t zo_data_position(const struct zo_data *d);
 /* Makes micro_batch_index the next micro-batch, for exact resume: after
@@ -123,6 +144,9 @@ int zo_data_write_llmc(const char *path, const uint16_t *tokens, size_t n);
 int zo_data_write_llmc32(const char *path, const uint32_t *tokens, size_t n);
 int zo_data_write_u16(const char *path, const uint16_t *tokens, size_t n);
 int zo_data_write_u32(const char *path, const uint32_t *tokens, size_t n);
+/* The loss mask of a token file written by one of the above: n bytes, each 0
+ * or 1, to token_path + ZO_DATA_MASK_SUFFIX, atomically. Returns 0 or -errno. */
+int zo_data_write_mask(const char *token_path, const uint8_t *mask, size_t n);
 
 /* `zoffload prepare`: concatenates the bytes of n_paths text files (in the
  * order given) into one byte-level token stream and writes it as two flat

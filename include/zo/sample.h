@@ -22,6 +22,12 @@ struct zo_data;
 
 struct zo_eval_result {
   double loss;               /* mean validation loss over the batches */
+  double bits_per_byte;      /* summed loss / ln 2 / bytes of the targets' text (the run's tokenizer
+                                decodes them; 1 byte each for byte-level data), 0 when unknown */
+  double loss_per_token;     /* summed loss / n_tokens (loss is the mean of the batches' means) */
+  size_t n_tokens;           /* targets evaluated (masked ones not counted) */
+  size_t n_bytes;            /* bytes of text they decode to, 0 when unknown */
+  bool has_tokenizer;        /* a tokenizer was found (eval: for the bytes) */
   int n_batches;             /* micro-batches evaluated */
   size_t device_bytes;       /* device arena bytes the evaluation used */
   size_t train_device_bytes; /* what training the same config plans, for comparison */
@@ -52,7 +58,9 @@ struct zo_sample_opts {
   const char *checkpoint; /* as struct zo_weights's */
   bool init_from_explicit; /* as struct zo_weights's */
   bool random_init;        /* as struct zo_weights's */
-  const char *prompt;     /* byte-level text for vocab 256, else comma-separated token ids */
+  const char *prompt;     /* text, encoded with the tokenizer beside the weights or the run's
+                             (model.tokenizer, model.init_from's); without one byte-level text for
+                             vocab 256, else comma-separated token ids */
   int n_tokens;           /* tokens to generate */
   double temperature;     /* > 0 */
   int top_k;              /* 0 = whole vocabulary */
@@ -76,6 +84,17 @@ int zo_eval_n_batches(const struct zo_data *d, int B, int T);
 int zo_sample_generate(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
                        double temperature, int top_k, uint64_t seed, FILE *out);
 
+struct zo_tokenizer;
+/* zo_sample_generate writing text: with tk the tokens are decoded as they come
+ * (an incomplete UTF-8 sequence held back until its last byte, special
+ * tokens skipped); with stop_at_eos generation ends at the tokenizer's
+ * end-of-text token (not written), as transformers' generate does, else an
+ * end-of-text is written as a blank line and generation goes on. tk NULL:
+ * as zo_sample_generate. Returns 0 or -errno. */
+int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int n_ctx, int n_new,
+                            double temperature, int top_k, uint64_t seed, const struct zo_tokenizer *tk,
+                            bool stop_at_eos, FILE *out);
+
 struct zo_export_opts {
   const char *out;        /* the Hugging Face directory to write: new (only its last component is
                              created) or empty */
@@ -89,6 +108,7 @@ struct zo_export_result {
   size_t bytes;       /* bytes of every file written */
   int n_files;        /* safetensors files written (1: not sharded) */
   double load_s, save_s;
+  bool tokenizer;     /* the tokenizer files beside the weights were copied */
 };
 
 /* Writes the weights of path (one of our checkpoint directories, its

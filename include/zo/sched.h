@@ -253,6 +253,14 @@ int zo_sched_norm(struct zo_sched *s, double *norm, bool *skipped);
  * queued from now on: dloss is multiplied by it and the optimizer divides
  * the gradients by it again. 1 unless fp16's loss scaler sets it. */
 void zo_sched_set_loss_scale(struct zo_sched *s, double scale);
+/* Targets trained in the step being queued, over all its micro-batches and
+ * ranks (zo_data_count_targets; masked targets are -1). 0, the default: every
+ * target, dloss = 1 / (ranks B T K) as without a mask. n > 0: dloss = 1 / n
+ * and the step's loss is the sum of the losses over n, so loss and gradient
+ * are the mean over the trained targets (PyTorch's ignore_index), the same
+ * in every placement and at every rank count. Set before the step's first
+ * zo_sched_micro_batch. */
+void zo_sched_set_step_targets(struct zo_sched *s, size_t n);
 /* Forward only (validation) on the tokens of the last zo_sched_batch,
  * synchronous: mean loss over the tokens whose target is not -1 (of every
  * rank's rows).

@@ -3,7 +3,8 @@
 # GPT-2, the default, or test_transformers_llama.py) with Debian's python3 and
 # the project-local transformers that scripts/install-hf.sh installs; exits 77
 # (skip) when either is missing.
-# Usage: tests/hf/run.sh ZOFFLOAD_BINARY [REPO_DIR [TEST.py]]
+# Usage: tests/hf/run.sh ZOFFLOAD_BINARY [REPO_DIR [TEST.py [ARG...]]]
+# (ARGs follow the binary on TEST.py's command line.)
 # Environment: ZO_HF_SITE (default REPO_DIR/build/hf-site), ZO_HF_PYTHON
 # (default /usr/bin/python3).
 set -uo pipefail
@@ -20,4 +21,4 @@ if ! "$py" -c 'import torch, numpy, safetensors, transformers' >/dev/null 2>&1; 
   echo "SKIP: transformers not installed (scripts/install-hf.sh)"
   exit 77
 fi
-exec "$py" "$here/$test" "$bin"
+exec "$py" "$here/$test" "$bin" "${@:4}"

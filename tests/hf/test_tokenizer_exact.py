@@ -1,0 +1,254 @@
+"""Exactness of engine/tokenizer.c against Hugging Face tokenizers.
+
+Trains tokenizers of both families with the reference library on Debian text
+(fortunes, common-licenses: the training corpus; /usr/share/doc/*/copyright:
+held out), in the shapes real checkpoints use:
+  gpt2      ByteLevel pre-tokenizer (GPT-2 split pattern), ByteLevel decoder
+  gpt2-nfkc the same with add_prefix_space and an NFKC normalizer (RoBERTa-like)
+  llama3    Split(Llama-3 pattern) + ByteLevel(use_regex=false), BOS template
+  spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
+            Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
+            the Replace/ByteFallback/Fuse/Strip decoder, BOS template
+  zoffload  the directory `zoffload tokenizer train` writes (when the zoffload
+            binary is given): loaded by the reference and by transformers'
+            AutoTokenizer, whose ids must equal the reference's
+then writes the reference's ids and decodes for held-out text (copyright
+files, hand-written multi-script text with emoji, combining marks, runs of
+spaces and newlines, digits, contractions, special tokens, and seeded random
+strings over those characters) and runs the C checker on them, which compares
+ids with and without special tokens, decode with and without skipping special
+tokens, and decode(encode(x)) == x wherever the reference round-trips. Zero
+mismatches pass.
+
+Invalid UTF-8: the reference takes str, so it cannot see invalid bytes. Our
+encoder repairs them as Python's bytes.decode("utf-8", "replace") does (each
+maximal invalid subpart becomes U+FFFD); the cases feed the raw bytes to ours
+and the repaired text to the reference.
+
+Usage: tests/hf/run.sh test-engine-tokenizer REPO test_tokenizer_exact.py [ZOFFLOAD]
+"""
+import glob
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers, Regex
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def corpus():
+    train = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
+                   if os.path.isfile(f) and not f.endswith((".dat", ".u8")) and not os.path.islink(f))
+    train += sorted(f for f in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(f))
+    held = sorted(glob.glob("/usr/share/doc/*/copyright"))
+    return train, held
+
+
+HANDWRITTEN = [
+    "Hello world! It's a test, isn't it? I'LL go; she'S here; we'Re done; 'd 'm 'll 've 't",
+    "Γειά σου Κόσμε · Привет, мир! · Здравствуйте · Ελληνικά",
+    "你好，世界。東京は日本の首都です。안녕하세요 세계 — 中文字符测试",
+    "مرحبا بالعالم. שלום עולם. नमस्ते दुनिया। สวัสดีชาวโลก",
+    "emoji: 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ ✨🎉",
+    "combining: e\u0301 a\u0300 n\u0303 Z\u0351\u0300\u0336a\u0334\u0317l\u0335go and cafe\u0301 vs caf\u00e9",
+    "spaces:    four   three  two \t tab\t\ttabs  \n\nnewlines\n\n\n  \r\n\r\nCRLF   \n   ",
+    "      leading and trailing      ",
+    "\n\n\n",
+    "digits 0 12 345 6789 1234567890 3.14159 1,000,000 ٣٤٥ ১২৩ ⅷ ½ ²³",
+    "contractions: don't won't can't I'm you're they've we'd he'll O'Neil 'quoted' ſ'S",
+    "odd spaces:\u00a0nbsp\u2003em\u3000ideographic\u180emongolian\u200bzwsp\u2028ls\u2029ps\u0085nel\u000bvt\u000cff",
+    "specials: <|endoftext|> in the middle<|endoftext|>and<|endoftext|><|endoftext|> <s> </s> <unk> <|begin_of_text|>",
+    "partial specials: <|endof <|endoftext| <s </s <|eot_id|><|start_header_id|>user<|end_header_id|>",
+    "fullwidth ＡＢＣ１２３ ligature ﬁ ﬂ ㎏ ℌ Ⅻ ① ﹏ and compatibility ＂quotes＂",
+    "mixed: abc123def 456ghi ___ *** ... --- !!! ??? ((())) [[]] {{}} <<>> @@@ ### $$$ %%% ^^^ &&&",
+    "code: def f(x):\n    return x ** 2  # comment\n\tif (a && b) { printf(\"%d\\n\", a); }\n",
+    "URLs https://www.debian.org/doc/ and e-mail root@localhost.localdomain",
+    "a",
+    " ",
+    "",
+    "▁already▁has▁metaspace ▁ ▁▁",
+    "<0x41> <0xFF> literal byte names",
+]
+
+INVALID = [
+    b"invalid \xff byte",
+    b"lone lead \xc3 then ascii",
+    b"truncated \xe2\x82 euro",
+    b"overlong \xc0\xaf slash",
+    b"surrogate \xed\xa0\x80 half",
+    b"too big \xf4\x90\x80\x80 done",
+    b"\x80\x80\x80 continuation run",
+    b"mix \xe2\x82\xac ok \xe2\x82 bad \xf0\x9f\x98 bad emoji \xf0\x9f\x98\x80 ok",
+    b"\xfe\xfe<|endoftext|>\xff",
+]
+
+POOL = list("aAzZ019 '\t\n\r.,!?-_<>|/sStTdDmMlLvVrReE") + [
+    "é", "ß", "ſ", "K", "Ω", "Ж", "中", "日", "한", "ع", "ש", "न", "ि", "ก", "😀", "👍", "🏽", "\u200d", "\u0301",
+    "\u00a0", "\u3000", "\u180e", "\u2028", "\u0085", "\u000b", "▁", "ﬁ", "①", "½", "٣", "  ", "\n\n", "'s", "'LL",
+    "<|endoftext|>", "<s>", "</s>", "<|begin_of_text|>", "<|eot_id|>", "\U0001F1EB", "\U0001F1F7", "\ufffd",
+    "\x00", "\x7f", "\u2003",
+]
+
+
+def random_texts(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 40)
+        out.append("".join(rng.choice(POOL) for _ in range(k)))
+    return out
+
+
+def train_gpt2(files, vocab, nfkc=False):
+    tk = Tokenizer(models.BPE())
+    if nfkc:
+        tk.normalizer = normalizers.NFKC()
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=nfkc)
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=True)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train(files, tr)
+    tk.add_tokens(["<|pad|>"])
+    return tk
+
+
+def train_llama3(files, vocab):
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train(files, tr)
+    bos = tk.token_to_id("<|begin_of_text|>")
+    tk.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=True),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    return tk
+
+
+def train_spm(files, vocab, tmp):
+    """Llama 2's tokenizer.json shape, trained with a Metaspace-like split, then saved without a pre-tokenizer."""
+    byte_tokens = ["<0x%02X>" % b for b in range(256)]
+    tk = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tk.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
+                             limit_alphabet=120, show_progress=False)
+    tk.train(files, tr)
+    tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B:1",
+                                                      special_tokens=[("<s>", tk.token_to_id("<s>"))])
+    j = json.loads(tk.to_str())
+    j["pre_tokenizer"] = None
+    j["added_tokens"] = [t for t in j["added_tokens"] if t["content"] not in set(byte_tokens)]
+    path = os.path.join(tmp, "spm-tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
+def train_zoffload(zoffload, files, vocab, tmp):
+    out = os.path.join(tmp, "zoffload-trained")
+    subprocess.run([zoffload, "tokenizer", "train", "--vocab-size", str(vocab), "--out", out,
+                    "--special", "<|im_start|>", "--special", "<|im_end|>"] + files, check=True)
+    return out
+
+
+def main():
+    checker = sys.argv[1]
+    zoffload = sys.argv[2] if len(sys.argv) > 2 else None
+    train, held = corpus()
+    if not train:
+        print("SKIP: no Debian text corpus (/usr/share/games/fortunes, /usr/share/common-licenses)")
+        return 77
+    held_texts = []
+    total = 0
+    for f in held:
+        t = read(f)
+        held_texts.append(t)
+        total += len(t)
+        if total > 400_000:
+            break
+    texts = [t.encode("utf-8") for t in HANDWRITTEN + held_texts + random_texts(3000, 1234)]
+    texts += INVALID
+    # The same strings glued to each other, so pieces meet at new boundaries.
+    rng = random.Random(99)
+    texts += [b"".join(rng.choice(texts[:len(HANDWRITTEN)]) for _ in range(4)) for _ in range(200)]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        kinds = {
+            "gpt2": train_gpt2(train, 3000),
+            "gpt2-nfkc": train_gpt2(train, 1500, nfkc=True),
+            "llama3": train_llama3(train, 3000),
+            "spm": train_spm(train, 2000, tmp),
+        }
+        auto = None
+        if zoffload:
+            from transformers import AutoTokenizer
+            d = train_zoffload(zoffload, train, 4000, tmp)
+            kinds["zoffload"] = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+            auto = AutoTokenizer.from_pretrained(d)
+            if auto.eos_token != "<|endoftext|>" or auto.bos_token != "<|endoftext|>":
+                print(f"FAIL: AutoTokenizer eos {auto.eos_token!r} bos {auto.bos_token!r}, want <|endoftext|>")
+                return 1
+        out = {"tokenizers": []}
+        n_cases = 0
+        for name, tk in kinds.items():
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            tk.save(os.path.join(d, "tokenizer.json"))
+            entry = {"name": name, "path": d}
+            if name == "zoffload":
+                shutil.copy(os.path.join(tmp, "zoffload-trained", "tokenizer_config.json"), d)
+                entry.update(eos=auto.eos_token_id, bos=auto.bos_token_id)
+            cases = []
+            for raw in texts:
+                text = raw.decode("utf-8", "replace")
+                ids = tk.encode(text, add_special_tokens=False).ids
+                ids_sp = tk.encode(text, add_special_tokens=True).ids
+                if name == "zoffload" and auto(text)["input_ids"] != ids_sp:
+                    print(f"FAIL: transformers' AutoTokenizer and tokenizers differ on {text[:80]!r}")
+                    return 1
+                dec = tk.decode(ids, skip_special_tokens=False)
+                cases.append({"text": raw.hex(), "ids": ids, "ids_special": ids_sp,
+                              "decoded": dec.encode("utf-8").hex(),
+                              "decoded_skip": tk.decode(ids_sp, skip_special_tokens=True).encode("utf-8").hex(),
+                              "roundtrip": dec == text and raw == text.encode("utf-8")})
+            vs = tk.get_vocab_size(with_added_tokens=True)
+            drng = random.Random(7)
+            for _ in range(300):
+                ids = [drng.randrange(vs + 3) for _ in range(drng.randint(0, 12))]
+                ids = [i for i in ids if tk.id_to_token(i) is not None]
+                cases.append({"decode_ids": ids,
+                              "decoded": tk.decode(ids, skip_special_tokens=False).encode("utf-8").hex(),
+                              "decoded_skip": tk.decode(ids, skip_special_tokens=True).encode("utf-8").hex()})
+            n_cases += len(cases)
+            entry["cases"] = cases
+            out["tokenizers"].append(entry)
+        cases_path = os.path.join(tmp, "cases.json")
+        with open(cases_path, "w") as f:
+            json.dump(out, f)
+        print(f"{len(kinds)} tokenizers, {n_cases} cases ({len(texts)} texts each, "
+              f"{sum(len(t) for t in texts) / 1e6:.2f} MB), checking with {os.path.basename(checker)}", flush=True)
+        return subprocess.run([checker, "--cases", cases_path]).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
