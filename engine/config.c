@@ -263,6 +263,7 @@ static const struct zo_config_key zo_config_schema[] = {
   SECTION("log"),
   {KEY("log.every", KEY_INT, log.every), ATLEAST(1), .def = "10"},
   {KEY("log.metrics_path", KEY_STRING, log.metrics_path), .def = "\"\""},
+  {KEY("log.tensorboard_dir", KEY_STRING, log.tensorboard_dir), .def = "\"\""},
 
   SECTION("checkpoint"),
   {KEY("checkpoint.dir", KEY_STRING, checkpoint.dir), .def = "\"\""},
@@ -282,7 +283,7 @@ static const struct zo_config_key zo_config_schema[] = {
   NO_EFFECT("communication_data_type", "gradients are reduced in fp32"),
   NO_EFFECT("fp16.auto_cast", "fp16.enabled casts the whole model"),
   NO_EFFECT("fp16.consecutive_hysteresis", "hysteresis counts overflows as DeepSpeed's default does"),
-  NO_EFFECT("tensorboard", "see log.metrics_path"),
+  NO_EFFECT("tensorboard", "see log.tensorboard_dir"),
   NO_EFFECT("wandb", "see log.metrics_path"),
   NO_EFFECT("csv_monitor", "see log.metrics_path"),
   NO_EFFECT("comms_logger", "see log.metrics_path"),

@@ -47,6 +47,7 @@
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
 #include "zo/sample.h"
+#include "zo/tensorboard.h"
 #include "zo/trace_file.h"
 #include "run_guard.h"
 #include "zo/sched.h"
@@ -145,11 +146,13 @@ struct trainer {
   struct zo_data *train, *val;
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
+  zo_tb_t tb;                      /* log.tensorboard_dir's event file, NULL: none */
   struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
 };
 
 static void trainer_free(struct trainer *t) {
   if (t->metrics) fclose(t->metrics);
+  zo_tb_free(t->tb);
   zo_data_close(t->train);
   zo_data_close(t->val);
   zo_sched_free(t->sched); /* removes the store's directory, then ours goes */
@@ -497,6 +500,13 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       goto out;
     }
   }
+  if (t.lead && cfg->log.tensorboard_dir && cfg->log.tensorboard_dir[0]) {
+    if (!(t.tb = zo_tb_init(cfg->log.tensorboard_dir, "log.tensorboard_dir"))) {
+      err = -EINVAL;
+      goto out;
+    }
+    say(&t, "tensorboard: %s\n", zo_tb_path(t.tb));
+  }
 
   const double flops_per_token = zo_model_flops_per_token(&mc, T);
   char where[400];
@@ -613,6 +623,16 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     acc_wall += t2 - t0;
     acc_loss += loss;
     acc_n++;
+    const double now = unix_time();
+    if (t.tb) {
+      struct zo_tb_scalar tbs[] = {
+          {"train/loss", loss},       {"train/lr", hp.lr},
+          {"train/grad_norm", norm},  {"train/loss_scale", scale},
+          {"train/skipped", skipped}, {"train/tokens_per_s", tok_s},
+          {"train/ms", 1e3 * (t2 - t0)},
+      };
+      if ((err = zo_tb_write(t.tb, step, now, tbs, sizeof tbs / sizeof tbs[0]))) goto out;
+    }
     if (t.metrics) {
       /* JSON has no inf or NaN: an overflowed step's norm is null. */
       char norm_s[32] = "null", dp_s[96] = "";
@@ -625,8 +645,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       fprintf(t.metrics,
               "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
               "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s, \"time\": %.3f}\n",
-              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s,
-              unix_time());
+              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s, now);
       fflush(t.metrics);
     }
     st.step = step;
@@ -663,10 +682,12 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
         double vl;
         if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
         say(&t, "%sstep %ld: val loss %.4f\n", t.tty ? "\r" : "", step, vl);
+        const double now_val = unix_time();
         if (t.metrics) {
-          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, vl, unix_time());
+          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, vl, now_val);
           fflush(t.metrics);
         }
+        if (t.tb && (err = zo_tb_write(t.tb, step, now_val, &(struct zo_tb_scalar){"val/loss", vl}, 1))) goto out;
       }
       if (save && (err = save_checkpoint(&t, cfg, &plan.placement, &st))) {
         /* Weights that overflowed while the loss and norm were still finite. */

@@ -47,6 +47,7 @@ declare -A header=(
   [state.h]=engine
   [tensor.h]=engine
   [trace_file.h]=engine     # engine/trace.c
+  [tensorboard.h]=engine    # engine/tensorboard.c
   [train.h]=engine
 )
 

@@ -190,6 +190,7 @@ struct zo_config_engine {         /* "engine" */
 struct zo_config_log {            /* "log" */
   int every;                      /* steps between progress lines, >= 1, default 10 */
   char *metrics_path;             /* JSONL metrics file, "" = none */
+  char *tensorboard_dir;          /* TensorBoard event files (the JSONL's scalars), "" = none */
 };
 
 struct zo_config_checkpoint {     /* "checkpoint" */
