@@ -736,7 +736,8 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
       }
     }
     if (err) goto out;
-  } else if ((err = join(p, sizeof p, path, "model.safetensors")) || (err = zo_model_load_safetensors_io(p, m, io))) {
+  } else if (io && ((err = join(p, sizeof p, path, "model.safetensors")) ||
+                    (err = zo_model_load_safetensors_io(p, m, io)))) {
     goto out;
   }
   /* The scaler's settings come from the config (zo_loss_scaler_init); the
