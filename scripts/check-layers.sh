@@ -30,6 +30,7 @@ declare -A header=(
   [nvme.h]=offload
   [topology.h]=offload
   [trace.h]=kernels         # kernels/trace.c
+  [philox.h]=kernels        # header-only: dropout masks (kernels/cpu, kernels/cuda)
   [bench.h]=engine
   [checkpoint.h]=engine
   [config.h]=engine
