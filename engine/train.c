@@ -102,10 +102,15 @@ static int check_supported(const struct zo_config *cfg) {
 /* The model shapes: from model.init_from's file when given (n_head from the config). */
 static int model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
   *mc = cfg->model.spec;
-  if (cfg->model.init_from && cfg->model.init_from[0]) {
+  const bool init = cfg->model.init_from && cfg->model.init_from[0];
+  if (init) {
     int err = zo_model_config_from_pretrained(cfg->model.init_from, cfg->model.spec.n_head, mc);
     if (err) return zo_error(err, "model.init_from: %s", zo_last_error());
   }
+  if (cfg->model.hf_dropout && !init)
+    return zo_error(-EINVAL, "model.hf_dropout = true takes the dropout rates of model.init_from's config.json, "
+                             "and model.init_from is not set: set it, or set model.dropout");
+  if (!cfg->model.hf_dropout) mc->embd_pdrop = mc->attn_pdrop = mc->resid_pdrop = (float)cfg->model.dropout;
   if (cfg->data.seq_len > mc->max_seq_len)
     return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
                     mc->max_seq_len);
@@ -583,6 +588,9 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       double ti = zo_time_s();
       if ((err = zo_data_next(t.train, in, tg))) goto out;
       io += zo_time_s() - ti;
+      /* Dropout masks: a function of the seed and this micro-batch's place in the run. */
+      zo_model_set_dropout(m, cfg->engine.seed, ((uint64_t)(step - 1) * (uint64_t)K + (uint64_t)k) * (uint64_t)N +
+                                                    (uint64_t)t.rank);
       zo_sched_micro_batch(t.sched, k);
     }
     /* AdamW's step count and the schedule advance with applied steps only. */

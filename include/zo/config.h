@@ -139,6 +139,9 @@ struct zo_config_checkpointing {  /* "activation_checkpointing" */
 struct zo_config_model {          /* "model" */
   char *init_from;                /* safetensors file or Hugging Face directory to start
                                    * from (its shapes win); "" = random init (engine.seed) */
+  double dropout;                 /* every dropout site's probability, [0, 1); default 0 (off) */
+  bool hf_dropout;                /* the rates of model.init_from's config.json instead (GPT-2
+                                   * embd/attn/resid_pdrop, Llama attention_dropout); default false */
   struct zo_model_config spec;    /* arch ("gpt2" default, "llama"), n_layer, n_head,
                                    * n_embd, vocab_size, max_seq_len (default GPT-2 124M:
                                    * 12, 12, 768, 50257, 1024), num_key_value_heads,
