@@ -593,6 +593,7 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
+  ZO_ASSERT(io || !optimizer);
   struct zo_st_file *of = NULL; /* optimizer.safetensors */
   char p[PATH_MAX];
   int err = join(p, sizeof p, path, "trainer_state.json");
