@@ -632,24 +632,27 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     acc_loss += loss;
     acc_n++;
     const double now = unix_time();
+    double comm_ms = 0.0;
+    if (t.comm) {
+      struct zo_sched_stats se;
+      zo_sched_stats(t.sched, &se);
+      comm_ms = 1e3 * (se.comm_s - comm0);
+    }
     if (t.tb) {
       struct zo_tb_scalar tbs[] = {
           {"train/loss", loss},       {"train/lr", hp.lr},
           {"train/grad_norm", norm},  {"train/loss_scale", scale},
           {"train/skipped", skipped}, {"train/tokens_per_s", tok_s},
-          {"train/ms", 1e3 * (t2 - t0)},
+          {"train/ms", 1e3 * (t2 - t0)}, {"train/comm_ms", comm_ms},
       };
-      if ((err = zo_tb_write(t.tb, step, now, tbs, sizeof tbs / sizeof tbs[0]))) goto out;
+      const size_t n_tb = sizeof tbs / sizeof tbs[0] - (t.comm ? 0 : 1); /* comm_ms over ranks only */
+      if ((err = zo_tb_write(t.tb, step, now, tbs, n_tb))) goto out;
     }
     if (t.metrics) {
       /* JSON has no inf or NaN: an overflowed step's norm is null. */
       char norm_s[32] = "null", dp_s[96] = "";
       if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
-      if (t.comm) {
-        struct zo_sched_stats se;
-        zo_sched_stats(t.sched, &se);
-        snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", N, 1e3 * (se.comm_s - comm0));
-      }
+      if (t.comm) snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", N, comm_ms);
       fprintf(t.metrics,
               "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
               "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s, \"time\": %.3f}\n",

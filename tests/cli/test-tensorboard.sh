@@ -102,7 +102,8 @@ for f in files:
 # Every scalar of the JSONL, as (tag, step) -> value.
 want = {}
 tags = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "loss_scale": "train/loss_scale",
-        "skipped": "train/skipped", "tokens_per_s": "train/tokens_per_s", "ms": "train/ms", "val_loss": "val/loss"}
+        "skipped": "train/skipped", "tokens_per_s": "train/tokens_per_s", "ms": "train/ms", "val_loss": "val/loss",
+        "comm_ms": "train/comm_ms"}  # comm_ms: over MPI ranks only
 def add(rows, into):
     for r in rows:
         for k, tag in tags.items():
@@ -129,7 +130,7 @@ if sorted({s for (t, s) in got if t == "val/loss"}) != [2, 4, 6]:
     errs.append(f"val/loss steps {sorted({s for (t, s) in got if t == 'val/loss'})}")
 for k in sorted(set(got) & set(want)):
     g, w = got[k], want[k]
-    if k[0] in ("train/tokens_per_s", "train/ms"):
+    if k[0] in ("train/tokens_per_s", "train/ms", "train/comm_ms"):
         # The JSONL prints these rounded (%.1f, %.2f).
         if abs(g - w) > 0.051 + 1e-6 * abs(w):
             errs.append(f"{k}: TensorBoard {g}, JSONL {w}")
