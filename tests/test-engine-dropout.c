@@ -10,11 +10,15 @@
  * dropout (test_gradient_fd). Run twice, the second time (fp32) with
  * ZO_STREAM_DELAY_US=200 (random sleeps before every CPU stream task). NVMe cases skip (the reason
  * printed) when the store cannot be created. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/fsutil.h"
+#include "zo/hf.h"
+#include "zo/train.h"
 #include "zo_engine_test.h"
 
 static char tmpdir[256];
@@ -236,6 +240,62 @@ static int test_gradient_fd(void) {
   return ret;
 }
 
+/* Writes text to <tmpdir>/<sub>/config.json. */
+static int write_config(const char *sub, const char *text, char *dir, size_t size) {
+  snprintf(dir, size, "%s/%s", tmpdir, sub);
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(zo_mkdir_p(dir, 0755) == 0);
+  FILE *f = fopen(path, "w");
+  CHECK(f);
+  fputs(text, f);
+  CHECK(fclose(f) == 0);
+  return 0;
+}
+
+/* The imported rates: GPT-2's three, Llama's attention_dropout; out of
+ * range refused naming the key; model.hf_dropout takes them, model.dropout
+ * otherwise; hf_dropout without init_from refused naming both keys. */
+static int test_hf_rates(void) {
+  char g[400], l[400], bad[400], set[500];
+  CHECK(write_config("hf-gpt2", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, "
+                                "\"vocab_size\": 64, \"n_positions\": 16, \"embd_pdrop\": 0.125, "
+                                "\"attn_pdrop\": 0.25, \"resid_pdrop\": 0.375}", g, sizeof g) == 0);
+  CHECK(write_config("hf-llama", "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"num_attention_heads\": "
+                                 "2, \"hidden_size\": 16, \"intermediate_size\": 24, \"vocab_size\": 64, "
+                                 "\"max_position_embeddings\": 16, \"attention_dropout\": 0.5}", l, sizeof l) == 0);
+  CHECK(write_config("hf-bad", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, "
+                               "\"vocab_size\": 64, \"n_positions\": 16, \"resid_pdrop\": 1.5}", bad, sizeof bad) == 0);
+  struct zo_model_config mc;
+  CHECK(zo_model_config_from_pretrained(g, 0, &mc) == 0);
+  CHECK(mc.embd_pdrop == 0.125f && mc.attn_pdrop == 0.25f && mc.resid_pdrop == 0.375f);
+  CHECK(zo_model_config_from_pretrained(l, 0, &mc) == 0);
+  CHECK(mc.attn_pdrop == 0.5f && mc.embd_pdrop == 0.0f && mc.resid_pdrop == 0.0f);
+  CHECK(zo_model_config_from_pretrained(bad, 0, &mc) == -EINVAL);
+  CHECK(strstr(zo_last_error(), "resid_pdrop") && strstr(zo_last_error(), "[0, 1)"));
+  struct zo_config cfg;
+  snprintf(set, sizeof set, "model.init_from=%s", g);
+  const char *imp[] = {set, "model.hf_dropout=true", "data.seq_len=8"};
+  CHECK(zo_etest_config_load(&cfg, imp, 3, NULL, 0) == 0);
+  CHECK(zo_train_model_config(&cfg, &mc) == 0);
+  zo_config_free(&cfg);
+  CHECK(mc.embd_pdrop == 0.125f && mc.attn_pdrop == 0.25f && mc.resid_pdrop == 0.375f);
+  const char *own[] = {set, "model.dropout=0.0625", "data.seq_len=8"};
+  CHECK(zo_etest_config_load(&cfg, own, 3, NULL, 0) == 0);
+  CHECK(zo_train_model_config(&cfg, &mc) == 0);
+  zo_config_free(&cfg);
+  CHECK(mc.embd_pdrop == 0.0625f && mc.attn_pdrop == 0.0625f && mc.resid_pdrop == 0.0625f);
+  const char *alone[] = {"model.hf_dropout=true"};
+  CHECK(zo_etest_config_load(&cfg, alone, 1, NULL, 0) == 0);
+  CHECK(zo_train_model_config(&cfg, &mc) == -EINVAL);
+  zo_config_free(&cfg);
+  CHECK(strstr(zo_last_error(), "model.hf_dropout") && strstr(zo_last_error(), "model.init_from"));
+  const char *range[] = {"model.dropout=1"};
+  CHECK(zo_etest_config_load(&cfg, range, 1, NULL, 0) != 0);
+  CHECK(strstr(zo_last_error(), "model.dropout"));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "dropout")) return 1;
@@ -253,7 +313,7 @@ int main(int argc, char **argv) {
       ZO_TEST(activation_checkpointing_on_host),
       ZO_TEST(checkpoint_resume),
   };
-  static const struct zo_test once[] = {ZO_TEST(gradient_fd)};
+  static const struct zo_test once[] = {ZO_TEST(gradient_fd), ZO_TEST(hf_rates)};
   static const char *const precisions[] = {NULL, "bf16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};
   for (size_t a = 0; a < ZO_ARRAY_LEN(archs); a++) {
