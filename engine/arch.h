@@ -109,6 +109,15 @@ const struct zo_arch *zo_arch_of(enum zo_model_arch arch);
 
 /* Shared by the descriptions. */
 
+/* Dropout sites; with the layer they make the Philox counter's site word. */
+enum zo_drop_site { ZO_DROP_EMBED = 1, ZO_DROP_ATTN = 2, ZO_DROP_RESID_ATTN = 3, ZO_DROP_RESID_MLP = 4 };
+/* Dropout of n dt elements at (site, layer) with the site's probability, out
+ * = dropped inp, when a training pass is active and the probability is
+ * non-zero: returns out. Otherwise queues nothing and returns inp. The
+ * backward calls it on the gradient with the same site and layer. */
+const void *zo_arch_dropout(const struct zo_model *m, void *out, const void *inp, size_t n, enum zo_drop_site site,
+                            int layer, zo_stream_t s);
+
 /* Appends a tensor to t at *offset (elements); cols 0 makes it 1-D. */
 void zo_arch_table_add(struct zo_tensor_table *t, size_t *offset, const char *name, int layer, int rows,
                        int cols);
@@ -116,6 +125,9 @@ void zo_arch_table_add(struct zo_tensor_table *t, size_t *offset, const char *na
 int zo_arch_table_alloc(struct zo_tensor_table *t, int n_tensors, int n_layer);
 /* Reads the integer key of j (path for the message). Returns 0 or -EINVAL. */
 int zo_arch_json_int(json_t *j, const char *key, const char *path, long *out);
+/* Reads the optional dropout probability key of j into *out (absent or
+ * null: 0). Returns 0 or -EINVAL outside [0, 1). */
+int zo_arch_json_prob(json_t *j, const char *key, const char *path, float *out);
 
 /* Table index of block l's tensor k (k counts from the block's first). */
 static inline int zo_arch_block_tensor(const struct zo_tensor_table *t, int l, int k) {

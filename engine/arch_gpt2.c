@@ -116,9 +116,13 @@ static int gpt2_scratch(const struct zo_model_config *cfg, int T, struct zo_arch
 
 static void gpt2_embed_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
   m->backend->encoder_forward(m->encoded, m->inputs, m->pv[WTE], m->pv[WPE], B, T, m->cfg.n_embd, m->dtype, s);
+  zo_arch_dropout(m, m->encoded, m->encoded, (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED, -1, s);
 }
 
 static void gpt2_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  /* The residual stream's gradient is not read after this. */
+  zo_arch_dropout(m, m->scratch[S_DRESIDUAL], m->scratch[S_DRESIDUAL], (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED,
+                  -1, s);
   m->backend->encoder_backward(m->gv[WTE], m->gv[WPE], m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
                                m->dtype, s);
 }
@@ -136,13 +140,17 @@ static void gpt2_block_forward(struct zo_model *m, int l, int B, int T, bool out
   be->layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], residual, w[LN1W], w[LN1B], BT, C, dt, s);
   be->matmul_forward(a[A_QKV], a[A_LN1], w[QKVW], w[QKVB], BT, C, 3 * C, dt, s);
   be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NH, C / NH, dt, s);
+  /* Dropout in place: what the next op read is what its backward reads. */
+  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->matmul_forward(a[A_RES2], a[A_ATTY], w[ATTPROJW], w[ATTPROJB], BT, C, C, dt, s);
+  zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], residual, nbt * (size_t)C, dt, s);
   be->layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2W], w[LN2B], BT, C, dt, s);
   be->matmul_forward(a[A_FCH], a[A_LN2], w[FCW], w[FCB], BT, C, 4 * C, dt, s);
   be->gelu_forward(a[A_FCH_GELU], a[A_FCH], nbt * 4 * (size_t)C, dt, s);
   if (!output) return;
   be->matmul_forward(a[A_RES3], a[A_FCH_GELU], w[FCPROJW], w[FCPROJB], BT, 4 * C, C, dt, s);
+  zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
   be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
 }
 
@@ -157,16 +165,19 @@ static void gpt2_block_backward(struct zo_model *m, int l, int B, int T, zo_stre
   void *const *a = m->acts[l];
   void *const *sc = m->scratch;
   const void *residual_in = zo_model_block_input(m, l);
-  /* dresidual holds d(res3) here; the MLP branch adds its part of d(res2). */
-  be->matmul_backward(sc[S_DFCH], dw[FCPROJW], dw[FCPROJB], sc[S_DRESIDUAL], a[A_FCH_GELU], w[FCPROJW], BT, 4 * C,
-                      C, dt, s);
+  /* dresidual holds d(res3) here; the MLP branch adds its part of d(res2).
+   * A branch's dropout sends its mask through a copy (the free (B,T,C) or
+   * qkv scratch): dresidual itself goes on undropped. */
+  const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
+  be->matmul_backward(sc[S_DFCH], dw[FCPROJW], dw[FCPROJB], dmlp, a[A_FCH_GELU], w[FCPROJW], BT, 4 * C, C, dt, s);
   be->gelu_backward(sc[S_DFCH], a[A_FCH], sc[S_DFCH], nbt * 4 * (size_t)C, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[FCW], dw[FCB], sc[S_DFCH], a[A_LN2], w[FCW], BT, C, 4 * C, dt, s);
   be->layernorm_backward(sc[S_DRESIDUAL], dw[LN2W], dw[LN2B], sc[S_DBTC], a[A_RES2], w[LN2W], a[A_LN2_MEAN],
                          a[A_LN2_RSTD], BT, C, dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
-  be->matmul_backward(sc[S_DBTC], dw[ATTPROJW], dw[ATTPROJB], sc[S_DRESIDUAL], a[A_ATTY], w[ATTPROJW], BT, C, C,
-                      dt, s);
+  const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
+  be->matmul_backward(sc[S_DBTC], dw[ATTPROJW], dw[ATTPROJB], dattn, a[A_ATTY], w[ATTPROJW], BT, C, C, dt, s);
+  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NH, C / NH, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[QKVW], dw[QKVB], sc[S_DQKV], a[A_LN1], w[QKVW], BT, C, 3 * C, dt, s);
   be->layernorm_backward(sc[S_DRESIDUAL], dw[LN1W], dw[LN1B], sc[S_DBTC], residual_in, w[LN1W], a[A_LN1_MEAN],
@@ -274,7 +285,10 @@ static int gpt2_hf_config_parse(json_t *j, const char *p, struct zo_model_config
   if (err) return err;
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .n_layer = (int)L, .n_head = (int)NH, .n_embd = (int)C,
                                   .vocab_size = (int)V, .max_seq_len = (int)maxT};
-  return 0;
+  if (!err) err = zo_arch_json_prob(j, "embd_pdrop", p, &cfg->embd_pdrop);
+  if (!err) err = zo_arch_json_prob(j, "attn_pdrop", p, &cfg->attn_pdrop);
+  if (!err) err = zo_arch_json_prob(j, "resid_pdrop", p, &cfg->resid_pdrop);
+  return err;
 }
 
 const struct zo_arch zo_arch_gpt2 = {

@@ -166,9 +166,13 @@ static void llama_consts_fill(const struct zo_model_config *cfg, int which, floa
 
 static void llama_embed_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
   m->backend->encoder_forward(m->encoded, m->inputs, m->pv[EMBED], NULL, B, T, m->cfg.n_embd, m->dtype, s);
+  zo_arch_dropout(m, m->encoded, m->encoded, (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED, -1, s);
 }
 
 static void llama_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  /* The residual stream's gradient is not read after this. */
+  zo_arch_dropout(m, m->scratch[S_DRESIDUAL], m->scratch[S_DRESIDUAL], (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED,
+                  -1, s);
   m->backend->encoder_backward(m->gv[EMBED], NULL, m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
                                m->dtype, s);
 }
@@ -188,13 +192,17 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], NULL, BT, C, Q, dt, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
+  /* Dropout in place: what the next op read is what its backward reads. */
+  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, C, C, dt, s);
+  zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
   be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
   be->matmul_forward(a[A_GU], a[A_LN2], w[GATE_UP], NULL, BT, C, 2 * I, dt, s);
   be->swiglu_forward(a[A_ACT], a[A_GU], nbt, I, dt, s);
   if (!output) return;
   be->matmul_forward(a[A_RES3], a[A_ACT], w[DOWN], NULL, BT, I, C, dt, s);
+  zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
   be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
 }
 
@@ -211,14 +219,19 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
   void *const *a = m->acts[l];
   void *const *sc = m->scratch;
   const void *x = zo_model_block_input(m, l);
-  /* dresidual holds d(res3); the MLP branch adds its part of d(res2). */
-  be->matmul_backward(sc[S_DACT], dw[DOWN], NULL, sc[S_DRESIDUAL], a[A_ACT], w[DOWN], BT, I, C, dt, s);
+  /* dresidual holds d(res3); the MLP branch adds its part of d(res2). A
+   * branch's dropout sends its mask through a copy (the free (B,T,C) or qkv
+   * scratch): dresidual itself goes on undropped. */
+  const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
+  be->matmul_backward(sc[S_DACT], dw[DOWN], NULL, dmlp, a[A_ACT], w[DOWN], BT, I, C, dt, s);
   be->swiglu_backward(sc[S_DGU], a[A_GU], sc[S_DACT], nbt, I, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[GATE_UP], NULL, sc[S_DGU], a[A_LN2], w[GATE_UP], BT, C, 2 * I, dt, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[POST_NORM], sc[S_DBTC], a[A_RES2], w[POST_NORM], a[A_LN2_RSTD], BT, C,
                        dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(x). */
-  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, sc[S_DRESIDUAL], a[A_ATTY], w[O_PROJ], BT, C, C, dt, s);
+  const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
+  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, C, C, dt, s);
+  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[QKV], NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT, C, Q, dt, s);
@@ -371,6 +384,9 @@ static int llama_hf_config_parse(json_t *j, const char *p, struct zo_model_confi
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
                                   .max_seq_len = (int)maxT};
+  /* Hugging Face applies it to the attention probabilities; ours to the
+   * attention output (the same expected value, another mask granularity). */
+  if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
   config_real(j, "rms_norm_eps", 1e-5, &cfg->rms_norm_eps);
   config_real(j, "rope_theta", 10000.0, &cfg->rope_theta);
   cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));

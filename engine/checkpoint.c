@@ -605,6 +605,7 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
+  ZO_ASSERT(io || !optimizer);
   struct zo_st_file *of = NULL; /* optimizer.safetensors */
   char p[PATH_MAX];
   int err = join(p, sizeof p, path, "trainer_state.json");
@@ -748,7 +749,8 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
       }
     }
     if (err) goto out;
-  } else if ((err = join(p, sizeof p, path, "model.safetensors")) || (err = zo_model_load_safetensors_io(p, m, io))) {
+  } else if (io && ((err = join(p, sizeof p, path, "model.safetensors")) ||
+                    (err = zo_model_load_safetensors_io(p, m, io)))) {
     goto out;
   }
   /* The scaler's settings come from the config (zo_loss_scaler_init); the

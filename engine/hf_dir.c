@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -149,26 +150,21 @@ static int write_index(const char *dir, const struct zo_hf_tensor *hf, const int
   return err;
 }
 
-int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
-                                  const struct zo_hf_save_opts *o) {
+/* Writes the Hugging Face tensors hf[0..n_hf) of m to dir as o asks (the
+ * shards, their index, config.json), tensor i's bytes produced by
+ * fill(ctx_i), ctx_i = ctxs + i * ctx_size. */
+static int write_hf_dir(const char *dir, const struct zo_model *m, const struct zo_hf_tensor *hf, int n_hf,
+                        const struct zo_hf_save_opts *o, zo_st_fill_fn fill, void *ctxs, size_t ctx_size) {
   ZO_ASSERT(o->dtype == ZO_F32 || o->dtype == ZO_BF16 || o->dtype == ZO_F16);
   char path[PATH_MAX];
   int err = zo_mkdir_p(dir, 0755);
   if (err) return err;
-  struct zo_hf_tensor *hf = NULL;
-  int n_hf = 0, staged = -1, n_shards = 1;
-  struct hf_fill *views = NULL;
-  size_t *nbytes = NULL, total = 0;
-  int *shard = NULL;
-  float *cast = NULL;
+  int n_shards = 1;
+  size_t *nbytes = calloc((size_t)n_hf + 1, sizeof *nbytes), total = 0;
+  int *shard = calloc((size_t)n_hf + 1, sizeof *shard);
   struct zo_st_writer *w = NULL;
   const size_t es = zo_dtype_size(o->dtype);
-  if ((err = hf_list(m, &hf, &n_hf))) goto out;
-  views = calloc((size_t)n_hf + 1, sizeof *views);
-  nbytes = calloc((size_t)n_hf + 1, sizeof *nbytes);
-  shard = calloc((size_t)n_hf + 1, sizeof *shard);
-  if (o->dtype != ZO_F32) cast = malloc(ZO_ST_FILL_CHUNK / 2 * sizeof(float));
-  if (!views || !nbytes || !shard || (o->dtype != ZO_F32 && !cast)) {
+  if (!nbytes || !shard) {
     err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
     goto out;
   }
@@ -188,15 +184,9 @@ int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, con
     for (int i = 0; i < n_hf; i++) {
       if (shard[i] != s) continue;
       const struct zo_hf_tensor *h = &hf[i];
-      const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
-      const size_t cols = tensor_cols(ti);
-      /* A transposed view is a whole hf_transposed tensor: zo_state_stage_bytes holds it. */
-      ZO_ASSERT(!h->transpose ||
-                (ti->hf_transposed && (size_t)h->rows * cols * sizeof(float) <= io->stage_bytes));
-      views[i] = (struct hf_fill){io, (ti->offset + (size_t)h->row0 * cols) * sizeof(float), (size_t)h->rows, cols,
-                                  h->transpose, i, &staged, o->dtype, cast};
-      /* A row range is contiguous (the padded vocabulary rows are left out). */
-      if ((err = zo_st_writer_add_fill(w, h->name, o->dtype, h->ndim, h->shape, fill_hf, &views[i]))) goto out;
+      if ((err = zo_st_writer_add_fill(w, h->name, o->dtype, h->ndim, h->shape, fill,
+                                       (char *)ctxs + (size_t)i * ctx_size)))
+        goto out;
     }
     shard_name(file, sizeof file, s, n_shards);
     if ((err = join(path, sizeof path, dir, file)) || (err = zo_st_writer_set_metadata(w, "format", "pt")) ||
@@ -218,9 +208,38 @@ int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, con
   json_decref(j);
 out:
   zo_st_writer_free(w);
-  free(cast);
   free(shard);
   free(nbytes);
+  return err;
+}
+
+int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
+                                  const struct zo_hf_save_opts *o) {
+  struct zo_hf_tensor *hf = NULL;
+  int n_hf = 0, staged = -1;
+  struct hf_fill *views = NULL;
+  float *cast = NULL;
+  int err = hf_list(m, &hf, &n_hf);
+  if (err) return err;
+  views = calloc((size_t)n_hf + 1, sizeof *views);
+  if (o->dtype != ZO_F32) cast = malloc(ZO_ST_FILL_CHUNK / 2 * sizeof(float));
+  if (!views || (o->dtype != ZO_F32 && !cast)) {
+    err = zo_error(-ENOMEM, "out of host memory saving %s", dir);
+    goto out;
+  }
+  for (int i = 0; i < n_hf; i++) {
+    const struct zo_hf_tensor *h = &hf[i];
+    const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
+    const size_t cols = tensor_cols(ti);
+    /* A transposed view is a whole hf_transposed tensor: zo_state_stage_bytes holds it. */
+    ZO_ASSERT(!h->transpose || (ti->hf_transposed && (size_t)h->rows * cols * sizeof(float) <= io->stage_bytes));
+    /* A row range is contiguous (the padded vocabulary rows are left out). */
+    views[i] = (struct hf_fill){io, (ti->offset + (size_t)h->row0 * cols) * sizeof(float), (size_t)h->rows, cols,
+                                h->transpose, i, &staged, o->dtype, cast};
+  }
+  err = write_hf_dir(dir, m, hf, n_hf, o, fill_hf, views, sizeof *views);
+out:
+  free(cast);
   free(views);
   free(hf);
   return err;
@@ -319,6 +338,43 @@ static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
   if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ")");
 }
 
+/* The file's tensor for view h, present with h's shape, into *t. */
+static int check_tensor(const struct zo_model *m, const struct source *src, const struct zo_hf_tensor *h,
+                        const struct zo_st_tensor **t_out) {
+  const struct zo_st_tensor *t = find_hf(m, src, h->name);
+  if (!t) return zo_error(-EINVAL, "%s: tensor %s is missing", src->where, h->name);
+  if (t->ndim != h->ndim || t->shape[0] != h->shape[0] || (h->ndim == 2 && t->shape[1] != h->shape[1])) {
+    char got[64], want[64];
+    shape_str(got, sizeof got, t->ndim, t->shape);
+    shape_str(want, sizeof want, h->ndim, h->shape);
+    return zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", src->where, t->name, got, want);
+  }
+  *t_out = t;
+  return 0;
+}
+
+/* Every tensor of the files must be one of ours or known to carry nothing. */
+static int check_unexpected(const struct zo_model *m, const struct source *src, const struct zo_hf_tensor *hf,
+                            int n_hf) {
+  for (int k = 0; k < src->n; k++) {
+    for (int i = 0; i < zo_st_n_tensors(src->files[k]); i++) {
+      const struct zo_st_tensor *t = zo_st_tensor_at(src->files[k], i);
+      bool known = m->arch->hf_ignored && m->arch->hf_ignored(&m->cfg, t->name);
+      char buf[ZO_TENSOR_NAME_MAX + 32];
+      for (int h = 0; h < n_hf && !known; h++) {
+        const char *alias = m->arch->hf_alias ? m->arch->hf_alias(hf[h].name, buf, sizeof buf) : NULL;
+        known = strcmp(hf[h].name, t->name) == 0 || (alias && strcmp(alias, t->name) == 0);
+      }
+      if (!known) {
+        char desc[160];
+        return zo_error(-EINVAL, "%s: unexpected tensor %s (the model is %s)", zo_st_path(src->files[k]), t->name,
+                        zo_model_describe(&m->cfg, desc, sizeof desc));
+      }
+    }
+  }
+  return 0;
+}
+
 int zo_model_load_safetensors(const char *path, const struct zo_model *m, float *params) {
   struct zo_state_mem mem;
   struct zo_state_io io;
@@ -402,18 +458,8 @@ int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, con
   for (int i = 0; i < n_hf && !err; i++) {
     const struct zo_hf_tensor *h = &hf[i];
     const struct zo_tensor_info *ti = &m->table.tensors[h->tensor];
-    const struct zo_st_tensor *t = find_hf(m, &src, h->name);
-    if (!t) {
-      err = zo_error(-EINVAL, "%s: tensor %s is missing", src.where, h->name);
-      break;
-    }
-    if (t->ndim != h->ndim || t->shape[0] != h->shape[0] || (h->ndim == 2 && t->shape[1] != h->shape[1])) {
-      char got[64], want[64];
-      shape_str(got, sizeof got, t->ndim, t->shape);
-      shape_str(want, sizeof want, h->ndim, h->shape);
-      err = zo_error(-EINVAL, "%s: tensor %s has shape %s, the model needs %s", src.where, t->name, got, want);
-      break;
-    }
+    const struct zo_st_tensor *t;
+    if ((err = check_tensor(m, &src, h, &t))) break;
     err = load_view(io, ti, h, t);
     if (h->row0 + h->rows > filled[h->tensor]) filled[h->tensor] = h->row0 + h->rows;
   }
@@ -424,27 +470,76 @@ int zo_model_load_safetensors_io(const char *path, const struct zo_model *m, con
       err = write_zeros(io, ZO_STATE_PARAMS, (ti->offset + (size_t)filled[i] * cols) * sizeof(float),
                         (rows - (size_t)filled[i]) * cols * sizeof(float));
   }
-  /* Every tensor of the files must be one of ours or known to carry nothing. */
-  for (int k = 0; k < src.n && !err; k++) {
-    for (int i = 0; i < zo_st_n_tensors(src.files[k]) && !err; i++) {
-      const struct zo_st_tensor *t = zo_st_tensor_at(src.files[k], i);
-      bool known = m->arch->hf_ignored && m->arch->hf_ignored(&m->cfg, t->name);
-      char buf[ZO_TENSOR_NAME_MAX + 32];
-      for (int h = 0; h < n_hf && !known; h++) {
-        const char *alias = m->arch->hf_alias ? m->arch->hf_alias(hf[h].name, buf, sizeof buf) : NULL;
-        known = strcmp(hf[h].name, t->name) == 0 || (alias && strcmp(alias, t->name) == 0);
-      }
-      if (!known) {
-        char desc[160];
-        err = zo_error(-EINVAL, "%s: unexpected tensor %s (the model is %s)", zo_st_path(src.files[k]), t->name,
-                       zo_model_describe(&m->cfg, desc, sizeof desc));
-      }
-    }
-  }
+  if (!err) err = check_unexpected(m, &src, hf, n_hf);
 out:
   free(filled);
   free(hf);
   source_close(&src);
+  return err;
+}
+
+/* One tensor being exported: t converted to dtype as the writer asks for its
+ * bytes. The pages of t read so far are dropped from the mapping (they are
+ * clean file pages: reading them again faults them back in), so an export's
+ * resident memory stays near its buffers whatever the model's size. */
+struct hf_copy {
+  const struct zo_st_tensor *t;
+  enum zo_dtype dtype; /* in the output file */
+  float *cast;         /* (ZO_ST_FILL_CHUNK / 2) fp32 elements, for another dtype than F32 */
+};
+
+static int fill_copy(void *ctx, void *dst, size_t offset, size_t nbytes) {
+  const struct hf_copy *c = ctx;
+  const size_t es = zo_dtype_size(c->dtype), first = offset / es, n = nbytes / es;
+  /* Rounded once, to nearest even, as a model of that dtype would hold it. */
+  float *f = c->dtype == ZO_F32 ? dst : c->cast;
+  int err = read_f32_range(c->t, first, n, f);
+  if (err) return err;
+  if (c->dtype != ZO_F32) zo_cpu_cast(dst, c->dtype, f, ZO_F32, n);
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE), src_es = zo_dtype_size(c->t->dtype);
+  const uintptr_t lo = ((uintptr_t)c->t->data + first * src_es + page - 1) / page * page;
+  const uintptr_t hi = ((uintptr_t)c->t->data + (first + n) * src_es) / page * page;
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure costs memory only */
+  return 0;
+}
+
+int zo_model_export_pretrained(const char *src_path, const char *dir, const struct zo_model_config *cfg,
+                               const struct zo_hf_save_opts *o, size_t *read_bytes) {
+  struct zo_model m = {.cfg = *cfg, .arch = zo_arch_of(cfg->arch)};
+  int err = zo_model_build_table(cfg, &m.table);
+  if (err) return err;
+  struct source src;
+  if ((err = source_open(&src, src_path))) {
+    zo_tensor_table_free(&m.table);
+    return err;
+  }
+  struct zo_hf_tensor *hf = NULL;
+  struct hf_copy *copies = NULL;
+  float *cast = NULL;
+  int n_hf = 0;
+  if ((err = hf_list(&m, &hf, &n_hf))) goto out;
+  copies = calloc((size_t)n_hf + 1, sizeof *copies);
+  cast = malloc(ZO_ST_FILL_CHUNK / 2 * sizeof(float));
+  if (!copies || !cast) {
+    err = zo_error(-ENOMEM, "out of host memory exporting %s", src.where);
+    goto out;
+  }
+  *read_bytes = 0;
+  for (int i = 0; i < n_hf && !err; i++) {
+    const struct zo_st_tensor *t;
+    if (!(err = check_tensor(&m, &src, &hf[i], &t))) {
+      copies[i] = (struct hf_copy){t, o->dtype, cast};
+      *read_bytes += t->nbytes;
+    }
+  }
+  if (!err) err = check_unexpected(&m, &src, hf, n_hf);
+  if (!err) err = write_hf_dir(dir, &m, hf, n_hf, o, fill_copy, copies, sizeof *copies);
+out:
+  free(cast);
+  free(copies);
+  free(hf);
+  source_close(&src);
+  zo_tensor_table_free(&m.table);
   return err;
 }
 

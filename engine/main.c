@@ -136,7 +136,8 @@ static const char *usage_export =
     "  past --max-shard-size (default 5GB; GB = 1e9 bytes, GiB = 2^30). No optimizer state.\n"
     "  DIR must be new (only its last component is created) or empty.\n"
     "  --dtype  tensor dtype in the files (default fp32: the saved values exactly; bf16 and fp16\n"
-    "           round to nearest even). Host memory: 2 bytes a parameter (4 in fp32)\n"
+    "           round to nearest even). Streamed tensor by tensor: a few MiB of host memory\n"
+    "           whatever the model's size\n"
     "  load it with transformers' from_pretrained(DIR) or --set model.init_from=DIR\n";
 
 static const char *usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";
@@ -888,12 +889,12 @@ static int cmd_export(int argc, char **argv) {
   if (err) return fail(exit_code(err), "export");
   char lb[32], wb[32], step[48] = "";
   if (res.step >= 0) snprintf(step, sizeof step, " (step %ld)", res.step);
-  printf("loaded %s%s: %s in %.2f s (%.1f MB/s)\n", a.inputs[0], step, zo_format_bytes(res.load_bytes, lb),
-         res.load_s, (double)res.load_bytes / 1e6 / (res.load_s > 0 ? res.load_s : 1e-9));
-  printf("exported %s: %s weights in %d safetensors file%s%s, %s in %.2f s (%.1f MB/s)\n", a.out,
-         zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
+  if (res.step >= 0) printf("checked %s%s: checksums and trainer state in %.2f s\n", a.inputs[0], step, res.load_s);
+  printf("exported %s: %s weights in %d safetensors file%s%s, %s in %.2f s (%.1f MB/s), streamed tensor by "
+         "tensor from %s of %s\n", a.out, zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
          res.n_files > 1 ? " + model.safetensors.index.json" : "", zo_format_bytes(res.bytes, wb), res.save_s,
-         (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9));
+         (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9), zo_format_bytes(res.load_bytes, lb),
+         a.inputs[0]);
   if (res.tokenizer) printf("  with the tokenizer files beside the weights (tokenizer.json and its configs)\n");
   return 0;
 }

@@ -536,8 +536,26 @@ static void forward_body(struct zo_model *m, const int32_t *inputs, const int32_
   m->arch->final_forward(m, m->acts[L - 1][m->arch->act_out], B, T, s);
 }
 
+void zo_model_set_dropout(struct zo_model *m, uint64_t seed, uint64_t pass) {
+  m->drop.seed = seed;
+  m->drop.pass = pass;
+}
+
+const void *zo_arch_dropout(const struct zo_model *m, void *out, const void *inp, size_t n, enum zo_drop_site site,
+                            int layer, zo_stream_t s) {
+  const float p = site == ZO_DROP_EMBED ? m->cfg.embd_pdrop : site == ZO_DROP_ATTN ? m->cfg.attn_pdrop
+                                                                                    : m->cfg.resid_pdrop;
+  if (!m->drop.active || p <= 0.0f) return inp;
+  ZO_ASSERT(layer >= -1 && layer < (1 << 15) && m->drop.pass < ((uint64_t)1 << 44));
+  /* [pass: 44 bits][layer + 1: 16][site: 4] */
+  const uint64_t word = m->drop.pass << 20 | (uint64_t)(layer + 1) << 4 | (uint64_t)site;
+  m->backend->dropout(out, inp, n, p, m->drop.seed, word, m->dtype, s);
+  return out;
+}
+
 void zo_model_forward(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                       zo_stream_t s) {
+  m->drop.active = false;
   forward_body(m, inputs, targets, B, T, s);
   head_chunks(m, B, T, targets != NULL, false, 0.0f, s);
   hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
@@ -556,6 +574,7 @@ static void head_backward(struct zo_model *m, int B, int T, float dloss, zo_stre
 void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                             float dloss, zo_stream_t s) {
   ZO_ASSERT(m->training && targets);
+  m->drop.active = true;
   forward_body(m, inputs, targets, B, T, s);
   hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
   head_backward(m, B, T, dloss, s);
@@ -682,6 +701,17 @@ void zo_model_init_range(const struct zo_model *m, uint64_t seed, size_t first, 
     }
     k0 += draws;
   }
+}
+
+int zo_arch_json_prob(json_t *j, const char *key, const char *path, float *out) {
+  json_t *v = json_object_get(j, key);
+  *out = 0.0f;
+  if (!v || json_is_null(v)) return 0;
+  const double p = json_is_number(v) ? json_number_value(v) : -1.0;
+  if (!(p >= 0.0 && p < 1.0))
+    return zo_error(-EINVAL, "%s: \"%s\" must be a probability in [0, 1)", path, key);
+  *out = (float)p;
+  return 0;
 }
 
 int zo_arch_json_int(json_t *j, const char *key, const char *path, long *out) {

@@ -6,8 +6,8 @@
  * (--random-init), the seeded init, in the config's precision; which one is
  * said on stderr. Nothing here trains or offloads; the generation loop is also
  * what `train --sample N` runs on the trained model (engine/train.c). Export
- * (zo_export) loads the same way into an fp32 model and writes it back out
- * as a Hugging Face directory (engine/hf_dir.c). */
+ * (zo_export) checks a checkpoint as a load does and streams its tensors to
+ * a Hugging Face directory without building a model (engine/hf_dir.c). */
 #include "zo/sample.h"
 
 #include <dirent.h>
@@ -30,6 +30,8 @@
 #include "zo/state.h"
 #include "zo/tokenizer.h"
 #include "zo/train.h"
+
+#include "arch.h"
 
 /* Bytes of text the trained targets of tg stand for: their decoding with
  * tk (special tokens skipped), one byte each for byte-level data (tk NULL,
@@ -534,36 +536,32 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   } else {
     created = true;
   }
-  /* In the export's dtype on the CPU backend, one token: the parameters in
-   * host memory once (as eval on the CPU holds them), streamed to the files
-   * a tensor at a time. Rounding happens once, on the way in (to nearest
-   * even, as the writer would), and a bf16 or fp16 value widened to fp32
-   * rounds back to itself, so the files are what an fp32 model would give
-   * at half the memory. */
-  const struct zo_model_layout lo = {.training = false, .dtype = o->dtype};
-  struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), 1, 1, &lo);
-  struct zo_state_io io = {0};
+  /* Streamed from the checkpoint's files to the output's, tensor by tensor
+   * (zo_model_export_pretrained): no model in memory. A checkpoint is
+   * checked first as a load would check it (trainer_state.json, every
+   * checksum, its config). */
+  struct zo_model m = {.cfg = mc, .arch = zo_arch_of(mc.arch)};
   struct zo_train_state st = {0};
-  bool is_checkpoint = false;
+  char file[PATH_MAX + 32];
+  const bool is_checkpoint = snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0;
   const double t0 = zo_time_s();
-  if (!m) err = zo_error(-ENOMEM, "%s", zo_last_error());
-  if (!err && !(err = zo_state_io_model(&io, m))) err = load_path(path, m, &io, &st, &is_checkpoint);
+  if (is_checkpoint) err = zo_checkpoint_load_io(path, &m, NULL, NULL, false, &st);
+  snprintf(file, sizeof file, "%s/model.safetensors", path);
+  const char *src = is_checkpoint || access(file, F_OK) == 0 ? file : path;
   const double t1 = zo_time_s();
   const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
-  if (!err) err = zo_model_save_pretrained_opts(o->out, m, &io, &so);
+  size_t read_bytes = 0;
+  if (!err) err = zo_model_export_pretrained(src, o->out, &mc, &so, &read_bytes);
   /* The tokenizer files beside the weights make the export a whole model
    * directory (AutoTokenizer, generation config). */
   char tok_json[PATH_MAX];
   const bool has_tok = !err && zo_tokenizer_json_of(path, tok_json, sizeof tok_json);
   if (has_tok) err = zo_tokenizer_copy_files(tok_json, o->out);
   if (!err) {
-    *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1,
-                                     .load_bytes = m->table.numel * sizeof(float),
+    *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1, .load_bytes = read_bytes,
                                      .step = is_checkpoint ? st.step : -1, .tokenizer = has_tok};
     err = export_sizes(o->out, res);
   }
-  zo_state_io_free(&io);
-  zo_model_free(m);
   if (err) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zo_last_error());

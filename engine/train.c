@@ -49,6 +49,7 @@
 #include "zo/run_tokenizer.h"
 #include "zo/sample.h"
 #include "zo/tokenizer.h"
+#include "zo/tensorboard.h"
 #include "zo/trace_file.h"
 #include "run_guard.h"
 #include "zo/sched.h"
@@ -103,10 +104,15 @@ static int check_supported(const struct zo_config *cfg) {
 /* The model shapes: from model.init_from's file when given (n_head from the config). */
 static int model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
   *mc = cfg->model.spec;
-  if (cfg->model.init_from && cfg->model.init_from[0]) {
+  const bool init = cfg->model.init_from && cfg->model.init_from[0];
+  if (init) {
     int err = zo_model_config_from_pretrained(cfg->model.init_from, cfg->model.spec.n_head, mc);
     if (err) return zo_error(err, "model.init_from: %s", zo_last_error());
   }
+  if (cfg->model.hf_dropout && !init)
+    return zo_error(-EINVAL, "model.hf_dropout = true takes the dropout rates of model.init_from's config.json, "
+                             "and model.init_from is not set: set it, or set model.dropout");
+  if (!cfg->model.hf_dropout) mc->embd_pdrop = mc->attn_pdrop = mc->resid_pdrop = (float)cfg->model.dropout;
   if (cfg->data.seq_len > mc->max_seq_len)
     return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
                     mc->max_seq_len);
@@ -147,6 +153,7 @@ struct trainer {
   struct zo_data *train, *val;
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   FILE *metrics;
+  zo_tb_t tb;                      /* log.tensorboard_dir's event file, NULL: none */
   struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
   char tokenizer[PATH_MAX];        /* the run's tokenizer.json (zo/run_tokenizer.h), "" none */
 };
@@ -154,6 +161,7 @@ struct trainer {
 static void trainer_free(struct trainer *t) {
   zo_checkpoint_carry_tokenizer(NULL);
   if (t->metrics) fclose(t->metrics);
+  zo_tb_free(t->tb);
   zo_data_close(t->train);
   zo_data_close(t->val);
   zo_sched_free(t->sched); /* removes the store's directory, then ours goes */
@@ -527,6 +535,13 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       goto out;
     }
   }
+  if (t.lead && cfg->log.tensorboard_dir && cfg->log.tensorboard_dir[0]) {
+    if (!(t.tb = zo_tb_init(cfg->log.tensorboard_dir, "log.tensorboard_dir"))) {
+      err = -EINVAL;
+      goto out;
+    }
+    say(&t, "tensorboard: %s\n", zo_tb_path(t.tb));
+  }
 
   const double flops_per_token = zo_model_flops_per_token(&mc, T);
   char where[400];
@@ -610,6 +625,9 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
       double ti = zo_time_s();
       if ((err = zo_data_next(t.train, in, tg))) goto out;
       io += zo_time_s() - ti;
+      /* Dropout masks: a function of the seed and this micro-batch's place in the run. */
+      zo_model_set_dropout(m, cfg->engine.seed, ((uint64_t)(step - 1) * (uint64_t)K + (uint64_t)k) * (uint64_t)N +
+                                                    (uint64_t)t.rank);
       zo_sched_micro_batch(t.sched, k);
     }
     /* AdamW's step count and the schedule advance with applied steps only. */
@@ -650,20 +668,32 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
     acc_wall += t2 - t0;
     acc_loss += loss;
     acc_n++;
+    const double now = unix_time();
+    double comm_ms = 0.0;
+    if (t.comm) {
+      struct zo_sched_stats se;
+      zo_sched_stats(t.sched, &se);
+      comm_ms = 1e3 * (se.comm_s - comm0);
+    }
+    if (t.tb) {
+      struct zo_tb_scalar tbs[] = {
+          {"train/loss", loss},       {"train/lr", hp.lr},
+          {"train/grad_norm", norm},  {"train/loss_scale", scale},
+          {"train/skipped", skipped}, {"train/tokens_per_s", tok_s},
+          {"train/ms", 1e3 * (t2 - t0)}, {"train/comm_ms", comm_ms},
+      };
+      const size_t n_tb = sizeof tbs / sizeof tbs[0] - (t.comm ? 0 : 1); /* comm_ms over ranks only */
+      if ((err = zo_tb_write(t.tb, step, now, tbs, n_tb))) goto out;
+    }
     if (t.metrics) {
       /* JSON has no inf or NaN: an overflowed step's norm is null. */
       char norm_s[32] = "null", dp_s[96] = "";
       if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
-      if (t.comm) {
-        struct zo_sched_stats se;
-        zo_sched_stats(t.sched, &se);
-        snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", N, 1e3 * (se.comm_s - comm0));
-      }
+      if (t.comm) snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", N, comm_ms);
       fprintf(t.metrics,
               "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
               "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s, \"time\": %.3f}\n",
-              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s,
-              unix_time());
+              step, loss, hp.lr, norm_s, scale, skipped ? "true" : "false", tok_s, 1e3 * (t2 - t0), dp_s, now);
       fflush(t.metrics);
     }
     st.step = step;
@@ -700,10 +730,12 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
         double vl;
         if ((err = sched_eval_loss(t.sched, t.val, n_val, &vl))) goto out;
         say(&t, "%sstep %ld: val loss %.4f\n", t.tty ? "\r" : "", step, vl);
+        const double now_val = unix_time();
         if (t.metrics) {
-          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, vl, unix_time());
+          fprintf(t.metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, vl, now_val);
           fflush(t.metrics);
         }
+        if (t.tb && (err = zo_tb_write(t.tb, step, now_val, &(struct zo_tb_scalar){"val/loss", vl}, 1))) goto out;
       }
       if (save && (err = save_checkpoint(&t, cfg, &plan.placement, &st))) {
         /* Weights that overflowed while the loss and norm were still finite. */

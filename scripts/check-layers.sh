@@ -30,6 +30,7 @@ declare -A header=(
   [nvme.h]=offload
   [topology.h]=offload
   [trace.h]=kernels         # kernels/trace.c
+  [philox.h]=kernels        # header-only: dropout masks (kernels/cpu, kernels/cuda)
   [bench.h]=engine
   [checkpoint.h]=engine
   [config.h]=engine
@@ -51,6 +52,7 @@ declare -A header=(
   [tensor.h]=engine
   [tokenizer.h]=engine      # engine/tokenizer*.c
   [trace_file.h]=engine     # engine/trace.c
+  [tensorboard.h]=engine    # engine/tensorboard.c
   [train.h]=engine
 )
 

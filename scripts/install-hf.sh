@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs Hugging Face transformers (and the few packages it imports) into a
+# Installs Hugging Face transformers (and the few packages it imports) and
+# TensorBoard's event-file reader into a
 # project-local folder for Debian's /usr/bin/python3, keeping Debian's torch
 # (python3-torch 1.13) and numpy: nothing system-wide is replaced. Used by the
 # transformers interoperability test (tests/hf/) and docs/huggingface.md.
@@ -38,12 +39,18 @@ pins=(
   idna==3.6
   certifi==2023.11.17
   charset-normalizer==3.3.2
+  # TensorBoard's own event-file reader, for tests/cli/test-tensorboard.sh:
+  # its import-time requirements (numpy from Debian).
+  tensorboard==2.14.0
+  protobuf==4.24.4
+  absl-py==2.0.0
+  six==1.16.0
 )
 
 stamp="$site/.zo-pins"
 want=$(printf '%s\n' "${pins[@]}")
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] &&
-   PYTHONPATH="$site" "$py" -c 'import transformers, safetensors' 2>/dev/null; then
+   PYTHONPATH="$site" "$py" -c 'import transformers, safetensors, tensorboard' 2>/dev/null; then
   exit 0
 fi
 
@@ -66,6 +73,7 @@ printf '%s\n' "${pins[@]}" > "$stamp"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH="$site" "$py" - <<'PY'
 import numpy, torch, transformers, safetensors, tokenizers
 from transformers import GPT2LMHeadModel  # noqa: F401  (fails here if an import is missing)
+from tensorboard.backend.event_processing import event_accumulator  # noqa: F401
 print(f"install-hf: transformers {transformers.__version__}, safetensors {safetensors.__version__}, "
       f"tokenizers {tokenizers.__version__}, torch {torch.__version__}, numpy {numpy.__version__}")
 PY

@@ -570,6 +570,26 @@ static int rope_case(const struct zo_op_case *c, enum zo_dtype dt) {
 
 static int test_rope(void) { return RUN_CASES(zo_rope_cases, rope_case); }
 
+/* The same mask and values bit for bit (one fp32 multiply, one rounding),
+ * out of place and in place. */
+static int dropout_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const size_t N = (size_t)c->N;
+  const uint64_t seed = c->seed * 0x9E3779B97F4A7C15ull, site = c->seed ^ 0xABCDEF12345ull;
+  struct tbuf out = tb_new(N, dt), inp = tb_new(N, dt);
+  tb_random(&inp, -4, 4);
+  tb_poison(&out);
+  cpu->dropout(out.ref, inp.ref, N, c->p, seed, site, dt, NULL);
+  gpu->dropout(D(&out), D(&inp), N, c->p, seed, site, dt, gstream);
+  int fail = tb_check_exact("dropout out", &out);
+  cpu->dropout(inp.ref, inp.ref, N, c->p, seed, site, dt, NULL);
+  gpu->dropout(D(&inp), D(&inp), N, c->p, seed, site, dt, gstream);
+  fail |= tb_check_exact("dropout in place", &inp);
+  tb_free(&out), tb_free(&inp);
+  return fail;
+}
+
+static int test_dropout(void) { return RUN_CASES(zo_dropout_cases, dropout_case); }
+
 /* Forward, backward, and backward with dinp aliasing dout. */
 static int gelu_case(const struct zo_op_case *c, enum zo_dtype dt) {
   const size_t N = (size_t)c->N;
@@ -1182,6 +1202,7 @@ int main(void) {
       ZO_TEST(attention_forward),
       ZO_TEST(attention_backward),
       ZO_TEST(rope),
+      ZO_TEST(dropout),
       ZO_TEST(gelu),
       ZO_TEST(swiglu),
       ZO_TEST(residual),

@@ -10,6 +10,7 @@
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
 #include "zo/cpu.h"
+#include "zo/philox.h"
 
 #include <errno.h>
 #include <float.h>
@@ -645,6 +646,85 @@ static int test_rope_backward_fd(void) {
   return fail;
 }
 
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* Against float64 with the mask drawn element by element
+ * (zo_philox_dropout_keep): kept elements are inp / (1 - p) in fp32, dropped
+ * ones 0; the kept fraction is within 5 standard deviations of 1 - p; p = 0
+ * is bit-identical to the input; in place (out aliasing inp) gives the same;
+ * the same (seed, site) draws the same mask, another site another. */
+static int dropout_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const size_t N = (size_t)c->N;
+  const float p = c->p;
+  const uint64_t seed = c->seed * 0x9E3779B97F4A7C15ull, site = c->seed ^ 0xABCDEF12345ull;
+  float *inp = galloc_random(b, N, -4, 4), *out = galloc_nan(b, N), *out2 = galloc_nan(b, N);
+  be->dropout(out, inp, N, p, seed, site, ZO_F32, NULL);
+  const uint32_t thr = zo_philox_dropout_threshold(p);
+  const double scale = (double)(float)(1.0 / (1.0 - (double)p));
+  double *ref = dalloc(b, N);
+  size_t kept = 0;
+  for (size_t i = 0; i < N; i++) {
+    const bool keep = zo_philox_dropout_keep(seed, site, i, thr);
+    kept += keep;
+    ref[i] = keep ? (double)inp[i] * scale : 0.0;
+  }
+  int fail = check_output("out", out, ref, N, 0.0, 1e-7);
+  for (size_t i = 0; i < N && !fail; i++)
+    if ((out[i] == 0.0f) != (ref[i] == 0.0)) {
+      fprintf(stderr, "  element %zu: mask differs from the reference's\n", i);
+      fail = 1;
+    }
+  const double q = 1.0 - p, frac = (double)kept / (double)N, sd = sqrt(p * q / (double)N);
+  if (fabs(frac - q) > 5.0 * sd + 1e-12) {
+    fprintf(stderr, "  p = %g: kept %zu of %zu (%.5f), want %.5f +- %.5f\n", p, kept, N, frac, q, 5 * sd);
+    fail = 1;
+  }
+  if (p == 0.0f && memcmp(out, inp, N * sizeof(float)) != 0) {
+    fprintf(stderr, "  p = 0 is not bit-identical to the input\n");
+    fail = 1;
+  }
+  memcpy(out2, inp, N * sizeof(float));
+  be->dropout(out2, out2, N, p, seed, site, ZO_F32, NULL);
+  if (memcmp(out2, out, N * sizeof(float)) != 0) {
+    fprintf(stderr, "  in place differs from out of place\n");
+    fail = 1;
+  }
+  if (p > 0.0f) {
+    be->dropout(out2, inp, N, p, seed, site + 1, ZO_F32, NULL);
+    size_t same = 0;
+    for (size_t i = 0; i < N; i++) same += (out2[i] == 0.0f) == (out[i] == 0.0f);
+    if (same == N) {
+      fprintf(stderr, "  another site draws the same mask\n");
+      fail = 1;
+    }
+  }
+  return fail;
+}
+
+static int test_dropout(void) { return RUN_CASES(zo_dropout_cases, dropout_case); }
+
+/* Philox4x32-10 against Random123's known-answer vectors (kat_vectors). */
+static int test_philox_kat(void) {
+  static const uint32_t kat[3][7] = {
+      {0, 0, 0, 0, 0, 0, 0},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0},
+  };
+  static const uint32_t want[3][4] = {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+                                      {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+                                      {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  int fail = 0;
+  for (int k = 0; k < 3; k++) {
+    uint32_t c[4] = {kat[k][0], kat[k][1], kat[k][2], kat[k][3]};
+    zo_philox4x32_10(c, kat[k][4], kat[k][5]);
+    if (memcmp(c, want[k], sizeof c) != 0) {
+      fprintf(stderr, "  vector %d: %08x %08x %08x %08x\n", k, c[0], c[1], c[2], c[3]);
+      fail = 1;
+    }
+  }
+  return fail;
+}
+
 /* ---- gelu and residual ---------------------------------------------------- */
 
 static int gelu_forward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
@@ -934,7 +1014,7 @@ static int test_backend_table(void) {
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
       (const void *)be->residual_forward, (const void *)be->residual_backward,
       (const void *)be->crossentropy_forward, (const void *)be->adamw_update, (const void *)be->adamw8bit_update, (const void *)be->cast,
-      (const void *)be->sumsq,
+      (const void *)be->sumsq,            (const void *)be->dropout,
   };
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
     if (!fields[i]) {
@@ -1166,6 +1246,8 @@ int main(void) {
       ZO_TEST(attention_backward_fd),
       ZO_TEST(rope),
       ZO_TEST(rope_backward_fd),
+      ZO_TEST(philox_kat),
+      ZO_TEST(dropout),
       ZO_TEST(gelu_forward),
       ZO_TEST(gelu_backward),
       ZO_TEST(gelu_backward_fd),

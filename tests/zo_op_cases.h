@@ -32,6 +32,7 @@ struct zo_op_case {
   int I;                 /* swiglu: out's row width (inp's rows are [gate | up], 2 * I) */
   float eps;             /* rmsnorm */
   float shift;           /* crossentropy: added to every logit (the max subtraction must absorb it) */
+  float p;               /* dropout probability */
   unsigned flags;        /* ZO_OPC_* */
   uint64_t seed;
 };
@@ -214,6 +215,17 @@ static const struct zo_op_case zo_residual_cases[] = {
     {.N = 70001, .seed = 206},
     {.N = 12289, .seed = 10},
     {.N = 7993, .flags = ZO_OPC_NULL_STREAM, .seed = 10},
+};
+
+/* dropout (the same op forward and backward): N odd and past the CPU's
+ * 16384-element chunks, p from 0 (identity) to 0.9; the seed doubles as the
+ * dropout seed and site. */
+static const struct zo_op_case zo_dropout_cases[] = {
+    {.N = 1001, .p = 0.1f, .seed = 301},
+    {.N = 70001, .p = 0.5f, .seed = 302},
+    {.N = 49155, .p = 0.0f, .seed = 303},
+    {.N = 32771, .p = 0.9f, .seed = 304},
+    {.N = 7993, .p = 0.25f, .flags = ZO_OPC_NULL_STREAM, .seed = 305},
 };
 
 /* Forward and backward on N rows of [gate | up]: odd I, a row longer than

@@ -210,6 +210,16 @@ struct zo_backend {
   /* dinp1 += dout; dinp2 += dout. */
   void (*residual_backward)(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt,
                             zo_stream_t stream);
+  /* Inverted dropout over N elements: out[i] = inp[i] / (1 - p) when element
+   * i is kept, else 0; kept when draw i of zo_philox_dropout_draws(seed,
+   * site) (zo/philox.h: Philox4x32-10, counter (i / 4, site), key seed) is
+   * >= zo_philox_dropout_threshold(p). p in [0, 1); the scale is the fp32
+   * 1 / (1 - p), applied in fp32 and rounded once to dt. The mask is a pure
+   * function of (seed, site, i): the backward is this op on the gradient
+   * with the same seed and site, and every backend draws the same mask.
+   * out may alias inp. */
+  void (*dropout)(void *out, const void *inp, size_t N, float p, uint64_t seed, uint64_t site,
+                  enum zo_dtype dt, zo_stream_t stream);
   /* Fused softmax + cross-entropy over the rows of logits (N,Vp) whose first V
    * columns are real (columns V..Vp-1 are padding and never enter the softmax).
    * losses (N, fp32) = -log softmax(row)[targets[n]]; a row whose target is -1

@@ -119,7 +119,10 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 /* The same, writing parameters (and with optimizer m and v, in format opt,
  * not NULL) through io. Every checksum and the optimizer file's format are
  * checked before anything is written; an error later (a tensor of the wrong
- * shape) leaves the state partly written. Returns 0 or -errno. */
+ * shape) leaves the state partly written. io NULL (optimizer false): the
+ * checks only (trainer_state.json, every checksum, the model's config against
+ * m->cfg; m needs no parameters) and state; nothing is loaded. Returns 0 or
+ * -errno. */
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state);
 

@@ -143,6 +143,9 @@ struct zo_config_model {          /* "model" */
                                    * special_tokens_map.json, generation_config.json beside it are
                                    * copied into checkpoints); "" = model.init_from's directory when
                                    * it holds tokenizer.json, else none */
+  double dropout;                 /* every dropout site's probability, [0, 1); default 0 (off) */
+  bool hf_dropout;                /* the rates of model.init_from's config.json instead (GPT-2
+                                   * embd/attn/resid_pdrop, Llama attention_dropout); default false */
   struct zo_model_config spec;    /* arch ("gpt2" default, "llama"), n_layer, n_head,
                                    * n_embd, vocab_size, max_seq_len (default GPT-2 124M:
                                    * 12, 12, 768, 50257, 1024), num_key_value_heads,
@@ -194,6 +197,7 @@ struct zo_config_engine {         /* "engine" */
 struct zo_config_log {            /* "log" */
   int every;                      /* steps between progress lines, >= 1, default 10 */
   char *metrics_path;             /* JSONL metrics file, "" = none */
+  char *tensorboard_dir;          /* TensorBoard event files (the JSONL's scalars), "" = none */
 };
 
 struct zo_config_checkpoint {     /* "checkpoint" */

@@ -51,6 +51,17 @@ struct zo_hf_save_opts {
 int zo_model_save_pretrained_opts(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
                                   const struct zo_hf_save_opts *opts);
 
+/* Exports the Hugging Face checkpoint at src_path (any of the load's forms,
+ * its tensors in F32, BF16 or F16) of model cfg to dir as
+ * zo_model_save_pretrained_opts would write it from a model of o->dtype
+ * loaded from it (the same files, byte for byte: each value is rounded once,
+ * to nearest even, to o->dtype), without a model: tensor by tensor from the
+ * mapped source files, in pieces of ZO_ST_FILL_CHUNK bytes through a few MiB
+ * of buffers, whatever the model's size. Missing, misshapen and unexpected
+ * tensors are refused by name before anything is written. *read_bytes: the
+ * source tensors' bytes. Returns 0 or -errno with a message. */
+int zo_model_export_pretrained(const char *src_path, const char *dir, const struct zo_model_config *cfg,
+                               const struct zo_hf_save_opts *o, size_t *read_bytes);
 #ifdef __cplusplus
 }
 #endif

@@ -68,6 +68,12 @@ struct zo_model_config {
   double rope_scaling_factor;
   double rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_seq_len; /* original_max_position_embeddings */
+  /* Dropout probabilities in [0, 1), training only (model.dropout; from a
+   * Hugging Face config.json with model.hf_dropout: GPT-2's embd_pdrop,
+   * attn_pdrop, resid_pdrop, Llama's attention_dropout): the embedding's
+   * output, the attention output (before its projection), each residual
+   * branch before its add. 0: no op runs. */
+  float embd_pdrop, attn_pdrop, resid_pdrop;
 };
 
 /* Memory categories of the planner (engine/plan.c), shared by every tier. */
@@ -204,6 +210,11 @@ struct zo_model {
   int head_rows;                /* rows per LM-head chunk (zo_model_head_rows) */
   int head_row0;                /* first row of (B*T) that logits holds now */
   bool head_done;               /* forward_train already ran the head's backward */
+  struct {                      /* dropout (training forward and backward only) */
+    bool active;                /* set by zo_model_forward_train, cleared by zo_model_forward */
+    uint64_t seed;              /* the run's engine.seed: Philox's key */
+    uint64_t pass;              /* the micro-batch's number in the run (zo_model_set_dropout) */
+  } drop;
   void *logits;                 /* (head_rows, Vp): the last chunk computed, rows
                                  * head_row0.. of (B*T); dlogits after backward */
   float *losses;                /* (B, T) fp32 */
@@ -226,6 +237,13 @@ int zo_model_config_check(struct zo_model_config *cfg);
 
 /* Builds the parameter table (Hugging Face names, our layout). Returns 0 or -errno. */
 int zo_model_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *table);
+
+/* The dropout masks of the next zo_model_forward_train and its backward:
+ * Philox4x32-10 keyed by seed, counter (element, pass, layer, site), so the
+ * masks depend on nothing but these (not on placement, recomputation or the
+ * backend). pass: the micro-batch's number in the run, e.g. ((step - 1) *
+ * grad_accum + k) * n_ranks + rank, so a resumed run draws the same. */
+void zo_model_set_dropout(struct zo_model *m, uint64_t seed, uint64_t pass);
 
 /* Device bytes the model needs for parameters, gradients, activations and
  * scratch at micro-batch (B, T); training false: for zo_model_init_inference.

@@ -104,10 +104,11 @@ struct zo_export_opts {
 
 struct zo_export_result {
   long step;          /* of the checkpoint, -1 for a Hugging Face directory */
-  size_t load_bytes;  /* fp32 parameter bytes read */
+  size_t load_bytes;  /* bytes of the source tensors read */
   size_t bytes;       /* bytes of every file written */
   int n_files;        /* safetensors files written (1: not sharded) */
-  double load_s, save_s;
+  double load_s;      /* checking a checkpoint (checksums, trainer state), 0 for a Hugging Face directory */
+  double save_s;      /* the streamed copy */
   bool tokenizer;     /* the tokenizer files beside the weights were copied */
 };
 
@@ -115,11 +116,12 @@ struct zo_export_result {
  * checksums verified, or a Hugging Face directory) to o->out as a weights-only
  * Hugging Face directory (zo_model_save_pretrained_opts: o->dtype, sharded
  * past o->max_shard_bytes, config.json), loadable by transformers and by
- * model.init_from. The parameters are loaded once into a forward-only model
- * of o->dtype on the CPU backend (2 or 4 bytes a parameter of host memory,
- * as eval on the CPU; the files are those an fp32 model would give) and
- * streamed out a tensor at a time. On error what was written in o->out is
- * removed. Returns 0 or -errno. */
+ * model.init_from. A checkpoint is checked as a load checks it, then the
+ * tensors are streamed from the source files to the output's
+ * (zo_model_export_pretrained): no model is built, host memory stays at a
+ * few MiB of buffers whatever the model's size, and the files are those a
+ * model of o->dtype loaded from the checkpoint would write. On error what
+ * was written in o->out is removed. Returns 0 or -errno. */
 int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res);
 
 #ifdef __cplusplus

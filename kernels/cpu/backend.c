@@ -211,6 +211,8 @@ CPU_OP(residual_forward, (void *, out), (const void *, inp1), (const void *, inp
        (enum zo_dtype, dt))
 CPU_OP(residual_backward, (void *, dinp1), (void *, dinp2), (const void *, dout), (size_t, N),
        (enum zo_dtype, dt))
+CPU_OP(dropout, (void *, out), (const void *, inp), (size_t, N), (float, p), (uint64_t, seed), (uint64_t, site),
+       (enum zo_dtype, dt))
 CPU_OP(crossentropy_forward, (float *, losses), (void *, dlogits), (const void *, logits),
        (const int32_t *, targets), (float, dloss), (int, N), (int, V), (int, Vp), (enum zo_dtype, dt))
 CPU_OP(cast, (void *, dst), (enum zo_dtype, dst_dt), (const void *, src), (enum zo_dtype, src_dt),
@@ -274,6 +276,7 @@ static const struct zo_backend cpu_backend = {
     .swiglu_backward = cpu_swiglu_backward,
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
+    .dropout = cpu_dropout,
     .crossentropy_forward = cpu_crossentropy_forward,
     .cast = cpu_cast,
     .adamw_update = cpu_adamw_update,

@@ -36,6 +36,8 @@ void zo_cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, i
                          int NKV, int hs, enum zo_dtype dt);
 void zo_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int NH,
                           int NKV, int hs, enum zo_dtype dt);
+void zo_cpu_dropout(void *out, const void *inp, size_t N, float p, uint64_t seed, uint64_t site,
+                    enum zo_dtype dt);
 void zo_cpu_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt);
 void zo_cpu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t N, enum zo_dtype dt);
 void zo_cpu_swiglu_forward(void *out, const void *inp, size_t N, int I, enum zo_dtype dt);

@@ -22,6 +22,7 @@
 #include "cast.cuh"
 #include "crossentropy.cuh"
 #include "encoder.cuh"
+#include "dropout.cuh"
 #include "gelu.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
@@ -480,6 +481,13 @@ static void w_swiglu_backward(void *dinp, const void *inp, const void *dout, siz
   op_done("swiglu_backward", stream, "N=%zu I=%d %s", N, I, DT(dt));
 }
 
+static void w_dropout(void *out, const void *inp, size_t N, float p, uint64_t seed, uint64_t site,
+                      enum zo_dtype dt, zo_stream_t stream) {
+  guard("dropout");
+  zo_cuda_dropout(out, inp, N, p, seed, site, dt, stream);
+  op_done("dropout", stream, "N=%zu p=%g %s", N, (double)p, DT(dt));
+}
+
 static void w_gelu_forward(void *out, const void *inp, size_t N, enum zo_dtype dt,
                            zo_stream_t stream) {
   guard("gelu_forward");
@@ -591,6 +599,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->attention_backward = w_attention_backward;
   t->rope_forward = w_rope_forward;
   t->rope_backward = w_rope_backward;
+  t->dropout = w_dropout;
   t->gelu_forward = w_gelu_forward;
   t->gelu_backward = w_gelu_backward;
   t->swiglu_forward = w_swiglu_forward;
