@@ -314,6 +314,7 @@ static void plist_swap(struct tls *t) {
 }
 
 static int push_ids(int32_t **ids, size_t *n_ids, size_t *cap, const int32_t *src, size_t n) {
+  if (!n) return 0;
   if (*n_ids + n > *cap) {
     size_t c = *cap ? *cap : 256;
     while (c < *n_ids + n) c *= 2;
@@ -729,7 +730,7 @@ static int model_piece(const struct zo_tokenizer *tk, struct tls *t, const char 
   }
   if (zo_tk_map_put(&t->cache, s, n, (int32_t)t->cache_n)) return 0;
   t->cache_ids[t->cache_n] = (int32_t)cnt;
-  memcpy(t->cache_ids + t->cache_n + 1, *ids + first, cnt * sizeof(int32_t));
+  if (cnt) memcpy(t->cache_ids + t->cache_n + 1, *ids + first, cnt * sizeof(int32_t));
   t->cache_n += cnt + 1;
   return 0;
 }
