@@ -588,15 +588,22 @@ static int sym_reserve(struct tls *t, size_t n) {
   size_t c = t->sym_cap ? t->sym_cap : 64;
   while (c < n) c *= 2;
   struct symbol *s = realloc(t->sym, c * sizeof(*s));
-  uint64_t *h = realloc(t->heap, c * sizeof(*h));
-  if (s) t->sym = s;
-  if (h) t->heap = h;
-  if (!s || !h) return -ENOMEM;
+  if (!s) return -ENOMEM;
+  t->sym = s;
   t->sym_cap = c;
   return 0;
 }
 
-static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+/* Stale entries stay in the heap until they surface, so it may outgrow the symbols. */
+static int heap_push(struct tls *t, size_t *n, uint64_t v) {
+  if (*n == t->heap_cap) {
+    const size_t c = t->heap_cap ? 2 * t->heap_cap : 64;
+    uint64_t *p = realloc(t->heap, c * sizeof(*p));
+    if (!p) return -ENOMEM;
+    t->heap = p;
+    t->heap_cap = c;
+  }
+  uint64_t *h = t->heap;
   size_t i = (*n)++;
   while (i) {
     const size_t p = (i - 1) / 2;
@@ -605,6 +612,7 @@ static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
     i = p;
   }
   h[i] = v;
+  return 0;
 }
 
 static uint64_t heap_pop(uint64_t *h, size_t *n) {
@@ -629,7 +637,7 @@ static int bpe_word(const struct zo_tokenizer *tk, struct tls *t, const char *s,
     const struct zo_tk_slot *whole = zo_tk_map_find(&tk->vocab, s, n);
     if (whole) return push_ids(ids, n_ids, cap, &whole->val, 1);
   }
-  if (sym_reserve(t, 4 * n + 1)) return -ENOMEM;
+  if (sym_reserve(t, n + 1)) return -ENOMEM; /* a symbol holds one byte at least */
   struct symbol *sym = t->sym;
   size_t ns = 0;
   int32_t unk = -1;
@@ -674,14 +682,13 @@ static int bpe_word(const struct zo_tokenizer *tk, struct tls *t, const char *s,
   }
   if (unk >= 0) ADD_SYM(unk, unk_len);
 #undef ADD_SYM
-  uint64_t *heap = t->heap;
   size_t nh = 0;
   for (size_t i = 0; i + 1 < ns; i++) {
     const struct merge_slot *mg = merge_find(tk, sym[i].id, sym[i + 1].id);
-    if (mg) heap_push(heap, &nh, (uint64_t)mg->rank << 32 | i);
+    if (mg && heap_push(t, &nh, (uint64_t)mg->rank << 32 | i)) return -ENOMEM;
   }
   while (nh) {
-    const uint64_t top = heap_pop(heap, &nh);
+    const uint64_t top = heap_pop(t->heap, &nh);
     const uint32_t rank = (uint32_t)(top >> 32), pos = (uint32_t)top;
     struct symbol *cur = &sym[pos];
     if (!cur->len || cur->next < 0) continue;
@@ -695,11 +702,11 @@ static int bpe_word(const struct zo_tokenizer *tk, struct tls *t, const char *s,
     if (right->next >= 0) sym[right->next].prev = (int32_t)pos;
     if (cur->prev >= 0) {
       const struct merge_slot *pm = merge_find(tk, sym[cur->prev].id, cur->id);
-      if (pm) heap_push(heap, &nh, (uint64_t)pm->rank << 32 | (uint32_t)cur->prev);
+      if (pm && heap_push(t, &nh, (uint64_t)pm->rank << 32 | (uint32_t)cur->prev)) return -ENOMEM;
     }
     if (cur->next >= 0) {
       const struct merge_slot *nmg = merge_find(tk, cur->id, sym[cur->next].id);
-      if (nmg) heap_push(heap, &nh, (uint64_t)nmg->rank << 32 | pos);
+      if (nmg && heap_push(t, &nh, (uint64_t)nmg->rank << 32 | pos)) return -ENOMEM;
     }
   }
   for (size_t i = 0; i < ns; i++)
@@ -737,7 +744,7 @@ static int model_piece(const struct zo_tokenizer *tk, struct tls *t, const char 
 
 /* Appends text[0, n) to t->buf, each maximal invalid UTF-8 subpart as U+FFFD. */
 static int append_lossy(struct tls *t, const char *text, size_t n) {
-  if (buf_reserve(t, 3 * n + 1)) return -ENOMEM;
+  if (buf_reserve(t, n + 1)) return -ENOMEM;
   size_t i = 0;
   while (i < n) {
     const size_t v = zo_tk_utf8_valid_prefix(text + i, n - i);
@@ -746,6 +753,7 @@ static int append_lossy(struct tls *t, const char *text, size_t n) {
     i += v;
     if (i == n) break;
     i += zo_tk_utf8_invalid_len(text + i, n - i);
+    if (buf_reserve(t, (n - i) + 3 + 1)) return -ENOMEM;
     memcpy(t->buf + t->buf_n, "\xEF\xBF\xBD", 3);
     t->buf_n += 3;
   }
