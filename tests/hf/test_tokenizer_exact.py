@@ -6,6 +6,8 @@ held out), in the shapes real checkpoints use:
   gpt2      ByteLevel pre-tokenizer (GPT-2 split pattern), ByteLevel decoder
   gpt2-nfkc the same with add_prefix_space and an NFKC normalizer (RoBERTa-like)
   llama3    Split(Llama-3 pattern) + ByteLevel(use_regex=false), BOS template
+  qwen2     NFC normalizer, Split(Qwen2 pattern: single digits), ByteLevel, and
+            the model keys as Qwen's files spell them ("" prefix and suffix)
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
@@ -148,6 +150,30 @@ def train_llama3(files, vocab):
     return tk
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_qwen2(files, vocab, tmp):
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train(files, tr)
+    j = json.loads(tk.to_str())
+    j["model"]["continuing_subword_prefix"] = ""
+    j["model"]["end_of_word_suffix"] = ""
+    path = os.path.join(tmp, "qwen2-tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
 def train_spm(files, vocab, tmp):
     """Llama 2's tokenizer.json shape, trained with a Metaspace-like split, then saved without a pre-tokenizer."""
     byte_tokens = ["<0x%02X>" % b for b in range(256)]
@@ -203,6 +229,7 @@ def main():
             "gpt2": train_gpt2(train, 3000),
             "gpt2-nfkc": train_gpt2(train, 1500, nfkc=True),
             "llama3": train_llama3(train, 3000),
+            "qwen2": train_qwen2(train, 1500, tmp),
             "spm": train_spm(train, 2000, tmp),
         }
         auto = None
