@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zo/common.h"
@@ -127,6 +128,40 @@ static int test_model_options(void) {
   }
   bad += expect_refusal("{\"model\": {\"continuing_subword_prefix\": \"##\", \"vocab\": {}, \"merges\": []}}",
                         "continuing_subword_prefix", "null");
+  return bad;
+}
+
+/* A directory: tokenizer_config.json's eos_token (a string or an AddedToken
+ * object), bos_token and chat_template; without the config, the fallbacks by name. */
+static int test_directory_config(void) {
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/tkdir", tmpdir);
+  if (mkdir(dir, 0700)) return 1;
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fputs("{\"added_tokens\": [{\"id\": 2, \"content\": \"</s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 3, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 4, \"content\": \"<|eot|>\", \"special\": true, \"normalized\": false}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}", f);
+  if (fclose(f)) return 1;
+  struct zo_tokenizer *tk;
+  ZO_REQUIRE(zo_tokenizer_load(dir, &tk) == 0);
+  int bad = zo_tokenizer_eos_id(tk) != 2 || zo_tokenizer_bos_id(tk) != 3 || zo_tokenizer_chat_template(tk) != NULL;
+  zo_tokenizer_free(tk);
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+  if (!(f = fopen(path, "w"))) return 1;
+  fputs("{\"eos_token\": {\"content\": \"<|eot|>\", \"lstrip\": false}, \"bos_token\": \"</s>\","
+        " \"chat_template\": \"{{ messages }}\"}", f);
+  if (fclose(f)) return 1;
+  ZO_REQUIRE(zo_tokenizer_load(dir, &tk) == 0);
+  bad += zo_tokenizer_eos_id(tk) != 4 || zo_tokenizer_bos_id(tk) != 2 || !zo_tokenizer_chat_template(tk) ||
+         strcmp(zo_tokenizer_chat_template(tk), "{{ messages }}");
+  bad += zo_tokenizer_token_to_id(tk, "b") != 1 || zo_tokenizer_token_to_id(tk, "zz") != -1 ||
+         strcmp(zo_tokenizer_id_to_token(tk, 4), "<|eot|>") || zo_tokenizer_id_to_token(tk, 5) != NULL;
+  if (bad) fprintf(stderr, "  eos %d bos %d template %s\n", zo_tokenizer_eos_id(tk), zo_tokenizer_bos_id(tk),
+                   zo_tokenizer_chat_template(tk) ? zo_tokenizer_chat_template(tk) : "(none)");
+  zo_tokenizer_free(tk);
   return bad;
 }
 
@@ -274,6 +309,7 @@ int main(int argc, char **argv) {
       ZO_TEST(refusals),
       ZO_TEST(tiny_bpe),
       ZO_TEST(model_options),
+      ZO_TEST(directory_config),
   };
   const int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);
