@@ -8,6 +8,9 @@ held out), in the shapes real checkpoints use:
   llama3    Split(Llama-3 pattern) + ByteLevel(use_regex=false), BOS template
   qwen2     NFC normalizer, Split(Qwen2 pattern: single digits), ByteLevel, and
             the model keys as Qwen's files spell them ("" prefix and suffix)
+  variety   the other supported components: NFKD, a Regex Replace normalizer,
+            Split with each behaviour (Removed, MergedWithPrevious,
+            MergedWithNext, Contiguous, inverted), a String pattern, no decoder
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
@@ -174,6 +177,23 @@ def train_qwen2(files, vocab, tmp):
     return Tokenizer.from_file(path)
 
 
+def train_variety(files, vocab):
+    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tk.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Replace(Regex(r"[0-9]{2,}"), "<num>")])
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(" ", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"\p{P}"), behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"[\r\n\t]+"), behavior="removed"),
+        pre_tokenizers.Split(Regex(r"[aeiou]"), behavior="contiguous"),
+        pre_tokenizers.Split(Regex(r"\p{L}{1,4}"), behavior="removed", invert=True)])
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["[UNK]", "[SEP]"], limit_alphabet=80,
+                             show_progress=False)
+    tk.train(files, tr)
+    tk.post_processor = processors.TemplateProcessing(single="$A [SEP]", pair="$A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[SEP]", tk.token_to_id("[SEP]"))])
+    return tk
+
+
 def train_spm(files, vocab, tmp):
     """Llama 2's tokenizer.json shape, trained with a Metaspace-like split, then saved without a pre-tokenizer."""
     byte_tokens = ["<0x%02X>" % b for b in range(256)]
@@ -231,6 +251,7 @@ def main():
             "llama3": train_llama3(train, 3000),
             "qwen2": train_qwen2(train, 1500, tmp),
             "spm": train_spm(train, 2000, tmp),
+            "variety": train_variety(train, 800),
         }
         auto = None
         if zoffload:
