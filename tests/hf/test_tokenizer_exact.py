@@ -4,7 +4,7 @@ Trains tokenizers of both families with the reference library on Debian text
 (fortunes, common-licenses: the training corpus; /usr/share/doc/*/copyright:
 held out), in the shapes real checkpoints use:
   gpt2      ByteLevel pre-tokenizer (GPT-2 split pattern), ByteLevel decoder
-  gpt2-nfkc the same with add_prefix_space and an NFKC normalizer (RoBERTa-like)
+  gpt2-nfkc the same with add_prefix_space, an NFKC normalizer, RobertaProcessing
   llama3    Split(Llama-3 pattern) + ByteLevel(use_regex=false), BOS template
   qwen2     NFC normalizer, Split(Qwen2 pattern: single digits), ByteLevel, and
             the model keys as Qwen's files spell them ("" prefix and suffix)
@@ -132,6 +132,9 @@ def train_gpt2(files, vocab, nfkc=False):
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train(files, tr)
     tk.add_tokens(["<|pad|>"])
+    if nfkc:  # RoBERTa's post-processor: <cls> $A <sep>
+        tk.post_processor = processors.RobertaProcessing(sep=("<|endoftext|>", tk.token_to_id("<|endoftext|>")),
+                                                         cls=("<|pad|>", tk.token_to_id("<|pad|>")))
     return tk
 
 
