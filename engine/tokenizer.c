@@ -200,6 +200,7 @@ struct plist {
 };
 
 #define CACHE_MAX_WORD 256
+#define TLS_KEEP_BYTES ((size_t)64 << 20)
 #define CACHE_MAX_ENTRIES (1u << 17)
 
 struct symbol {
@@ -798,6 +799,31 @@ int zo_tokenizer_encode(const struct zo_tokenizer *tk, const char *text, size_t 
   }
 out:
   free(m);
+  /* A thread keeps its buffers for the next text, unless this one made them huge. */
+  if (t->buf_cap > TLS_KEEP_BYTES) {
+    free(t->buf);
+    t->buf = NULL;
+    t->buf_cap = t->buf_n = 0;
+  }
+  struct plist *lists[2] = {&t->a, &t->b};
+  for (int k = 0; k < 2; k++) {
+    struct plist *l = lists[k];
+    if (l->cap * sizeof(*l->p) > TLS_KEEP_BYTES) {
+      free(l->p);
+      l->p = NULL;
+      l->cap = l->n = 0;
+    }
+  }
+  if (t->sym_cap * sizeof(*t->sym) > TLS_KEEP_BYTES) {
+    free(t->sym);
+    t->sym = NULL;
+    t->sym_cap = 0;
+  }
+  if (t->heap_cap * sizeof(*t->heap) > TLS_KEEP_BYTES) {
+    free(t->heap);
+    t->heap = NULL;
+    t->heap_cap = 0;
+  }
   if (err == -ENOMEM) zo_error(err, "tokenizer: out of memory encoding %zu bytes", n);
   return err;
 }
