@@ -60,6 +60,7 @@ struct added {
   size_t len;
   int32_t id;
   bool special, normalized;
+  bool lstrip, rstrip;  /* the match takes the whitespace before / after it */
 };
 
 /* Byte trie over added-token contents for leftmost-longest matching. */
@@ -331,6 +332,17 @@ static int push_ids(int32_t **ids, size_t *n_ids, size_t *cap, const int32_t *sr
 
 /* ---- encode stages -------------------------------------------------------- */
 
+/* Rust's char::is_whitespace (Unicode White_Space) for the character s[0, l). */
+static bool is_white_space(const char *s, size_t l) {
+  const uint8_t *u = (const uint8_t *)s;
+  uint32_t c = u[0];
+  if (l == 2) c = (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
+  else if (l == 3) c = (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
+  else if (l == 4) return false;
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 /* Splits each non-token piece of t->a around the trie's tokens into t->b. */
 static int split_added(const struct zo_tokenizer *tk, const struct trie *tr, struct tls *t) {
   for (size_t k = 0; k < t->a.n; k++) {
@@ -349,10 +361,30 @@ static int split_added(const struct zo_tokenizer *tk, const struct trie *tr, str
         i++;
         continue;
       }
-      if (i > start && plist_push(&t->b, pc.off + start, i - start, -1)) return -ENOMEM;
-      if (plist_push(&t->b, pc.off + i, m, tk->added[token].id)) return -ENOMEM;
+      /* lstrip and rstrip widen the match over Unicode whitespace, lstrip not
+       * back past the previous match; the search goes on after the match
+       * itself, as tokenizers' find_matches does. */
+      const struct added *ad = &tk->added[token];
+      size_t ms = i, me = i + m;
+      if (ad->lstrip) {
+        while (ms > start) {
+          size_t b = ms - 1;
+          while (b > start && ((uint8_t)s[b] & 0xC0) == 0x80) b--;
+          if (!is_white_space(s + b, ms - b)) break;
+          ms = b;
+        }
+      }
+      if (ad->rstrip) {
+        while (me < pc.len) {
+          const size_t l = zo_tk_utf8_len((uint8_t)s[me]);
+          if (!is_white_space(s + me, l)) break;
+          me += l;
+        }
+      }
+      if (ms > start && plist_push(&t->b, pc.off + start, ms - start, -1)) return -ENOMEM;
+      if (plist_push(&t->b, pc.off + ms, me - ms, ad->id)) return -ENOMEM;
       i += m;
-      start = i;
+      start = me;
     }
     if (pc.len > start && plist_push(&t->b, pc.off + start, pc.len - start, -1)) return -ENOMEM;
   }
@@ -1594,10 +1626,7 @@ static int load_added(const struct ld *L, json_t *arr) {
                           (const char *const[]){"id", "content", "single_word", "lstrip", "rstrip", "normalized",
                                                 "special", NULL})))
       return err;
-    for (int k = 0; k < 3; k++) {
-      const char *key = (const char *[]){"single_word", "lstrip", "rstrip"}[k];
-      if (!is_false_or_absent(o, key)) return refuse(L, where, "\"%s\": true is not supported", key);
-    }
+    if (!is_false_or_absent(o, "single_word")) return refuse(L, where, "\"single_word\": true is not supported");
     json_t *c = json_object_get(o, "content"), *id = json_object_get(o, "id");
     if (!json_is_string(c) || !json_is_integer(id)) return refuse(L, where, "needs \"content\" (string) and \"id\" (integer)");
     if (zo_tk_map_find(&tk->added_map, json_string_value(c), json_string_length(c))) continue;
@@ -1614,6 +1643,8 @@ static int load_added(const struct ld *L, json_t *arr) {
     a->id = (int32_t)expect;
     if ((err = get_str(L, o, where, "content", &a->content, &a->len))) return err;
     if ((err = get_bool(L, o, where, "special", false, &a->special)) ||
+        (err = get_bool(L, o, where, "lstrip", false, &a->lstrip)) ||
+        (err = get_bool(L, o, where, "rstrip", false, &a->rstrip)) ||
         (err = get_bool(L, o, where, "normalized", true, &a->normalized)))
       return err;
     if (zo_tk_map_put(&tk->added_map, a->content, a->len, (int32_t)(tk->n_added - 1))) return -ENOMEM;

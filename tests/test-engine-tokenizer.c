@@ -52,8 +52,8 @@ static int test_refusals(void) {
   bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"}, " TINY_MODEL "}",
                         "pre_tokenizer", "Metaspace");
   bad += expect_refusal("{\"truncation\": {\"max_length\": 5}, " TINY_MODEL "}", "truncation", "null");
-  bad += expect_refusal("{\"added_tokens\": [{\"id\": 6, \"content\": \"x\", \"lstrip\": true}], " TINY_MODEL "}",
-                        "added_tokens[0]", "lstrip");
+  bad += expect_refusal("{\"added_tokens\": [{\"id\": 6, \"content\": \"x\", \"single_word\": true}], " TINY_MODEL "}",
+                        "added_tokens[0]", "single_word");
   bad += expect_refusal("{\"decoder\": {\"type\": \"WordPiece\"}, " TINY_MODEL "}", "decoder", "WordPiece");
   bad += expect_refusal("{\"frobnicate\": 1, " TINY_MODEL "}", "(top level)", "frobnicate");
   return bad;

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers, Regex
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers, Regex
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -90,6 +90,7 @@ HANDWRITTEN = [
     "",
     "▁already▁has▁metaspace ▁ ▁▁",
     "<0x41> <0xFF> literal byte names",
+    "strip: a <mask> b  <mask>  c\u3000<mask>\u00a0d <mask><mask> [R]  x [R]\n\ny \t<both>\t z<both> <both>",
 ]
 
 INVALID = [
@@ -108,7 +109,7 @@ POOL = list("aAzZ019 '\t\n\r.,!?-_<>|/sStTdDmMlLvVrReE") + [
     "é", "ß", "ſ", "K", "Ω", "Ж", "中", "日", "한", "ع", "ש", "न", "ि", "ก", "😀", "👍", "🏽", "\u200d", "\u0301",
     "\u00a0", "\u3000", "\u180e", "\u2028", "\u0085", "\u000b", "▁", "ﬁ", "①", "½", "٣", "  ", "\n\n", "'s", "'LL",
     "<|endoftext|>", "<s>", "</s>", "<|begin_of_text|>", "<|eot_id|>", "\U0001F1EB", "\U0001F1F7", "\ufffd",
-    "\x00", "\x7f", "\u2003",
+    "\x00", "\x7f", "\u2003", "<mask>", "[R]", "<both>",
 ]
 
 
@@ -132,6 +133,8 @@ def train_gpt2(files, vocab, nfkc=False):
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train(files, tr)
     tk.add_tokens(["<|pad|>"])
+    tk.add_special_tokens([AddedToken("<mask>", lstrip=True), AddedToken("[R]", rstrip=True, normalized=True),
+                           AddedToken("<both>", lstrip=True, rstrip=True)])
     if nfkc:  # RoBERTa's post-processor: <cls> $A <sep>
         tk.post_processor = processors.RobertaProcessing(sep=("<|endoftext|>", tk.token_to_id("<|endoftext|>")),
                                                          cls=("<|pad|>", tk.token_to_id("<|pad|>")))
