@@ -307,7 +307,17 @@ def main():
             json.dump(out, f)
         print(f"{len(kinds)} tokenizers, {n_cases} cases ({len(texts)} texts each, "
               f"{sum(len(t) for t in texts) / 1e6:.2f} MB), checking with {os.path.basename(checker)}", flush=True)
-        return subprocess.run([checker, "--cases", cases_path]).returncode
+        rc = subprocess.run([checker, "--cases", cases_path]).returncode
+        if zoffload and rc == 0:
+            # bench tokenize's own cross-check: the same ids from the reference's encode_batch.
+            env = dict(os.environ, ZO_HF_SITE=os.environ.get("PYTHONPATH", "").split(":")[0], ZO_HF_PYTHON=sys.executable)
+            out = subprocess.run([zoffload, "bench", "tokenize", "--tokenizer", os.path.join(tmp, "llama3"),
+                                  "--threads", "2", "--reps", "1"] + held[:40], env=env, capture_output=True, text=True)
+            print(out.stdout.strip())
+            if out.returncode != 0 or "ids identical" not in out.stdout:
+                print(f"FAIL: bench tokenize: {out.stderr.strip()}")
+                rc = 1
+        return rc
 
 
 if __name__ == "__main__":
