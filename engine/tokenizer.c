@@ -37,22 +37,27 @@ struct norm {
 };
 
 enum split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
-enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL };
+enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE };
+enum prepend_scheme { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 struct pre {
   enum pre_kind kind;
+  char rep[5];      /* Metaspace: the replacement character, UTF-8 */
+  size_t rep_len;
+  enum prepend_scheme scheme;
   pcre2_code *re;   /* Split's pattern; ByteLevel's GPT-2 pattern when use_regex */
   enum split_behavior behavior;
   bool invert;
   bool add_prefix_space;
 };
 
-enum dec_kind { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP };
+enum dec_kind { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE };
 struct dec {
   enum dec_kind kind;
   char *a, *b;      /* Replace: pattern, content */
   size_t a_len, b_len;
-  char content[5];  /* Strip: the character, UTF-8 */
+  char content[5];  /* Strip, Metaspace: the character, UTF-8 */
   size_t content_len, start, stop;
+  bool add_prefix_space; /* Metaspace: the first token's replacements vanish */
 };
 
 struct added {
@@ -564,7 +569,8 @@ static int split_piece(struct tls *t, const struct pre *p, struct piece pc, stru
   }
   }
   for (size_t i = first; i < last; i++)
-    if (sg[i].end > sg[i].start && plist_push(&t->b, pc.off + sg[i].start, sg[i].end - sg[i].start, -1))
+    if (sg[i].end > sg[i].start &&
+        plist_push(&t->b, pc.off + sg[i].start, sg[i].end - sg[i].start, -1))
       return -ENOMEM;
   return 0;
 }
@@ -573,11 +579,29 @@ static int pre_tokenize(const struct zo_tokenizer *tk, struct tls *t, struct mat
   const struct zo_tk_bytelevel *bl = zo_tk_bytelevel();
   for (size_t k = 0; k < tk->n_pres; k++) {
     const struct pre *p = &tk->pres[k];
+    bool first = true; /* Metaspace "first": the first piece this pre-tokenizer sees that is not a token */
     for (size_t i = 0; i < t->a.n; i++) {
       struct piece pc = t->a.p[i];
       if (pc.id >= 0) {
         if (plist_push(&t->b, pc.off, pc.len, pc.id)) return -ENOMEM;
         continue;
+      }
+      if (p->kind == PRE_METASPACE) {
+        /* ' ' becomes the replacement; the prefix; then split before each replacement. */
+        const size_t start = t->buf_n;
+        if (replace_literal(t, pc.off, pc.len, " ", 1, p->rep, p->rep_len)) return -ENOMEM;
+        pc.off = start;
+        pc.len = t->buf_n - start;
+        const bool starts = pc.len >= p->rep_len && !memcmp(t->buf + pc.off, p->rep, p->rep_len);
+        if (p->add_prefix_space && !starts && (p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && first))) {
+          if (buf_reserve(t, p->rep_len + pc.len)) return -ENOMEM;
+          memcpy(t->buf + t->buf_n, p->rep, p->rep_len);
+          memcpy(t->buf + t->buf_n + p->rep_len, t->buf + pc.off, pc.len);
+          pc.off = t->buf_n;
+          pc.len += p->rep_len;
+          t->buf_n += pc.len;
+        }
+        first = false;
       }
       if (p->kind == PRE_BYTELEVEL && p->add_prefix_space && (!pc.len || t->buf[pc.off] != ' ')) {
         if (buf_reserve(t, pc.len + 1)) return -ENOMEM;
@@ -1032,6 +1056,22 @@ static int decode_step(const struct dec *dc, struct dbuf *d) {
     }
     return 0;
   }
+  case DEC_METASPACE:
+    for (size_t k = 0; k < d->na; k++) {
+      const struct span sp = d->a[k];
+      const size_t start = d->n;
+      for (size_t i = 0; i < sp.len;) {
+        if (i + dc->content_len <= sp.len && !memcmp(d->p + sp.off + i, dc->content, dc->content_len)) {
+          if (!(k == 0 && dc->add_prefix_space) && (err = dbuf_put(d, " ", 1))) return err;
+          i += dc->content_len;
+        } else {
+          if ((err = dbuf_reserve(d, 1))) return err;
+          d->p[d->n++] = d->p[sp.off + i++];
+        }
+      }
+      if ((err = dbuf_end(d, start))) return err;
+    }
+    return 0;
   case DEC_FUSE: {
     const size_t start = d->n;
     for (size_t k = 0; k < d->na; k++) {
@@ -1355,7 +1395,28 @@ static int load_pre_tokenizer(const struct ld *L, json_t *o, const char *where) 
                                           SPLIT_CONTIGUOUS}[k];
     return get_bool(L, o, where, "invert", false, &p->invert);
   }
-  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Split)", t);
+  if (!strcmp(t, "Metaspace")) {
+    if ((err = check_keys(L, o, where, (const char *const[]){"type", "replacement", "add_prefix_space", "prepend_scheme", NULL})))
+      return err;
+    if (grow((void **)&tk->pres, &tk->n_pres, sizeof(*tk->pres))) return -ENOMEM;
+    struct pre *p = &tk->pres[tk->n_pres - 1];
+    p->kind = PRE_METASPACE;
+    p->behavior = SPLIT_MERGED_NEXT;
+    const char *r = json_string_value(json_object_get(o, "replacement"));
+    if (!r || !*r || strlen(r) != zo_tk_utf8_len((uint8_t)r[0]) || zo_tk_utf8_valid_prefix(r, strlen(r)) != strlen(r))
+      return refuse(L, where, "\"replacement\" must be one character");
+    p->rep_len = strlen(r);
+    memcpy(p->rep, r, p->rep_len);
+    if ((err = get_bool(L, o, where, "add_prefix_space", true, &p->add_prefix_space))) return err;
+    json_t *sch = json_object_get(o, "prepend_scheme");
+    const char *sc = sch && !json_is_null(sch) ? json_string_value(sch) : "always";
+    if (!sc || (strcmp(sc, "always") && strcmp(sc, "first") && strcmp(sc, "never")))
+      return refuse(L, where, "\"prepend_scheme\" must be \"always\", \"first\" or \"never\"");
+    p->scheme = !strcmp(sc, "always") ? PREPEND_ALWAYS : !strcmp(sc, "first") ? PREPEND_FIRST : PREPEND_NEVER;
+    if (!(p->re = zo_tk_regex_compile(p->rep, true, where))) return -ENOTSUP;
+    return 0;
+  }
+  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Split, Metaspace)", t);
 }
 
 static int load_decoder(const struct ld *L, json_t *o, const char *where) {
@@ -1411,7 +1472,21 @@ static int load_decoder(const struct ld *L, json_t *o, const char *where) {
     dc->stop = (size_t)json_integer_value(sp);
     return 0;
   }
-  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip)",
+  if (!strcmp(t, "Metaspace")) {
+    dc->kind = DEC_METASPACE;
+    if ((err = check_keys(L, o, where, (const char *const[]){"type", "replacement", "add_prefix_space", "prepend_scheme", NULL})))
+      return err;
+    const char *r = json_string_value(json_object_get(o, "replacement"));
+    if (!r || !*r || strlen(r) != zo_tk_utf8_len((uint8_t)r[0]) || zo_tk_utf8_valid_prefix(r, strlen(r)) != strlen(r))
+      return refuse(L, where, "\"replacement\" must be one character");
+    dc->content_len = strlen(r);
+    memcpy(dc->content, r, dc->content_len);
+    json_t *sch = json_object_get(o, "prepend_scheme");
+    if (sch && !json_is_null(sch) && (!json_is_string(sch) || strcmp(json_string_value(sch), "always")))
+      return refuse(L, where, "\"prepend_scheme\" other than \"always\" is not supported in the Metaspace decoder");
+    return get_bool(L, o, where, "add_prefix_space", true, &dc->add_prefix_space);
+  }
+  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)",
                 t);
 }
 

@@ -49,8 +49,9 @@ static int test_refusals(void) {
   int bad = 0;
   bad += expect_refusal("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "model.type", "WordPiece");
   bad += expect_refusal("{\"normalizer\": {\"type\": \"Lowercase\"}, " TINY_MODEL "}", "normalizer", "Lowercase");
-  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"}, " TINY_MODEL "}",
-                        "pre_tokenizer", "Metaspace");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"split\": false}, " TINY_MODEL "}",
+                        "pre_tokenizer", "split");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, " TINY_MODEL "}", "pre_tokenizer", "Whitespace");
   bad += expect_refusal("{\"truncation\": {\"max_length\": 5}, " TINY_MODEL "}", "truncation", "null");
   bad += expect_refusal("{\"added_tokens\": [{\"id\": 6, \"content\": \"x\", \"single_word\": true}], " TINY_MODEL "}",
                         "added_tokens[0]", "single_word");

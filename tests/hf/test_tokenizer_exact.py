@@ -11,6 +11,9 @@ held out), in the shapes real checkpoints use:
   variety   the other supported components: NFKD, a Regex Replace normalizer,
             Split with each behaviour (Removed, MergedWithPrevious,
             MergedWithNext, Contiguous, inverted), a String pattern, no decoder
+  metaspace-first, metaspace-never
+            SentencePiece-style with the Metaspace pre-tokenizer (prepend_scheme
+            first, never) and decoder, unk without byte fallback
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
@@ -200,6 +203,17 @@ def train_variety(files, vocab):
     return tk
 
 
+def train_metaspace(files, vocab, scheme):
+    """SentencePiece-style BPE with the Metaspace pre-tokenizer and decoder (older converted files)."""
+    tk = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", add_prefix_space=True, prepend_scheme=scheme)
+    tk.decoder = decoders.Metaspace(replacement="▁", add_prefix_space=True)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=150,
+                             show_progress=False)
+    tk.train(files, tr)
+    return tk
+
+
 def train_spm(files, vocab, tmp):
     """Llama 2's tokenizer.json shape, trained with a Metaspace-like split, then saved without a pre-tokenizer."""
     byte_tokens = ["<0x%02X>" % b for b in range(256)]
@@ -258,6 +272,8 @@ def main():
             "qwen2": train_qwen2(train, 1500, tmp),
             "spm": train_spm(train, 2000, tmp),
             "variety": train_variety(train, 800),
+            "metaspace-first": train_metaspace(train, 700, "first"),
+            "metaspace-never": train_metaspace(train, 700, "never"),
         }
         auto = None
         if zoffload:
