@@ -328,7 +328,8 @@ def main():
             # bench tokenize's own cross-check: the same ids from the reference's encode_batch.
             env = dict(os.environ, ZO_HF_SITE=os.environ.get("PYTHONPATH", "").split(":")[0], ZO_HF_PYTHON=sys.executable)
             out = subprocess.run([zoffload, "bench", "tokenize", "--tokenizer", os.path.join(tmp, "llama3"),
-                                  "--threads", "2", "--reps", "1"] + held[:40], env=env, capture_output=True, text=True)
+                                  "--threads", os.environ.get("OMP_NUM_THREADS", "2"), "--reps", "1"] + held[:40],
+                                 env=env, capture_output=True, text=True)
             print(out.stdout.strip())
             if out.returncode != 0 or "ids identical" not in out.stdout:
                 print(f"FAIL: bench tokenize: {out.stderr.strip()}")
