@@ -290,11 +290,14 @@ static int docs_read(struct docs *d, const char *const *files, size_t n_files) {
       return -ENOMEM;
     }
     d->text = p;
-    if (!d->start && docs_add(d, 0)) {
-      free(data);
-      return -ENOMEM;
+    if (!d->start) {
+      d->cap = 4096;
+      if (!(d->start = malloc(d->cap * sizeof(*d->start)))) {
+        free(data);
+        return -ENOMEM;
+      }
+      d->start[0] = 0;
     }
-    if (d->n == 1 && d->start[1] == 0) d->n = 0;
     /* Documents end at "\n%\n" (the separator dropped) or at the end of the file. */
     size_t i = 0;
     while (i < n) {

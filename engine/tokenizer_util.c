@@ -224,7 +224,8 @@ pcre2_code *zo_tk_regex_compile(const char *pattern, bool literal, const char *w
   }
   int errcode;
   PCRE2_SIZE erroff;
-  const uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+  /* PCRE2_LITERAL allows no UCP (nor needs it). */
+  const uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
   if (!re) {
     PCRE2_UCHAR msg[256];

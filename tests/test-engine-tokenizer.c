@@ -5,10 +5,11 @@
  * from several threads at once. Zero mismatches pass. */
 #include <errno.h>
 #include <jansson.h>
-#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zo/common.h"
@@ -48,11 +49,12 @@ static int test_refusals(void) {
   int bad = 0;
   bad += expect_refusal("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "model.type", "WordPiece");
   bad += expect_refusal("{\"normalizer\": {\"type\": \"Lowercase\"}, " TINY_MODEL "}", "normalizer", "Lowercase");
-  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"}, " TINY_MODEL "}",
-                        "pre_tokenizer", "Metaspace");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"split\": false}, " TINY_MODEL "}",
+                        "pre_tokenizer", "split");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, " TINY_MODEL "}", "pre_tokenizer", "Whitespace");
   bad += expect_refusal("{\"truncation\": {\"max_length\": 5}, " TINY_MODEL "}", "truncation", "null");
-  bad += expect_refusal("{\"added_tokens\": [{\"id\": 6, \"content\": \"x\", \"lstrip\": true}], " TINY_MODEL "}",
-                        "added_tokens[0]", "lstrip");
+  bad += expect_refusal("{\"added_tokens\": [{\"id\": 6, \"content\": \"x\", \"single_word\": true}], " TINY_MODEL "}",
+                        "added_tokens[0]", "single_word");
   bad += expect_refusal("{\"decoder\": {\"type\": \"WordPiece\"}, " TINY_MODEL "}", "decoder", "WordPiece");
   bad += expect_refusal("{\"frobnicate\": 1, " TINY_MODEL "}", "(top level)", "frobnicate");
   return bad;
@@ -130,6 +132,40 @@ static int test_model_options(void) {
   return bad;
 }
 
+/* A directory: tokenizer_config.json's eos_token (a string or an AddedToken
+ * object), bos_token and chat_template; without the config, the fallbacks by name. */
+static int test_directory_config(void) {
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/tkdir", tmpdir);
+  if (mkdir(dir, 0700)) return 1;
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fputs("{\"added_tokens\": [{\"id\": 2, \"content\": \"</s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 3, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 4, \"content\": \"<|eot|>\", \"special\": true, \"normalized\": false}],"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}", f);
+  if (fclose(f)) return 1;
+  struct zo_tokenizer *tk;
+  ZO_REQUIRE(zo_tokenizer_load(dir, &tk) == 0);
+  int bad = zo_tokenizer_eos_id(tk) != 2 || zo_tokenizer_bos_id(tk) != 3 || zo_tokenizer_chat_template(tk) != NULL;
+  zo_tokenizer_free(tk);
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+  if (!(f = fopen(path, "w"))) return 1;
+  fputs("{\"eos_token\": {\"content\": \"<|eot|>\", \"lstrip\": false}, \"bos_token\": \"</s>\","
+        " \"chat_template\": \"{{ messages }}\"}", f);
+  if (fclose(f)) return 1;
+  ZO_REQUIRE(zo_tokenizer_load(dir, &tk) == 0);
+  bad += zo_tokenizer_eos_id(tk) != 4 || zo_tokenizer_bos_id(tk) != 2 || !zo_tokenizer_chat_template(tk) ||
+         strcmp(zo_tokenizer_chat_template(tk), "{{ messages }}");
+  bad += zo_tokenizer_token_to_id(tk, "b") != 1 || zo_tokenizer_token_to_id(tk, "zz") != -1 ||
+         strcmp(zo_tokenizer_id_to_token(tk, 4), "<|eot|>") || zo_tokenizer_id_to_token(tk, 5) != NULL;
+  if (bad) fprintf(stderr, "  eos %d bos %d template %s\n", zo_tokenizer_eos_id(tk), zo_tokenizer_bos_id(tk),
+                   zo_tokenizer_chat_template(tk) ? zo_tokenizer_chat_template(tk) : "(none)");
+  zo_tokenizer_free(tk);
+  return bad;
+}
+
 static unsigned char *unhex(const char *h, size_t *n) {
   *n = strlen(h) / 2;
   unsigned char *b = malloc(*n + 1);
@@ -167,6 +203,34 @@ static long check_decode(const struct zo_tokenizer *tk, const char *name, const 
   free(out);
   free(want);
   return bad;
+}
+
+struct mt_arg {
+  const struct zo_tokenizer *tk;
+  json_t *cases;
+  int first, stride;
+  long bad;
+};
+
+/* Encodes every stride-th text case from first on, with special tokens, against the reference. */
+static void *mt_encode(void *p) {
+  struct mt_arg *a = p;
+  const long n_cases = (long)json_array_size(a->cases);
+  for (long c = a->first; c < n_cases; c += a->stride) {
+    json_t *cs = json_array_get(a->cases, (size_t)c);
+    json_t *h = json_object_get(cs, "text");
+    if (!h) continue;
+    size_t n;
+    unsigned char *text = unhex(json_string_value(h), &n);
+    int32_t *ids = NULL;
+    size_t n_ids = 0, cap = 0;
+    if (zo_tokenizer_encode(a->tk, (const char *)text, n, true, &ids, &n_ids, &cap) ||
+        !ids_eq(json_object_get(cs, "ids_special"), ids, n_ids))
+      a->bad++;
+    free(ids);
+    free(text);
+  }
+  return NULL;
 }
 
 static int run_cases(const char *path) {
@@ -239,22 +303,18 @@ static int run_cases(const char *path) {
       }
       free(text);
     }
-    /* The same texts encoded from several threads at once on one tokenizer. */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(4) reduction(+ : thread_bad)
-    for (long c = 0; c < n_cases; c++) {
-      json_t *cs = json_array_get(cases, (size_t)c);
-      json_t *h = json_object_get(cs, "text");
-      if (!h) continue;
-      size_t n;
-      unsigned char *text = unhex(json_string_value(h), &n);
-      int32_t *ids = NULL;
-      size_t n_ids = 0, cap = 0;
-      if (zo_tokenizer_encode(tk, (const char *)text, n, true, &ids, &n_ids, &cap) ||
-          !ids_eq(json_object_get(cs, "ids_special"), ids, n_ids))
-        thread_bad++;
-      free(ids);
-      free(text);
+    /* The same texts encoded from 4 threads at once on one tokenizer (pthreads,
+     * not OpenMP, so that ThreadSanitizer sees them). */
+    struct mt_arg args[4];
+    pthread_t th[4];
+    int started = 0;
+    for (int k = 0; k < 4; k++) {
+      args[k] = (struct mt_arg){tk, cases, k, 4, 0};
+      if (pthread_create(&th[k], NULL, mt_encode, &args[k]) == 0) started++;
+      else args[k].bad = n_cases;
     }
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < 4; k++) thread_bad += args[k].bad;
     printf("[%s] %ld cases, %ld round trips, %ld mismatches, %ld under 4 threads (vocab %zu, eos %d, bos %d)\n", name,
            n_cases, roundtrips, bad, thread_bad, zo_tokenizer_vocab_size(tk), zo_tokenizer_eos_id(tk),
            zo_tokenizer_bos_id(tk));
@@ -274,6 +334,7 @@ int main(int argc, char **argv) {
       ZO_TEST(refusals),
       ZO_TEST(tiny_bpe),
       ZO_TEST(model_options),
+      ZO_TEST(directory_config),
   };
   const int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);

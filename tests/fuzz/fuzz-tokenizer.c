@@ -15,8 +15,9 @@
   "\"<0x41>\": 8, \"<0xC3>\": 9, \"<0xA9>\": 10, \"<unk>\": 11, \"\xe2\x96\x81\": 12, \"\xe2\x96\x81" "a\": 13"
 
 static const char *const fixed_json[2] = {
-    "{\"added_tokens\": [{\"id\": 14, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
-    " {\"id\": 15, \"content\": \"ab c\", \"special\": false, \"normalized\": true}],"
+    "{\"added_tokens\": [{\"id\": 14, \"content\": \"<s>\", \"special\": true, \"normalized\": false,"
+    " \"lstrip\": true, \"rstrip\": true}, {\"id\": 15, \"content\": \"ab c\", \"special\": false, \"normalized\": true,"
+    " \"rstrip\": true}],"
     " \"normalizer\": {\"type\": \"NFKC\"},"
     " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": true},"
     " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}},"

@@ -4,8 +4,16 @@ Trains tokenizers of both families with the reference library on Debian text
 (fortunes, common-licenses: the training corpus; /usr/share/doc/*/copyright:
 held out), in the shapes real checkpoints use:
   gpt2      ByteLevel pre-tokenizer (GPT-2 split pattern), ByteLevel decoder
-  gpt2-nfkc the same with add_prefix_space and an NFKC normalizer (RoBERTa-like)
+  gpt2-nfkc the same with add_prefix_space, an NFKC normalizer, RobertaProcessing
   llama3    Split(Llama-3 pattern) + ByteLevel(use_regex=false), BOS template
+  qwen2     NFC normalizer, Split(Qwen2 pattern: single digits), ByteLevel, and
+            the model keys as Qwen's files spell them ("" prefix and suffix)
+  variety   the other supported components: NFKD, a Regex Replace normalizer,
+            Split with each behaviour (Removed, MergedWithPrevious,
+            MergedWithNext, Contiguous, inverted), a String pattern, no decoder
+  metaspace-first, metaspace-never
+            SentencePiece-style with the Metaspace pre-tokenizer (prepend_scheme
+            first, never) and decoder, unk without byte fallback
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
@@ -36,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers, Regex
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers, Regex
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -47,10 +55,16 @@ def read(path):
         return f.read().decode("utf-8", "replace")
 
 
-def corpus():
-    train = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
-                   if os.path.isfile(f) and not f.endswith((".dat", ".u8")) and not os.path.islink(f))
-    train += sorted(f for f in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(f))
+def corpus(max_bytes=1_200_000):
+    """The licenses and fortune files up to max_bytes (training time is most of this test's)."""
+    train, total = [], 0
+    for f in (sorted(f for f in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(f)) +
+              sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
+                     if os.path.isfile(f) and not f.endswith((".dat", ".u8")) and not os.path.islink(f))):
+        if total > max_bytes:
+            break
+        train.append(f)
+        total += os.path.getsize(f)
     held = sorted(glob.glob("/usr/share/doc/*/copyright"))
     return train, held
 
@@ -79,6 +93,7 @@ HANDWRITTEN = [
     "",
     "▁already▁has▁metaspace ▁ ▁▁",
     "<0x41> <0xFF> literal byte names",
+    "strip: a <mask> b  <mask>  c\u3000<mask>\u00a0d <mask><mask> [R]  x [R]\n\ny \t<both>\t z<both> <both>",
 ]
 
 INVALID = [
@@ -97,7 +112,7 @@ POOL = list("aAzZ019 '\t\n\r.,!?-_<>|/sStTdDmMlLvVrReE") + [
     "é", "ß", "ſ", "K", "Ω", "Ж", "中", "日", "한", "ع", "ש", "न", "ि", "ก", "😀", "👍", "🏽", "\u200d", "\u0301",
     "\u00a0", "\u3000", "\u180e", "\u2028", "\u0085", "\u000b", "▁", "ﬁ", "①", "½", "٣", "  ", "\n\n", "'s", "'LL",
     "<|endoftext|>", "<s>", "</s>", "<|begin_of_text|>", "<|eot_id|>", "\U0001F1EB", "\U0001F1F7", "\ufffd",
-    "\x00", "\x7f", "\u2003",
+    "\x00", "\x7f", "\u2003", "<mask>", "[R]", "<both>",
 ]
 
 
@@ -121,6 +136,11 @@ def train_gpt2(files, vocab, nfkc=False):
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train(files, tr)
     tk.add_tokens(["<|pad|>"])
+    tk.add_special_tokens([AddedToken("<mask>", lstrip=True), AddedToken("[R]", rstrip=True, normalized=True),
+                           AddedToken("<both>", lstrip=True, rstrip=True)])
+    if nfkc:  # RoBERTa's post-processor: <cls> $A <sep>
+        tk.post_processor = processors.RobertaProcessing(sep=("<|endoftext|>", tk.token_to_id("<|endoftext|>")),
+                                                         cls=("<|pad|>", tk.token_to_id("<|pad|>")))
     return tk
 
 
@@ -139,6 +159,58 @@ def train_llama3(files, vocab):
         processors.ByteLevel(trim_offsets=True),
         processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B:1",
                                       special_tokens=[("<|begin_of_text|>", bos)])])
+    return tk
+
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_qwen2(files, vocab, tmp):
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train(files, tr)
+    j = json.loads(tk.to_str())
+    j["model"]["continuing_subword_prefix"] = ""
+    j["model"]["end_of_word_suffix"] = ""
+    path = os.path.join(tmp, "qwen2-tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
+def train_variety(files, vocab):
+    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tk.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Replace(Regex(r"[0-9]{2,}"), "<num>")])
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(" ", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"\p{P}"), behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"[\r\n\t]+"), behavior="removed"),
+        pre_tokenizers.Split(Regex(r"[aeiou]"), behavior="contiguous"),
+        pre_tokenizers.Split(Regex(r"\p{L}{1,4}"), behavior="removed", invert=True)])
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["[UNK]", "[SEP]"], limit_alphabet=80,
+                             show_progress=False)
+    tk.train(files, tr)
+    tk.post_processor = processors.TemplateProcessing(single="$A [SEP]", pair="$A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[SEP]", tk.token_to_id("[SEP]"))])
+    return tk
+
+
+def train_metaspace(files, vocab, scheme):
+    """SentencePiece-style BPE with the Metaspace pre-tokenizer and decoder (older converted files)."""
+    tk = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", add_prefix_space=True, prepend_scheme=scheme)
+    tk.decoder = decoders.Metaspace(replacement="▁", add_prefix_space=True)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=150,
+                             show_progress=False)
+    tk.train(files, tr)
     return tk
 
 
@@ -184,9 +256,9 @@ def main():
         t = read(f)
         held_texts.append(t)
         total += len(t)
-        if total > 400_000:
+        if total > 300_000:
             break
-    texts = [t.encode("utf-8") for t in HANDWRITTEN + held_texts + random_texts(3000, 1234)]
+    texts = [t.encode("utf-8") for t in HANDWRITTEN + held_texts + random_texts(2000, 1234)]
     texts += INVALID
     # The same strings glued to each other, so pieces meet at new boundaries.
     rng = random.Random(99)
@@ -197,7 +269,11 @@ def main():
             "gpt2": train_gpt2(train, 3000),
             "gpt2-nfkc": train_gpt2(train, 1500, nfkc=True),
             "llama3": train_llama3(train, 3000),
+            "qwen2": train_qwen2(train, 1500, tmp),
             "spm": train_spm(train, 2000, tmp),
+            "variety": train_variety(train, 800),
+            "metaspace-first": train_metaspace(train, 700, "first"),
+            "metaspace-never": train_metaspace(train, 700, "never"),
         }
         auto = None
         if zoffload:
@@ -247,7 +323,18 @@ def main():
             json.dump(out, f)
         print(f"{len(kinds)} tokenizers, {n_cases} cases ({len(texts)} texts each, "
               f"{sum(len(t) for t in texts) / 1e6:.2f} MB), checking with {os.path.basename(checker)}", flush=True)
-        return subprocess.run([checker, "--cases", cases_path]).returncode
+        rc = subprocess.run([checker, "--cases", cases_path]).returncode
+        if zoffload and rc == 0:
+            # bench tokenize's own cross-check: the same ids from the reference's encode_batch.
+            env = dict(os.environ, ZO_HF_SITE=os.environ.get("PYTHONPATH", "").split(":")[0], ZO_HF_PYTHON=sys.executable)
+            out = subprocess.run([zoffload, "bench", "tokenize", "--tokenizer", os.path.join(tmp, "llama3"),
+                                  "--threads", os.environ.get("OMP_NUM_THREADS", "2"), "--reps", "1"] + held[:40],
+                                 env=env, capture_output=True, text=True)
+            print(out.stdout.strip())
+            if out.returncode != 0 or "ids identical" not in out.stdout:
+                print(f"FAIL: bench tokenize: {out.stderr.strip()}")
+                rc = 1
+        return rc
 
 
 if __name__ == "__main__":
