@@ -134,6 +134,28 @@ static int test_params_cpu_optimizer_nvme(void) {
   return check_placement("param-cpu-opt-nvme", s, ZO_ARRAY_LEN(s));
 }
 
+/* The Infinity tier: the blocks' parameters and gradients on NVMe too,
+ * streamed through a ring of host buffers and read-modify-written per
+ * micro-batch (grad_accum = 2). */
+static const char *const infinity[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                                       "zero_optimization.offload_param.device=nvme",
+                                       "zero_optimization.offload_optimizer.buffer_count=2"};
+
+static int test_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return check_placement("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
+}
+
+/* Chunks cut inside tensors, three ring buffers, activation checkpoints in
+ * host memory. */
+static int test_params_nvme_small_chunks(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=700",
+                     "zero_optimization.offload_param.buffer_count=3", "activation_checkpointing.enabled=true",
+                     "activation_checkpointing.cpu_checkpointing=true"};
+  return check_placement("param-nvme-chunks-700", s, ZO_ARRAY_LEN(s));
+}
+
 /* Checkpoints every 10 steps, then a resume from step 10: the same losses
  * and final weights as the uninterrupted all-device run, and every host byte
  * (the state staging included) inside the planned, measured host pool. */
@@ -150,6 +172,11 @@ static int checkpoint_resume(const char *name, const char *const *sets, int n_se
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
+
+static int test_checkpoint_resume_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return checkpoint_resume("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
+}
 
 static int test_checkpoint_resume_nvme(void) {
   if (!have_nvme) return 77;
@@ -298,9 +325,12 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_nvme_small_chunks),
       ZO_TEST(params_cpu_optimizer_cpu),
       ZO_TEST(params_cpu_optimizer_nvme),
+      ZO_TEST(params_nvme),
+      ZO_TEST(params_nvme_small_chunks),
       ZO_TEST(single_micro_batch_slots),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),
+      ZO_TEST(checkpoint_resume_params_nvme),
   };
   static const struct zo_test once[] = {
       ZO_TEST(budget_too_small),

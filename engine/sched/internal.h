@@ -65,6 +65,8 @@ struct chunk {
   size_t sbytes;      /* bytes of m (v alike) */
   uint64_t mfile_off; /* bytes into the master file */
   uint64_t sfile_off; /* bytes into each state file */
+  uint64_t pfile_off; /* bytes into the parameter file (param_nvme, block chunks only) */
+  uint64_t gfile_off; /* bytes into the gradient file (grads_nvme, block chunks only) */
 };
 
 struct chunk_plan {
@@ -72,6 +74,9 @@ struct chunk_plan {
   size_t max_numel;  /* elements of the largest chunk */
   size_t max_sbytes; /* state bytes of m of the largest chunk */
   size_t mfile, sfile; /* bytes of the master file and of each state file */
+  size_t pfile, gfile; /* bytes of the parameter and gradient files: the blocks' chunks,
+                        * working dtype and fp32, each chunk at an aio.block_size multiple */
+  size_t block_pbytes, block_gbytes; /* bytes of one block's region of each (all alike) */
 };
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
@@ -97,11 +102,16 @@ struct host_bufs {
                       * device loads in mixed precision with the optimizer offloaded */
   float *master;     /* (numel) fp32 master weights, optimizer on cpu */
   uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
-  float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
+  float *grads;      /* (numel) accumulated gradients, optimizer offloaded; grads_nvme:
+                      * (head + tail) the resident ranges' only, head first */
   float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, grad_accum > 1 */
   float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
   uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
-                      * each rounded up to 4096 bytes */
+                      * each rounded up to 4096 bytes; grads_nvme: its gradients; param_nvme
+                      * in mixed precision: its rounded working parameters */
+  uint8_t *pring;    /* (param_slots, block_pbytes) param_nvme: ring of blocks read from
+                      * the parameter file, in its layout, one per device slot */
+  uint8_t *gio;      /* (block_gbytes) grads_nvme: one block's gradients in the file's layout */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
   uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
@@ -169,6 +179,16 @@ struct nv_buffer {
   struct zo_nvme_req rreq[NV_FILES]; /* outstanding reads, one per file */
   struct zo_nvme_req wreq[NV_FILES]; /* outstanding writes, one per file */
   bool reading, writing;             /* requests outstanding; ordered by the chunk events */
+  float *grad;                       /* (chunk floats) grads_nvme: the chunk's gradients, read by its update */
+  void *work;                        /* (chunk, working dtype) param_nvme, mixed precision: rounded parameters */
+};
+
+/* grads_nvme_fn: block `block`'s gradients of micro-batch k, staged at stage,
+ * into the gradient file (d2h stream). */
+struct gio_task {
+  struct zo_sched *s;
+  int block, k;
+  float *stage; /* (layer_numel) */
 };
 
 /* Host-function argument of an NVMe refill (I/O stream) or update (optimizer stream). */
@@ -265,7 +285,15 @@ struct zo_sched {
   long nv_base;                    /* global index of the next step's first chunk */
   bool nv_primed;                  /* the next step's first nv_depth refills are queued */
   struct nv_buffer *nvb;           /* (nvme_buffers) staging sets in h.nv_buf */
-  size_t nvme_planned;             /* bytes of the three files */
+  size_t nvme_planned;             /* bytes of the files */
+  int pfile_id, gfile_id;          /* parameter and gradient files (param_nvme), else -1 */
+  int *unit_chunk;                 /* (U + 1) first chunk of each unit; [U] = n_chunks */
+  size_t block_pbytes, block_gbytes; /* a block's region of the parameter / gradient file */
+  zo_stream_t param_io;            /* param_nvme: parameter reads into the ring, else NULL */
+  zo_event_t *ring_ready;          /* (n_slots) param_nvme: ring buffer k filled (param_io) */
+  struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
+  struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
+  struct task norm_res_task;       /* norm_res_fn */
   /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
    * one-chunk cache per file */
   bool st_active;                  /* between the first state access and zo_sched_state_done */
@@ -378,6 +406,12 @@ static inline float *master_at(const struct zo_sched *s, size_t off) {
 /* The gradients the optimizer reads (device accumulator, or host) at table
  * element off: with sharded gradients h.grads holds this rank's shard. */
 static inline float *grads_at(const struct zo_sched *s, size_t off) {
+  if (s->pl.grads_nvme) { /* the resident ranges only */
+    const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->U - 1);
+    if (off < head.numel) return s->h.grads + off;
+    ZO_ASSERT(off >= tail.off);
+    return s->h.grads + head.numel + (off - tail.off);
+  }
   ZO_ASSERT(off >= s->grads_off);
   return (s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads) + (off - s->grads_off);
 }
@@ -473,6 +507,16 @@ int nvme_open(struct zo_sched *s);
 int nv_flush(struct zo_sched *s, int f);
 int nv_fetch(struct zo_sched *s, int f, int j, bool whole);
 int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write);
+
+/* tier.c: parameters and gradients on NVMe */
+void param_read_fn(void *arg);
+void param_slot_load(struct zo_sched *s, int l, int k);
+void grads_out_nvme(struct zo_sched *s, int l, int g);
+void norm_res_fn(void *arg);
+int tier_open(struct zo_sched *s);
+int tier_write_params(struct zo_sched *s, int j, const void *src);
+size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
+                    size_t *wper);
 
 /* step.c: one step's queueing order */
 int queue_optimizer(struct zo_sched *s);

@@ -115,10 +115,22 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   if (pl->opt.eightbit && (pl->opt.block < 1 || pl->opt.block > ZO_ADAMW8BIT_BLOCK_MAX))
     return zo_error(-EINVAL, "optimizer.params.block_size = %zu: need 1..%d", pl->opt.block,
                     ZO_ADAMW8BIT_BLOCK_MAX);
-  if (z->offload_param.device == ZO_OFFLOAD_NVME)
-    return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" is not "
-                              "implemented; use \"cpu\" (parameters in host memory)");
-  if (z->offload_param.device == ZO_OFFLOAD_CPU) {
+  if (z->offload_param.device == ZO_OFFLOAD_NVME) {
+    if (pl->optimizer != ZO_OFFLOAD_NVME)
+      return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" needs the optimizer on "
+                                "NVMe too: set zero_optimization.offload_optimizer.device to \"nvme\"");
+    const char *pp = z->offload_param.nvme_path;
+    if (pp && pp[0] && pl->nvme_path && pl->nvme_path[0] && strcmp(pp, pl->nvme_path) != 0)
+      return zo_error(-ENOTSUP, "zero_optimization.offload_param.nvme_path = \"%s\" differs from "
+                                "zero_optimization.offload_optimizer.nvme_path = \"%s\": the tier keeps one "
+                                "store; leave offload_param.nvme_path unset or equal", pp, pl->nvme_path);
+    if (z->offload_param.buffer_count < 2)
+      return zo_error(-EINVAL, "zero_optimization.offload_param.buffer_count = %d: parameters on NVMe need "
+                               ">= 2 ring buffers (one loading while the next is read)",
+                      z->offload_param.buffer_count);
+    pl->param_nvme = pl->grads_nvme = true;
+  }
+  if (z->offload_param.device != ZO_OFFLOAD_NONE) {
     if (pl->optimizer == ZO_OFFLOAD_NONE)
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"cpu\" needs the "
                                 "optimizer offloaded too: set zero_optimization.offload_optimizer."
@@ -156,8 +168,11 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
 
 const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size) {
   static const char *const dev[] = {"device", "cpu", "nvme"};
-  char slots[64] = "device";
-  if (pl->param_slots) snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
+  char slots[96] = "device";
+  if (pl->param_nvme)
+    snprintf(slots, sizeof slots, "nvme (%d host ring buffers, %d device slots)", pl->param_slots, pl->param_slots);
+  else if (pl->param_slots)
+    snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
   char fmt[96] = "";
   if (pl->opt.eightbit)
     snprintf(fmt, sizeof fmt, " (AdamW8bit: block %zu, tensors >= %zu elements)", pl->opt.block,
@@ -180,7 +195,7 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
                                                      : " (gradients reduce-scattered)");
   }
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
+           dev[pl->optimizer], pl->grads_nvme ? "nvme" : pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
 }
 
