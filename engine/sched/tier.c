@@ -120,7 +120,7 @@ void grads_out_nvme(struct zo_sched *s, int l, int g) {
   zo_backend_t be = s->be;
   const size_t nb = s->t->layer_numel * sizeof(float);
   zo_trace_next("grads out", l, nb, 0);
-  CHECK_Q(be->memcpy_async(s->h.stage[g], s->m->grad_slots[g], nb, ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->memcpy_async(s->h.stage[0], s->m->grad_slots[g], nb, ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
   zo_trace_next("nvme grads", l, nb, 0);
   CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_fn, &s->gio_tasks[(size_t)s->k * (size_t)s->L + (size_t)l]));
@@ -161,7 +161,7 @@ int tier_open(struct zo_sched *s) {
     s->pread_tasks[l] = (struct task){s, l, 0};
     for (int k = 0; k < s->pl.grad_accum; k++)
       s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] =
-          (struct gio_task){s, l, k, s->h.stage[l % ZO_SCHED_GRAD_SLOTS]};
+          (struct gio_task){s, l, k, s->h.stage[0]};
   }
   s->norm_res_task = (struct task){s, 0, 0};
   int err;
