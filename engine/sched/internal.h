@@ -10,6 +10,7 @@
  *   step.c        one step's queueing order (queue_optimizer)
  *   update.c      norm and AdamW / AdamW8bit updates, host and device
  *   nvme.c        the NVMe pipeline, the state files and their cache
+ *   tier.c        the Infinity tier: the blocks' parameters and gradients on NVMe
  *   collective.c  every collective across ranks, and init's ranks stage
  *   state.c       state I/O and the rank-0 serving protocol
  *   stats.c       counters, the memory report, the I/O timing */
