@@ -231,15 +231,15 @@ static int test_budget_too_small(void) {
   return 0;
 }
 
-/* Flips one byte of the first NVMe state file found under the store's
- * private directory. */
-static int corrupt_one_file(const char *store_dir) {
+/* Flips one byte of the NVMe file named only (or of the first file found
+ * when NULL) under the store's private directory. */
+static int corrupt_one_file(const char *store_dir, const char *only) {
   DIR *d = opendir(store_dir);
   if (!d) return -1;
   struct dirent *e;
   int ret = -1;
   while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
+    if (e->d_name[0] == '.' || (only && strcmp(e->d_name, only) != 0)) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", store_dir, e->d_name);
     FILE *f = fopen(path, "r+b");
@@ -261,11 +261,12 @@ static void fill_mod7(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
   for (size_t i = 0; i < BT; i++) in[i] = (int32_t)(i % 7), tg[i] = (int32_t)((i + 1) % 7);
 }
 
-static int test_nvme_corruption_detected(void) {
+/* Trains the placement's sets and corrupts file `only` of the NVMe store
+ * after step 1: step 2 must fail with the CRC error, naming the file. */
+static int corruption_detected(const char *const *sets, int n_sets, const char *only) {
   if (!have_nvme) return 77;
   struct zo_config cfg;
-  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  CHECK(load(&cfg, sets, ZO_ARRAY_LEN(sets)) == 0);
+  CHECK(load(&cfg, sets, n_sets) == 0);
   struct zo_plan plan;
   CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
   struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
@@ -294,16 +295,34 @@ static int test_nvme_corruption_detected(void) {
         if (strncmp(e->d_name, "zoffload-nvme-", 14) == 0) snprintf(store, sizeof store, "%s/%s", nvme_dir, e->d_name);
       closedir(d);
       CHECK(store[0]);
-      CHECK(corrupt_one_file(store) == 0);
+      CHECK(corrupt_one_file(store, only) == 0);
     }
   }
   fprintf(stderr, "after corruption: %s\n", zo_last_error());
   CHECK(err == -EBADMSG || err == -EIO);
   CHECK(strstr(zo_last_error(), "NVMe") != NULL);
+  if (only) {
+    char named[80];
+    snprintf(named, sizeof named, "of '%s'", only);
+    CHECK(err == -EBADMSG);
+    CHECK(strstr(zo_last_error(), named) != NULL);
+    CHECK(strstr(zo_last_error(), "offset 0") != NULL);
+  }
   zo_sched_free(s);
   free(p);
   zo_config_free(&cfg);
   return 0;
+}
+
+static int test_nvme_corruption_detected(void) {
+  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
+  return corruption_detected(sets, ZO_ARRAY_LEN(sets), NULL);
+}
+
+/* The Infinity tier's parameter file: a corrupt block is found by the slot
+ * load that reads it (step 2's backward reloads block 0). */
+static int test_params_nvme_corruption_detected(void) {
+  return corruption_detected(infinity, ZO_ARRAY_LEN(infinity), "params");
 }
 
 int main(int argc, char **argv) {
@@ -335,6 +354,7 @@ int main(int argc, char **argv) {
   static const struct zo_test once[] = {
       ZO_TEST(budget_too_small),
       ZO_TEST(nvme_corruption_detected),
+      ZO_TEST(params_nvme_corruption_detected),
   };
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};

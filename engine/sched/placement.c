@@ -64,6 +64,9 @@ void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks) {
   ZO_ASSERT(n_ranks >= 1 && rank >= 0 && rank < n_ranks);
   pl->dp_rank = rank;
   pl->dp_ranks = n_ranks;
+  /* Over ranks the gradients are summed in the host pool (whole or this
+   * rank's shard). */
+  pl->grads_nvme = pl->param_nvme || (n_ranks == 1 && pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
 }
 
 bool zo_placement_sharded(const struct zo_placement *pl) { return pl->dp_ranks > 1 && pl->zero_stage >= 1; }
@@ -128,7 +131,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
       return zo_error(-EINVAL, "zero_optimization.offload_param.buffer_count = %d: parameters on NVMe need "
                                ">= 2 ring buffers (one loading while the next is read)",
                       z->offload_param.buffer_count);
-    pl->param_nvme = pl->grads_nvme = true;
+    pl->param_nvme = true;
   }
   if (z->offload_param.device != ZO_OFFLOAD_NONE) {
     if (pl->optimizer == ZO_OFFLOAD_NONE)
@@ -154,6 +157,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->zero_stage = z->stage;
   pl->overlap_comm = z->overlap_comm;
   pl->dp_ranks = 1;
+  pl->grads_nvme = pl->param_nvme || (pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
       return zo_error(-EINVAL, "zero_optimization.offload_optimizer.buffer_count = %d: the NVMe "

@@ -1,5 +1,7 @@
 /* The Infinity tier: the blocks' working parameters and gradients on NVMe
- * (param_nvme, grads_nvme), next to the optimizer's master, m and v.
+ * (param_nvme, grads_nvme), next to the optimizer's master, m and v; the
+ * gradients alone also whenever the optimizer is on NVMe at stage >= 2 in
+ * one process.
  * Parameters: a file in the working dtype laid out like the optimizer's
  * chunks (each block's chunks consecutive, each at an aio.block_size
  * multiple); slot k's block is read into host ring buffer k on stream
@@ -138,39 +140,41 @@ void norm_res_fn(void *arg) {
   }
 }
 
-/* From nvme_open, once the chunks are made: the parameter and gradient
+/* From nvme_open, once the chunks are made: the gradient and parameter
  * files (fallocated: a disk too small fails here, before step 1), the
  * tables, the stream and the events. */
 int tier_open(struct zo_sched *s) {
-  if (!s->pl.param_nvme) return 0;
+  if (!s->pl.grads_nvme) return 0;
   const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
+  const bool params = s->pl.param_nvme;
   s->block_pbytes = cp.block_pbytes;
   s->block_gbytes = cp.block_gbytes;
   s->unit_chunk = calloc((size_t)s->U + 1, sizeof *s->unit_chunk);
-  s->ring_ready = calloc((size_t)s->n_slots, sizeof *s->ring_ready);
-  s->pread_tasks = calloc((size_t)s->L, sizeof *s->pread_tasks);
   s->gio_tasks = calloc((size_t)s->pl.grad_accum * (size_t)s->L, sizeof *s->gio_tasks);
   if (!s->norm_host) s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host);
-  if (!s->unit_chunk || !s->ring_ready || !s->pread_tasks || !s->gio_tasks || !s->norm_host)
+  if (params) {
+    s->ring_ready = calloc((size_t)s->n_slots, sizeof *s->ring_ready);
+    s->pread_tasks = calloc((size_t)s->L, sizeof *s->pread_tasks);
+  }
+  if (!s->unit_chunk || !s->gio_tasks || !s->norm_host || (params && (!s->ring_ready || !s->pread_tasks)))
     return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
   for (int u = s->U, j = s->n_chunks; u >= 0; u--) {
     while (j > 0 && s->chunks[j - 1].unit >= u) j--;
     s->unit_chunk[u] = u == s->U ? s->n_chunks : j;
   }
   for (int l = 0; l < s->L; l++) {
-    s->pread_tasks[l] = (struct task){s, l, 0};
+    if (params) s->pread_tasks[l] = (struct task){s, l, 0};
     for (int k = 0; k < s->pl.grad_accum; k++)
-      s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] =
-          (struct gio_task){s, l, k, s->h.stage[0]};
+      s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] = (struct gio_task){s, l, k, s->h.stage[0]};
   }
   s->norm_res_task = (struct task){s, 0, 0};
   int err;
+  if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
+    return error_prefixed(err, "NVMe tier: creating the gradient file");
+  if (!params) return 0;
   if ((err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
     return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
                                "parameter file");
-  if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
-    return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
-                               "gradient file");
   if ((err = sched_stream_create(s, &s->param_io, "param_io")) || (err = events_create(s->be, s->ring_ready, s->n_slots)))
     return err;
   return 0;

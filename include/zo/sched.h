@@ -94,7 +94,8 @@ struct zo_placement {
                          * "nvme", optimizer on NVMe): a file laid out like the optimizer's
                          * chunks, read param_slots blocks ahead into as many host ring
                          * buffers (one per slot) on an I/O stream of its own */
-  bool grads_nvme;      /* the blocks' gradients accumulated in an NVMe file (param_nvme):
+  bool grads_nvme;      /* the blocks' gradients accumulated in an NVMe file (optimizer on
+                         * NVMe and gradients on the host, one rank; always with param_nvme):
                          * read-modify-written per micro-batch through one block of host
                          * staging, read by the optimizer's chunk pipeline */
   int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
