@@ -53,7 +53,7 @@ counts=$(ZO_FAULT_COUNTS=1 run base 2>&1 >/dev/null | grep "fault calls") || { e
 # added since at start-up (a probe of checkpoint.dir, a lock file) shift
 # them: each op's surplus is added to its points; fewer calls than placed
 # means the layout changed and the points have to be placed again.
-declare -A placed=([nvme-read]=140 [nvme-write]=105 [write]=102 [fsync]=30 [rename]=15)
+declare -A placed=([nvme-read]=152 [nvme-write]=117 [write]=102 [fsync]=30 [rename]=15)
 declare -A shift_by
 for op in "${!placed[@]}"; do
   got=$(grep -o " $op=[0-9]*" <<<"$counts" | cut -d= -f2)
@@ -65,17 +65,18 @@ for op in "${!placed[@]}"; do
   fi
 done
 
-# op:N  point (what the Nth call is in the uninterrupted run)  kinds
+# op:N  point (what the Nth call is in the uninterrupted run; each step
+# also writes and reads one gradient chunk per block first)  kinds
 cases=(
   "nvme-write:1|init: first master-weight block|eio enospc short"
-  "nvme-write:20|step 1 update, mid-state|eio enospc short"
-  "nvme-write:75|step 4 update, last block before save 4|eio enospc"
-  "nvme-write:90|step 6 update|eio short"
+  "nvme-write:22|step 1 update, mid-state|eio enospc short"
+  "nvme-write:83|step 4 update, last block before save 4|eio enospc"
+  "nvme-write:102|step 6 update|eio short"
   "nvme-read:3|init: state read back|eio short"
-  "nvme-read:25|step 2 update|eio short"
-  "nvme-read:45|save 2: optimizer state read|eio short"
-  "nvme-read:88|save 4: optimizer state read|eio"
-  "nvme-read:120|step 6 update|eio"
+  "nvme-read:29|step 2 update|eio short"
+  "nvme-read:49|save 2: optimizer state read|eio short"
+  "nvme-read:96|save 4: optimizer state read|eio"
+  "nvme-read:132|step 6 update|eio"
   "write:1|save 2: model.safetensors header|eio enospc short"
   "write:20|save 2: model.safetensors tensors|eio enospc short"
   "write:30|save 2: config.json|eio"
