@@ -181,6 +181,8 @@ struct nv_buffer {
   struct zo_nvme_req wreq[NV_FILES]; /* outstanding writes, one per file */
   bool reading, writing;             /* requests outstanding; ordered by the chunk events */
   float *grad;                       /* (chunk floats) grads_nvme: the chunk's gradients, read by its update */
+  struct zo_nvme_req greq;           /* grads_nvme: their read, issued by the previous chunk's update */
+  bool greading;                     /* greq outstanding */
   void *work;                        /* (chunk, working dtype) param_nvme, mixed precision: rounded parameters */
 };
 

@@ -40,6 +40,11 @@ int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b) {
 
 int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
   int err = nv_drain_writes(s, b);
+  if (b->greading) {
+    b->greading = false;
+    int e = zo_nvme_wait(s->nv, &b->greq);
+    if (e && !err) err = e;
+  }
   if (b->reading) {
     b->reading = false;
     int e = nv_wait_all(s, b->rreq);
@@ -117,10 +122,26 @@ void nv_update_fn(void *arg) {
     if (s->pl.param_nvme && mixed && !block) zo_cpu_cast(b->work, s->pl.dtype, master, ZO_F32, c->numel);
     return;
   }
-  if (s->pl.grads_nvme && block &&
-      (err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, b->grad, c->numel * sizeof(float)))) {
-    async_fail(s, error_prefixed(err, "NVMe tier: reading the gradients"));
-    return;
+  if (s->pl.grads_nvme && block) {
+    const double tw = zo_time_s();
+    if (b->greading) err = zo_nvme_wait(s->nv, &b->greq);
+    else err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, b->grad, c->numel * sizeof(float));
+    b->greading = false;
+    atomic_fetch_add(&s->nv_wait_ns, ns_since(tw));
+    /* The next chunk's gradients are read while this one updates: its
+     * set's gradient buffer was last read by chunk g + 1 - nbuf's update,
+     * which ran before this one. */
+    const int jn = a->chunk + 1;
+    if (!err && jn < s->n_chunks && s->chunks[jn].unit >= 1 && s->chunks[jn].unit <= s->L) {
+      struct nv_buffer *nb = &s->nvb[(a->buf + 1) % s->pl.nvme_buffers];
+      err = zo_nvme_read_async(s->nv, s->gfile_id, s->chunks[jn].gfile_off, nb->grad,
+                               s->chunks[jn].numel * sizeof(float), &nb->greq);
+      nb->greading = true;
+    }
+    if (err) {
+      async_fail(s, error_prefixed(err, "NVMe tier: reading the gradients"));
+      return;
+    }
   }
   const size_t e = s->m->esize;
   for (int k = c->first; k < c->first + c->n_pieces; k++) {
