@@ -163,6 +163,8 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("zero_optimization.overlap_comm", KEY_BOOL, zero.overlap_comm), .def = "true"},
   OFFLOAD("offload_optimizer", offload_optimizer, "4"),
   OFFLOAD("offload_param", offload_param, "5"),
+  {KEY("zero_optimization.offload_param.max_in_cpu", KEY_INT, zero.offload_param.max_in_cpu), ATLEAST(0),
+   .def = "0"},
   /* DeepSpeed's communication buckets, stage-3 fetch heuristics and save
    * options: the scheduler moves whole blocks (one ZeRO unit each, prefetch
    * depth offload_param.buffer_count) and saves fp32 master weights. */
@@ -187,8 +189,6 @@ static const struct zo_config_key zo_config_schema[] = {
   NO_EFFECT("zero_optimization.offload_optimizer.ratio", "the whole optimizer step runs where it is placed"),
   NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot and a ring buffer hold one block; the "
             "embeddings and the head stay on the device"),
-  NO_EFFECT("zero_optimization.offload_param.max_in_cpu", "device \"cpu\": the host holds every parameter; "
-            "\"nvme\": every block streams from NVMe"),
 
   SECTION("aio"),
   {KEY("aio.block_size", KEY_BYTES, aio.block_size), RANGE(4096, 1 << 30), .def = "\"1MiB\""},

@@ -156,6 +156,15 @@ static int test_params_nvme_small_chunks(void) {
   return check_placement("param-nvme-chunks-700", s, ZO_ARRAY_LEN(s));
 }
 
+/* offload_param.max_in_cpu: the first one (GPT-2) or two (Llama) blocks in
+ * host memory, the rest on NVMe. */
+static int test_params_nvme_max_in_cpu(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {infinity[0], infinity[1], infinity[2], infinity[3],
+                     "zero_optimization.offload_param.max_in_cpu=20000"};
+  return check_placement("param-nvme-max-in-cpu", s, ZO_ARRAY_LEN(s));
+}
+
 /* Checkpoints every 10 steps, then a resume from step 10: the same losses
  * and final weights as the uninterrupted all-device run, and every host byte
  * (the state staging included) inside the planned, measured host pool. */
@@ -346,6 +355,7 @@ int main(int argc, char **argv) {
       ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(params_nvme),
       ZO_TEST(params_nvme_small_chunks),
+      ZO_TEST(params_nvme_max_in_cpu),
       ZO_TEST(single_micro_batch_slots),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),

@@ -40,6 +40,14 @@ struct range {
   size_t off, numel; /* elements of the table */
 };
 
+/* param_nvme: the first blocks, whole, that offload_param.max_in_cpu keeps
+ * in the host pool. */
+static inline int cpu_blocks(const struct zo_placement *pl, const struct zo_tensor_table *t) {
+  if (!pl->param_nvme || !t->layer_numel) return 0;
+  const size_t n = pl->param_max_in_cpu / t->layer_numel;
+  return n < (size_t)t->n_layer ? (int)n : t->n_layer;
+}
+
 static inline struct range unit_range(const struct zo_tensor_table *t, int u) {
   const int L = t->n_layer;
   if (u == 0) return (struct range){0, t->layer_offset[0]};
@@ -112,6 +120,8 @@ struct host_bufs {
                       * in mixed precision: its rounded working parameters */
   uint8_t *pring;    /* (param_slots, block_pbytes) param_nvme: ring of blocks read from
                       * the parameter file, in its layout, one per device slot */
+  uint8_t *pcpu;     /* (cpu_blocks, layer_numel) working dtype: param_nvme, the blocks
+                      * max_in_cpu keeps in host memory */
   uint8_t *gio;      /* (block_gbytes) grads_nvme: one block's gradients in the file's layout */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
@@ -290,6 +300,7 @@ struct zo_sched {
   struct nv_buffer *nvb;           /* (nvme_buffers) staging sets in h.nv_buf */
   size_t nvme_planned;             /* bytes of the files */
   int pfile_id, gfile_id;          /* parameter and gradient files (param_nvme), else -1 */
+  int n_cpu;                       /* cpu_blocks(): blocks 0 .. n_cpu - 1 live in h.pcpu */
   int *unit_chunk;                 /* (U + 1) first chunk of each unit; [U] = n_chunks */
   size_t block_pbytes, block_gbytes; /* a block's region of the parameter / gradient file */
   zo_stream_t param_io;            /* param_nvme: parameter reads into the ring, else NULL */

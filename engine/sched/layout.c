@@ -11,7 +11,7 @@
  * pieces may be NULL to count. File offsets are left 0. */
 /* Appends chunk cur: its regions of the files follow the previous chunk's,
  * each rounded up to aio.block_size. */
-static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, size_t e, int L,
+static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, size_t e, int L, int n_cpu,
                         struct chunk *chunks) {
   if (cp->max_numel < cur->numel) cp->max_numel = cur->numel;
   if (cp->max_sbytes < cur->sbytes) cp->max_sbytes = cur->sbytes;
@@ -22,7 +22,7 @@ static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, si
   if (cur->unit >= 1 && cur->unit <= L) { /* blocks: the parameter and gradient files */
     cur->pfile_off = cp->pfile;
     cur->gfile_off = cp->gfile;
-    cp->pfile += round_up(cur->numel * e, blk);
+    if (cur->unit > n_cpu) cp->pfile += round_up(cur->numel * e, blk); /* not kept in host memory */
     cp->gfile += round_up(cur->numel * sizeof(float), blk);
     if (cur->unit == 1) {
       cp->block_pbytes += round_up(cur->numel * e, blk);
@@ -49,7 +49,7 @@ struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_p
     const bool q = zo_optim_is_8bit(f, ti->numel);
     for (size_t a = 0; a < ti->numel;) {
       if (open && (cur.unit != unit || cur.numel == cap || full)) {
-        close_chunk(&cp, &cur, blk, e, t->n_layer, chunks);
+        close_chunk(&cp, &cur, blk, e, t->n_layer, cpu_blocks(pl, t), chunks);
         open = false;
       }
       if (!open) {
@@ -71,7 +71,7 @@ struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_p
       a += take;
     }
   }
-  if (open) close_chunk(&cp, &cur, blk, e, t->n_layer, chunks);
+  if (open) close_chunk(&cp, &cur, blk, e, t->n_layer, cpu_blocks(pl, t), chunks);
   return cp;
 }
 
@@ -172,8 +172,12 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
    * its owners into a slot's gather buffer before it goes to the device. */
   const bool pshard = sharded && pl->param_slots;
   const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME ? make_chunks(t, pl, NULL, NULL) : (struct chunk_plan){0};
-  if (pl->param_nvme) /* the blocks stream from NVMe through a ring, one buffer per slot */
-    h->pring = hcarve(c, (size_t)pl->param_slots * cp.block_pbytes, "parameter ring", ZO_MEM_PARAMS);
+  if (pl->param_nvme) { /* the blocks stream from NVMe through a ring, one buffer per slot */
+    const int n_cpu = cpu_blocks(pl, t);
+    if (n_cpu < t->n_layer)
+      h->pring = hcarve(c, (size_t)pl->param_slots * cp.block_pbytes, "parameter ring", ZO_MEM_PARAMS);
+    h->pcpu = hcarve(c, (size_t)n_cpu * t->layer_numel * e, "parameters (max_in_cpu)", ZO_MEM_PARAMS);
+  }
   else if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
     h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
   if (pshard)

@@ -132,6 +132,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
                                ">= 2 ring buffers (one loading while the next is read)",
                       z->offload_param.buffer_count);
     pl->param_nvme = true;
+    pl->param_max_in_cpu = (size_t)z->offload_param.max_in_cpu;
   }
   if (z->offload_param.device != ZO_OFFLOAD_NONE) {
     if (pl->optimizer == ZO_OFFLOAD_NONE)
@@ -174,7 +175,8 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
   static const char *const dev[] = {"device", "cpu", "nvme"};
   char slots[96] = "device";
   if (pl->param_nvme)
-    snprintf(slots, sizeof slots, "nvme (%d host ring buffers, %d device slots)", pl->param_slots, pl->param_slots);
+    snprintf(slots, sizeof slots, "nvme (%d host ring buffers, %d device slots; max_in_cpu %zu elements)",
+             pl->param_slots, pl->param_slots, pl->param_max_in_cpu);
   else if (pl->param_slots)
     snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
   char fmt[96] = "";

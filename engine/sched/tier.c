@@ -24,6 +24,10 @@
 
 int tier_write_params(struct zo_sched *s, int j, const void *src) {
   const struct chunk *c = &s->chunks[j];
+  if (c->unit <= s->n_cpu) { /* kept in host memory (max_in_cpu) */
+    memcpy(s->h.pcpu + (c->off - s->t->layer_offset[0]) * s->m->esize, src, c->numel * s->m->esize);
+    return 0;
+  }
   int err = zo_nvme_write(s->nv, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize);
   return err ? error_prefixed(err, "NVMe tier: writing the parameters") : 0;
 }
@@ -58,6 +62,15 @@ void param_slot_load(struct zo_sched *s, int l, int k) {
   zo_backend_t be = s->be;
   const struct range r = unit_range(s->t, 1 + l);
   const size_t e = s->m->esize;
+  if (l < s->n_cpu) { /* kept in host memory (max_in_cpu): straight into the slot */
+    CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
+    CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
+    zo_trace_next("load block", l, r.numel * e, 0);
+    CHECK_Q(be->memcpy_async(s->m->param_slots[k], s->h.pcpu + (r.off - s->t->layer_offset[0]) * e, r.numel * e,
+                             ZO_COPY_H2D, s->h2d));
+    CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
+    return;
+  }
   CHECK_Q(be->stream_wait_event(s->param_io, s->slot_ready[k]));
   CHECK_Q(be->stream_wait_event(s->param_io, s->param_ready[1 + l]));
   zo_trace_next("nvme read block", l, r.numel * e, 0);
@@ -147,6 +160,7 @@ int tier_open(struct zo_sched *s) {
   if (!s->pl.grads_nvme) return 0;
   const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
   const bool params = s->pl.param_nvme;
+  s->n_cpu = cpu_blocks(&s->pl, s->t);
   s->block_pbytes = cp.block_pbytes;
   s->block_gbytes = cp.block_gbytes;
   s->unit_chunk = calloc((size_t)s->U + 1, sizeof *s->unit_chunk);
@@ -172,7 +186,7 @@ int tier_open(struct zo_sched *s) {
   if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
     return error_prefixed(err, "NVMe tier: creating the gradient file");
   if (!params) return 0;
-  if ((err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
+  if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
     return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
                                "parameter file");
   if ((err = sched_stream_create(s, &s->param_io, "param_io")) || (err = events_create(s->be, s->ring_ready, s->n_slots)))

@@ -94,6 +94,8 @@ struct zo_placement {
                          * "nvme", optimizer on NVMe): a file laid out like the optimizer's
                          * chunks, read param_slots blocks ahead into as many host ring
                          * buffers (one per slot) on an I/O stream of its own */
+  size_t param_max_in_cpu; /* param_nvme: elements of whole blocks kept in the host pool
+                            * instead (offload_param.max_in_cpu), the first blocks */
   bool grads_nvme;      /* the blocks' gradients accumulated in an NVMe file (optimizer on
                          * NVMe and gradients on the host, one rank; always with param_nvme):
                          * read-modify-written per micro-batch through one block of host
