@@ -58,7 +58,7 @@ void slots_invalidate(struct zo_sched *s) {
 
 /* ---- gradients ----------------------------------------------------------- */
 
-static void acc_fn(void *arg) {
+void acc_fn(void *arg) {
   const struct acc_task *a = arg;
   double t0 = zo_time_s();
   float *restrict d = a->dst;
@@ -230,9 +230,13 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }
-    grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
-    grads_out(s, m->grads + head.numel, tail.off, tail.numel,
-              s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    if (s->pl.grads_nvme && s->k > 0) {
+      grads_out_resident_pieces(s);
+    } else {
+      grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
+      grads_out(s, m->grads + head.numel, tail.off, tail.numel,
+                s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
     if (last && s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, norm_res_fn, &s->norm_res_task));
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));

@@ -114,7 +114,8 @@ struct host_bufs {
   float *grads;      /* (numel) accumulated gradients, optimizer offloaded; grads_nvme:
                       * (head + tail) the resident ranges' only, head first */
   float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, grad_accum > 1 */
-  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
+  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges (not with
+                      * grads_nvme: those pass through stage[0] in pieces) */
   uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
                       * each rounded up to 4096 bytes; grads_nvme: its gradients; param_nvme
                       * in mixed precision: its rounded working parameters */
@@ -308,6 +309,9 @@ struct zo_sched {
   struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
   struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
   struct task norm_res_task;       /* norm_res_fn */
+  struct acc_task *res_pieces;     /* (n_res_pieces) grads_nvme: the resident ranges' gradients in
+                                    * layer_numel pieces through h.stage[0], head then tail */
+  int n_res_pieces;
   /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
    * one-chunk cache per file */
   bool st_active;                  /* between the first state access and zo_sched_state_done */
@@ -486,6 +490,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
 
 /* hooks.c: the model's block hooks */
 void slots_invalidate(struct zo_sched *s);
+void acc_fn(void *arg);
 void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 
@@ -527,6 +532,7 @@ void param_read_fn(void *arg);
 void param_slot_load(struct zo_sched *s, int l, int k);
 void grads_out_nvme(struct zo_sched *s, int l, int g);
 void norm_res_fn(void *arg);
+void grads_out_resident_pieces(struct zo_sched *s);
 int tier_open(struct zo_sched *s);
 int tier_write_params(struct zo_sched *s, int j, const void *src);
 size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,

@@ -141,6 +141,22 @@ void grads_out_nvme(struct zo_sched *s, int l, int g) {
   CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_fn, &s->gio_tasks[(size_t)s->k * (size_t)s->L + (size_t)l]));
 }
 
+/* Micro-batches after the first: the resident ranges' gradients leave in
+ * block-sized pieces through the one staging buffer, each added to the
+ * host accumulator (elementwise, so the pieces add the same bits). */
+void grads_out_resident_pieces(struct zo_sched *s) {
+  const size_t head = unit_range(s->t, 0).numel;
+  for (int i = 0; i < s->n_res_pieces; i++) {
+    struct acc_task *a = &s->res_pieces[i];
+    const size_t off = (size_t)(a->dst - s->h.grads); /* into the resident layout: head, then tail */
+    ZO_ASSERT(off + a->n <= head + s->m->tail_numel);
+    zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
+    CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + off, a->n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    zo_trace_next("accumulate grads", s->L, a->n * sizeof(float), a->n);
+    CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, a));
+  }
+}
+
 /* d2h stream, after the last micro-batch's resident gradients: their
  * per-tensor sums of squares. */
 void norm_res_fn(void *arg) {
@@ -182,6 +198,19 @@ int tier_open(struct zo_sched *s) {
       s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] = (struct gio_task){s, l, k, s->h.stage[0]};
   }
   s->norm_res_task = (struct task){s, 0, 0};
+  /* The resident ranges in pieces of at most a block (never across the
+   * head / tail boundary). */
+  const size_t LN = s->t->layer_numel, head = unit_range(s->t, 0).numel, tail = unit_range(s->t, s->U - 1).numel;
+  s->n_res_pieces = (int)((head + LN - 1) / LN + (tail + LN - 1) / LN);
+  s->res_pieces = calloc((size_t)s->n_res_pieces, sizeof *s->res_pieces);
+  if (!s->res_pieces) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
+  int np = 0;
+  for (int r = 0; r < 2; r++) {
+    const size_t base = r ? head : 0, n = r ? tail : head;
+    for (size_t a = 0; a < n; a += LN)
+      s->res_pieces[np++] = (struct acc_task){s, s->h.grads + base + a, s->h.stage[0], n - a < LN ? n - a : LN};
+  }
+  s->n_res_pieces = np;
   int err;
   if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
     return error_prefixed(err, "NVMe tier: creating the gradient file");
