@@ -209,6 +209,13 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
              n_ranks, c->backend->name);
     return NULL;
   }
+  /* Every rank has the same placement, so every rank returns here. */
+  if (n_ranks > 1 && c->placement.param_nvme) {
+    zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" runs in one process only: over %d "
+                       "ranks each would need its own shard's parameter and gradient files, which is not "
+                       "implemented; use offload_param.device = \"cpu\" with several ranks", n_ranks);
+    return NULL;
+  }
   /* The duplicate first: it is collective, and every rank reaches it. */
   zo_comm_t grad_comm = NULL;
   if (n_ranks > 1 && zo_comm_dup(c->comm, &grad_comm)) return NULL;
@@ -221,14 +228,6 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   pthread_mutex_init(&s->err_mu, NULL);
   s->n_ranks = n_ranks;
   s->pfile_id = s->gfile_id = -1;
-  if (n_ranks > 1 && c->placement.param_nvme) {
-    zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" runs in one process only: over %d "
-                       "ranks each would need its own shard's parameter and gradient files, which is not "
-                       "implemented; use offload_param.device = \"cpu\" with several ranks", n_ranks);
-    zo_comm_free(grad_comm);
-    free(s);
-    return NULL;
-  }
   if (n_ranks > 1) {
     s->comm = c->comm;
     s->grad_comm = grad_comm;

@@ -185,6 +185,25 @@ cases=(
 )
 run_cases
 
+# A disk too small for the tier's files: refused before step 1, naming the
+# bytes needed and free (needs root to mount a 1 MiB tmpfs; skipped otherwise).
+mkdir -p "$tmp/small"
+if mount -t tmpfs -o size=1m zo-faults-small "$tmp/small" 2>/dev/null; then
+  out=$("$bin" train "$tmp/c.json" --set checkpoint.dir="$tmp/small-ck" "${extra[@]}" \
+    --set zero_optimization.offload_optimizer.nvme_path="$tmp/small" 2>&1)
+  rc=$?
+  umount "$tmp/small"
+  n=$((n + 1))
+  if ((rc == 1)) && [[ $out == *"on the nvme tier but free on nvme_path allows 1.00 MiB"* && $out != *"step 1/"* ]]; then
+    matrix+=("$(printf '%-18s %-48s %s' "nvme_path 1 MiB" "Infinity tier: files larger than the disk" "exit 1 before step 1, bytes needed and free")")
+  else
+    fail=$((fail + 1))
+    matrix+=("$(printf '%-18s %-48s %s' "nvme_path 1 MiB" "Infinity tier: files larger than the disk" "FAIL: exit $rc: $(tail -1 <<<"$out")")")
+  fi
+else
+  echo "(the disk-too-small case is skipped: mounting a 1 MiB tmpfs needs root)"
+fi
+
 echo "fault matrix (optimizer on NVMe, then the Infinity tier, 6 steps, a checkpoint every 2; uninterrupted: $counts; Infinity: $inf_counts):"
 printf '%-18s %-48s %s\n' "fault" "point" "outcome"
 printf '%s\n' "${matrix[@]}"
