@@ -334,6 +334,36 @@ static int test_params_nvme_corruption_detected(void) {
   return corruption_detected(infinity, ZO_ARRAY_LEN(infinity), "params");
 }
 
+/* Host pool bytes of the placement's sets for the model at n_layer blocks. */
+static size_t host_plan_at(const char *const *sets, int n_sets, int n_layer) {
+  char nl[40];
+  snprintf(nl, sizeof nl, "model.n_layer=%d", n_layer);
+  const char *all[8];
+  int n = 0;
+  for (int i = 0; i < n_sets; i++) all[n++] = sets[i];
+  all[n++] = nl;
+  struct zo_config cfg;
+  if (load(&cfg, all, n)) return 0;
+  struct zo_plan plan;
+  const size_t host = zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) ? 0 : plan.total[ZO_TIER_HOST];
+  zo_config_free(&cfg);
+  return host;
+}
+
+/* The Infinity tier's host pool is a window: it does not grow with the
+ * depth, where parameters on the host do. */
+static int test_params_nvme_host_window(void) {
+  const char *cpu[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                       "zero_optimization.offload_param.device=cpu"};
+  const size_t a = host_plan_at(infinity, ZO_ARRAY_LEN(infinity), 3),
+               b = host_plan_at(infinity, ZO_ARRAY_LEN(infinity), 12);
+  const size_t c = host_plan_at(cpu, ZO_ARRAY_LEN(cpu), 3), d = host_plan_at(cpu, ZO_ARRAY_LEN(cpu), 12);
+  fprintf(stderr, "host plan: nvme params %zu (3 blocks) %zu (12 blocks); host params %zu, %zu\n", a, b, c, d);
+  CHECK(a > 0 && a == b);
+  CHECK(c > 0 && d > c && a < c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "offload")) return 1;
@@ -365,6 +395,7 @@ int main(int argc, char **argv) {
       ZO_TEST(budget_too_small),
       ZO_TEST(nvme_corruption_detected),
       ZO_TEST(params_nvme_corruption_detected),
+      ZO_TEST(params_nvme_host_window),
   };
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};
