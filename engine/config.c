@@ -163,6 +163,8 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("zero_optimization.overlap_comm", KEY_BOOL, zero.overlap_comm), .def = "true"},
   OFFLOAD("offload_optimizer", offload_optimizer, "4"),
   OFFLOAD("offload_param", offload_param, "5"),
+  {KEY("zero_optimization.offload_param.max_in_cpu", KEY_INT, zero.offload_param.max_in_cpu), ATLEAST(0),
+   .def = "0"},
   /* DeepSpeed's communication buckets, stage-3 fetch heuristics and save
    * options: the scheduler moves whole blocks (one ZeRO unit each, prefetch
    * depth offload_param.buffer_count) and saves fp32 master weights. */
@@ -185,8 +187,8 @@ static const struct zo_config_key zo_config_schema[] = {
   NO_EFFECT("zero_optimization.offload_optimizer.pipeline_read", "NVMe reads are always pipelined"),
   NO_EFFECT("zero_optimization.offload_optimizer.pipeline_write", "NVMe writes are always pipelined"),
   NO_EFFECT("zero_optimization.offload_optimizer.ratio", "the whole optimizer step runs where it is placed"),
-  NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot holds one block"),
-  NO_EFFECT("zero_optimization.offload_param.max_in_cpu", "the host holds every parameter"),
+  NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot and a ring buffer hold one block; the "
+            "embeddings and the head stay on the device"),
 
   SECTION("aio"),
   {KEY("aio.block_size", KEY_BYTES, aio.block_size), RANGE(4096, 1 << 30), .def = "\"1MiB\""},
@@ -924,7 +926,9 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                       SRC2(path, "zero_optimization.stage"), path, offload_names[o->device],
                       offloads[i].min_stage == 3 ? "=" : ">=", offloads[i].min_stage,
                       cfg->zero.stage);
-    if (o->device == ZO_OFFLOAD_NVME && o->nvme_path[0] == '\0')
+    /* offload_param's store defaults to the optimizer's (one store). */
+    if (o->device == ZO_OFFLOAD_NVME && o->nvme_path[0] == '\0' &&
+        !(i == 1 && cfg->zero.offload_optimizer.nvme_path[0] != '\0'))
       return zo_error(-EINVAL, "%s: %s = \"nvme\" needs zero_optimization.%s.nvme_path "
                       "(a directory on the NVMe drive)", SRC(path), path, offloads[i].name);
   }

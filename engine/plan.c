@@ -304,6 +304,7 @@ static const struct placement_row placement_rows[] = {
     {"optimizer on nvme (stage 2)", 2, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NONE},
     {"params + optimizer on cpu (stage 3)", 3, ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU},
     {"params cpu, optimizer nvme (stage 3)", 3, ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU},
+    {"params + optimizer on nvme (stage 3)", 3, ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME},
 };
 
 int zo_plan_placements_print(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,

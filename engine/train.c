@@ -92,14 +92,6 @@ zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm) {
   return zo_backend_init(zo_device_name(cfg->engine.device), per >= 1 ? (int)per : 1);
 }
 
-/* Refuses what this version of the engine does not run yet, naming the key. */
-static int check_supported(const struct zo_config *cfg) {
-  const char *file = cfg->path && cfg->path[0] ? cfg->path : "config";
-  if (cfg->zero.offload_param.device == ZO_OFFLOAD_NVME)
-    return zo_error(-ENOTSUP, "%s: zero_optimization.offload_param.device = \"nvme\" is not "
-                              "implemented yet; use \"cpu\"", file);
-  return 0;
-}
 
 /* The model shapes: from model.init_from's file when given (n_head from the config). */
 static int model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
@@ -368,7 +360,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   struct zo_model_config mc;
   struct zo_config epochs_cfg; /* cfg with the steps of data.epochs (shares cfg's strings) */
   int err;
-  if ((err = check_supported(cfg)) || (err = check_threads(cfg)) || (err = model_config(cfg, &mc))) return err;
+  if ((err = check_threads(cfg)) || (err = model_config(cfg, &mc))) return err;
   if (!cfg->data.train || !cfg->data.train[0])
     return zo_error(-EINVAL, "data.train: no training data given (a token file path)");
   /* B rows per rank; a step is K global micro-batches of N*B rows. */

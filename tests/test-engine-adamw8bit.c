@@ -1,5 +1,6 @@
 /* AdamW8bit through the engine: every placement (device, cpu stage 2, nvme
- * stage 2, params cpu + optimizer nvme stage 3) gives bit-identical losses
+ * stage 2, params cpu + optimizer nvme stage 3, params + optimizer nvme
+ * stage 3) gives bit-identical losses
  * and final weights to the all-device 8-bit run, with a block size that cuts
  * the embeddings' NVMe chunk inside wte and leaves partial blocks; measured
  * peaks equal the plan, whose state bytes are the exact 8-bit sizes;
@@ -148,6 +149,23 @@ static int test_params_cpu_optimizer_nvme(void) {
   return check_placement("param-cpu-opt-nvme", s, ZO_ARRAY_LEN(s), ZO_TIER_NVME);
 }
 
+/* The Infinity tier: parameters and gradients on NVMe too, 8-bit states in
+ * the NVMe chunks; and with chunks cut inside tensors. */
+static const char *const infinity[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                                       "zero_optimization.offload_param.device=nvme",
+                                       "zero_optimization.offload_optimizer.buffer_count=2"};
+
+static int test_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return check_placement("param-nvme", infinity, ZO_ARRAY_LEN(infinity), ZO_TIER_NVME);
+}
+
+static int test_params_nvme_small_chunks(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=500"};
+  return check_placement("param-nvme-chunks-500", s, ZO_ARRAY_LEN(s), ZO_TIER_DEVICE);
+}
+
 /* sub_group_size 500 with block 96: chunks of 480 elements, many per tensor
  * (each chunk's state rounded up to a 4096-byte block, so the files' size
  * check of check_placement does not apply: ZO_TIER_DEVICE skips it). */
@@ -200,6 +218,11 @@ static int checkpoint_resume(const char *name, const char *const *sets, int n_se
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
+
+static int test_checkpoint_resume_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return checkpoint_resume("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
+}
 
 static int test_checkpoint_resume_nvme(void) {
   if (!have_nvme) return 77;
@@ -342,8 +365,11 @@ int main(int argc, char **argv) {
       ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(nvme_block_4096),
       ZO_TEST(nvme_small_chunks),
+      ZO_TEST(params_nvme),
+      ZO_TEST(params_nvme_small_chunks),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),
+      ZO_TEST(checkpoint_resume_params_nvme),
       ZO_TEST(checkpoint_format_mismatch), /* once */
   };
   static const struct zo_test gpt2_only[] = {

@@ -134,6 +134,37 @@ static int test_params_cpu_optimizer_nvme(void) {
   return check_placement("param-cpu-opt-nvme", s, ZO_ARRAY_LEN(s));
 }
 
+/* The Infinity tier: the blocks' parameters and gradients on NVMe too,
+ * streamed through a ring of host buffers and read-modify-written per
+ * micro-batch (grad_accum = 2). */
+static const char *const infinity[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                                       "zero_optimization.offload_param.device=nvme",
+                                       "zero_optimization.offload_optimizer.buffer_count=2"};
+
+static int test_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return check_placement("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
+}
+
+/* Chunks cut inside tensors, three ring buffers, activation checkpoints in
+ * host memory. */
+static int test_params_nvme_small_chunks(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=700",
+                     "zero_optimization.offload_param.buffer_count=3", "activation_checkpointing.enabled=true",
+                     "activation_checkpointing.cpu_checkpointing=true"};
+  return check_placement("param-nvme-chunks-700", s, ZO_ARRAY_LEN(s));
+}
+
+/* offload_param.max_in_cpu: the first one (GPT-2) or two (Llama) blocks in
+ * host memory, the rest on NVMe. */
+static int test_params_nvme_max_in_cpu(void) {
+  if (!have_nvme) return 77;
+  const char *s[] = {infinity[0], infinity[1], infinity[2], infinity[3],
+                     "zero_optimization.offload_param.max_in_cpu=20000"};
+  return check_placement("param-nvme-max-in-cpu", s, ZO_ARRAY_LEN(s));
+}
+
 /* Checkpoints every 10 steps, then a resume from step 10: the same losses
  * and final weights as the uninterrupted all-device run, and every host byte
  * (the state staging included) inside the planned, measured host pool. */
@@ -150,6 +181,11 @@ static int checkpoint_resume(const char *name, const char *const *sets, int n_se
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
+
+static int test_checkpoint_resume_params_nvme(void) {
+  if (!have_nvme) return 77;
+  return checkpoint_resume("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
+}
 
 static int test_checkpoint_resume_nvme(void) {
   if (!have_nvme) return 77;
@@ -204,15 +240,15 @@ static int test_budget_too_small(void) {
   return 0;
 }
 
-/* Flips one byte of the first NVMe state file found under the store's
- * private directory. */
-static int corrupt_one_file(const char *store_dir) {
+/* Flips one byte of the NVMe file named only (or of the first file found
+ * when NULL) under the store's private directory. */
+static int corrupt_one_file(const char *store_dir, const char *only) {
   DIR *d = opendir(store_dir);
   if (!d) return -1;
   struct dirent *e;
   int ret = -1;
   while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
+    if (e->d_name[0] == '.' || (only && strcmp(e->d_name, only) != 0)) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", store_dir, e->d_name);
     FILE *f = fopen(path, "r+b");
@@ -234,11 +270,12 @@ static void fill_mod7(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
   for (size_t i = 0; i < BT; i++) in[i] = (int32_t)(i % 7), tg[i] = (int32_t)((i + 1) % 7);
 }
 
-static int test_nvme_corruption_detected(void) {
+/* Trains the placement's sets and corrupts file `only` of the NVMe store
+ * after step 1: step 2 must fail with the CRC error, naming the file. */
+static int corruption_detected(const char *const *sets, int n_sets, const char *only) {
   if (!have_nvme) return 77;
   struct zo_config cfg;
-  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
-  CHECK(load(&cfg, sets, ZO_ARRAY_LEN(sets)) == 0);
+  CHECK(load(&cfg, sets, n_sets) == 0);
   struct zo_plan plan;
   CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
   struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
@@ -267,15 +304,63 @@ static int test_nvme_corruption_detected(void) {
         if (strncmp(e->d_name, "zoffload-nvme-", 14) == 0) snprintf(store, sizeof store, "%s/%s", nvme_dir, e->d_name);
       closedir(d);
       CHECK(store[0]);
-      CHECK(corrupt_one_file(store) == 0);
+      CHECK(corrupt_one_file(store, only) == 0);
     }
   }
   fprintf(stderr, "after corruption: %s\n", zo_last_error());
   CHECK(err == -EBADMSG || err == -EIO);
   CHECK(strstr(zo_last_error(), "NVMe") != NULL);
+  if (only) {
+    char named[80];
+    snprintf(named, sizeof named, "of '%s'", only);
+    CHECK(err == -EBADMSG);
+    CHECK(strstr(zo_last_error(), named) != NULL);
+    CHECK(strstr(zo_last_error(), "offset 0") != NULL);
+  }
   zo_sched_free(s);
   free(p);
   zo_config_free(&cfg);
+  return 0;
+}
+
+static int test_nvme_corruption_detected(void) {
+  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
+  return corruption_detected(sets, ZO_ARRAY_LEN(sets), NULL);
+}
+
+/* The Infinity tier's parameter file: a corrupt block is found by the slot
+ * load that reads it (step 2's backward reloads block 0). */
+static int test_params_nvme_corruption_detected(void) {
+  return corruption_detected(infinity, ZO_ARRAY_LEN(infinity), "params");
+}
+
+/* Host pool bytes of the placement's sets for the model at n_layer blocks. */
+static size_t host_plan_at(const char *const *sets, int n_sets, int n_layer) {
+  char nl[40];
+  snprintf(nl, sizeof nl, "model.n_layer=%d", n_layer);
+  const char *all[8];
+  int n = 0;
+  for (int i = 0; i < n_sets; i++) all[n++] = sets[i];
+  all[n++] = nl;
+  struct zo_config cfg;
+  if (load(&cfg, all, n)) return 0;
+  struct zo_plan plan;
+  const size_t host = zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) ? 0 : plan.total[ZO_TIER_HOST];
+  zo_config_free(&cfg);
+  return host;
+}
+
+/* The Infinity tier's host pool is a window: it does not grow with the
+ * depth, where parameters on the host do. */
+static int test_params_nvme_host_window(void) {
+  const char *cpu[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                       "zero_optimization.offload_param.device=cpu"};
+  const size_t a = host_plan_at(infinity, ZO_ARRAY_LEN(infinity), 3),
+               b = host_plan_at(infinity, ZO_ARRAY_LEN(infinity), 12);
+  const size_t c = host_plan_at(cpu, ZO_ARRAY_LEN(cpu), 3), d = host_plan_at(cpu, ZO_ARRAY_LEN(cpu), 12);
+  fprintf(stderr, "host plan: nvme params %zu (3 blocks) %zu (12 blocks); host params %zu, %zu\n", a, b, c, d);
+  CHECK(a > 0 && a == b);
+  CHECK(c > 0 && d > c && a < c);
   return 0;
 }
 
@@ -298,13 +383,19 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_nvme_small_chunks),
       ZO_TEST(params_cpu_optimizer_cpu),
       ZO_TEST(params_cpu_optimizer_nvme),
+      ZO_TEST(params_nvme),
+      ZO_TEST(params_nvme_small_chunks),
+      ZO_TEST(params_nvme_max_in_cpu),
       ZO_TEST(single_micro_batch_slots),
       ZO_TEST(checkpoint_resume_device),
       ZO_TEST(checkpoint_resume_nvme),
+      ZO_TEST(checkpoint_resume_params_nvme),
   };
   static const struct zo_test once[] = {
       ZO_TEST(budget_too_small),
       ZO_TEST(nvme_corruption_detected),
+      ZO_TEST(params_nvme_corruption_detected),
+      ZO_TEST(params_nvme_host_window),
   };
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};

@@ -12,6 +12,11 @@
 static void slot_ensure(struct zo_sched *s, int l) {
   const int k = l % s->n_slots;
   if (s->slot_owner[k] == l) return;
+  if (s->pl.param_nvme) {
+    param_slot_load(s, l, k);
+    s->slot_owner[k] = l;
+    return;
+  }
   const struct range r = unit_range(s->t, 1 + l);
   if (s->pshard) {
     /* Gathered from the owners into slot k's buffer (stream block_gather, in the same
@@ -53,7 +58,7 @@ void slots_invalidate(struct zo_sched *s) {
 
 /* ---- gradients ----------------------------------------------------------- */
 
-static void acc_fn(void *arg) {
+void acc_fn(void *arg) {
   const struct acc_task *a = arg;
   double t0 = zo_time_s();
   float *restrict d = a->dst;
@@ -71,7 +76,7 @@ static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n
   const int index = (int)(task - s->acc_tasks); /* block, or L (head), L + 1 (tail) */
   zo_trace_next("grads out", index, n * sizeof(float), 0);
   if (s->k == 0) {
-    CHECK_Q(s->be->memcpy_async(s->h.grads + off, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    CHECK_Q(s->be->memcpy_async(grads_at(s, off), src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
     return;
   }
   CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
@@ -191,6 +196,10 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
     CHECK_Q(be->event_record(s->gslot_ready[g], cs));
     CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
     if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
+    if (s->pl.grads_nvme) {
+      grads_out_nvme(s, l, g);
+      return;
+    }
     if (s->overlap) {
       grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->reduce_tasks[l]);
       CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
@@ -221,10 +230,15 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }
-    grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
-    grads_out(s, m->grads + head.numel, tail.off, tail.numel,
-              s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    if (s->pl.grads_nvme && s->k > 0) {
+      grads_out_resident_pieces(s);
+    } else {
+      grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
+      grads_out(s, m->grads + head.numel, tail.off, tail.numel,
+                s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+    }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
+    if (last && s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, norm_res_fn, &s->norm_res_task));
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
     return;
   }

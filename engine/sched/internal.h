@@ -10,6 +10,7 @@
  *   step.c        one step's queueing order (queue_optimizer)
  *   update.c      norm and AdamW / AdamW8bit updates, host and device
  *   nvme.c        the NVMe pipeline, the state files and their cache
+ *   tier.c        the Infinity tier: the blocks' parameters and gradients on NVMe
  *   collective.c  every collective across ranks, and init's ranks stage
  *   state.c       state I/O and the rank-0 serving protocol
  *   stats.c       counters, the memory report, the I/O timing */
@@ -39,6 +40,14 @@ struct range {
   size_t off, numel; /* elements of the table */
 };
 
+/* param_nvme: the first blocks, whole, that offload_param.max_in_cpu keeps
+ * in the host pool. */
+static inline int cpu_blocks(const struct zo_placement *pl, const struct zo_tensor_table *t) {
+  if (!pl->param_nvme || !t->layer_numel) return 0;
+  const size_t n = pl->param_max_in_cpu / t->layer_numel;
+  return n < (size_t)t->n_layer ? (int)n : t->n_layer;
+}
+
 static inline struct range unit_range(const struct zo_tensor_table *t, int u) {
   const int L = t->n_layer;
   if (u == 0) return (struct range){0, t->layer_offset[0]};
@@ -65,6 +74,8 @@ struct chunk {
   size_t sbytes;      /* bytes of m (v alike) */
   uint64_t mfile_off; /* bytes into the master file */
   uint64_t sfile_off; /* bytes into each state file */
+  uint64_t pfile_off; /* bytes into the parameter file (param_nvme, block chunks only) */
+  uint64_t gfile_off; /* bytes into the gradient file (grads_nvme, block chunks only) */
 };
 
 struct chunk_plan {
@@ -72,6 +83,9 @@ struct chunk_plan {
   size_t max_numel;  /* elements of the largest chunk */
   size_t max_sbytes; /* state bytes of m of the largest chunk */
   size_t mfile, sfile; /* bytes of the master file and of each state file */
+  size_t pfile, gfile; /* bytes of the parameter and gradient files: the blocks' chunks,
+                        * working dtype and fp32, each chunk at an aio.block_size multiple */
+  size_t block_pbytes, block_gbytes; /* bytes of one block's region of each (all alike) */
 };
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
@@ -97,11 +111,19 @@ struct host_bufs {
                       * device loads in mixed precision with the optimizer offloaded */
   float *master;     /* (numel) fp32 master weights, optimizer on cpu */
   uint8_t *adam_m, *adam_v; /* (zo_optim_state_nbytes) canonical layout, optimizer on cpu */
-  float *grads;      /* (numel) accumulated gradients, optimizer offloaded */
+  float *grads;      /* (numel) accumulated gradients, optimizer offloaded; grads_nvme:
+                      * (head + tail) the resident ranges' only, head first */
   float *stage[ZO_SCHED_GRAD_SLOTS]; /* (layer_numel) micro-batch gradients, grads on host, grad_accum > 1 */
-  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges */
+  float *stage_res;  /* (head + tail) micro-batch gradients of the resident ranges (not with
+                      * grads_nvme: those pass through stage[0] in pieces) */
   uint8_t *nv_buf;   /* (nvme_buffers) sets of NVMe staging: master, m, v of one chunk,
-                      * each rounded up to 4096 bytes */
+                      * each rounded up to 4096 bytes; grads_nvme: its gradients; param_nvme
+                      * in mixed precision: its rounded working parameters */
+  uint8_t *pring;    /* (param_slots, block_pbytes) param_nvme: ring of blocks read from
+                      * the parameter file, in its layout, one per device slot */
+  uint8_t *pcpu;     /* (cpu_blocks, layer_numel) working dtype: param_nvme, the blocks
+                      * max_in_cpu keeps in host memory */
+  uint8_t *gio;      /* (block_gbytes) grads_nvme: one block's gradients in the file's layout */
   int32_t *in[2], *tg[2]; /* (B*T) double-buffered tokens */
   float *losses;     /* (grad_accum, B*T) */
   uint8_t *act_ckpt; /* (ckpt_blocks, B*T, C) working dtype: inputs of checkpointed blocks,
@@ -169,6 +191,18 @@ struct nv_buffer {
   struct zo_nvme_req rreq[NV_FILES]; /* outstanding reads, one per file */
   struct zo_nvme_req wreq[NV_FILES]; /* outstanding writes, one per file */
   bool reading, writing;             /* requests outstanding; ordered by the chunk events */
+  float *grad;                       /* (chunk floats) grads_nvme: the chunk's gradients, read by its update */
+  struct zo_nvme_req greq;           /* grads_nvme: their read, issued by the previous chunk's update */
+  bool greading;                     /* greq outstanding */
+  void *work;                        /* (chunk, working dtype) param_nvme, mixed precision: rounded parameters */
+};
+
+/* grads_nvme_fn: block `block`'s gradients of micro-batch k, staged at stage,
+ * into the gradient file (d2h stream). */
+struct gio_task {
+  struct zo_sched *s;
+  int block, k;
+  float *stage; /* (layer_numel) */
 };
 
 /* Host-function argument of an NVMe refill (I/O stream) or update (optimizer stream). */
@@ -266,7 +300,19 @@ struct zo_sched {
   long nv_base;                    /* global index of the next step's first chunk */
   bool nv_primed;                  /* the next step's first nv_depth refills are queued */
   struct nv_buffer *nvb;           /* (nvme_buffers) staging sets in h.nv_buf */
-  size_t nvme_planned;             /* bytes of the three files */
+  size_t nvme_planned;             /* bytes of the files */
+  int pfile_id, gfile_id;          /* parameter and gradient files (param_nvme), else -1 */
+  int n_cpu;                       /* cpu_blocks(): blocks 0 .. n_cpu - 1 live in h.pcpu */
+  int *unit_chunk;                 /* (U + 1) first chunk of each unit; [U] = n_chunks */
+  size_t block_pbytes, block_gbytes; /* a block's region of the parameter / gradient file */
+  zo_stream_t param_io;            /* param_nvme: parameter reads into the ring, else NULL */
+  zo_event_t *ring_ready;          /* (n_slots) param_nvme: ring buffer k filled (param_io) */
+  struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
+  struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
+  struct task norm_res_task;       /* norm_res_fn */
+  struct acc_task *res_pieces;     /* (n_res_pieces) grads_nvme: the resident ranges' gradients in
+                                    * layer_numel pieces through h.stage[0], head then tail */
+  int n_res_pieces;
   /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
    * one-chunk cache per file */
   bool st_active;                  /* between the first state access and zo_sched_state_done */
@@ -379,6 +425,12 @@ static inline float *master_at(const struct zo_sched *s, size_t off) {
 /* The gradients the optimizer reads (device accumulator, or host) at table
  * element off: with sharded gradients h.grads holds this rank's shard. */
 static inline float *grads_at(const struct zo_sched *s, size_t off) {
+  if (s->pl.grads_nvme) { /* the resident ranges only */
+    const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->U - 1);
+    if (off < head.numel) return s->h.grads + off;
+    ZO_ASSERT(off >= tail.off);
+    return s->h.grads + head.numel + (off - tail.off);
+  }
   ZO_ASSERT(off >= s->grads_off);
   return (s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads) + (off - s->grads_off);
 }
@@ -439,6 +491,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
 
 /* hooks.c: the model's block hooks */
 void slots_invalidate(struct zo_sched *s);
+void acc_fn(void *arg);
 void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 
@@ -474,6 +527,17 @@ int nvme_open(struct zo_sched *s);
 int nv_flush(struct zo_sched *s, int f);
 int nv_fetch(struct zo_sched *s, int f, int j, bool whole);
 int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write);
+
+/* tier.c: parameters and gradients on NVMe */
+void param_read_fn(void *arg);
+void param_slot_load(struct zo_sched *s, int l, int k);
+void grads_out_nvme(struct zo_sched *s, int l, int g);
+void norm_res_fn(void *arg);
+void grads_out_resident_pieces(struct zo_sched *s);
+int tier_open(struct zo_sched *s);
+int tier_write_params(struct zo_sched *s, int j, const void *src);
+size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
+                    size_t *wper);
 
 /* step.c: one step's queueing order */
 int queue_optimizer(struct zo_sched *s);

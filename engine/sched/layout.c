@@ -11,13 +11,24 @@
  * pieces may be NULL to count. File offsets are left 0. */
 /* Appends chunk cur: its regions of the files follow the previous chunk's,
  * each rounded up to aio.block_size. */
-static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, struct chunk *chunks) {
+static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, size_t e, int L, int n_cpu,
+                        struct chunk *chunks) {
   if (cp->max_numel < cur->numel) cp->max_numel = cur->numel;
   if (cp->max_sbytes < cur->sbytes) cp->max_sbytes = cur->sbytes;
   cur->mfile_off = cp->mfile;
   cur->sfile_off = cp->sfile;
   cp->mfile += round_up(cur->numel * sizeof(float), blk);
   cp->sfile += round_up(cur->sbytes, blk);
+  if (cur->unit >= 1 && cur->unit <= L) { /* blocks: the parameter and gradient files */
+    cur->pfile_off = cp->pfile;
+    cur->gfile_off = cp->gfile;
+    if (cur->unit > n_cpu) cp->pfile += round_up(cur->numel * e, blk); /* not kept in host memory */
+    cp->gfile += round_up(cur->numel * sizeof(float), blk);
+    if (cur->unit == 1) {
+      cp->block_pbytes += round_up(cur->numel * e, blk);
+      cp->block_gbytes += round_up(cur->numel * sizeof(float), blk);
+    }
+  }
   if (chunks) chunks[cp->n_chunks] = *cur;
   cp->n_chunks++;
 }
@@ -25,7 +36,7 @@ static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, st
 struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
                                      struct chunk *chunks, struct piece *pieces) {
   const struct zo_optim_format *f = &pl->opt;
-  const size_t blk = pl->nvme_block ? pl->nvme_block : 4096;
+  const size_t blk = pl->nvme_block ? pl->nvme_block : 4096, e = zo_dtype_size(pl->dtype);
   size_t cap = pl->nvme_chunk && pl->nvme_chunk < t->layer_numel ? pl->nvme_chunk : t->layer_numel;
   if (f->eightbit && cap < f->block) cap = f->block;
   struct chunk_plan cp = {0};
@@ -38,7 +49,7 @@ struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_p
     const bool q = zo_optim_is_8bit(f, ti->numel);
     for (size_t a = 0; a < ti->numel;) {
       if (open && (cur.unit != unit || cur.numel == cap || full)) {
-        close_chunk(&cp, &cur, blk, chunks);
+        close_chunk(&cp, &cur, blk, e, t->n_layer, cpu_blocks(pl, t), chunks);
         open = false;
       }
       if (!open) {
@@ -60,7 +71,7 @@ struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_p
       a += take;
     }
   }
-  if (open) close_chunk(&cp, &cur, blk, chunks);
+  if (open) close_chunk(&cp, &cur, blk, e, t->n_layer, cpu_blocks(pl, t), chunks);
   return cp;
 }
 
@@ -71,18 +82,22 @@ const char *zo_sched_mem_category_name(int category) {
 
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
-  size_t master = 0, state = 0;
+  size_t master = 0, state = 0, params = 0, grads = 0;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     const struct chunk_plan cp = make_chunks(t, pl, NULL, NULL);
     master = cp.mfile;
     state = cp.sfile;
+    if (pl->param_nvme) params = cp.pfile;
+    if (pl->grads_nvme) grads = cp.gfile;
   }
   if (by_category) {
     memset(by_category, 0, ZO_SCHED_MEM_N_CATEGORIES * sizeof *by_category);
     by_category[ZO_MEM_MASTER] = master;
     by_category[ZO_MEM_ADAM_M] = by_category[ZO_MEM_ADAM_V] = state;
+    by_category[ZO_MEM_PARAMS] = params;
+    by_category[ZO_MEM_GRADS] = grads;
   }
-  return master + 2 * state;
+  return master + 2 * state + params + grads;
 }
 
 size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model_config *mc, int B, int T,
@@ -102,6 +117,17 @@ size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model
     by_category[ZO_MEM_GRADS] += norm;
   }
   return total + 2 * nb + norm;
+}
+
+/* Bytes of one NVMe staging set: master (and, grads_nvme, gradients) of
+ * mper, m and v of sper, the rounded working parameters (param_nvme, mixed
+ * precision) of wper. */
+size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
+                    size_t *wper) {
+  *mper = round_up(cp->max_numel * sizeof(float), 4096);
+  *sper = round_up(cp->max_sbytes, 4096);
+  *wper = pl->param_nvme && pl->dtype != ZO_F32 ? round_up(cp->max_numel * zo_dtype_size(pl->dtype), 4096) : 0;
+  return *mper * (pl->grads_nvme ? 2 : 1) + 2 * *sper + *wper;
 }
 
 static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int cat) {
@@ -145,7 +171,14 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
    * (ZeRO-3 over ranks) it holds the shard, and each block is gathered from
    * its owners into a slot's gather buffer before it goes to the device. */
   const bool pshard = sharded && pl->param_slots;
-  if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
+  const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME ? make_chunks(t, pl, NULL, NULL) : (struct chunk_plan){0};
+  if (pl->param_nvme) { /* the blocks stream from NVMe through a ring, one buffer per slot */
+    const int n_cpu = cpu_blocks(pl, t);
+    if (n_cpu < t->n_layer)
+      h->pring = hcarve(c, (size_t)pl->param_slots * cp.block_pbytes, "parameter ring", ZO_MEM_PARAMS);
+    h->pcpu = hcarve(c, (size_t)n_cpu * t->layer_numel * e, "parameters (max_in_cpu)", ZO_MEM_PARAMS);
+  }
+  else if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
     h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
   if (pshard)
     h->block_gather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);
@@ -153,15 +186,21 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
    * summed onto their owners every micro-batch, each rank accumulating its
    * shard only, through the staging buffers. */
   const bool gshard = sharded && pl->grads_on_host && pl->overlap_comm;
-  if (offloaded) h->grads = hcarve(c, (gshard ? sh.hi - sh.lo : n) * f, "gradients", ZO_MEM_GRADS);
-  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard)) {
-    for (int g = 0; g < ZO_SCHED_GRAD_SLOTS; g++)
+  /* grads_nvme: the host keeps the resident ranges' gradients; the blocks'
+   * pass through the staging and one block of file I/O buffer. */
+  if (offloaded)
+    h->grads = hcarve(c, (pl->grads_nvme ? resident : gshard ? sh.hi - sh.lo : n) * f, "gradients", ZO_MEM_GRADS);
+  /* grads_nvme: one buffer, each block's file I/O runs before the next copy
+   * on the same stream. */
+  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard || pl->grads_nvme))
+    for (int g = 0; g < (pl->grads_nvme ? 1 : ZO_SCHED_GRAD_SLOTS); g++)
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
+  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme)
     h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
-  }
+  if (pl->grads_nvme) h->gio = hcarve(c, cp.block_gbytes, "gradient I/O", ZO_MEM_BUFFERS);
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
-    const struct chunk_plan cp = make_chunks(t, pl, NULL, NULL);
-    const size_t set = round_up(cp.max_numel * f, 4096) + 2 * round_up(cp.max_sbytes, 4096);
+    size_t mper, sper, wper;
+    const size_t set = nv_set_bytes(pl, &cp, &mper, &sper, &wper);
     h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * set, "NVMe staging", ZO_MEM_BUFFERS);
   }
   for (int b = 0; b < 2; b++) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "zo/adamw8bit.h"
+#include "zo/cpu.h"
 
 static const char *const nv_class[NV_FILES] = {"master", "exp_avg", "exp_avg_sq"};
 
@@ -39,6 +40,11 @@ int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b) {
 
 int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
   int err = nv_drain_writes(s, b);
+  if (b->greading) {
+    b->greading = false;
+    int e = zo_nvme_wait(s->nv, &b->greq);
+    if (e && !err) err = e;
+  }
   if (b->reading) {
     b->reading = false;
     int e = nv_wait_all(s, b->rreq);
@@ -107,18 +113,56 @@ void nv_update_fn(void *arg) {
     async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
     return;
   }
-  /* A skipped step writes the chunk back unchanged. */
-  if (sa->skip) return;
   const struct chunk *c = &s->chunks[a->chunk];
   float *master = b->file[NV_MASTER];
-  const bool mixed = s->pl.dtype != ZO_F32;
+  const bool mixed = s->pl.dtype != ZO_F32, block = c->unit >= 1 && c->unit <= s->L;
+  /* A skipped step writes the chunk back unchanged; the device copy of a
+   * resident chunk then reads the working values the master rounds to. */
+  if (sa->skip) {
+    if (s->pl.param_nvme && mixed && !block) zo_cpu_cast(b->work, s->pl.dtype, master, ZO_F32, c->numel);
+    return;
+  }
+  if (s->pl.grads_nvme && block) {
+    const double tw = zo_time_s();
+    if (b->greading) err = zo_nvme_wait(s->nv, &b->greq);
+    else err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, b->grad, c->numel * sizeof(float));
+    b->greading = false;
+    atomic_fetch_add(&s->nv_wait_ns, ns_since(tw));
+    /* The next chunk's gradients are read while this one updates: its
+     * set's gradient buffer was last read by chunk g + 1 - nbuf's update,
+     * which ran before this one. */
+    const int jn = a->chunk + 1;
+    if (!err && jn < s->n_chunks && s->chunks[jn].unit >= 1 && s->chunks[jn].unit <= s->L) {
+      struct nv_buffer *nb = &s->nvb[(a->buf + 1) % s->pl.nvme_buffers];
+      err = zo_nvme_read_async(s->nv, s->gfile_id, s->chunks[jn].gfile_off, nb->grad,
+                               s->chunks[jn].numel * sizeof(float), &nb->greq);
+      nb->greading = true;
+    }
+    if (err) {
+      async_fail(s, error_prefixed(err, "NVMe tier: reading the gradients"));
+      return;
+    }
+  }
+  const size_t e = s->m->esize;
   for (int k = c->first; k < c->first + c->n_pieces; k++) {
     const struct piece *pc = &s->pieces[k];
-    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), grads_at(s, pc->off),
-                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel,
-                 mixed ? host_params_at(s, pc->off) : NULL);
+    const float *g = s->pl.grads_nvme && block ? b->grad + (pc->off - c->off) : grads_at(s, pc->off);
+    void *work = !mixed ? NULL
+                 : s->pl.param_nvme ? (void *)((uint8_t *)b->work + (pc->off - c->off) * e)
+                                    : host_params_at(s, pc->off);
+    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), g,
+                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel, work);
   }
-  if (s->n_slots && !mixed) memcpy(host_params_at(s, c->off), master, c->numel * sizeof(float));
+  if (s->pl.param_nvme) {
+    /* The block's rounded working parameters into the parameter file before
+     * its update counts as done: the next slot load reads them. */
+    if (block && (err = tier_write_params(s, a->chunk, mixed ? b->work : (void *)master))) {
+      async_fail(s, err);
+      return;
+    }
+  } else if (s->n_slots && !mixed) {
+    memcpy(host_params_at(s, c->off), master, c->numel * sizeof(float));
+  }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
 
@@ -223,22 +267,28 @@ int nvme_open(struct zo_sched *s) {
   for (int f = 0; f < NV_FILES; f++)
     if ((err = zo_nvme_file_create(s->nv, nv_class[f], file_bytes[f], &s->file_id[f])))
       return error_prefixed(err, "NVMe tier: creating a state file");
-  const size_t mper = round_up(cp.max_numel * sizeof(float), 4096), sper = round_up(cp.max_sbytes, 4096);
-  const size_t set = mper + 2 * sper;
-  struct zo_nvme_buffer reg = {s->h.nv_buf, (size_t)s->pl.nvme_buffers * set};
+  size_t mper, sper, wper;
+  const size_t set = nv_set_bytes(&s->pl, &cp, &mper, &sper, &wper);
+  struct zo_nvme_buffer reg[3] = {{s->h.nv_buf, (size_t)s->pl.nvme_buffers * set}};
+  int n_reg = 1;
+  if (s->h.pring) reg[n_reg++] = (struct zo_nvme_buffer){s->h.pring, (size_t)s->n_slots * cp.block_pbytes};
+  if (s->h.gio) reg[n_reg++] = (struct zo_nvme_buffer){s->h.gio, cp.block_gbytes};
   for (int b = 0; b < s->pl.nvme_buffers; b++) {
     uint8_t *base = s->h.nv_buf + (size_t)b * set;
     s->nvb[b].file[NV_MASTER] = base;
     s->nvb[b].file[NV_M] = base + mper;
     s->nvb[b].file[NV_V] = base + mper + sper;
+    s->nvb[b].grad = s->pl.grads_nvme ? (float *)(void *)(base + mper + 2 * sper) : NULL;
+    s->nvb[b].work = wper ? base + set - wper : NULL;
   }
+  if ((err = tier_open(s))) return err;
   /* Registration is an optimization: without it the store uses plain reads. */
-  (void)zo_nvme_register_buffers(s->nv, &reg, 1);
+  (void)zo_nvme_register_buffers(s->nv, reg, n_reg);
   if ((err = sched_stream_create(s, &s->nvme_io, "nvme_io")) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
       (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;
-  s->nvme_planned = file_bytes[NV_MASTER] + file_bytes[NV_M] + file_bytes[NV_V];
+  s->nvme_planned = zo_sched_nvme_plan(&s->pl, s->t, NULL);
   return nv_segs_build(s);
 }
 

@@ -64,6 +64,9 @@ void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks) {
   ZO_ASSERT(n_ranks >= 1 && rank >= 0 && rank < n_ranks);
   pl->dp_rank = rank;
   pl->dp_ranks = n_ranks;
+  /* Over ranks the gradients are summed in the host pool (whole or this
+   * rank's shard). */
+  pl->grads_nvme = pl->param_nvme || (n_ranks == 1 && pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
 }
 
 bool zo_placement_sharded(const struct zo_placement *pl) { return pl->dp_ranks > 1 && pl->zero_stage >= 1; }
@@ -115,10 +118,23 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   if (pl->opt.eightbit && (pl->opt.block < 1 || pl->opt.block > ZO_ADAMW8BIT_BLOCK_MAX))
     return zo_error(-EINVAL, "optimizer.params.block_size = %zu: need 1..%d", pl->opt.block,
                     ZO_ADAMW8BIT_BLOCK_MAX);
-  if (z->offload_param.device == ZO_OFFLOAD_NVME)
-    return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" is not "
-                              "implemented; use \"cpu\" (parameters in host memory)");
-  if (z->offload_param.device == ZO_OFFLOAD_CPU) {
+  if (z->offload_param.device == ZO_OFFLOAD_NVME) {
+    if (pl->optimizer != ZO_OFFLOAD_NVME)
+      return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" needs the optimizer on "
+                                "NVMe too: set zero_optimization.offload_optimizer.device to \"nvme\"");
+    const char *pp = z->offload_param.nvme_path;
+    if (pp && pp[0] && pl->nvme_path && pl->nvme_path[0] && strcmp(pp, pl->nvme_path) != 0)
+      return zo_error(-ENOTSUP, "zero_optimization.offload_param.nvme_path = \"%s\" differs from "
+                                "zero_optimization.offload_optimizer.nvme_path = \"%s\": the tier keeps one "
+                                "store; leave offload_param.nvme_path unset or equal", pp, pl->nvme_path);
+    if (z->offload_param.buffer_count < 2)
+      return zo_error(-EINVAL, "zero_optimization.offload_param.buffer_count = %d: parameters on NVMe need "
+                               ">= 2 ring buffers (one loading while the next is read)",
+                      z->offload_param.buffer_count);
+    pl->param_nvme = true;
+    pl->param_max_in_cpu = (size_t)z->offload_param.max_in_cpu;
+  }
+  if (z->offload_param.device != ZO_OFFLOAD_NONE) {
     if (pl->optimizer == ZO_OFFLOAD_NONE)
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"cpu\" needs the "
                                 "optimizer offloaded too: set zero_optimization.offload_optimizer."
@@ -142,6 +158,7 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->zero_stage = z->stage;
   pl->overlap_comm = z->overlap_comm;
   pl->dp_ranks = 1;
+  pl->grads_nvme = pl->param_nvme || (pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
       return zo_error(-EINVAL, "zero_optimization.offload_optimizer.buffer_count = %d: the NVMe "
@@ -156,8 +173,12 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
 
 const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size) {
   static const char *const dev[] = {"device", "cpu", "nvme"};
-  char slots[64] = "device";
-  if (pl->param_slots) snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
+  char slots[96] = "device";
+  if (pl->param_nvme)
+    snprintf(slots, sizeof slots, "nvme (%d host ring buffers, %d device slots; max_in_cpu %zu elements)",
+             pl->param_slots, pl->param_slots, pl->param_max_in_cpu);
+  else if (pl->param_slots)
+    snprintf(slots, sizeof slots, "host (%d device slots)", pl->param_slots);
   char fmt[96] = "";
   if (pl->opt.eightbit)
     snprintf(fmt, sizeof fmt, " (AdamW8bit: block %zu, tensors >= %zu elements)", pl->opt.block,
@@ -180,7 +201,7 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
                                                      : " (gradients reduce-scattered)");
   }
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
-           dev[pl->optimizer], pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
+           dev[pl->optimizer], pl->grads_nvme ? "nvme" : pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
 }
 

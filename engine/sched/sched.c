@@ -161,13 +161,14 @@ static int init_streams(struct zo_sched *s) {
     s->reduce_tasks[s->L].src = s->h.stage_res;
     s->reduce_tasks[s->L + 1].src = s->h.stage_res + head.numel;
   }
+  const bool whole = s->h.grads && !s->overlap && !s->pl.grads_nvme; /* h.grads holds every block's */
   for (int l = 0; l < s->L; l++)
-    s->acc_tasks[l] = (struct acc_task){s, s->h.grads && !s->overlap ? s->h.grads + s->t->layer_offset[l] : NULL,
+    s->acc_tasks[l] = (struct acc_task){s, whole ? s->h.grads + s->t->layer_offset[l] : NULL,
                                         s->h.stage[l % ZO_SCHED_GRAD_SLOTS], s->t->layer_numel};
   if (s->h.grads && !s->overlap) {
-    s->acc_tasks[s->L] = (struct acc_task){s, s->h.grads + head.off, s->h.stage_res, head.numel};
+    s->acc_tasks[s->L] = (struct acc_task){s, grads_at(s, head.off), s->h.stage_res, head.numel};
     s->acc_tasks[s->L + 1] = (struct acc_task){
-        s, s->h.grads + tail.off, s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
+        s, grads_at(s, tail.off), s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
   }
   return 0;
 }
@@ -208,6 +209,13 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
              n_ranks, c->backend->name);
     return NULL;
   }
+  /* Every rank has the same placement, so every rank returns here. */
+  if (n_ranks > 1 && c->placement.param_nvme) {
+    zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" runs in one process only: over %d "
+                       "ranks each would need its own shard's parameter and gradient files, which is not "
+                       "implemented; use offload_param.device = \"cpu\" with several ranks", n_ranks);
+    return NULL;
+  }
   /* The duplicate first: it is collective, and every rank reaches it. */
   zo_comm_t grad_comm = NULL;
   if (n_ranks > 1 && zo_comm_dup(c->comm, &grad_comm)) return NULL;
@@ -219,6 +227,7 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   }
   pthread_mutex_init(&s->err_mu, NULL);
   s->n_ranks = n_ranks;
+  s->pfile_id = s->gfile_id = -1;
   if (n_ranks > 1) {
     s->comm = c->comm;
     s->grad_comm = grad_comm;
@@ -236,8 +245,8 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
 int zo_sched_synchronize(struct zo_sched *s) {
   zo_backend_t be = s->be;
   int err = 0;
-  zo_stream_t streams[7] = {s->compute, s->d2h, s->reduce, s->optim, s->block_gather, s->h2d, s->nvme_io};
-  for (int i = 0; i < 7; i++)
+  zo_stream_t streams[8] = {s->compute, s->d2h, s->reduce, s->optim, s->block_gather, s->h2d, s->nvme_io, s->param_io};
+  for (int i = 0; i < 8; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
   if (s->nv && !atomic_load(&s->err))
@@ -258,6 +267,8 @@ void zo_sched_free(struct zo_sched *s) {
     be->stream_destroy(s->nvme_io);
     be->stream_destroy(s->reduce);
     be->stream_destroy(s->block_gather);
+    be->stream_destroy(s->param_io);
+    events_destroy(be, s->ring_ready, s->n_slots);
     events_destroy(be, s->reduce_ready, s->L + 1);
     events_destroy(be, s->stage_free, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->block_gather_ready, s->n_slots);
@@ -308,6 +319,11 @@ void zo_sched_free(struct zo_sched *s) {
   zo_comm_free(s->reduce_comm);
   zo_comm_free(s->grad_comm);
   free(s->chunks);
+  free(s->unit_chunk);
+  free(s->ring_ready);
+  free(s->pread_tasks);
+  free(s->gio_tasks);
+  free(s->res_pieces);
   free(s->nvb);
   free(s->nv_refill);
   free(s->nv_update);

@@ -241,16 +241,25 @@ static int working_copies_sync(struct zo_sched *s) {
     }
   } else {
     /* NVMe: chunk by chunk (a chunk lies inside one unit). */
-    ZO_ASSERT(s->h.params || !mixed);
+    ZO_ASSERT(s->h.params || !mixed || s->pl.param_nvme);
     for (int j = 0; j < s->n_chunks && !err; j++) {
       const struct chunk *c = &s->chunks[j];
       if ((err = nv_fetch(s, NV_MASTER, j, false))) break;
       const float *master = s->nvb[0].file[NV_MASTER];
-      if (s->h.params) zo_cpu_cast(host_params_at(s, c->off), s->pl.dtype, master, ZO_F32, c->numel);
+      /* param_nvme: rounded into set 0's working buffer; the blocks' into
+       * the parameter file. */
+      const void *work = master;
+      if (s->h.params) {
+        zo_cpu_cast(host_params_at(s, c->off), s->pl.dtype, master, ZO_F32, c->numel);
+        work = host_params_at(s, c->off);
+      } else if (s->nvb[0].work) {
+        zo_cpu_cast(s->nvb[0].work, s->pl.dtype, master, ZO_F32, c->numel);
+        work = s->nvb[0].work;
+      }
       uint8_t *dev = dev_unit_params(s, c->unit);
-      if (dev && !after)
-        err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e,
-                        s->h.params ? host_params_at(s, c->off) : (const void *)master, c->numel * e, ZO_COPY_H2D);
+      if (s->pl.param_nvme && !dev) err = tier_write_params(s, j, work);
+      else if (dev && !after)
+        err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e, work, c->numel * e, ZO_COPY_H2D);
     }
   }
   if (!s->sharded) return err;

@@ -91,6 +91,17 @@ int zo_sched_memory(const struct zo_sched *s, struct zo_sched_mem *out) {
     out->peak[N][nv_cat[f]] += (size_t)st.st_size;
     out->used[N] += (size_t)st.st_size;
   }
+  const int tier_ids[2] = {s->pfile_id, s->gfile_id}, tier_cat[2] = {ZO_MEM_PARAMS, ZO_MEM_GRADS};
+  for (int f = 0; f < 2; f++) {
+    if (tier_ids[f] < 0) continue;
+    struct stat st;
+    const char *path = zo_nvme_file_path(s->nv, tier_ids[f]);
+    if (stat(path, &st) != 0)
+      return zo_error(-errno, "memory report: cannot stat NVMe file %s: %s", path, strerror(errno));
+    out->current[N][tier_cat[f]] += (size_t)st.st_size;
+    out->peak[N][tier_cat[f]] += (size_t)st.st_size;
+    out->used[N] += (size_t)st.st_size;
+  }
   out->capacity[N] = out->peak_total[N] = out->used[N];
   return 0;
 }

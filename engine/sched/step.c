@@ -64,7 +64,9 @@ int queue_optimizer(struct zo_sched *s) {
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
           zo_trace_next("load chunk", j, c->numel * e, 0);
           CHECK_Q(be->memcpy_async((uint8_t *)dev + (c->off - r.off) * e,
-                                   s->h.params ? host_params_at(s, c->off) : s->nvb[task->buf].file[NV_MASTER],
+                                   s->h.params           ? host_params_at(s, c->off)
+                                   : s->nvb[task->buf].work ? s->nvb[task->buf].work
+                                                            : s->nvb[task->buf].file[NV_MASTER],
                                    c->numel * e, ZO_COPY_H2D, s->h2d));
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }

@@ -106,6 +106,8 @@ struct zo_config_offload {        /* zero_optimization.offload_optimizer / offlo
   char *nvme_path;                /* directory for the NVMe tier, required for "nvme"; default "" */
   bool pin_memory;                /* pinned host buffers, default true (DeepSpeed: false) */
   int buffer_count;               /* staging buffers, default 4 (optimizer) / 5 (param) */
+  int64_t max_in_cpu;             /* offload_param on nvme: parameter elements kept in host
+                                   * memory (whole blocks), default 0 (DeepSpeed's: 1e9) */
 };
 
 struct zo_config_zero {           /* "zero_optimization" */

@@ -90,6 +90,16 @@ struct zo_placement {
   enum zo_offload_device optimizer; /* master weights, m, v: device, host or NVMe */
   bool grads_on_host;   /* gradients accumulated on the host (stage >= 2 with offload) */
   int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
+  bool param_nvme;      /* the blocks' working parameters on NVMe (offload_param.device
+                         * "nvme", optimizer on NVMe): a file laid out like the optimizer's
+                         * chunks, read param_slots blocks ahead into as many host ring
+                         * buffers (one per slot) on an I/O stream of its own */
+  size_t param_max_in_cpu; /* param_nvme: elements of whole blocks kept in the host pool
+                            * instead (offload_param.max_in_cpu), the first blocks */
+  bool grads_nvme;      /* the blocks' gradients accumulated in an NVMe file (optimizer on
+                         * NVMe and gradients on the host, one rank; always with param_nvme):
+                         * read-modify-written per micro-batch through one block of host
+                         * staging, read by the optimizer's chunk pipeline */
   int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
   int nvme_buffers;     /* staging buffer sets of the NVMe tier (>= 2) */
   size_t nvme_chunk;    /* elements per NVMe chunk at most (sub_group_size; chunks
@@ -138,8 +148,9 @@ bool zo_placement_sharded(const struct zo_placement *pl);
 struct zo_shard zo_placement_shard(const struct zo_placement *pl, const struct zo_tensor_table *t);
 
 /* Derives the placement. Returns 0, or -ENOTSUP / -EINVAL with a message
- * naming the key (offload_param.device "nvme", offload_param without an
- * offloaded optimizer, nvme without nvme_path). */
+ * naming the key (offload_param.device "nvme" without the optimizer on NVMe
+ * or with another nvme_path, offload_param without an offloaded optimizer,
+ * nvme without nvme_path). */
 int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo_placement *pl);
 /* One line such as "optimizer on cpu, gradients on host, parameters on host
  * (4 device slots)" into buf; returns buf. */
@@ -157,8 +168,9 @@ size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_
  * be NULL. 0 when mc is invalid. */
 size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model_config *mc, int B, int T,
                             size_t by_category[ZO_MEM_N_CATEGORIES]);
-/* NVMe bytes of the placement (0 unless the optimizer is on NVMe);
- * by_category may be NULL. */
+/* NVMe bytes of the placement (0 unless the optimizer is on NVMe): master,
+ * m, v and, with param_nvme, the working parameters and gradients of the
+ * blocks; by_category may be NULL. */
 size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_table *t,
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]);
 

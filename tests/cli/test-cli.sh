@@ -70,8 +70,12 @@ expect 0 "exact bytes: device" -- plan "$tmp/ok.json"
 expect 1 "Changes that fit" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=200KiB
 expect 1 "No single change fits" -- plan "$tmp/ok.json" --set engine.gpu_memory_budget=4KiB
 # The placements table of a Llama 8B config (10 GiB budget): parameter offload
-# fits the device only with 2 slots; the NVMe placement's host pool fits 128 GiB.
-expect 0 "params cpu, optimizer nvme (stage 3)        2    9.93 GiB   51.17 GiB   89.84 GiB    fits            NO          fits" -- plan "$repo/configs/llama-8b.json" --placements
+# fits the device only with 2 slots; the NVMe placements' host pools fit 24 GiB.
+expect 0 "params cpu, optimizer nvme (stage 3)        2    9.93 GiB   21.51 GiB  115.87 GiB    fits          fits          fits" -- plan "$repo/configs/llama-8b.json" --placements
+# The Infinity tier: parameters, gradients and optimizer on NVMe, the host a
+# window of blocks (<= 16 GiB for 8B, <= 32 GiB for 70B).
+expect 0 "params + optimizer on nvme (stage 3)        2    9.93 GiB    7.49 GiB  128.90 GiB    fits          fits          fits" -- plan "$repo/configs/llama-8b.json" --placements
+expect 1 "exact bytes: device 27825148416, host 19288817664, nvme 1257757474816" -- plan "$repo/configs/llama-70b.json"
 expect 0 "host 64.00 GiB" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 64GiB
 expect 2 "--host-ram 24XB: need" -- plan "$repo/configs/llama-8b.json" --placements --host-ram 24XB
 # Per-rank plans: a sharded optimizer halves the host's master weights (474.84 MiB alone).

@@ -30,13 +30,15 @@ cat >"$tmp/c.json" <<JSON
  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}
 JSON
 
-# run NAME [ARGS...]: zoffload train into $tmp/NAME (checkpoints: ck, swap: nvme).
+# run NAME [ARGS...]: zoffload train into $tmp/NAME (checkpoints: ck, swap: nvme),
+# with the placement's --set options in extra.
+extra=()
 run() {
   local name=$1
   shift
   mkdir -p "$tmp/$name/nvme"
   "$bin" train "$tmp/c.json" --set checkpoint.dir="$tmp/$name/ck" \
-    --set zero_optimization.offload_optimizer.nvme_path="$tmp/$name/nvme" "$@"
+    --set zero_optimization.offload_optimizer.nvme_path="$tmp/$name/nvme" "${extra[@]}" "$@"
 }
 
 out=$(ZO_FAULT=write:1:eio run probe 2>&1)
@@ -51,7 +53,7 @@ counts=$(ZO_FAULT_COUNTS=1 run base 2>&1 >/dev/null | grep "fault calls") || { e
 # added since at start-up (a probe of checkpoint.dir, a lock file) shift
 # them: each op's surplus is added to its points; fewer calls than placed
 # means the layout changed and the points have to be placed again.
-declare -A placed=([nvme-read]=140 [nvme-write]=105 [write]=102 [fsync]=30 [rename]=15)
+declare -A placed=([nvme-read]=152 [nvme-write]=117 [write]=102 [fsync]=30 [rename]=15)
 declare -A shift_by
 for op in "${!placed[@]}"; do
   got=$(grep -o " $op=[0-9]*" <<<"$counts" | cut -d= -f2)
@@ -63,17 +65,18 @@ for op in "${!placed[@]}"; do
   fi
 done
 
-# op:N  point (what the Nth call is in the uninterrupted run)  kinds
+# op:N  point (what the Nth call is in the uninterrupted run; each step
+# also writes and reads one gradient chunk per block first)  kinds
 cases=(
   "nvme-write:1|init: first master-weight block|eio enospc short"
-  "nvme-write:20|step 1 update, mid-state|eio enospc short"
-  "nvme-write:75|step 4 update, last block before save 4|eio enospc"
-  "nvme-write:90|step 6 update|eio short"
+  "nvme-write:22|step 1 update, mid-state|eio enospc short"
+  "nvme-write:83|step 4 update, last block before save 4|eio enospc"
+  "nvme-write:102|step 6 update|eio short"
   "nvme-read:3|init: state read back|eio short"
-  "nvme-read:25|step 2 update|eio short"
-  "nvme-read:45|save 2: optimizer state read|eio short"
-  "nvme-read:88|save 4: optimizer state read|eio"
-  "nvme-read:120|step 6 update|eio"
+  "nvme-read:29|step 2 update|eio short"
+  "nvme-read:49|save 2: optimizer state read|eio short"
+  "nvme-read:96|save 4: optimizer state read|eio"
+  "nvme-read:132|step 6 update|eio"
   "write:1|save 2: model.safetensors header|eio enospc short"
   "write:20|save 2: model.safetensors tensors|eio enospc short"
   "write:30|save 2: config.json|eio"
@@ -94,6 +97,8 @@ declare -A errtext=([eio]="Input/output error" [enospc]="No space left on device
 fail=0
 n=0
 matrix=()
+base=base
+run_cases() {
 for c in "${cases[@]}"; do
   IFS='|' read -r at point kinds <<<"$c"
   op=${at%%:*}
@@ -121,7 +126,7 @@ for c in "${cases[@]}"; do
       s=${d##*/}
       saved+="${s#checkpoint-} "
       for f in model.safetensors optimizer.safetensors config.json trainer_state.json; do
-        cmp -s "$d/$f" "$tmp/base/ck/$s/$f" || why+=("$s/$f differs from the uninterrupted run's")
+        cmp -s "$d/$f" "$tmp/$base/ck/$s/$f" || why+=("$s/$f differs from the uninterrupted run's")
       done
     done
     left=$(cd "$tmp/$name" && find ck nvme -mindepth 1 \( -name '.checkpoint-*' -o -name '*.tmp*' -o -name 'zoffload-nvme-*' \) 2>/dev/null | tr '\n' ' ')
@@ -136,7 +141,7 @@ for c in "${cases[@]}"; do
       (($? == 0)) || why+=("the resumed run failed: $(tail -1 <<<"$rout")")
     fi
     for f in model.safetensors optimizer.safetensors; do
-      cmp -s "$tmp/$name/ck/checkpoint-6/$f" "$tmp/base/ck/checkpoint-6/$f" ||
+      cmp -s "$tmp/$name/ck/checkpoint-6/$f" "$tmp/$base/ck/checkpoint-6/$f" ||
         why+=("after resuming, checkpoint-6/$f is not the uninterrupted run's")
     done
     if ((${#why[@]})); then
@@ -152,8 +157,54 @@ for c in "${cases[@]}"; do
     matrix+=("$(printf '%-18s %-48s %s' "$spec" "$point" "$outcome")")
   done
 done
+}
+run_cases
 
-echo "fault matrix (optimizer on NVMe, 6 steps, a checkpoint every 2; uninterrupted: $counts):"
+# The Infinity tier: parameters, gradients and optimizer on NVMe (stage 3).
+# Its I/O runs on three streams, so the Nth call is some block of the step
+# named, whichever file it belongs to: each fault must still stop the run
+# with the error (or resume a short transfer), keep every checkpoint and
+# resume to the uninterrupted run's bits.
+extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme
+  --set zero_optimization.offload_param.buffer_count=2)
+base=inf-base
+inf_counts=$(ZO_FAULT_COUNTS=1 run "$base" 2>&1 >/dev/null | grep "fault calls") ||
+  { echo "FAIL: the uninterrupted Infinity-tier run failed"; exit 1; }
+declare -A inf_need=([nvme-read]=150 [nvme-write]=120)
+for op in nvme-read nvme-write; do
+  got=$(grep -o " $op=[0-9]*" <<<"$inf_counts" | cut -d= -f2)
+  ((${got:-0} >= inf_need[$op])) ||
+    { echo "FAIL: the Infinity-tier run made ${got:-no} $op calls, fewer than the ${inf_need[$op]} the points assume"; exit 1; }
+  shift_by[$op]=0
+done
+cases=(
+  "nvme-write:5|init: parameter and state files|eio short"
+  "nvme-write:30|step 2: gradients, parameters or state|eio enospc short"
+  "nvme-read:30|step 2: parameter ring, gradients or state|eio short"
+  "nvme-read:110|step 4 on: a read|eio"
+)
+run_cases
+
+# A disk too small for the tier's files: refused before step 1, naming the
+# bytes needed and free (needs root to mount a 1 MiB tmpfs; skipped otherwise).
+mkdir -p "$tmp/small"
+if mount -t tmpfs -o size=1m zo-faults-small "$tmp/small" 2>/dev/null; then
+  out=$("$bin" train "$tmp/c.json" --set checkpoint.dir="$tmp/small-ck" "${extra[@]}" \
+    --set zero_optimization.offload_optimizer.nvme_path="$tmp/small" 2>&1)
+  rc=$?
+  umount "$tmp/small"
+  n=$((n + 1))
+  if ((rc == 1)) && [[ $out == *"on the nvme tier but free on nvme_path allows 1.00 MiB"* && $out != *"step 1/"* ]]; then
+    matrix+=("$(printf '%-18s %-48s %s' "nvme_path 1 MiB" "Infinity tier: files larger than the disk" "exit 1 before step 1, bytes needed and free")")
+  else
+    fail=$((fail + 1))
+    matrix+=("$(printf '%-18s %-48s %s' "nvme_path 1 MiB" "Infinity tier: files larger than the disk" "FAIL: exit $rc: $(tail -1 <<<"$out")")")
+  fi
+else
+  echo "(the disk-too-small case is skipped: mounting a 1 MiB tmpfs needs root)"
+fi
+
+echo "fault matrix (optimizer on NVMe, then the Infinity tier, 6 steps, a checkpoint every 2; uninterrupted: $counts; Infinity: $inf_counts):"
 printf '%-18s %-48s %s\n' "fault" "point" "outcome"
 printf '%s\n' "${matrix[@]}"
 echo "$((n - fail)) of $n cases passed"

@@ -1,0 +1,224 @@
+/* The Infinity tier: the blocks' working parameters and gradients on NVMe
+ * (param_nvme, grads_nvme), next to the optimizer's master, m and v; the
+ * gradients alone also whenever the optimizer is on NVMe at stage >= 2 in
+ * one process.
+ * Parameters: a file in the working dtype laid out like the optimizer's
+ * chunks (each block's chunks consecutive, each at an aio.block_size
+ * multiple); slot k's block is read into host ring buffer k on stream
+ * param_io, param_slots blocks ahead in forward then backward order, and
+ * copied from there into the slot; the chunk update writes the rounded
+ * parameters back. Gradients: each block's leave the device into host
+ * staging as backward produces them and go to a file laid out alike,
+ * read-modify-written for micro-batches after the first; the last one's
+ * per-tensor sums of squares are taken there (the norm stays the same sum
+ * in table order), and the chunk update reads the chunk's gradients with
+ * its master, m and v. The embeddings and the head stay on the device and
+ * their gradients in the host pool. Extents are always the chunk's: a file
+ * block is read with the length it was written with. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "zo/adamw.h"
+
+int tier_write_params(struct zo_sched *s, int j, const void *src) {
+  const struct chunk *c = &s->chunks[j];
+  if (c->unit <= s->n_cpu) { /* kept in host memory (max_in_cpu) */
+    memcpy(s->h.pcpu + (c->off - s->t->layer_offset[0]) * s->m->esize, src, c->numel * s->m->esize);
+    return 0;
+  }
+  int err = zo_nvme_write(s->nv, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize);
+  return err ? error_prefixed(err, "NVMe tier: writing the parameters") : 0;
+}
+
+/* param_io stream: block l's chunks from the parameter file into ring buffer
+ * l % n_slots, in the file's layout. */
+void param_read_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  const int l = a->index, u = 1 + l;
+  uint8_t *ring = s->h.pring + (size_t)(l % s->n_slots) * s->block_pbytes;
+  const uint64_t base = s->chunks[s->unit_chunk[u]].pfile_off;
+  const double t0 = zo_time_s();
+  for (int j = s->unit_chunk[u]; j < s->unit_chunk[u + 1]; j++) {
+    const struct chunk *c = &s->chunks[j];
+    int err = zo_nvme_read(s->nv, s->pfile_id, c->pfile_off, ring + (c->pfile_off - base), c->numel * s->m->esize);
+    if (err) {
+      char what[96];
+      snprintf(what, sizeof what, "NVMe tier: reading the parameters of block %d", l);
+      async_fail(s, error_prefixed(err, what));
+      return;
+    }
+  }
+  atomic_fetch_add(&s->nv_wait_ns, ns_since(t0));
+}
+
+/* Block l into slot k: read into ring buffer k once the ring's last copy
+ * to the device is done and the block's update written, then copied chunk
+ * by chunk into the slot. */
+void param_slot_load(struct zo_sched *s, int l, int k) {
+  zo_backend_t be = s->be;
+  const struct range r = unit_range(s->t, 1 + l);
+  const size_t e = s->m->esize;
+  if (l < s->n_cpu) { /* kept in host memory (max_in_cpu): straight into the slot */
+    CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
+    CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
+    zo_trace_next("load block", l, r.numel * e, 0);
+    CHECK_Q(be->memcpy_async(s->m->param_slots[k], s->h.pcpu + (r.off - s->t->layer_offset[0]) * e, r.numel * e,
+                             ZO_COPY_H2D, s->h2d));
+    CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
+    return;
+  }
+  CHECK_Q(be->stream_wait_event(s->param_io, s->slot_ready[k]));
+  CHECK_Q(be->stream_wait_event(s->param_io, s->param_ready[1 + l]));
+  zo_trace_next("nvme read block", l, r.numel * e, 0);
+  CHECK_Q(be->launch_host_func(s->param_io, param_read_fn, &s->pread_tasks[l]));
+  CHECK_Q(be->event_record(s->ring_ready[k], s->param_io));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->ring_ready[k]));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
+  zo_trace_next("load block", l, r.numel * e, 0);
+  const uint8_t *ring = s->h.pring + (size_t)k * s->block_pbytes;
+  const uint64_t base = s->chunks[s->unit_chunk[1 + l]].pfile_off;
+  for (int j = s->unit_chunk[1 + l]; j < s->unit_chunk[2 + l]; j++) {
+    const struct chunk *c = &s->chunks[j];
+    CHECK_Q(be->memcpy_async((uint8_t *)s->m->param_slots[k] + (c->off - r.off) * e, ring + (c->pfile_off - base),
+                             c->numel * e, ZO_COPY_H2D, s->h2d));
+  }
+  CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
+}
+
+/* d2h stream: one block's micro-batch gradients (staged) into the gradient
+ * file, added to what it holds after the first micro-batch; the last
+ * micro-batch's per-tensor sums of squares for the norm. */
+static void grads_nvme_fn(void *arg) {
+  const struct gio_task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  const double t0 = zo_time_s();
+  const int u = 1 + a->block;
+  const struct range r = unit_range(s->t, u);
+  const uint64_t base = s->chunks[s->unit_chunk[u]].gfile_off;
+  float *st = a->stage;
+  int err = 0;
+  for (int j = s->unit_chunk[u]; j < s->unit_chunk[u + 1] && !err; j++) {
+    const struct chunk *c = &s->chunks[j];
+    float *io = (float *)(void *)(s->h.gio + (c->gfile_off - base));
+    float *restrict x = st + (c->off - r.off);
+    const size_t n = c->numel;
+    if (a->k > 0) {
+      if ((err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float)))) break;
+      const float *restrict d = io;
+      /* acc + micro: the one rounding every placement's accumulation makes. */
+#pragma omp parallel for simd schedule(static) if (n >= ((size_t)1 << 16))
+      for (size_t i = 0; i < n; i++) x[i] = d[i] + x[i];
+    }
+    memcpy(io, x, n * sizeof(float));
+    err = zo_nvme_write(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float));
+  }
+  if (err) {
+    char what[96];
+    snprintf(what, sizeof what, "NVMe tier: accumulating the gradients of block %d", a->block);
+    async_fail(s, error_prefixed(err, what));
+    return;
+  }
+  if (a->k == s->pl.grad_accum - 1)
+    for (int i = 0; i < s->t->n_tensors; i++) {
+      const struct zo_tensor_info *ti = &s->t->tensors[i];
+      if (ti->layer == a->block) s->norm_host[i] = zo_sumsq(st + (ti->offset - r.off), ti->numel);
+    }
+  atomic_fetch_add(&s->acc_ns, ns_since(t0));
+}
+
+void grads_out_nvme(struct zo_sched *s, int l, int g) {
+  zo_backend_t be = s->be;
+  const size_t nb = s->t->layer_numel * sizeof(float);
+  zo_trace_next("grads out", l, nb, 0);
+  CHECK_Q(be->memcpy_async(s->h.stage[0], s->m->grad_slots[g], nb, ZO_COPY_D2H, s->d2h));
+  CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
+  zo_trace_next("nvme grads", l, nb, 0);
+  CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_fn, &s->gio_tasks[(size_t)s->k * (size_t)s->L + (size_t)l]));
+}
+
+/* Micro-batches after the first: the resident ranges' gradients leave in
+ * block-sized pieces through the one staging buffer, each added to the
+ * host accumulator (elementwise, so the pieces add the same bits). */
+void grads_out_resident_pieces(struct zo_sched *s) {
+  const size_t head = unit_range(s->t, 0).numel;
+  for (int i = 0; i < s->n_res_pieces; i++) {
+    struct acc_task *a = &s->res_pieces[i];
+    const size_t off = (size_t)(a->dst - s->h.grads); /* into the resident layout: head, then tail */
+    ZO_ASSERT(off + a->n <= head + s->m->tail_numel);
+    zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
+    CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + off, a->n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    zo_trace_next("accumulate grads", s->L, a->n * sizeof(float), a->n);
+    CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, a));
+  }
+}
+
+/* d2h stream, after the last micro-batch's resident gradients: their
+ * per-tensor sums of squares. */
+void norm_res_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  if (atomic_load(&s->err)) return;
+  for (int i = 0; i < s->t->n_tensors; i++) {
+    const struct zo_tensor_info *ti = &s->t->tensors[i];
+    if (ti->layer < 0) s->norm_host[i] = zo_sumsq(grads_at(s, ti->offset), ti->numel);
+  }
+}
+
+/* From nvme_open, once the chunks are made: the gradient and parameter
+ * files (fallocated: a disk too small fails here, before step 1), the
+ * tables, the stream and the events. */
+int tier_open(struct zo_sched *s) {
+  if (!s->pl.grads_nvme) return 0;
+  const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
+  const bool params = s->pl.param_nvme;
+  s->n_cpu = cpu_blocks(&s->pl, s->t);
+  s->block_pbytes = cp.block_pbytes;
+  s->block_gbytes = cp.block_gbytes;
+  s->unit_chunk = calloc((size_t)s->U + 1, sizeof *s->unit_chunk);
+  s->gio_tasks = calloc((size_t)s->pl.grad_accum * (size_t)s->L, sizeof *s->gio_tasks);
+  if (!s->norm_host) s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host);
+  if (params) {
+    s->ring_ready = calloc((size_t)s->n_slots, sizeof *s->ring_ready);
+    s->pread_tasks = calloc((size_t)s->L, sizeof *s->pread_tasks);
+  }
+  if (!s->unit_chunk || !s->gio_tasks || !s->norm_host || (params && (!s->ring_ready || !s->pread_tasks)))
+    return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
+  for (int u = s->U, j = s->n_chunks; u >= 0; u--) {
+    while (j > 0 && s->chunks[j - 1].unit >= u) j--;
+    s->unit_chunk[u] = u == s->U ? s->n_chunks : j;
+  }
+  for (int l = 0; l < s->L; l++) {
+    if (params) s->pread_tasks[l] = (struct task){s, l, 0};
+    for (int k = 0; k < s->pl.grad_accum; k++)
+      s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] = (struct gio_task){s, l, k, s->h.stage[0]};
+  }
+  s->norm_res_task = (struct task){s, 0, 0};
+  /* The resident ranges in pieces of at most a block (never across the
+   * head / tail boundary). */
+  const size_t LN = s->t->layer_numel, head = unit_range(s->t, 0).numel, tail = unit_range(s->t, s->U - 1).numel;
+  s->n_res_pieces = (int)((head + LN - 1) / LN + (tail + LN - 1) / LN);
+  s->res_pieces = calloc((size_t)s->n_res_pieces, sizeof *s->res_pieces);
+  if (!s->res_pieces) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
+  int np = 0;
+  for (int r = 0; r < 2; r++) {
+    const size_t base = r ? head : 0, n = r ? tail : head;
+    for (size_t a = 0; a < n; a += LN)
+      s->res_pieces[np++] = (struct acc_task){s, s->h.grads + base + a, s->h.stage[0], n - a < LN ? n - a : LN};
+  }
+  s->n_res_pieces = np;
+  int err;
+  if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
+    return error_prefixed(err, "NVMe tier: creating the gradient file");
+  if (!params) return 0;
+  if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
+    return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
+                               "parameter file");
+  if ((err = sched_stream_create(s, &s->param_io, "param_io")) || (err = events_create(s->be, s->ring_ready, s->n_slots)))
+    return err;
+  return 0;
+}
