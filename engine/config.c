@@ -1227,6 +1227,15 @@ static int apply_aliases(const struct load_ctx *ctx, json_t *root) {
   return 0;
 }
 
+/* zo_config_set_quiet: the planner's candidate loads print no warnings. */
+static _Thread_local bool config_quiet;
+
+bool zo_config_set_quiet(bool quiet) {
+  const bool was = config_quiet;
+  config_quiet = quiet;
+  return was;
+}
+
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
   ZO_ASSERT(cfg != NULL && n_sets >= 0 && (n_sets == 0 || sets != NULL));
   memset(cfg, 0, sizeof *cfg);
@@ -1261,8 +1270,8 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   if ((err = batch_rule(&ctx, cfg))) goto out_free;
   err = check_cross(&ctx, cfg);
   if (err) goto out_free;
-  warn_ignored(&ctx, cfg, root);
-  if (cfg->data.epochs == 0)
+  if (!config_quiet) warn_ignored(&ctx, cfg, root);
+  if (cfg->data.epochs == 0 && !config_quiet)
     warn_total_steps(cfg, source_of2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);
   return 0;

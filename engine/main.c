@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "zo/autoplan.h"
 #include "zo/bench.h"
 #include "zo/comm.h"
 #include "zo/config.h"
@@ -35,7 +36,7 @@ static const char *usage_main =
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
-    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, calibrate\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         turn text files into uint16 token files (byte-level)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
@@ -84,6 +85,7 @@ static const char *usage_sample =
 
 static const char *usage_plan =
     "usage: zoffload plan CONFIG [--set key=value]... [--ranks N] [--placements [--host-ram 24GiB,128GiB]]\n"
+    "       zoffload plan CONFIG --auto [--set key=value]... [--nvme-path DIR] [--json]\n"
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
@@ -93,13 +95,23 @@ static const char *usage_plan =
     "  largest rank's is printed in full, every rank's totals in one line each\n"
     "  --placements: one row per standard placement (all on the device, optimizer on cpu or\n"
     "  nvme, parameters on cpu too) with its device, host and NVMe bytes, whether the device\n"
-    "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n";
+    "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n"
+    "  --auto: searches combined changes (micro-batch x accumulation at the same global batch,\n"
+    "  activation checkpointing, bf16, optimizer and parameter placement on device/cpu/nvme,\n"
+    "  parameter slots), keeps those that fit the device budget, the host budget (or what this\n"
+    "  machine has available) and the NVMe directory's free space, and ranks them by predicted\n"
+    "  step time (rates of `zoffload bench calibrate`, else defaults, said in the output); each\n"
+    "  with its bytes per tier, bottleneck and --set lines. 8-bit optimizer states are suggested,\n"
+    "  never chosen. --nvme-path DIR: where NVMe placements would live (default: the config's\n"
+    "  nvme_path, else the working directory). --json: the last line is a JSON list, best first.\n"
+    "  Exit code 0 when a candidate fits, 1 when none does (naming the short tier and by how much)\n";
 
 static const char *usage_bench =
     "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
     "       zoffload bench nvme --path DIR [--bytes N] [--block N] [--queue-depth Q] [--json]\n"
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--trace FILE] [--json]\n"
     "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
+    "       zoffload bench calibrate [--nvme-path DIR] [--json]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
     "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
@@ -113,6 +125,10 @@ static const char *usage_bench =
     "  memory: device bytes planned and measured (schedulers built, no step run) for fp32 all on\n"
     "         device (unchunked head from the plan, chunked head), bf16, + activation checkpointing,\n"
     "         + optimizer offload, + parameter offload, all combined\n"
+    "  calibrate: the rates `plan --auto` predicts step time with (GEMM and attention FLOP/s at\n"
+    "         model widths in fp32 and bf16, elementwise and copy GB/s, CPU AdamW fp32 and 8-bit\n"
+    "         parameters/s, with --nvme-path the NVMe store's read and write GB/s), written to\n"
+    "         $XDG_CACHE_HOME/zoffload (or ~/.cache/zoffload), one profile per machine and backend\n"
     "  --json makes the last line one JSON object (memory: one JSON object per row).\n";
 
 static const char *usage_env =
@@ -204,7 +220,7 @@ enum opt {
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
-  OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE,
+  OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_AUTO,
 };
 
 static const struct option all_options[] = {
@@ -242,6 +258,7 @@ static const struct option all_options[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD_SIZE},
+    {"auto", no_argument, NULL, OPT_AUTO},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -256,7 +273,7 @@ struct args {
   size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
-  bool memory_report, seed_given, json, placements, overwrite, random_init;
+  bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan;
   size_t host_ram[8]; /* --host-ram sizes */
   int n_host_ram;
   double temperature, val_fraction;
@@ -300,6 +317,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;
+  case OPT_AUTO: a->autoplan = true; return 0;
   case OPT_HOST_RAM: {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
@@ -417,7 +435,8 @@ static bool set_on_command_line(const struct args *a, const char *key) {
   return false;
 }
 static const int set_opts[] = {OPT_SET, OPT_END};
-static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_END};
+static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_AUTO, OPT_NVME_PATH, OPT_JSON, OPT_END};
+static const int bench_calibrate_opts[] = {OPT_NVME_PATH, OPT_JSON, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_END};
 static const int bench_adamw_opts[] = {OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_JSON, OPT_END};
 static const int bench_nvme_opts[] = {OPT_PATH, OPT_BYTES, OPT_BLOCK, OPT_QUEUE_DEPTH, OPT_JSON, OPT_END};
@@ -501,6 +520,26 @@ static const char *device_arg(enum zo_device d) {
   return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
 }
 
+/* plan --auto: the ranked candidates; exit 1 when none fits. */
+static int plan_auto(const struct args *a, zo_backend_t be) {
+  struct zo_cost_profile prof;
+  const bool cpu = !be || !strcmp(be->name, "cpu");
+  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
+  struct zo_host_limit hl;
+  zo_host_limit_read(&hl);
+  const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
+                                     .nvme_path = a->nvme_path, .backend = be, .profile = &prof,
+                                     .host_limit = hl.limit, .cpu_backend = cpu};
+  struct zo_autoplan ap;
+  int err = zo_autoplan_search(&o, &ap);
+  if (err) return fail(exit_code(err), "plan --auto");
+  zo_autoplan_print(&ap, &prof, a->json ? 0 : 10, stdout);
+  if (a->json) zo_autoplan_print_json(&ap, cpu, stdout);
+  const int fit = ap.n_fit;
+  zo_autoplan_free(&ap);
+  return fit ? 0 : 1;
+}
+
 static int cmd_plan(int argc, char **argv) {
   struct args a = {0};
   int r = parse_args(argc, argv, usage_plan, plan_opts, POS_CONFIG, &a);
@@ -512,6 +551,10 @@ static int cmd_plan(int argc, char **argv) {
   int err = zo_train_model_config(&cfg, &mc);
   if (!err) err = zo_train_check_threads(&cfg);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
+  if (!err && a.autoplan) {
+    zo_config_free(&cfg);
+    return plan_auto(&a, be);
+  }
   if (!err && a.placements) {
     const size_t gib = (size_t)1 << 30;
     const size_t def_ram[2] = {24 * gib, 128 * gib};
@@ -742,6 +785,37 @@ static int bench_memory(int argc, char **argv) {
   return 0;
 }
 
+static int bench_calibrate(int argc, char **argv) {
+  struct args a = {0};
+  int r = parse_args(argc, argv, usage_bench, bench_calibrate_opts, POS_NONE, &a);
+  if (r) return r == 1 ? 0 : r;
+  zo_backend_t be = zo_backend_init("auto", 0);
+  if (!be) return fail(1, "bench calibrate");
+  struct zo_cost_profile p;
+  char path[4096];
+  int err = zo_calibrate_run(be, a.nvme_path, &p);
+  if (!err) err = zo_cost_profile_path(p.backend, path, sizeof path);
+  if (!err) err = zo_cost_profile_save(&p, path);
+  if (err) return fail(1, "bench calibrate");
+  printf("calibrated %s (%s backend):\n", p.machine, p.backend);
+  for (int i = 0; i < ZO_COST_N_WIDTHS; i++)
+    printf("  GEMM width %4d: fp32 %8.1f GFLOP/s, bf16 %8.1f GFLOP/s\n", p.widths[i], p.gemm_flops[0][i] * 1e-9,
+           p.gemm_flops[1][i] * 1e-9);
+  printf("  attention: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s; elementwise %.2f GB/s, %.1f us per op\n",
+         p.attn_flops[0] * 1e-9, p.attn_flops[1] * 1e-9, p.mem_bw * 1e-9, p.op_s * 1e6);
+  printf("  copies: host->device %.2f GB/s, device->host %.2f GB/s\n", p.h2d_bw * 1e-9, p.d2h_bw * 1e-9);
+  printf("  CPU AdamW: fp32 %.1f Mparams/s, 8-bit %.1f Mparams/s\n", p.adamw_pps * 1e-6, p.adamw8_pps * 1e-6);
+  if (a.nvme_path)
+    printf("  NVMe under %s: read %.2f GB/s, write %.2f GB/s\n", a.nvme_path, p.nvme_read_bw * 1e-9,
+           p.nvme_write_bw * 1e-9);
+  else
+    printf("  NVMe: not measured (give --nvme-path DIR); the default %.2f / %.2f GB/s stays\n",
+           p.nvme_read_bw * 1e-9, p.nvme_write_bw * 1e-9);
+  printf("wrote %s\n", path);
+  if (a.json) printf("{\"profile\": \"%s\"}\n", path);
+  return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
   if (argc < 2) return bad_usage(usage_bench, "%s", "missing WHAT (adamw, nvme, step or memory)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -752,6 +826,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "nvme")) return bench_nvme(argc - 1, argv + 1);
   if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
   if (!strcmp(argv[1], "memory")) return bench_memory(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "calibrate")) return bench_calibrate(argc - 1, argv + 1);
   return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 

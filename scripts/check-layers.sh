@@ -30,6 +30,7 @@ declare -A header=(
   [nvme.h]=offload
   [topology.h]=offload
   [trace.h]=kernels         # kernels/trace.c
+  [autoplan.h]=engine     # engine/autoplan.c, cost.c, calibrate.c
   [bench.h]=engine
   [checkpoint.h]=engine
   [config.h]=engine

@@ -248,6 +248,11 @@ struct zo_config {
  * thread's zo_last_error(). */
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
 
+/* While quiet (this thread), zo_config_load prints none of its warnings: the
+ * planner loads many candidates of one config (zo/autoplan.h). Returns the
+ * previous setting. */
+bool zo_config_set_quiet(bool quiet);
+
 /* Steps of data.epochs passes over a training file of n_tokens tokens with
  * n_ranks ranks: ceil(epochs x micro-batches per epoch / grad_accum), where a
  * micro-batch is n_ranks x micro_batch windows of data.seq_len + 1 tokens
