@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -158,15 +159,24 @@ static size_t fs_free(const char *path) {
   }
 }
 
-/* The nearest existing ancestor of path is a writable directory. */
+/* The nearest existing ancestor of path is a directory where a directory
+ * can be made (a probe made and removed: root passes access() anywhere). */
 static bool dir_writable(const char *path) {
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s", path);
   for (;;) {
-    if (access(p, F_OK) == 0) return access(p, W_OK | X_OK) == 0;
+    struct stat st;
+    if (stat(p, &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) return false;
+      char probe[PATH_MAX + 32];
+      snprintf(probe, sizeof probe, "%s/.zo-probe-XXXXXX", p);
+      if (!mkdtemp(probe)) return false;
+      rmdir(probe);
+      return true;
+    }
     char *slash = strrchr(p, '/');
-    if (!slash) return access(".", W_OK | X_OK) == 0;
-    if (slash == p) p[1] = '\0';
+    if (!slash) snprintf(p, sizeof p, ".");
+    else if (slash == p) p[1] = '\0';
     else *slash = '\0';
   }
 }
@@ -393,8 +403,15 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
                      : base.zero.offload_optimizer.nvme_path[0] ? "offload_optimizer.nvme_path"
                      : base.zero.offload_param.nvme_path[0] ? "offload_param.nvme_path"
                                                             : "the working directory";
-  if (dir_writable(dir)) {
-    snprintf(a->nvme_dir, sizeof a->nvme_dir, "%s", dir);
+  char abs[PATH_MAX];
+  const char *full = realpath(dir, abs) ? abs : dir;
+  if (!strcmp(dir, "none")) {
+    snprintf(a->nvme_why, sizeof a->nvme_why, "not considered (--nvme-path none)");
+  } else if (strlen(full) >= sizeof a->nvme_dir) {
+    snprintf(a->nvme_why, sizeof a->nvme_why, "not considered: %.300s... (%s): the path is too long", full, from);
+  } else if (dir_writable(dir)) {
+    /* Absolute: the --set lines hold wherever the run is started from. */
+    snprintf(a->nvme_dir, sizeof a->nvme_dir, "%.511s", full);
     a->budget[ZO_TIER_NVME] = fs_free(dir);
     snprintf(a->budget_src[ZO_TIER_NVME], sizeof a->budget_src[0], "free under %.500s (%s)", dir, from);
     snprintf(a->nvme_why, sizeof a->nvme_why, "%.500s (%s)", dir, from);
@@ -486,7 +503,7 @@ void zo_autoplan_print_json(const struct zo_autoplan *a, bool cpu_backend, FILE 
   fputc('[', out);
   for (int i = 0; i < a->n_fit; i++) {
     const struct zo_autoplan_candidate *c = &a->fit[i];
-    fprintf(out, "%s{\"rank\": %d, \"sets\": [", i ? ", " : "", i + 1);
+    fprintf(out, "%s{\"rank\": %d, \"what\": \"%s\", \"sets\": [", i ? ", " : "", i + 1, c->what);
     for (int k = 0; k < c->n_sets; k++) {
       fprintf(out, "%s\"", k ? ", " : "");
       for (const char *s = c->sets[k]; *s; s++) {

@@ -14,7 +14,7 @@
 #include "zo/bench.h"
 #include "zo/nvme.h"
 
-#define REPS 3
+#define REPS 5
 
 struct bufs {
   zo_backend_t be;
@@ -38,17 +38,22 @@ static void bufs_free(struct bufs *b) {
   b->n = 0;
 }
 
-/* Seconds of the best of REPS runs of the statements after one warm-up. */
-#define TIME_BEST(best, stream, ...)                   \
-  do {                                                 \
-    best = 0;                                          \
-    for (int r_ = 0; r_ <= REPS && !err; r_++) {       \
-      const double t0_ = zo_time_s();                  \
-      __VA_ARGS__;                                     \
-      err = be->stream_synchronize(stream);            \
-      const double dt_ = zo_time_s() - t0_;            \
-      if (r_ > 0 && (best == 0 || dt_ < best)) best = dt_; \
-    }                                                  \
+/* Seconds of one run of the statements: the best of REPS timings after a
+ * warm-up, each timing as many runs back to back as make 0.1 s, so that a
+ * short op is not lost in the clock's and the scheduler's noise (the other
+ * processes of a shared machine come and go; the best is what it can give). */
+#define TIME_BEST(best, stream, ...)                                    \
+  do {                                                                  \
+    best = 0;                                                           \
+    int k_ = 1;                                                         \
+    for (int r_ = 0; r_ <= REPS && !err; r_++) {                        \
+      const double t0_ = zo_time_s();                                   \
+      for (int i_ = 0; i_ < k_; i_++) { __VA_ARGS__; }                  \
+      err = be->stream_synchronize(stream);                             \
+      const double dt_ = (zo_time_s() - t0_) / k_;                      \
+      if (r_ == 0) k_ = dt_ >= 0.1 ? 1 : dt_ <= 1e-6 ? 1000 : (int)(0.1 / dt_) + 1; \
+      if (r_ > 0 && (best == 0 || dt_ < best)) best = dt_;              \
+    }                                                                   \
   } while (0)
 
 static int gemm_rate(zo_backend_t be, zo_stream_t s, int C, enum zo_dtype dt, double *flops) {

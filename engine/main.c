@@ -103,7 +103,8 @@ static const char *usage_plan =
     "  step time (rates of `zoffload bench calibrate`, else defaults, said in the output); each\n"
     "  with its bytes per tier, bottleneck and --set lines. 8-bit optimizer states are suggested,\n"
     "  never chosen. --nvme-path DIR: where NVMe placements would live (default: the config's\n"
-    "  nvme_path, else the working directory). --json: the last line is a JSON list, best first.\n"
+    "  nvme_path, else the working directory; none: no NVMe placements). --json: the last line\n"
+    "  is a JSON list of the candidates that fit, best first.\n"
     "  Exit code 0 when a candidate fits, 1 when none does (naming the short tier and by how much)\n";
 
 static const char *usage_bench =

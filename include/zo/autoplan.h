@@ -127,7 +127,8 @@ struct zo_autoplan_opts {
   const char *config_path;        /* the config file */
   const char *const *sets;        /* the user's --set overrides, applied first */
   int n_sets;
-  const char *nvme_path;          /* --nvme-path; NULL: the config's, else the working directory */
+  const char *nvme_path;          /* --nvme-path; NULL: the config's, else the working directory;
+                                   * "none": no NVMe placements */
   zo_backend_t backend;           /* device budget when engine.gpu_memory_budget is 0; may be NULL */
   const struct zo_cost_profile *profile;
   size_t host_limit;              /* bytes the machine gives when engine.host_memory_budget is 0 */
@@ -155,7 +156,7 @@ struct zo_autoplan {
   int n_tried, n_refused;                /* candidates planned; skipped (-ENOTSUP, -EINVAL) */
   size_t budget[ZO_N_TIERS];
   char budget_src[ZO_N_TIERS][600];
-  char nvme_dir[512];                    /* "" when NVMe placements were not considered */
+  char nvme_dir[512];                           /* "" when NVMe placements were not considered */
   char nvme_why[600];                   /* why not, or where */
   int global_batch;                      /* micro-batch x accumulation held constant */
   struct zo_model_config model;
