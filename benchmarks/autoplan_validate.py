@@ -125,6 +125,12 @@ def main():
                 errors.append(abs(err))
                 say("| %d | %s | %.1f | %.1f | %+.1f%% |" % (c["rank"], c["what"], c["predicted_step_ms"], m, 100 * err))
             if rows:
+                # The model's shape apart from the machine's speed of the moment:
+                # predictions scaled by one factor (the median measured / predicted).
+                k = statistics.median(m / c["predicted_step_ms"] for c, m, _ in rows)
+                scaled = [abs(c["predicted_step_ms"] * k - m) / m for c, m, _ in rows]
+                say("scaled by %.3f (median measured / predicted): median |error| %.1f%%" %
+                    (k, 100 * statistics.median(scaled)))
                 best_pred = min(rows, key=lambda r: r[0]["predicted_step_ms"])
                 fastest = min(rows, key=lambda r: r[1])
                 gap = best_pred[1] / fastest[1] - 1

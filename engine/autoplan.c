@@ -136,11 +136,6 @@ int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu
                              "`zoffload plan CONFIG --auto` ranks the combinations that fit",
                     head, tail);
   }
-  const bool pin = p->placement.pin;
-  if (pin && h.memlock != SIZE_MAX && p->total[ZO_TIER_HOST] > h.memlock)
-    fprintf(stderr, "zoffload: warning: the pinned host pool (%s) exceeds RLIMIT_MEMLOCK (%s): it stays "
-                    "pageable and its copies are slower; raise it with 'ulimit -l unlimited'\n",
-            zo_format_bytes(p->total[ZO_TIER_HOST], a), zo_format_bytes(h.memlock, b));
   return 0;
 }
 
@@ -374,11 +369,15 @@ static int search_all(struct search *S, bool eightbit) {
 int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) {
   memset(a, 0, sizeof *a);
   struct zo_config base;
+  /* The caller loaded it already and its warnings were printed then. */
+  const bool was = zo_config_set_quiet(true);
   int err = zo_config_load(&base, o->config_path, o->sets, o->n_sets);
+  zo_config_set_quiet(was);
   if (err) return err;
   if ((err = zo_train_model_config(&base, &a->model))) goto out;
   a->global_batch = base.micro_batch * base.grad_accum;
   a->T = base.data.seq_len;
+  a->memlock = o->memlock;
   size_t free_b = 0, total_b = 0;
   if (base.engine.gpu_memory_budget) {
     a->budget[ZO_TIER_DEVICE] = base.engine.gpu_memory_budget;
@@ -469,6 +468,9 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
             a->budget[t] ? zo_format_bytes(a->budget[t], b[t]) : "none", a->budget[t] ? " " : "",
             a->budget[t] ? a->budget_src[t] : "");
   fprintf(out, "  nvme placements: %s\n", a->nvme_why);
+  if (a->memlock && a->memlock != SIZE_MAX)
+    fprintf(out, "  memlock limit %s: a pinned host pool above it stays pageable (slower copies; ulimit -l)\n",
+            zo_format_bytes(a->memlock, b[0]));
   fprintf(out, "searched %d candidates (%d refused by the engine: placements it cannot run), %d fit\n", a->n_tried,
           a->n_refused, a->n_fit);
   if (a->n_fit) {

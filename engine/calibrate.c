@@ -57,7 +57,9 @@ static void bufs_free(struct bufs *b) {
   } while (0)
 
 static int gemm_rate(zo_backend_t be, zo_stream_t s, int C, enum zo_dtype dt, double *flops) {
-  const int N = 512, OC = 4 * C;
+  /* Rows as a micro-batch has them (B x T of a few thousand); fewer at the
+   * largest width, where the rate no longer depends on them, to keep it short. */
+  const int N = C <= 1024 ? 2048 : 512, OC = 4 * C;
   const size_t e = zo_dtype_size(dt);
   struct bufs b = {.be = be, .s = s};
   int err = 0;

@@ -65,6 +65,7 @@ static const char *const warmup_names[] = {"linear", "log", NULL};
 static const char *const offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const placement_names[] = {"config", "auto", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
@@ -255,6 +256,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.threads", KEY_INT, engine.threads), ATLEAST(0), .def = "0"},
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
   {KEY("engine.on_nonfinite", KEY_ENUM, engine.on_nonfinite), .names = nonfinite_names, .def = "\"stop\""},
+  {KEY("engine.placement", KEY_ENUM, engine.placement), .names = placement_names, .def = "\"config\""},
   SECTION("engine.trace"),
   {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},
   {KEY("engine.trace.first_step", KEY_INT, engine.trace.first_step), RANGE(1, 1 << 30), .def = "2"},
@@ -768,6 +770,9 @@ static int fill_values(struct load_ctx *ctx, struct zo_config *cfg, json_t *root
     json_t *v = tree_get(root, k->path);
     if (v && is_auto(k, v)) {
       ctx->any_auto = true;
+      /* train chooses these two with the planner (zo/autoplan.h) */
+      if (!strcmp(k->path, "train_micro_batch_size_per_gpu")) cfg->micro_batch_auto = true;
+      if (!strcmp(k->path, "gradient_accumulation_steps")) cfg->grad_accum_auto = true;
       if (k->auto_def) {
         int err = set_default(ctx, cfg, k, k->auto_def);
         if (err) return err;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,12 +447,84 @@ static const int bench_memory_opts[] = {OPT_SET, OPT_JSON, OPT_END};
 static const int env_opts[] = {OPT_NVME_PATH, OPT_END};
 static const int export_opts[] = {OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_END};
 
+static const char *device_arg(enum zo_device d);
+
+/* engine.placement = "auto", or DeepSpeed's "auto" micro-batch or
+ * accumulation: the planner's best candidate (only the batch split when the
+ * placement is the config's) replaces cfg, whose effective config is printed
+ * and written to checkpoint.dir/auto-config.json. Returns 0 or an exit code. */
+static int train_auto(struct args *a, struct zo_config *cfg) {
+  const bool placement = cfg->engine.placement == ZO_PLACEMENT_AUTO;
+  if (!placement && !cfg->micro_batch_auto && !cfg->grad_accum_auto) return 0;
+  zo_backend_t be = zo_backend_init(device_arg(cfg->engine.device), cfg->engine.threads);
+  const bool cpu = !be || !strcmp(be->name, "cpu");
+  struct zo_cost_profile prof;
+  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
+  struct zo_host_limit hl;
+  zo_host_limit_read(&hl);
+  const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
+                                     .backend = be, .profile = &prof, .host_limit = hl.limit, .cpu_backend = cpu};
+  struct zo_autoplan ap;
+  int err = zo_autoplan_search(&o, &ap);
+  if (err) return fail(exit_code(err), "train: engine.placement = \"auto\"");
+  const struct zo_autoplan_candidate *best = NULL;
+  for (int i = 0; i < ap.n_fit && !best; i++) {
+    bool batch_only = true;
+    for (int k = 0; k < ap.fit[i].n_sets; k++)
+      batch_only = batch_only && (!strncmp(ap.fit[i].sets[k], "train_micro_batch_size_per_gpu=", 31) ||
+                                  !strncmp(ap.fit[i].sets[k], "gradient_accumulation_steps=", 28));
+    if (placement || batch_only) best = &ap.fit[i];
+  }
+  if (!best) {
+    zo_autoplan_print(&ap, &prof, 5, stderr);
+    zo_autoplan_free(&ap);
+    fprintf(stderr, "zoffload: train: no candidate of the planner fits (above)\n");
+    return 1;
+  }
+  printf("auto plan (%s): %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s)\n",
+         placement ? "engine.placement = \"auto\"" : "\"auto\" micro-batch", best->what, best->cost.step_s * 1e3,
+         best->tokens_per_s, prof.measured ? prof.source : "defaults");
+  /* The chosen overrides after the user's, and the placement fixed. */
+  static char chosen[ZO_AUTOPLAN_MAX_SETS][ZO_AUTOPLAN_SET_LEN];
+  for (int k = 0; k < best->n_sets && a->n_sets < MAX_SETS - 1; k++) {
+    memcpy(chosen[k], best->sets[k], sizeof chosen[k]);
+    a->sets[a->n_sets++] = chosen[k];
+    printf("  --set %s\n", chosen[k]);
+  }
+  if (placement) a->sets[a->n_sets++] = "engine.placement=config";
+  zo_autoplan_free(&ap);
+  zo_config_free(cfg);
+  const bool was = zo_config_set_quiet(true);
+  err = zo_config_load(cfg, a->config, a->sets, a->n_sets);
+  zo_config_set_quiet(was);
+  if (err) return fail(2, NULL);
+  /* Fixed micro-batch and accumulation in the written config. */
+  cfg->micro_batch_auto = cfg->grad_accum_auto = false;
+  const char *dir = cfg->checkpoint.dir;
+  char path[4200] = "";
+  if (dir && dir[0] && (mkdir(dir, 0755) == 0 || errno == EEXIST)) snprintf(path, sizeof path, "%s/auto-config.json", dir);
+  FILE *f = path[0] ? fopen(path, "w") : NULL;
+  printf("effective config%s%s%s:\n", f ? " (also written to " : "", f ? path : "", f ? ")" : "");
+  zo_config_dump(cfg, stdout);
+  if (f) {
+    const int werr = zo_config_dump(cfg, f);
+    if (fclose(f) != 0 || werr) fprintf(stderr, "zoffload: warning: could not write %s\n", path);
+  } else if (dir && dir[0]) {
+    fprintf(stderr, "zoffload: warning: could not write %s/auto-config.json: %s\n", dir, strerror(errno));
+  }
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   struct args a = {0};
   int r = parse_args(argc, argv, usage_train, train_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
+  if ((r = train_auto(&a, &cfg))) {
+    zo_config_free(&cfg);
+    return r;
+  }
   zo_comm_t comm = job_comm("train");
   if (!comm) {
     zo_config_free(&cfg);
@@ -530,7 +603,7 @@ static int plan_auto(const struct args *a, zo_backend_t be) {
   zo_host_limit_read(&hl);
   const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
                                      .nvme_path = a->nvme_path, .backend = be, .profile = &prof,
-                                     .host_limit = hl.limit, .cpu_backend = cpu};
+                                     .host_limit = hl.limit, .cpu_backend = cpu, .memlock = hl.memlock};
   struct zo_autoplan ap;
   int err = zo_autoplan_search(&o, &ap);
   if (err) return fail(exit_code(err), "plan --auto");

@@ -113,8 +113,8 @@ int zo_host_limit_read(struct zo_host_limit *h);
  * and are readable, and that plan p's host bytes (plus its device bytes when
  * the backend's device is host memory, cpu_backend) fit what the machine can
  * give. -ENOMEM names the bytes needed and available, and lists the changes
- * that fit (zo_plan_check re-planned with that host budget); a pinned part
- * over RLIMIT_MEMLOCK is a warning on stderr (the pool then stays pageable).
+ * that fit (zo_plan_check re-planned with that host budget). A pinned part
+ * over RLIMIT_MEMLOCK is not refused: the host pool warns and stays pageable.
  * Returns 0 or -errno. */
 int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
 
@@ -133,6 +133,7 @@ struct zo_autoplan_opts {
   const struct zo_cost_profile *profile;
   size_t host_limit;              /* bytes the machine gives when engine.host_memory_budget is 0 */
   bool cpu_backend;               /* device memory is host memory */
+  size_t memlock;                 /* RLIMIT_MEMLOCK bytes (SIZE_MAX unlimited, 0 unknown): printed */
 };
 
 struct zo_autoplan_candidate {
@@ -159,6 +160,7 @@ struct zo_autoplan {
   char nvme_dir[512];                           /* "" when NVMe placements were not considered */
   char nvme_why[600];                   /* why not, or where */
   int global_batch;                      /* micro-batch x accumulation held constant */
+  size_t memlock;                        /* from the options */
   struct zo_model_config model;
   int T;
 };
