@@ -107,8 +107,11 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend) {
   char path[4096];
   int err = zo_cost_profile_path(p->backend, path, sizeof path);
   if (err) return err;
-  if (access(path, R_OK) != 0)
+  if (access(path, R_OK) != 0) {
+    snprintf(p->source, sizeof p->source, "defaults for the %s backend (no profile at %s: run `zoffload bench "
+             "calibrate` to measure this machine's rates)", p->backend, path);
     return zo_error(-ENOENT, "no profile %s", path);
+  }
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
   if (!root || !json_is_object(root)) {
