@@ -462,8 +462,16 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
   struct zo_host_limit hl;
   zo_host_limit_read(&hl);
+  /* Under an MPI launcher every rank must choose alike: the search then
+   * depends on the config and the profile only (not on free memory read at
+   * slightly different moments), and only rank 0 prints and writes. */
+  const char *size_s = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+  const bool ranks = size_s && atoi(size_s) > 1, lead = !rank_s || atoi(rank_s) == 0;
+  FILE *out = lead ? stdout : NULL;
   const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
-                                     .backend = be, .profile = &prof, .host_limit = hl.limit, .cpu_backend = cpu};
+                                     .backend = ranks ? NULL : be, .profile = &prof,
+                                     .host_limit = ranks ? 0 : hl.limit, .cpu_backend = cpu};
   struct zo_autoplan ap;
   int err = zo_autoplan_search(&o, &ap);
   if (err) return fail(exit_code(err), "train: engine.placement = \"auto\"");
@@ -481,7 +489,8 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
     fprintf(stderr, "zoffload: train: no candidate of the planner fits (above)\n");
     return 1;
   }
-  printf("auto plan (%s): %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s)\n",
+  if (out)
+    fprintf(out, "auto plan (%s): %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s)\n",
          placement ? "engine.placement = \"auto\"" : "\"auto\" micro-batch", best->what, best->cost.step_s * 1e3,
          best->tokens_per_s, prof.measured ? prof.source : "defaults");
   /* The chosen overrides after the user's, and the placement fixed. */
@@ -489,7 +498,7 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   for (int k = 0; k < best->n_sets && a->n_sets < MAX_SETS - 1; k++) {
     memcpy(chosen[k], best->sets[k], sizeof chosen[k]);
     a->sets[a->n_sets++] = chosen[k];
-    printf("  --set %s\n", chosen[k]);
+    if (out) fprintf(out, "  --set %s\n", chosen[k]);
   }
   if (placement) a->sets[a->n_sets++] = "engine.placement=config";
   zo_autoplan_free(&ap);
@@ -502,6 +511,7 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   cfg->micro_batch_auto = cfg->grad_accum_auto = false;
   const char *dir = cfg->checkpoint.dir;
   char path[4200] = "";
+  if (!out) return 0;
   if (dir && dir[0] && (mkdir(dir, 0755) == 0 || errno == EEXIST)) snprintf(path, sizeof path, "%s/auto-config.json", dir);
   FILE *f = path[0] ? fopen(path, "w") : NULL;
   printf("effective config%s%s%s:\n", f ? " (also written to " : "", f ? path : "", f ? ")" : "");
