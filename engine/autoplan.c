@@ -102,7 +102,10 @@ static int check_readable(const char *key, const char *path) {
 int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend) {
   int err = check_readable("data.train", cfg->data.train);
   if (!err) err = check_readable("data.val", cfg->data.val);
-  if (err) return err;
+  return err ? err : zo_host_machine_check(cfg, p, cpu_backend);
+}
+
+int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend) {
   struct zo_host_limit h;
   zo_host_limit_read(&h);
   const size_t dev = cpu_backend ? p->total[ZO_TIER_DEVICE] : 0, need = p->total[ZO_TIER_HOST] + dev;

@@ -90,7 +90,9 @@ static const char *usage_plan =
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
-    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n"
+    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not, also when this\n"
+    "  machine's available memory (MemAvailable, the cgroup limit) cannot hold the host pool (train\n"
+    "  refuses that too, before allocating)\n"
     "  --ranks N: the plan of each of N data-parallel ranks (mpirun -np N); with\n"
     "  zero_optimization.stage >= 1 the optimizer is sharded, so each rank's differs: the\n"
     "  largest rank's is printed in full, every rank's totals in one line each\n"
@@ -673,6 +675,18 @@ static int cmd_plan(int argc, char **argv) {
   }
   zo_plan_print(&plan, stdout);
   err = zo_plan_check(&cfg, &plan);
+  /* What train would refuse on this machine (one rank per machine). */
+  if (!err && ranks == 1) {
+    struct zo_host_limit hl;
+    zo_host_limit_read(&hl);
+    const bool cpu = !be || !strcmp(be->name, "cpu");
+    char need[32], have[32];
+    const size_t n = plan.total[ZO_TIER_HOST] + (cpu ? plan.total[ZO_TIER_DEVICE] : 0);
+    if (hl.limit)
+      printf("  this machine: %s of host memory needed%s, %s available (%s)\n", zo_format_bytes(n, need),
+             cpu ? " (host pool + the CPU backend's device arena)" : "", zo_format_bytes(hl.limit, have), hl.limit_src);
+    err = zo_host_machine_check(&cfg, &plan, cpu);
+  }
   zo_config_free(&cfg);
   if (err) return fail(1, "plan does not fit");
   printf("fits\n");

@@ -118,6 +118,9 @@ int zo_host_limit_read(struct zo_host_limit *h);
  * Returns 0 or -errno. */
 int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
 
+/* The memory half of zo_host_check (plan runs it: no data files needed). */
+int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
+
 /* ---- the search ------------------------------------------------------------- */
 
 #define ZO_AUTOPLAN_MAX_SETS 12
