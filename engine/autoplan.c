@@ -280,8 +280,7 @@ static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autop
     if (out->short_by[t]) fits = false;
   }
   /* The CPU backend's device arena is host memory too. */
-  if (o->cpu_backend && o->host_limit && !S->base->engine.host_memory_budget &&
-      p.total[ZO_TIER_DEVICE] + p.total[ZO_TIER_HOST] > o->host_limit) {
+  if (o->cpu_backend && o->host_limit && p.total[ZO_TIER_DEVICE] + p.total[ZO_TIER_HOST] > o->host_limit) {
     const size_t over = p.total[ZO_TIER_DEVICE] + p.total[ZO_TIER_HOST] - o->host_limit;
     if (over > out->short_by[ZO_TIER_HOST]) out->short_by[ZO_TIER_HOST] = over;
     fits = false;
@@ -389,12 +388,15 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
     a->budget[ZO_TIER_DEVICE] = free_b;
     snprintf(a->budget_src[ZO_TIER_DEVICE], sizeof a->budget_src[0], "free on %s", o->backend->name);
   }
-  if (base.engine.host_memory_budget) {
+  /* The smaller of the configured budget and what the machine gives: train
+   * refuses a plan over either. */
+  if (base.engine.host_memory_budget && !(o->host_limit && o->host_limit < base.engine.host_memory_budget)) {
     a->budget[ZO_TIER_HOST] = base.engine.host_memory_budget;
     snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "engine.host_memory_budget");
   } else if (o->host_limit) {
     a->budget[ZO_TIER_HOST] = o->host_limit;
-    snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "available on this machine%s",
+    snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "available on this machine%s%s",
+             base.engine.host_memory_budget ? ", below engine.host_memory_budget" : "",
              o->cpu_backend ? ", shared with the CPU backend's device arena" : "");
   }
   const char *dir = o->nvme_path && o->nvme_path[0] ? o->nvme_path
@@ -414,8 +416,9 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   } else if (dir_writable(dir)) {
     /* Absolute: the --set lines hold wherever the run is started from. */
     snprintf(a->nvme_dir, sizeof a->nvme_dir, "%.511s", full);
-    a->budget[ZO_TIER_NVME] = fs_free(dir);
-    snprintf(a->budget_src[ZO_TIER_NVME], sizeof a->budget_src[0], "free under %.500s (%s)", dir, from);
+    a->budget[ZO_TIER_NVME] = o->nvme_free ? o->nvme_free : fs_free(dir);
+    snprintf(a->budget_src[ZO_TIER_NVME], sizeof a->budget_src[0], "%s under %.500s (%s)",
+             o->nvme_free ? "given free space" : "free", dir, from);
     snprintf(a->nvme_why, sizeof a->nvme_why, "%.500s (%s)", dir, from);
   } else {
     snprintf(a->nvme_why, sizeof a->nvme_why, "not considered: %.500s (%s) is not writable", dir, from);
@@ -423,8 +426,8 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   struct search S = {.o = o, .base = &base, .a = a};
   if ((err = search_all(&S, false))) goto out;
   if (base.optimizer.type != ZO_OPTIMIZER_ADAMW8BIT && (err = search_all(&S, true))) goto out;
-  qsort(a->fit, (size_t)a->n_fit, sizeof *a->fit, cmp_cand);
-  qsort(a->suggest, (size_t)a->n_suggest, sizeof *a->suggest, cmp_cand);
+  if (a->n_fit) qsort(a->fit, (size_t)a->n_fit, sizeof *a->fit, cmp_cand);
+  if (a->n_suggest) qsort(a->suggest, (size_t)a->n_suggest, sizeof *a->suggest, cmp_cand);
   /* Suggestions worth a user's thought: faster than the best plan, or the
    * only ones that fit. */
   int keep = 0;

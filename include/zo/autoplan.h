@@ -137,6 +137,8 @@ struct zo_autoplan_opts {
   size_t host_limit;              /* bytes the machine gives when engine.host_memory_budget is 0 */
   bool cpu_backend;               /* device memory is host memory */
   size_t memlock;                 /* RLIMIT_MEMLOCK bytes (SIZE_MAX unlimited, 0 unknown): printed */
+  size_t nvme_free;               /* bytes free for the NVMe files; 0: statvfs of the directory
+                                   * (tests give a drive's size, so no answer depends on the disk) */
 };
 
 struct zo_autoplan_candidate {
