@@ -53,18 +53,25 @@ def features(c):
 
 
 def pick(cands, n):
-    """A spread: every placement x checkpointing x precision combination
-    first (best-ranked of each), then micro-batch variants."""
-    chosen, seen = [], set()
-    for level in (1, 3, 4):
+    """A spread, best-ranked first within each step: every placement; every
+    checkpointing x precision pair; every micro-batch split; then any
+    combination not timed yet."""
+    chosen, keys = [], set()
+
+    def take(c):
+        chosen.append(c)
+        keys.add(features(c))
+
+    for part in ((0,), (1, 2), (3,), (0, 1, 2, 3)):
+        seen = {tuple(features(c)[i] for i in part) for c in chosen}
         for c in cands:
-            key = features(c)[:level]
-            if key in seen or c in chosen:
-                continue
-            seen.add(key)
-            chosen.append(c)
             if len(chosen) == n:
                 return chosen
+            k = tuple(features(c)[i] for i in part)
+            if k in seen or features(c) in keys:
+                continue
+            seen.add(k)
+            take(c)
     return chosen
 
 
