@@ -488,11 +488,14 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
   } else if (a->have_closest) {
     const struct zo_autoplan_candidate *c = &a->closest;
     fprintf(out, "no candidate fits. The closest (%s) is short:", c->what);
-    for (int t = 0; t < ZO_N_TIERS; t++)
-      if (c->short_by[t])
-        fprintf(out, " %s needs %s, %s over its budget of %s;", zo_tier_name((enum zo_tier)t),
-                zo_format_bytes(c->bytes[t], b[0]), zo_format_bytes(c->short_by[t], b[1]),
-                zo_format_bytes(a->budget[t], b[2]));
+    for (int t = 0; t < ZO_N_TIERS; t++) {
+      if (!c->short_by[t]) continue;
+      fprintf(out, " %s needs %s", zo_tier_name((enum zo_tier)t), zo_format_bytes(c->bytes[t], b[0]));
+      if (t == ZO_TIER_HOST && cpu) /* the CPU backend's device arena is host memory too */
+        fprintf(out, " + the CPU backend's device arena %s", zo_format_bytes(c->bytes[ZO_TIER_DEVICE], b[0]));
+      fprintf(out, ", %s over its budget of %s;", zo_format_bytes(c->short_by[t], b[1]),
+              zo_format_bytes(a->budget[t], b[2]));
+    }
     fprintf(out, " raise that budget%s or use a smaller model\n",
             a->nvme_dir[0] ? "" : ", give --nvme-path DIR (a writable directory on a large drive)");
   } else {
