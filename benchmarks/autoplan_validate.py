@@ -84,6 +84,7 @@ def main():
     ap.add_argument("--sizes", default="small,medium")
     ap.add_argument("--nvme-path", default=None)
     ap.add_argument("--no-calibrate", action="store_true")
+    ap.add_argument("--calibrations", type=int, default=3, help="calibration runs; each rate the best")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", default=None, help="also write the table to FILE")
     a = ap.parse_args()
@@ -100,12 +101,37 @@ def main():
 
     try:
         if not a.no_calibrate:
+            # Several calibrations, each rate the best of them: on a shared
+            # machine one run may fall on a busy moment.
             env["XDG_CACHE_HOME"] = os.path.join(tmp, "cache")
-            p = run([a.bin, "bench", "calibrate", "--nvme-path", nvme], env)
-            say("calibration (zoffload bench calibrate --nvme-path %s):" % nvme)
-            for l in p.stdout.splitlines():
-                if not l.startswith("wrote"):
-                    say("  " + l)
+            best = None
+            for i in range(a.calibrations):
+                p = run([a.bin, "bench", "calibrate", "--nvme-path", nvme], env)
+                path = p.stdout.strip().splitlines()[-1].split("wrote ", 1)[1]
+                prof = json.load(open(path))
+                if best is None:
+                    best = prof
+                    continue
+                for k, v in prof.items():
+                    if isinstance(v, list) and k.startswith("gemm"):
+                        best[k] = [max(x, y) for x, y in zip(best[k], v)]
+                    elif k == "op_s":
+                        best[k] = min(best[k], v)
+                    elif isinstance(v, float) and k != "op_s":
+                        best[k] = max(best[k], v)
+            with open(path, "w") as f:
+                json.dump(best, f, indent=2)
+            say("calibration: zoffload bench calibrate --nvme-path %s, %d runs, each rate the best:" %
+                (nvme, a.calibrations))
+            say("  GEMM GFLOP/s at widths %s: fp32 %s, bf16 %s" % (
+                best["widths"], " ".join("%.1f" % (x * 1e-9) for x in best["gemm_flops_fp32"]),
+                " ".join("%.1f" % (x * 1e-9) for x in best["gemm_flops_half"])))
+            say("  attention %.1f / %.1f GFLOP/s, elementwise %.2f GB/s, %.1f us per op, copies %.2f / %.2f GB/s" % (
+                best["attn_flops_fp32"] * 1e-9, best["attn_flops_half"] * 1e-9, best["mem_bw"] * 1e-9,
+                best["op_s"] * 1e6, best["h2d_bw"] * 1e-9, best["d2h_bw"] * 1e-9))
+            say("  AdamW %.0f / %.0f Mparams/s (fp32 / 8-bit), NVMe read %.2f write %.2f GB/s" % (
+                best["adamw_params_per_s"] * 1e-6, best["adamw8bit_params_per_s"] * 1e-6,
+                best["nvme_read_bw"] * 1e-9, best["nvme_write_bw"] * 1e-9))
         errors, firsts = [], []
         for size in a.sizes.split(","):
             base = SIZES[size]

@@ -101,5 +101,19 @@ expect 1 "of host memory" host -- train "$repo/configs/llama-8b.json" --set engi
   --set checkpoint.dir= --set log.metrics_path=
 check host-bytes "grep -q 'but this machine gives' '$tmp/host.out' && grep -q 'plan CONFIG --auto' '$tmp/host.out'"
 
+# train with engine.placement = "auto": the chosen --set lines and the effective config,
+# written to the run directory, which loads back as is.
+head -c 6000 "$repo/README.md" >"$tmp/text.txt"
+expect 0 'auto plan (engine.placement = "auto")' trainauto -- train "$repo/configs/tiny.json" \
+  --set engine.placement=auto --set steps=1 --set engine.device=cpu --set data.train="$tmp/text.txt" \
+  --set data.format=text --set data.val= --set checkpoint.dir="$tmp/run" --set log.metrics_path= --set log.every=1
+check auto-config "[[ -s '$tmp/run/auto-config.json' ]] && grep -q '\"placement\": \"config\"' '$tmp/run/auto-config.json'"
+expect 0 '"train_micro_batch_size_per_gpu"' reload -- config "$tmp/run/auto-config.json"
+# DeepSpeed's "auto" micro-batch with train_batch_size: only the split is chosen, product kept.
+expect 0 '"auto" micro-batch' mbauto -- train "$repo/configs/tiny.json" --set train_micro_batch_size_per_gpu=auto \
+  --set gradient_accumulation_steps=auto --set train_batch_size=16 --set steps=1 --set engine.device=cpu \
+  --set data.train="$tmp/text.txt" --set data.format=text --set data.val= --set checkpoint.dir= --set log.metrics_path=
+check mbauto-product "grep -Eq 'micro-batch (1 x 16|2 x 8|4 x 4|8 x 2|16 x 1)' '$tmp/mbauto.out' && ! grep -q 'offload_optimizer.device=' '$tmp/mbauto.out'"
+
 echo "test-autoplan: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
