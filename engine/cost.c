@@ -231,9 +231,10 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   const double ck = pl->ckpt_blocks / L; /* recomputed forward of the checkpointed blocks: 2 of 6 */
   const double gemm = (mm + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
   /* Elementwise traffic: about 40 activations of width C per block and token
-   * (norms, residuals, GELU/SwiGLU, their gradients), the attention
-   * probabilities (NH x T per token, written, read twice) and the logits. */
-  const double ew = BT * (L * (40.0 * C * 4.0 * (1.0 + ck / 3.0) + 3.0 * mc->n_head * (double)p->T * 4.0) +
+   * (norms, residuals, GELU/SwiGLU, their gradients) and the attention
+   * probabilities (NH x T per token, written, read twice), stored in the
+   * compute dtype; the logits' softmax in fp32. */
+  const double ew = BT * (L * (40.0 * C * e * (1.0 + ck / 3.0) + 3.0 * mc->n_head * (double)p->T * e) +
                           3.0 * Vp * 4.0);
   /* About 15 ops per block forward, 20 backward, each with a fixed cost. */
   const double ops = L * (35.0 + 15.0 * ck) + 10.0;
