@@ -65,6 +65,7 @@ static const char *const warmup_names[] = {"linear", "log", NULL};
 static const char *const offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const placement_names[] = {"config", "auto", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
@@ -261,6 +262,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.threads", KEY_INT, engine.threads), ATLEAST(0), .def = "0"},
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
   {KEY("engine.on_nonfinite", KEY_ENUM, engine.on_nonfinite), .names = nonfinite_names, .def = "\"stop\""},
+  {KEY("engine.placement", KEY_ENUM, engine.placement), .names = placement_names, .def = "\"config\""},
   SECTION("engine.trace"),
   {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},
   {KEY("engine.trace.first_step", KEY_INT, engine.trace.first_step), RANGE(1, 1 << 30), .def = "2"},
@@ -775,6 +777,9 @@ static int fill_values(struct load_ctx *ctx, struct zo_config *cfg, json_t *root
     json_t *v = tree_get(root, k->path);
     if (v && is_auto(k, v)) {
       ctx->any_auto = true;
+      /* train chooses these two with the planner (zo/autoplan.h) */
+      if (!strcmp(k->path, "train_micro_batch_size_per_gpu")) cfg->micro_batch_auto = true;
+      if (!strcmp(k->path, "gradient_accumulation_steps")) cfg->grad_accum_auto = true;
       if (k->auto_def) {
         int err = set_default(ctx, cfg, k, k->auto_def);
         if (err) return err;
@@ -1236,6 +1241,15 @@ static int apply_aliases(const struct load_ctx *ctx, json_t *root) {
   return 0;
 }
 
+/* zo_config_set_quiet: the planner's candidate loads print no warnings. */
+static _Thread_local bool config_quiet;
+
+bool zo_config_set_quiet(bool quiet) {
+  const bool was = config_quiet;
+  config_quiet = quiet;
+  return was;
+}
+
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
   ZO_ASSERT(cfg != NULL && n_sets >= 0 && (n_sets == 0 || sets != NULL));
   memset(cfg, 0, sizeof *cfg);
@@ -1270,8 +1284,8 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   if ((err = batch_rule(&ctx, cfg))) goto out_free;
   err = check_cross(&ctx, cfg);
   if (err) goto out_free;
-  warn_ignored(&ctx, cfg, root);
-  if (cfg->data.epochs == 0)
+  if (!config_quiet) warn_ignored(&ctx, cfg, root);
+  if (cfg->data.epochs == 0 && !config_quiet)
     warn_total_steps(cfg, source_of2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);
   return 0;

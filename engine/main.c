@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "zo/autoplan.h"
 #include "zo/bench.h"
 #include "zo/comm.h"
 #include "zo/config.h"
@@ -38,7 +40,7 @@ static const char *usage_main =
     "  eval CONFIG     validation loss of a checkpoint, forward only\n"
     "  sample CONFIG   generate text from a checkpoint\n"
     "  plan CONFIG     bytes per memory tier and category, and whether they fit\n"
-    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, tokenize\n"
+    "  bench WHAT      benchmarks: adamw, nvme, step CONFIG, memory CONFIG, tokenize, calibrate\n"
     "  config CONFIG   print the effective config with defaults filled in\n"
     "  prepare         text or JSON lines -> token files (byte-level, or --tokenizer: BPE ids + loss masks)\n"
     "  trace summary FILE  per-step summary of a timeline written by --trace\n"
@@ -62,6 +64,9 @@ static const char *usage_train =
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
     "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
     "                    every run ends with the memory report (planned, peak, current)\n"
+    "  --set engine.placement=auto  train the best plan of `zoffload plan CONFIG --auto` (DeepSpeed's\n"
+    "                    \"auto\" micro-batch or accumulation: only their split); the chosen --set lines\n"
+    "                    and the effective config are printed and written to checkpoint.dir/auto-config.json\n"
     "  --trace FILE      write a timeline of steps engine.trace.first_step .. + engine.trace.steps - 1\n"
     "                    (default 2, 3) as Chrome trace-event JSON (Perfetto, chrome://tracing):\n"
     "                    every stream's tasks, copies, NVMe requests, waits; CPU backend only.\n"
@@ -88,16 +93,29 @@ static const char *usage_sample =
 
 static const char *usage_plan =
     "usage: zoffload plan CONFIG [--set key=value]... [--ranks N] [--placements [--host-ram 24GiB,128GiB]]\n"
+    "       zoffload plan CONFIG --auto [--set key=value]... [--nvme-path DIR] [--json]\n"
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
-    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not.\n"
+    "  Exit code 0 when it fits, 1 (with the changes that would fit) when not, also when this\n"
+    "  machine's available memory (MemAvailable, the cgroup limit) cannot hold the host pool (train\n"
+    "  refuses that too, before allocating)\n"
     "  --ranks N: the plan of each of N data-parallel ranks (mpirun -np N); with\n"
     "  zero_optimization.stage >= 1 the optimizer is sharded, so each rank's differs: the\n"
     "  largest rank's is printed in full, every rank's totals in one line each\n"
     "  --placements: one row per standard placement (all on the device, optimizer on cpu or\n"
     "  nvme, parameters on cpu too) with its device, host and NVMe bytes, whether the device\n"
-    "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n";
+    "  budget fits and whether the host pool fits each --host-ram size (default 24GiB,128GiB)\n"
+    "  --auto: searches combined changes (micro-batch x accumulation at the same global batch,\n"
+    "  activation checkpointing, bf16, optimizer and parameter placement on device/cpu/nvme,\n"
+    "  parameter slots), keeps those that fit the device budget, the host budget (or what this\n"
+    "  machine has available) and the NVMe directory's free space, and ranks them by predicted\n"
+    "  step time (rates of `zoffload bench calibrate`, else defaults, said in the output); each\n"
+    "  with its bytes per tier, bottleneck and --set lines. 8-bit optimizer states are suggested,\n"
+    "  never chosen. --nvme-path DIR: where NVMe placements would live (default: the config's\n"
+    "  nvme_path, else the working directory; none: no NVMe placements). --json: the last line\n"
+    "  is a JSON list of the candidates that fit, best first.\n"
+    "  Exit code 0 when a candidate fits, 1 when none does (naming the short tier and by how much)\n";
 
 static const char *usage_bench =
     "usage: zoffload bench adamw [--params N] [--threads T] [--reps R] [--optimizer AdamW|AdamW8bit] [--json]\n"
@@ -105,6 +123,7 @@ static const char *usage_bench =
     "       zoffload bench step CONFIG [--set key=value]... [--steps N] [--trace FILE] [--json]\n"
     "       zoffload bench memory CONFIG [--set key=value]... [--json]\n"
     "       zoffload bench tokenize [--tokenizer PATH] [--threads N] [--reps R] [FILE...]\n"
+    "       zoffload bench calibrate [--nvme-path DIR] [--json]\n"
     "  adamw: CPU AdamW parameters/s against a loop with the same memory traffic\n"
     "         (default 64M parameters, 9 repetitions, all threads); AdamW8bit: the 8-bit update\n"
     "         and the fp32 one in the same run, their ratio, bytes moved and state bytes per param\n"
@@ -118,6 +137,10 @@ static const char *usage_bench =
     "  memory: device bytes planned and measured (schedulers built, no step run) for fp32 all on\n"
     "         device (unchunked head from the plan, chunked head), bf16, + activation checkpointing,\n"
     "         + optimizer offload, + parameter offload, all combined\n"
+    "  calibrate: the rates `plan --auto` predicts step time with (GEMM and attention FLOP/s at\n"
+    "         model widths in fp32 and bf16, elementwise and copy GB/s, CPU AdamW fp32 and 8-bit\n"
+    "         parameters/s, with --nvme-path the NVMe store's read and write GB/s), written to\n"
+    "         $XDG_CACHE_HOME/zoffload (or ~/.cache/zoffload), one profile per machine and backend\n"
     "  --json makes the last line one JSON object (memory: one JSON object per row).\n";
 
 static const char *usage_env =
@@ -226,7 +249,7 @@ enum opt {
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
-  OPT_FORMAT,
+  OPT_FORMAT, OPT_AUTO,
 };
 
 static const struct option all_options[] = {
@@ -271,6 +294,7 @@ static const struct option all_options[] = {
     {"messages-field", required_argument, NULL, OPT_MESSAGES_FIELD},
     {"separator", required_argument, NULL, OPT_SEPARATOR},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"auto", no_argument, NULL, OPT_AUTO},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -285,7 +309,7 @@ struct args {
   size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
-  bool memory_report, seed_given, json, placements, overwrite, random_init;
+  bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan;
   size_t host_ram[8]; /* --host-ram sizes */
   int n_host_ram;
   double temperature, val_fraction;
@@ -337,6 +361,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;
+  case OPT_AUTO: a->autoplan = true; return 0;
   case OPT_HOST_RAM: {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
@@ -454,7 +479,8 @@ static bool set_on_command_line(const struct args *a, const char *key) {
   return false;
 }
 static const int set_opts[] = {OPT_SET, OPT_END};
-static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_END};
+static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_AUTO, OPT_NVME_PATH, OPT_JSON, OPT_END};
+static const int bench_calibrate_opts[] = {OPT_NVME_PATH, OPT_JSON, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_TOKENIZER, OPT_FIELD,
                                    OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
                                    OPT_FORMAT, OPT_END};
@@ -465,12 +491,94 @@ static const int bench_memory_opts[] = {OPT_SET, OPT_JSON, OPT_END};
 static const int env_opts[] = {OPT_NVME_PATH, OPT_END};
 static const int export_opts[] = {OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_END};
 
+static const char *device_arg(enum zo_device d);
+
+/* engine.placement = "auto", or DeepSpeed's "auto" micro-batch or
+ * accumulation: the planner's best candidate (only the batch split when the
+ * placement is the config's) replaces cfg, whose effective config is printed
+ * and written to checkpoint.dir/auto-config.json. Returns 0 or an exit code. */
+static int train_auto(struct args *a, struct zo_config *cfg) {
+  const bool placement = cfg->engine.placement == ZO_PLACEMENT_AUTO;
+  if (!placement && !cfg->micro_batch_auto && !cfg->grad_accum_auto) return 0;
+  zo_backend_t be = zo_backend_init(device_arg(cfg->engine.device), cfg->engine.threads);
+  const bool cpu = !be || !strcmp(be->name, "cpu");
+  struct zo_cost_profile prof;
+  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
+  struct zo_host_limit hl;
+  zo_host_limit_read(&hl);
+  /* Under an MPI launcher every rank must choose alike: the search then
+   * depends on the config and the profile only (not on free memory read at
+   * slightly different moments), and only rank 0 prints and writes. */
+  const char *size_s = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+  const bool ranks = size_s && atoi(size_s) > 1, lead = !rank_s || atoi(rank_s) == 0;
+  FILE *out = lead ? stdout : NULL;
+  const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
+                                     .backend = ranks ? NULL : be, .profile = &prof,
+                                     .host_limit = ranks ? 0 : hl.limit, .cpu_backend = cpu};
+  struct zo_autoplan ap;
+  int err = zo_autoplan_search(&o, &ap);
+  if (err) return fail(exit_code(err), "train: engine.placement = \"auto\"");
+  const struct zo_autoplan_candidate *best = NULL;
+  for (int i = 0; i < ap.n_fit && !best; i++) {
+    bool batch_only = true;
+    for (int k = 0; k < ap.fit[i].n_sets; k++)
+      batch_only = batch_only && (!strncmp(ap.fit[i].sets[k], "train_micro_batch_size_per_gpu=", 31) ||
+                                  !strncmp(ap.fit[i].sets[k], "gradient_accumulation_steps=", 28));
+    if (placement || batch_only) best = &ap.fit[i];
+  }
+  if (!best) {
+    zo_autoplan_print(&ap, &prof, 5, stderr);
+    zo_autoplan_free(&ap);
+    fprintf(stderr, "zoffload: train: no candidate of the planner fits (above)\n");
+    return 1;
+  }
+  if (out)
+    fprintf(out, "auto plan (%s): %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s)\n",
+         placement ? "engine.placement = \"auto\"" : "\"auto\" micro-batch", best->what, best->cost.step_s * 1e3,
+         best->tokens_per_s, prof.measured ? prof.source : "defaults");
+  /* The chosen overrides after the user's, and the placement fixed. */
+  static char chosen[ZO_AUTOPLAN_MAX_SETS][ZO_AUTOPLAN_SET_LEN];
+  for (int k = 0; k < best->n_sets && a->n_sets < MAX_SETS - 1; k++) {
+    memcpy(chosen[k], best->sets[k], sizeof chosen[k]);
+    a->sets[a->n_sets++] = chosen[k];
+    if (out) fprintf(out, "  --set %s\n", chosen[k]);
+  }
+  if (placement) a->sets[a->n_sets++] = "engine.placement=config";
+  zo_autoplan_free(&ap);
+  zo_config_free(cfg);
+  const bool was = zo_config_set_quiet(true);
+  err = zo_config_load(cfg, a->config, a->sets, a->n_sets);
+  zo_config_set_quiet(was);
+  if (err) return fail(2, NULL);
+  /* Fixed micro-batch and accumulation in the written config. */
+  cfg->micro_batch_auto = cfg->grad_accum_auto = false;
+  const char *dir = cfg->checkpoint.dir;
+  char path[4200] = "";
+  if (!out) return 0;
+  if (dir && dir[0] && (mkdir(dir, 0755) == 0 || errno == EEXIST)) snprintf(path, sizeof path, "%s/auto-config.json", dir);
+  FILE *f = path[0] ? fopen(path, "w") : NULL;
+  printf("effective config%s%s%s:\n", f ? " (also written to " : "", f ? path : "", f ? ")" : "");
+  zo_config_dump(cfg, stdout);
+  if (f) {
+    const int werr = zo_config_dump(cfg, f);
+    if (fclose(f) != 0 || werr) fprintf(stderr, "zoffload: warning: could not write %s\n", path);
+  } else if (dir && dir[0]) {
+    fprintf(stderr, "zoffload: warning: could not write %s/auto-config.json: %s\n", dir, strerror(errno));
+  }
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   struct args a = {0};
   int r = parse_args(argc, argv, usage_train, train_opts, POS_CONFIG, &a);
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = load_config(&a, &cfg))) return r;
+  if ((r = train_auto(&a, &cfg))) {
+    zo_config_free(&cfg);
+    return r;
+  }
   zo_comm_t comm = job_comm("train");
   if (!comm) {
     zo_config_free(&cfg);
@@ -547,6 +655,26 @@ static const char *device_arg(enum zo_device d) {
   return d == ZO_DEVICE_CPU ? "cpu" : d == ZO_DEVICE_CUDA ? "cuda" : "auto";
 }
 
+/* plan --auto: the ranked candidates; exit 1 when none fits. */
+static int plan_auto(const struct args *a, zo_backend_t be) {
+  struct zo_cost_profile prof;
+  const bool cpu = !be || !strcmp(be->name, "cpu");
+  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
+  struct zo_host_limit hl;
+  zo_host_limit_read(&hl);
+  const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
+                                     .nvme_path = a->nvme_path, .backend = be, .profile = &prof,
+                                     .host_limit = hl.limit, .cpu_backend = cpu, .memlock = hl.memlock};
+  struct zo_autoplan ap;
+  int err = zo_autoplan_search(&o, &ap);
+  if (err) return fail(exit_code(err), "plan --auto");
+  zo_autoplan_print(&ap, &prof, a->json ? 0 : 10, stdout);
+  if (a->json) zo_autoplan_print_json(&ap, cpu, stdout);
+  const int fit = ap.n_fit;
+  zo_autoplan_free(&ap);
+  return fit ? 0 : 1;
+}
+
 static int cmd_plan(int argc, char **argv) {
   struct args a = {0};
   int r = parse_args(argc, argv, usage_plan, plan_opts, POS_CONFIG, &a);
@@ -558,6 +686,10 @@ static int cmd_plan(int argc, char **argv) {
   int err = zo_train_model_config(&cfg, &mc);
   if (!err) err = zo_train_check_threads(&cfg);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
+  if (!err && a.autoplan) {
+    zo_config_free(&cfg);
+    return plan_auto(&a, be);
+  }
   if (!err && a.placements) {
     const size_t gib = (size_t)1 << 30;
     const size_t def_ram[2] = {24 * gib, 128 * gib};
@@ -592,6 +724,18 @@ static int cmd_plan(int argc, char **argv) {
   }
   zo_plan_print(&plan, stdout);
   err = zo_plan_check(&cfg, &plan);
+  /* What train would refuse on this machine (one rank per machine). */
+  if (!err && ranks == 1) {
+    struct zo_host_limit hl;
+    zo_host_limit_read(&hl);
+    const bool cpu = !be || !strcmp(be->name, "cpu");
+    char need[32], have[32];
+    const size_t n = plan.total[ZO_TIER_HOST] + (cpu ? plan.total[ZO_TIER_DEVICE] : 0);
+    if (hl.limit)
+      printf("  this machine: %s of host memory needed%s, %s available (%s)\n", zo_format_bytes(n, need),
+             cpu ? " (host pool + the CPU backend's device arena)" : "", zo_format_bytes(hl.limit, have), hl.limit_src);
+    err = zo_host_machine_check(&cfg, &plan, cpu);
+  }
   zo_config_free(&cfg);
   if (err) return fail(1, "plan does not fit");
   printf("fits\n");
@@ -788,6 +932,37 @@ static int bench_memory(int argc, char **argv) {
   return 0;
 }
 
+static int bench_calibrate(int argc, char **argv) {
+  struct args a = {0};
+  int r = parse_args(argc, argv, usage_bench, bench_calibrate_opts, POS_NONE, &a);
+  if (r) return r == 1 ? 0 : r;
+  zo_backend_t be = zo_backend_init("auto", 0);
+  if (!be) return fail(1, "bench calibrate");
+  struct zo_cost_profile p;
+  char path[4096];
+  int err = zo_calibrate_run(be, a.nvme_path, &p);
+  if (!err) err = zo_cost_profile_path(p.backend, path, sizeof path);
+  if (!err) err = zo_cost_profile_save(&p, path);
+  if (err) return fail(1, "bench calibrate");
+  printf("calibrated %s (%s backend):\n", p.machine, p.backend);
+  for (int i = 0; i < ZO_COST_N_WIDTHS; i++)
+    printf("  GEMM width %4d: fp32 %8.1f GFLOP/s, bf16 %8.1f GFLOP/s\n", p.widths[i], p.gemm_flops[0][i] * 1e-9,
+           p.gemm_flops[1][i] * 1e-9);
+  printf("  attention: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s; elementwise %.2f GB/s, %.1f us per op\n",
+         p.attn_flops[0] * 1e-9, p.attn_flops[1] * 1e-9, p.mem_bw * 1e-9, p.op_s * 1e6);
+  printf("  copies: host->device %.2f GB/s, device->host %.2f GB/s\n", p.h2d_bw * 1e-9, p.d2h_bw * 1e-9);
+  printf("  CPU AdamW: fp32 %.1f Mparams/s, 8-bit %.1f Mparams/s\n", p.adamw_pps * 1e-6, p.adamw8_pps * 1e-6);
+  if (a.nvme_path)
+    printf("  NVMe under %s: read %.2f GB/s, write %.2f GB/s\n", a.nvme_path, p.nvme_read_bw * 1e-9,
+           p.nvme_write_bw * 1e-9);
+  else
+    printf("  NVMe: not measured (give --nvme-path DIR); the default %.2f / %.2f GB/s stays\n",
+           p.nvme_read_bw * 1e-9, p.nvme_write_bw * 1e-9);
+  printf("wrote %s\n", path);
+  if (a.json) printf("{\"profile\": \"%s\"}\n", path);
+  return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
   if (argc < 2) return bad_usage(usage_bench, "%s", "missing WHAT (adamw, nvme, step or memory)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -799,6 +974,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
   if (!strcmp(argv[1], "memory")) return bench_memory(argc - 1, argv + 1);
   if (!strcmp(argv[1], "tokenize")) return zo_cli_bench_tokenize(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "calibrate")) return bench_calibrate(argc - 1, argv + 1);
   return bad_usage(usage_bench, "unknown benchmark '%s'", argv[1]);
 }
 

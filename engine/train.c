@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "zo/adamw.h"
+#include "zo/autoplan.h"
 #include "zo/checkpoint.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
@@ -379,6 +380,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
   if ((err = zo_plan_build_rank(cfg, &mc, t.be, t.rank, N, &plan))) goto out;
   if (opts->memory_report && t.lead) zo_plan_print(&plan, stdout);
   if ((err = zo_plan_check(cfg, &plan)) || (err = zo_run_check_address_space(&plan, t.be))) goto out;
+  if ((err = zo_host_check(cfg, &plan, !strcmp(t.be->name, "cpu")))) goto out;
   const bool ckpt_dir = cfg->checkpoint.dir && cfg->checkpoint.dir[0];
   if (t.lead && ckpt_dir && (err = zo_run_dir_open(&t.guard, cfg, opts))) goto out;
   if (t.comm) {

@@ -31,6 +31,7 @@ declare -A header=(
   [topology.h]=offload
   [trace.h]=kernels         # kernels/trace.c
   [philox.h]=kernels        # header-only: dropout masks (kernels/cpu, kernels/cuda)
+  [autoplan.h]=engine     # engine/autoplan.c, cost.c, calibrate.c
   [bench.h]=engine
   [checkpoint.h]=engine
   [config.h]=engine

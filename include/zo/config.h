@@ -181,6 +181,13 @@ enum zo_on_nonfinite {
   ZO_NONFINITE_SKIP, /* "skip": the update is skipped (data consumed), as fp16 does */
 };
 
+/* engine.placement: the config's placement as written, or the best candidate
+ * of the planner's search (zo/autoplan.h), chosen by train. */
+enum zo_placement_mode {
+  ZO_PLACEMENT_CONFIG, /* "config" (default) */
+  ZO_PLACEMENT_AUTO,   /* "auto" */
+};
+
 struct zo_config_engine {         /* "engine" */
   enum zo_device device;          /* default "auto" */
   size_t gpu_memory_budget;       /* bytes: ceiling for the device plan; 0 = the device's free memory */
@@ -189,6 +196,7 @@ struct zo_config_engine {         /* "engine" */
                                    * threads (zo_train_backend refuses more) */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
   enum zo_on_nonfinite on_nonfinite; /* default "stop" */
+  enum zo_placement_mode placement; /* default "config" */
   struct {                        /* "engine.trace": a timeline of some steps (zo/trace_file.h) */
     char *path;                   /* Chrome trace-event JSON file, "" = none */
     int first_step;               /* first traced step (of the run, 1-based), default 2 */
@@ -215,6 +223,8 @@ struct zo_config {
   char *path;                     /* file it was loaded from, "" when none */
   int micro_batch;                /* train_micro_batch_size_per_gpu: B, default 1 */
   int grad_accum;                 /* gradient_accumulation_steps, default 1 */
+  bool micro_batch_auto;          /* train_micro_batch_size_per_gpu was "auto": train chooses it */
+  bool grad_accum_auto;           /* gradient_accumulation_steps was "auto": train chooses it */
   long steps;                     /* optimizer steps to train, default 1000 */
   long train_batch_size;          /* DeepSpeed's: micro_batch x grad_accum x ranks, checked; 0 = not
                                    * given (default). Given with only one of micro_batch and
@@ -257,6 +267,11 @@ struct zo_config {
  * (zo_config_free on it is harmless). Any thread; the message goes to that
  * thread's zo_last_error(). */
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
+
+/* While quiet (this thread), zo_config_load prints none of its warnings: the
+ * planner loads many candidates of one config (zo/autoplan.h). Returns the
+ * previous setting. */
+bool zo_config_set_quiet(bool quiet);
 
 /* Steps of data.epochs passes over a training file of n_tokens tokens with
  * n_ranks ranks: ceil(epochs x micro-batches per epoch / grad_accum), where a

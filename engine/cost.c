@@ -1,0 +1,290 @@
+/* The cost model of one optimizer step (see zo/autoplan.h) and the rates it
+ * reads: documented defaults, or this machine's profile written by
+ * `zoffload bench calibrate`. Bytes come from the memory planner's plan and
+ * the tensor table, FLOPs from the architecture's flops_per_token: this file
+ * adds rates and overlap, never a byte count of its own. It measures nothing
+ * (engine/calibrate.c does). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zo/autoplan.h"
+#include "zo/fsutil.h"
+#include "zo/optim_format.h"
+
+void zo_cost_profile_defaults(struct zo_cost_profile *p, const char *backend) {
+  memset(p, 0, sizeof *p);
+  const bool cuda = backend && !strcmp(backend, "cuda");
+  snprintf(p->backend, sizeof p->backend, "%s", cuda ? "cuda" : "cpu");
+  snprintf(p->source, sizeof p->source, "defaults for the %s backend (no profile of this machine: run "
+           "`zoffload bench calibrate` to measure its rates)", p->backend);
+  p->widths[0] = 256, p->widths[1] = 1024, p->widths[2] = 2048;
+  if (cuda) {
+    /* A PCIe 4.0 x16 GPU of the A100 class, bf16 tensor cores; a server CPU. */
+    const double f32[3] = {8e12, 14e12, 16e12}, f16[3] = {40e12, 120e12, 180e12};
+    memcpy(p->gemm_flops[0], f32, sizeof f32);
+    memcpy(p->gemm_flops[1], f16, sizeof f16);
+    p->attn_flops[0] = 5e12, p->attn_flops[1] = 20e12;
+    p->mem_bw = 1.2e12;
+    p->op_s = 6e-6;
+    p->h2d_bw = 20e9, p->d2h_bw = 20e9;
+    p->adamw_pps = 1.0e9, p->adamw8_pps = 1.5e9;
+    p->dev_adamw_pps = 40e9;
+    p->nvme_read_bw = 3e9, p->nvme_write_bw = 2e9;
+    p->shared_cores = false;
+    p->half_ok = true;
+  } else {
+    /* The CPU backend on 2 cores of a recent x86 (the development machine). */
+    const double f32[3] = {40e9, 60e9, 65e9}, f16[3] = {30e9, 45e9, 50e9};
+    memcpy(p->gemm_flops[0], f32, sizeof f32);
+    memcpy(p->gemm_flops[1], f16, sizeof f16);
+    p->attn_flops[0] = 8e9, p->attn_flops[1] = 6e9;
+    p->mem_bw = 6e9;
+    p->op_s = 20e-6;
+    p->h2d_bw = 5e9, p->d2h_bw = 5e9;
+    p->adamw_pps = 250e6, p->adamw8_pps = 200e6;
+    p->dev_adamw_pps = 250e6;
+    p->nvme_read_bw = 1e9, p->nvme_write_bw = 1e9;
+    p->shared_cores = true;
+    p->half_ok = true;
+  }
+}
+
+/* FNV-1a of the CPU model and core count: the same hostname on another
+ * machine (a container image) gets another profile. */
+static uint64_t machine_hash(char *model, size_t size) {
+  snprintf(model, size, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "model name", 10) != 0) continue;
+      const char *c = strchr(line, ':');
+      if (!c) break;
+      for (c++; *c == ' '; c++) {}
+      snprintf(model, size, "%s", c);
+      model[strcspn(model, "\n")] = '\0';
+      break;
+    }
+    fclose(f);
+  }
+  char key[640];
+  snprintf(key, sizeof key, "%s/%ld", model, sysconf(_SC_NPROCESSORS_ONLN));
+  uint64_t h = 1469598103934665603ull;
+  for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+int zo_cost_profile_path(const char *backend, char *buf, size_t size) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char dir[4096];
+  if (xdg && xdg[0]) snprintf(dir, sizeof dir, "%s/zoffload", xdg);
+  else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/zoffload", home);
+  else return zo_error(-ENOENT, "no cache directory: neither XDG_CACHE_HOME nor HOME is set");
+  char host[128] = "host", model[256];
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
+  host[sizeof host - 1] = '\0';
+  for (char *c = host; *c; c++)
+    if (*c == '/') *c = '_';
+  const uint64_t h = machine_hash(model, sizeof model);
+  int n = snprintf(buf, size, "%s/profile-%s-%08llx-%s.json", dir, host, (unsigned long long)(h & 0xffffffffu),
+                   backend);
+  return n < 0 || (size_t)n >= size ? zo_error(-ENAMETOOLONG, "profile path too long") : 0;
+}
+
+static double num(json_t *o, const char *key, double def) {
+  json_t *v = json_object_get(o, key);
+  return json_is_number(v) ? json_number_value(v) : def;
+}
+
+int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend) {
+  zo_cost_profile_defaults(p, backend);
+  char path[4096];
+  int err = zo_cost_profile_path(p->backend, path, sizeof path);
+  if (err) return err;
+  if (access(path, R_OK) != 0) {
+    snprintf(p->source, sizeof p->source, "defaults for the %s backend (no profile at %s: run `zoffload bench "
+             "calibrate` to measure this machine's rates)", p->backend, path);
+    return zo_error(-ENOENT, "no profile %s", path);
+  }
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root || !json_is_object(root)) {
+    json_decref(root);
+    snprintf(p->source, sizeof p->source, "defaults (the profile %s is malformed: rerun `zoffload bench "
+             "calibrate`)", path);
+    return zo_error(-EINVAL, "%s:%d: %s", path, je.line, root ? "not a JSON object" : je.text);
+  }
+  json_t *w = json_object_get(root, "widths"), *g32 = json_object_get(root, "gemm_flops_fp32"),
+         *g16 = json_object_get(root, "gemm_flops_half");
+  for (int i = 0; i < ZO_COST_N_WIDTHS; i++) {
+    if (json_is_integer(json_array_get(w, (size_t)i))) p->widths[i] = (int)json_integer_value(json_array_get(w, (size_t)i));
+    if (json_is_number(json_array_get(g32, (size_t)i))) p->gemm_flops[0][i] = json_number_value(json_array_get(g32, (size_t)i));
+    if (json_is_number(json_array_get(g16, (size_t)i))) p->gemm_flops[1][i] = json_number_value(json_array_get(g16, (size_t)i));
+  }
+  p->attn_flops[0] = num(root, "attn_flops_fp32", p->attn_flops[0]);
+  p->attn_flops[1] = num(root, "attn_flops_half", p->attn_flops[1]);
+  p->mem_bw = num(root, "mem_bw", p->mem_bw);
+  p->op_s = num(root, "op_s", p->op_s);
+  p->h2d_bw = num(root, "h2d_bw", p->h2d_bw);
+  p->d2h_bw = num(root, "d2h_bw", p->d2h_bw);
+  p->adamw_pps = num(root, "adamw_params_per_s", p->adamw_pps);
+  p->adamw8_pps = num(root, "adamw8bit_params_per_s", p->adamw8_pps);
+  p->dev_adamw_pps = num(root, "device_adamw_params_per_s", p->dev_adamw_pps);
+  p->nvme_read_bw = num(root, "nvme_read_bw", p->nvme_read_bw);
+  p->nvme_write_bw = num(root, "nvme_write_bw", p->nvme_write_bw);
+  json_t *m = json_object_get(root, "machine");
+  if (json_is_string(m)) snprintf(p->machine, sizeof p->machine, "%s", json_string_value(m));
+  p->half_ok = !json_is_false(json_object_get(root, "half_ok"));
+  json_decref(root);
+  p->measured = true;
+  snprintf(p->source, sizeof p->source, "%s", path);
+  return 0;
+}
+
+static int mkdir_parents(const char *path) {
+  char d[4096];
+  snprintf(d, sizeof d, "%s", path);
+  for (char *s = d + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) return zo_error(-errno, "mkdir %s: %s", d, strerror(errno));
+    *s = '/';
+  }
+  return 0;
+}
+
+int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path) {
+  int err = mkdir_parents(path);
+  if (err) return err;
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return zo_error(-errno, "%s: %s", tmp, strerror(errno));
+  fprintf(f, "{\n  \"machine\": \"%s\",\n  \"backend\": \"%s\",\n  \"widths\": [%d, %d, %d],\n", p->machine,
+          p->backend, p->widths[0], p->widths[1], p->widths[2]);
+  fprintf(f, "  \"gemm_flops_fp32\": [%.6g, %.6g, %.6g],\n  \"gemm_flops_half\": [%.6g, %.6g, %.6g],\n",
+          p->gemm_flops[0][0], p->gemm_flops[0][1], p->gemm_flops[0][2], p->gemm_flops[1][0], p->gemm_flops[1][1],
+          p->gemm_flops[1][2]);
+  fprintf(f, "  \"attn_flops_fp32\": %.6g,\n  \"attn_flops_half\": %.6g,\n  \"mem_bw\": %.6g,\n  \"op_s\": %.6g,\n  \"h2d_bw\": %.6g,\n"
+          "  \"d2h_bw\": %.6g,\n  \"adamw_params_per_s\": %.6g,\n  \"adamw8bit_params_per_s\": %.6g,\n"
+          "  \"device_adamw_params_per_s\": %.6g,\n  \"nvme_read_bw\": %.6g,\n  \"nvme_write_bw\": %.6g,\n"
+          "  \"half_ok\": %s\n}\n",
+          p->attn_flops[0], p->attn_flops[1], p->mem_bw, p->op_s, p->h2d_bw, p->d2h_bw, p->adamw_pps, p->adamw8_pps,
+          p->dev_adamw_pps, p->nvme_read_bw, p->nvme_write_bw, p->half_ok ? "true" : "false");
+  const bool bad = ferror(f) != 0;
+  if (fclose(f) != 0 || bad) {
+    unlink(tmp);
+    return zo_error(-EIO, "%s: write failed", tmp);
+  }
+  if (rename(tmp, path) != 0) {
+    err = zo_error(-errno, "rename %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return err;
+  }
+  return 0;
+}
+
+const char *zo_bottleneck_name(enum zo_bottleneck b, bool cpu_backend) {
+  switch (b) {
+  case ZO_BOTTLENECK_COMPUTE: return cpu_backend ? "compute" : "GPU compute";
+  case ZO_BOTTLENECK_PCIE: return cpu_backend ? "copies" : "PCIe";
+  case ZO_BOTTLENECK_OPTIMIZER: return "CPU optimizer";
+  case ZO_BOTTLENECK_NVME: return "NVMe";
+  }
+  return "?";
+}
+
+/* The GEMM rate at width C: log-linear between the measured widths. */
+static double gemm_rate(const struct zo_cost_profile *r, int half, double C) {
+  const int *w = r->widths;
+  const double *g = r->gemm_flops[half];
+  if (C <= w[0]) return g[0];
+  for (int i = 1; i < ZO_COST_N_WIDTHS; i++) {
+    if (C > w[i]) continue;
+    const double a = log(C / w[i - 1]) / log((double)w[i] / w[i - 1]);
+    return g[i - 1] + a * (g[i] - g[i - 1]);
+  }
+  return g[ZO_COST_N_WIDTHS - 1];
+}
+
+void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c) {
+  memset(c, 0, sizeof *c);
+  const struct zo_model_config *mc = &p->model;
+  const struct zo_placement *pl = &p->placement;
+  struct zo_tensor_table t;
+  if (zo_model_build_table(mc, &t) != 0) return;
+  const int half = pl->dtype != ZO_F32;
+  const double e = (double)zo_dtype_size(pl->dtype), K = pl->grad_accum, BT = (double)p->B * p->T;
+  const double C = mc->n_embd, L = mc->n_layer, Vp = mc->padded_vocab_size, N = (double)t.numel;
+  const double resident = N - L * (double)t.layer_numel;
+
+  /* FLOPs per token split into the part linear in T (attention) and the
+   * rest (matmuls) from the architecture's own count at T and 2T. */
+  const double f1 = zo_model_flops_per_token(mc, p->T), f2 = zo_model_flops_per_token(mc, 2 * p->T);
+  const double attn = f2 - f1, mm = f1 - attn, head = 6.0 * Vp * C;
+  const double ck = pl->ckpt_blocks / L; /* recomputed forward of the checkpointed blocks: 2 of 6 */
+  const double gemm = (mm + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
+  /* Elementwise traffic: about 40 activations of width C per block and token
+   * (norms, residuals, GELU/SwiGLU, their gradients) and the attention
+   * probabilities (NH x T per token, written, read twice), stored in the
+   * compute dtype; the logits' softmax in fp32. */
+  const double ew = BT * (L * (40.0 * C * e * (1.0 + ck / 3.0) + 3.0 * mc->n_head * (double)p->T * e) +
+                          3.0 * Vp * 4.0);
+  /* About 15 ops per block forward, 20 backward, each with a fixed cost. */
+  const double ops = L * (35.0 + 15.0 * ck) + 10.0;
+  c->compute_s = K * (gemm / gemm_rate(r, half, C) + att / r->attn_flops[half] + ew / r->mem_bw + ops * r->op_s);
+
+  const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
+  if (pl->param_slots) c->h2d_s += K * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
+  if (offloaded) c->h2d_s += (pl->param_slots ? resident : N) * e / r->h2d_bw;        /* updated parameters */
+  if (pl->grads_on_host) c->d2h_s += K * N * 4.0 / r->d2h_bw;
+  else if (offloaded) c->d2h_s += N * 4.0 / r->d2h_bw;
+  if (pl->ckpt_blocks && pl->ckpt_cpu) {
+    const double ckb = K * pl->ckpt_blocks * BT * C * e;
+    c->d2h_s += ckb / r->d2h_bw;
+    c->h2d_s += ckb / r->h2d_bw;
+  }
+
+  const double n8 = (double)zo_optim_numel_8bit(&pl->opt, &t), n32 = N - n8;
+  if (offloaded) {
+    /* The update, the norm's sum of squares, the rounded working copy, and
+     * the host's accumulation of the micro-batches' gradients. */
+    c->optimizer_s = n32 / r->adamw_pps + n8 / r->adamw8_pps + N * 4.0 / r->mem_bw +
+                     (half ? N * (4.0 + e) / r->mem_bw : 0.0) +
+                     (pl->grads_on_host && K > 1 ? (K - 1) * N * 12.0 / r->mem_bw : 0.0);
+  } else {
+    c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : N / r->dev_adamw_pps;
+  }
+  const double nv = (double)p->total[ZO_TIER_NVME];
+  if (nv > 0)
+    c->nvme_s = nv / (r->nvme_read_bw > 0 ? r->nvme_read_bw : 1e9) + nv / (r->nvme_write_bw > 0 ? r->nvme_write_bw : 1e9);
+
+  /* Overlap. The optimizer stream updates unit by unit in forward order and
+   * the next step's forward waits for each unit only, so the optimizer (and
+   * the NVMe chunks it reads and writes) hides behind the first forward; the
+   * copy streams run beside the compute stream. On the CPU backend every
+   * stream but the NVMe I/O runs on the same cores: their work adds up. */
+  const double tail = c->nvme_s > c->optimizer_s ? c->nvme_s : c->optimizer_s;
+  if (r->shared_cores) {
+    c->step_s = c->compute_s + c->h2d_s + c->d2h_s + tail;
+  } else {
+    const double fwd1 = c->compute_s / K / 3.0;
+    double s = c->compute_s + (tail > fwd1 ? tail - fwd1 : 0.0);
+    if (c->h2d_s > s) s = c->h2d_s;
+    if (c->d2h_s > s) s = c->d2h_s;
+    c->step_s = s;
+  }
+  double worst = c->compute_s;
+  c->bottleneck = ZO_BOTTLENECK_COMPUTE;
+  const double pcie = r->shared_cores ? c->h2d_s + c->d2h_s : (c->h2d_s > c->d2h_s ? c->h2d_s : c->d2h_s);
+  if (pcie > worst) worst = pcie, c->bottleneck = ZO_BOTTLENECK_PCIE;
+  if (c->optimizer_s > worst) worst = c->optimizer_s, c->bottleneck = ZO_BOTTLENECK_OPTIMIZER;
+  if (c->nvme_s > worst) c->bottleneck = ZO_BOTTLENECK_NVME;
+  zo_tensor_table_free(&t);
+}

@@ -1,0 +1,251 @@
+/* The planner that chooses (zo/autoplan.h) on the cases users bring, planner
+ * only (nothing trains): GPT-2 1.5B at micro-batch 16 x 512 in a 10 GiB
+ * device budget, Llama-1B with 16 GiB of host and an NVMe path, Llama-3-8B
+ * with 10 GiB of device, 32 GiB of host and an NVMe path, and a plan that
+ * fits nowhere, which must name the short tier and by how much. Every
+ * candidate found must fit every budget when its --set lines are loaded and
+ * planned again by zo_plan_build (the same bytes), keep the global batch, and
+ * the ranking must be by predicted step time. The cost model: monotone
+ * properties (more compute or more bytes moved never predicts a faster step)
+ * with the documented defaults. The machine's own memory plays no part
+ * (host_limit 0). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zo/autoplan.h"
+#include "zo/train.h"
+#include "zo_test.h"
+
+static char tmpdir[256];
+static const size_t GiB = (size_t)1 << 30;
+
+/* An NVMe path means a 2 TB drive here, whatever the test machine's disk holds. */
+static int search(const char *config, const char *const *sets, int n_sets, const char *nvme,
+                  struct zo_autoplan *a, struct zo_cost_profile *prof) {
+  zo_cost_profile_defaults(prof, "cuda");
+  const struct zo_autoplan_opts o = {.config_path = config, .sets = sets, .n_sets = n_sets, .nvme_path = nvme,
+                                     .profile = prof, .nvme_free = (size_t)2000000000000};
+  return zo_autoplan_search(&o, a);
+}
+
+/* Each fitting candidate, loaded with the user's sets and its own and planned
+ * again, has the bytes it was listed with, within the budgets; the global
+ * batch is kept; the list is sorted by predicted step. */
+static int check_candidates(const char *config, const char *const *sets, int n_sets, const struct zo_autoplan *a,
+                            size_t dev_budget, size_t host_budget) {
+  for (int i = 0; i < a->n_fit; i++) {
+    const struct zo_autoplan_candidate *c = &a->fit[i];
+    const char *all[64];
+    int n = 0;
+    for (int k = 0; k < n_sets; k++) all[n++] = sets[k];
+    for (int k = 0; k < c->n_sets; k++) all[n++] = c->sets[k];
+    struct zo_config cfg;
+    bool was = zo_config_set_quiet(true);
+    int err = zo_config_load(&cfg, config, all, n);
+    zo_config_set_quiet(was);
+    ZO_REQUIRE(err == 0);
+    struct zo_model_config mc;
+    struct zo_plan p;
+    ZO_REQUIRE(zo_train_model_config(&cfg, &mc) == 0);
+    err = zo_plan_build(&cfg, &mc, NULL, &p);
+    const int G = cfg.micro_batch * cfg.grad_accum;
+    zo_config_free(&cfg);
+    ZO_REQUIRE(err == 0);
+    for (int t = 0; t < ZO_N_TIERS; t++) ZO_REQUIRE(p.total[t] == c->bytes[t]);
+    ZO_REQUIRE(p.total[ZO_TIER_DEVICE] <= dev_budget);
+    if (host_budget) ZO_REQUIRE(p.total[ZO_TIER_HOST] <= host_budget);
+    ZO_REQUIRE(G == a->global_batch);
+    ZO_REQUIRE(c->cost.step_s > 0 && c->tokens_per_s > 0);
+    if (i) ZO_REQUIRE(a->fit[i - 1].cost.step_s <= c->cost.step_s);
+    for (int k = 0; k < c->n_sets; k++) ZO_REQUIRE(strstr(c->sets[k], "AdamW8bit") == NULL);
+  }
+  return 0;
+}
+
+static bool has_set(const struct zo_autoplan_candidate *c, const char *s) {
+  for (int k = 0; k < c->n_sets; k++)
+    if (!strcmp(c->sets[k], s)) return true;
+  return false;
+}
+
+/* The single-change advice said "use a smaller model"; activation
+ * checkpointing plus optimizer offload fits in about 5.7 GiB. */
+static int test_gpt2_1_5b_10gib(void) {
+  const char *cfg = ZO_TEST_DIR "/../configs/gpt2-1.5b.json";
+  static const char *const sets[] = {"train_micro_batch_size_per_gpu=16", "gradient_accumulation_steps=1",
+                                     "data.seq_len=512", "engine.gpu_memory_budget=10GiB"};
+  struct zo_autoplan a;
+  struct zo_cost_profile prof;
+  ZO_REQUIRE(search(cfg, sets, 4, "none", &a, &prof) == 0);
+  int rc = 1;
+  if (a.n_fit == 0) {
+    zo_test_fail("no candidate fits");
+    goto out;
+  }
+  if (check_candidates(cfg, sets, 4, &a, 10 * GiB, 0)) goto out;
+  bool ckpt_offload_mb16 = false;
+  for (int i = 0; i < a.n_fit; i++) {
+    const struct zo_autoplan_candidate *c = &a.fit[i];
+    if (has_set(c, "activation_checkpointing.enabled=true") &&
+        has_set(c, "zero_optimization.offload_optimizer.device=cpu") &&
+        !has_set(c, "zero_optimization.offload_param.device=cpu") &&
+        strstr(c->what, "micro-batch 16 x 1")) {
+      ckpt_offload_mb16 = true;
+      if (c->bytes[ZO_TIER_DEVICE] > (size_t)(6.5 * (double)GiB)) {
+        zo_test_fail("checkpointing + optimizer on cpu at 16 x 512: %zu device bytes, expected about 5.7 GiB",
+                     c->bytes[ZO_TIER_DEVICE]);
+        goto out;
+      }
+    }
+  }
+  if (!ckpt_offload_mb16) {
+    zo_test_fail("checkpointing + optimizer offload at micro-batch 16 is not among the %d candidates", a.n_fit);
+    goto out;
+  }
+  /* --nvme-path none: no candidate has NVMe bytes. */
+  for (int i = 0; i < a.n_fit; i++) ZO_REQUIRE(a.fit[i].bytes[ZO_TIER_NVME] == 0);
+  rc = 0;
+out:
+  zo_autoplan_free(&a);
+  return rc;
+}
+
+static int test_llama_1b_host_16gib_nvme(void) {
+  const char *cfg = ZO_TEST_DIR "/../configs/llama-1b.json";
+  static const char *const sets[] = {"engine.host_memory_budget=16GiB"};
+  struct zo_autoplan a;
+  struct zo_cost_profile prof;
+  ZO_REQUIRE(search(cfg, sets, 1, tmpdir, &a, &prof) == 0);
+  int rc = 1;
+  if (a.n_fit == 0) {
+    zo_test_fail("no candidate fits (host 16 GiB, NVMe under %s)", tmpdir);
+    goto out;
+  }
+  if (check_candidates(cfg, sets, 1, &a, 10 * GiB, 16 * GiB)) goto out;
+  /* Without NVMe the 16 GiB host cannot hold the optimizer: every plan found uses it. */
+  for (int i = 0; i < a.n_fit; i++)
+    if (a.fit[i].bytes[ZO_TIER_NVME] == 0) {
+      zo_test_fail("candidate %d (%s) has no NVMe bytes yet fits 16 GiB of host", i + 1, a.fit[i].what);
+      goto out;
+    }
+  rc = 0;
+out:
+  zo_autoplan_free(&a);
+  return rc;
+}
+
+/* Needs parameters on NVMe (zero_optimization.offload_param.device = "nvme",
+ * issue 17): with the optimizer alone on NVMe the host needs 51 GiB. */
+static int test_llama_8b_device_10_host_32_nvme(void) {
+  const char *cfg = ZO_TEST_DIR "/../configs/llama-8b.json";
+  static const char *const sets[] = {"engine.gpu_memory_budget=10GiB", "engine.host_memory_budget=32GiB"};
+  struct zo_autoplan a;
+  struct zo_cost_profile prof;
+  ZO_REQUIRE(search(cfg, sets, 2, tmpdir, &a, &prof) == 0);
+  int rc = 1;
+  if (a.n_fit == 0) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f) {
+      zo_autoplan_print(&a, &prof, 0, f);
+      fclose(f);
+    }
+    zo_test_fail("no candidate fits; the planner says:\n%s", buf ? buf : "");
+    free(buf);
+    goto out;
+  }
+  if (check_candidates(cfg, sets, 2, &a, 10 * GiB, 32 * GiB)) goto out;
+  rc = 0;
+out:
+  zo_autoplan_free(&a);
+  return rc;
+}
+
+/* Llama-3-8B in 1 GiB of device and 4 GiB of host without NVMe: nothing
+ * fits, and the answer names each short tier with its bytes over budget. */
+static int test_fits_nowhere_names_tier(void) {
+  const char *cfg = ZO_TEST_DIR "/../configs/llama-8b.json";
+  static const char *const sets[] = {"engine.gpu_memory_budget=1GiB", "engine.host_memory_budget=4GiB"};
+  struct zo_autoplan a;
+  struct zo_cost_profile prof;
+  ZO_REQUIRE(search(cfg, sets, 2, "none", &a, &prof) == 0);
+  int rc = 1;
+  char *buf = NULL;
+  size_t len = 0;
+  if (a.n_fit != 0 || !a.have_closest) {
+    zo_test_fail("%d candidates fit 1 GiB of device and 4 GiB of host", a.n_fit);
+    goto out;
+  }
+  size_t shortfall = 0;
+  for (int t = 0; t < ZO_N_TIERS; t++) {
+    const struct zo_autoplan_candidate *c = &a.closest;
+    if (c->short_by[t]) ZO_REQUIRE(c->bytes[t] == a.budget[t] + c->short_by[t]);
+    shortfall += c->short_by[t];
+  }
+  ZO_REQUIRE(shortfall > 0 && a.closest.short_by[ZO_TIER_HOST] > 0);
+  FILE *f = open_memstream(&buf, &len);
+  ZO_REQUIRE(f != NULL);
+  zo_autoplan_print(&a, &prof, 0, f);
+  fclose(f);
+  char want[96], b[32];
+  snprintf(want, sizeof want, "host needs %s, ", zo_format_bytes(a.closest.bytes[ZO_TIER_HOST], b));
+  if (!strstr(buf, "no candidate fits") || !strstr(buf, want) || !strstr(buf, "over its budget of 4.00 GiB") ||
+      !strstr(buf, "--nvme-path")) {
+    zo_test_fail("the answer does not name the short tier (want \"%s\"):\n%s", want, buf);
+    goto out;
+  }
+  rc = 0;
+out:
+  free(buf);
+  zo_autoplan_free(&a);
+  return rc;
+}
+
+/* With the defaults: checkpointing recomputes (never faster), a slower NVMe
+ * never makes a step faster, and the CPU backend adds what the GPU overlaps. */
+static int test_cost_monotone(void) {
+  struct zo_config cfg;
+  static const char *const sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
+                                     "zero_optimization.offload_optimizer.nvme_path=/tmp"};
+  ZO_REQUIRE(zo_config_load(&cfg, ZO_TEST_DIR "/../configs/gpt2-350m.json", sets, 3) == 0);
+  struct zo_model_config mc;
+  struct zo_plan p, pc;
+  ZO_REQUIRE(zo_train_model_config(&cfg, &mc) == 0);
+  int err = zo_plan_build(&cfg, &mc, NULL, &p);
+  cfg.activation_checkpointing.enabled = true;
+  if (!err) err = zo_plan_build(&cfg, &mc, NULL, &pc);
+  zo_config_free(&cfg);
+  ZO_REQUIRE(err == 0);
+  for (int k = 0; k < 2; k++) {
+    struct zo_cost_profile r;
+    zo_cost_profile_defaults(&r, k ? "cuda" : "cpu");
+    struct zo_cost c, cc, slow;
+    zo_cost_step(&r, &p, &c);
+    zo_cost_step(&r, &pc, &cc);
+    ZO_REQUIRE(c.compute_s > 0 && c.nvme_s > 0 && c.optimizer_s > 0);
+    ZO_REQUIRE(cc.compute_s > c.compute_s && cc.step_s >= c.step_s);
+    r.nvme_read_bw /= 100, r.nvme_write_bw /= 100;
+    zo_cost_step(&r, &p, &slow);
+    ZO_REQUIRE(slow.step_s > c.step_s && slow.bottleneck == ZO_BOTTLENECK_NVME);
+    if (k == 0) ZO_REQUIRE(c.step_s >= c.compute_s + c.h2d_s + c.d2h_s);
+    else ZO_REQUIRE(c.step_s < c.compute_s + c.h2d_s + c.d2h_s + c.optimizer_s + c.nvme_s);
+  }
+  return 0;
+}
+
+int main(void) {
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "autoplan")) return 1;
+  static const struct zo_test tests[] = {
+      ZO_TEST(gpt2_1_5b_10gib),
+      ZO_TEST(llama_1b_host_16gib_nvme),
+      ZO_TEST(llama_8b_device_10_host_32_nvme),
+      ZO_TEST(fits_nowhere_names_tier),
+      ZO_TEST(cost_monotone),
+  };
+  int rc = ZO_TEST_MAIN(tests);
+  zo_test_rmtree(tmpdir);
+  return rc;
+}
