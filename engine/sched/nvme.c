@@ -114,9 +114,7 @@ void nv_write_fn(void *arg) {
   err = nv_write_async(s, a->chunk, b);
   if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
   if (pwrite) {
-    const double t0 = zo_time_s();
     int e = zo_nvme_wait(s->nv, &b->preq);
-    atomic_fetch_add(&s->nv_wait_ns, ns_since(t0));
     if (e && !err) async_fail(s, error_prefixed(e, "NVMe tier: writing the parameters"));
   }
 }
