@@ -47,6 +47,12 @@ planned = int(m.group(1)) + int(m.group(2)) if m else 0
 print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, planned)
 PY
 }
+# A sanitizer build (it cannot start under ulimit -v: its shadow memory is
+# terabytes) keeps shadow and quarantined memory resident: the bound is not
+# checked there, the runs and the resume's bits are.
+sanitized=0
+(ulimit -v 4000000; "$bin" --version) >/dev/null 2>&1 || sanitized=1
+((sanitized)) && echo "note: a sanitizer build: peak resident sets printed, not bounded"
 fail=0
 check() { # NAME "rc peak planned"
   local name=$1 rc peak planned
@@ -54,6 +60,8 @@ check() { # NAME "rc peak planned"
   local bound=$((planned / 1024 + 40 * 1024))
   if ((rc != 0 || planned == 0)); then
     echo "FAIL: $name exited $rc (planned ${planned}):"; tail -5 "$tmp/$name.log"; fail=1
+  elif ((sanitized)); then
+    echo "ok: $name ran (peak $((peak / 1024)) MiB resident, not bounded in a sanitizer build)"
   elif ((peak > bound)); then
     echo "FAIL: $name peaked at $((peak / 1024)) MiB resident, over the bound $((bound / 1024)) MiB (planned pools $((planned >> 20)) MiB + 40 MiB)"
     fail=1
@@ -69,5 +77,5 @@ for f in model.safetensors optimizer.safetensors; do
   cmp -s "$tmp/save/ck/checkpoint-3/$f" "$tmp/whole/ck/checkpoint-3/$f" ||
     { echo "FAIL: the resumed run's $f differs from the uninterrupted run's"; fail=1; }
 done
-((fail == 0)) && echo "PASS: checkpoint save and resume through the tier under the planned pools + 40 MiB, resume bit-identical"
+((fail == 0)) && echo "PASS: checkpoint save and resume through the tier$( ((sanitized)) || echo " under the planned pools + 40 MiB"), resume bit-identical"
 exit $fail
