@@ -35,29 +35,52 @@
 static const char *const ckpt_files[] = {"model.safetensors", "config.json"};
 #define N_CKPT_FILES 2
 
-/* CRC32 of a whole file, read through a mapping. */
+/* CRC32 of a whole file, read with read(2) through a bounded buffer: a
+ * mapping read end to end would count the whole file, model or optimizer
+ * states, in the process's resident set (RssFile) until unmapped. */
+#define CRC_BUF ((size_t)4 << 20)
 static int file_crc(const char *path, uint32_t *crc) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
-  struct stat st;
   int err = 0;
-  if (fstat(fd, &st) != 0) {
-    err = zo_error(-errno, "%s: %s", path, strerror(errno));
+  uint8_t *buf = malloc(CRC_BUF);
+  if (!buf) {
+    err = zo_error(-ENOMEM, "%s: out of host memory for a %zu-byte checksum buffer", path, CRC_BUF);
     goto out_close;
   }
   *crc = zo_crc32(0, NULL, 0);
-  if (st.st_size > 0) {
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      err = zo_error(-errno, "%s: mmap: %s", path, strerror(errno));
-      goto out_close;
+  for (;;) {
+    const ssize_t r = read(fd, buf, CRC_BUF);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      err = zo_error(-errno, "%s: read: %s", path, strerror(errno));
+      break;
     }
-    *crc = zo_crc32(*crc, p, (size_t)st.st_size);
-    munmap(p, (size_t)st.st_size);
+    if (r == 0) break;
+    *crc = zo_crc32(*crc, buf, (size_t)r);
   }
+  free(buf);
 out_close:
   close(fd);
   return err;
+}
+
+/* The io's write of [data, data + nbytes), a slice of a read-only file
+ * mapping, in bounded slices, each slice's whole pages dropped from the
+ * resident set once written (advice: a failure costs memory only). */
+#define LOAD_SLICE ((size_t)16 << 20)
+static int io_write_mapped(const struct zo_state_io *io, enum zo_state_part part, size_t off, const uint8_t *data,
+                           size_t nbytes) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (size_t pos = 0; pos < nbytes;) {
+    const size_t n = nbytes - pos < LOAD_SLICE ? nbytes - pos : LOAD_SLICE;
+    int err = io->write(io->ctx, part, off + pos, data + pos, n);
+    if (err) return err;
+    const uintptr_t lo = ((uintptr_t)(data + pos) + page - 1) / page * page, hi = (uintptr_t)(data + pos + n) / page * page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    pos += n;
+  }
+  return 0;
 }
 
 static int parse_step(const char *name, long *step) {
@@ -546,7 +569,7 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
       const size_t want = seg_total(opt, t, SEG_FP32, lo, hi) / sizeof(float);
       if (!x || x->dtype != ZO_F32 || x->numel != want)
         return zo_error(-EINVAL, "%s: tensor %s missing or not F32 of %zu elements", p, names[s], want);
-      if (io && (err = io->write(io->ctx, parts[s], base, x->data, x->nbytes))) return err;
+      if (io && (err = io_write_mapped(io, parts[s], base, x->data, x->nbytes))) return err;
       continue;
     }
     for (int k = 0; k < SEG_KINDS; k++) {
@@ -563,7 +586,7 @@ static int load_states(const struct zo_st_file *f, const char *p, const struct z
         const struct zo_tensor_info *ti = &t->tensors[i];
         size_t at;
         const size_t len = seg_of(opt, ti, (enum seg_kind)k, soff, &at);
-        if (len && (err = io->write(io->ctx, parts[s], at, (const uint8_t *)x->data + pos, len))) return err;
+        if (len && (err = io_write_mapped(io, parts[s], at, (const uint8_t *)x->data + pos, len))) return err;
         pos += len;
         soff += zo_optim_piece_nbytes(opt, zo_optim_is_8bit(opt, ti->numel), ti->numel);
       }

@@ -405,9 +405,21 @@ static int read_f32_range(const struct zo_st_tensor *t, size_t e0, size_t n, flo
   return zo_st_read_f32(&v, out, n);
 }
 
+/* Drops the whole pages of [p, p + n), read-only file mapping, from the
+ * resident set: clean file pages, faulted back in if read again (advice: a
+ * failure costs memory only). */
+static void drop_pages(const void *p, size_t n) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + n) / page * page;
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* Hugging Face tensor t into view h of ours, through the io's staging
- * buffer: straight rows in pieces; a transposed one (cols, rows) in blocks of
- * our rows, each gathered from the file's columns. */
+ * buffer, the pages of t read dropped as it goes (a load's resident memory
+ * stays near its buffers whatever the model's size): straight rows in
+ * pieces; a transposed one (cols, rows) in blocks of our rows, each gathered
+ * from the file's columns, its pages dropped at the end (zo_state_stage_bytes
+ * holds a whole transposed tensor). */
 static int load_view(const struct zo_state_io *io, const struct zo_tensor_info *ti, const struct zo_hf_tensor *h,
                      const struct zo_st_tensor *t) {
   const size_t cols = tensor_cols(ti), rows = (size_t)h->rows;
@@ -421,6 +433,7 @@ static int load_view(const struct zo_state_io *io, const struct zo_tensor_info *
       const size_t k = n - e < stage_n ? n - e : stage_n;
       if (!(err = read_f32_range(t, e, k, stage)))
         err = io->write(io->ctx, ZO_STATE_PARAMS, byte0 + e * sizeof(float), stage, k * sizeof(float));
+      drop_pages((const char *)t->data + e * zo_dtype_size(t->dtype), k * zo_dtype_size(t->dtype));
     }
     return err;
   }
@@ -437,6 +450,7 @@ static int load_view(const struct zo_state_io *io, const struct zo_tensor_info *
     if (!err)
       err = io->write(io->ctx, ZO_STATE_PARAMS, byte0 + r0 * cols * sizeof(float), stage, nr * cols * sizeof(float));
   }
+  drop_pages(t->data, rows * cols * zo_dtype_size(t->dtype));
   return err;
 }
 
@@ -496,10 +510,8 @@ static int fill_copy(void *ctx, void *dst, size_t offset, size_t nbytes) {
   int err = read_f32_range(c->t, first, n, f);
   if (err) return err;
   if (c->dtype != ZO_F32) zo_cpu_cast(dst, c->dtype, f, ZO_F32, n);
-  const size_t page = (size_t)sysconf(_SC_PAGESIZE), src_es = zo_dtype_size(c->t->dtype);
-  const uintptr_t lo = ((uintptr_t)c->t->data + first * src_es + page - 1) / page * page;
-  const uintptr_t hi = ((uintptr_t)c->t->data + (first + n) * src_es) / page * page;
-  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure costs memory only */
+  const size_t src_es = zo_dtype_size(c->t->dtype);
+  drop_pages((const char *)c->t->data + first * src_es, n * src_es);
   return 0;
 }
 

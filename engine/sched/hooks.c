@@ -238,6 +238,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
                 s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
     }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
+    if (s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_drain_fn, s));
     if (last && s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, norm_res_fn, &s->norm_res_task));
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
     return;

@@ -195,6 +195,7 @@ struct nv_buffer {
   struct zo_nvme_req greq;           /* grads_nvme: their read, issued by the previous chunk's update */
   bool greading;                     /* greq outstanding */
   void *work;                        /* (chunk, working dtype) param_nvme, mixed precision: rounded parameters */
+  struct zo_nvme_req preq;           /* param_nvme: the chunk's parameter write (nv_write_fn issues and waits) */
 };
 
 /* grads_nvme_fn: block `block`'s gradients of micro-batch k, staged at stage,
@@ -309,6 +310,9 @@ struct zo_sched {
   zo_event_t *ring_ready;          /* (n_slots) param_nvme: ring buffer k filled (param_io) */
   struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
   struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
+  struct zo_nvme_req *gio_req;     /* (2, gio_max) grads_nvme: a block's chunk writes, then its reads */
+  int gio_max;                     /* the most chunks of a block */
+  int gio_n_pending;               /* writes of gio_req in flight (d2h thread only) */
   struct task norm_res_task;       /* norm_res_fn */
   struct acc_task *res_pieces;     /* (n_res_pieces) grads_nvme: the resident ranges' gradients in
                                     * layer_numel pieces through h.stage[0], head then tail */
@@ -532,6 +536,7 @@ int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, boo
 void param_read_fn(void *arg);
 void param_slot_load(struct zo_sched *s, int l, int k);
 void grads_out_nvme(struct zo_sched *s, int l, int g);
+void grads_nvme_drain_fn(void *arg);
 void norm_res_fn(void *arg);
 void grads_out_resident_pieces(struct zo_sched *s);
 int tier_open(struct zo_sched *s);

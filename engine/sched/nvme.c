@@ -88,13 +88,35 @@ static void nv_refill_fn(void *arg) {
 
 /* I/O stream, behind the chunk's update: queues its writes. Issued here and
  * not by the update so that the store (FIFO) sees each write followed by the
- * read that waits for it, never several writes ahead of a needed read. */
+ * read that waits for it, never several writes ahead of a needed read.
+ * param_nvme: a block chunk's rounded working parameters go first, to the
+ * parameter file, and are waited for here (the optimizer stream meanwhile
+ * updates the next chunk): the block's param_ready is recorded on this
+ * stream behind its last chunk's writes, and the next slot load reads the
+ * file after it. A skipped step leaves the file as it is. */
 void nv_write_fn(void *arg) {
   const struct nv_task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
-  int err = nv_write_async(s, a->chunk, &s->nvb[a->buf]);
+  struct nv_buffer *b = &s->nvb[a->buf];
+  const struct chunk *c = &s->chunks[a->chunk];
+  const bool pwrite = s->pl.param_nvme && c->unit > s->n_cpu && c->unit <= s->L && !s->step[a->parity].skip;
+  int err = 0;
+  if (pwrite) {
+    const void *src = s->pl.dtype != ZO_F32 ? b->work : b->file[NV_MASTER];
+    err = zo_nvme_write_async(s->nv, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize, &b->preq);
+    if (err) {
+      (void)zo_nvme_wait(s->nv, &b->preq);
+      async_fail(s, error_prefixed(err, "NVMe tier: writing the parameters"));
+      return;
+    }
+  }
+  err = nv_write_async(s, a->chunk, b);
   if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
+  if (pwrite) {
+    int e = zo_nvme_wait(s->nv, &b->preq);
+    if (e && !err) async_fail(s, error_prefixed(e, "NVMe tier: writing the parameters"));
+  }
 }
 
 /* Optimizer stream: waits for the chunk's reads (CRC checked) and updates it
@@ -154,9 +176,9 @@ void nv_update_fn(void *arg) {
                  (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel, work);
   }
   if (s->pl.param_nvme) {
-    /* The block's rounded working parameters into the parameter file before
-     * its update counts as done: the next slot load reads them. */
-    if (block && (err = tier_write_params(s, a->chunk, mixed ? b->work : (void *)master))) {
+    /* A block kept in host memory (max_in_cpu) gets its rounded working
+     * parameters here; the others go to the parameter file in nv_write_fn. */
+    if (block && c->unit <= s->n_cpu && (err = tier_write_params(s, a->chunk, mixed ? b->work : (void *)master))) {
       async_fail(s, err);
       return;
     }

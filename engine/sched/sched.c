@@ -323,6 +323,7 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->ring_ready);
   free(s->pread_tasks);
   free(s->gio_tasks);
+  free(s->gio_req);
   free(s->res_pieces);
   free(s->nvb);
   free(s->nv_refill);

@@ -100,7 +100,10 @@ int queue_optimizer(struct zo_sched *s) {
       }
       continue;
     }
-    if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    if (s->pl.param_nvme && u >= 1 && u <= s->L) {
+      /* Behind the block's parameter-file writes (nv_write_fn). */
+      CHECK_Q(be->event_record(s->param_ready[u], s->nvme_io));
+    } else if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
       /* Updated in place where the compute (or the slot loads) read it. */
       CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     } else if (s->pl.optimizer == ZO_OFFLOAD_NVME) {

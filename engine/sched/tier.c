@@ -89,35 +89,64 @@ void param_slot_load(struct zo_sched *s, int l, int k) {
   CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
 }
 
+/* Waits for the gradient-file writes and reads the last grads_nvme_fn left
+ * in flight; h.gio is free after it. Runs also after an error: nothing may
+ * stay in flight over h.gio. */
+static int gio_drain(struct zo_sched *s) {
+  int err = 0;
+  for (int i = 0; i < s->gio_n_pending; i++) {
+    int e = zo_nvme_wait(s->nv, &s->gio_req[i]);
+    if (e && !err) err = e;
+  }
+  s->gio_n_pending = 0;
+  return err;
+}
+
 /* d2h stream: one block's micro-batch gradients (staged) into the gradient
  * file, added to what it holds after the first micro-batch; the last
- * micro-batch's per-tensor sums of squares for the norm. */
+ * micro-batch's per-tensor sums of squares for the norm. Pipelined: the
+ * previous block's writes are waited for first (h.gio, and the file ranges
+ * a read-modify-write reads, are then free), every chunk's read is issued at
+ * once, and each chunk's write is issued as soon as it is added, left in
+ * flight past the return (the next block's backward runs meanwhile) until
+ * the next call or grads_nvme_drain_fn. */
 static void grads_nvme_fn(void *arg) {
   const struct gio_task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
   const double t0 = zo_time_s();
-  const int u = 1 + a->block;
+  const int u = 1 + a->block, j0 = s->unit_chunk[u], nj = s->unit_chunk[u + 1] - j0;
   const struct range r = unit_range(s->t, u);
-  const uint64_t base = s->chunks[s->unit_chunk[u]].gfile_off;
+  const uint64_t base = s->chunks[j0].gfile_off;
   float *st = a->stage;
-  int err = 0;
-  for (int j = s->unit_chunk[u]; j < s->unit_chunk[u + 1] && !err; j++) {
-    const struct chunk *c = &s->chunks[j];
+  struct zo_nvme_req *rreq = s->gio_req + s->gio_max, *wreq = s->gio_req;
+  int err = gio_drain(s), nr = 0, waited = 0;
+  for (int i = 0; i < nj && !err && a->k > 0; i++, nr++) {
+    const struct chunk *c = &s->chunks[j0 + i];
+    err = zo_nvme_read_async(s->nv, s->gfile_id, c->gfile_off, s->h.gio + (c->gfile_off - base), c->numel * sizeof(float),
+                             &rreq[i]);
+  }
+  for (int i = 0; i < nj && !err; i++) {
+    const struct chunk *c = &s->chunks[j0 + i];
     float *io = (float *)(void *)(s->h.gio + (c->gfile_off - base));
     float *restrict x = st + (c->off - r.off);
     const size_t n = c->numel;
     if (a->k > 0) {
-      if ((err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float)))) break;
+      err = zo_nvme_wait(s->nv, &rreq[i]);
+      waited = i + 1;
+      if (err) break;
       const float *restrict d = io;
       /* acc + micro: the one rounding every placement's accumulation makes. */
 #pragma omp parallel for simd schedule(static) if (n >= ((size_t)1 << 16))
-      for (size_t i = 0; i < n; i++) x[i] = d[i] + x[i];
+      for (size_t e = 0; e < n; e++) x[e] = d[e] + x[e];
     }
     memcpy(io, x, n * sizeof(float));
-    err = zo_nvme_write(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float));
+    err = zo_nvme_write_async(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float), &wreq[i]);
+    s->gio_n_pending = i + 1;
   }
+  for (int i = waited; i < nr; i++) (void)zo_nvme_wait(s->nv, &rreq[i]); /* after an error: reads over h.gio */
   if (err) {
+    (void)gio_drain(s);
     char what[96];
     snprintf(what, sizeof what, "NVMe tier: accumulating the gradients of block %d", a->block);
     async_fail(s, error_prefixed(err, what));
@@ -129,6 +158,16 @@ static void grads_nvme_fn(void *arg) {
       if (ti->layer == a->block) s->norm_host[i] = zo_sumsq(st + (ti->offset - r.off), ti->numel);
     }
   atomic_fetch_add(&s->acc_ns, ns_since(t0));
+}
+
+/* d2h stream, after a micro-batch's last block: its gradient writes
+ * finished before the optimizer (or the next micro-batch) reads the file. */
+void grads_nvme_drain_fn(void *arg) {
+  struct zo_sched *s = arg;
+  const double t0 = zo_time_s();
+  int err = gio_drain(s);
+  atomic_fetch_add(&s->acc_ns, ns_since(t0));
+  if (err && !atomic_load(&s->err)) async_fail(s, error_prefixed(err, "NVMe tier: writing the gradients"));
 }
 
 void grads_out_nvme(struct zo_sched *s, int l, int g) {
@@ -192,6 +231,11 @@ int tier_open(struct zo_sched *s) {
     while (j > 0 && s->chunks[j - 1].unit >= u) j--;
     s->unit_chunk[u] = u == s->U ? s->n_chunks : j;
   }
+  /* The most chunks of a block: each has a read and a write request. */
+  for (int u = 1; u <= s->L; u++)
+    if (s->unit_chunk[u + 1] - s->unit_chunk[u] > s->gio_max) s->gio_max = s->unit_chunk[u + 1] - s->unit_chunk[u];
+  s->gio_req = calloc(2 * (size_t)(s->gio_max > 0 ? s->gio_max : 1), sizeof *s->gio_req);
+  if (!s->gio_req) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
   for (int l = 0; l < s->L; l++) {
     if (params) s->pread_tasks[l] = (struct task){s, l, 0};
     for (int k = 0; k < s->pl.grad_accum; k++)
