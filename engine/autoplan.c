@@ -395,7 +395,8 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
     snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "engine.host_memory_budget");
   } else if (o->host_limit) {
     a->budget[ZO_TIER_HOST] = o->host_limit;
-    snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "available on this machine%s%s",
+    snprintf(a->budget_src[ZO_TIER_HOST], sizeof a->budget_src[0], "%s%s%s",
+             o->host_given ? "given by --host-ram" : "available on this machine",
              base.engine.host_memory_budget ? ", below engine.host_memory_budget" : "",
              o->cpu_backend ? ", shared with the CPU backend's device arena" : "");
   }
@@ -413,7 +414,7 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
     snprintf(a->nvme_why, sizeof a->nvme_why, "not considered (--nvme-path none)");
   } else if (strlen(full) >= sizeof a->nvme_dir) {
     snprintf(a->nvme_why, sizeof a->nvme_why, "not considered: %.300s... (%s): the path is too long", full, from);
-  } else if (dir_writable(dir)) {
+  } else if (o->nvme_free || dir_writable(dir)) { /* --nvme-free: another machine's directory */
     /* Absolute: the --set lines hold wherever the run is started from. */
     snprintf(a->nvme_dir, sizeof a->nvme_dir, "%.511s", full);
     a->budget[ZO_TIER_NVME] = o->nvme_free ? o->nvme_free : fs_free(dir);

@@ -94,6 +94,7 @@ static const char *usage_sample =
 static const char *usage_plan =
     "usage: zoffload plan CONFIG [--set key=value]... [--ranks N] [--placements [--host-ram 24GiB,128GiB]]\n"
     "       zoffload plan CONFIG --auto [--set key=value]... [--nvme-path DIR] [--json]\n"
+    "                    [--host-ram SIZE] [--nvme-free SIZE] [--backend cpu|cuda]\n"
     "  prints the bytes each tier (device, host, nvme) needs per category for the config's\n"
     "  placement, before anything is allocated, and whether each fits its budget\n"
     "  (engine.gpu_memory_budget, engine.host_memory_budget, free space on nvme_path).\n"
@@ -115,6 +116,10 @@ static const char *usage_plan =
     "  never chosen. --nvme-path DIR: where NVMe placements would live (default: the config's\n"
     "  nvme_path, else the working directory; none: no NVMe placements). --json: the last line\n"
     "  is a JSON list of the candidates that fit, best first.\n"
+    "  For another machine than this one: --host-ram SIZE (its available host memory, instead of\n"
+    "  MemAvailable and the cgroup limit), --nvme-free SIZE (its NVMe directory's free space; the\n"
+    "  directory need not exist here), --backend cuda|cpu (its backend's memory model and rates:\n"
+    "  with cuda on a machine without a GPU the device budget is engine.gpu_memory_budget)\n"
     "  Exit code 0 when a candidate fits, 1 when none does (naming the short tier and by how much)\n";
 
 static const char *usage_bench =
@@ -247,7 +252,7 @@ enum opt {
   OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION,
   OPT_JSON, OPT_STEPS, OPT_PARAMS, OPT_THREADS, OPT_REPS, OPT_OPTIMIZER, OPT_PATH, OPT_BYTES, OPT_BLOCK,
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
-  OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE,
+  OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
   OPT_FORMAT, OPT_AUTO,
 };
@@ -295,6 +300,8 @@ static const struct option all_options[] = {
     {"separator", required_argument, NULL, OPT_SEPARATOR},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"auto", no_argument, NULL, OPT_AUTO},
+    {"nvme-free", required_argument, NULL, OPT_NVME_FREE},
+    {"backend", required_argument, NULL, OPT_BACKEND},
 };
 #define N_OPTIONS (sizeof all_options / sizeof all_options[0])
 
@@ -311,6 +318,8 @@ struct args {
   size_t bytes, block;
   bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan;
   size_t host_ram[8]; /* --host-ram sizes */
+  size_t nvme_free;   /* plan --auto --nvme-free, bytes */
+  const char *backend; /* plan --auto --backend cpu|cuda */
   int n_host_ram;
   double temperature, val_fraction;
   char trace_set[4200];      /* --trace FILE as "engine.trace.path=FILE" */
@@ -362,6 +371,13 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;
   case OPT_AUTO: a->autoplan = true; return 0;
+  case OPT_NVME_FREE:
+    return zo_parse_bytes(v, &a->nvme_free) == 0 && a->nvme_free > 0
+               ? 0 : bad_usage(usage, "--nvme-free %s: need a size such as 2TB or 500GiB", v);
+  case OPT_BACKEND:
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return bad_usage(usage, "--backend %s: valid: cpu, cuda", v);
+    a->backend = v;
+    return 0;
   case OPT_HOST_RAM: {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
@@ -479,7 +495,8 @@ static bool set_on_command_line(const struct args *a, const char *key) {
   return false;
 }
 static const int set_opts[] = {OPT_SET, OPT_END};
-static const int plan_opts[] = {OPT_SET, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_AUTO, OPT_NVME_PATH, OPT_JSON, OPT_END};
+static const int plan_opts[] = {OPT_SET,       OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_AUTO,
+                                OPT_NVME_PATH, OPT_NVME_FREE,  OPT_BACKEND,  OPT_JSON,  OPT_END};
 static const int bench_calibrate_opts[] = {OPT_NVME_PATH, OPT_JSON, OPT_END};
 static const int prepare_opts[] = {OPT_OUT_TRAIN, OPT_OUT_VAL, OPT_VAL_FRACTION, OPT_TOKENIZER, OPT_FIELD,
                                    OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
@@ -656,15 +673,30 @@ static const char *device_arg(enum zo_device d) {
 }
 
 /* plan --auto: the ranked candidates; exit 1 when none fits. */
-static int plan_auto(const struct args *a, zo_backend_t be) {
+static int plan_auto(const struct args *a, zo_backend_t be, size_t gpu_budget) {
   struct zo_cost_profile prof;
-  const bool cpu = !be || !strcmp(be->name, "cpu");
+  /* --backend: plan for that backend's memory model and rates whatever this
+   * machine has (a CUDA plan made on a laptop: the device budget is then
+   * engine.gpu_memory_budget). */
+  const bool here_cpu = !be || !strcmp(be->name, "cpu");
+  const bool cpu = a->backend ? !strcmp(a->backend, "cpu") : here_cpu;
+  if (cpu != here_cpu) be = NULL;
+  if (!cpu && !be && !gpu_budget)
+    return bad_usage(usage_plan, "%s: no CUDA device here to read the free memory of: set the GPU's memory as "
+                     "engine.gpu_memory_budget (e.g. --set engine.gpu_memory_budget=10GiB)", "--backend cuda");
   zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
   struct zo_host_limit hl;
   zo_host_limit_read(&hl);
+  if (a->n_host_ram > 1)
+    return bad_usage(usage_plan, "--host-ram %s: --auto plans for one machine: give one size", "(several sizes)");
+  /* --host-ram: the host memory the machine to plan for has available,
+   * instead of this one's (MemAvailable, the cgroup limit, RLIMIT_MEMLOCK). */
+  const bool given_ram = a->n_host_ram == 1;
   const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
                                      .nvme_path = a->nvme_path, .backend = be, .profile = &prof,
-                                     .host_limit = hl.limit, .cpu_backend = cpu, .memlock = hl.memlock};
+                                     .host_limit = given_ram ? a->host_ram[0] : hl.limit, .cpu_backend = cpu,
+                                     .memlock = given_ram ? 0 : hl.memlock, .nvme_free = a->nvme_free,
+                                     .host_given = given_ram};
   struct zo_autoplan ap;
   int err = zo_autoplan_search(&o, &ap);
   if (err) return fail(exit_code(err), "plan --auto");
@@ -686,9 +718,14 @@ static int cmd_plan(int argc, char **argv) {
   int err = zo_train_model_config(&cfg, &mc);
   if (!err) err = zo_train_check_threads(&cfg);
   zo_backend_t be = err ? NULL : zo_backend_init(device_arg(cfg.engine.device), cfg.engine.threads);
-  if (!err && a.autoplan) {
+  if (!err && !a.autoplan && (a.nvme_free || a.backend)) {
     zo_config_free(&cfg);
-    return plan_auto(&a, be);
+    return bad_usage(usage_plan, "%s is an option of plan --auto", a.backend ? "--backend" : "--nvme-free");
+  }
+  if (!err && a.autoplan) {
+    const size_t gpu_budget = cfg.engine.gpu_memory_budget;
+    zo_config_free(&cfg);
+    return plan_auto(&a, be, gpu_budget);
   }
   if (!err && a.placements) {
     const size_t gib = (size_t)1 << 30;

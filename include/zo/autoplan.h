@@ -138,7 +138,10 @@ struct zo_autoplan_opts {
   bool cpu_backend;               /* device memory is host memory */
   size_t memlock;                 /* RLIMIT_MEMLOCK bytes (SIZE_MAX unlimited, 0 unknown): printed */
   size_t nvme_free;               /* bytes free for the NVMe files; 0: statvfs of the directory
-                                   * (tests give a drive's size, so no answer depends on the disk) */
+                                   * (tests give a drive's size, so no answer depends on the disk;
+                                   * plan --auto --nvme-free: another machine's); given, the directory
+                                   * need not exist here */
+  bool host_given;                /* host_limit is another machine's (plan --auto --host-ram) */
 };
 
 struct zo_autoplan_candidate {

@@ -91,6 +91,23 @@ expect 1 "no candidate fits" nowhere -- plan "$repo/configs/llama-8b.json" --aut
   --set engine.gpu_memory_budget=1GiB --set engine.host_memory_budget=4GiB --nvme-path none
 check nowhere-tier "grep -q 'host needs .* over its budget of 4.00 GiB' '$tmp/nowhere.out'"
 
+# Another machine's plan (--host-ram, --nvme-free, --backend cuda): the Llama-3-8B case,
+# a 10 GiB GPU, 32 GiB of host, a 2 TB drive whose directory does not exist here.
+w8=(plan "$repo/configs/llama-8b.json" --auto --set engine.gpu_memory_budget=10GiB --nvme-path "$tmp/absent/zo"
+  --nvme-free 2TB --backend cuda)
+expect 0 "given free space under $tmp/absent/zo" whatif -- "${w8[@]}" --set engine.host_memory_budget=32GiB \
+  --host-ram 32GiB
+check whatif-ranked "grep -q '^    1 ' '$tmp/whatif.out' && grep -q 'defaults for the cuda backend' '$tmp/whatif.out'"
+check whatif-untouched "[[ ! -e '$tmp/absent' ]]"
+# 8 GiB of host leaves the parameters on NVMe only (Llama-3-8B's bf16 working copy is 15 GiB).
+expect 0 "given by --host-ram" whatif8 -- "${w8[@]}" --host-ram 8GiB
+check whatif8-params "grep '^    1 ' '$tmp/whatif8.out' | grep -q 'params nvme'"
+check whatif8-noncpu "! grep -E '^    [0-9]+ ' '$tmp/whatif8.out' | head -4 | grep -q 'params cpu'"
+expect 2 "engine.gpu_memory_budget" whatif-nobudget -- plan "$repo/configs/tiny.json" --auto --backend cuda \
+  --set engine.device=cpu
+expect 2 "is an option of plan --auto" whatif-noauto -- plan "$repo/configs/llama-8b.json" --nvme-free 1TB
+expect 2 "valid: cpu, cuda" whatif-badbackend -- plan "$repo/configs/llama-8b.json" --auto --backend rocm
+
 # train: a missing data file is named before anything is allocated.
 expect 1 "data.train = $tmp/missing.bin" missing -- train "$repo/configs/tiny.json" --set engine.device=cpu \
   --set data.train="$tmp/missing.bin" --set checkpoint.dir= --set log.metrics_path=
