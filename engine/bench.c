@@ -284,6 +284,29 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
   return s;
 }
 
+int zo_bench_compute_run(const struct zo_config *cfg, zo_backend_t be, int reps, double *seconds) {
+  *seconds = 0;
+  struct zo_plan plan;
+  int err = zo_plan_build(cfg, &cfg->model.spec, be, &plan);
+  if (err) return err;
+  struct zo_placement dev = plan.placement;
+  dev.optimizer = ZO_OFFLOAD_NONE;
+  dev.grads_on_host = false;
+  dev.param_slots = 0;
+  struct zo_sched *s = bench_sched(cfg, &dev, be, NULL);
+  if (!s) return -ENOMEM;
+  long t = 0;
+  double best = 0;
+  for (int r = 0; r < reps && !err; r++) {
+    double one;
+    err = time_steps(s, cfg, 1, r == 0 ? 1 : 0, true, false, &t, &one, NULL);
+    if (!err && (best == 0 || one < best)) best = one;
+  }
+  zo_sched_free(s);
+  *seconds = best;
+  return err;
+}
+
 /* The optimizer alone: the step's host work (per-tensor sums of squares for
  * the norm, then zo_adamw_update per tensor) over host arrays of the model's
  * size, nothing else running; the best of reps passes after one warm-up. */

@@ -1,18 +1,22 @@
 /* zoffload bench calibrate: the rates of the cost model (zo/autoplan.h)
  * measured on this machine through the code a step runs: the backend's
- * matmul and attention ops at model widths in fp32 and bf16, an elementwise
+ * matmul ops at model widths and attention at sequence lengths, in fp32 and
+ * bf16, an elementwise
  * op, the backend's copies each way, CPU AdamW fp32 and 8-bit
  * (offload/adamw.c via zo_bench_adamw8bit_run), and the NVMe store
  * (zo_nvme_bench). Each figure is the best of a few repetitions after a
  * warm-up: the rate the machine can give, as a step sees it when alone. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "zo/autoplan.h"
 #include "zo/bench.h"
+#include "zo/config.h"
 #include "zo/nvme.h"
+#include "zo/train.h"
 
 #define REPS 5
 
@@ -78,8 +82,10 @@ static int gemm_rate(zo_backend_t be, zo_stream_t s, int C, enum zo_dtype dt, do
   return err;
 }
 
-static int attn_rate(zo_backend_t be, zo_stream_t s, enum zo_dtype dt, double *flops) {
-  const int B = 1, T = 512, NH = 8, hs = 64, C = NH * hs;
+/* Causal attention of 8 heads of 64 at sequence length T (B x T of 2048
+ * positions, one sequence at the longest). */
+static int attn_rate(zo_backend_t be, zo_stream_t s, enum zo_dtype dt, int T, double *flops) {
+  const int B = T >= 2048 ? 1 : 2048 / T, NH = 8, hs = 64, C = NH * hs;
   const size_t e = zo_dtype_size(dt);
   struct bufs b = {.be = be, .s = s};
   int err = 0;
@@ -152,6 +158,37 @@ static int copy_rate(zo_backend_t be, zo_stream_t s, double *h2d, double *d2h) {
   return err;
 }
 
+/* The reference step at width W: a 2-layer GPT-2 of 64-wide heads, 8 x 256
+ * tokens, a 1024-token vocabulary, all on the device; its forward and
+ * backward measured and predicted by the rates in p (scale 1). */
+static int ref_step(zo_backend_t be, int W, const struct zo_cost_profile *p, double *scale) {
+  char emb[48], nh[48], dev[48];
+  snprintf(emb, sizeof emb, "model.n_embd=%d", W);
+  snprintf(nh, sizeof nh, "model.n_head=%d", W / 64);
+  snprintf(dev, sizeof dev, "engine.device=%s", be->name);
+  const char *sets[] = {"model.arch=gpt2", "model.n_layer=2", emb, nh, "model.vocab_size=1024",
+                        "model.max_seq_len=256", "data.seq_len=256", "train_micro_batch_size_per_gpu=8",
+                        "gradient_accumulation_steps=1", dev};
+  struct zo_config cfg;
+  const bool was = zo_config_set_quiet(true);
+  int err = zo_config_load(&cfg, NULL, sets, (int)(sizeof sets / sizeof sets[0]));
+  zo_config_set_quiet(was);
+  if (err) return err;
+  struct zo_plan plan;
+  double measured = 0;
+  err = zo_train_model_config(&cfg, &cfg.model.spec);
+  if (!err) err = zo_plan_build(&cfg, &cfg.model.spec, be, &plan);
+  if (!err) err = zo_bench_compute_run(&cfg, be, 2 * REPS, &measured);
+  zo_config_free(&cfg);
+  if (err) return err;
+  struct zo_cost_profile unscaled = *p;
+  unscaled.compute_scale[0] = unscaled.compute_scale[1] = 1.0;
+  struct zo_cost c;
+  zo_cost_step(&unscaled, &plan, &c);
+  *scale = c.compute_s > 0 && measured > 0 ? measured / c.compute_s : 1.0;
+  return 0;
+}
+
 int zo_calibrate_run(zo_backend_t be, const char *nvme_path, struct zo_cost_profile *p) {
   zo_cost_profile_defaults(p, be->name);
   char model[256] = "", host[64] = "";
@@ -176,12 +213,15 @@ int zo_calibrate_run(zo_backend_t be, const char *nvme_path, struct zo_cost_prof
     err = gemm_rate(be, s, p->widths[i], ZO_F32, &p->gemm_flops[0][i]);
     if (!err) err = gemm_rate(be, s, p->widths[i], ZO_BF16, &p->gemm_flops[1][i]);
   }
-  if (!err) err = attn_rate(be, s, ZO_F32, &p->attn_flops[0]);
-  if (!err) err = attn_rate(be, s, ZO_BF16, &p->attn_flops[1]);
+  for (int i = 0; i < ZO_COST_N_SEQ && !err; i++) {
+    err = attn_rate(be, s, ZO_F32, p->seqs[i], &p->attn_flops[0][i]);
+    if (!err) err = attn_rate(be, s, ZO_BF16, p->seqs[i], &p->attn_flops[1][i]);
+  }
   if (!err) err = ew_rate(be, s, &p->mem_bw);
   if (!err) err = op_cost(be, s, &p->op_s);
   if (!err) err = copy_rate(be, s, &p->h2d_bw, &p->d2h_bw);
   be->stream_destroy(s);
+  for (int i = 0; i < ZO_COST_N_REF && !err; i++) err = ref_step(be, p->ref_widths[i], p, &p->compute_scale[i]);
   if (err) return err;
   struct zo_bench_adamw8bit a;
   if ((err = zo_bench_adamw8bit_run((size_t)16 << 20, 0, 3, &a))) return err;

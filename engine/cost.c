@@ -23,13 +23,18 @@ void zo_cost_profile_defaults(struct zo_cost_profile *p, const char *backend) {
   snprintf(p->backend, sizeof p->backend, "%s", cuda ? "cuda" : "cpu");
   snprintf(p->source, sizeof p->source, "defaults for the %s backend (no profile of this machine: run "
            "`zoffload bench calibrate` to measure its rates)", p->backend);
-  p->widths[0] = 256, p->widths[1] = 1024, p->widths[2] = 2048;
+  p->widths[0] = 128, p->widths[1] = 512, p->widths[2] = 2048;
+  p->seqs[0] = 128, p->seqs[1] = 512, p->seqs[2] = 2048;
+  p->ref_widths[0] = cuda ? 512 : 128, p->ref_widths[1] = cuda ? 2048 : 512;
+  p->compute_scale[0] = p->compute_scale[1] = 1.0;
   if (cuda) {
     /* A PCIe 4.0 x16 GPU of the A100 class, bf16 tensor cores; a server CPU. */
-    const double f32[3] = {8e12, 14e12, 16e12}, f16[3] = {40e12, 120e12, 180e12};
+    const double f32[3] = {4e12, 11e12, 16e12}, f16[3] = {15e12, 80e12, 180e12};
+    const double a32[3] = {2e12, 4e12, 5e12}, a16[3] = {6e12, 15e12, 20e12};
     memcpy(p->gemm_flops[0], f32, sizeof f32);
     memcpy(p->gemm_flops[1], f16, sizeof f16);
-    p->attn_flops[0] = 5e12, p->attn_flops[1] = 20e12;
+    memcpy(p->attn_flops[0], a32, sizeof a32);
+    memcpy(p->attn_flops[1], a16, sizeof a16);
     p->mem_bw = 1.2e12;
     p->op_s = 6e-6;
     p->h2d_bw = 20e9, p->d2h_bw = 20e9;
@@ -40,10 +45,12 @@ void zo_cost_profile_defaults(struct zo_cost_profile *p, const char *backend) {
     p->half_ok = true;
   } else {
     /* The CPU backend on 2 cores of a recent x86 (the development machine). */
-    const double f32[3] = {40e9, 60e9, 65e9}, f16[3] = {30e9, 45e9, 50e9};
+    const double f32[3] = {30e9, 55e9, 65e9}, f16[3] = {25e9, 42e9, 50e9};
+    const double a32[3] = {4e9, 8e9, 9e9}, a16[3] = {3e9, 6e9, 7e9};
     memcpy(p->gemm_flops[0], f32, sizeof f32);
     memcpy(p->gemm_flops[1], f16, sizeof f16);
-    p->attn_flops[0] = 8e9, p->attn_flops[1] = 6e9;
+    memcpy(p->attn_flops[0], a32, sizeof a32);
+    memcpy(p->attn_flops[1], a16, sizeof a16);
     p->mem_bw = 6e9;
     p->op_s = 20e-6;
     p->h2d_bw = 5e9, p->d2h_bw = 5e9;
@@ -127,9 +134,25 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend) {
     if (json_is_number(json_array_get(g32, (size_t)i))) p->gemm_flops[0][i] = json_number_value(json_array_get(g32, (size_t)i));
     if (json_is_number(json_array_get(g16, (size_t)i))) p->gemm_flops[1][i] = json_number_value(json_array_get(g16, (size_t)i));
   }
-  p->attn_flops[0] = num(root, "attn_flops_fp32", p->attn_flops[0]);
-  p->attn_flops[1] = num(root, "attn_flops_half", p->attn_flops[1]);
+  /* attn_flops_*: a list at attn_seqs, or (profiles before 2026-12-04) one
+   * figure for every length. */
+  json_t *sq = json_object_get(root, "attn_seqs");
+  for (int h = 0; h < 2; h++) {
+    json_t *af = json_object_get(root, h ? "attn_flops_half" : "attn_flops_fp32");
+    for (int i = 0; i < ZO_COST_N_SEQ; i++) {
+      if (h == 0 && json_is_integer(json_array_get(sq, (size_t)i)))
+        p->seqs[i] = (int)json_integer_value(json_array_get(sq, (size_t)i));
+      if (json_is_number(af)) p->attn_flops[h][i] = json_number_value(af);
+      else if (json_is_number(json_array_get(af, (size_t)i))) p->attn_flops[h][i] = json_number_value(json_array_get(af, (size_t)i));
+    }
+  }
   p->mem_bw = num(root, "mem_bw", p->mem_bw);
+  json_t *rw = json_object_get(root, "ref_widths"), *cs = json_object_get(root, "compute_scale");
+  for (int i = 0; i < ZO_COST_N_REF; i++) {
+    if (json_is_integer(json_array_get(rw, (size_t)i))) p->ref_widths[i] = (int)json_integer_value(json_array_get(rw, (size_t)i));
+    const double v = json_number_value(json_array_get(cs, (size_t)i)); /* 0 when absent */
+    if (v > 0.05 && v < 20) p->compute_scale[i] = v;
+  }
   p->op_s = num(root, "op_s", p->op_s);
   p->h2d_bw = num(root, "h2d_bw", p->h2d_bw);
   p->d2h_bw = num(root, "d2h_bw", p->d2h_bw);
@@ -171,11 +194,16 @@ int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path) {
   fprintf(f, "  \"gemm_flops_fp32\": [%.6g, %.6g, %.6g],\n  \"gemm_flops_half\": [%.6g, %.6g, %.6g],\n",
           p->gemm_flops[0][0], p->gemm_flops[0][1], p->gemm_flops[0][2], p->gemm_flops[1][0], p->gemm_flops[1][1],
           p->gemm_flops[1][2]);
-  fprintf(f, "  \"attn_flops_fp32\": %.6g,\n  \"attn_flops_half\": %.6g,\n  \"mem_bw\": %.6g,\n  \"op_s\": %.6g,\n  \"h2d_bw\": %.6g,\n"
+  fprintf(f, "  \"attn_seqs\": [%d, %d, %d],\n  \"attn_flops_fp32\": [%.6g, %.6g, %.6g],\n"
+          "  \"attn_flops_half\": [%.6g, %.6g, %.6g],\n", p->seqs[0], p->seqs[1], p->seqs[2], p->attn_flops[0][0],
+          p->attn_flops[0][1], p->attn_flops[0][2], p->attn_flops[1][0], p->attn_flops[1][1], p->attn_flops[1][2]);
+  fprintf(f, "  \"ref_widths\": [%d, %d],\n  \"compute_scale\": [%.6g, %.6g],\n", p->ref_widths[0], p->ref_widths[1],
+          p->compute_scale[0], p->compute_scale[1]);
+  fprintf(f, "  \"mem_bw\": %.6g,\n  \"op_s\": %.6g,\n  \"h2d_bw\": %.6g,\n"
           "  \"d2h_bw\": %.6g,\n  \"adamw_params_per_s\": %.6g,\n  \"adamw8bit_params_per_s\": %.6g,\n"
           "  \"device_adamw_params_per_s\": %.6g,\n  \"nvme_read_bw\": %.6g,\n  \"nvme_write_bw\": %.6g,\n"
           "  \"half_ok\": %s\n}\n",
-          p->attn_flops[0], p->attn_flops[1], p->mem_bw, p->op_s, p->h2d_bw, p->d2h_bw, p->adamw_pps, p->adamw8_pps,
+          p->mem_bw, p->op_s, p->h2d_bw, p->d2h_bw, p->adamw_pps, p->adamw8_pps,
           p->dev_adamw_pps, p->nvme_read_bw, p->nvme_write_bw, p->half_ok ? "true" : "false");
   const bool bad = ferror(f) != 0;
   if (fclose(f) != 0 || bad) {
@@ -200,17 +228,16 @@ const char *zo_bottleneck_name(enum zo_bottleneck b, bool cpu_backend) {
   return "?";
 }
 
-/* The GEMM rate at width C: log-linear between the measured widths. */
-static double gemm_rate(const struct zo_cost_profile *r, int half, double C) {
-  const int *w = r->widths;
-  const double *g = r->gemm_flops[half];
-  if (C <= w[0]) return g[0];
-  for (int i = 1; i < ZO_COST_N_WIDTHS; i++) {
-    if (C > w[i]) continue;
-    const double a = log(C / w[i - 1]) / log((double)w[i] / w[i - 1]);
+/* A rate measured at n ascending points w (model widths, sequence lengths)
+ * at x: log-linear between them, the end's rate beyond either end. */
+static double rate_at(const int *w, const double *g, int n, double x) {
+  if (x <= w[0]) return g[0];
+  for (int i = 1; i < n; i++) {
+    if (x > w[i]) continue;
+    const double a = log(x / w[i - 1]) / log((double)w[i] / w[i - 1]);
     return g[i - 1] + a * (g[i] - g[i - 1]);
   }
-  return g[ZO_COST_N_WIDTHS - 1];
+  return g[n - 1];
 }
 
 void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c) {
@@ -238,7 +265,12 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
                           3.0 * Vp * 4.0);
   /* About 15 ops per block forward, 20 backward, each with a fixed cost. */
   const double ops = L * (35.0 + 15.0 * ck) + 10.0;
-  c->compute_s = K * (gemm / gemm_rate(r, half, C) + att / r->attn_flops[half] + ew / r->mem_bw + ops * r->op_s);
+  const double gemm_r = rate_at(r->widths, r->gemm_flops[half], ZO_COST_N_WIDTHS, C);
+  const double attn_r = rate_at(r->seqs, r->attn_flops[half], ZO_COST_N_SEQ, p->T);
+  /* Scaled by what a reference step of about this width measured against
+   * the same sum (calibrate's reference steps; 1 with the defaults). */
+  const double scale = rate_at(r->ref_widths, r->compute_scale, ZO_COST_N_REF, C);
+  c->compute_s = K * scale * (gemm / gemm_r + att / attn_r + ew / r->mem_bw + ops * r->op_s);
 
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
   if (pl->param_slots) c->h2d_s += K * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
@@ -261,20 +293,31 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   } else {
     c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : N / r->dev_adamw_pps;
   }
-  const double nv = (double)p->total[ZO_TIER_NVME];
-  if (nv > 0)
-    c->nvme_s = nv / (r->nvme_read_bw > 0 ? r->nvme_read_bw : 1e9) + nv / (r->nvme_write_bw > 0 ? r->nvme_write_bw : 1e9);
+  /* NVMe traffic per step: master, m and v read and written once by the
+   * chunk updates; the parameter file (the blocks not kept in host memory)
+   * read by every micro-batch's slot loads forward and backward and written
+   * by the update; the gradient file written by every micro-batch, read back
+   * by the next one's accumulation and by the update. */
+  const size_t *nvb = p->bytes[ZO_TIER_NVME];
+  const double st = (double)(nvb[ZO_MEM_MASTER] + nvb[ZO_MEM_ADAM_M] + nvb[ZO_MEM_ADAM_V]);
+  const double P = (double)nvb[ZO_MEM_PARAMS], G = (double)nvb[ZO_MEM_GRADS];
+  const double nv_rd = st + 2.0 * K * P + K * G, nv_wr = st + P + K * G;
+  if (nv_rd + nv_wr > 0)
+    c->nvme_s = nv_rd / (r->nvme_read_bw > 0 ? r->nvme_read_bw : 1e9) +
+                nv_wr / (r->nvme_write_bw > 0 ? r->nvme_write_bw : 1e9);
 
   /* Overlap. The optimizer stream updates unit by unit in forward order and
    * the next step's forward waits for each unit only, so the optimizer (and
    * the NVMe chunks it reads and writes) hides behind the first forward; the
    * copy streams run beside the compute stream. On the CPU backend every
-   * stream but the NVMe I/O runs on the same cores: their work adds up. */
-  const double tail = c->nvme_s > c->optimizer_s ? c->nvme_s : c->optimizer_s;
+   * stream but the NVMe I/O runs on the same cores: their work adds up, and
+   * the NVMe I/O, which takes no core, hides behind the first forward. */
+  const double fwd1 = c->compute_s / K / 3.0;
   if (r->shared_cores) {
-    c->step_s = c->compute_s + c->h2d_s + c->d2h_s + tail;
+    const double io = c->nvme_s > fwd1 ? c->nvme_s - fwd1 : 0.0;
+    c->step_s = c->compute_s + c->h2d_s + c->d2h_s + (io > c->optimizer_s ? io : c->optimizer_s);
   } else {
-    const double fwd1 = c->compute_s / K / 3.0;
+    const double tail = c->nvme_s > c->optimizer_s ? c->nvme_s : c->optimizer_s;
     double s = c->compute_s + (tail > fwd1 ? tail - fwd1 : 0.0);
     if (c->h2d_s > s) s = c->h2d_s;
     if (c->d2h_s > s) s = c->d2h_s;

@@ -985,8 +985,13 @@ static int bench_calibrate(int argc, char **argv) {
   for (int i = 0; i < ZO_COST_N_WIDTHS; i++)
     printf("  GEMM width %4d: fp32 %8.1f GFLOP/s, bf16 %8.1f GFLOP/s\n", p.widths[i], p.gemm_flops[0][i] * 1e-9,
            p.gemm_flops[1][i] * 1e-9);
-  printf("  attention: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s; elementwise %.2f GB/s, %.1f us per op\n",
-         p.attn_flops[0] * 1e-9, p.attn_flops[1] * 1e-9, p.mem_bw * 1e-9, p.op_s * 1e6);
+  for (int i = 0; i < ZO_COST_N_SEQ; i++)
+    printf("  attention T %4d: fp32 %8.1f GFLOP/s, bf16 %8.1f GFLOP/s\n", p.seqs[i], p.attn_flops[0][i] * 1e-9,
+           p.attn_flops[1][i] * 1e-9);
+  printf("  elementwise %.2f GB/s, %.1f us per op\n", p.mem_bw * 1e-9, p.op_s * 1e6);
+  for (int i = 0; i < ZO_COST_N_REF; i++)
+    printf("  reference step, width %4d: forward + backward measured / predicted from these rates %.3f\n",
+           p.ref_widths[i], p.compute_scale[i]);
   printf("  copies: host->device %.2f GB/s, device->host %.2f GB/s\n", p.h2d_bw * 1e-9, p.d2h_bw * 1e-9);
   printf("  CPU AdamW: fp32 %.1f Mparams/s, 8-bit %.1f Mparams/s\n", p.adamw_pps * 1e-6, p.adamw8_pps * 1e-6);
   if (a.nvme_path)

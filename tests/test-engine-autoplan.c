@@ -10,6 +10,7 @@
  * with the documented defaults. The machine's own memory plays no part
  * (host_limit 0). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +233,51 @@ static int test_cost_monotone(void) {
     ZO_REQUIRE(slow.step_s > c.step_s && slow.bottleneck == ZO_BOTTLENECK_NVME);
     if (k == 0) ZO_REQUIRE(c.step_s >= c.compute_s + c.h2d_s + c.d2h_s);
     else ZO_REQUIRE(c.step_s < c.compute_s + c.h2d_s + c.d2h_s + c.optimizer_s + c.nvme_s);
+    /* The reference steps' scale multiplies the compute and nothing else. */
+    r.compute_scale[0] = r.compute_scale[1] = 2.0;
+    struct zo_cost twice;
+    zo_cost_step(&r, &p, &twice);
+    ZO_REQUIRE(fabs(twice.compute_s - 2.0 * slow.compute_s) <= 1e-12 * slow.compute_s);
+    ZO_REQUIRE(twice.nvme_s == slow.nvme_s && twice.optimizer_s == slow.optimizer_s);
   }
+  return 0;
+}
+
+/* A profile written by zo_cost_profile_save loads back the same; one written
+ * before the attention lengths and reference steps (one attention figure, no
+ * compute_scale) loads that figure at every length and a scale of 1. */
+static int test_profile_round_trip(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/cache/zoffload/profile.json", tmpdir);
+  struct zo_cost_profile a, b;
+  zo_cost_profile_defaults(&a, "cpu");
+  a.attn_flops[0][1] = 123e9, a.attn_flops[1][2] = 77e9, a.seqs[2] = 4096;
+  a.compute_scale[0] = 1.25, a.compute_scale[1] = 0.75, a.ref_widths[1] = 640;
+  ZO_REQUIRE(zo_cost_profile_save(&a, path) == 0);
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/cache", tmpdir);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  char want[4096];
+  ZO_REQUIRE(zo_cost_profile_path("cpu", want, sizeof want) == 0);
+  ZO_REQUIRE(rename(path, want) == 0);
+  ZO_REQUIRE(zo_cost_profile_load(&b, "cpu") == 0 && b.measured);
+  for (int i = 0; i < ZO_COST_N_SEQ; i++) {
+    ZO_REQUIRE(b.seqs[i] == a.seqs[i]);
+    for (int h = 0; h < 2; h++) ZO_REQUIRE(fabs(b.attn_flops[h][i] - a.attn_flops[h][i]) <= 1e-5 * a.attn_flops[h][i]);
+  }
+  for (int i = 0; i < ZO_COST_N_REF; i++)
+    ZO_REQUIRE(b.ref_widths[i] == a.ref_widths[i] && fabs(b.compute_scale[i] - a.compute_scale[i]) < 1e-9);
+  FILE *f = fopen(want, "w");
+  ZO_REQUIRE(f != NULL);
+  fputs("{\"machine\": \"old\", \"backend\": \"cpu\", \"widths\": [256, 1024, 2048], "
+        "\"gemm_flops_fp32\": [1e11, 2e11, 3e11], \"gemm_flops_half\": [1e11, 2e11, 3e11], "
+        "\"attn_flops_fp32\": 5e10, \"attn_flops_half\": 4e10, \"mem_bw\": 5e9, \"op_s\": 1e-5}\n", f);
+  ZO_REQUIRE(fclose(f) == 0);
+  ZO_REQUIRE(zo_cost_profile_load(&b, "cpu") == 0);
+  ZO_REQUIRE(b.widths[0] == 256 && b.gemm_flops[0][2] == 3e11);
+  for (int i = 0; i < ZO_COST_N_SEQ; i++) ZO_REQUIRE(b.attn_flops[0][i] == 5e10 && b.attn_flops[1][i] == 4e10);
+  for (int i = 0; i < ZO_COST_N_REF; i++) ZO_REQUIRE(b.compute_scale[i] == 1.0);
+  unsetenv("XDG_CACHE_HOME");
   return 0;
 }
 
@@ -244,6 +289,7 @@ int main(void) {
       ZO_TEST(llama_8b_device_10_host_32_nvme),
       ZO_TEST(fits_nowhere_names_tier),
       ZO_TEST(cost_monotone),
+      ZO_TEST(profile_round_trip),
   };
   int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);

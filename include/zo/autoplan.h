@@ -26,6 +26,8 @@ extern "C" {
 /* ---- rates (the cost model's inputs) ---------------------------------------- */
 
 #define ZO_COST_N_WIDTHS 3
+#define ZO_COST_N_SEQ 3
+#define ZO_COST_N_REF 2
 
 struct zo_cost_profile {
   char source[4400];                  /* the profile's path, or "defaults (...)" */
@@ -33,8 +35,12 @@ struct zo_cost_profile {
   char backend[16];                   /* "cpu" or "cuda" */
   int widths[ZO_COST_N_WIDTHS];       /* n_embd of the measured GEMMs, ascending */
   double gemm_flops[2][ZO_COST_N_WIDTHS]; /* FLOP/s, forward + backward; [0] fp32, [1] bf16/fp16 */
-  double attn_flops[2];               /* FLOP/s of attention forward + backward (fp32, half) */
+  int seqs[ZO_COST_N_SEQ];            /* sequence lengths of the measured attention, ascending */
+  double attn_flops[2][ZO_COST_N_SEQ]; /* FLOP/s of attention forward + backward (fp32, half) at seqs */
   double mem_bw;                      /* bytes/s of elementwise ops (read + write counted) */
+  int ref_widths[ZO_COST_N_REF];      /* n_embd of the reference steps, ascending */
+  double compute_scale[ZO_COST_N_REF]; /* a reference step's measured forward + backward over the
+                                       * compute the rates above predict for it (1: not measured) */
   double op_s;                        /* fixed seconds per op launched (queueing, fork/join) */
   double h2d_bw, d2h_bw;              /* bytes/s of host-device copies */
   double adamw_pps, adamw8_pps;       /* CPU AdamW parameters/s: fp32 states, 8-bit states */
@@ -64,7 +70,11 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend);
 int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path);
 
 /* Measures the rates on backend be (engine/calibrate.c): GEMMs at each of
- * p->widths forward and backward in fp32 and bf16, attention, elementwise
+ * p->widths forward and backward in fp32 and bf16, attention at each of
+ * p->seqs (64-wide heads), a reference model's step at each of
+ * p->ref_widths (its measured compute over the prediction from the rates:
+ * the cache misses, small ops and waits a step has and the kernels alone
+ * have not), elementwise
  * and copy bandwidth, CPU AdamW fp32 and 8-bit through offload/adamw.c, and
  * with nvme_path (may be NULL) the NVMe store's read and write GB/s. Takes
  * about a minute on 2 cores. Returns 0 or -errno. */

@@ -97,6 +97,12 @@ struct zo_bench_step {
  * per-round ratios. Returns 0 or -errno. */
 int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, struct zo_bench_step *out);
 
+/* Seconds of one step's forward and backward (every micro-batch, no
+ * optimizer) of cfg's model with everything on backend be's device: the
+ * best of reps steps after one warm-up (the cost model's reference step,
+ * engine/calibrate.c). Returns 0 or -errno. */
+int zo_bench_compute_run(const struct zo_config *cfg, zo_backend_t be, int reps, double *seconds);
+
 enum zo_bench_memory_status {
   ZO_BENCH_MEMORY_MEASURED,        /* planned, and measured by building the scheduler */
   ZO_BENCH_MEMORY_PLANNED_ONLY,    /* planned; reason says why not measured */

@@ -5,7 +5,7 @@
 # back as --set lines, plans to the same bytes and fits; a calibration
 # profile in the cache directory is used and named; without one the output
 # says the rates are defaults; a plan that fits nowhere exits 1 naming the
-# short tier; train refuses a plan larger than the machine's available memory
+# short tier; bench calibrate writes a profile plan then names; train refuses a plan larger than the machine's available memory
 # before allocating it, with the bytes and the changes that fit, and a missing
 # data file before anything else.
 # Usage: test-autoplan.sh ZOFFLOAD_BINARY REPO_DIR
@@ -84,6 +84,24 @@ expect 0 "rates: $path" profile -- plan "$g15" --auto --set engine.device=cpu \
 # A malformed profile: the defaults, and the output says why.
 echo '{"gemm' >"$path"
 expect 0 "is malformed" badprofile -- plan "$g15" --auto --set engine.device=cpu \
+  --set engine.gpu_memory_budget=1GiB --nvme-path none
+
+# bench calibrate measures this machine into the cache directory: every rate positive, the
+# reference steps' scale a ratio near 1 (0.05..20 is what a load accepts), and plan names it.
+rm -f "$path"
+expect 0 "wrote $path" calibrate -- bench calibrate --nvme-path "$tmp/nvme"
+python3 - "$path" >"$tmp/calibrate.check" 2>&1 <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for k in ("gemm_flops_fp32", "gemm_flops_half", "attn_flops_fp32", "attn_flops_half", "compute_scale"):
+    assert len(p[k]) >= 2 and all(x > 0 for x in p[k]), k
+assert all(0.05 < x < 20 for x in p["compute_scale"]), p["compute_scale"]
+for k in ("mem_bw", "op_s", "h2d_bw", "d2h_bw", "adamw_params_per_s", "nvme_read_bw", "nvme_write_bw"):
+    assert p[k] > 0, k
+print("profile ok")
+PY
+check calibrate-profile "grep -q 'profile ok' '$tmp/calibrate.check' || { cat '$tmp/calibrate.check'; false; }"
+expect 0 "rates: $path" calibrated -- plan "$g15" --auto --set engine.device=cpu \
   --set engine.gpu_memory_budget=1GiB --nvme-path none
 
 # Fits nowhere: exit 1, the short tier and by how much.
