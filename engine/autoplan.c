@@ -185,6 +185,7 @@ struct cand_spec {
   int ckpt;            /* 0 off, 1 on (device), 2 on with cpu_checkpointing */
   enum zo_offload_device opt, param;
   int slots;           /* offload_param.buffer_count (param offloaded) */
+  int nvbufs;          /* offload_optimizer.buffer_count (optimizer on NVMe; 0: the config's) */
   bool eightbit;       /* suggestion: optimizer.type AdamW8bit */
 };
 
@@ -228,18 +229,24 @@ static int spec_sets(const struct search *S, const struct cand_spec *s, char set
     ADD(strcmp(dir, b->zero.offload_param.nvme_path), "zero_optimization.offload_param.nvme_path=%s", dir);
   if (s->param != ZO_OFFLOAD_NONE)
     ADD(s->slots != b->zero.offload_param.buffer_count, "zero_optimization.offload_param.buffer_count=%d", s->slots);
+  if (s->opt == ZO_OFFLOAD_NVME && s->nvbufs)
+    ADD(s->nvbufs != b->zero.offload_optimizer.buffer_count, "zero_optimization.offload_optimizer.buffer_count=%d",
+        s->nvbufs);
   if (s->eightbit) ADD(true, "optimizer.type=AdamW8bit");
 #undef ADD
   return n;
 }
 
-static void describe(const struct cand_spec *s, const struct zo_plan *p, char *buf, size_t size) {
-  char par[48] = "";
+static void describe(const struct cand_spec *s, const struct zo_plan *p, int base_nvbufs, char *buf, size_t size) {
+  char par[48] = "", opt[40];
   if (s->param != ZO_OFFLOAD_NONE) snprintf(par, sizeof par, ", params %s (%d slots)", offload_word[s->param], p->placement.param_slots);
+  if (s->opt == ZO_OFFLOAD_NVME && s->nvbufs && s->nvbufs != base_nvbufs)
+    snprintf(opt, sizeof opt, "nvme (%d buffers)", s->nvbufs);
+  else
+    snprintf(opt, sizeof opt, "%s", s->opt == ZO_OFFLOAD_NONE ? "device" : offload_word[s->opt]);
   snprintf(buf, size, "%s%s, optimizer %s%s, micro-batch %d x %d%s",
            p->placement.dtype == ZO_BF16 ? "bf16" : p->placement.dtype == ZO_F16 ? "fp16" : "fp32",
-           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "",
-           s->opt == ZO_OFFLOAD_NONE ? "device" : offload_word[s->opt], par, s->B, s->K,
+           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", opt, par, s->B, s->K,
            s->eightbit ? ", AdamW8bit" : "");
 }
 
@@ -287,7 +294,7 @@ static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autop
   }
   zo_cost_step(o->profile, &p, &out->cost);
   out->tokens_per_s = (double)a->global_batch * a->T / out->cost.step_s;
-  describe(s, &p, out->what, sizeof out->what);
+  describe(s, &p, S->base->zero.offload_optimizer.buffer_count, out->what, sizeof out->what);
   return fits ? 1 : 0;
 }
 
@@ -346,12 +353,17 @@ static int search_all(struct search *S, bool eightbit) {
           if (!nv && (s.opt == ZO_OFFLOAD_NVME || s.param == ZO_OFFLOAD_NVME)) continue;
           struct zo_autoplan_candidate c;
           int r = -1;
-          if (s.param == ZO_OFFLOAD_NONE) {
-            r = try_spec(S, &s, &c);
-          } else {
-            /* The most parameter slots (4 .. 1) that fit. */
-            for (s.slots = 4; s.slots >= 1; s.slots--)
-              if ((r = try_spec(S, &s, &c)) != 0) break;
+          /* The most parameter slots (4 .. 1) that fit, then with the
+           * optimizer on NVMe the most staging buffers (the config's .. 2). */
+          const int nv_hi = s.opt == ZO_OFFLOAD_NVME ? b->zero.offload_optimizer.buffer_count : 0;
+          for (s.nvbufs = nv_hi; r != 1 && s.nvbufs >= (nv_hi ? 2 : 0); s.nvbufs--) {
+            if (s.param == ZO_OFFLOAD_NONE) {
+              r = try_spec(S, &s, &c);
+            } else {
+              for (s.slots = 4; s.slots >= 1; s.slots--)
+                if ((r = try_spec(S, &s, &c)) != 0) break;
+            }
+            if (r < 0 || !nv_hi) break;
           }
           if (r < 0) continue;
           int err = 0;
