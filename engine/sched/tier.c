@@ -14,7 +14,17 @@
  * in table order), and the chunk update reads the chunk's gradients with
  * its master, m and v. The embeddings and the head stay on the device and
  * their gradients in the host pool. Extents are always the chunk's: a file
- * block is read with the length it was written with. */
+ * block is read with the length it was written with.
+ * Over ranks (ZeRO-3, pshard): the chunks, so every file, are this rank's
+ * shard's (make_chunks); a slot load reads this rank's part of the block
+ * into the ring, then stream block_gather assembles the block in the slot's
+ * gather buffer with the owners' parts (exchange_range); each block's
+ * micro-batch gradients, and the resident ranges' in pieces, are summed onto
+ * their owners on the d2h stream (reduce_to_owners, on reduce_comm) before
+ * each owner read-modify-writes its own chunks (or accumulates its part of
+ * the host pool's), so the reduction order is ZeRO-3's with the parameters
+ * on cpu; the norm takes this rank's tensors' sums. Not over ranks: a
+ * stage below 3 (zo_sched_init refuses it). */
 #include "internal.h"
 
 #include <errno.h>
