@@ -352,7 +352,8 @@ int tier_open(struct zo_sched *s) {
     }
   }
   int err;
-  if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
+  /* Sharded, a rank may own no part of any block: no file then. */
+  if (cp.gfile && (err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
     return error_prefixed(err, "NVMe tier: creating the gradient file");
   if (!params) return 0;
   if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
