@@ -22,8 +22,10 @@
  * micro-batch gradients, and the resident ranges' in pieces, are summed onto
  * their owners on the d2h stream (reduce_to_owners, on reduce_comm) before
  * each owner read-modify-writes its own chunks (or accumulates its part of
- * the host pool's), so the reduction order is ZeRO-3's with the parameters
- * on cpu; the norm takes this rank's tensors' sums. Not over ranks: a
+ * the host pool's): the blocks' reductions are ZeRO-3's with the
+ * parameters on cpu (the resident ranges' too when they fit in one block);
+ * the norm takes this rank's tensors' sums. max_in_cpu blocks keep their
+ * whole-block host layout, this rank's parts filled. Not over ranks: a
  * stage below 3 (zo_sched_init refuses it). */
 #include "internal.h"
 
