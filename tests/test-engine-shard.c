@@ -9,7 +9,9 @@
  * largest tensor; the NVMe plan shrinks alike; the host gradients (stage
  * 2 and 3, overlap_comm) add up over the ranks; at stage 3 with the
  * parameters on the host, the host working copy adds up over the ranks as
- * well; one rank leaves the plan as it is. */
+ * well, and with the parameters on NVMe (the Infinity tier) each rank's
+ * parameter and gradient files add up to the single process's; one rank
+ * leaves the plan as it is. */
 #include "zo_engine_test.h"
 
 static const char *const gpt2[] = {"model.n_layer=4", "model.n_head=4", "model.n_embd=64",
@@ -23,15 +25,17 @@ static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2), ZO_ETE
 static char nvme_set[400];
 
 static int load(struct zo_config *cfg, const struct zo_etest_arch *a, const char *opt_device, bool eightbit,
-                int stage) {
-  static char stage_set[64], dev_set[96];
+                int stage, const char *param_device) {
+  static char stage_set[64], dev_set[96], param_set[96];
   snprintf(stage_set, sizeof stage_set, "zero_optimization.stage=%d", stage);
   snprintf(dev_set, sizeof dev_set, "zero_optimization.offload_optimizer.device=%s", opt_device);
-  /* Stage 3: the parameters on the host too, in bf16 (a working copy of their own). */
+  snprintf(param_set, sizeof param_set, "zero_optimization.offload_param.device=%s", param_device);
+  /* Stage 3: the parameters offloaded too (cpu, or nvme with the optimizer), in bf16 (a working copy of
+   * their own). */
   const char *sets[] = {"data.seq_len=16", "train_micro_batch_size_per_gpu=2", stage_set, dev_set, nvme_set,
                         eightbit ? "optimizer.type=AdamW8bit" : "optimizer.type=AdamW",
                         "optimizer.params.min_8bit_size=1024", "aio.block_size=4096",
-                        stage == 3 ? "zero_optimization.offload_param.device=cpu" : "bf16.enabled=false",
+                        stage == 3 ? param_set : "bf16.enabled=false",
                         stage == 3 ? "bf16.enabled=true" : "bf16.enabled=false"};
   return zo_etest_config_load_arch(cfg, a, sets, ZO_ARRAY_LEN(sets), NULL, 0);
 }
@@ -101,6 +105,15 @@ static int check_plans(struct zo_config *cfg, const struct zo_tensor_table *t, b
     CHECK(gsum + (size_t)n * 4096 >= one[ZO_MEM_GRADS] && gsum <= one[ZO_MEM_GRADS] + (size_t)n * 4096);
   /* ZeRO-3 (parameter slots): the host working copy is sharded too. */
   if (pl.param_slots && !nvme) CHECK(psum + (size_t)n * 4096 >= one[ZO_MEM_PARAMS] && psum <= one[ZO_MEM_PARAMS] + (size_t)n * 4096);
+  /* The Infinity tier: each rank's parameter and gradient files hold its
+   * shard's chunks (a block split between ranks rounds one more chunk). */
+  if (pl.param_nvme && nvme) {
+    CHECK(one[ZO_MEM_PARAMS] > 0 && one[ZO_MEM_GRADS] > 0);
+    CHECK(psum >= one[ZO_MEM_PARAMS] && psum <= one[ZO_MEM_PARAMS] + (size_t)(n - 1) * 4096);
+    CHECK(gsum >= one[ZO_MEM_GRADS] && gsum <= one[ZO_MEM_GRADS] + (size_t)(n - 1) * 4096);
+    printf("    %d ranks: NVMe parameter files %zu bytes in all, gradient files %zu (one process %zu, %zu)\n", n, psum,
+           gsum, one[ZO_MEM_PARAMS], one[ZO_MEM_GRADS]);
+  }
   printf("    %d ranks: optimizer bytes per rank at most %zu (one process %zu)\n", n, worst, whole);
   return 0;
 }
@@ -109,7 +122,7 @@ static int run_arch(const struct zo_etest_arch *a) {
   for (int q = 0; q < 2; q++) {
     for (int dev = 0; dev < 2; dev++) {
       struct zo_config cfg;
-      CHECK(load(&cfg, a, dev ? "nvme" : "cpu", q == 1, 2) == 0);
+      CHECK(load(&cfg, a, dev ? "nvme" : "cpu", q == 1, 2, "none") == 0);
       struct zo_model_config mc = cfg.model.spec;
       struct zo_tensor_table t;
       CHECK(zo_model_config_check(&mc) == 0 && zo_model_build_table(&mc, &t) == 0);
@@ -120,11 +133,19 @@ static int run_arch(const struct zo_etest_arch *a) {
       for (int n = 1; n <= 5 && !err; n++) err = check_shards(&t, &f, n) || check_plans(&cfg, &t, dev == 1, n);
       struct zo_config c3;
       memset(&c3, 0, sizeof c3);
-      if (!err && load(&c3, a, dev ? "nvme" : "cpu", q == 1, 3) != 0) {
+      if (!err && load(&c3, a, dev ? "nvme" : "cpu", q == 1, 3, "cpu") != 0) {
         fprintf(stderr, "  stage 3: %s\n", zo_last_error());
         err = 1;
       }
       for (int n = 2; n <= 4 && !err; n++) err = check_plans(&c3, &t, dev == 1, n);
+      zo_config_free(&c3);
+      /* Stage 3 with the parameters on NVMe too (the Infinity tier). */
+      memset(&c3, 0, sizeof c3);
+      if (!err && dev && load(&c3, a, "nvme", q == 1, 3, "nvme") != 0) {
+        fprintf(stderr, "  stage 3, parameters on NVMe: %s\n", zo_last_error());
+        err = 1;
+      }
+      for (int n = 2; n <= 4 && !err && dev; n++) err = check_plans(&c3, &t, true, n);
       zo_config_free(&c3);
       zo_tensor_table_free(&t);
       zo_config_free(&cfg);

@@ -39,24 +39,32 @@ void block_gather_fn(void *arg) {
   if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
 }
 
-/* Stream reduce: one micro-batch's gradients of a range, staged, summed over
- * the ranks onto the owner of each shard they meet (the ranks' parts of a
- * reduce-scatter, range by range in the same order on every rank); each
- * owner accumulates its part into its shard of h.grads. Runs even after an
- * error, so that the others are not left waiting. */
-static void reduce_acc_fn(void *arg) {
-  struct reduce_task *a = arg;
-  struct zo_sched *s = a->s;
-  const bool first = a->runs++ % s->pl.grad_accum == 0;
-  const int me = s->pl.dp_rank;
-  const double t0 = zo_time_s();
+/* Each rank's part of the n gradients at buf (table elements [off, off +
+ * n)) summed over the ranks onto that rank, in place (the ranks' parts of a
+ * reduce-scatter, in the same order on every rank); the other parts of buf
+ * are left as they are. Returns 0 or -errno. */
+int reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n) {
   int err = 0;
   for (int r = 0; r < s->n_ranks && !err; r++) {
     size_t lo, hi;
-    if (!shard_cut(s, r, a->off, a->n, &lo, &hi)) continue;
-    float *part = a->src + (lo - a->off);
-    err = zo_comm_reduce(s->reduce_comm, part, hi - lo, ZO_F32, ZO_COMM_SUM, r);
-    if (err || r != me) continue;
+    if (shard_cut(s, r, off, n, &lo, &hi)) err = zo_comm_reduce(comm, buf + (lo - off), hi - lo, ZO_F32, ZO_COMM_SUM, r);
+  }
+  return err;
+}
+
+/* Stream reduce (the NVMe tier: d2h): one micro-batch's gradients of a
+ * range, staged, summed onto their owners (reduce_to_owners); this rank
+ * accumulates its part into its shard of h.grads. Runs even after an
+ * error, so that the others are not left waiting. */
+void reduce_acc_fn(void *arg) {
+  struct reduce_task *a = arg;
+  struct zo_sched *s = a->s;
+  const bool first = a->runs++ % s->pl.grad_accum == 0;
+  const double t0 = zo_time_s();
+  int err = reduce_to_owners(s, s->reduce_comm, a->src, a->off, a->n);
+  size_t lo, hi;
+  if (!err && shard_cut(s, s->pl.dp_rank, a->off, a->n, &lo, &hi)) {
+    const float *part = a->src + (lo - a->off);
     float *dst = grads_at(s, lo);
     if (first) {
       memcpy(dst, part, (hi - lo) * sizeof(float));
@@ -137,7 +145,7 @@ void queue_gather(struct zo_sched *s) {
     for (int i = 0; i < 2; i++) {
       size_t a, b;
       unit_owned(s, units[i], &a, &b);
-      if (b <= a) continue;
+      if (b <= a || !s->h.params) continue; /* param_nvme: the chunks were copied (queue_optimizer) */
       const struct range r = unit_range(s->t, units[i]);
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[units[i]]));
       CHECK_Q(be->memcpy_async((uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
@@ -147,7 +155,9 @@ void queue_gather(struct zo_sched *s) {
     CHECK_Q(be->stream_wait_event(s->optim, s->gather_wait));
     zo_trace_next("exchange resident params", -1, 0, 0);
     CHECK_Q(be->launch_host_func(s->optim, resident_exchange_fn, s));
-    for (int u = 0; u < s->U; u++) CHECK_Q(be->event_record(s->param_ready[u], s->optim));
+    for (int u = 0; u < s->U; u++)
+      if (!s->pl.param_nvme || u == 0 || u == s->U - 1) /* param_nvme: the blocks' behind their writes */
+        CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     return;
   }
   CHECK_Q(be->event_record(s->gather_wait, s->h2d));
@@ -208,6 +218,9 @@ int init_ranks(struct zo_sched *s, zo_comm_t comm) {
         (err = events_create(s->be, s->block_gather_free, s->n_slots)))
       return err;
   }
+  /* The NVMe tier sums each block's gradients onto their owners on the d2h
+   * stream, on a communicator of its own, before its file I/O. */
+  if (s->pl.grads_nvme) return zo_comm_dup(comm, &s->reduce_comm);
   s->overlap = s->pl.grads_on_host && s->pl.overlap_comm;
   if (!s->overlap) return 0;
   const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, s->L + 1);

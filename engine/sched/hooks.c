@@ -230,7 +230,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }
-    if (s->pl.grads_nvme && s->k > 0) {
+    if (s->pl.grads_nvme && (s->k > 0 || s->sharded)) {
       grads_out_resident_pieces(s);
     } else {
       grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);

@@ -85,7 +85,10 @@ struct chunk_plan {
   size_t mfile, sfile; /* bytes of the master file and of each state file */
   size_t pfile, gfile; /* bytes of the parameter and gradient files: the blocks' chunks,
                         * working dtype and fp32, each chunk at an aio.block_size multiple */
-  size_t block_pbytes, block_gbytes; /* bytes of one block's region of each (all alike) */
+  size_t block_pbytes, block_gbytes; /* bytes of the largest block region of each (all alike
+                                      * in one process; a sharded run's blocks hold its parts) */
+  int run_unit;                      /* the block whose region run_pbytes, run_gbytes sum */
+  size_t run_pbytes, run_gbytes;
 };
 
 /* ---- host layout (counted or carved, like the device arena) -------------- */
@@ -317,6 +320,7 @@ struct zo_sched {
   struct acc_task *res_pieces;     /* (n_res_pieces) grads_nvme: the resident ranges' gradients in
                                     * layer_numel pieces through h.stage[0], head then tail */
   int n_res_pieces;
+  struct reduce_task *res_reduce;  /* (n_res_pieces) sharded: their sums onto the owners */
   /* state I/O (zo_sched_state_*): the NVMe files seen through nvb[0] as a
    * one-chunk cache per file */
   bool st_active;                  /* between the first state access and zo_sched_state_done */
@@ -502,6 +506,8 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
 /* collective.c: data-parallel collectives */
 int init_ranks(struct zo_sched *s, zo_comm_t comm);
 int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own);
+int reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n);
+void reduce_acc_fn(void *arg);
 void block_gather_fn(void *arg);
 void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
                             struct reduce_task *task);

@@ -24,10 +24,14 @@ static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, si
     cur->gfile_off = cp->gfile;
     if (cur->unit > n_cpu) cp->pfile += round_up(cur->numel * e, blk); /* not kept in host memory */
     cp->gfile += round_up(cur->numel * sizeof(float), blk);
-    if (cur->unit == 1) {
-      cp->block_pbytes += round_up(cur->numel * e, blk);
-      cp->block_gbytes += round_up(cur->numel * sizeof(float), blk);
+    if (cur->unit != cp->run_unit) {
+      cp->run_unit = cur->unit;
+      cp->run_pbytes = cp->run_gbytes = 0;
     }
+    cp->run_pbytes += round_up(cur->numel * e, blk);
+    cp->run_gbytes += round_up(cur->numel * sizeof(float), blk);
+    if (cp->block_pbytes < cp->run_pbytes) cp->block_pbytes = cp->run_pbytes;
+    if (cp->block_gbytes < cp->run_gbytes) cp->block_gbytes = cp->run_gbytes;
   }
   if (chunks) chunks[cp->n_chunks] = *cur;
   cp->n_chunks++;

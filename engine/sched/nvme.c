@@ -286,9 +286,12 @@ int nvme_open(struct zo_sched *s) {
   make_chunks(s->t, &s->pl, s->chunks, s->pieces);
   int err;
   const size_t file_bytes[NV_FILES] = {cp.mfile, cp.sfile, cp.sfile};
-  for (int f = 0; f < NV_FILES; f++)
-    if ((err = zo_nvme_file_create(s->nv, nv_class[f], file_bytes[f], &s->file_id[f])))
+  /* A sharded rank owning no tensor has no chunk, and no files (id -1). */
+  for (int f = 0; f < NV_FILES; f++) {
+    s->file_id[f] = -1;
+    if (file_bytes[f] && (err = zo_nvme_file_create(s->nv, nv_class[f], file_bytes[f], &s->file_id[f])))
       return error_prefixed(err, "NVMe tier: creating a state file");
+  }
   size_t mper, sper, wper;
   const size_t set = nv_set_bytes(&s->pl, &cp, &mper, &sper, &wper);
   struct zo_nvme_buffer reg[3] = {{s->h.nv_buf, (size_t)s->pl.nvme_buffers * set}};

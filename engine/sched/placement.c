@@ -65,7 +65,8 @@ void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks) {
   pl->dp_rank = rank;
   pl->dp_ranks = n_ranks;
   /* Over ranks the gradients are summed in the host pool (whole or this
-   * rank's shard). */
+   * rank's shard), but with the parameters on NVMe: each block's are summed
+   * onto their owners, who keep their shard in their gradient file. */
   pl->grads_nvme = pl->param_nvme || (n_ranks == 1 && pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
 }
 

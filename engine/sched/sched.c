@@ -210,10 +210,10 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     return NULL;
   }
   /* Every rank has the same placement, so every rank returns here. */
-  if (n_ranks > 1 && c->placement.param_nvme) {
-    zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" runs in one process only: over %d "
-                       "ranks each would need its own shard's parameter and gradient files, which is not "
-                       "implemented; use offload_param.device = \"cpu\" with several ranks", n_ranks);
+  if (n_ranks > 1 && c->placement.param_nvme && c->placement.zero_stage < 3) {
+    zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" over %d ranks needs "
+                       "zero_optimization.stage = 3 (it is %d): each rank's NVMe files hold its shard only; "
+                       "set the stage to 3 or run one process", n_ranks, c->placement.zero_stage);
     return NULL;
   }
   /* The duplicate first: it is collective, and every rank reaches it. */
@@ -325,6 +325,7 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->gio_tasks);
   free(s->gio_req);
   free(s->res_pieces);
+  free(s->res_reduce);
   free(s->nvb);
   free(s->nv_refill);
   free(s->nv_update);

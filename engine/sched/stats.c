@@ -83,6 +83,7 @@ int zo_sched_memory(const struct zo_sched *s, struct zo_sched_mem *out) {
   const int N = ZO_TIER_NVME;
   static const int nv_cat[NV_FILES] = {ZO_MEM_MASTER, ZO_MEM_ADAM_M, ZO_MEM_ADAM_V};
   for (int f = 0; f < NV_FILES; f++) {
+    if (s->file_id[f] < 0) continue; /* a rank owning no tensor */
     struct stat st;
     const char *path = zo_nvme_file_path(s->nv, s->file_id[f]);
     if (stat(path, &st) != 0)

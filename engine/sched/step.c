@@ -17,8 +17,10 @@ int queue_optimizer(struct zo_sched *s) {
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
   CHECK_Q(be->stream_wait_event(s->optim, s->grads_ready));
+  /* Overlapped, or on the NVMe tier, each range was summed onto its owners
+   * as the backward produced it. */
   if (s->overlap) CHECK_Q(be->stream_wait_event(s->optim, s->reduce_done));
-  else if (s->grad_comm) {
+  else if (s->grad_comm && !s->pl.grads_nvme) {
     zo_trace_next("allreduce grads", -1, s->t->numel * sizeof(float), 0);
     CHECK_Q(be->launch_host_func(s->optim, grads_allreduce_fn, s));
   }
@@ -86,6 +88,12 @@ int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->launch_host_func(s->optim, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
     CHECK_Q(be->event_record(s->opt_done[u], s->optim));
+    if (s->pl.param_nvme && u >= 1 && u <= s->L) {
+      /* Behind the block's parameter-file writes (nv_write_fn); sharded,
+       * this rank's part's. */
+      CHECK_Q(be->event_record(s->param_ready[u], s->nvme_io));
+      continue;
+    }
     if (s->sharded) {
       /* Without a host working copy this rank's part of the unit goes to
        * the device now (cpu tier; NVMe chunks did above); param_ready after
@@ -100,10 +108,7 @@ int queue_optimizer(struct zo_sched *s) {
       }
       continue;
     }
-    if (s->pl.param_nvme && u >= 1 && u <= s->L) {
-      /* Behind the block's parameter-file writes (nv_write_fn). */
-      CHECK_Q(be->event_record(s->param_ready[u], s->nvme_io));
-    } else if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
+    if (!dev || s->pl.optimizer == ZO_OFFLOAD_NONE) {
       /* Updated in place where the compute (or the slot loads) read it. */
       CHECK_Q(be->event_record(s->param_ready[u], s->optim));
     } else if (s->pl.optimizer == ZO_OFFLOAD_NVME) {

@@ -14,7 +14,19 @@
  * in table order), and the chunk update reads the chunk's gradients with
  * its master, m and v. The embeddings and the head stay on the device and
  * their gradients in the host pool. Extents are always the chunk's: a file
- * block is read with the length it was written with. */
+ * block is read with the length it was written with.
+ * Over ranks (ZeRO-3, pshard): the chunks, so every file, are this rank's
+ * shard's (make_chunks); a slot load reads this rank's part of the block
+ * into the ring, then stream block_gather assembles the block in the slot's
+ * gather buffer with the owners' parts (exchange_range); each block's
+ * micro-batch gradients, and the resident ranges' in pieces, are summed onto
+ * their owners on the d2h stream (reduce_to_owners, on reduce_comm) before
+ * each owner read-modify-writes its own chunks (or accumulates its part of
+ * the host pool's): the blocks' reductions are ZeRO-3's with the
+ * parameters on cpu (the resident ranges' too when they fit in one block);
+ * the norm takes this rank's tensors' sums. max_in_cpu blocks keep their
+ * whole-block host layout, this rank's parts filled. Not over ranks: a
+ * stage below 3 (zo_sched_init refuses it). */
 #include "internal.h"
 
 #include <errno.h>
@@ -55,6 +67,64 @@ void param_read_fn(void *arg) {
   atomic_fetch_add(&s->nv_wait_ns, ns_since(t0));
 }
 
+/* Stream block_gather, sharded: block l assembled in slot k's gather
+ * buffer: this rank's part from its ring buffer (or, max_in_cpu, the host
+ * copy), every other part broadcast from its owner (exchange_range, in the
+ * same order on every rank). Runs even after an error, so that the others
+ * are not left waiting. */
+static void tier_gather_fn(void *arg) {
+  const struct task *a = arg;
+  struct zo_sched *s = a->s;
+  const int l = a->index, u = 1 + l, k = l % s->n_slots;
+  const struct range r = unit_range(s->t, u);
+  const size_t e = s->m->esize;
+  uint8_t *buf = block_gather_buf(s, k);
+  const double t0 = zo_time_s();
+  if (l < s->n_cpu) {
+    size_t lo, hi;
+    unit_owned(s, u, &lo, &hi);
+    if (hi > lo) memcpy(buf + (lo - r.off) * e, s->h.pcpu + (lo - s->t->layer_offset[0]) * e, (hi - lo) * e);
+  } else if (s->unit_chunk[u + 1] > s->unit_chunk[u]) {
+    const uint8_t *ring = s->h.pring + (size_t)k * s->block_pbytes;
+    const uint64_t base = s->chunks[s->unit_chunk[u]].pfile_off;
+    for (int j = s->unit_chunk[u]; j < s->unit_chunk[u + 1]; j++) {
+      const struct chunk *c = &s->chunks[j];
+      memcpy(buf + (c->off - r.off) * e, ring + (c->pfile_off - base), c->numel * e);
+    }
+  }
+  int err = exchange_range(s, s->block_gather_comm, buf, r.off, r.numel, false);
+  atomic_fetch_add(&s->comm_ns, ns_since(t0));
+  if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
+}
+
+/* Sharded (ZeRO-3 over ranks): this rank's part of block l read into ring
+ * buffer k (param_io), the block gathered into slot k's gather buffer
+ * (block_gather), then copied into the slot (h2d). */
+static void slot_gather(struct zo_sched *s, int l, int k) {
+  zo_backend_t be = s->be;
+  const int u = 1 + l;
+  const size_t nb = s->t->layer_numel * s->m->esize;
+  if (l >= s->n_cpu && s->unit_chunk[u + 1] > s->unit_chunk[u]) {
+    CHECK_Q(be->stream_wait_event(s->param_io, s->slot_ready[k]));
+    CHECK_Q(be->stream_wait_event(s->param_io, s->param_ready[u]));
+    zo_trace_next("nvme read block", l, nb, 0);
+    CHECK_Q(be->launch_host_func(s->param_io, param_read_fn, &s->pread_tasks[l]));
+    CHECK_Q(be->event_record(s->ring_ready[k], s->param_io));
+    CHECK_Q(be->stream_wait_event(s->block_gather, s->ring_ready[k]));
+  }
+  CHECK_Q(be->stream_wait_event(s->block_gather, s->block_gather_free[k]));
+  CHECK_Q(be->stream_wait_event(s->block_gather, s->param_ready[u]));
+  zo_trace_next("gather block", l, nb, 0);
+  CHECK_Q(be->launch_host_func(s->block_gather, tier_gather_fn, &s->block_gather_tasks[l]));
+  CHECK_Q(be->event_record(s->block_gather_ready[k], s->block_gather));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->block_gather_ready[k]));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
+  zo_trace_next("load block", l, nb, 0);
+  CHECK_Q(be->memcpy_async(s->m->param_slots[k], block_gather_buf(s, k), nb, ZO_COPY_H2D, s->h2d));
+  CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
+  CHECK_Q(be->event_record(s->block_gather_free[k], s->h2d));
+}
+
 /* Block l into slot k: read into ring buffer k once the ring's last copy
  * to the device is done and the block's update written, then copied chunk
  * by chunk into the slot. */
@@ -62,6 +132,10 @@ void param_slot_load(struct zo_sched *s, int l, int k) {
   zo_backend_t be = s->be;
   const struct range r = unit_range(s->t, 1 + l);
   const size_t e = s->m->esize;
+  if (s->pshard) {
+    slot_gather(s, l, k);
+    return;
+  }
   if (l < s->n_cpu) { /* kept in host memory (max_in_cpu): straight into the slot */
     CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
     CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
@@ -113,12 +187,22 @@ static int gio_drain(struct zo_sched *s) {
 static void grads_nvme_fn(void *arg) {
   const struct gio_task *a = arg;
   struct zo_sched *s = a->s;
-  if (atomic_load(&s->err)) return;
-  const double t0 = zo_time_s();
   const int u = 1 + a->block, j0 = s->unit_chunk[u], nj = s->unit_chunk[u + 1] - j0;
   const struct range r = unit_range(s->t, u);
-  const uint64_t base = s->chunks[j0].gfile_off;
   float *st = a->stage;
+  if (s->sharded) {
+    /* Summed onto the owners first, even after an error (see collective.c). */
+    const double tc = zo_time_s();
+    int err = reduce_to_owners(s, s->reduce_comm, st, r.off, r.numel);
+    atomic_fetch_add(&s->comm_ns, ns_since(tc));
+    if (err) {
+      async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
+      return;
+    }
+  }
+  if (atomic_load(&s->err)) return;
+  const double t0 = zo_time_s();
+  const uint64_t base = nj ? s->chunks[j0].gfile_off : 0; /* sharded: this rank's chunks, maybe none */
   struct zo_nvme_req *rreq = s->gio_req + s->gio_max, *wreq = s->gio_req;
   int err = gio_drain(s), nr = 0, waited = 0;
   for (int i = 0; i < nj && !err && a->k > 0; i++, nr++) {
@@ -153,7 +237,7 @@ static void grads_nvme_fn(void *arg) {
     return;
   }
   if (a->k == s->pl.grad_accum - 1)
-    for (int i = 0; i < s->t->n_tensors; i++) {
+    for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) { /* sharded: this rank's tensors, summed */
       const struct zo_tensor_info *ti = &s->t->tensors[i];
       if (ti->layer == a->block) s->norm_host[i] = zo_sumsq(st + (ti->offset - r.off), ti->numel);
     }
@@ -191,6 +275,11 @@ void grads_out_resident_pieces(struct zo_sched *s) {
     ZO_ASSERT(off + a->n <= head + s->m->tail_numel);
     zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
     CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + off, a->n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    if (s->sharded) { /* every micro-batch: summed onto the owners, who accumulate */
+      zo_trace_next("reduce grads", s->L, a->n * sizeof(float), 0);
+      CHECK_Q(s->be->launch_host_func(s->d2h, reduce_acc_fn, &s->res_reduce[i]));
+      continue;
+    }
     zo_trace_next("accumulate grads", s->L, a->n * sizeof(float), a->n);
     CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, a));
   }
@@ -202,7 +291,7 @@ void norm_res_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
-  for (int i = 0; i < s->t->n_tensors; i++) {
+  for (int i = s->sh.t_lo; i < s->sh.t_hi; i++) { /* sharded: this rank's tensors */
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->layer < 0) s->norm_host[i] = zo_sumsq(grads_at(s, ti->offset), ti->numel);
   }
@@ -255,8 +344,18 @@ int tier_open(struct zo_sched *s) {
       s->res_pieces[np++] = (struct acc_task){s, s->h.grads + base + a, s->h.stage[0], n - a < LN ? n - a : LN};
   }
   s->n_res_pieces = np;
+  if (s->sharded) { /* the same pieces' sums onto their owners (reduce_acc_fn) */
+    s->res_reduce = calloc((size_t)np, sizeof *s->res_reduce);
+    if (!s->res_reduce) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
+    for (int i = 0; i < np; i++) {
+      const size_t off = (size_t)(s->res_pieces[i].dst - s->h.grads); /* head, then tail */
+      s->res_reduce[i] = (struct reduce_task){s, off < head ? off : unit_range(s->t, s->U - 1).off + (off - head),
+                                              s->res_pieces[i].n, s->h.stage[0], 0};
+    }
+  }
   int err;
-  if ((err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
+  /* Sharded, a rank may own no part of any block: no file then. */
+  if (cp.gfile && (err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
     return error_prefixed(err, "NVMe tier: creating the gradient file");
   if (!params) return 0;
   if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
