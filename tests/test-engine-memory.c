@@ -349,19 +349,13 @@ int main(int argc, char **argv) {
     arch = &archs[a];
     precision = NULL;
     zo_etest_arch_print(&arch->run, NULL);
-    struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(per_arch, ZO_ARRAY_LEN(per_arch)));
     for (int p = 0; p < 3; p++) {
       precision = precisions[p];
       zo_etest_arch_print(&arch->run, precision ? precision : "fp32");
-      c = zo_test_run(per_precision, sizeof per_precision / sizeof per_precision[0]);
-      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+      zo_test_counts_add(&counts, zo_test_run(per_precision, ZO_ARRAY_LEN(per_precision)));
     }
   }
   free(ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(tmpdir, counts, delay, argc, argv);
 }

@@ -96,6 +96,13 @@ static inline int zo_test_report(struct zo_test_counts c) {
   return c.skipped && !c.passed ? ZO_TEST_SKIP : 0;
 }
 
+/* Adds the counts c (one zo_test_run) to *sum. */
+static inline void zo_test_counts_add(struct zo_test_counts *sum, struct zo_test_counts c) {
+  sum->passed += c.passed;
+  sum->failed += c.failed;
+  sum->skipped += c.skipped;
+}
+
 #define ZO_TEST_MAIN(tests) zo_test_report(zo_test_run((tests), ZO_ARRAY_LEN(tests)))
 
 /* Prints "  <message>" on stderr; returns 1, for `return zo_test_fail(...)`. */
