@@ -15,11 +15,11 @@
 # Needs python3 (for the child's ru_maxrss); skipped (77) without it.
 # Usage: test-ckpt-rss.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 py=${ZO_HF_PYTHON:-python3}
 command -v "$py" >/dev/null || { echo "SKIP: no $py to read the child's peak resident set"; exit 77; }
-tmp=$(mktemp -d /tmp/zo-ckrss-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+cli_init ckrss
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
 "$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
 cat >"$tmp/c.json" <<JSON

@@ -4,29 +4,10 @@
 # real training run, eval, sample and resume through the CLI.
 # Usage: test-cli.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
-tmp=$(mktemp -d /tmp/zo-cli-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    echo "FAIL: zoffload $* -> exit $rc (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted substring: $want)"
-    fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
-  fi
-}
+cli_init cli
 
 # A small token file and a config using it.
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
@@ -107,5 +88,4 @@ if [[ "$a" == "$b" && -n "$a" ]]; then pass=$((pass + 1)); else echo "FAIL: seed
 lines=$(grep -c '"loss"' "$tmp/m.jsonl")
 if [[ $lines -eq 6 ]]; then pass=$((pass + 1)); else echo "FAIL: metrics has $lines step lines, want 6"; fail=$((fail + 1)); fi
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

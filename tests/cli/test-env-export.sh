@@ -11,28 +11,9 @@
 # bad --dtype). The safetensors headers are read with python3 when present.
 # Usage: test-env-export.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-envx-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    bad "zoffload $* -> exit $rc (want $code), wanted substring: $want"
-    echo "$out" | head -5
-  else
-    ok
-  fi
-}
+cli_init envx
 
 # ---- env ----
 out=$("$bin" env 2>&1)
@@ -185,5 +166,4 @@ expect 2 "--max-shard-size x: need a size" -- export "$ck" --out "$tmp/y" --max-
 expect 2 "export takes a checkpoint directory" -- export "$ck/model.safetensors" --out "$tmp/y"
 expect 0 "usage: zoffload export" -- export --help
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

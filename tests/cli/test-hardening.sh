@@ -10,32 +10,11 @@
 # dying. The C side: tests/test-engine-rundir.c.
 # Usage: test-hardening.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-hard-XXXXXX)
+cli_init hard
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  echo "FAIL: $*"
-  fail=$((fail + 1))
-}
-
-# expect CODE SUBSTRING -- ARGS...: zoffload ARGS, exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    bad "zoffload $* -> exit $rc (want $code), wanted '$want', output:"
-    echo "$out" | tail -5
-  else
-    ok
-  fi
-}
 
 # wait_for FILE PATTERN: until a line matches (at most 60 s).
 wait_for() {
@@ -143,5 +122,4 @@ rc=$?
 left=$(find "$tmp/ck-f" -name '.checkpoint-*' | wc -l)
 [[ $left -eq 0 ]] && ok || bad "ulimit -f left $left temporary directories"
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report
