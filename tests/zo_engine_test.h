@@ -1,13 +1,15 @@
 /* Scaffolding shared by the engine-level tests (test-engine-train, -offload,
- * -memory, -adamw8bit, -report): a CHECK that names zo_last_error(), config
- * loading from a base list of --set options plus extras, the token file, the
- * NVMe probe, metrics JSONL reading, a training run that keeps its losses,
- * final weights, stats and plan, the bit-for-bit comparison of two runs, one
- * scheduler step on synthetic tokens, the architecture dimension of the
- * parametrized tests (run names, the printed header) and the re-run with
- * random stream delays. Each test keeps its own model configs and cases;
- * nothing here chooses a config. Header-only (static inline), on zo_test.h
- * and the public include/zo/ APIs. */
+ * -memory, -adamw8bit, -dropout, -mixed, -trace, -report, ...): a CHECK that
+ * names zo_last_error(), config loading from a base list of --set options
+ * plus extras, the token file, the NVMe probe, the placement tests' files
+ * and base options, metrics JSONL reading, a training run that keeps its
+ * losses, final weights, stats and plan, the bit-for-bit comparison of two
+ * runs (and of a run with its plan), one scheduler step on synthetic
+ * tokens, the architecture dimension of the parametrized tests (run names,
+ * the printed header), the re-run with random stream delays and the end of
+ * such a test's main. Each test keeps its own model configs and cases; the
+ * only options chosen here are the 20-step placement runs' base list.
+ * Header-only (static inline), on zo_test.h and the public include/zo/ APIs. */
 #ifndef ZO_ENGINE_TEST_H
 #define ZO_ENGINE_TEST_H
 

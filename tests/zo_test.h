@@ -50,6 +50,33 @@ struct zo_test {
     }                                                                               \
   } while (0)
 
+/* ---- soft checks ---------------------------------------------------------
+ * A case that checks many independent things (every key of a config, say)
+ * counts each failed ZO_EXPECT and goes on, then returns
+ * zo_test_expect_failed_since(the count when it started). */
+
+static int zo_test_n_expect_failed; /* failed ZO_EXPECTs in this executable */
+
+static inline bool zo_test_expect(bool ok, const char *what, const char *file, int line) {
+  if (!ok) {
+    fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", file, line, what, zo_last_error());
+    zo_test_n_expect_failed++;
+  }
+  return ok;
+}
+
+/* Counts cond when false, printing file:line, the condition and
+ * zo_last_error(); evaluates to cond. */
+#define ZO_EXPECT(cond) zo_test_expect((cond), #cond, __FILE__, __LINE__)
+
+/* A case's result: 0, or 1 after saying how many ZO_EXPECTs failed since
+ * the count was before. */
+static inline int zo_test_expect_failed_since(int before) {
+  if (zo_test_n_expect_failed == before) return 0;
+  fprintf(stderr, "  %d failed checks\n", zo_test_n_expect_failed - before);
+  return 1;
+}
+
 struct zo_test_counts {
   int passed, failed, skipped;
 };
