@@ -53,7 +53,8 @@ struct zo_test {
 /* ---- soft checks ---------------------------------------------------------
  * A case that checks many independent things (every key of a config, say)
  * counts each failed ZO_EXPECT and goes on, then returns
- * zo_test_expect_failed_since(the count when it started). */
+ * zo_test_expect_failed_since(the count when it started), or decides from
+ * each ZO_EXPECT's value. */
 
 static int zo_test_n_expect_failed; /* failed ZO_EXPECTs in this executable */
 
@@ -278,6 +279,16 @@ static inline int zo_test_mkdtemp(char *dir, size_t cap, const char *tag) {
     return -1;
   }
   return 0;
+}
+
+/* dir/name in one of 32 static buffers, reused in turn: valid for the next
+ * 31 calls. */
+static inline const char *zo_test_path(const char *dir, const char *name) {
+  static char buf[32][512];
+  static int next;
+  char *p = buf[next++ % 32];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
 }
 
 static inline int zo_test_rmtree_entry(const char *path, const struct stat *st, int type,
