@@ -14,6 +14,15 @@ cli_init() {
   fail=0
 }
 
+# cli_prepare_text [REPEATS]: $tmp/text.txt, "the quick brown fox jumps over
+# the lazy dog. " REPEATS times (300), prepared by zoffload into the byte
+# tokens $tmp/train.bin and $tmp/val.bin (10%); exits 1 when prepare fails.
+cli_prepare_text() {
+  printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 "${1:-300}") >"$tmp/text.txt"
+  "$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" \
+    >/dev/null || exit 1
+}
+
 ok() { pass=$((pass + 1)); }
 bad() {
   echo "FAIL: $*"

@@ -10,8 +10,7 @@ repo=$2
 cli_init cli
 
 # A small token file and a config using it.
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text
 cat > "$tmp/ok.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 4,
  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "max_seq_len": 32},

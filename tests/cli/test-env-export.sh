@@ -37,8 +37,7 @@ expect 2 "unknown option --bogus" -- env --bogus
 expect 0 "usage: zoffload env" -- env --help
 
 # ---- a tiny trained checkpoint, its metrics ----
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text
 cat > "$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 4,
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 32},

@@ -18,8 +18,7 @@ bin=$1
 cli_init faults
 unset ZO_FAULT ZO_FAULT_COUNTS
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+cli_prepare_text
 # checkpoint.dir and nvme_path come from --set in each run.
 cat >"$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 6,

@@ -25,8 +25,7 @@ wait_for() {
   return 1
 }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 400) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text 400
 # Steps of about 0.1 s, so that a signal lands inside one.
 cat > "$tmp/run.json" <<JSON
 {"train_micro_batch_size_per_gpu": 8, "steps": 100000,

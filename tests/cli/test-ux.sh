@@ -23,8 +23,7 @@ count() {
   fi
 }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+cli_prepare_text
 cat >"$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 8,
  "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 2, "total_num_steps": 8}},
