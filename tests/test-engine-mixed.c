@@ -23,8 +23,7 @@
 static struct zo_etest_files fx;
 static bool delay_mode;
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
 /* 6 query heads on 2 key/value heads of size 6, an MLP width of 50, the LM
  * head tied to the embedding. */
 static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",

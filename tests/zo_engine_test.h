@@ -164,6 +164,17 @@ static inline int zo_etest_read_metric(const char *path, const char *key, double
 
 /* ---- the placement tests' files and config ------------------------------ */
 
+/* The placement tests' small models, as the initialisers of --set lists: a
+ * GPT-2 of 3 layers of width 36 (3 heads), vocabulary 200, 16 positions; */
+#define ZO_ETEST_GPT2_SMALL \
+  "model.n_layer=3", "model.n_head=3", "model.n_embd=36", "model.vocab_size=200", "model.max_seq_len=16"
+/* a Llama as wide: 6 query heads on 2 key/value heads of size 6, an MLP
+ * width of 50 and an LM head of its own. */
+#define ZO_ETEST_LLAMA_SMALL \
+  "model.arch=llama", "model.n_layer=3", "model.n_head=6", "model.num_key_value_heads=2", "model.n_embd=36", \
+      "model.intermediate_size=50", "model.vocab_size=200", "model.max_seq_len=16", \
+      "model.tie_word_embeddings=false"
+
 /* The files of a test that trains on a token file in a private temp
  * directory, with an NVMe store's directory beside it. */
 struct zo_etest_files {
