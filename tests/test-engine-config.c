@@ -30,13 +30,7 @@ static bool streq(const char *a, const char *b) {
 /* Writes text to tmpdir/name.json; path receives the file name. */
 static void write_config(const char *name, const char *text, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s.json", tmpdir, name);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fputs(text, f);
-  fclose(f);
+  if (zo_test_write_file(path, text)) exit(1);
 }
 
 /* Loads text as a config file named name.json (text NULL: no file). */

@@ -229,10 +229,7 @@ static int write_config(const char *sub, const char *text, char *dir, size_t siz
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
   CHECK(zo_mkdir_p(dir, 0755) == 0);
-  FILE *f = fopen(path, "w");
-  CHECK(f);
-  fputs(text, f);
-  CHECK(fclose(f) == 0);
+  CHECK(zo_test_write_file(path, text) == 0);
   return 0;
 }
 

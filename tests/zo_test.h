@@ -281,6 +281,22 @@ static inline int zo_test_mkdtemp(char *dir, size_t cap, const char *tag) {
   return 0;
 }
 
+/* Writes the string text to path (created or truncated). Returns 0, or -1
+ * after saying why on stderr. */
+static inline int zo_test_write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "  cannot create %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  const bool written = fputs(text, f) >= 0;
+  if (fclose(f) != 0 || !written) {
+    fprintf(stderr, "  cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 /* dir/name in one of 32 static buffers, reused in turn: valid for the next
  * 31 calls. */
 static inline const char *zo_test_path(const char *dir, const char *name) {
