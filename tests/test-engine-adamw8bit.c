@@ -26,10 +26,7 @@
 #include "zo/safetensors.h"
 #include "zo_engine_test.h"
 
-static char tmpdir[256];
-static char data_path[300];
-static char nvme_dir[300];
-static bool have_nvme;
+static struct zo_etest_files fx;
 static bool delay_mode; /* ZO_STREAM_DELAY_US set: this is the re-run */
 
 #define N_STEPS 20
@@ -53,17 +50,9 @@ static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2_model),
 static const struct zo_etest_arch *arch = &archs[0]; /* the one the cases run for */
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
-  static char train_set[400], nvme_set[400];
-  snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
-                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=20",
-                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
-                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
-                        "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2",
-                        "optimizer.type=AdamW8bit", "optimizer.params.block_size=96",
-                        "optimizer.params.min_8bit_size=1024", train_set, nvme_set};
-  return zo_etest_config_load_arch(cfg, arch, base, ZO_ARRAY_LEN(base), extra, n_extra);
+  const char *own[] = {"optimizer.type=AdamW8bit", "optimizer.params.block_size=96",
+                       "optimizer.params.min_8bit_size=1024"};
+  return zo_etest_placement_load(cfg, &fx, arch, own, ZO_ARRAY_LEN(own), extra, n_extra);
 }
 
 /* A run's name with the architecture. */
@@ -71,7 +60,7 @@ static const char *run_name(const char *name) { return zo_etest_run_name(arch, N
 
 static int train_resume(const char *name, const char *const *extra, int n_extra, int n_steps,
                         const char *resume, struct zo_etest_run *r) {
-  return zo_etest_train(load, tmpdir, run_name(name), extra, n_extra, n_steps, resume, r);
+  return zo_etest_train(load, fx.tmpdir, run_name(name), extra, n_extra, n_steps, resume, r);
 }
 
 static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
@@ -109,10 +98,9 @@ static int test_all_device_reference(void) {
 
 static int check_placement(const char *case_name, const char *const *sets, int n_sets, enum zo_tier tier) {
   struct zo_etest_run r;
-  CHECK(train(case_name, sets, n_sets, &r) == 0);
   const char *name = run_name(case_name);
-  int ret = zo_etest_same_run(name, &r, &ref, "all-device", 0, N_STEPS);
-  if (!zo_etest_peaks_match(name, &r)) ret = 1;
+  int ret = zo_etest_train_same(load, fx.tmpdir, name, sets, n_sets, N_STEPS, &ref, "all-device", &r);
+  if (!r.params) return 1;
   size_t n8 = 0, n = 0;
   const size_t sb = state_bytes(&r.plan, &n8, &n);
   if (tier == ZO_TIER_HOST && (r.plan.bytes[ZO_TIER_HOST][ZO_MEM_ADAM_M] != zo_host_round(sb) ||
@@ -136,13 +124,13 @@ static int test_optimizer_cpu_stage2(void) {
 }
 
 static int test_optimizer_nvme_stage2(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   return check_placement("opt-nvme-s2", s, ZO_ARRAY_LEN(s), ZO_TIER_NVME);
 }
 
 static int test_params_cpu_optimizer_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
@@ -156,12 +144,12 @@ static const char *const infinity[] = {"zero_optimization.stage=3", "zero_optimi
                                        "zero_optimization.offload_optimizer.buffer_count=2"};
 
 static int test_params_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   return check_placement("param-nvme", infinity, ZO_ARRAY_LEN(infinity), ZO_TIER_NVME);
 }
 
 static int test_params_nvme_small_chunks(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=500"};
   return check_placement("param-nvme-chunks-500", s, ZO_ARRAY_LEN(s), ZO_TIER_DEVICE);
 }
@@ -170,7 +158,7 @@ static int test_params_nvme_small_chunks(void) {
  * (each chunk's state rounded up to a 4096-byte block, so the files' size
  * check of check_placement does not apply: ZO_TIER_DEVICE skips it). */
 static int test_nvme_small_chunks(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.sub_group_size=500"};
   return check_placement("opt-nvme-chunks-500", s, ZO_ARRAY_LEN(s), ZO_TIER_DEVICE);
@@ -178,7 +166,7 @@ static int test_nvme_small_chunks(void) {
 
 /* A block larger than a chunk's elements would be: chunks grow to one block. */
 static int test_nvme_block_4096(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *a[] = {"optimizer.params.block_size=4096", "optimizer.params.min_8bit_size=0", "steps=4"};
   const char *b[] = {"optimizer.params.block_size=4096", "optimizer.params.min_8bit_size=0", "steps=4",
                      "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
@@ -213,19 +201,19 @@ static int inspect_optimizer_file(const char *ckpt_dir, const struct zo_etest_ru
 }
 
 static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
-  return zo_etest_checkpoint_resume(load, tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref,
+  return zo_etest_checkpoint_resume(load, fx.tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref,
                                     inspect_optimizer_file);
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
 
 static int test_checkpoint_resume_params_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   return checkpoint_resume("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
 }
 
 static int test_checkpoint_resume_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   return checkpoint_resume("nvme", s, ZO_ARRAY_LEN(s));
 }
@@ -242,12 +230,12 @@ static bool once_only(void) {
 static int test_checkpoint_format_mismatch(void) {
   if (once_only()) return ZO_TEST_SKIP;
   char dir[400], sub[500];
-  snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-%s", tmpdir, run_name("fp32"));
+  snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck-%s", fx.tmpdir, run_name("fp32"));
   const char *fp32[] = {"optimizer.type=AdamW", dir, "steps=2"};
   struct zo_etest_run r;
   CHECK(train_resume("fp32-ck", fp32, ZO_ARRAY_LEN(fp32), 2, NULL, &r) == 0);
   free(r.params);
-  snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-2", tmpdir, run_name("fp32"));
+  snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-2", fx.tmpdir, run_name("fp32"));
   const char *eight[] = {dir, "steps=4"};
   struct zo_config cfg;
   CHECK(load(&cfg, eight, ZO_ARRAY_LEN(eight)) == 0);
@@ -258,7 +246,7 @@ static int test_checkpoint_format_mismatch(void) {
   CHECK(strstr(zo_last_error(), "fp32 (AdamW) optimizer states") != NULL);
   CHECK(strstr(zo_last_error(), "optimizer.type is \"AdamW8bit\"") != NULL);
   /* 8-bit checkpoint (from the device resume case) into fp32 and into another block size. */
-  snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-10", tmpdir, run_name("device"));
+  snprintf(sub, sizeof sub, "%s/ck-%s/checkpoint-10", fx.tmpdir, run_name("device"));
   const char *to_fp32[] = {"optimizer.type=AdamW"};
   CHECK(load(&cfg, to_fp32, ZO_ARRAY_LEN(to_fp32)) == 0);
   err = zo_train(&cfg, &opts);
@@ -310,11 +298,11 @@ static struct zo_etest_corpus corpus;
 /* The quality run of this test: AdamW or AdamW8bit on the corpus. */
 static int quality_run(const char *name, const char *const *extra, int n_extra, double *val) {
   char nv[400];
-  snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
+  snprintf(nv, sizeof nv, "zero_optimization.offload_optimizer.nvme_path=%s", fx.nvme_dir);
   const char *sets[8] = {nv};
   CHECK(1 + n_extra <= (int)ZO_ARRAY_LEN(sets));
   for (int i = 0; i < n_extra; i++) sets[1 + i] = extra[i];
-  return zo_etest_quality_run(&corpus, tmpdir, name, sets, 1 + n_extra, val);
+  return zo_etest_quality_run(&corpus, fx.tmpdir, name, sets, 1 + n_extra, val);
 }
 
 static int test_quality_real_text(void) {
@@ -325,7 +313,7 @@ static int test_quality_real_text(void) {
   printf("SKIP: the quality run is left to the release build (sanitizers make it ~10x slower)\n");
   return 77;
 #endif
-  int r = zo_etest_prepare_fortunes(tmpdir, &corpus);
+  int r = zo_etest_prepare_fortunes(fx.tmpdir, &corpus);
   if (r) return r;
   double fp32, q8, q8nv = 0.0;
   const char *a[] = {"optimizer.type=AdamW"};
@@ -334,28 +322,24 @@ static int test_quality_real_text(void) {
                      "zero_optimization.offload_optimizer.device=nvme", "aio.block_size=4096"};
   CHECK(quality_run("q-fp32", a, ZO_ARRAY_LEN(a), &fp32) == 0);
   CHECK(quality_run("q-8bit-device", b, ZO_ARRAY_LEN(b), &q8) == 0);
-  if (have_nvme) CHECK(quality_run("q-8bit-nvme", c, ZO_ARRAY_LEN(c), &q8nv) == 0);
+  if (fx.have_nvme) CHECK(quality_run("q-8bit-nvme", c, ZO_ARRAY_LEN(c), &q8nv) == 0);
   struct zo_model_config mc = {.n_layer = 3, .n_head = 4, .n_embd = 128, .vocab_size = 256, .max_seq_len = 64};
   struct zo_tensor_table t;
   CHECK(zo_model_config_check(&mc) == 0 && zo_model_build_table(&mc, &t) == 0);
   const struct zo_optim_format f = {.eightbit = true, .block = 256, .min_numel = 4096};
   printf("quality: fp32 %.4f, 8-bit device %.4f (%+.2f%%), 8-bit nvme %s%.4f; %.1f%% of parameters 8-bit\n", fp32,
-         q8, 100.0 * (q8 - fp32) / fp32, have_nvme ? "" : "(skipped) ", q8nv,
+         q8, 100.0 * (q8 - fp32) / fp32, fx.have_nvme ? "" : "(skipped) ", q8nv,
          100.0 * (double)zo_optim_numel_8bit(&f, &t) / (double)t.numel);
   CHECK(zo_optim_numel_8bit(&f, &t) > 9 * t.numel / 10);
   zo_tensor_table_free(&t);
   CHECK(q8 <= fp32 * 1.02);
-  if (have_nvme) CHECK(q8nv <= fp32 * 1.02);
+  if (fx.have_nvme) CHECK(q8nv <= fp32 * 1.02);
   return 0;
 }
 
 int main(int argc, char **argv) {
   delay_mode = zo_etest_delay_mode();
-  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "adamw8bit")) return 1;
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  have_nvme = zo_etest_nvme_probe(nvme_dir);
+  if (zo_etest_files_init(&fx, "adamw8bit")) return 1;
   printf("AdamW8bit kernel: %s\n", zo_adamw8bit_kernel());
 
   static const struct zo_test per_arch[] = {
@@ -381,17 +365,11 @@ int main(int argc, char **argv) {
     if (!zo_etest_arch_selected(archs[a].name)) continue;
     arch = &archs[a];
     zo_etest_arch_print(arch, NULL);
-    struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(per_arch, ZO_ARRAY_LEN(per_arch)));
   }
   arch = &archs[0];
   printf("arch: gpt2 (config checks; real text with its own 3-layer width-128 model)\n");
-  struct zo_test_counts c = zo_test_run(gpt2_only, sizeof gpt2_only / sizeof gpt2_only[0]);
-  counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+  zo_test_counts_add(&counts, zo_test_run(gpt2_only, ZO_ARRAY_LEN(gpt2_only)));
   free(ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay_mode && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(fx.tmpdir, counts, delay_mode, argc, argv);
 }

@@ -8,10 +8,7 @@ static char tmp_dir[256];
 
 static int write_text(const char *name, const char *text, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s", tmp_dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  fputs(text, f);
-  return fclose(f);
+  return zo_test_write_file(path, text);
 }
 
 static int test_bom_accepted(void) {

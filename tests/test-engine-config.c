@@ -19,25 +19,9 @@
 #define ZO_TEST_DIR "tests"
 #endif
 
-static int n_failed;
 static char tmpdir[256];
 
-static bool expect(bool ok, const char *what, const char *file, int line) {
-  if (!ok) {
-    fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", file, line, what,
-            zo_last_error());
-    n_failed++;
-  }
-  return ok;
-}
-#define EXPECT(cond) expect((cond), #cond, __FILE__, __LINE__)
-
-/* A case's result: 0, or 1 after saying how many of its checks failed. */
-static int checks_failed_since(int before) {
-  if (n_failed == before) return 0;
-  fprintf(stderr, "  %d failed checks\n", n_failed - before);
-  return 1;
-}
+#define EXPECT(cond) ZO_EXPECT(cond)
 
 static bool streq(const char *a, const char *b) {
   return a && b && strcmp(a, b) == 0;
@@ -46,13 +30,7 @@ static bool streq(const char *a, const char *b) {
 /* Writes text to tmpdir/name.json; path receives the file name. */
 static void write_config(const char *name, const char *text, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s.json", tmpdir, name);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fputs(text, f);
-  fclose(f);
+  if (zo_test_write_file(path, text)) exit(1);
 }
 
 /* Loads text as a config file named name.json (text NULL: no file). */
@@ -133,7 +111,7 @@ static bool config_equal(const struct zo_config *a, const struct zo_config *b) {
 /* ---- cases ------------------------------------------------------------------ */
 
 static int test_defaults(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   EXPECT(zo_config_load(&c, NULL, NULL, 0) == 0);
   EXPECT(streq(c.path, ""));
@@ -175,7 +153,7 @@ static int test_defaults(void) {
   EXPECT(load_text(&c, "empty-object", "{ }", sets, ZO_ARRAY_LEN(sets)) == 0);
   EXPECT(c.data.seq_len == 256 && c.model.spec.max_seq_len == 256);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static const char *every_key_json =
@@ -213,7 +191,7 @@ static const char *every_key_json =
     "}\n";
 
 static int test_every_key(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   EXPECT(load_text(&c, "every-key", every_key_json, NULL, 0) == 0);
   EXPECT(strstr(c.path, "every-key.json") != NULL);
@@ -256,11 +234,11 @@ static int test_every_key(void) {
   EXPECT(c.log.every == 5 && streq(c.log.metrics_path, "m.jsonl"));
   EXPECT(streq(c.checkpoint.dir, "ck") && c.checkpoint.every == 50 && c.checkpoint.keep == 0);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static int test_schedulers(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   const char *wlr = "{\"optimizer\": {\"params\": {\"lr\": 5e-4}}, \"scheduler\": {\"type\": "
                     "\"WarmupLR\", \"params\": {\"warmup_min_lr\": 1e-5, \"warmup_max_lr\": 2e-3, "
@@ -287,7 +265,7 @@ static int test_schedulers(void) {
   EXPECT(c.lr_schedule.min_lr == 1e-3 * 1e-4 && c.lr_schedule.total_steps == 100);
   EXPECT(fabs(zo_lr_at(&c.lr_schedule, 5) - 5e-4) < 1e-12);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 struct bad_case {
@@ -436,7 +414,7 @@ static const struct bad_case bad_cases[] = {
 };
 
 static int test_malformed(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   size_t n_cases = sizeof bad_cases / sizeof bad_cases[0];
   EXPECT(n_cases >= 30);
   for (size_t i = 0; i < n_cases; i++) {
@@ -462,7 +440,7 @@ static int test_malformed(void) {
     if (!ok) {
       fprintf(stderr, "bad case %s: got %d \"%s\", want %d with \"%s\"\n", bc->name, err, msg,
               bc->err, bc->message);
-      n_failed++;
+      zo_test_n_expect_failed++;
     }
     /* A failed load leaves nothing to free. */
     EXPECT(c.path == NULL && c.data.train == NULL && c.model.init_from == NULL);
@@ -483,11 +461,11 @@ static int test_malformed(void) {
   snprintf(want, sizeof want, "%s:3:", path);
   EXPECT(strncmp(zo_last_error(), want, strlen(want)) == 0);
   EXPECT(strstr(zo_last_error(), "JSON syntax error") != NULL);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static int test_set_overrides(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   const char *file = "{\"steps\": 10, \"log\": {\"every\": 5}, \"model\": {\"vocab_size\": 256},"
                      " \"scheduler\": {\"type\": \"WarmupLR\"}}";
@@ -540,7 +518,7 @@ static int test_set_overrides(void) {
   EXPECT(load_text(&c, "set-fix", bad_embd, fix, ZO_ARRAY_LEN(fix)) == 0);
   EXPECT(c.model.spec.n_head == 5);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* Dumps cfg, loads the dump, and checks the config and the text are unchanged. */
@@ -573,7 +551,7 @@ static void check_round_trip(const struct zo_config *cfg, const char *name) {
 }
 
 static int test_round_trip(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   EXPECT(zo_config_load(&c, NULL, NULL, 0) == 0);
   check_round_trip(&c, "defaults");
@@ -613,11 +591,11 @@ static int test_round_trip(void) {
   EXPECT(text && strstr(text, "\"block_size\": \"1MiB\"") != NULL);
   free(text);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static int test_shipped_configs(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   EXPECT(zo_config_load(&c, ZO_TEST_DIR "/../configs/tiny.json", NULL, 0) == 0);
   const struct zo_model_config *m = &c.model.spec;
@@ -636,13 +614,13 @@ static int test_shipped_configs(void) {
   EXPECT(c.model.spec.vocab_size == 50257 && c.model.spec.max_seq_len == 1024);
   check_round_trip(&c, "gpt2-124m");
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* Vocabularies above 65536 (Llama 3's 128256) need uint32 ids: "u32", or
  * "llmc", whose header says which width its shard holds. */
 static int test_wide_vocab(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   const char *u32[] = {"model.vocab_size=128256", "data.format=u32"};
   EXPECT(zo_config_load(&c, NULL, u32, ZO_ARRAY_LEN(u32)) == 0);
@@ -653,11 +631,11 @@ static int test_wide_vocab(void) {
   EXPECT(zo_config_load(&c, NULL, llmc, ZO_ARRAY_LEN(llmc)) == 0);
   EXPECT(c.data.format == ZO_DATA_LLMC);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static int test_parse_bytes(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   static const struct { const char *text; size_t bytes; } good[] = {
     {"0", 0}, {"1048576", 1048576}, {"512MiB", (size_t)512 << 20}, {"10GiB", (size_t)10 << 30},
     {"1.5GB", 1500000000}, {"1.5GiB", (size_t)3 << 29}, {"4K", 4096}, {"4KB", 4000},
@@ -682,14 +660,14 @@ static int test_parse_bytes(void) {
     if (!EXPECT(err == -EINVAL && n == 12345 && strstr(zo_last_error(), "not a byte size")))
       fprintf(stderr, "zo_parse_bytes(\"%s\") = %d, %zu\n", bad[i], err, n);
   }
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* aio.thread_count, single_submit and overlap_events are DeepSpeed's and do
  * nothing here: set, each loads with one warning line naming it, its value
  * and why; unset (or null), nothing, as for the keys in use. */
 static int test_ignored_keys(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   const char *thread_count[] = {"aio.thread_count=4"};
@@ -723,7 +701,7 @@ static int test_ignored_keys(void) {
   EXPECT(streq(printed, ""));
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 int main(void) {

@@ -22,20 +22,10 @@
 
 static char tmp_dir[256];
 
-static bool check(bool ok, const char *what, int line) {
-  if (!ok) fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, line, what);
-  return ok;
-}
-#define CHECK(cond) check((cond), #cond, __LINE__)
+#define CHECK(cond) ZO_EXPECT(cond)
 
 /* Path of name in the temp directory; valid for the next 31 calls. */
-static const char *tmp_path(const char *name) {
-  static char buf[32][512];
-  static int next;
-  char *p = buf[next++ % 32];
-  snprintf(p, sizeof buf[0], "%s/%s", tmp_dir, name);
-  return p;
-}
+static const char *tmp_path(const char *name) { return zo_test_path(tmp_dir, name); }
 
 static bool write_raw(const char *path, const void *buf, size_t nbytes) {
   FILE *f = fopen(path, "wb");

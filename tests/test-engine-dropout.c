@@ -21,19 +21,12 @@
 #include "zo/train.h"
 #include "zo_engine_test.h"
 
-static char tmpdir[256];
-static char data_path[300];
-static char nvme_dir[300];
-static bool have_nvme;
+static struct zo_etest_files fx;
 static const char *precision; /* NULL: fp32, else the --set that enables bf16 */
 static const char *dropout;   /* the model.dropout --set, NULL: none */
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
-static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
-                                          "model.num_key_value_heads=2", "model.n_embd=36",
-                                          "model.intermediate_size=50", "model.vocab_size=200",
-                                          "model.max_seq_len=16", "model.tie_word_embeddings=false"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
+static const char *const llama_model[] = {ZO_ETEST_LLAMA_SMALL};
 static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2_model),
                                              ZO_ETEST_ARCH("llama", llama_model)};
 static const struct zo_etest_arch *arch;
@@ -41,20 +34,12 @@ static const struct zo_etest_arch *arch;
 #define N_STEPS 20
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
-  static char train_set[400], nvme_set[400];
-  snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
-                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=20",
-                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
-                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
-                        "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
-                        nvme_set, precision, dropout};
-  return zo_etest_config_load_arch(cfg, arch, base, ZO_ARRAY_LEN(base), extra, n_extra);
+  const char *own[] = {precision, dropout};
+  return zo_etest_placement_load(cfg, &fx, arch, own, ZO_ARRAY_LEN(own), extra, n_extra);
 }
 
 static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
-  return zo_etest_train(load, tmpdir, name, extra, n_extra, N_STEPS, NULL, r);
+  return zo_etest_train(load, fx.tmpdir, name, extra, n_extra, N_STEPS, NULL, r);
 }
 
 static const char *run_name(const char *name) { return zo_etest_run_name(arch, precision, name); }
@@ -92,10 +77,8 @@ static int test_zero_is_no_dropout(void) {
 
 static int check_same(const char *name, const char *const *sets, int n_sets) {
   struct zo_etest_run r;
-  name = run_name(name);
-  CHECK(train(name, sets, n_sets, &r) == 0);
-  int ret = zo_etest_same_run(name, &r, &ref, "all-device with dropout", 0, N_STEPS);
-  if (!zo_etest_peaks_match(name, &r)) ret = 1;
+  const int ret = zo_etest_train_same(load, fx.tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref,
+                                      "all-device with dropout", &r);
   free(r.params);
   return ret;
 }
@@ -112,7 +95,7 @@ static int test_params_cpu_optimizer_cpu(void) {
 }
 
 static int test_params_cpu_optimizer_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
@@ -135,7 +118,7 @@ static int test_activation_checkpointing_on_host(void) {
 /* Steps 11..20 after a resume from step 10 draw the masks the uninterrupted
  * run drew. */
 static int test_checkpoint_resume(void) {
-  return zo_etest_checkpoint_resume(load, tmpdir, run_name("drop"), NULL, 0, N_STEPS, &ref, NULL);
+  return zo_etest_checkpoint_resume(load, fx.tmpdir, run_name("drop"), NULL, 0, N_STEPS, &ref, NULL);
 }
 
 /* The gradient with dropout is the gradient of the dropped-out loss: a
@@ -242,14 +225,11 @@ static int test_gradient_fd(void) {
 
 /* Writes text to <tmpdir>/<sub>/config.json. */
 static int write_config(const char *sub, const char *text, char *dir, size_t size) {
-  snprintf(dir, size, "%s/%s", tmpdir, sub);
+  snprintf(dir, size, "%s/%s", fx.tmpdir, sub);
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
   CHECK(zo_mkdir_p(dir, 0755) == 0);
-  FILE *f = fopen(path, "w");
-  CHECK(f);
-  fputs(text, f);
-  CHECK(fclose(f) == 0);
+  CHECK(zo_test_write_file(path, text) == 0);
   return 0;
 }
 
@@ -298,11 +278,7 @@ static int test_hf_rates(void) {
 
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
-  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "dropout")) return 1;
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  have_nvme = zo_etest_nvme_probe(nvme_dir);
+  if (zo_etest_files_init(&fx, "dropout")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(device_reference),
       ZO_TEST(zero_is_no_dropout),
@@ -323,17 +299,11 @@ int main(int argc, char **argv) {
     for (size_t p = 0; p < (delay ? 1 : ZO_ARRAY_LEN(precisions)); p++) {
       precision = precisions[p];
       zo_etest_arch_print(arch, precision ? precision : "fp32");
-      struct zo_test_counts c = zo_test_run(tests, ZO_ARRAY_LEN(tests));
-      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+      zo_test_counts_add(&counts, zo_test_run(tests, ZO_ARRAY_LEN(tests)));
     }
     precision = NULL;
-    struct zo_test_counts c = zo_test_run(once, ZO_ARRAY_LEN(once));
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(once, ZO_ARRAY_LEN(once)));
   }
   free(ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(fx.tmpdir, counts, delay, argc, argv);
 }

@@ -14,23 +14,9 @@
 
 #include "zo_test.h"
 
-static int n_failed;
 static char tmpdir[256];
 
-static bool expect(bool ok, const char *what, const char *file, int line) {
-  if (!ok) {
-    fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", file, line, what, zo_last_error());
-    n_failed++;
-  }
-  return ok;
-}
-#define EXPECT(cond) expect((cond), #cond, __FILE__, __LINE__)
-
-static int checks_failed_since(int before) {
-  if (n_failed == before) return 0;
-  fprintf(stderr, "  %d failed checks\n", n_failed - before);
-  return 1;
-}
+#define EXPECT(cond) ZO_EXPECT(cond)
 
 /* Loads text as tmpdir/name.json with sets; *printed: what the load wrote on
  * stderr (malloc'd). */
@@ -188,7 +174,7 @@ static const char ds_config_zero3[] =
 /* Both load unchanged; "auto" is the documented default; the keys without
  * effect come in one warning line that names each. */
 static int test_hf_examples(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   EXPECT(load(&c, "ds_config_zero2", ds_config_zero2, NULL, 0, &printed) == 0);
@@ -203,7 +189,7 @@ static int test_hf_examples(void) {
          strstr(printed, "zero_optimization.contiguous_gradients = true") &&
          strstr(printed, "steps_per_print = 2000") && strstr(printed, "wall_clock_breakdown = false") &&
          !strstr(printed, "overlap_comm")); /* stage 2 with the optimizer on the host: in use */
-  if (n_failed > before) fprintf(stderr, "printed: %s", printed);
+  if (zo_test_n_expect_failed > before) fprintf(stderr, "printed: %s", printed);
   free(printed);
   zo_config_free(&c);
 
@@ -214,15 +200,15 @@ static int test_hf_examples(void) {
          strstr(printed, "zero_optimization.stage3_prefetch_bucket_size = \"auto\"") &&
          strstr(printed, "zero_optimization.stage3_gather_16bit_weights_on_model_save = true") &&
          strstr(printed, "zero_optimization.sub_group_size = 1000000000.0")); /* no NVMe: unused */
-  if (n_failed > before) fprintf(stderr, "printed: %s", printed);
+  if (zo_test_n_expect_failed > before) fprintf(stderr, "printed: %s", printed);
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* Every unknown key in one error; a suggestion only for a close one. */
 static int test_unknown_keys(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   EXPECT(load(&c, "typos",
@@ -242,11 +228,11 @@ static int test_unknown_keys(void) {
   EXPECT(strstr(zo_last_error(), "unknown key \"xyzzy\" (no valid key is close to it"));
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 static int test_aliases(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   EXPECT(load(&c, "bf16", "{\"bf16\": true, \"gradient_checkpointing\": true}", NULL, 0, &printed) == 0);
@@ -264,12 +250,12 @@ static int test_aliases(void) {
   EXPECT(strstr(zo_last_error(), "gradient_checkpointing and activation_checkpointing.enabled are both set"));
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* train_batch_size = micro-batch x accumulation x ranks (1 rank here). */
 static int test_train_batch_size(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   unsetenv("OMPI_COMM_WORLD_SIZE");
@@ -307,13 +293,13 @@ static int test_train_batch_size(void) {
   unsetenv("OMPI_COMM_WORLD_SIZE");
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* total_num_steps follows steps (also set after loading, for data.epochs);
  * an explicit one that differs is warned about once. */
 static int test_schedule_follows_steps(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c;
   char *printed;
   static const char cosine[] = "{\"steps\": 200, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": "
@@ -331,7 +317,7 @@ static int test_schedule_follows_steps(void) {
   EXPECT(count_lines(printed) == 1 &&
          strstr(printed, "zoffload: warning: --set: scheduler.params.total_num_steps = 200 but the run has 30 "
                          "steps: the run ends at lr 0.000993, before the WarmupCosineLR schedule reaches 0.0001"));
-  if (n_failed > before) fprintf(stderr, "printed: %s", printed);
+  if (zo_test_n_expect_failed > before) fprintf(stderr, "printed: %s", printed);
   free(printed);
   zo_config_free(&c);
   EXPECT(load(&c, "fixed-same", fixed, NULL, 0, &printed) == 0 && printed[0] == '\0');
@@ -357,13 +343,13 @@ static int test_schedule_follows_steps(void) {
   EXPECT(strstr(zo_last_error(), "steps = 10 and data.epochs = 3 are both set"));
   free(printed);
   zo_config_free(&c);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 /* The effective config of an "auto" and epochs config reloads to itself,
  * quietly. */
 static int test_dump_reloads(void) {
-  int before = n_failed;
+  int before = zo_test_n_expect_failed;
   struct zo_config c, d;
   char *printed;
   EXPECT(load(&c, "dump-src", "{\"train_batch_size\": 8, \"data\": {\"epochs\": 2}, \"eval\": {\"every\": 5}, "
@@ -383,7 +369,7 @@ static int test_dump_reloads(void) {
   free(text);
   zo_config_free(&c);
   zo_config_free(&d);
-  return checks_failed_since(before);
+  return zo_test_expect_failed_since(before);
 }
 
 int main(void) {

@@ -32,8 +32,7 @@ struct arch {
   int big_rows;                /* its rows per LM-head chunk at 16 x 512 */
 };
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
 /* 6 query heads on 3 key/value heads of size 6, an MLP width of 50, the LM
  * head tied to the embedding. */
 static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
@@ -349,19 +348,13 @@ int main(int argc, char **argv) {
     arch = &archs[a];
     precision = NULL;
     zo_etest_arch_print(&arch->run, NULL);
-    struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(per_arch, ZO_ARRAY_LEN(per_arch)));
     for (int p = 0; p < 3; p++) {
       precision = precisions[p];
       zo_etest_arch_print(&arch->run, precision ? precision : "fp32");
-      c = zo_test_run(per_precision, sizeof per_precision / sizeof per_precision[0]);
-      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+      zo_test_counts_add(&counts, zo_test_run(per_precision, ZO_ARRAY_LEN(per_precision)));
     }
   }
   free(ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(tmpdir, counts, delay, argc, argv);
 }

@@ -20,14 +20,10 @@
 #include "zo/loss_scale.h"
 #include "zo_engine_test.h"
 
-static char tmpdir[256];
-static char data_path[300];
-static char nvme_dir[300];
-static bool have_nvme;
+static struct zo_etest_files fx;
 static bool delay_mode;
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
 /* 6 query heads on 2 key/value heads of size 6, an MLP width of 50, the LM
  * head tied to the embedding. */
 static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
@@ -55,16 +51,7 @@ static const char *run_name(const char *name) { return zo_etest_run_name(&arch->
 #define N_STEPS 20
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
-  static char train_set[400], nvme_set[400];
-  snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
-                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=20",
-                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
-                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
-                        "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
-                        nvme_set};
-  return zo_etest_config_load_arch(cfg, &arch->run, base, ZO_ARRAY_LEN(base), extra, n_extra);
+  return zo_etest_placement_load(cfg, &fx, &arch->run, NULL, 0, extra, n_extra);
 }
 
 /* ---- the scaler's rule ----------------------------------------------------- */
@@ -233,7 +220,7 @@ static int test_skip_optimizer_cpu(void) {
 }
 
 static int test_skip_optimizer_nvme(void) {
-  if (!have_nvme) return ZO_TEST_SKIP;
+  if (!fx.have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   return skip_case("optimizer nvme", s, ZO_ARRAY_LEN(s));
 }
@@ -245,7 +232,7 @@ static int test_skip_params_on_host(void) {
 }
 
 static int test_skip_params_on_host_nvme(void) {
-  if (!have_nvme) return ZO_TEST_SKIP;
+  if (!fx.have_nvme) return ZO_TEST_SKIP;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu"};
   return skip_case("params cpu, optimizer nvme", s, ZO_ARRAY_LEN(s));
@@ -270,9 +257,9 @@ static struct zo_etest_run overflow_ref;
 static int test_overflow_sequence(void) {
   const char *name = run_name("overflow");
   free(overflow_ref.params);
-  CHECK(zo_etest_train(load, tmpdir, name, overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS, NULL, &overflow_ref) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, name, overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS, NULL, &overflow_ref) == 0);
   char path[600];
-  snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
+  snprintf(path, sizeof path, "%s/%s.jsonl", fx.tmpdir, name);
   double scale[ZO_ETEST_MAX_STEPS], skipped[ZO_ETEST_MAX_STEPS];
   CHECK(zo_etest_read_metric(path, "loss_scale", scale, ZO_ETEST_MAX_STEPS) == N_STEPS);
   /* "skipped": true / false read as a number is 0; count the words. */
@@ -323,7 +310,7 @@ static int inspect_scaler(const char *ckpt_dir, const struct zo_etest_run *first
 }
 
 static int test_overflow_checkpoint_resume(void) {
-  return zo_etest_checkpoint_resume(load, tmpdir, run_name("overflow"), overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS,
+  return zo_etest_checkpoint_resume(load, fx.tmpdir, run_name("overflow"), overflow_sets, ZO_ARRAY_LEN(overflow_sets), N_STEPS,
                                     &overflow_ref, inspect_scaler);
 }
 
@@ -336,9 +323,9 @@ static int test_mixed_tracks_fp32(void) {
   struct zo_etest_run f32, b16, f16;
   const char *lr = arch->curve_lr;
   const char *f[] = {lr}, *bf[] = {lr, "bf16.enabled=true"}, *fp[] = {lr, "fp16.enabled=true"};
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp32"), f, ZO_ARRAY_LEN(f), N_STEPS, NULL, &f32) == 0);
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-bf16"), bf, ZO_ARRAY_LEN(bf), N_STEPS, NULL, &b16) == 0);
-  CHECK(zo_etest_train(load, tmpdir, run_name("curve-fp16"), fp, ZO_ARRAY_LEN(fp), N_STEPS, NULL, &f16) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, run_name("curve-fp32"), f, ZO_ARRAY_LEN(f), N_STEPS, NULL, &f32) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, run_name("curve-bf16"), bf, ZO_ARRAY_LEN(bf), N_STEPS, NULL, &b16) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, run_name("curve-fp16"), fp, ZO_ARRAY_LEN(fp), N_STEPS, NULL, &f16) == 0);
   int ret = 0;
   double worst_b = 0, worst_f = 0;
   for (int i = 0; i < N_STEPS; i++) {
@@ -362,13 +349,13 @@ static int test_quality_real_text(void) {
   printf("SKIP: the quality runs are left to the release build (sanitizers make them ~10x slower)\n");
   return ZO_TEST_SKIP;
 #endif
-  int r = zo_etest_prepare_fortunes(tmpdir, &corpus);
+  int r = zo_etest_prepare_fortunes(fx.tmpdir, &corpus);
   if (r) return r;
   double fp32, bf16, fp16;
   const char *a[] = {"engine.seed=7"}, *b[] = {"bf16.enabled=true"}, *c[] = {"fp16.enabled=true"};
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp32", a, ZO_ARRAY_LEN(a), &fp32) == 0);
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-bf16", b, ZO_ARRAY_LEN(b), &bf16) == 0);
-  CHECK(zo_etest_quality_run(&corpus, tmpdir, "q-fp16", c, ZO_ARRAY_LEN(c), &fp16) == 0);
+  CHECK(zo_etest_quality_run(&corpus, fx.tmpdir, "q-fp32", a, ZO_ARRAY_LEN(a), &fp32) == 0);
+  CHECK(zo_etest_quality_run(&corpus, fx.tmpdir, "q-bf16", b, ZO_ARRAY_LEN(b), &bf16) == 0);
+  CHECK(zo_etest_quality_run(&corpus, fx.tmpdir, "q-fp16", c, ZO_ARRAY_LEN(c), &fp16) == 0);
   printf("quality: val loss fp32 %.4f, bf16 %.4f (%+.2f%%), fp16 %.4f (%+.2f%%)\n", fp32, bf16,
          100.0 * (bf16 - fp32) / fp32, fp16, 100.0 * (fp16 - fp32) / fp32);
   CHECK(bf16 <= fp32 * 1.02 && fp16 <= fp32 * 1.02);
@@ -377,11 +364,7 @@ static int test_quality_real_text(void) {
 
 int main(int argc, char **argv) {
   delay_mode = zo_etest_delay_mode();
-  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "mixed")) return 1;
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  have_nvme = zo_etest_nvme_probe(nvme_dir);
+  if (zo_etest_files_init(&fx, "mixed")) return 1;
   static const struct zo_test rule[] = {ZO_TEST(loss_scaler_rule)};
   static const struct zo_test per_arch[] = {
       ZO_TEST(skip_device),         ZO_TEST(skip_optimizer_cpu),
@@ -396,16 +379,10 @@ int main(int argc, char **argv) {
     if (!zo_etest_arch_selected(archs[a].run.name)) continue;
     arch = &archs[a];
     zo_etest_arch_print(&arch->run, NULL);
-    struct zo_test_counts c = zo_test_run(per_arch, sizeof per_arch / sizeof per_arch[0]);
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(per_arch, ZO_ARRAY_LEN(per_arch)));
   }
   printf("arch: gpt2 (its own 3-layer width-128 model on real text)\n");
-  struct zo_test_counts c = zo_test_run(gpt2_only, sizeof gpt2_only / sizeof gpt2_only[0]);
-  counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+  zo_test_counts_add(&counts, zo_test_run(gpt2_only, ZO_ARRAY_LEN(gpt2_only)));
   free(overflow_ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay_mode && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(fx.tmpdir, counts, delay_mode, argc, argv);
 }

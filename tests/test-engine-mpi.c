@@ -66,12 +66,8 @@ static char data_path[300];
 static char nvme_dir[300];
 static bool have_nvme;
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
-static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
-                                          "model.num_key_value_heads=2", "model.n_embd=36",
-                                          "model.intermediate_size=50", "model.vocab_size=200",
-                                          "model.max_seq_len=16", "model.tie_word_embeddings=false"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
+static const char *const llama_model[] = {ZO_ETEST_LLAMA_SMALL};
 static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2_model),
                                              ZO_ETEST_ARCH("llama", llama_model)};
 

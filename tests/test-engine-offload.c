@@ -20,21 +20,14 @@
 #include "zo/host.h"
 #include "zo_engine_test.h"
 
-static char tmpdir[256];
-static char data_path[300];
-static char nvme_dir[300];
-static bool have_nvme;
+static struct zo_etest_files fx;
 static const char *precision; /* NULL: fp32, else the --set that enables bf16 or fp16 */
 
-static const char *const gpt2_model[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
-                                         "model.vocab_size=200", "model.max_seq_len=16"};
+static const char *const gpt2_model[] = {ZO_ETEST_GPT2_SMALL};
 /* 6 query heads on 2 key/value heads of size 6, an MLP width of 50, and an
  * LM head of its own (longer than a block: the tail unit is split into
  * NVMe chunks). */
-static const char *const llama_model[] = {"model.arch=llama", "model.n_layer=3", "model.n_head=6",
-                                          "model.num_key_value_heads=2", "model.n_embd=36",
-                                          "model.intermediate_size=50", "model.vocab_size=200",
-                                          "model.max_seq_len=16", "model.tie_word_embeddings=false"};
+static const char *const llama_model[] = {ZO_ETEST_LLAMA_SMALL};
 static const struct zo_etest_arch archs[] = {ZO_ETEST_ARCH("gpt2", gpt2_model),
                                              ZO_ETEST_ARCH("llama", llama_model)};
 static const struct zo_etest_arch *arch; /* the one the cases run for */
@@ -42,23 +35,14 @@ static const struct zo_etest_arch *arch; /* the one the cases run for */
 #define N_STEPS 20
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
-  static char train_set[400], nvme_set[400];
-  snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *base[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
-                        "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "steps=20",
-                        "optimizer.params.lr=0.01", "optimizer.params.weight_decay=0.1",
-                        "gradient_clipping=0.5", "engine.device=cpu", "log.every=100",
-                        "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2", train_set,
-                        nvme_set, precision};
-  return zo_etest_config_load_arch(cfg, arch, base, ZO_ARRAY_LEN(base), extra, n_extra);
+  return zo_etest_placement_load(cfg, &fx, arch, &precision, 1, extra, n_extra);
 }
 
 /* Trains the placement's --set options for n_steps (from checkpoint resume
  * when not NULL). */
 static int train_resume(const char *name, const char *const *extra, int n_extra, int n_steps,
                         const char *resume, struct zo_etest_run *r) {
-  return zo_etest_train(load, tmpdir, name, extra, n_extra, n_steps, resume, r);
+  return zo_etest_train(load, fx.tmpdir, name, extra, n_extra, n_steps, resume, r);
 }
 
 static int train(const char *name, const char *const *extra, int n_extra, struct zo_etest_run *r) {
@@ -83,9 +67,8 @@ static int test_all_device_reference(void) {
 static int check_placement(const char *name, const char *const *sets, int n_sets) {
   struct zo_etest_run r;
   name = run_name(name);
-  CHECK(train(name, sets, n_sets, &r) == 0);
-  int ret = zo_etest_same_run(name, &r, &ref, "all-device", 0, N_STEPS);
-  if (!zo_etest_peaks_match(name, &r)) ret = 1;
+  int ret = zo_etest_train_same(load, fx.tmpdir, name, sets, n_sets, N_STEPS, &ref, "all-device", &r);
+  if (!r.params) return 1;
   /* The offloaded placements use less device memory. */
   if (!(r.plan.total[ZO_TIER_DEVICE] < ref.plan.total[ZO_TIER_DEVICE])) {
     fprintf(stderr, "%s: device plan %zu is not below all-device %zu\n", name, r.plan.total[0], ref.plan.total[0]);
@@ -112,7 +95,7 @@ static int test_params_cpu_optimizer_cpu(void) {
 }
 
 static int test_optimizer_nvme_stage2(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   return check_placement("opt-nvme-s2", s, ZO_ARRAY_LEN(s));
 }
@@ -120,14 +103,14 @@ static int test_optimizer_nvme_stage2(void) {
 /* Chunks far smaller than a block (sub_group_size), cut inside tensors:
  * still the same bits. */
 static int test_optimizer_nvme_small_chunks(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.sub_group_size=1500"};
   return check_placement("opt-nvme-chunks-1500", s, ZO_ARRAY_LEN(s));
 }
 
 static int test_params_cpu_optimizer_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
                      "zero_optimization.offload_param.device=cpu",
                      "zero_optimization.offload_optimizer.buffer_count=2"};
@@ -142,14 +125,14 @@ static const char *const infinity[] = {"zero_optimization.stage=3", "zero_optimi
                                        "zero_optimization.offload_optimizer.buffer_count=2"};
 
 static int test_params_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   return check_placement("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
 }
 
 /* Chunks cut inside tensors, three ring buffers, activation checkpoints in
  * host memory. */
 static int test_params_nvme_small_chunks(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=700",
                      "zero_optimization.offload_param.buffer_count=3", "activation_checkpointing.enabled=true",
                      "activation_checkpointing.cpu_checkpointing=true"};
@@ -159,7 +142,7 @@ static int test_params_nvme_small_chunks(void) {
 /* offload_param.max_in_cpu: the first one (GPT-2) or two (Llama) blocks in
  * host memory, the rest on NVMe. */
 static int test_params_nvme_max_in_cpu(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {infinity[0], infinity[1], infinity[2], infinity[3],
                      "zero_optimization.offload_param.max_in_cpu=20000"};
   return check_placement("param-nvme-max-in-cpu", s, ZO_ARRAY_LEN(s));
@@ -177,18 +160,18 @@ static int inspect_staging(const char *ckpt_dir, const struct zo_etest_run *firs
 }
 
 static int checkpoint_resume(const char *name, const char *const *sets, int n_sets) {
-  return zo_etest_checkpoint_resume(load, tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref, inspect_staging);
+  return zo_etest_checkpoint_resume(load, fx.tmpdir, run_name(name), sets, n_sets, N_STEPS, &ref, inspect_staging);
 }
 
 static int test_checkpoint_resume_device(void) { return checkpoint_resume("device", NULL, 0); }
 
 static int test_checkpoint_resume_params_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   return checkpoint_resume("param-nvme", infinity, ZO_ARRAY_LEN(infinity));
 }
 
 static int test_checkpoint_resume_nvme(void) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   return checkpoint_resume("nvme", s, ZO_ARRAY_LEN(s));
 }
@@ -273,7 +256,7 @@ static void fill_mod7(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
 /* Trains the placement's sets and corrupts file `only` of the NVMe store
  * after step 1: step 2 must fail with the CRC error, naming the file. */
 static int corruption_detected(const char *const *sets, int n_sets, const char *only) {
-  if (!have_nvme) return 77;
+  if (!fx.have_nvme) return 77;
   struct zo_config cfg;
   CHECK(load(&cfg, sets, n_sets) == 0);
   struct zo_plan plan;
@@ -295,13 +278,14 @@ static int corruption_detected(const char *const *sets, int n_sets, const char *
     if (!err) err = zo_sched_synchronize(s);
     if (step == 1) {
       CHECK(err == 0);
-      /* The store's private directory: the only entry under nvme_dir. */
-      DIR *d = opendir(nvme_dir);
+      /* The store's private directory: the only entry under fx.nvme_dir. */
+      DIR *d = opendir(fx.nvme_dir);
       CHECK(d);
       struct dirent *e;
       char store[700] = "";
       while ((e = readdir(d)))
-        if (strncmp(e->d_name, "zoffload-nvme-", 14) == 0) snprintf(store, sizeof store, "%s/%s", nvme_dir, e->d_name);
+        if (strncmp(e->d_name, "zoffload-nvme-", 14) == 0)
+          snprintf(store, sizeof store, "%s/%s", fx.nvme_dir, e->d_name);
       closedir(d);
       CHECK(store[0]);
       CHECK(corrupt_one_file(store, only) == 0);
@@ -366,11 +350,7 @@ static int test_params_nvme_host_window(void) {
 
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
-  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "offload")) return 1;
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  have_nvme = zo_etest_nvme_probe(nvme_dir);
+  if (zo_etest_files_init(&fx, "offload")) return 1;
 
   /* For each architecture: every placement in every precision, each
    * against the all-device run of its precision; then the cases that do
@@ -405,19 +385,13 @@ int main(int argc, char **argv) {
     for (int p = 0; p < 3; p++) {
       precision = precisions[p];
       zo_etest_arch_print(arch, precision ? precision : "fp32");
-      struct zo_test_counts c = zo_test_run(placements, sizeof placements / sizeof placements[0]);
-      counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+      zo_test_counts_add(&counts, zo_test_run(placements, ZO_ARRAY_LEN(placements)));
     }
     precision = NULL;
     zo_etest_arch_print(arch, "fp32 (budget, corruption)");
     CHECK(test_all_device_reference() == 0);
-    struct zo_test_counts c = zo_test_run(once, sizeof once / sizeof once[0]);
-    counts.passed += c.passed, counts.failed += c.failed, counts.skipped += c.skipped;
+    zo_test_counts_add(&counts, zo_test_run(once, ZO_ARRAY_LEN(once)));
   }
   free(ref.params);
-  zo_test_rmtree(tmpdir);
-  const int rc = zo_test_report(counts);
-  if (rc != 0) return rc;
-  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(fx.tmpdir, counts, delay, argc, argv);
 }

@@ -23,22 +23,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "zo_test.h"
+
 static char tmp_dir[] = "/tmp/zo-test-safetensors-XXXXXX";
 
-static bool check(bool ok, const char *what, int line) {
-  if (!ok) fprintf(stderr, "  %s:%d: check failed: %s\n    last error: %s\n", __FILE__, line, what, zo_last_error());
-  return ok;
-}
-#define CHECK(cond) check((cond), #cond, __LINE__)
+#define CHECK(cond) ZO_EXPECT(cond)
 
 /* Path of name in the temp directory; valid for the next 31 calls. */
-static const char *tmp_path(const char *name) {
-  static char buf[32][512];
-  static int next;
-  char *p = buf[next++ % 32];
-  snprintf(p, sizeof buf[0], "%s/%s", tmp_dir, name);
-  return p;
-}
+static const char *tmp_path(const char *name) { return zo_test_path(tmp_dir, name); }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rng_u32(void) {

@@ -20,10 +20,7 @@ static char tmpdir[200];
 
 static int write_json(const char *name, const char *text, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s", tmpdir, name);
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
-  fputs(text, f);
-  return fclose(f) ? -1 : 0;
+  return zo_test_write_file(path, text);
 }
 
 #define TINY_MODEL                                                                                              \

@@ -18,17 +18,14 @@
 #include "zo/trace_file.h"
 #include "zo_engine_test.h"
 
-static char tmpdir[256];
-static char data_path[300];
-static char nvme_dir[300];
-static bool have_nvme;
+static struct zo_etest_files fx;
 
 #define N_STEPS 4
 
 static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
   static char train_set[400], nvme_set[400];
-  snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
-  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
+  snprintf(train_set, sizeof train_set, "data.train=%s", fx.data_path);
+  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", fx.nvme_dir);
   const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36", "model.vocab_size=200",
                         "model.max_seq_len=16", "data.seq_len=11", "data.format=u16",
                         "train_micro_batch_size_per_gpu=3", "steps=4", "optimizer.params.lr=0.01",
@@ -189,7 +186,7 @@ static const char *const optim_spans[] = {"norm", "adamw unit", "adamw chunk", N
  * trace; need[k]: the placement must show waits for kinds[k]. */
 static int traced_run(const char *name, const char *const *extra, int n_extra, const bool need[3]) {
   char path[400], tset[440], run_name[128];
-  snprintf(path, sizeof path, "%s/%s.trace.json", tmpdir, name);
+  snprintf(path, sizeof path, "%s/%s.trace.json", fx.tmpdir, name);
   snprintf(tset, sizeof tset, "engine.trace.path=%s", path);
   const char *sets[16];
   CHECK(n_extra + 3 < 16);
@@ -199,9 +196,9 @@ static int traced_run(const char *name, const char *const *extra, int n_extra, c
   sets[n_extra + 2] = "engine.trace.steps=4";
   struct zo_etest_run traced = {0}, plain = {0};
   snprintf(run_name, sizeof run_name, "%s-traced", name);
-  CHECK(zo_etest_train(load, tmpdir, run_name, sets, n_extra + 3, N_STEPS, NULL, &traced) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, run_name, sets, n_extra + 3, N_STEPS, NULL, &traced) == 0);
   snprintf(run_name, sizeof run_name, "%s-plain", name);
-  CHECK(zo_etest_train(load, tmpdir, run_name, extra, n_extra, N_STEPS, NULL, &plain) == 0);
+  CHECK(zo_etest_train(load, fx.tmpdir, run_name, extra, n_extra, N_STEPS, NULL, &plain) == 0);
   /* tracing observes; it changes nothing */
   CHECK(traced.n == plain.n && memcmp(traced.params, plain.params, traced.n * sizeof(float)) == 0);
   CHECK(memcmp(traced.losses, plain.losses, sizeof traced.losses) == 0);
@@ -257,7 +254,7 @@ static int test_optimizer_cpu_stage2(void) {
 }
 
 static int test_optimizer_nvme(void) {
-  if (!have_nvme) return ZO_TEST_SKIP;
+  if (!fx.have_nvme) return ZO_TEST_SKIP;
   const char *const sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
   const bool need[3] = {true, true, true};
   return traced_run("optimizer-nvme", sets, ZO_ARRAY_LEN(sets), need);
@@ -273,7 +270,7 @@ static int test_params_cpu(void) {
 /* A file that is not a trace is refused by name. */
 static int test_summary_refuses_garbage(void) {
   char path[400];
-  snprintf(path, sizeof path, "%s/not-a-trace.json", tmpdir);
+  snprintf(path, sizeof path, "%s/not-a-trace.json", fx.tmpdir);
   FILE *f = fopen(path, "w");
   CHECK(f && fputs("{\"traceEvents\": [}", f) >= 0 && fclose(f) == 0);
   struct zo_trace_step_info info[1];
@@ -289,8 +286,8 @@ static int test_summary_refuses_garbage(void) {
  * naming the key and the directory, and writes nothing. */
 static int test_trace_path_missing_dir(void) {
   char tset[400], met[400];
-  snprintf(tset, sizeof tset, "engine.trace.path=%s/no-such-dir/t.json", tmpdir);
-  snprintf(met, sizeof met, "log.metrics_path=%s/missing-dir.jsonl", tmpdir);
+  snprintf(tset, sizeof tset, "engine.trace.path=%s/no-such-dir/t.json", fx.tmpdir);
+  snprintf(met, sizeof met, "log.metrics_path=%s/missing-dir.jsonl", fx.tmpdir);
   const char *const sets[] = {tset, met};
   struct zo_config cfg;
   CHECK(load(&cfg, sets, ZO_ARRAY_LEN(sets)) == 0);
@@ -300,18 +297,14 @@ static int test_trace_path_missing_dir(void) {
   CHECK(err == -ENOENT && strstr(zo_last_error(), "engine.trace.path") && strstr(zo_last_error(), "no-such-dir"));
   double losses[4];
   char path[400];
-  snprintf(path, sizeof path, "%s/missing-dir.jsonl", tmpdir);
+  snprintf(path, sizeof path, "%s/missing-dir.jsonl", fx.tmpdir);
   CHECK(zo_etest_read_metric(path, "loss", losses, 4) <= 0); /* no step ran */
   return 0;
 }
 
 int main(int argc, char **argv) {
   const bool delay = zo_etest_delay_mode();
-  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "trace")) return 1;
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", tmpdir);
-  if (zo_etest_write_tokens(data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return 1;
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", tmpdir);
-  have_nvme = zo_etest_nvme_probe(nvme_dir);
+  if (zo_etest_files_init(&fx, "trace")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(device),
       ZO_TEST(optimizer_cpu_stage2),
@@ -320,10 +313,7 @@ int main(int argc, char **argv) {
       ZO_TEST(summary_refuses_garbage),
       ZO_TEST(trace_path_missing_dir),
   };
-  const int rc = zo_test_report(zo_test_run(tests, ZO_ARRAY_LEN(tests)));
+  const struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
   zo_trace_free();
-  zo_test_rmtree(tmpdir);
-  if (rc != 0) return rc;
-  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
-  return 0;
+  return zo_etest_finish(fx.tmpdir, counts, delay, argc, argv);
 }

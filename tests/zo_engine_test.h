@@ -1,13 +1,15 @@
 /* Scaffolding shared by the engine-level tests (test-engine-train, -offload,
- * -memory, -adamw8bit, -report): a CHECK that names zo_last_error(), config
- * loading from a base list of --set options plus extras, the token file, the
- * NVMe probe, metrics JSONL reading, a training run that keeps its losses,
- * final weights, stats and plan, the bit-for-bit comparison of two runs, one
- * scheduler step on synthetic tokens, the architecture dimension of the
- * parametrized tests (run names, the printed header) and the re-run with
- * random stream delays. Each test keeps its own model configs and cases;
- * nothing here chooses a config. Header-only (static inline), on zo_test.h
- * and the public include/zo/ APIs. */
+ * -memory, -adamw8bit, -dropout, -mixed, -trace, -report, ...): a CHECK that
+ * names zo_last_error(), config loading from a base list of --set options
+ * plus extras, the token file, the NVMe probe, the placement tests' files
+ * and base options, metrics JSONL reading, a training run that keeps its
+ * losses, final weights, stats and plan, the bit-for-bit comparison of two
+ * runs (and of a run with its plan), one scheduler step on synthetic
+ * tokens, the architecture dimension of the parametrized tests (run names,
+ * the printed header), the re-run with random stream delays and the end of
+ * such a test's main. Each test keeps its own model configs and cases; the
+ * only options chosen here are the 20-step placement runs' base list.
+ * Header-only (static inline), on zo_test.h and the public include/zo/ APIs. */
 #ifndef ZO_ENGINE_TEST_H
 #define ZO_ENGINE_TEST_H
 
@@ -160,6 +162,68 @@ static inline int zo_etest_read_metric(const char *path, const char *key, double
   return n;
 }
 
+/* ---- the placement tests' files and config ------------------------------ */
+
+/* The placement tests' small models, as the initialisers of --set lists: a
+ * GPT-2 of 3 layers of width 36 (3 heads), vocabulary 200, 16 positions; */
+#define ZO_ETEST_GPT2_SMALL \
+  "model.n_layer=3", "model.n_head=3", "model.n_embd=36", "model.vocab_size=200", "model.max_seq_len=16"
+/* a Llama as wide: 6 query heads on 2 key/value heads of size 6, an MLP
+ * width of 50 and an LM head of its own. */
+#define ZO_ETEST_LLAMA_SMALL \
+  "model.arch=llama", "model.n_layer=3", "model.n_head=6", "model.num_key_value_heads=2", "model.n_embd=36", \
+      "model.intermediate_size=50", "model.vocab_size=200", "model.max_seq_len=16", \
+      "model.tie_word_embeddings=false"
+
+/* The files of a test that trains on a token file in a private temp
+ * directory, with an NVMe store's directory beside it. */
+struct zo_etest_files {
+  char tmpdir[256];
+  char data_path[300]; /* <tmpdir>/tokens.u16 */
+  char nvme_dir[300];  /* <tmpdir>/nvme */
+  bool have_nvme;      /* an NVMe store can be created there */
+};
+
+/* Creates f's temp directory (zo-test-<tag>-*), writes 6000 tokens of "a
+ * stitch in time saves nine; 123 " (vocabulary 200) to f->data_path and
+ * probes f->nvme_dir (printing why NVMe cases skip). Returns 0, or -1 after
+ * saying why. */
+static inline int zo_etest_files_init(struct zo_etest_files *f, const char *tag) {
+  if (zo_test_mkdtemp(f->tmpdir, sizeof f->tmpdir, tag)) return -1;
+  snprintf(f->data_path, sizeof f->data_path, "%s/tokens.u16", f->tmpdir);
+  if (zo_etest_write_tokens(f->data_path, 6000, "a stitch in time saves nine; 123 ", 200)) return -1;
+  snprintf(f->nvme_dir, sizeof f->nvme_dir, "%s/nvme", f->tmpdir);
+  f->have_nvme = zo_etest_nvme_probe(f->nvme_dir);
+  return 0;
+}
+
+/* zo_etest_config_load_arch of arch's model, the options every 20-step
+ * placement run shares (3 micro-batches of 11 tokens from f->data_path, 2
+ * accumulation steps, clipping active, AdamW with weight decay, 4 KiB NVMe
+ * blocks under f->nvme_dir, 2 parameter slots), then own[0, n_own) (the
+ * test's options: precision, optimizer; NULL entries skipped), then
+ * extra[0, n_extra) (the case's). */
+static inline int zo_etest_placement_load(struct zo_config *cfg, const struct zo_etest_files *f,
+                                          const struct zo_etest_arch *arch, const char *const *own, int n_own,
+                                          const char *const *extra, int n_extra) {
+  static char train_set[400], nvme_set[400];
+  snprintf(train_set, sizeof train_set, "data.train=%s", f->data_path);
+  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", f->nvme_dir);
+  const char *base[ZO_ETEST_MAX_SETS] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true",
+                                         "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2",
+                                         "steps=20", "optimizer.params.lr=0.01",
+                                         "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5",
+                                         "engine.device=cpu", "log.every=100", "aio.block_size=4096",
+                                         "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set};
+  int n = 15;
+  if (n + n_own > ZO_ETEST_MAX_SETS) {
+    fprintf(stderr, "  %d own --set options, the test allows %d\n", n_own, ZO_ETEST_MAX_SETS - n);
+    return -EINVAL;
+  }
+  for (int i = 0; i < n_own; i++) base[n++] = own[i];
+  return zo_etest_config_load_arch(cfg, arch, base, n, extra, n_extra);
+}
+
 /* ---- training runs ------------------------------------------------------ */
 
 typedef int (*zo_etest_load_fn)(struct zo_config *cfg, const char *const *extra, int n_extra);
@@ -239,6 +303,26 @@ static inline int zo_etest_same_run(const char *name, const struct zo_etest_run 
             r->n, want->n);
     ret = 1;
   }
+  return ret;
+}
+
+/* Trains the --set options sets for n_steps as name into r and compares
+ * the run with ref (named ref_name) bit for bit, and its measured peaks
+ * with its plan. Returns 0, or 1 after saying what failed or differed; the
+ * caller frees r->params, which is NULL when the run itself failed (r then
+ * holds nothing to inspect). */
+static inline int zo_etest_train_same(zo_etest_load_fn load, const char *dir, const char *name,
+                                      const char *const *sets, int n_sets, int n_steps,
+                                      const struct zo_etest_run *ref, const char *ref_name,
+                                      struct zo_etest_run *r) {
+  r->params = NULL;
+  if (zo_etest_train(load, dir, name, sets, n_sets, n_steps, NULL, r) != 0) {
+    free(r->params);
+    r->params = NULL;
+    return 1;
+  }
+  int ret = zo_etest_same_run(name, r, ref, ref_name, 0, n_steps);
+  if (!zo_etest_peaks_match(name, r)) ret = 1;
   return ret;
 }
 
@@ -406,6 +490,19 @@ static inline int zo_etest_rerun_with_delays(char **argv) {
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+/* The end of main of a test that re-runs itself with stream delays: removes
+ * tmpdir, prints counts and, when every case passed in the run without
+ * delays (delay false), runs the binary again with them. Returns main's
+ * exit code. */
+static inline int zo_etest_finish(const char *tmpdir, struct zo_test_counts counts, bool delay, int argc,
+                                  char **argv) {
+  zo_test_rmtree(tmpdir);
+  const int rc = zo_test_report(counts);
+  if (rc != 0) return rc;
+  if (!delay && argc >= 1) return zo_etest_rerun_with_delays(argv);
+  return 0;
 }
 
 #endif /* ZO_ENGINE_TEST_H */

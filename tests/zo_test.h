@@ -50,6 +50,34 @@ struct zo_test {
     }                                                                               \
   } while (0)
 
+/* ---- soft checks ---------------------------------------------------------
+ * A case that checks many independent things (every key of a config, say)
+ * counts each failed ZO_EXPECT and goes on, then returns
+ * zo_test_expect_failed_since(the count when it started), or decides from
+ * each ZO_EXPECT's value. */
+
+static int zo_test_n_expect_failed; /* failed ZO_EXPECTs in this executable */
+
+static inline bool zo_test_expect(bool ok, const char *what, const char *file, int line) {
+  if (!ok) {
+    fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", file, line, what, zo_last_error());
+    zo_test_n_expect_failed++;
+  }
+  return ok;
+}
+
+/* Counts cond when false, printing file:line, the condition and
+ * zo_last_error(); evaluates to cond. */
+#define ZO_EXPECT(cond) zo_test_expect((cond), #cond, __FILE__, __LINE__)
+
+/* A case's result: 0, or 1 after saying how many ZO_EXPECTs failed since
+ * the count was before. */
+static inline int zo_test_expect_failed_since(int before) {
+  if (zo_test_n_expect_failed == before) return 0;
+  fprintf(stderr, "  %d failed checks\n", zo_test_n_expect_failed - before);
+  return 1;
+}
+
 struct zo_test_counts {
   int passed, failed, skipped;
 };
@@ -94,6 +122,13 @@ static inline int zo_test_report(struct zo_test_counts c) {
   fflush(stdout);
   if (c.failed) return 1;
   return c.skipped && !c.passed ? ZO_TEST_SKIP : 0;
+}
+
+/* Adds the counts c (one zo_test_run) to *sum. */
+static inline void zo_test_counts_add(struct zo_test_counts *sum, struct zo_test_counts c) {
+  sum->passed += c.passed;
+  sum->failed += c.failed;
+  sum->skipped += c.skipped;
 }
 
 #define ZO_TEST_MAIN(tests) zo_test_report(zo_test_run((tests), ZO_ARRAY_LEN(tests)))
@@ -244,6 +279,32 @@ static inline int zo_test_mkdtemp(char *dir, size_t cap, const char *tag) {
     return -1;
   }
   return 0;
+}
+
+/* Writes the string text to path (created or truncated). Returns 0, or -1
+ * after saying why on stderr. */
+static inline int zo_test_write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "  cannot create %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  const bool written = fputs(text, f) >= 0;
+  if (fclose(f) != 0 || !written) {
+    fprintf(stderr, "  cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* dir/name in one of 32 static buffers, reused in turn: valid for the next
+ * 31 calls. */
+static inline const char *zo_test_path(const char *dir, const char *name) {
+  static char buf[32][512];
+  static int next;
+  char *p = buf[next++ % 32];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
 }
 
 static inline int zo_test_rmtree_entry(const char *path, const struct stat *st, int type,

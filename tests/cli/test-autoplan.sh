@@ -10,31 +10,11 @@
 # data file before anything else.
 # Usage: test-autoplan.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
-tmp=$(mktemp -d /tmp/zo-autoplan-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+cli_init autoplan
 export XDG_CACHE_HOME="$tmp/cache"
-pass=0
-fail=0
-
-expect() {
-  local code=$1 want=$2 name=$3
-  shift 4
-  "$bin" "$@" >"$tmp/$name.out" 2>&1
-  local rc=$?
-  if [[ $rc -ne $code || "$(cat "$tmp/$name.out")" != *"$want"* ]]; then
-    echo "FAIL: $name: zoffload $* -> exit $rc (want $code), output:"
-    tail -8 "$tmp/$name.out"
-    echo "  (wanted substring: $want)"
-    fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
-  fi
-}
-check() { # NAME CONDITION-TEXT: counts a shell test's result
-  if eval "$2"; then pass=$((pass + 1)); else echo "FAIL: $1: $2"; fail=$((fail + 1)); fi
-}
 
 mkdir -p "$tmp/nvme"
 # GPT-2 124M in 1 GiB of device: small enough for any test machine's memory, which plan checks too.
@@ -150,5 +130,4 @@ expect 0 '"auto" micro-batch' mbauto -- train "$repo/configs/tiny.json" --set tr
   --set data.train="$tmp/text.txt" --set data.format=text --set data.val= --set checkpoint.dir= --set log.metrics_path=
 check mbauto-product "grep -Eq 'micro-batch (1 x 16|2 x 8|4 x 4|8 x 2|16 x 1)' '$tmp/mbauto.out' && ! grep -q 'offload_optimizer.device=' '$tmp/mbauto.out'"
 
-echo "test-autoplan: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report test-autoplan

@@ -15,13 +15,12 @@
 # Needs python3 (for the child's ru_maxrss); skipped (77) without it.
 # Usage: test-ckpt-rss.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 py=${ZO_HF_PYTHON:-python3}
 command -v "$py" >/dev/null || { echo "SKIP: no $py to read the child's peak resident set"; exit 77; }
-tmp=$(mktemp -d /tmp/zo-ckrss-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+cli_init ckrss
+cli_prepare_text
 cat >"$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 1, "steps": 2,
  "model": {"arch": "llama", "n_layer": 4, "n_head": 8, "num_key_value_heads": 8, "n_embd": 512,

@@ -4,33 +4,13 @@
 # real training run, eval, sample and resume through the CLI.
 # Usage: test-cli.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
-tmp=$(mktemp -d /tmp/zo-cli-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    echo "FAIL: zoffload $* -> exit $rc (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted substring: $want)"
-    fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
-  fi
-}
+cli_init cli
 
 # A small token file and a config using it.
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text
 cat > "$tmp/ok.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 4,
  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "max_seq_len": 32},
@@ -107,5 +87,4 @@ if [[ "$a" == "$b" && -n "$a" ]]; then pass=$((pass + 1)); else echo "FAIL: seed
 lines=$(grep -c '"loss"' "$tmp/m.jsonl")
 if [[ $lines -eq 6 ]]; then pass=$((pass + 1)); else echo "FAIL: metrics has $lines step lines, want 6"; fail=$((fail + 1)); fi
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

@@ -11,28 +11,9 @@
 # bad --dtype). The safetensors headers are read with python3 when present.
 # Usage: test-env-export.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-envx-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# expect CODE SUBSTRING -- ARGS...: runs zoffload ARGS, checks exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    bad "zoffload $* -> exit $rc (want $code), wanted substring: $want"
-    echo "$out" | head -5
-  else
-    ok
-  fi
-}
+cli_init envx
 
 # ---- env ----
 out=$("$bin" env 2>&1)
@@ -56,8 +37,7 @@ expect 2 "unknown option --bogus" -- env --bogus
 expect 0 "usage: zoffload env" -- env --help
 
 # ---- a tiny trained checkpoint, its metrics ----
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text
 cat > "$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 4,
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 32},
@@ -185,5 +165,4 @@ expect 2 "--max-shard-size x: need a size" -- export "$ck" --out "$tmp/y" --max-
 expect 2 "export takes a checkpoint directory" -- export "$ck/model.safetensors" --out "$tmp/y"
 expect 0 "usage: zoffload export" -- export --help
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

@@ -11,14 +11,14 @@
 # skipped (77) without it.
 # Usage: test-export-stream.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 py=${ZO_HF_PYTHON:-/usr/bin/python3}
 if ! "$py" -c 'import numpy' 2>/dev/null; then
   echo "SKIP: $py has no numpy (scripts/install-deps.sh --reference installs python3-numpy)"
   exit 77
 fi
-tmp=$(mktemp -d /tmp/zo-xs-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+cli_init xs
 "$py" - "$bin" "$tmp" <<'PY'
 import json, os, struct, subprocess, sys
 import numpy as np

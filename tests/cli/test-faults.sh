@@ -13,13 +13,12 @@
 # Skipped (77) when the binary was built without ZO_FAULT_INJECTION (Release).
 # Usage: test-faults.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-faults-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+cli_init faults
 unset ZO_FAULT ZO_FAULT_COUNTS
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+cli_prepare_text
 # checkpoint.dir and nvme_path come from --set in each run.
 cat >"$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 6,

@@ -10,32 +10,11 @@
 # dying. The C side: tests/test-engine-rundir.c.
 # Usage: test-hardening.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-hard-XXXXXX)
+cli_init hard
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-  echo "FAIL: $*"
-  fail=$((fail + 1))
-}
-
-# expect CODE SUBSTRING -- ARGS...: zoffload ARGS, exit code and output.
-expect() {
-  local code=$1 want=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code || "$out" != *"$want"* ]]; then
-    bad "zoffload $* -> exit $rc (want $code), wanted '$want', output:"
-    echo "$out" | tail -5
-  else
-    ok
-  fi
-}
 
 # wait_for FILE PATTERN: until a line matches (at most 60 s).
 wait_for() {
@@ -46,8 +25,7 @@ wait_for() {
   return 1
 }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 400) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text 400
 # Steps of about 0.1 s, so that a signal lands inside one.
 cat > "$tmp/run.json" <<JSON
 {"train_micro_batch_size_per_gpu": 8, "steps": 100000,
@@ -143,5 +121,4 @@ rc=$?
 left=$(find "$tmp/ck-f" -name '.checkpoint-*' | wc -l)
 [[ $left -eq 0 ]] && ok || bad "ulimit -f left $left temporary directories"
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

@@ -8,22 +8,11 @@
 # 131072-token-context config. Skips (77) without the fortunes package.
 # Usage: test-llama-cli.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
 config=$repo/configs/llama-tiny.json
-tmp=$(mktemp -d /tmp/zo-llama-cli-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() {
-  pass=$((pass + 1))
-}
-
-bad() {
-  echo "FAIL: $*"
-  fail=$((fail + 1))
-}
+cli_init llama-cli
 
 if ! ls /usr/share/games/fortunes/* >/dev/null 2>&1; then
   echo "SKIP: no /usr/share/games/fortunes (apt-get install fortunes): the real text configs/llama-tiny.json trains on"
@@ -123,5 +112,4 @@ expect 2 "differs from the config's" tied train "$config" "${resumed[@]}" --set 
 expect 0 "The " long sample "$config" --set checkpoint.dir="$tmp/none" --set model.max_seq_len=131072 \
   --prompt "The " --tokens 8 --random-init
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

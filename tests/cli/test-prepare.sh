@@ -11,27 +11,9 @@
 # (train reads the mask beside it) and eval reports bits per byte.
 # Usage: test-prepare.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-prepare-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-expect() {
-  local code=$1 want=$2 name=$3
-  shift 4
-  "$bin" "$@" >"$tmp/$name.out" 2>&1
-  local rc=$?
-  if [[ $rc -ne $code || "$(cat "$tmp/$name.out")" != *"$want"* ]]; then
-    bad "$name: zoffload $* -> exit $rc (want $code), output:"
-    tail -5 "$tmp/$name.out"
-    echo "  (wanted substring: $want)"
-  else
-    ok
-  fi
-}
+cli_init prepare
 
 # ids of a u16 file, one a line
 u16() { od -An -v -t u2 -w2 "$1" | tr -d ' '; }
@@ -151,5 +133,4 @@ expect 0 "is not usable here" unusable -- train "$tmp/cfg.json" --set model.toke
 grep -q "Unigram" "$tmp/run3/checkpoint-3/tokenizer.json" && ok || bad "the unusable tokenizer was not carried"
 expect 2 "Unigram" unusable2 -- train "$tmp/cfg.json" --set model.tokenizer="$tmp/unigram" --set checkpoint.dir="$tmp/run4"
 
-echo "test-prepare: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report test-prepare

@@ -12,20 +12,16 @@
 # after the C-side checks.
 # Usage: test-tensorboard.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
 site=${ZO_HF_SITE:-$repo/build/hf-site}
 py=${ZO_HF_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d /tmp/zo-tb-XXXXXX)
+cli_init tb
 pid=""
 trap '[[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null
+cli_prepare_text
 cat > "$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 4,
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 32},
@@ -175,5 +171,4 @@ for e in errs:
 sys.exit(1 if errs else 0)
 PY
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report

@@ -7,28 +7,10 @@
 # not become trees of directories (checkpoint.dir, nvme_path).
 # Usage: test-ux.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
-tmp=$(mktemp -d /tmp/zo-ux-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+cli_init ux
 
-# expect CODE SUBSTRING NAME -- ARGS...: runs zoffload ARGS (output in $tmp/NAME.out),
-# checks the exit code and that the output holds SUBSTRING.
-expect() {
-  local code=$1 want=$2 name=$3
-  shift 4
-  "$bin" "$@" >"$tmp/$name.out" 2>&1
-  local rc=$?
-  if [[ $rc -ne $code || "$(cat "$tmp/$name.out")" != *"$want"* ]]; then
-    echo "FAIL: $name: zoffload $* -> exit $rc (want $code), output:"
-    tail -5 "$tmp/$name.out"
-    echo "  (wanted substring: $want)"
-    fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
-  fi
-}
 # count NAME PATTERN WANT: lines of $tmp/NAME.out matching PATTERN.
 count() {
   local n
@@ -41,8 +23,7 @@ count() {
   fi
 }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) >"$tmp/text.txt"
-"$bin" prepare --out-train "$tmp/train.bin" --out-val "$tmp/val.bin" --val-fraction 0.1 "$tmp/text.txt" >/dev/null || exit 1
+cli_prepare_text
 cat >"$tmp/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "steps": 8,
  "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 2, "total_num_steps": 8}},
@@ -92,5 +73,4 @@ expect 1 "its parent $tmp/nvmetypo does not exist" nvme -- train "$tmp/c.json" -
   --set zero_optimization.offload_optimizer.nvme_path="$tmp/nvmetypo/swap"
 [[ ! -e $tmp/nvmetypo ]] && pass=$((pass + 1)) || { echo "FAIL: $tmp/nvmetypo was created"; fail=$((fail + 1)); }
 
-echo "test-ux: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+cli_report test-ux

@@ -58,7 +58,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zo_hf import (check, eval_loss_cli, hf_greedy, hf_logits, hf_mean_loss, main, rel,  # noqa: E402
+from zo_hf import (check, check_greedy_sample, check_safetensors_layout, eval_loss_cli,  # noqa: E402
+                   hf_greedy, hf_logits, hf_mean_loss, main, random_tokens, rel, train_checkpoint,
                    train_step0_loss, zo)
 
 import numpy as np  # noqa: E402
@@ -188,42 +189,14 @@ def engine_run(binary, tmp, label, c, train_bin, val_bin):
           f"MLP {c['intermediate_size']}")
     ckdir = os.path.join(tmp, f"ck-{label}")
     config = os.path.join(tmp, f"llama-{label}.json")
-    cfg = {
-        "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1, "steps": STEPS,
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                  "weight_decay": 0.1}},
-        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 20,
-                                                           "total_num_steps": STEPS,
-                                                           "cos_min_ratio": 0.1}},
-        "gradient_clipping": 1.0,
-        "model": dict(arch="llama", **c),
-        "data": {"train": train_bin, "val": val_bin, "format": "u16", "seq_len": T, "shuffle": True},
-        "engine": {"device": "cpu", "seed": 1234},
-        "log": {"every": 100, "metrics_path": os.path.join(tmp, f"metrics-{label}.jsonl")},
-        "checkpoint": {"dir": ckdir, "every": STEPS, "keep": 1},
-    }
-    with open(config, "w") as f:
-        json.dump(cfg, f, indent=1)
-    zo(binary, "train", config)
-    ck = os.path.join(ckdir, f"checkpoint-{STEPS}")
-    check(os.path.isdir(ck), f"zoffload train wrote {ck}")
-    if not os.path.isdir(ck):
+    ck = train_checkpoint(binary, config, dict(arch="llama", **c), B, T, STEPS, train_bin, val_bin, 100,
+                          os.path.join(tmp, f"metrics-{label}.jsonl"), ckdir)
+    if ck is None:
         return
 
     # 1. The file and config.json.
     st_path = os.path.join(ck, "model.safetensors")
-    with safe_open(st_path, framework="pt") as f:
-        meta = f.metadata() or {}
-        keys = set(f.keys())
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in keys}
-        dtypes = {f.get_slice(k).get_dtype() for k in keys}
-    want = expected_shapes(c)
-    check(keys == set(want), f"model.safetensors holds exactly the {len(want)} HF Llama tensors "
-          f"(missing {sorted(set(want) - keys)}, extra {sorted(keys - set(want))})")
-    bad = {k: (shapes[k], want[k]) for k in keys & set(want) if shapes[k] != want[k]}
-    check(not bad, f"every tensor has the HF shape (nn.Linear (out, in)); mismatches: {bad}")
-    check(dtypes == {"F32"}, f"tensors are F32 (found {sorted(dtypes)})")
-    check(meta.get("format") == "pt", f"safetensors metadata format is \"pt\" (found {meta})")
+    check_safetensors_layout(st_path, expected_shapes(c), "Llama", "nn.Linear (out, in)")
     with open(os.path.join(ck, "config.json")) as f:
         hc = json.load(f)
     exp = hf_config_of(c)
@@ -263,17 +236,8 @@ def engine_run(binary, tmp, label, c, train_bin, val_bin):
 
     # 3b. Greedy generation: the engine's argmax token == transformers' argmax,
     # prompt and continuation longer than max_seq_len (a sliding window).
-    prompt, n_new = "Real programmers don't comment their code. It was hard to write, ", 40
-    out = zo(binary, "sample", config, "--checkpoint", ck, "--prompt", prompt, "--tokens", str(n_new),
-             "--top-k", "1", "--temperature", "1", "--seed", "1", raw=True)
-    got = list(out)
-    hf_tokens, tie_at = hf_greedy(model64, list(prompt.encode()), n_new, c["max_seq_len"])
-    hf_text = bytes(list(prompt.encode()) + hf_tokens)
-    upto = len(prompt) + (n_new if tie_at is None else tie_at)
-    print(f"     greedy sample: zoffload {bytes(got[:len(prompt) + n_new])!r}\n"
-          f"                    transformers {hf_text!r}" + ("" if tie_at is None else f" (near-tie at {tie_at})"))
-    check(bytes(got[:upto]) == hf_text[:upto],
-          f"zoffload sample --top-k 1 generates transformers' greedy continuation ({upto - len(prompt)} tokens)")
+    check_greedy_sample(binary, config, ck, model64,
+                        "Real programmers don't comment their code. It was hard to write, ", 40, c["max_seq_len"])
 
 
 def engine_to_transformers(binary, tmp):
@@ -330,10 +294,7 @@ def transformers_to_engine(binary, tmp):
     saves["tied"] = d
 
     bt, b, t, n_batches = 3 * 20, 3, 20, 4
-    rng = np.random.default_rng(5)
-    tokens = rng.integers(0, V, size=n_batches * bt + 1, dtype=np.uint16)
-    tok_path = os.path.join(tmp, "hf-tokens.bin")
-    tokens.astype("<u2").tofile(tok_path)
+    rng, tokens, tok_path = random_tokens(tmp, V, n_batches * bt + 1)
     # Nothing about the model but its architecture: with model.init_from or
     # --checkpoint every hyperparameter comes from config.json.
     config = os.path.join(tmp, "from-hf.json")

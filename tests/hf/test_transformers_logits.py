@@ -36,13 +36,12 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zo_hf import (check, eval_loss_cli, hf_greedy, hf_mean_loss, main, rel, train_step0_loss,  # noqa: E402
-                   zo)
+from zo_hf import (check, check_greedy_sample, check_safetensors_layout, eval_loss_cli,  # noqa: E402
+                   hf_mean_loss, main, random_tokens, rel, train_checkpoint, train_step0_loss, zo)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
@@ -125,42 +124,14 @@ def engine_to_transformers(binary, tmp):
     zo(binary, "prepare", "--out-train", train_bin, "--out-val", val_bin, "--val-fraction", "0.15", text)
     ckdir = os.path.join(tmp, "ck")
     config = os.path.join(tmp, "tiny.json")
-    cfg = {
-        "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1, "steps": STEPS,
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                  "weight_decay": 0.1}},
-        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 20,
-                                                           "total_num_steps": STEPS,
-                                                           "cos_min_ratio": 0.1}},
-        "gradient_clipping": 1.0,
-        "model": dict(arch="gpt2", **MODEL),
-        "data": {"train": train_bin, "val": val_bin, "format": "u16", "seq_len": T, "shuffle": True},
-        "engine": {"device": "cpu", "seed": 1234},
-        "log": {"every": 10, "metrics_path": os.path.join(tmp, "metrics.jsonl")},
-        "checkpoint": {"dir": ckdir, "every": STEPS, "keep": 1},
-    }
-    with open(config, "w") as f:
-        json.dump(cfg, f, indent=1)
-    zo(binary, "train", config)
-    ck = os.path.join(ckdir, f"checkpoint-{STEPS}")
-    check(os.path.isdir(ck), f"zoffload train wrote {ck}")
-    if not os.path.isdir(ck):
+    ck = train_checkpoint(binary, config, dict(arch="gpt2", **MODEL), B, T, STEPS, train_bin, val_bin, 10,
+                          os.path.join(tmp, "metrics.jsonl"), ckdir)
+    if ck is None:
         return
 
     # 1. The file and config.json.
     st_path = os.path.join(ck, "model.safetensors")
-    with safe_open(st_path, framework="pt") as f:
-        meta = f.metadata() or {}
-        keys = set(f.keys())
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in keys}
-        dtypes = {f.get_slice(k).get_dtype() for k in keys}
-    want = expected_shapes(MODEL)
-    check(keys == set(want), f"model.safetensors holds exactly the {len(want)} HF GPT-2 tensors "
-          f"(missing {sorted(set(want) - keys)}, extra {sorted(keys - set(want))})")
-    bad = {k: (shapes[k], want[k]) for k in keys & set(want) if shapes[k] != want[k]}
-    check(not bad, f"every tensor has the HF shape (Conv1D (in, out)); mismatches: {bad}")
-    check(dtypes == {"F32"}, f"tensors are F32 (found {sorted(dtypes)})")
-    check(meta.get("format") == "pt", f"safetensors metadata format is \"pt\" (found {meta})")
+    check_safetensors_layout(st_path, expected_shapes(MODEL), "GPT-2", "Conv1D (in, out)")
     with open(os.path.join(ck, "config.json")) as f:
         hc = json.load(f)
     got = {k: hc.get(k) for k in ("model_type", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions")}
@@ -211,17 +182,7 @@ def engine_to_transformers(binary, tmp):
     check(r <= LOSS_RTOL, f"zoffload eval loss equals transformers' past the file's end (rel {r:.3g})")
 
     # 3b. Greedy generation: the engine's argmax token == transformers' argmax.
-    prompt, n_new = "The quick ", 40
-    out = zo(binary, "sample", config, "--checkpoint", ck, "--prompt", prompt, "--tokens", str(n_new),
-             "--top-k", "1", "--temperature", "1", "--seed", "1", raw=True)
-    got = list(out)
-    hf_tokens, tie_at = hf_greedy(model64, list(prompt.encode()), n_new, MODEL["max_seq_len"])
-    hf_text = bytes(list(prompt.encode()) + hf_tokens)
-    upto = len(prompt) + (n_new if tie_at is None else tie_at)
-    print(f"     greedy sample: zoffload {bytes(got[:len(prompt) + n_new])!r}\n"
-          f"                    transformers {hf_text!r}" + ("" if tie_at is None else f" (near-tie at {tie_at})"))
-    check(bytes(got[:upto]) == hf_text[:upto],
-          f"zoffload sample --top-k 1 generates transformers' greedy continuation ({upto - len(prompt)} tokens)")
+    check_greedy_sample(binary, config, ck, model64, "The quick ", 40, MODEL["max_seq_len"])
 
 
 def transformers_to_engine(binary, tmp):
@@ -242,10 +203,7 @@ def transformers_to_engine(binary, tmp):
     check(os.path.isfile(st_path), "save_pretrained wrote model.safetensors")
 
     bt, b, t, n_batches = 3 * 20, 3, 20, 4
-    rng = np.random.default_rng(5)
-    tokens = rng.integers(0, V, size=n_batches * bt + 1, dtype=np.uint16)
-    tok_path = os.path.join(tmp, "hf-tokens.bin")
-    tokens.astype("<u2").tofile(tok_path)
+    _, tokens, tok_path = random_tokens(tmp, V, n_batches * bt + 1)
     config = os.path.join(tmp, "from-hf.json")
     cfg = {"train_micro_batch_size_per_gpu": b,
            "model": {"arch": "gpt2", "init_from": st_path, "n_layer": n_layer, "n_head": n_head, "n_embd": C,

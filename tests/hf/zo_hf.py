@@ -1,9 +1,12 @@
 """Helpers shared by the transformers interoperability tests of tests/hf/:
 the pass/fail tally, running the zoffload CLI, the engine's evaluation
-windows, transformers' mean loss over them, greedy decoding and the common
-main (argument, temporary directory, summary). tests/hf/run.sh has checked
+windows, transformers' mean loss over them, greedy decoding, the training
+run whose checkpoint the engine -> transformers parts check, the checks of
+its safetensors file and of a greedy sample, random token files, and the
+common main (argument, temporary directory, summary). tests/hf/run.sh has checked
 that torch and transformers import before a test runs."""
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -123,6 +126,79 @@ def hf_greedy(model, prompt, n_new, max_seq_len, tie=1e-4):
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
+
+
+def train_checkpoint(binary, config, model, b, t, steps, train_bin, val_bin, log_every, metrics_path, ckdir):
+    """Writes config, a `zoffload train` config of model (a dict of model.*
+    keys) on the u16 files train_bin and val_bin (micro-batch b of t tokens,
+    shuffled, seed 1234; AdamW at 3e-3 with weight decay 0.1, warmup then
+    cosine decay, clipping 1.0; one checkpoint, at the last step), trains it
+    and returns that checkpoint's directory, or None after a failed check
+    when it is missing."""
+    cfg = {
+        "train_micro_batch_size_per_gpu": b, "gradient_accumulation_steps": 1, "steps": steps,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": 0.1}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 20,
+                                                           "total_num_steps": steps,
+                                                           "cos_min_ratio": 0.1}},
+        "gradient_clipping": 1.0,
+        "model": model,
+        "data": {"train": train_bin, "val": val_bin, "format": "u16", "seq_len": t, "shuffle": True},
+        "engine": {"device": "cpu", "seed": 1234},
+        "log": {"every": log_every, "metrics_path": metrics_path},
+        "checkpoint": {"dir": ckdir, "every": steps, "keep": 1},
+    }
+    with open(config, "w") as f:
+        json.dump(cfg, f, indent=1)
+    zo(binary, "train", config)
+    ck = os.path.join(ckdir, f"checkpoint-{steps}")
+    check(os.path.isdir(ck), f"zoffload train wrote {ck}")
+    return ck if os.path.isdir(ck) else None
+
+
+def check_safetensors_layout(st_path, want, arch, layout):
+    """Checks that st_path holds exactly the tensors of want ({name: shape},
+    the Hugging Face arch model's), in the shapes of want (layout names the
+    linear layers' convention), all F32, with metadata format "pt"."""
+    from safetensors import safe_open
+    with safe_open(st_path, framework="pt") as f:
+        meta = f.metadata() or {}
+        keys = set(f.keys())
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in keys}
+        dtypes = {f.get_slice(k).get_dtype() for k in keys}
+    check(keys == set(want), f"model.safetensors holds exactly the {len(want)} HF {arch} tensors "
+          f"(missing {sorted(set(want) - keys)}, extra {sorted(keys - set(want))})")
+    bad = {k: (shapes[k], want[k]) for k in keys & set(want) if shapes[k] != want[k]}
+    check(not bad, f"every tensor has the HF shape ({layout}); mismatches: {bad}")
+    check(dtypes == {"F32"}, f"tensors are F32 (found {sorted(dtypes)})")
+    check(meta.get("format") == "pt", f"safetensors metadata format is \"pt\" (found {meta})")
+
+
+def check_greedy_sample(binary, config, ck, model, prompt, n_new, max_seq_len):
+    """Checks that `zoffload sample --top-k 1` of checkpoint ck continues the
+    text prompt with transformers' greedy continuation by model (up to a
+    near-tie of its top two logits)."""
+    out = zo(binary, "sample", config, "--checkpoint", ck, "--prompt", prompt, "--tokens", str(n_new),
+             "--top-k", "1", "--temperature", "1", "--seed", "1", raw=True)
+    got = list(out)
+    hf_tokens, tie_at = hf_greedy(model, list(prompt.encode()), n_new, max_seq_len)
+    hf_text = bytes(list(prompt.encode()) + hf_tokens)
+    upto = len(prompt) + (n_new if tie_at is None else tie_at)
+    print(f"     greedy sample: zoffload {bytes(got[:len(prompt) + n_new])!r}\n"
+          f"                    transformers {hf_text!r}" + ("" if tie_at is None else f" (near-tie at {tie_at})"))
+    check(bytes(got[:upto]) == hf_text[:upto],
+          f"zoffload sample --top-k 1 generates transformers' greedy continuation ({upto - len(prompt)} tokens)")
+
+
+def random_tokens(tmp, vocab_size, n):
+    """n uniform random token ids below vocab_size (numpy seed 5), written to
+    tmp/hf-tokens.bin as u16; returns (the generator, the ids, the path)."""
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, vocab_size, size=n, dtype=np.uint16)
+    tok_path = os.path.join(tmp, "hf-tokens.bin")
+    tokens.astype("<u2").tofile(tok_path)
+    return rng, tokens, tok_path
 
 
 def main(doc, parts):

@@ -33,6 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_common import compare, lr_at, make_tokens  # noqa: E402
+
 FORMAT = "zoffload-llama-reference"
 VERSION = "1"
 
@@ -189,30 +192,6 @@ def forward(cfg, p, idx, targets=None):
     return logits, F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
-def lr_at(step, lr, min_lr, warmup, total):
-    """zo_lr_at for ZO_LR_WARMUP_COSINE (offload/adamw.c), 1-based step."""
-    if step <= warmup:
-        return lr * step / warmup
-    if step >= total:
-        return min_lr
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
-
-
-def make_tokens(gen, n, V, learnable):
-    """n (B, T) batches of token ids in [0, V): inputs and targets shifted by
-    one. learnable: each sequence follows next = (5 * cur + 3) mod V with 10%
-    random tokens, so the training loss falls; otherwise uniform. Token V-1
-    occurs in every batch as an input and as a target."""
-    toks = torch.randint(0, V, (n, B, T + 1), generator=gen)
-    if learnable:
-        noise = torch.rand((n, B, T + 1), generator=gen) < 0.1
-        for t in range(1, T + 1):
-            toks[:, :, t] = torch.where(noise[:, :, t], toks[:, :, t], (5 * toks[:, :, t - 1] + 3) % V)
-    toks[:, 0, 3] = V - 1
-    toks[:, 1, 7] = V - 1
-    return toks[:, :, :T].contiguous(), toks[:, :, 1:].contiguous()
-
-
 def run(cfg, init, dtype, data, verbose):
     """Forward/backward on the reference batch, then the training run from the
     same initial parameters. Returns float64 numpy arrays and floats."""
@@ -317,13 +296,6 @@ def file_tensors(cfg, init, data, res):
     return out
 
 
-def compare(a, b):
-    """max |a - b| / max |b| (0 when b is all zero)."""
-    a, b = np.asarray(a), np.asarray(b)
-    m = np.abs(b).max()
-    return float(np.abs(a - b).max() / m) if m > 0 else float(np.abs(a - b).max())
-
-
 def rel(a, b):
     """worst |a - b| / |b| over paired scalars."""
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
@@ -335,8 +307,8 @@ def make_one(name, cfg, out_dir, check):
     specs = param_specs(cfg)
     init = init_params(cfg, gen)
     V = cfg["vocab_size"]
-    inputs, targets = make_tokens(gen, 1, V, learnable=False)
-    tr_in, tr_tg = make_tokens(gen, N_STEPS * GRAD_ACCUM, V, learnable=True)
+    inputs, targets = make_tokens(gen, 1, V, B, T, learnable=False)
+    tr_in, tr_tg = make_tokens(gen, N_STEPS * GRAD_ACCUM, V, B, T, learnable=True)
     data = dict(inputs=inputs[0], targets=targets[0], train_inputs=tr_in, train_targets=tr_tg)
 
     n_params = sum(int(np.prod(s)) for _, s, _ in specs)

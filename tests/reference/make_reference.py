@@ -25,6 +25,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_common import compare, lr_at, make_tokens  # noqa: E402
+
 MAGIC = b"ZOGPT2RF"
 VERSION = 1
 NAME_MAX = 64  # ZO_TENSOR_NAME_MAX
@@ -160,32 +163,6 @@ class GPT2:
         return logits, loss
 
 
-def lr_at(step, lr, min_lr, warmup, total):
-    """zo_lr_at for ZO_LR_WARMUP_COSINE (include/zo/adamw.h), 1-based step."""
-    if step <= warmup:
-        return lr * step / warmup
-    if step >= total:
-        return min_lr
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
-
-
-def make_tokens(gen, n, V, learnable):
-    """n (B, T) batches of token ids in [0, V). learnable: each sequence follows
-    next = (5 * cur + 3) mod V with 10% random tokens, so the training loss
-    falls visibly in ten steps; otherwise uniform. Token V-1 appears in every
-    batch as an input and as a target so the last real vocab row is exercised."""
-    toks = torch.randint(0, V, (n, B, T + 1), generator=gen)
-    if learnable:
-        noise = torch.rand((n, B, T + 1), generator=gen) < 0.1
-        for t in range(1, T + 1):
-            toks[:, :, t] = torch.where(noise[:, :, t], toks[:, :, t], (5 * toks[:, :, t - 1] + 3) % V)
-    toks[:, 0, 3] = V - 1
-    toks[:, 1, 7] = V - 1
-    inputs = toks[:, :, :T].contiguous()
-    targets = toks[:, :, 1:].contiguous()
-    return inputs, targets
-
-
 def run(cfg, init, dtype, data, verbose):
     """Forward/backward on the reference batch, then the training run. Returns
     a dict of float64 numpy arrays / floats."""
@@ -283,13 +260,6 @@ def write_file(path, cfg, specs, init, data, res):
     return len(blob)
 
 
-def compare(a, b):
-    """max |a - b| / max |b| (0 when b is all zero)."""
-    a, b = np.asarray(a), np.asarray(b)
-    m = np.abs(b).max()
-    return float(np.abs(a - b).max() / m) if m > 0 else float(np.abs(a - b).max())
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -305,8 +275,8 @@ def main():
     specs = param_specs(cfg)
     init = init_params(cfg, gen)
     V = cfg["vocab_size"]
-    inputs, targets = make_tokens(gen, 1, V, learnable=False)
-    tr_in, tr_tg = make_tokens(gen, N_STEPS * GRAD_ACCUM, V, learnable=True)
+    inputs, targets = make_tokens(gen, 1, V, B, T, learnable=False)
+    tr_in, tr_tg = make_tokens(gen, N_STEPS * GRAD_ACCUM, V, B, T, learnable=True)
     data = dict(inputs=inputs[0], targets=targets[0], train_inputs=tr_in, train_targets=tr_tg)
 
     print(f"config {cfg}, padded vocab {padded_vocab(V)}, B={B} T={T}, "
