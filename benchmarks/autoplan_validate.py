@@ -110,12 +110,12 @@ def main():
                 p = run([a.bin, "bench", "calibrate", "--nvme-path", nvme], env)
                 path = p.stdout.strip().splitlines()[-1].split("wrote ", 1)[1]
                 prof = json.load(open(path))
-                scales.append(prof.get("compute_scale", [1.0, 1.0]))
+                scales.append(prof.get("compute_scale", [1.0, 1.0]) + prof.get("compute_scale_half", [1.0, 1.0]))
                 if best is None:
                     best = prof
                     continue
                 for k, v in prof.items():
-                    if k == "compute_scale":
+                    if k.startswith("compute_scale"):
                         continue  # a ratio of a step to the run's own rates: the median of the runs, below
                     if isinstance(v, list) and (k.startswith("gemm") or k.startswith("attn_flops")):
                         best[k] = [max(x, y) for x, y in zip(best[k], v)]
@@ -123,7 +123,8 @@ def main():
                         best[k] = min(best[k], v)
                     elif isinstance(v, float) and k != "op_s":
                         best[k] = max(best[k], v)
-            best["compute_scale"] = [statistics.median(x) for x in zip(*scales)]
+            med = [statistics.median(x) for x in zip(*scales)]
+            best["compute_scale"], best["compute_scale_half"] = med[:2], med[2:]
             with open(path, "w") as f:
                 json.dump(best, f, indent=2)
             say("calibration: zoffload bench calibrate --nvme-path %s, %d runs, each rate the best:" %
@@ -136,8 +137,9 @@ def main():
                 " ".join("%.1f" % (x * 1e-9) for x in best["attn_flops_half"])))
             say("  elementwise %.2f GB/s, %.1f us per op, copies %.2f / %.2f GB/s" % (
                 best["mem_bw"] * 1e-9, best["op_s"] * 1e6, best["h2d_bw"] * 1e-9, best["d2h_bw"] * 1e-9))
-            say("  reference steps at widths %s: measured / predicted compute %s (median of the runs)" % (
-                best["ref_widths"], " ".join("%.3f" % x for x in best["compute_scale"])))
+            say("  reference steps at widths %s: measured / predicted compute fp32 %s, bf16 %s (median of the runs)" % (
+                best["ref_widths"], " ".join("%.3f" % x for x in best["compute_scale"]),
+                " ".join("%.3f" % x for x in best["compute_scale_half"])))
             say("  AdamW %.0f / %.0f Mparams/s (fp32 / 8-bit), NVMe read %.2f write %.2f GB/s" % (
                 best["adamw_params_per_s"] * 1e-6, best["adamw8bit_params_per_s"] * 1e-6,
                 best["nvme_read_bw"] * 1e-9, best["nvme_write_bw"] * 1e-9))

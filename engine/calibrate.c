@@ -159,16 +159,16 @@ static int copy_rate(zo_backend_t be, zo_stream_t s, double *h2d, double *d2h) {
 }
 
 /* The reference step at width W: a 2-layer GPT-2 of 64-wide heads, 8 x 256
- * tokens, a 1024-token vocabulary, all on the device; its forward and
- * backward measured and predicted by the rates in p (scale 1). */
-static int ref_step(zo_backend_t be, int W, const struct zo_cost_profile *p, double *scale) {
+ * tokens, a 1024-token vocabulary, all on the device, fp32 or bf16 (half);
+ * its forward and backward measured and predicted by the rates in p (scale 1). */
+static int ref_step(zo_backend_t be, int W, bool half, const struct zo_cost_profile *p, double *scale) {
   char emb[48], nh[48], dev[48];
   snprintf(emb, sizeof emb, "model.n_embd=%d", W);
   snprintf(nh, sizeof nh, "model.n_head=%d", W / 64);
   snprintf(dev, sizeof dev, "engine.device=%s", be->name);
   const char *sets[] = {"model.arch=gpt2", "model.n_layer=2", emb, nh, "model.vocab_size=1024",
                         "model.max_seq_len=256", "data.seq_len=256", "train_micro_batch_size_per_gpu=8",
-                        "gradient_accumulation_steps=1", dev};
+                        "gradient_accumulation_steps=1", dev, half ? "bf16.enabled=true" : "bf16.enabled=false"};
   struct zo_config cfg;
   const bool was = zo_config_set_quiet(true);
   int err = zo_config_load(&cfg, NULL, sets, (int)(sizeof sets / sizeof sets[0]));
@@ -182,7 +182,8 @@ static int ref_step(zo_backend_t be, int W, const struct zo_cost_profile *p, dou
   zo_config_free(&cfg);
   if (err) return err;
   struct zo_cost_profile unscaled = *p;
-  unscaled.compute_scale[0] = unscaled.compute_scale[1] = 1.0;
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < ZO_COST_N_REF; i++) unscaled.compute_scale[h][i] = 1.0;
   struct zo_cost c;
   zo_cost_step(&unscaled, &plan, &c);
   *scale = c.compute_s > 0 && measured > 0 ? measured / c.compute_s : 1.0;
@@ -221,7 +222,8 @@ int zo_calibrate_run(zo_backend_t be, const char *nvme_path, struct zo_cost_prof
   if (!err) err = op_cost(be, s, &p->op_s);
   if (!err) err = copy_rate(be, s, &p->h2d_bw, &p->d2h_bw);
   be->stream_destroy(s);
-  for (int i = 0; i < ZO_COST_N_REF && !err; i++) err = ref_step(be, p->ref_widths[i], p, &p->compute_scale[i]);
+  for (int h = 0; h < 2 && !err; h++)
+    for (int i = 0; i < ZO_COST_N_REF && !err; i++) err = ref_step(be, p->ref_widths[i], h, p, &p->compute_scale[h][i]);
   if (err) return err;
   struct zo_bench_adamw8bit a;
   if ((err = zo_bench_adamw8bit_run((size_t)16 << 20, 0, 3, &a))) return err;

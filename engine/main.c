@@ -990,8 +990,8 @@ static int bench_calibrate(int argc, char **argv) {
            p.attn_flops[1][i] * 1e-9);
   printf("  elementwise %.2f GB/s, %.1f us per op\n", p.mem_bw * 1e-9, p.op_s * 1e6);
   for (int i = 0; i < ZO_COST_N_REF; i++)
-    printf("  reference step, width %4d: forward + backward measured / predicted from these rates %.3f\n",
-           p.ref_widths[i], p.compute_scale[i]);
+    printf("  reference step, width %4d: forward + backward measured / predicted from these rates: fp32 %.3f, "
+           "bf16 %.3f\n", p.ref_widths[i], p.compute_scale[0][i], p.compute_scale[1][i]);
   printf("  copies: host->device %.2f GB/s, device->host %.2f GB/s\n", p.h2d_bw * 1e-9, p.d2h_bw * 1e-9);
   printf("  CPU AdamW: fp32 %.1f Mparams/s, 8-bit %.1f Mparams/s\n", p.adamw_pps * 1e-6, p.adamw8_pps * 1e-6);
   if (a.nvme_path)

@@ -234,7 +234,7 @@ static int test_cost_monotone(void) {
     if (k == 0) ZO_REQUIRE(c.step_s >= c.compute_s + c.h2d_s + c.d2h_s);
     else ZO_REQUIRE(c.step_s < c.compute_s + c.h2d_s + c.d2h_s + c.optimizer_s + c.nvme_s);
     /* The reference steps' scale multiplies the compute and nothing else. */
-    r.compute_scale[0] = r.compute_scale[1] = 2.0;
+    for (int h = 0; h < 2; h++) r.compute_scale[h][0] = r.compute_scale[h][1] = 2.0;
     struct zo_cost twice;
     zo_cost_step(&r, &p, &twice);
     ZO_REQUIRE(fabs(twice.compute_s - 2.0 * slow.compute_s) <= 1e-12 * slow.compute_s);
@@ -252,7 +252,7 @@ static int test_profile_round_trip(void) {
   struct zo_cost_profile a, b;
   zo_cost_profile_defaults(&a, "cpu");
   a.attn_flops[0][1] = 123e9, a.attn_flops[1][2] = 77e9, a.seqs[2] = 4096;
-  a.compute_scale[0] = 1.25, a.compute_scale[1] = 0.75, a.ref_widths[1] = 640;
+  a.compute_scale[0][0] = 1.25, a.compute_scale[0][1] = 0.75, a.compute_scale[1][0] = 1.5, a.ref_widths[1] = 640;
   ZO_REQUIRE(zo_cost_profile_save(&a, path) == 0);
   char dir[600];
   snprintf(dir, sizeof dir, "%s/cache", tmpdir);
@@ -265,8 +265,10 @@ static int test_profile_round_trip(void) {
     ZO_REQUIRE(b.seqs[i] == a.seqs[i]);
     for (int h = 0; h < 2; h++) ZO_REQUIRE(fabs(b.attn_flops[h][i] - a.attn_flops[h][i]) <= 1e-5 * a.attn_flops[h][i]);
   }
-  for (int i = 0; i < ZO_COST_N_REF; i++)
-    ZO_REQUIRE(b.ref_widths[i] == a.ref_widths[i] && fabs(b.compute_scale[i] - a.compute_scale[i]) < 1e-9);
+  for (int i = 0; i < ZO_COST_N_REF; i++) {
+    ZO_REQUIRE(b.ref_widths[i] == a.ref_widths[i]);
+    for (int h = 0; h < 2; h++) ZO_REQUIRE(fabs(b.compute_scale[h][i] - a.compute_scale[h][i]) < 1e-9);
+  }
   FILE *f = fopen(want, "w");
   ZO_REQUIRE(f != NULL);
   fputs("{\"machine\": \"old\", \"backend\": \"cpu\", \"widths\": [256, 1024, 2048], "
@@ -276,7 +278,7 @@ static int test_profile_round_trip(void) {
   ZO_REQUIRE(zo_cost_profile_load(&b, "cpu") == 0);
   ZO_REQUIRE(b.widths[0] == 256 && b.gemm_flops[0][2] == 3e11);
   for (int i = 0; i < ZO_COST_N_SEQ; i++) ZO_REQUIRE(b.attn_flops[0][i] == 5e10 && b.attn_flops[1][i] == 4e10);
-  for (int i = 0; i < ZO_COST_N_REF; i++) ZO_REQUIRE(b.compute_scale[i] == 1.0);
+  for (int i = 0; i < ZO_COST_N_REF; i++) ZO_REQUIRE(b.compute_scale[0][i] == 1.0 && b.compute_scale[1][i] == 1.0);
   unsetenv("XDG_CACHE_HOME");
   return 0;
 }

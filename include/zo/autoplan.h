@@ -39,8 +39,9 @@ struct zo_cost_profile {
   double attn_flops[2][ZO_COST_N_SEQ]; /* FLOP/s of attention forward + backward (fp32, half) at seqs */
   double mem_bw;                      /* bytes/s of elementwise ops (read + write counted) */
   int ref_widths[ZO_COST_N_REF];      /* n_embd of the reference steps, ascending */
-  double compute_scale[ZO_COST_N_REF]; /* a reference step's measured forward + backward over the
-                                       * compute the rates above predict for it (1: not measured) */
+  double compute_scale[2][ZO_COST_N_REF]; /* a reference step's measured forward + backward over the
+                                          * compute the rates above predict for it, [0] fp32, [1] bf16
+                                          * (1: not measured) */
   double op_s;                        /* fixed seconds per op launched (queueing, fork/join) */
   double h2d_bw, d2h_bw;              /* bytes/s of host-device copies */
   double adamw_pps, adamw8_pps;       /* CPU AdamW parameters/s: fp32 states, 8-bit states */

@@ -73,9 +73,10 @@ expect 0 "wrote $path" calibrate -- bench calibrate --nvme-path "$tmp/nvme"
 python3 - "$path" >"$tmp/calibrate.check" 2>&1 <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
-for k in ("gemm_flops_fp32", "gemm_flops_half", "attn_flops_fp32", "attn_flops_half", "compute_scale"):
+for k in ("gemm_flops_fp32", "gemm_flops_half", "attn_flops_fp32", "attn_flops_half", "compute_scale",
+          "compute_scale_half"):
     assert len(p[k]) >= 2 and all(x > 0 for x in p[k]), k
-assert all(0.05 < x < 20 for x in p["compute_scale"]), p["compute_scale"]
+assert all(0.05 < x < 20 for x in p["compute_scale"] + p["compute_scale_half"]), p["compute_scale"]
 for k in ("mem_bw", "op_s", "h2d_bw", "d2h_bw", "adamw_params_per_s", "nvme_read_bw", "nvme_write_bw"):
     assert p[k] > 0, k
 print("profile ok")
