@@ -12,8 +12,8 @@ Not in the default test suite (minutes). Rates: `zoffload bench calibrate` is
 run first into a private cache directory (--no-calibrate: use the cache of
 XDG_CACHE_HOME as it is, or the defaults).
 
-usage: benchmarks/autoplan_validate.py [--bin build/release/zoffload] [--steps 2]
-       [--per-model 10] [--sizes small,medium] [--nvme-path DIR] [--out FILE]
+usage: benchmarks/autoplan_validate.py [--bin build/release/zoffload] [--steps 3]
+       [--per-model 12] [--sizes small,medium] [--nvme-path DIR] [--out FILE]
 """
 import argparse
 import json
@@ -79,8 +79,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/release/zoffload")
     ap.add_argument("--config", default="configs/tiny.json")
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--per-model", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--per-model", type=int, default=12)
     ap.add_argument("--sizes", default="small,medium")
     ap.add_argument("--nvme-path", default=None)
     ap.add_argument("--no-calibrate", action="store_true")
