@@ -284,15 +284,25 @@ static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo
   return s;
 }
 
+/* cfg's plan (placement, budgets) and the same placement with everything on
+ * the device: the side-by-side figure of bench step, calibrate's reference. */
+static int plan_and_device(const struct zo_config *cfg, zo_backend_t be, struct zo_plan *plan,
+                           struct zo_placement *dev) {
+  int err = zo_plan_build(cfg, &cfg->model.spec, be, plan);
+  if (err) return err;
+  *dev = plan->placement;
+  dev->optimizer = ZO_OFFLOAD_NONE;
+  dev->grads_on_host = false;
+  dev->param_slots = 0;
+  return 0;
+}
+
 int zo_bench_compute_run(const struct zo_config *cfg, zo_backend_t be, int reps, double *seconds) {
   *seconds = 0;
   struct zo_plan plan;
-  int err = zo_plan_build(cfg, &cfg->model.spec, be, &plan);
+  struct zo_placement dev;
+  int err = plan_and_device(cfg, be, &plan, &dev);
   if (err) return err;
-  struct zo_placement dev = plan.placement;
-  dev.optimizer = ZO_OFFLOAD_NONE;
-  dev.grads_on_host = false;
-  dev.param_slots = 0;
   struct zo_sched *s = bench_sched(cfg, &dev, be, NULL);
   if (!s) return -ENOMEM;
   long t = 0;
@@ -367,12 +377,9 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
   if (!be) return -ENODEV;
   snprintf(out->backend, sizeof out->backend, "%s", be->name);
   struct zo_plan plan;
-  int err = zo_plan_build(cfg, &cfg->model.spec, be, &plan);
+  struct zo_placement dev;
+  int err = plan_and_device(cfg, be, &plan, &dev);
   if (err) return err;
-  struct zo_placement dev = plan.placement;
-  dev.optimizer = ZO_OFFLOAD_NONE;
-  dev.grads_on_host = false;
-  dev.param_slots = 0;
   struct zo_sched *s = bench_sched(cfg, &plan.placement, be, comm), *sd = s ? bench_sched(cfg, &dev, be, comm) : NULL;
   struct opt_bench ob = {0};
   if (!s || !sd) {

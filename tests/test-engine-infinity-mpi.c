@@ -37,11 +37,9 @@
 #include "zo_engine_test.h"
 #include "zo_mpi_test.h"
 
-#define ZO_STR_(x) #x
-#define ZO_STR(x) ZO_STR_(x)
-#define N_STEPS 12
-#define GLOBAL_B 6
-#define LR 0.003
+#define N_STEPS ZO_MPITEST_STEPS
+#define GLOBAL_B ZO_MPITEST_GLOBAL_B
+#define LR ZO_MPITEST_LR
 
 /* test-engine-mpi's tolerances against the single process (see there). */
 enum tol_class { TOL_F32, TOL_MIXED };
@@ -125,11 +123,7 @@ static int load_case(const struct mcase *c, struct zo_config *cfg, const char *c
   static char train_set[400], nvme_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *common[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true", "gradient_accumulation_steps=2",
-                          "steps=" ZO_STR(N_STEPS), "optimizer.params.lr=" ZO_STR(LR),
-                          "optimizer.params.weight_decay=0.1", "gradient_clipping=0.5", "engine.device=cpu",
-                          "log.every=100", "aio.block_size=4096", "zero_optimization.offload_param.buffer_count=2",
-                          train_set, nvme_set, c->bf16 ? BF16 : NULL};
+  const char *common[] = {ZO_MPITEST_SETS, train_set, nvme_set, c->bf16 ? BF16 : NULL};
   const char *base[ZO_ARRAY_LEN(common) + ZO_ARRAY_LEN(c->sets)];
   memcpy(base, common, sizeof common);
   memcpy(base + ZO_ARRAY_LEN(common), c->sets, sizeof c->sets);
@@ -142,39 +136,9 @@ static void run_name(char *buf, size_t size, const struct mcase *c, int ranks, c
 
 static size_t case_numel(const struct mcase *c) {
   struct zo_config cfg;
-  if (load_case(c, &cfg, NULL, 0)) return 0;
-  struct zo_tensor_table t;
-  const int err = zo_model_build_table(&cfg.model.spec, &t);
-  zo_config_free(&cfg);
-  if (err) return 0;
-  const size_t n = t.numel;
-  zo_tensor_table_free(&t);
-  return n;
+  return load_case(c, &cfg, NULL, 0) ? 0 : zo_mpitest_numel(&cfg);
 }
 
-static int write_bytes(const char *path, const void *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  const bool ok = fwrite(x, 1, n, f) == n;
-  return fclose(f) == 0 && ok ? 0 : -1;
-}
-
-static void *read_bytes(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "  cannot open %s\n", path);
-    return NULL;
-  }
-  void *x = zo_test_xmalloc(n);
-  const bool ok = fread(x, 1, n, f) == n && fgetc(f) == EOF;
-  fclose(f);
-  if (!ok) {
-    fprintf(stderr, "  %s does not hold %zu bytes\n", path, n);
-    free(x);
-    return NULL;
-  }
-  return x;
-}
 
 /* Trains case c as this process's share of `ranks` ranks (comm NULL: one
  * process), micro-batch GLOBAL_B / ranks, from checkpoint `resume` when not
@@ -201,24 +165,14 @@ static int train_case(const struct mcase *c, zo_comm_t comm, int ranks, const ch
   CHECK(err == 0);
   const int r = comm ? zo_comm_rank(comm) : 0;
   snprintf(out, sizeof out, "%s/%s-rank%d.f32", dir, name, r);
-  CHECK(write_bytes(out, params, n * sizeof *params) == 0);
+  CHECK(zo_mpitest_write_bytes(out, params, n * sizeof *params) == 0);
   snprintf(out, sizeof out, "%s/%s-rank%d.nvme", dir, name, r);
   const uint64_t nv = stats.nvme_planned;
-  CHECK(write_bytes(out, &nv, sizeof nv) == 0);
+  CHECK(zo_mpitest_write_bytes(out, &nv, sizeof nv) == 0);
   free(params);
   return 0;
 }
 
-static int write_tokens(const char *path, size_t n) {
-  uint16_t *tok = zo_test_xmalloc(n * sizeof *tok);
-  zo_rng_seed(5);
-  for (size_t i = 0; i < n; i++)
-    tok[i] = (uint16_t)(i < 2 ? i : (tok[i - 1] * 31u + tok[i - 2] * 17u + zo_rng_u32() % 5u) % 200u);
-  const int err = zo_data_write_u16(path, tok, n);
-  free(tok);
-  if (err) fprintf(stderr, "%s\n", zo_last_error());
-  return err;
-}
 
 /* ---- the ranks ------------------------------------------------------------- */
 
@@ -290,12 +244,12 @@ static int same_losses(const char *a, const char *b, int first_step) {
 static int same_weights(const char *a, const char *b, int ranks, size_t n) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s-rank0.f32", dir, b);
-  float *want = read_bytes(path, n * sizeof(float));
+  float *want = zo_mpitest_read_bytes(path, n * sizeof(float));
   CHECK(want);
   int ret = 0;
   for (int r = 0; r < ranks && !ret; r++) {
     snprintf(path, sizeof path, "%s/%s-rank%d.f32", dir, a, r);
-    float *got = read_bytes(path, n * sizeof(float));
+    float *got = zo_mpitest_read_bytes(path, n * sizeof(float));
     CHECK(got);
     if (memcmp(got, want, n * sizeof *got) != 0) {
       size_t i = 0;
@@ -335,9 +289,9 @@ static int check_close(const struct mcase *c, const char *name, const char *ref,
     return zo_test_fail("%s: losses up to %.3g relative from %s (tol %g)", name, worst, ref, tols[k].loss_rtol);
   const size_t n = case_numel(c);
   snprintf(path, sizeof path, "%s/%s-rank0.f32", dir, ref);
-  float *w = read_bytes(path, n * sizeof(float));
+  float *w = zo_mpitest_read_bytes(path, n * sizeof(float));
   snprintf(path, sizeof path, "%s/%s-rank0.f32", dir, name);
-  float *p = read_bytes(path, n * sizeof(float));
+  float *p = zo_mpitest_read_bytes(path, n * sizeof(float));
   CHECK(w && p);
   size_t n_out = 0;
   double wmax = 0.0;
@@ -476,7 +430,7 @@ static int test_files_sharded(void) {
       uint64_t sum = 0, most = 0;
       for (int r = 0; r < ranks; r++) {
         snprintf(path, sizeof path, "%s/%s-rank%d.nvme", dir, name, r);
-        uint64_t *nv = read_bytes(path, sizeof *nv);
+        uint64_t *nv = zo_mpitest_read_bytes(path, sizeof *nv);
         CHECK(nv);
         sum += *nv;
         if (*nv > most) most = *nv;
@@ -494,21 +448,10 @@ static int test_files_sharded(void) {
 }
 
 int main(int argc, char **argv) {
-  if (zo_comm_launched()) {
-    if (argc != 4 || strcmp(argv[1], "--ranks") != 0) {
-      fprintf(stderr, "usage under mpirun: %s --ranks DIR PHASE\n", argv[0]);
-      return 2;
-    }
-    snprintf(dir, sizeof dir, "%s", argv[2]);
-  } else if (!zo_mpitest_available()) {
-    return ZO_TEST_SKIP;
-  } else if (zo_test_mkdtemp(dir, sizeof dir, "infinity-mpi")) {
-    return 1;
-  }
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", dir);
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", dir);
+  const int start = zo_mpitest_start(argc, argv, 1, "infinity-mpi", dir, sizeof dir, data_path, nvme_dir);
+  if (start) return start;
   if (zo_comm_launched()) return rank_main(argv[3]);
-  if (write_tokens(data_path, 6000)) return 1;
+  if (zo_mpitest_write_tokens(data_path, 6000)) return 1;
   if (mkdir(nvme_dir, 0700) != 0 || !zo_etest_nvme_probe(nvme_dir)) {
     zo_test_rmtree(dir);
     printf("skipped: no NVMe store under %s\n", nvme_dir);

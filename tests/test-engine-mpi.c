@@ -31,11 +31,9 @@
 #include "zo_engine_test.h"
 #include "zo_mpi_test.h"
 
-#define ZO_STR_(x) #x
-#define ZO_STR(x) ZO_STR_(x)
-#define N_STEPS 12
-#define GLOBAL_B 6
-#define LR 0.003
+#define N_STEPS ZO_MPITEST_STEPS
+#define GLOBAL_B ZO_MPITEST_GLOBAL_B
+#define LR ZO_MPITEST_LR
 /* Losses: the issue's 1e-6 relative in fp32 (measured: a few 1e-8). bf16
  * rounds the working weights, so a master weight that moves across a bf16
  * rounding boundary changes the forward by a bf16 ulp (measured: ~2e-5).
@@ -116,10 +114,7 @@ static int load_case(const struct mcase *c, struct zo_config *cfg, const char *c
   static char train_set[400], nvme_set[400];
   snprintf(train_set, sizeof train_set, "data.train=%s", data_path);
   snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s", nvme_dir);
-  const char *common[] = {"data.seq_len=11", "data.format=u16", "data.shuffle=true", "gradient_accumulation_steps=2",
-                          "steps=12", "optimizer.params.lr=" ZO_STR(LR), "optimizer.params.weight_decay=0.1",
-                          "gradient_clipping=0.5", "engine.device=cpu", "log.every=100", "aio.block_size=4096",
-                          "zero_optimization.offload_param.buffer_count=2", train_set, nvme_set, c->precision};
+  const char *common[] = {ZO_MPITEST_SETS, train_set, nvme_set, c->precision};
   /* NULL entries (fp32's precision, unused placement slots) are skipped. */
   const char *base[ZO_ARRAY_LEN(common) + ZO_ARRAY_LEN(c->sets)];
   memcpy(base, common, sizeof common);
@@ -132,40 +127,9 @@ static void run_name(char *buf, size_t size, const struct mcase *c, int ranks, c
   snprintf(buf, size, "%s-np%d%s%s", c->name, ranks, tag ? "-" : "", tag ? tag : "");
 }
 
-static int write_f32(const char *path, const float *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  const bool ok = fwrite(x, sizeof *x, n, f) == n;
-  return fclose(f) == 0 && ok ? 0 : -1;
-}
-
-static float *read_f32(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "  cannot open %s\n", path);
-    return NULL;
-  }
-  float *x = zo_test_xmalloc(n * sizeof *x);
-  const bool ok = fread(x, sizeof *x, n, f) == n && fgetc(f) == EOF;
-  fclose(f);
-  if (!ok) {
-    fprintf(stderr, "  %s does not hold %zu floats\n", path, n);
-    free(x);
-    return NULL;
-  }
-  return x;
-}
-
 static size_t case_numel(const struct mcase *c) {
   struct zo_config cfg;
-  if (load_case(c, &cfg, NULL, 0)) return 0;
-  struct zo_tensor_table t;
-  const int err = zo_model_build_table(&cfg.model.spec, &t);
-  zo_config_free(&cfg);
-  if (err) return 0;
-  const size_t n = t.numel;
-  zo_tensor_table_free(&t);
-  return n;
+  return load_case(c, &cfg, NULL, 0) ? 0 : zo_mpitest_numel(&cfg);
 }
 
 /* Trains case c as this process's share of `ranks` ranks (comm NULL: one
@@ -191,7 +155,7 @@ static int train_case(const struct mcase *c, zo_comm_t comm, int ranks, int micr
   zo_config_free(&cfg);
   CHECK(err == 0);
   snprintf(out, sizeof out, "%s/%s-rank%d.f32", dir, name, comm ? zo_comm_rank(comm) : 0);
-  CHECK(write_f32(out, params, n) == 0);
+  CHECK(zo_mpitest_write_bytes(out, params, n * sizeof *params) == 0);
   free(params);
   return 0;
 }
@@ -206,16 +170,6 @@ static void ckpt6(char *buf, size_t size, const struct mcase *c, int ranks) {
 /* n tokens below 200 from a noisy recurrence: every row differs (a short
  * repeated text would make the rows of a micro-batch nearly alike, and the
  * per-rank micro-batch hard to tell from the global one). */
-static int write_tokens(const char *path, size_t n) {
-  uint16_t *tok = zo_test_xmalloc(n * sizeof *tok);
-  zo_rng_seed(5);
-  for (size_t i = 0; i < n; i++)
-    tok[i] = (uint16_t)(i < 2 ? i : (tok[i - 1] * 31u + tok[i - 2] * 17u + zo_rng_u32() % 5u) % 200u);
-  const int err = zo_data_write_u16(path, tok, n);
-  free(tok);
-  if (err) fprintf(stderr, "%s\n", zo_last_error());
-  return err;
-}
 
 /* ---- the ranks ------------------------------------------------------------- */
 
@@ -277,9 +231,9 @@ static int compare_run(const struct mcase *c, int ranks, const char *tag, int fi
   const size_t numel = case_numel(c);
   CHECK(numel > 0);
   snprintf(path, sizeof path, "%s/%s-rank0.f32", dir, ref_name);
-  float *ref = read_f32(path, numel);
+  float *ref = zo_mpitest_read_bytes(path, numel * sizeof(float));
   snprintf(path, sizeof path, "%s/%s-rank0.f32", dir, name);
-  float *p0 = read_f32(path, numel);
+  float *p0 = zo_mpitest_read_bytes(path, numel * sizeof(float));
   CHECK(ref && p0);
   const double atol = tols[c->tol].atol, rtol = tols[c->tol].rtol, frac = tols[c->tol].frac, wlim = tols[c->tol].max;
   double wmax = 0.0;
@@ -297,7 +251,7 @@ static int compare_run(const struct mcase *c, int ranks, const char *tag, int fi
   }
   for (int r = 1; r < n_ranks_files; r++) {
     snprintf(path, sizeof path, "%s/%s-rank%d.f32", dir, name, r);
-    float *pr = read_f32(path, numel);
+    float *pr = zo_mpitest_read_bytes(path, numel * sizeof(float));
     CHECK(pr);
     if (memcmp(pr, p0, numel * sizeof *p0) != 0) {
       size_t i = 0;
@@ -423,24 +377,13 @@ static int test_sharded_checkpoint_files(void) {
 }
 
 int main(int argc, char **argv) {
-  if (zo_comm_launched()) {
-    if (argc != 3 || strcmp(argv[1], "--ranks") != 0) {
-      fprintf(stderr, "usage under mpirun: %s --ranks DIR\n", argv[0]);
-      return 2;
-    }
-    snprintf(dir, sizeof dir, "%s", argv[2]);
-  } else if (!zo_mpitest_available()) {
-    return ZO_TEST_SKIP;
-  } else if (zo_test_mkdtemp(dir, sizeof dir, "mpi")) {
-    return 1;
-  }
-  snprintf(data_path, sizeof data_path, "%s/tokens.u16", dir);
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", dir);
+  const int start = zo_mpitest_start(argc, argv, 0, "mpi", dir, sizeof dir, data_path, nvme_dir);
+  if (start) return start;
   if (zo_comm_launched()) {
     have_nvme = access(nvme_dir, F_OK) == 0;
     return rank_main();
   }
-  if (write_tokens(data_path, 6000)) return 1;
+  if (zo_mpitest_write_tokens(data_path, 6000)) return 1;
   have_nvme = zo_etest_nvme_probe(nvme_dir);
   /* The ranks see the probe's answer as the directory's existence. */
   if (have_nvme && mkdir(nvme_dir, 0700) != 0 && errno != EEXIST) have_nvme = false;
