@@ -31,7 +31,9 @@
  *    size);
  *  - the NVMe files of the ranks (their planned sizes, which the store
  *    fallocates) adding up to the single process's, none larger than its
- *    share plus the rounding of a split block.
+ *    share plus the rounding of a split block;
+ *  - in every run, on every rank, the measured device and host peaks (and
+ *    the NVMe bytes) equal to that rank's plan (zo_plan_build_rank).
  * The driver (started by ctest) computes the single-process runs and
  * launches itself under mpirun. Skips (77) without MPI or an NVMe store. */
 #include "zo_engine_test.h"
@@ -156,14 +158,22 @@ static int train_case(const struct mcase *c, zo_comm_t comm, int ranks, const ch
   CHECK(load_case(c, &cfg, extra, ZO_ARRAY_LEN(extra)) == 0);
   const size_t n = case_numel(c);
   CHECK(n > 0);
+  const int r = comm ? zo_comm_rank(comm) : 0;
+  /* This rank's plan: its measured peaks must be it (the memory report). */
+  struct zo_model_config mc;
+  struct zo_etest_run run = {0};
+  CHECK(zo_train_model_config(&cfg, &mc) == 0);
+  CHECK(zo_plan_build_rank(&cfg, &mc, NULL, r, ranks, &run.plan) == 0);
   float *params = zo_test_xmalloc(n * sizeof *params);
-  struct zo_sched_stats stats = {0};
-  struct zo_train_opts opts = {.resume = resume, .final_params = params, .comm = comm, .stats = &stats};
+  struct zo_train_opts opts = {.resume = resume, .final_params = params, .comm = comm, .stats = &run.stats};
   const int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   if (err) fprintf(stderr, "  %s: %s\n", name, zo_last_error());
   CHECK(err == 0);
-  const int r = comm ? zo_comm_rank(comm) : 0;
+  char who[200];
+  snprintf(who, sizeof who, "%s rank %d", name, r);
+  CHECK(zo_etest_peaks_match(who, &run));
+  const struct zo_sched_stats stats = run.stats;
   snprintf(out, sizeof out, "%s/%s-rank%d.f32", dir, name, r);
   CHECK(zo_mpitest_write_bytes(out, params, n * sizeof *params) == 0);
   snprintf(out, sizeof out, "%s/%s-rank%d.nvme", dir, name, r);
