@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "zo/autoplan.h"
+#include "zo/fsutil.h"
 #include "zo/train.h"
 
 /* ---- what the machine can give ------------------------------------------------ */
@@ -144,18 +144,6 @@ int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, 
 
 /* ---- the search ------------------------------------------------------------------ */
 
-static size_t fs_free(const char *path) {
-  char p[PATH_MAX];
-  snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
-  for (;;) {
-    struct statvfs st;
-    if (statvfs(p, &st) == 0) return (size_t)st.f_bavail * (size_t)st.f_frsize;
-    char *slash = strrchr(p, '/');
-    if (!slash) return 0;
-    if (slash == p) p[1] = '\0';
-    else *slash = '\0';
-  }
-}
 
 /* The nearest existing ancestor of path is a directory where a directory
  * can be made (a probe made and removed: root passes access() anywhere). */
@@ -429,7 +417,8 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   } else if (o->nvme_free || dir_writable(dir)) { /* --nvme-free: another machine's directory */
     /* Absolute: the --set lines hold wherever the run is started from. */
     snprintf(a->nvme_dir, sizeof a->nvme_dir, "%.511s", full);
-    a->budget[ZO_TIER_NVME] = o->nvme_free ? o->nvme_free : fs_free(dir);
+    a->budget[ZO_TIER_NVME] = o->nvme_free;
+    if (!o->nvme_free && zo_fs_free_bytes(dir, &a->budget[ZO_TIER_NVME]) != 0) a->budget[ZO_TIER_NVME] = 0;
     snprintf(a->budget_src[ZO_TIER_NVME], sizeof a->budget_src[0], "%s under %.500s (%s)",
              o->nvme_free ? "given free space" : "free", dir, from);
     snprintf(a->nvme_why, sizeof a->nvme_why, "%.500s (%s)", dir, from);

@@ -177,25 +177,20 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend) {
   return 0;
 }
 
-static int mkdir_parents(const char *path) {
-  char d[4096];
-  snprintf(d, sizeof d, "%s", path);
-  for (char *s = d + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(d, 0755) != 0 && errno != EEXIST) return zo_error(-errno, "mkdir %s: %s", d, strerror(errno));
-    *s = '/';
-  }
-  return 0;
-}
 
 int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path) {
-  int err = mkdir_parents(path);
-  if (err) return err;
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return zo_error(-errno, "%s: %s", tmp, strerror(errno));
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    int err = zo_mkdir_p(dir, 0755);
+    if (err) return err;
+  }
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return zo_error(-ENOMEM, "%s: out of host memory", path);
   fprintf(f, "{\n  \"machine\": \"%s\",\n  \"backend\": \"%s\",\n  \"widths\": [%d, %d, %d],\n", p->machine,
           p->backend, p->widths[0], p->widths[1], p->widths[2]);
   fprintf(f, "  \"gemm_flops_fp32\": [%.6g, %.6g, %.6g],\n  \"gemm_flops_half\": [%.6g, %.6g, %.6g],\n",
@@ -215,15 +210,12 @@ int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path) {
           p->dev_adamw_pps, p->nvme_read_bw, p->nvme_write_bw, p->half_ok ? "true" : "false");
   const bool bad = ferror(f) != 0;
   if (fclose(f) != 0 || bad) {
-    unlink(tmp);
-    return zo_error(-EIO, "%s: write failed", tmp);
+    free(buf);
+    return zo_error(-ENOMEM, "%s: out of host memory", path);
   }
-  if (rename(tmp, path) != 0) {
-    err = zo_error(-errno, "rename %s: %s", path, strerror(errno));
-    unlink(tmp);
-    return err;
-  }
-  return 0;
+  const int err = zo_write_file_atomic(path, buf, len);
+  free(buf);
+  return err;
 }
 
 const char *zo_bottleneck_name(enum zo_bottleneck b, bool cpu_backend) {

@@ -6,10 +6,11 @@
  * file. */
 #include "zo/plan.h"
 
+#include "zo/fsutil.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 const char *zo_tier_name(enum zo_tier t) {
   static const char *names[ZO_N_TIERS] = {"device", "host", "nvme"};
@@ -17,23 +18,6 @@ const char *zo_tier_name(enum zo_tier t) {
   return names[t];
 }
 
-/* Free bytes of the file system holding path, or of its nearest existing
- * ancestor (the store creates the directory). 0 when unknown. */
-static size_t fs_free(const char *path) {
-  char p[PATH_MAX];
-  snprintf(p, sizeof p, "%s", path && path[0] ? path : ".");
-  for (;;) {
-    struct statvfs st;
-    if (statvfs(p, &st) == 0) return (size_t)st.f_bavail * (size_t)st.f_frsize;
-    char *slash = strrchr(p, '/');
-    if (!slash) return statvfs(".", &st) == 0 ? (size_t)st.f_bavail * (size_t)st.f_frsize : 0;
-    if (slash == p) {
-      p[1] = '\0';
-    } else {
-      *slash = '\0';
-    }
-  }
-}
 
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p) {
@@ -70,7 +54,8 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
     snprintf(p->budget_src[ZO_TIER_HOST], 64, "engine.host_memory_budget");
   }
   if (p->placement.optimizer == ZO_OFFLOAD_NVME) {
-    p->budget[ZO_TIER_NVME] = fs_free(p->placement.nvme_path);
+    /* The store creates the directory: its nearest existing ancestor's (0 when unknown). */
+    if (zo_fs_free_bytes(p->placement.nvme_path, &p->budget[ZO_TIER_NVME]) != 0) p->budget[ZO_TIER_NVME] = 0;
     snprintf(p->budget_src[ZO_TIER_NVME], 64, "free on nvme_path");
   }
   for (int i = 0; i < ZO_N_TIERS; i++)

@@ -67,7 +67,8 @@ int zo_cost_profile_path(const char *backend, char *buf, size_t size);
  * errors (-EINVAL: a malformed file, named) also leave the defaults. */
 int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend);
 
-/* Writes p as JSON to path (directories created). Returns 0 or -errno. */
+/* Writes p as JSON to path atomically (zo_write_file_atomic: write, fsync,
+ * rename; directories created). Returns 0 or -errno. */
 int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path);
 
 /* Measures the rates on backend be (engine/calibrate.c): GEMMs at each of
