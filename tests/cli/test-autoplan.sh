@@ -106,6 +106,9 @@ expect 2 "engine.gpu_memory_budget" whatif-nobudget -- plan "$repo/configs/tiny.
   --set engine.device=cpu
 expect 2 "is an option of plan --auto" whatif-noauto -- plan "$repo/configs/llama-8b.json" --nvme-free 1TB
 expect 2 "valid: cpu, cuda" whatif-badbackend -- plan "$repo/configs/llama-8b.json" --auto --backend rocm
+expect 2 "--nvme-free 2XB: need a size" whatif-badfree -- plan "$repo/configs/llama-8b.json" --auto --nvme-free 2XB
+expect 2 "give one size" whatif-tworam -- plan "$repo/configs/llama-8b.json" --auto --host-ram 16GiB,32GiB \
+  --set engine.device=cpu
 
 # train: a missing data file is named before anything is allocated.
 expect 1 "data.train = $tmp/missing.bin" missing -- train "$repo/configs/tiny.json" --set engine.device=cpu \
