@@ -174,6 +174,7 @@ struct cand_spec {
   enum zo_offload_device opt, param;
   int slots;           /* offload_param.buffer_count (param offloaded) */
   int nvbufs;          /* offload_optimizer.buffer_count (optimizer on NVMe; 0: the config's) */
+  int gslots;          /* engine.grad_slots (optimizer offloaded: gradients on the host) */
   bool eightbit;       /* suggestion: optimizer.type AdamW8bit */
 };
 
@@ -220,6 +221,8 @@ static int spec_sets(const struct search *S, const struct cand_spec *s, char set
   if (s->opt == ZO_OFFLOAD_NVME && s->nvbufs)
     ADD(s->nvbufs != b->zero.offload_optimizer.buffer_count, "zero_optimization.offload_optimizer.buffer_count=%d",
         s->nvbufs);
+  if (s->opt != ZO_OFFLOAD_NONE && s->gslots)
+    ADD(s->gslots != b->engine.grad_slots, "engine.grad_slots=%d", s->gslots);
   if (s->eightbit) ADD(true, "optimizer.type=AdamW8bit");
 #undef ADD
   return n;
@@ -232,9 +235,10 @@ static void describe(const struct cand_spec *s, const struct zo_plan *p, int bas
     snprintf(opt, sizeof opt, "nvme (%d buffers)", s->nvbufs);
   else
     snprintf(opt, sizeof opt, "%s", s->opt == ZO_OFFLOAD_NONE ? "device" : offload_word[s->opt]);
-  snprintf(buf, size, "%s%s, optimizer %s%s, micro-batch %d x %d%s",
+  snprintf(buf, size, "%s%s, optimizer %s%s%s, micro-batch %d x %d%s",
            p->placement.dtype == ZO_BF16 ? "bf16" : p->placement.dtype == ZO_F16 ? "fp16" : "fp32",
-           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", opt, par, s->B, s->K,
+           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", opt, par,
+           p->placement.grads_on_host && p->placement.grad_slots == 1 ? ", 1 grad slot" : "", s->B, s->K,
            s->eightbit ? ", AdamW8bit" : "");
 }
 
@@ -242,7 +246,7 @@ static void describe(const struct cand_spec *s, const struct zo_plan *p, int bas
 static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autoplan_candidate *out) {
   const struct zo_autoplan_opts *o = S->o;
   struct zo_autoplan *a = S->a;
-  char sets[ZO_AUTOPLAN_MAX_SETS + 2][ZO_AUTOPLAN_SET_LEN];
+  char sets[ZO_AUTOPLAN_MAX_SETS + 2][ZO_AUTOPLAN_SET_LEN]; /* every override spec_sets can make (14) */
   bool shown[ZO_AUTOPLAN_MAX_SETS + 2];
   const int n = spec_sets(S, s, sets, shown);
   const char *all[256 + ZO_AUTOPLAN_MAX_SETS + 2];
@@ -315,6 +319,16 @@ static int cmp_cand(const void *x, const void *y) {
 }
 
 /* Every combination, once fp32/AdamW (eightbit false) and once as suggestions. */
+/* Spec s with two gradient slots, then (gradients on the host) one when two
+ * do not fit; 1 fits, 0 not, -1 refused. */
+static int try_gslots(struct search *S, struct cand_spec *s, struct zo_autoplan_candidate *c) {
+  s->gslots = 2;
+  int r = try_spec(S, s, c);
+  if (r != 0 || s->opt == ZO_OFFLOAD_NONE) return r;
+  s->gslots = 1;
+  return try_spec(S, s, c);
+}
+
 static int search_all(struct search *S, bool eightbit) {
   const struct zo_config *b = S->base;
   struct zo_autoplan *a = S->a;
@@ -341,15 +355,16 @@ static int search_all(struct search *S, bool eightbit) {
           if (!nv && (s.opt == ZO_OFFLOAD_NVME || s.param == ZO_OFFLOAD_NVME)) continue;
           struct zo_autoplan_candidate c;
           int r = -1;
-          /* The most parameter slots (4 .. 1) that fit, then with the
-           * optimizer on NVMe the most staging buffers (the config's .. 2). */
+          /* The most parameter slots (4 .. 1) that fit, each with two
+           * gradient slots or else one, then with the optimizer on NVMe the
+           * most staging buffers (the config's .. 2). */
           const int nv_hi = s.opt == ZO_OFFLOAD_NVME ? b->zero.offload_optimizer.buffer_count : 0;
           for (s.nvbufs = nv_hi; r != 1 && s.nvbufs >= (nv_hi ? 2 : 0); s.nvbufs--) {
             if (s.param == ZO_OFFLOAD_NONE) {
-              r = try_spec(S, &s, &c);
+              r = try_gslots(S, &s, &c);
             } else {
               for (s.slots = 4; s.slots >= 1; s.slots--)
-                if ((r = try_spec(S, &s, &c)) != 0) break;
+                if ((r = try_gslots(S, &s, &c)) != 0) break;
             }
             if (r < 0 || !nv_hi) break;
           }

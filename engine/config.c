@@ -263,6 +263,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
   {KEY("engine.on_nonfinite", KEY_ENUM, engine.on_nonfinite), .names = nonfinite_names, .def = "\"stop\""},
   {KEY("engine.placement", KEY_ENUM, engine.placement), .names = placement_names, .def = "\"config\""},
+  {KEY("engine.grad_slots", KEY_INT, engine.grad_slots), RANGE(1, 2), .def = "2"}, /* 2: ZO_SCHED_GRAD_SLOTS */
   SECTION("engine.trace"),
   {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},
   {KEY("engine.trace.first_step", KEY_INT, engine.trace.first_step), RANGE(1, 1 << 30), .def = "2"},

@@ -324,6 +324,9 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   } else {
     const double tail = c->nvme_s > c->optimizer_s ? c->nvme_s : c->optimizer_s;
     double s = c->compute_s + (tail > fwd1 ? tail - fwd1 : 0.0);
+    /* One gradient slot: each block's backward waits for the previous
+     * block's gradients to be copied out. */
+    if (pl->grads_on_host && pl->grad_slots == 1) s += K * L * (double)t.layer_numel * 4.0 / r->d2h_bw;
     if (c->h2d_s > s) s = c->h2d_s;
     if (c->d2h_s > s) s = c->d2h_s;
     c->step_s = s;

@@ -94,6 +94,32 @@ static int test_params_cpu_optimizer_cpu(void) {
   return check_placement("param-cpu-opt-cpu", s, ZO_ARRAY_LEN(s));
 }
 
+/* engine.grad_slots = 1: each block's backward waits for the previous
+ * block's gradients to leave the one slot. The same bits, and a device plan
+ * smaller by exactly one block's fp32 gradients (the arena's rounding). */
+static int test_params_cpu_one_grad_slot(void) {
+  const char *s[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_param.device=cpu", "engine.grad_slots=1"};
+  struct zo_etest_run r;
+  const char *name = run_name("param-cpu-1-grad-slot");
+  int ret = zo_etest_train_same(load, fx.tmpdir, name, s, ZO_ARRAY_LEN(s), N_STEPS, &ref, "all-device", &r);
+  if (!r.params) return 1;
+  free(r.params);
+  struct zo_config cfg;
+  CHECK(load(&cfg, s, ZO_ARRAY_LEN(s) - 1) == 0);
+  struct zo_plan two;
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &two) == 0);
+  struct zo_tensor_table t;
+  CHECK(zo_model_build_table(&cfg.model.spec, &t) == 0);
+  const size_t slot = zo_arena_round(t.layer_numel * sizeof(float));
+  zo_tensor_table_free(&t);
+  zo_config_free(&cfg);
+  fprintf(stderr, "%s: device plan %zu with one gradient slot, %zu with two (slot %zu)\n", name,
+          r.plan.total[ZO_TIER_DEVICE], two.total[ZO_TIER_DEVICE], slot);
+  CHECK(two.total[ZO_TIER_DEVICE] - r.plan.total[ZO_TIER_DEVICE] == slot);
+  return ret;
+}
+
 static int test_optimizer_nvme_stage2(void) {
   if (!fx.have_nvme) return 77;
   const char *s[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
@@ -130,12 +156,12 @@ static int test_params_nvme(void) {
 }
 
 /* Chunks cut inside tensors, three ring buffers, activation checkpoints in
- * host memory. */
+ * host memory, one gradient slot. */
 static int test_params_nvme_small_chunks(void) {
   if (!fx.have_nvme) return 77;
   const char *s[] = {infinity[0], infinity[1], infinity[2], "zero_optimization.sub_group_size=700",
                      "zero_optimization.offload_param.buffer_count=3", "activation_checkpointing.enabled=true",
-                     "activation_checkpointing.cpu_checkpointing=true"};
+                     "activation_checkpointing.cpu_checkpointing=true", "engine.grad_slots=1"};
   return check_placement("param-nvme-chunks-700", s, ZO_ARRAY_LEN(s));
 }
 
@@ -362,6 +388,7 @@ int main(int argc, char **argv) {
       ZO_TEST(optimizer_nvme_stage2),
       ZO_TEST(optimizer_nvme_small_chunks),
       ZO_TEST(params_cpu_optimizer_cpu),
+      ZO_TEST(params_cpu_one_grad_slot),
       ZO_TEST(params_cpu_optimizer_nvme),
       ZO_TEST(params_nvme),
       ZO_TEST(params_nvme_small_chunks),

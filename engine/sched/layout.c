@@ -197,7 +197,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   /* grads_nvme: one buffer, each block's file I/O runs before the next copy
    * on the same stream. */
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard || pl->grads_nvme))
-    for (int g = 0; g < (pl->grads_nvme ? 1 : ZO_SCHED_GRAD_SLOTS); g++)
+    for (int g = 0; g < (pl->grads_nvme ? 1 : pl->grad_slots ? pl->grad_slots : ZO_SCHED_GRAD_SLOTS); g++)
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme)
     h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);

@@ -108,6 +108,9 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   memset(pl, 0, sizeof *pl);
   pl->optimizer = z->offload_optimizer.device;
   pl->grad_accum = cfg->grad_accum;
+  pl->grad_slots = cfg->engine.grad_slots ? cfg->engine.grad_slots : ZO_SCHED_GRAD_SLOTS; /* 0: a config not read from JSON */
+  if (pl->grad_slots < 1 || pl->grad_slots > ZO_SCHED_GRAD_SLOTS)
+    return zo_error(-EINVAL, "engine.grad_slots = %d: need 1 .. %d", pl->grad_slots, ZO_SCHED_GRAD_SLOTS);
   pl->nvme_buffers = z->offload_optimizer.buffer_count;
   pl->nvme_chunk = (size_t)z->sub_group_size;
   pl->nvme_block = cfg->aio.block_size;
@@ -212,7 +215,7 @@ struct zo_model_layout zo_placement_layout(const struct zo_placement *pl) {
       .master = pl->dtype != ZO_F32 && pl->optimizer == ZO_OFFLOAD_NONE,
       .training = true,
       .param_slots = pl->param_slots,
-      .grad_slots = pl->grads_on_host ? ZO_SCHED_GRAD_SLOTS : 0,
+      .grad_slots = pl->grads_on_host ? pl->grad_slots : 0,
       .grad_accum = !pl->grads_on_host && pl->grad_accum > 1,
       .optimizer = pl->optimizer == ZO_OFFLOAD_NONE && !pl->opt.eightbit,
       .ckpt_blocks = pl->ckpt_blocks,

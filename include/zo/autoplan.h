@@ -135,7 +135,7 @@ int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, 
 
 /* ---- the search ------------------------------------------------------------- */
 
-#define ZO_AUTOPLAN_MAX_SETS 12
+#define ZO_AUTOPLAN_MAX_SETS 14
 #define ZO_AUTOPLAN_SET_LEN 600 /* one "key=value", an nvme_path included */
 
 struct zo_autoplan_opts {

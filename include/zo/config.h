@@ -197,6 +197,8 @@ struct zo_config_engine {         /* "engine" */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
   enum zo_on_nonfinite on_nonfinite; /* default "stop" */
   enum zo_placement_mode placement; /* default "config" */
+  int grad_slots;                 /* device gradient slots when gradients go to the host,
+                                   * 1 .. ZO_SCHED_GRAD_SLOTS (default) */
   struct {                        /* "engine.trace": a timeline of some steps (zo/trace_file.h) */
     char *path;                   /* Chrome trace-event JSON file, "" = none */
     int first_step;               /* first traced step (of the run, 1-based), default 2 */

@@ -67,7 +67,10 @@
 extern "C" {
 #endif
 
-#define ZO_SCHED_GRAD_SLOTS 2 /* device gradient slots when gradients go to the host */
+#define ZO_SCHED_GRAD_SLOTS 2 /* device gradient slots when gradients go to the host, at most
+                               * (engine.grad_slots: 1 saves a block's fp32 gradients of device
+                               * memory; each block's backward then waits for the previous
+                               * block's gradients to be copied out) */
 
 /* The memory tiers: the device arena(s), the host pool, the NVMe files. */
 enum zo_tier { ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_TIER_NVME, ZO_N_TIERS };
@@ -100,6 +103,8 @@ struct zo_placement {
                          * NVMe and gradients on the host, one rank; always with param_nvme):
                          * read-modify-written per micro-batch through one block of host
                          * staging, read by the optimizer's chunk pipeline */
+  int grad_slots;       /* grads_on_host: device gradient slots, 1 .. ZO_SCHED_GRAD_SLOTS
+                         * (engine.grad_slots) */
   int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
   int nvme_buffers;     /* staging buffer sets of the NVMe tier (>= 2) */
   size_t nvme_chunk;    /* elements per NVMe chunk at most (sub_group_size; chunks
