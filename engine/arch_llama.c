@@ -69,6 +69,7 @@ static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor
   char name[ZO_TENSOR_NAME_MAX];
   zo_arch_table_add(t, &off, "model.embed_tokens.weight", -1, cfg->padded_vocab_size, C);
   t->head_tensors = 1;
+  t->embed_alone = !cfg->tie_embeddings;
   t->block_tensors = N_BLOCK;
   for (int l = 0; l < L; l++) {
     t->layer_offset[l] = off;
@@ -173,6 +174,10 @@ static void llama_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s
   /* The residual stream's gradient is not read after this. */
   zo_arch_dropout(m, m->scratch[S_DRESIDUAL], m->scratch[S_DRESIDUAL], (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED,
                   -1, s);
+  if (m->layout.embed_grads_host) { /* summed on the host by the hooks */
+    m->embed_dout = m->scratch[S_DRESIDUAL];
+    return;
+  }
   m->backend->encoder_backward(m->gv[EMBED], NULL, m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
                                m->dtype, s);
 }

@@ -157,7 +157,8 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   }
   if (training && lo->master) m->master = carve(c, n_params * f, "master weights", ZO_MEM_MASTER);
   if (training) {
-    m->grads = carve(c, (lo->grad_slots ? resident : n_params) * f, "gradients", ZO_MEM_GRADS);
+    const size_t res_g = resident - (zo_model_embed_grads_host(t, lo) ? t->layer_offset[0] : 0);
+    m->grads = carve(c, (lo->grad_slots ? res_g : n_params) * f, "gradients", ZO_MEM_GRADS);
     if (lo->grad_accum) m->grads_acc = carve(c, n_params * f, "gradient accumulator", ZO_MEM_GRADS);
     for (int k = 0; k < lo->grad_slots; k++) {
       float *p = carve(c, t->layer_numel * f, "gradient slot", ZO_MEM_BUFFERS);
@@ -272,12 +273,19 @@ static void resident_views(const struct zo_model *m, void **views, void *head, v
   for (int i = 0; i < t->n_tensors; i++) {
     const struct zo_tensor_info *ti = &t->tensors[i];
     if (ti->layer >= 0) continue;
-    views[i] = ti->offset < m->head_numel ? (char *)head + ti->offset * e : (char *)tail + (ti->offset - tail_off) * e;
+    if (ti->offset < m->head_numel)
+      views[i] = head ? (char *)head + ti->offset * e : NULL;
+    else
+      views[i] = (char *)tail + (ti->offset - tail_off) * e;
   }
 }
 
 void zo_model_bind_resident_grads(struct zo_model *m, float *head, float *tail) {
   resident_views(m, (void **)m->gv, head, tail, sizeof(float));
+}
+
+size_t zo_model_grads_numel(const struct zo_model *m) {
+  return m->layout.grad_slots ? m->res_ghead + m->tail_numel : m->table.numel;
 }
 
 /* ---- init and free ---------------------------------------------------------------- */
@@ -329,6 +337,8 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   const int L = cfg.n_layer, NT = m->table.n_tensors;
   m->head_numel = m->table.layer_offset[0];
   m->tail_numel = m->table.numel - m->head_numel - (size_t)L * m->table.layer_numel;
+  m->layout.embed_grads_host = zo_model_embed_grads_host(&m->table, &m->layout);
+  m->res_ghead = m->layout.embed_grads_host ? 0 : m->head_numel;
   m->acts = calloc((size_t)L, sizeof *m->acts);
   void **act_store = calloc((size_t)L * ZO_MODEL_MAX_BUFS, sizeof *act_store);
   m->pv = calloc((size_t)NT, sizeof *m->pv);
@@ -358,8 +368,9 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   if (backend->memset_async(m->params, 0, n_par * m->esize, NULL)) goto out_free;
   if (m->master && backend->memset_async(m->master, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
   if (training) {
-    const size_t n_grad = gslots ? m->head_numel + m->tail_numel : m->table.numel;
-    zo_model_bind_resident_grads(m, m->grads, m->grads + (gslots ? m->head_numel : tail_off));
+    const size_t n_grad = zo_model_grads_numel(m);
+    zo_model_bind_resident_grads(m, m->res_ghead || !gslots ? m->grads : NULL,
+                                 m->grads + (gslots ? m->res_ghead : tail_off));
     if (!gslots)
       for (int l = 0; l < L; l++) block_views(&m->table, (void **)m->gv, m->grads, 0, sizeof(float), l);
     if (backend->memset_async(m->grads, 0, n_grad * sizeof(float), NULL)) goto out_free;
@@ -583,8 +594,7 @@ void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int
 
 void zo_model_zero_grad(struct zo_model *m, zo_stream_t s) {
   ZO_ASSERT(m->training);
-  const size_t n = m->layout.grad_slots ? m->head_numel + m->tail_numel : m->table.numel;
-  ZO_ASSERT(m->backend->memset_async(m->grads, 0, n * sizeof(float), s) == 0);
+  ZO_ASSERT(m->backend->memset_async(m->grads, 0, zo_model_grads_numel(m) * sizeof(float), s) == 0);
 }
 
 void zo_model_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_t s) {

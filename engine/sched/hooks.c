@@ -6,6 +6,8 @@
  * order them; nothing here blocks the caller. */
 #include "internal.h"
 
+#include "zo/cpu.h"
+
 /* ---- parameter slots ----------------------------------------------------- */
 
 /* Block l resident in slot l % K, loading it on the H2D stream if needed. */
@@ -67,6 +69,60 @@ void acc_fn(void *arg) {
 #pragma omp parallel for simd schedule(static) if (a->n >= ((size_t)1 << 16))
   for (size_t i = 0; i < a->n; i++) d[i] = d[i] + x[i];
   atomic_fetch_add(&a->s->acc_ns, ns_since(t0));
+}
+
+/* The embedding's gradient of one micro-batch, from d(embedding output) and
+ * the tokens: rows summed per distinct token in emb_stage by the CPU
+ * backend's own encoder backward (the same additions in the same order as
+ * on the device), then each row added to the accumulator (zeroed first in
+ * the step's first micro-batch): the bits of the device's scatter and
+ * copy or staged add. */
+void emb_fn(void *arg) {
+  const struct emb_task *a = arg;
+  struct zo_sched *s = a->s;
+  const double t0 = zo_time_s();
+  const size_t C = (size_t)s->m->cfg.n_embd, BT = (size_t)s->B * (size_t)s->T, nh = s->m->head_numel;
+  const int32_t *tok = s->h.in[a->b];
+  float *acc = grads_at(s, 0);
+  if (a->first) {
+    const size_t piece = (size_t)1 << 20;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nh; i += piece) memset(acc + i, 0, (nh - i < piece ? nh - i : piece) * sizeof(float));
+  }
+  int32_t n = 0;
+  for (size_t i = 0; i < BT; i++) {
+    const int32_t v = tok[i];
+    ZO_ASSERT(v >= 0 && (size_t)v * C < nh);
+    if (s->h.emb_row[v] < 0) {
+      s->h.emb_row[v] = n;
+      s->h.emb_uniq[n++] = v;
+    }
+    s->h.emb_map[i] = s->h.emb_row[v];
+  }
+  memset(s->h.emb_stage, 0, (size_t)n * C * sizeof(float));
+  zo_cpu_encoder_backward(s->h.emb_stage, NULL, s->h.emb_dout, s->h.emb_map, s->B, s->T, (int)C, s->m->dtype);
+#pragma omp parallel for schedule(static)
+  for (int32_t j = 0; j < n; j++) {
+    float *restrict d = acc + (size_t)s->h.emb_uniq[j] * C;
+    const float *restrict x = s->h.emb_stage + (size_t)j * C;
+#pragma omp simd
+    for (size_t c = 0; c < C; c++) d[c] = d[c] + x[c];
+  }
+  for (int32_t j = 0; j < n; j++) s->h.emb_row[s->h.emb_uniq[j]] = -1;
+  atomic_fetch_add(&s->acc_ns, ns_since(t0));
+}
+
+/* d(embedding output) to the host and its sum there (d2h stream, after the
+ * waits of the resident ranges); the token buffer is free after it. */
+static void emb_grads_out(struct zo_sched *s, struct zo_model *m) {
+  const size_t nb = (size_t)s->B * (size_t)s->T * (size_t)m->cfg.n_embd * m->esize;
+  struct emb_task *a = &s->emb_tasks[s->batch_buf];
+  a->first = s->k == 0;
+  zo_trace_next("grads out", s->L, nb, 0);
+  CHECK_Q(s->be->memcpy_async(s->h.emb_dout, m->embed_dout, nb, ZO_COPY_D2H, s->d2h));
+  zo_trace_next("embedding grads", s->L, m->head_numel * sizeof(float), m->head_numel);
+  CHECK_Q(s->be->launch_host_func(s->d2h, emb_fn, a));
+  CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->d2h));
 }
 
 /* Copies device gradients [src, +n) of host range off to the host: straight
@@ -152,7 +208,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
   if (l == L) {
     if (s->pl.grads_on_host) {
       CHECK_Q(be->stream_wait_event(cs, s->res_free));
-      CHECK_Q(be->memset_async(m->grads, 0, (m->head_numel + m->tail_numel) * sizeof(float), cs));
+      CHECK_Q(be->memset_async(m->grads, 0, zo_model_grads_numel(m) * sizeof(float), cs));
     } else {
       float *target = s->k == 0 ? s->acc : s->micro;
       zo_model_bind_resident_grads(m, target, target + unit_range(s->t, s->U - 1).off);
@@ -221,6 +277,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
     }
     if (s->overlap) {
+      ZO_ASSERT(m->res_ghead == head.numel); /* over ranks the embedding's gradient is reduced whole */
       grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->reduce_tasks[L]);
       grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->reduce_tasks[L + 1]);
       CHECK_Q(be->event_record(s->res_free, s->d2h));
@@ -230,11 +287,12 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }
+    if (m->res_ghead == 0) emb_grads_out(s, m);
     if (s->pl.grads_nvme && (s->k > 0 || s->sharded)) {
       grads_out_resident_pieces(s);
     } else {
-      grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
-      grads_out(s, m->grads + head.numel, tail.off, tail.numel,
+      if (m->res_ghead) grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
+      grads_out(s, m->grads + m->res_ghead, tail.off, tail.numel,
                 s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
     }
     CHECK_Q(be->event_record(s->res_free, s->d2h));

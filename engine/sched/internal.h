@@ -133,6 +133,12 @@ struct host_bufs {
                       * cpu_checkpointing */
   uint8_t *block_gather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
                       * owners, ZeRO-3 over ranks */
+  void *emb_dout;    /* (B*T, C) working dtype: d(embedding output) of a micro-batch, the
+                      * embedding's gradient summed on the host (m->res_ghead == 0) */
+  float *emb_stage;  /* (B*T, C) its rows summed per distinct token */
+  int32_t *emb_map;  /* (B*T) each position's row of emb_stage */
+  int32_t *emb_uniq; /* (B*T) the distinct tokens, in order of first position */
+  int32_t *emb_row;  /* (Vp) a token's row of emb_stage, -1 none (kept all -1 between uses) */
   uint8_t *st_stage; /* (st_bytes) state I/O staging: init, resume, saves,
                       * fresh states */
   size_t st_bytes;   /* zo_state_stage_bytes */
@@ -167,6 +173,14 @@ struct acc_task {
   float *dst;       /* (n) accumulated gradients in h.grads */
   const float *src; /* (n) one micro-batch's gradients, staged */
   size_t n;         /* elements */
+};
+
+/* The embedding's gradient of one micro-batch, summed on the host from
+ * h.emb_dout and the tokens of buffer b (emb_fn). */
+struct emb_task {
+  struct zo_sched *s;
+  int b;      /* token buffer h.in[b] */
+  bool first; /* the step's first micro-batch: the accumulator starts at zero */
 };
 
 /* A range of the table's gradients to reduce to its owners (reduce
@@ -313,6 +327,7 @@ struct zo_sched {
   zo_stream_t param_io;            /* param_nvme: parameter reads into the ring, else NULL */
   zo_event_t *ring_ready;          /* (n_slots) param_nvme: ring buffer k filled (param_io) */
   struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
+  struct emb_task emb_tasks[2];     /* (token buffers) emb_fn, embedding gradient on the host */
   struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
   struct zo_nvme_req *gio_req;     /* (2, gio_max) grads_nvme: a block's chunk writes, then its reads */
   int gio_max;                     /* the most chunks of a block */
@@ -501,6 +516,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
 /* hooks.c: the model's block hooks */
 void slots_invalidate(struct zo_sched *s);
 void acc_fn(void *arg);
+void emb_fn(void *arg);
 void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 

@@ -212,6 +212,15 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
+  const struct zo_model_layout lo = zo_placement_layout(pl);
+  if (zo_model_embed_grads_host(t, &lo)) { /* the embedding's gradient summed here */
+    const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
+    h->emb_dout = hcarve(c, BT * C * e, "embedding gradient (d output)", ZO_MEM_BUFFERS);
+    h->emb_stage = hcarve(c, BT * C * f, "embedding gradient (rows)", ZO_MEM_BUFFERS);
+    h->emb_map = hcarve(c, BT * sizeof(int32_t), "embedding gradient (map)", ZO_MEM_BUFFERS);
+    h->emb_uniq = hcarve(c, BT * sizeof(int32_t), "embedding gradient (tokens)", ZO_MEM_BUFFERS);
+    h->emb_row = hcarve(c, Vp * sizeof(int32_t), "embedding gradient (rows of tokens)", ZO_MEM_BUFFERS);
+  }
   if (pl->ckpt_blocks && pl->ckpt_cpu) {
     const size_t C = (size_t)t->tensors[0].shape[1]; /* wte (Vp, C) */
     h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * e, "activation checkpoints",

@@ -161,6 +161,9 @@ static int init_streams(struct zo_sched *s) {
     s->reduce_tasks[s->L].src = s->h.stage_res;
     s->reduce_tasks[s->L + 1].src = s->h.stage_res + head.numel;
   }
+  for (int b = 0; b < 2; b++) s->emb_tasks[b] = (struct emb_task){s, b, false};
+  if (s->h.emb_row)
+    for (int v = 0; v < s->t->tensors[0].shape[0]; v++) s->h.emb_row[v] = -1;
   const bool whole = s->h.grads && !s->overlap && !s->pl.grads_nvme; /* h.grads holds every block's */
   for (int l = 0; l < s->L; l++)
     s->acc_tasks[l] = (struct acc_task){s, whole ? s->h.grads + s->t->layer_offset[l] : NULL,
@@ -373,7 +376,9 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
                           ? (float)s->loss_scale / (float)s->step_targets
                           : (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
   zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->compute);
-  CHECK_Q(s->be->event_record(s->in_free[b], s->compute));
+  /* The embedding's gradient summed on the host reads the tokens after the
+   * backward: the hooks record in_free then (emb_grads_out). */
+  if (s->m->res_ghead) CHECK_Q(s->be->event_record(s->in_free[b], s->compute));
   CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
                               ZO_COPY_D2H, s->compute));
   zo_model_backward(s->m, s->B, s->T, dloss, s->compute);

@@ -136,7 +136,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
      * every micro-batch), each on its own stream as in a step. */
     const size_t nb = s->t->numel * sizeof(float), e = s->m->esize;
     CHECK_Q(s->be->memcpy_async(s->overlap ? s->h.stage_res : s->h.grads, s->acc ? s->acc : s->m->grads,
-                                s->pl.grads_on_host ? (s->m->head_numel + s->m->tail_numel) * sizeof(float) : nb,
+                                s->pl.grads_on_host ? zo_model_grads_numel(s->m) * sizeof(float) : nb,
                                 ZO_COPY_D2H, s->d2h));
     for (int u = 0; u < s->U; u++) {
       const struct range r = unit_range(s->t, u);

@@ -272,9 +272,11 @@ void grads_out_resident_pieces(struct zo_sched *s) {
   for (int i = 0; i < s->n_res_pieces; i++) {
     struct acc_task *a = &s->res_pieces[i];
     const size_t off = (size_t)(a->dst - s->h.grads); /* into the resident layout: head, then tail */
-    ZO_ASSERT(off + a->n <= head + s->m->tail_numel);
+    ZO_ASSERT(off + a->n <= head + s->m->tail_numel && off + s->m->res_ghead >= head);
     zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
-    CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + off, a->n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    /* on the device without the head range when the embedding's gradient is summed on the host */
+    CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + (off + s->m->res_ghead - head), a->n * sizeof(float),
+                                ZO_COPY_D2H, s->d2h));
     if (s->sharded) { /* every micro-batch: summed onto the owners, who accumulate */
       zo_trace_next("reduce grads", s->L, a->n * sizeof(float), 0);
       CHECK_Q(s->be->launch_host_func(s->d2h, reduce_acc_fn, &s->res_reduce[i]));
@@ -338,7 +340,7 @@ int tier_open(struct zo_sched *s) {
   s->res_pieces = calloc((size_t)s->n_res_pieces, sizeof *s->res_pieces);
   if (!s->res_pieces) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
   int np = 0;
-  for (int r = 0; r < 2; r++) {
+  for (int r = s->m->res_ghead ? 0 : 1; r < 2; r++) { /* no head range: the embedding's gradient on the host */
     const size_t base = r ? head : 0, n = r ? tail : head;
     for (size_t a = 0; a < n; a += LN)
       s->res_pieces[np++] = (struct acc_task){s, s->h.grads + base + a, s->h.stage[0], n - a < LN ? n - a : LN};

@@ -102,6 +102,10 @@ struct zo_model_layout {
                     * the resident ranges (head, tail) and K block slots */
   int grad_slots;  /* 0: a full gradient buffer; G > 0: resident ranges and
                     * G block gradient slots (gradients leave for the host) */
+  bool embed_grads_host; /* with grad_slots, when the table's embedding is alone
+                          * (zo_model_embed_grads_host): its gradient is not carved on
+                          * the device; the embedding's backward leaves d(embedding
+                          * output) in embed_dout for the hooks to sum on the host */
   bool grad_accum; /* a second full gradient buffer, the accumulator
                     * (gradient_accumulation_steps > 1 with grad_slots == 0) */
   bool optimizer;  /* AdamW m and v on the device (no optimizer offload) */
@@ -126,6 +130,11 @@ struct zo_model_layout {
 /* Workspaces a training model carves for the backend's op streams: the one
  * its passes run on (0) and the optimizer's (1). */
 #define ZO_MODEL_STREAM_WORKSPACES 2
+
+/* Whether layout lo keeps table t's embedding gradient off the device. */
+static inline bool zo_model_embed_grads_host(const struct zo_tensor_table *t, const struct zo_model_layout *lo) {
+  return lo->training && lo->embed_grads_host && lo->grad_slots > 0 && t->embed_alone;
+}
 
 /* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
  * padded vocabulary (50304) that is 333 rows of fp32. */
@@ -178,6 +187,10 @@ struct zo_model {
   size_t esize;                 /* bytes of one dtype element */
   size_t head_numel;            /* elements of the head range [0, layer_offset[0]) */
   size_t tail_numel;            /* elements of the tail range after the last block */
+  size_t res_ghead;             /* the head range's gradient elements on the device: head_numel,
+                                 * or 0 (zo_model_embed_grads_host) */
+  void *embed_dout;             /* zo_model_embed_grads_host: d(embedding output) (B, T, C),
+                                 * working dtype, complete after the embedding's backward */
   /* params: device (table.numel), or with param_slots the resident ranges
    * only, (head_numel + tail_numel): head then tail. grads likewise with
    * grad_slots. */
@@ -294,9 +307,13 @@ void zo_model_stream_workspace(struct zo_model *m, int k, zo_stream_t stream);
  * params_base (device, layer_numel elements of the working dtype) and its
  * gradient views at grads_base (fp32); NULL leaves a view as it is. */
 void zo_model_bind_block(struct zo_model *m, int l, void *params_base, float *grads_base);
-/* Points the resident gradient views at head (head_numel elements) and tail
- * (tail_numel elements). */
+/* Points the resident gradient views at head (head_numel elements; NULL:
+ * none, the embedding's gradient summed on the host) and tail (tail_numel
+ * elements). */
 void zo_model_bind_resident_grads(struct zo_model *m, float *head, float *tail);
+/* Elements of m->grads: the whole table, or with gradient slots the
+ * resident ranges' on the device (res_ghead + tail_numel). */
+size_t zo_model_grads_numel(const struct zo_model *m);
 
 /* Host <-> device parameter copies (synchronous), full layouts only: host
  * params are fp32 (table.numel); upload rounds them to the working dtype (and

@@ -38,6 +38,9 @@ struct zo_tensor_table {
   size_t *layer_offset;           /* (n_layer) first element of block l */
   size_t layer_numel;             /* elements of one block (all blocks equal) */
   int head_tensors;               /* tensors before block 0 (the embeddings) */
+  bool embed_alone;               /* the head range is the token embedding alone and only the
+                                   * lookup reads it (untied LM head): its gradient is a sum of
+                                   * rows of d(embedding output), which can be taken anywhere */
   int block_tensors;              /* tensors per block: block l's are
                                    * head_tensors + l * block_tensors + [0, block_tensors) */
 };
