@@ -166,7 +166,9 @@ static void llama_consts_fill(const struct zo_model_config *cfg, int which, floa
 }
 
 static void llama_embed_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
-  m->backend->encoder_forward(m->encoded, m->inputs, m->pv[EMBED], NULL, B, T, m->cfg.n_embd, m->dtype, s);
+  /* With the weights on the host the hooks gathered the rows into encoded. */
+  if (!m->layout.embed_params_host)
+    m->backend->encoder_forward(m->encoded, m->inputs, m->pv[EMBED], NULL, B, T, m->cfg.n_embd, m->dtype, s);
   zo_arch_dropout(m, m->encoded, m->encoded, (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED, -1, s);
 }
 

@@ -274,13 +274,14 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
 
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
   if (pl->param_slots) c->h2d_s += K * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
-  if (offloaded) c->h2d_s += (pl->param_slots ? resident : N) * e / r->h2d_bw;        /* updated parameters */
-  if (pl->grads_on_host) {
-    /* An untied embedding's gradient crosses as d(embedding output). */
-    const struct zo_model_layout lo = zo_placement_layout(pl);
-    const double emb = zo_model_embed_grads_host(&t, &lo) ? (double)t.layer_offset[0] * 4.0 - BT * C * e : 0.0;
-    c->d2h_s += K * (N * 4.0 - emb) / r->d2h_bw;
-  }
+  /* An untied embedding on the host: its rows cross per micro-batch instead
+   * of its update, its gradient as d(embedding output). */
+  const struct zo_model_layout lo = zo_placement_layout(pl);
+  const double emb = (double)t.layer_offset[0], rows = BT * C * e;
+  const bool emb_p = zo_model_embed_params_host(&t, &lo), emb_g = zo_model_embed_grads_host(&t, &lo);
+  if (offloaded)
+    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0)) / r->h2d_bw; /* updated parameters */
+  if (pl->grads_on_host) c->d2h_s += K * (N * 4.0 - (emb_g ? emb * 4.0 - rows : 0.0)) / r->d2h_bw;
   else if (offloaded) c->d2h_s += N * 4.0 / r->d2h_bw;
   if (pl->ckpt_blocks && pl->ckpt_cpu) {
     const double ckb = K * pl->ckpt_blocks * BT * C * e;

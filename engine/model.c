@@ -150,7 +150,8 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   const bool training = lo->training;
   const int n_ckpt = training ? lo->ckpt_blocks : 0;
   const bool on_host = n_ckpt > 0 && lo->ckpt_on_host;
-  m->params = carve(c, (lo->param_slots ? resident : n_params) * e, "parameters", ZO_MEM_PARAMS);
+  const size_t res_p = resident - (zo_model_embed_params_host(t, lo) ? t->layer_offset[0] : 0);
+  m->params = carve(c, (lo->param_slots ? res_p : n_params) * e, "parameters", ZO_MEM_PARAMS);
   for (int k = 0; k < lo->param_slots; k++) {
     void *p = carve(c, t->layer_numel * e, "parameter slot", ZO_MEM_BUFFERS);
     if (m->param_slots) m->param_slots[k] = p;
@@ -339,6 +340,8 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   m->tail_numel = m->table.numel - m->head_numel - (size_t)L * m->table.layer_numel;
   m->layout.embed_grads_host = zo_model_embed_grads_host(&m->table, &m->layout);
   m->res_ghead = m->layout.embed_grads_host ? 0 : m->head_numel;
+  m->layout.embed_params_host = zo_model_embed_params_host(&m->table, &m->layout);
+  m->res_phead = m->layout.embed_params_host ? 0 : m->head_numel;
   m->acts = calloc((size_t)L, sizeof *m->acts);
   void **act_store = calloc((size_t)L * ZO_MODEL_MAX_BUFS, sizeof *act_store);
   m->pv = calloc((size_t)NT, sizeof *m->pv);
@@ -360,9 +363,10 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   if (c.err) goto out_free;
 
   const bool pslots = m->layout.param_slots > 0, gslots = m->layout.grad_slots > 0;
-  const size_t n_par = pslots ? m->head_numel + m->tail_numel : m->table.numel;
+  const size_t n_par = pslots ? m->res_phead + m->tail_numel : m->table.numel;
   const size_t tail_off = m->table.numel - m->tail_numel;
-  resident_views(m, m->pv, m->params, zo_model_at(m, m->params, pslots ? m->head_numel : tail_off), m->esize);
+  resident_views(m, m->pv, m->res_phead || !pslots ? m->params : NULL,
+                 zo_model_at(m, m->params, pslots ? m->res_phead : tail_off), m->esize);
   if (!pslots)
     for (int l = 0; l < L; l++) block_views(&m->table, m->pv, m->params, 0, m->esize, l);
   if (backend->memset_async(m->params, 0, n_par * m->esize, NULL)) goto out_free;

@@ -58,6 +58,37 @@ void slots_invalidate(struct zo_sched *s) {
   for (int l = 0; l < s->n_slots; l++) slot_ensure(s, l);
 }
 
+/* ---- the embedding on the host -------------------------------------------- */
+
+/* Where the host keeps the embedding's working weights. */
+static const void *emb_weights(struct zo_sched *s) {
+  return s->h.emb_params ? s->h.emb_params : s->h.params ? host_params_at(s, 0) : (const void *)master_at(s, 0);
+}
+
+/* h2d stream: the micro-batch's rows by the CPU backend's own encoder
+ * forward (a copy per position, as on the device). */
+void emb_gather_fn(void *arg) {
+  const struct emb_gather_task *a = arg;
+  struct zo_sched *s = a->s;
+  zo_cpu_encoder_forward(s->h.emb_in, s->h.in[a->b], emb_weights(s), NULL, s->B, s->T, s->m->cfg.n_embd,
+                         s->m->dtype);
+}
+
+/* Before the embedding's forward: its rows into encoded, once encoded's
+ * last reader is done and the embedding's update is on the host. */
+static void emb_gather(struct zo_sched *s, struct zo_model *m, zo_stream_t cs) {
+  zo_backend_t be = s->be;
+  const size_t nb = (size_t)s->B * (size_t)s->T * (size_t)m->cfg.n_embd * m->esize;
+  CHECK_Q(be->event_record(s->emb_free, cs));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->emb_free));
+  CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[0]));
+  zo_trace_next("gather embedding", -1, nb, 0);
+  CHECK_Q(be->launch_host_func(s->h2d, emb_gather_fn, &s->emb_gather_tasks[s->batch_buf]));
+  CHECK_Q(be->memcpy_async(m->encoded, s->h.emb_in, nb, ZO_COPY_H2D, s->h2d));
+  CHECK_Q(be->event_record(s->emb_ready, s->h2d));
+  CHECK_Q(be->stream_wait_event(cs, s->emb_ready));
+}
+
 /* ---- gradients ----------------------------------------------------------- */
 
 void acc_fn(void *arg) {
@@ -194,7 +225,8 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
   }
   if (ph == ZO_MODEL_FORWARD) {
     if (l == ZO_MODEL_EMBED) {
-      CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
+      if (m->res_phead) CHECK_Q(be->stream_wait_event(cs, s->param_ready[0]));
+      else emb_gather(s, m, cs);
     } else if (l == L) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
     } else if (s->n_slots) {

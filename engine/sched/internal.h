@@ -133,6 +133,10 @@ struct host_bufs {
                       * cpu_checkpointing */
   uint8_t *block_gather;  /* (param_slots, layer_numel) working dtype: blocks gathered from their
                       * owners, ZeRO-3 over ranks */
+  void *emb_in;      /* (B*T, C) working dtype: the embedding's rows of a micro-batch,
+                      * gathered on the host (m->res_phead == 0) */
+  void *emb_params;  /* (Vp, C) working dtype: the embedding's weights when no host working
+                      * copy holds them (param_nvme, m->res_phead == 0) */
   void *emb_dout;    /* (B*T, C) working dtype: d(embedding output) of a micro-batch, the
                       * embedding's gradient summed on the host (m->res_ghead == 0) */
   float *emb_stage;  /* (B*T, C) its rows summed per distinct token */
@@ -181,6 +185,13 @@ struct emb_task {
   struct zo_sched *s;
   int b;      /* token buffer h.in[b] */
   bool first; /* the step's first micro-batch: the accumulator starts at zero */
+};
+
+/* The embedding's rows of one micro-batch gathered on the host
+ * (emb_gather_fn) from the tokens of buffer b. */
+struct emb_gather_task {
+  struct zo_sched *s;
+  int b;
 };
 
 /* A range of the table's gradients to reduce to its owners (reduce
@@ -327,6 +338,8 @@ struct zo_sched {
   zo_stream_t param_io;            /* param_nvme: parameter reads into the ring, else NULL */
   zo_event_t *ring_ready;          /* (n_slots) param_nvme: ring buffer k filled (param_io) */
   struct task *pread_tasks;        /* (L) param_read_fn of block l (index) */
+  struct emb_gather_task emb_gather_tasks[2]; /* (token buffers) emb_gather_fn */
+  zo_event_t emb_free, emb_ready;  /* encoded's last reader done (compute); rows copied in (h2d) */
   struct emb_task emb_tasks[2];     /* (token buffers) emb_fn, embedding gradient on the host */
   struct gio_task *gio_tasks;      /* (grad_accum, L) grads_nvme_fn */
   struct zo_nvme_req *gio_req;     /* (2, gio_max) grads_nvme: a block's chunk writes, then its reads */
@@ -429,8 +442,8 @@ static inline uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0
  * living in slots). */
 static inline void *dev_unit_params(struct zo_sched *s, int u) {
   if (!s->n_slots) return zo_model_at(s->m, s->m->params, unit_range(s->t, u).off);
-  if (u == 0) return s->m->params;
-  if (u == s->U - 1) return zo_model_at(s->m, s->m->params, s->m->head_numel);
+  if (u == 0) return s->m->res_phead ? s->m->params : NULL; /* NULL: the embedding on the host */
+  if (u == s->U - 1) return zo_model_at(s->m, s->m->params, s->m->res_phead);
   return NULL;
 }
 
@@ -517,6 +530,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
 void slots_invalidate(struct zo_sched *s);
 void acc_fn(void *arg);
 void emb_fn(void *arg);
+void emb_gather_fn(void *arg);
 void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 

@@ -213,6 +213,11 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
   const struct zo_model_layout lo = zo_placement_layout(pl);
+  if (zo_model_embed_params_host(t, &lo)) { /* the embedding's rows gathered here */
+    const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
+    h->emb_in = hcarve(c, BT * C * e, "embedding rows", ZO_MEM_BUFFERS);
+    if (pl->param_nvme) h->emb_params = hcarve(c, Vp * C * e, "parameters (embedding)", ZO_MEM_PARAMS);
+  }
   if (zo_model_embed_grads_host(t, &lo)) { /* the embedding's gradient summed here */
     const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
     h->emb_dout = hcarve(c, BT * C * e, "embedding gradient (d output)", ZO_MEM_BUFFERS);

@@ -175,6 +175,8 @@ void nv_update_fn(void *arg) {
     piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), g,
                  (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel, work);
   }
+  if (c->unit == 0 && s->h.emb_params) /* the embedding's rows are gathered on the host */
+    memcpy((uint8_t *)s->h.emb_params + c->off * e, mixed ? b->work : (void *)master, c->numel * e);
   if (s->pl.param_nvme) {
     /* A block kept in host memory (max_in_cpu) gets its rounded working
      * parameters here; the others go to the parameter file in nv_write_fn. */

@@ -143,7 +143,8 @@ static int init_streams(struct zo_sched *s) {
       (err = be->event_create(&s->losses_ready)) || (err = be->event_create(&s->gather_wait)) ||
       (err = be->event_create(&s->gather_done)) || (err = events_create(be, s->ck_saved, NCK)) ||
       (err = be->event_create(&s->ck_out)) || (err = events_create(be, s->ck_free, 2)) ||
-      (err = events_create(be, s->ck_ready, 2)))
+      (err = events_create(be, s->ck_ready, 2)) || (err = be->event_create(&s->emb_free)) ||
+      (err = be->event_create(&s->emb_ready)))
     return err;
   /* The op streams' scratch (CUDA's cuBLASLt workspaces) is in the device plan. */
   zo_model_stream_workspace(s->m, 0, s->compute);
@@ -161,7 +162,10 @@ static int init_streams(struct zo_sched *s) {
     s->reduce_tasks[s->L].src = s->h.stage_res;
     s->reduce_tasks[s->L + 1].src = s->h.stage_res + head.numel;
   }
-  for (int b = 0; b < 2; b++) s->emb_tasks[b] = (struct emb_task){s, b, false};
+  for (int b = 0; b < 2; b++) {
+    s->emb_tasks[b] = (struct emb_task){s, b, false};
+    s->emb_gather_tasks[b] = (struct emb_gather_task){s, b};
+  }
   if (s->h.emb_row)
     for (int v = 0; v < s->t->tensors[0].shape[0]; v++) s->h.emb_row[v] = -1;
   const bool whole = s->h.grads && !s->overlap && !s->pl.grads_nvme; /* h.grads holds every block's */
@@ -285,8 +289,9 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, s->in_free, 2);
     events_destroy(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS);
     events_destroy(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS);
-    zo_event_t single[] = {s->res_ready, s->res_free, s->grads_done, s->grads_ready, s->norm_done,
-                           s->losses_ready, s->gather_wait, s->gather_done, s->reduce_done, s->stage_res_free};
+    zo_event_t single[] = {s->res_ready,   s->res_free,    s->grads_done,  s->grads_ready,    s->norm_done,
+                           s->losses_ready, s->gather_wait, s->gather_done, s->reduce_done,    s->stage_res_free,
+                           s->emb_free,     s->emb_ready};
     events_destroy(be, single, (int)(sizeof single / sizeof single[0]));
     events_destroy(be, s->chunk_done, s->n_chunks);
     events_destroy(be, s->chunk_h2d, s->n_chunks);

@@ -257,7 +257,9 @@ static int working_copies_sync(struct zo_sched *s) {
         work = s->nvb[0].work;
       }
       uint8_t *dev = dev_unit_params(s, c->unit);
-      if (s->pl.param_nvme && !dev) err = tier_write_params(s, j, work);
+      if (c->unit == 0 && s->h.emb_params) /* the embedding on the host, no working copy there */
+        memcpy((uint8_t *)s->h.emb_params + c->off * e, work, c->numel * e);
+      else if (s->pl.param_nvme && !dev) err = tier_write_params(s, j, work);
       else if (dev && !after)
         err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e, work, c->numel * e, ZO_COPY_H2D);
     }

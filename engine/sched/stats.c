@@ -152,7 +152,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
         for (int k = 0; k < s->pl.grad_accum; k++)
           CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
-      if (!dev)
+      if (!dev && u > 0 && u < s->U - 1) /* a block (unit 0 without a device copy: the embedding on the host) */
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
           CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? block_gather_buf(s, 0) : host_params_at(s, r.off),
                                       r.numel * e, ZO_COPY_H2D, s->h2d));

@@ -23,9 +23,11 @@ double zo_cpu_sumsq(const float *x, size_t n);
  * conversions of the engine (uploads, checkpoints, sampling) are the same
  * rounding as every op's. */
 void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype src_dt, size_t n);
-/* The CPU backend's encoder_backward, now, on host memory: the scheduler
- * sums an untied embedding's gradient on the host with the device's
- * additions in the device's order. */
+/* The CPU backend's encoder_forward and encoder_backward, now, on host
+ * memory: the scheduler gathers an untied embedding's rows and sums its
+ * gradient on the host, as the device's ops do. */
+void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
+                            int T, int C, enum zo_dtype dt);
 void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
                              int T, int C, enum zo_dtype dt);
 

@@ -102,6 +102,10 @@ struct zo_model_layout {
                     * the resident ranges (head, tail) and K block slots */
   int grad_slots;  /* 0: a full gradient buffer; G > 0: resident ranges and
                     * G block gradient slots (gradients leave for the host) */
+  bool embed_params_host; /* training with param_slots, when the table's embedding is
+                           * alone (zo_model_embed_params_host): its weights are not
+                           * carved on the device; the hooks gather the micro-batch's
+                           * rows on the host into encoded before the embedding runs */
   bool embed_grads_host; /* with grad_slots, when the table's embedding is alone
                           * (zo_model_embed_grads_host): its gradient is not carved on
                           * the device; the embedding's backward leaves d(embedding
@@ -134,6 +138,11 @@ struct zo_model_layout {
 /* Whether layout lo keeps table t's embedding gradient off the device. */
 static inline bool zo_model_embed_grads_host(const struct zo_tensor_table *t, const struct zo_model_layout *lo) {
   return lo->training && lo->embed_grads_host && lo->grad_slots > 0 && t->embed_alone;
+}
+
+/* Whether layout lo keeps table t's embedding weights off the device. */
+static inline bool zo_model_embed_params_host(const struct zo_tensor_table *t, const struct zo_model_layout *lo) {
+  return lo->training && lo->embed_params_host && lo->param_slots > 0 && t->embed_alone;
 }
 
 /* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
@@ -187,6 +196,8 @@ struct zo_model {
   size_t esize;                 /* bytes of one dtype element */
   size_t head_numel;            /* elements of the head range [0, layer_offset[0]) */
   size_t tail_numel;            /* elements of the tail range after the last block */
+  size_t res_phead;             /* the head range's parameter elements on the device: head_numel,
+                                 * or 0 (zo_model_embed_params_host) */
   size_t res_ghead;             /* the head range's gradient elements on the device: head_numel,
                                  * or 0 (zo_model_embed_grads_host) */
   void *embed_dout;             /* zo_model_embed_grads_host: d(embedding output) (B, T, C),

@@ -8,8 +8,6 @@
 #include "zo/cpu.h" /* the direct entry points defined here */
 
 /* ---- ops: same contracts as the zo_backend fields of the same name ------- */
-void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
-                            int T, int C, enum zo_dtype dt);
 void zo_cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const void *weight, const void *bias, int N, int C, enum zo_dtype dt);
 void zo_cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
