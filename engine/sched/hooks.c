@@ -325,7 +325,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
     } else {
       if (m->res_ghead) grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
       grads_out(s, m->grads + m->res_ghead, tail.off, tail.numel,
-                s->h.stage_res ? s->h.stage_res + head.numel : NULL, &s->acc_tasks[L + 1]);
+                s->h.stage_res ? s->h.stage_res + m->res_ghead : NULL, &s->acc_tasks[L + 1]);
     }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
     if (s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_drain_fn, s));

@@ -199,8 +199,12 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard || pl->grads_nvme))
     for (int g = 0; g < (pl->grads_nvme ? 1 : pl->grad_slots ? pl->grad_slots : ZO_SCHED_GRAD_SLOTS); g++)
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
-  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme)
-    h->stage_res = hcarve(c, resident * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
+  const struct zo_model_layout lo = zo_placement_layout(pl);
+  if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme) {
+    /* without the embedding when its gradient is summed on the host */
+    const size_t res_g = resident - (zo_model_embed_grads_host(t, &lo) ? t->layer_offset[0] : 0);
+    h->stage_res = hcarve(c, res_g * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
+  }
   if (pl->grads_nvme) h->gio = hcarve(c, cp.block_gbytes, "gradient I/O", ZO_MEM_BUFFERS);
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     size_t mper, sper, wper;
@@ -212,7 +216,6 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     h->tg[b] = hcarve(c, BT * sizeof(int32_t), "target tokens", ZO_MEM_ACTIVATIONS);
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
-  const struct zo_model_layout lo = zo_placement_layout(pl);
   if (zo_model_embed_params_host(t, &lo)) { /* the embedding's rows gathered here */
     const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
     h->emb_in = hcarve(c, BT * C * e, "embedding rows", ZO_MEM_BUFFERS);

@@ -173,9 +173,10 @@ static int init_streams(struct zo_sched *s) {
     s->acc_tasks[l] = (struct acc_task){s, whole ? s->h.grads + s->t->layer_offset[l] : NULL,
                                         s->h.stage[l % s->n_gslots], s->t->layer_numel};
   if (s->h.grads && !s->overlap) {
-    s->acc_tasks[s->L] = (struct acc_task){s, grads_at(s, head.off), s->h.stage_res, head.numel};
+    /* the staging holds the head range only when its gradient comes from the device */
+    s->acc_tasks[s->L] = (struct acc_task){s, grads_at(s, head.off), s->m->res_ghead ? s->h.stage_res : NULL, head.numel};
     s->acc_tasks[s->L + 1] = (struct acc_task){
-        s, grads_at(s, tail.off), s->h.stage_res ? s->h.stage_res + head.numel : NULL, tail.numel};
+        s, grads_at(s, tail.off), s->h.stage_res ? s->h.stage_res + s->m->res_ghead : NULL, tail.numel};
   }
   return 0;
 }
