@@ -142,6 +142,7 @@ static int test_defaults(void) {
   EXPECT(c.data.seq_len == 1024 && c.data.shuffle);
   EXPECT(c.engine.device == ZO_DEVICE_AUTO && c.engine.gpu_memory_budget == 0);
   EXPECT(c.engine.host_memory_budget == 0 && c.engine.threads == 0 && c.engine.seed == 1337);
+  EXPECT(c.engine.grad_slots == 2);
   EXPECT(c.log.every == 10 && streq(c.log.metrics_path, ""));
   EXPECT(streq(c.checkpoint.dir, "") && c.checkpoint.every == 0 && c.checkpoint.keep == 3);
   zo_config_free(&c);
@@ -312,6 +313,10 @@ static const struct bad_case bad_cases[] = {
   /* out of range */
   {"range-threads", "{\"engine\": {\"threads\": -3}}", {0}, -EINVAL,
    "engine.threads = -3: must be an integer >= 0", false},
+  {"range-grad-slots", "{\"engine\": {\"grad_slots\": 3}}", {0}, -EINVAL,
+   "engine.grad_slots = 3: must be an integer in [1, 2]", false},
+  {"range-grad-slots-zero", "{\"engine\": {\"grad_slots\": 0}}", {0}, -EINVAL,
+   "engine.grad_slots = 0: must be an integer in [1, 2]", false},
   {"range-stage", "{\"zero_optimization\": {\"stage\": 4}}", {0}, -EINVAL,
    "zero_optimization.stage = 4: must be an integer in [0, 3]", false},
   {"range-lr-zero", "{\"optimizer\": {\"params\": {\"lr\": 0}}}", {0}, -EINVAL,
