@@ -258,7 +258,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
     if (l > 0) ck_load(s, m, l - 1);
   }
   if (s->pl.grads_on_host) {
-    const int g = l % s->n_gslots;
+    const int g = l % s->pl.grad_slots;
     CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
     CHECK_Q(be->memset_async(m->grad_slots[g], 0, s->t->layer_numel * sizeof(float), cs));
     zo_model_bind_block(m, l, NULL, m->grad_slots[g]);
@@ -280,7 +280,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
   if (ph == ZO_MODEL_FORWARD) return;
   const bool last = s->k == s->pl.grad_accum - 1;
   if (l >= 0 && l < L && s->pl.grads_on_host) {
-    const int g = l % s->n_gslots;
+    const int g = l % s->pl.grad_slots;
     CHECK_Q(be->event_record(s->gslot_ready[g], cs));
     CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
     if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));

@@ -285,7 +285,6 @@ struct zo_sched {
   zo_event_t *slot_free;           /* (n_slots, at least 1) slot's block done with on compute */
   zo_event_t *slot_ready;          /* (n_slots, at least 1) slot loaded (h2d) */
   int *slot_owner;                 /* (n_slots, at least 1) block in the slot, -1 none or stale */
-  int n_gslots;                    /* device gradient slots in use (grads_on_host), block l in l % n_gslots */
   zo_event_t gslot_ready[ZO_SCHED_GRAD_SLOTS]; /* gradient slot's block backward done (compute) */
   zo_event_t gslot_free[ZO_SCHED_GRAD_SLOTS];  /* gradient slot copied out (d2h) */
   zo_event_t res_ready;            /* resident ranges' gradients complete (compute) */

@@ -156,6 +156,7 @@ static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int 
 void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                         int T, struct host_carver *c, struct host_bufs *h) {
   const size_t f = sizeof(float), e = zo_dtype_size(pl->dtype), n = t->numel, BT = (size_t)B * (size_t)T;
+  const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1]; /* the embedding (Vp, C) */
   const size_t resident = n - (size_t)t->n_layer * t->layer_numel;
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE, mixed = pl->dtype != ZO_F32;
   /* A sharded optimizer keeps this rank's shard of master, m and v. */
@@ -197,7 +198,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   /* grads_nvme: one buffer, each block's file I/O runs before the next copy
    * on the same stream. */
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard || pl->grads_nvme))
-    for (int g = 0; g < (pl->grads_nvme ? 1 : pl->grad_slots ? pl->grad_slots : ZO_SCHED_GRAD_SLOTS); g++)
+    for (int g = 0; g < (pl->grads_nvme ? 1 : pl->grad_slots); g++)
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
   const struct zo_model_layout lo = zo_placement_layout(pl);
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme) {
@@ -217,12 +218,10 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   }
   h->losses = hcarve(c, (size_t)pl->grad_accum * BT * f, "losses", ZO_MEM_ACTIVATIONS);
   if (zo_model_embed_params_host(t, &lo)) { /* the embedding's rows gathered here */
-    const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
     h->emb_in = hcarve(c, BT * C * e, "embedding rows", ZO_MEM_BUFFERS);
     if (pl->param_nvme) h->emb_params = hcarve(c, Vp * C * e, "parameters (embedding)", ZO_MEM_PARAMS);
   }
   if (zo_model_embed_grads_host(t, &lo)) { /* the embedding's gradient summed here */
-    const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1];
     h->emb_dout = hcarve(c, BT * C * e, "embedding gradient (d output)", ZO_MEM_BUFFERS);
     h->emb_stage = hcarve(c, BT * C * f, "embedding gradient (rows)", ZO_MEM_BUFFERS);
     h->emb_map = hcarve(c, BT * sizeof(int32_t), "embedding gradient (map)", ZO_MEM_BUFFERS);
@@ -230,7 +229,6 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     h->emb_row = hcarve(c, Vp * sizeof(int32_t), "embedding gradient (rows of tokens)", ZO_MEM_BUFFERS);
   }
   if (pl->ckpt_blocks && pl->ckpt_cpu) {
-    const size_t C = (size_t)t->tensors[0].shape[1]; /* wte (Vp, C) */
     h->act_ckpt = hcarve(c, (size_t)pl->ckpt_blocks * BT * C * e, "activation checkpoints",
                          ZO_MEM_ACTIVATIONS);
   }

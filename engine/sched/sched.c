@@ -158,7 +158,7 @@ static int init_streams(struct zo_sched *s) {
   /* The gradient tasks' buffers, now that the pool is carved. */
   const struct range head = unit_range(s->t, 0), tail = unit_range(s->t, U - 1);
   if (s->overlap) {
-    for (int l = 0; l < s->L; l++) s->reduce_tasks[l].src = s->h.stage[l % s->n_gslots];
+    for (int l = 0; l < s->L; l++) s->reduce_tasks[l].src = s->h.stage[l % s->pl.grad_slots];
     s->reduce_tasks[s->L].src = s->h.stage_res;
     s->reduce_tasks[s->L + 1].src = s->h.stage_res + head.numel;
   }
@@ -171,7 +171,7 @@ static int init_streams(struct zo_sched *s) {
   const bool whole = s->h.grads && !s->overlap && !s->pl.grads_nvme; /* h.grads holds every block's */
   for (int l = 0; l < s->L; l++)
     s->acc_tasks[l] = (struct acc_task){s, whole ? s->h.grads + s->t->layer_offset[l] : NULL,
-                                        s->h.stage[l % s->n_gslots], s->t->layer_numel};
+                                        s->h.stage[l % s->pl.grad_slots], s->t->layer_numel};
   if (s->h.grads && !s->overlap) {
     /* the staging holds the head range only when its gradient comes from the device */
     s->acc_tasks[s->L] = (struct acc_task){s, grads_at(s, head.off), s->m->res_ghead ? s->h.stage_res : NULL, head.numel};
@@ -198,7 +198,6 @@ static int init_model(struct zo_sched *s, const struct zo_sched_config *c) {
   s->L = s->m->cfg.n_layer;
   s->U = s->L + 2;
   s->n_slots = s->pl.param_slots;
-  s->n_gslots = lo.grad_slots > 0 ? lo.grad_slots : ZO_SCHED_GRAD_SLOTS;
   s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
   s->micro = s->m->grads;
   s->sh = zo_placement_shard(&s->pl, s->t);

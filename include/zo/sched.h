@@ -103,7 +103,8 @@ struct zo_placement {
                          * NVMe and gradients on the host, one rank; always with param_nvme):
                          * read-modify-written per micro-batch through one block of host
                          * staging, read by the optimizer's chunk pipeline */
-  int grad_slots;       /* grads_on_host: device gradient slots, 1 .. ZO_SCHED_GRAD_SLOTS
+  int grad_slots;       /* device gradient slots when grads_on_host, 1 .. ZO_SCHED_GRAD_SLOTS (always
+                         * set by zo_placement_from_config; block l uses slot l % grad_slots)
                          * (engine.grad_slots) */
   int grad_accum;       /* micro-batches per step (gradient_accumulation_steps) */
   int nvme_buffers;     /* staging buffer sets of the NVMe tier (>= 2) */
