@@ -944,6 +944,12 @@ static int test_memory(void) {
   must(gpu->memset_async(D(&y), 0, 1000 * sizeof(float), gstream), "memset_async");
   memset(y.ref, 0, 1000 * sizeof(float));
   fail |= tb_check("memset", &y);
+  /* memcpy2d D2D: 20 rows of 7 floats, source rows 40 floats apart, destination
+   * rows 50 apart; the floats between rows keep their zeros. */
+  must(gpu->memcpy2d_async(D(&y), 50 * sizeof(float), D(&x), 40 * sizeof(float), 7 * sizeof(float), 20, gstream),
+       "memcpy2d_async");
+  for (size_t r = 0; r < 20; r++) memcpy((float *)y.ref + r * 50, (const float *)x.ref + r * 40, 7 * sizeof(float));
+  fail |= tb_check_exact("memcpy2d", &y);
   /* H2H through the backend. */
   float h1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, h2[8] = {0};
   must(gpu->memcpy_async(h2, h1, sizeof h1, ZO_COPY_H2H, NULL), "H2H");

@@ -1004,7 +1004,7 @@ static int test_backend_table(void) {
       (const void *)be->event_destroy,    (const void *)be->event_record,
       (const void *)be->stream_wait_event, (const void *)be->event_synchronize,
       (const void *)be->memcpy_async,     (const void *)be->memset_async,
-      (const void *)be->encoder_forward,  (const void *)be->encoder_backward,
+      (const void *)be->memcpy2d_async,   (const void *)be->encoder_forward,  (const void *)be->encoder_backward,
       (const void *)be->layernorm_forward, (const void *)be->layernorm_backward,
       (const void *)be->rmsnorm_forward,  (const void *)be->rmsnorm_backward,
       (const void *)be->rope_forward,     (const void *)be->rope_backward,
@@ -1056,9 +1056,22 @@ static int test_memory(void) {
   be->memcpy_async(p, src, 5000, ZO_COPY_H2D, stream);
   be->stream_synchronize(stream);
   fail |= memcmp(p, src, 5000) != 0 || ((unsigned char *)p)[5000] != 0;
+  if (fail) fprintf(stderr, "  memset_async/memcpy_async: wrong bytes\n");
+  /* 7 rows of 13 bytes, source rows 29 bytes apart, destination rows 40 apart:
+   * each row lands at its pitch, the 27 bytes between rows keep what was there. */
+  be->memset_async(p, 0x5a, 10000, stream);
+  err = be->memcpy2d_async(p, 40, src + 3, 29, 13, 7, stream);
+  be->stream_synchronize(stream);
+  int bad2d = err != 0;
+  for (size_t i = 0; i < 7 * 40 + 16; i++) {
+    size_t r = i / 40, c = i % 40;
+    unsigned char want = r < 7 && c < 13 ? src[3 + r * 29 + c] : 0x5a;
+    bad2d |= ((unsigned char *)p)[i] != want;
+  }
+  if (bad2d) fprintf(stderr, "  memcpy2d_async: wrong bytes (rc %d)\n", err);
+  fail |= bad2d;
   be->stream_destroy(stream);
   be->mem_free(p);
-  if (fail) fprintf(stderr, "  memset_async/memcpy_async: wrong bytes\n");
 
   void *huge = NULL;
   err = be->mem_alloc(&huge, SIZE_MAX / 2);

@@ -88,6 +88,11 @@ struct zo_backend {
                       zo_stream_t stream);
   /* Sets nbytes of device memory to byte value, ordered on stream. */
   int (*memset_async)(void *dst, int value, size_t nbytes, zo_stream_t stream);
+  /* Copies rows rows of width bytes, device to device, ordered on stream:
+   * row i from src + i * spitch to dst + i * dpitch (the LM head's vocabulary
+   * pieces in and out of the logits). Returns 0 or -errno. */
+  int (*memcpy2d_async)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                        zo_stream_t stream);
   /* Runs fn(arg) on a host thread, ordered on stream like any other work
    * (cudaLaunchHostFunc semantics): later work on stream waits for it. fn must
    * not synchronize on, or queue work to, the stream it runs on; on CUDA it

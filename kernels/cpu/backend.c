@@ -98,6 +98,25 @@ static int cpu_memset_async(void *dst, int value, size_t nbytes, zo_stream_t str
   return 0;
 }
 
+struct copy2d_args {
+  void *dst;
+  const void *src;
+  size_t dpitch, spitch, width, rows;
+};
+
+static void copy2d_run(void *p) {
+  const struct copy2d_args *a = p;
+#pragma omp parallel for schedule(static) if (a->rows * a->width >= ((size_t)1 << 20))
+  for (size_t i = 0; i < a->rows; i++) memcpy((char *)a->dst + i * a->dpitch, (const char *)a->src + i * a->spitch, a->width);
+}
+
+static int cpu_memcpy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                              zo_stream_t stream) {
+  struct copy2d_args a = {dst, src, dpitch, spitch, width, rows};
+  zo_cpu_stream_enqueue_op(stream, copy2d_run, &a, sizeof a, "copy 2D", width * rows, 0);
+  return 0;
+}
+
 struct host_fn_args {
   void (*fn)(void *arg);
   void *arg;
@@ -257,6 +276,7 @@ static const struct zo_backend cpu_backend = {
     .event_synchronize = zo_cpu_event_synchronize,
     .memcpy_async = cpu_memcpy_async,
     .memset_async = cpu_memset_async,
+    .memcpy2d_async = cpu_memcpy2d_async,
     .launch_host_func = cpu_launch_host_func,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,

@@ -367,6 +367,16 @@ static int cuda_memset_async(void *dst, int value, size_t nbytes, zo_stream_t st
   return err;
 }
 
+static int cuda_memcpy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                               zo_stream_t stream) {
+  guard("memcpy2d_async");
+  if (width == 0 || rows == 0) return 0;
+  int err = ZO_CUDA_TRY(
+      cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, zo_cuda_stream(stream)));
+  if (!err) op_done("memcpy2d_async", stream, "%zu rows of %zu bytes, dst %p, src %p", rows, width, dst, src);
+  return err;
+}
+
 static void *cuda_native_stream(zo_stream_t stream) { return (void *)zo_cuda_stream(stream); }
 
 /* ---- the ops, through their wrappers ---------------------------------------------------- */
@@ -583,6 +593,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->event_synchronize = cuda_event_synchronize;
   t->memcpy_async = cuda_memcpy_async;
   t->memset_async = cuda_memset_async;
+  t->memcpy2d_async = cuda_memcpy2d_async;
   t->launch_host_func = cuda_launch_host_func;
   t->native_stream = cuda_native_stream;
   t->stream_workspace_bytes = ZO_CUDA_WORKSPACE_BYTES;
