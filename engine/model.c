@@ -120,6 +120,18 @@ int zo_model_head_rows(const struct zo_model_config *cfg, int B, int T, const st
   return (int)(rows < BT ? rows : BT);
 }
 
+int zo_model_head_pieces(const struct zo_tensor_table *t, int *rows) {
+  if (rows) *rows = 0;
+  if (!t->embed_alone || t->n_tensors < 1 || t->n_layer < 1) return 1;
+  const struct zo_tensor_info *h = &t->tensors[t->n_tensors - 1]; /* the untied head, (Vp, C) */
+  const size_t Vp = (size_t)h->shape[0], C = (size_t)h->shape[1];
+  if (C == 0 || Vp * C <= t->layer_numel) return 1;
+  const size_t r = t->layer_numel / C / 64 * 64;
+  if (r < 64) return 1;
+  if (rows) *rows = (int)r;
+  return (int)((Vp + r - 1) / r);
+}
+
 /* The architecture's buffer list, carved for BT positions; skip (may be -1)
  * is left out (the output of a checkpointed block, carved apart). */
 static void carve_bufs(struct carver *c, void **out, const struct zo_arch_buf *bufs, int n, size_t BT,
@@ -150,7 +162,10 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   const bool training = lo->training;
   const int n_ckpt = training ? lo->ckpt_blocks : 0;
   const bool on_host = n_ckpt > 0 && lo->ckpt_on_host;
-  const size_t res_p = resident - (zo_model_embed_params_host(t, lo) ? t->layer_offset[0] : 0);
+  int piece_rows = 0;
+  const int pieces = training ? zo_model_head_pieces(t, &piece_rows) : 1;
+  const size_t streamed = zo_model_head_streamed(t, lo) ? t->tensors[t->n_tensors - 1].numel : 0;
+  const size_t res_p = resident - streamed - (zo_model_embed_params_host(t, lo) ? t->layer_offset[0] : 0);
   m->params = carve(c, (lo->param_slots ? res_p : n_params) * e, "parameters", ZO_MEM_PARAMS);
   for (int k = 0; k < lo->param_slots; k++) {
     void *p = carve(c, t->layer_numel * e, "parameter slot", ZO_MEM_BUFFERS);
@@ -158,7 +173,7 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   }
   if (training && lo->master) m->master = carve(c, n_params * f, "master weights", ZO_MEM_MASTER);
   if (training) {
-    const size_t res_g = resident - (zo_model_embed_grads_host(t, lo) ? t->layer_offset[0] : 0);
+    const size_t res_g = resident - streamed - (zo_model_embed_grads_host(t, lo) ? t->layer_offset[0] : 0);
     m->grads = carve(c, (lo->grad_slots ? res_g : n_params) * f, "gradients", ZO_MEM_GRADS);
     if (lo->grad_accum) m->grads_acc = carve(c, n_params * f, "gradient accumulator", ZO_MEM_GRADS);
     for (int k = 0; k < lo->grad_slots; k++) {
@@ -204,7 +219,14 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   struct zo_arch_buf fin[ZO_MODEL_MAX_BUFS];
   carve_bufs(c, m->fin, fin, a->fin(cfg, fin), BT, e, A, -1);
   const size_t rows = (size_t)zo_model_head_rows(cfg, B, T, lo);
-  m->logits = carve(c, rows * (size_t)cfg->padded_vocab_size * e, "logits (one LM-head chunk)", A);
+  const size_t Vp = (size_t)cfg->padded_vocab_size;
+  if (pieces > 1) {
+    m->logits = carve(c, BT * Vp * e, "logits (every row: the LM head in pieces)", A);
+    m->head_tmp = carve(c, rows * (size_t)piece_rows * e, "logits (one piece of a chunk)", A);
+    m->head_dx = carve(c, rows * C * e, "backward scratch (an LM head piece's d(final output))", W);
+  } else {
+    m->logits = carve(c, rows * Vp * e, "logits (one LM-head chunk)", A);
+  }
   m->losses = carve(c, BT * f, "losses", A);
   /* The backend's per-stream scratch (CUDA: cuBLASLt workspaces), so that
    * nothing on the device lives outside the plan; none on the CPU. */
@@ -276,6 +298,8 @@ static void resident_views(const struct zo_model *m, void **views, void *head, v
     if (ti->layer >= 0) continue;
     if (ti->offset < m->head_numel)
       views[i] = head ? (char *)head + ti->offset * e : NULL;
+    else if (ti->offset - tail_off >= m->res_tail) /* the LM head streamed through the slots */
+      views[i] = NULL;
     else
       views[i] = (char *)tail + (ti->offset - tail_off) * e;
   }
@@ -286,7 +310,7 @@ void zo_model_bind_resident_grads(struct zo_model *m, float *head, float *tail) 
 }
 
 size_t zo_model_grads_numel(const struct zo_model *m) {
-  return m->layout.grad_slots ? m->res_ghead + m->tail_numel : m->table.numel;
+  return m->layout.grad_slots ? m->res_ghead + m->res_tail : m->table.numel;
 }
 
 /* ---- init and free ---------------------------------------------------------------- */
@@ -342,6 +366,9 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   m->res_ghead = m->layout.embed_grads_host ? 0 : m->head_numel;
   m->layout.embed_params_host = zo_model_embed_params_host(&m->table, &m->layout);
   m->res_phead = m->layout.embed_params_host ? 0 : m->head_numel;
+  m->layout.head_stream = zo_model_head_streamed(&m->table, &m->layout);
+  m->head_pieces = training ? zo_model_head_pieces(&m->table, &m->head_piece_rows) : 1;
+  m->res_tail = m->tail_numel - (m->layout.head_stream ? m->table.tensors[m->table.n_tensors - 1].numel : 0);
   m->acts = calloc((size_t)L, sizeof *m->acts);
   void **act_store = calloc((size_t)L * ZO_MODEL_MAX_BUFS, sizeof *act_store);
   m->pv = calloc((size_t)NT, sizeof *m->pv);
@@ -363,7 +390,7 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   if (c.err) goto out_free;
 
   const bool pslots = m->layout.param_slots > 0, gslots = m->layout.grad_slots > 0;
-  const size_t n_par = pslots ? m->res_phead + m->tail_numel : m->table.numel;
+  const size_t n_par = pslots ? m->res_phead + m->res_tail : m->table.numel;
   const size_t tail_off = m->table.numel - m->tail_numel;
   resident_views(m, m->pv, m->res_phead || !pslots ? m->params : NULL,
                  zo_model_at(m, m->params, pslots ? m->res_phead : tail_off), m->esize);
@@ -528,6 +555,80 @@ static void head_chunks(struct zo_model *m, int B, int T, bool targets, bool bac
   }
 }
 
+/* ---- the LM head in vocabulary pieces (m->head_pieces > 1) ---- */
+
+/* Vocabulary rows of piece p. */
+static int piece_numel_rows(const struct zo_model *m, int p) {
+  const int Vp = m->cfg.padded_vocab_size, r0 = p * m->head_piece_rows;
+  return Vp - r0 < m->head_piece_rows ? Vp - r0 : m->head_piece_rows;
+}
+
+/* head_w, head_g at piece p of the head's views, then the hook. */
+static void piece_begin(struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t s) {
+  const int hw = m->arch->head_tensor(&m->cfg);
+  const size_t off = (size_t)p * (size_t)m->head_piece_rows * (size_t)m->cfg.n_embd;
+  m->head_w = m->pv[hw] ? zo_model_at(m, m->pv[hw], off) : NULL;
+  m->head_g = m->gv[hw] ? m->gv[hw] + off : NULL;
+  if (m->hooks && m->hooks->head_begin) m->hooks->head_begin(m->hooks->ctx, m, p, ph, s);
+  ZO_ASSERT(m->head_w && (ph == ZO_MODEL_FORWARD || m->head_g));
+}
+
+static void piece_end(struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t s) {
+  if (m->hooks && m->hooks->head_end) m->hooks->head_end(m->hooks->ctx, m, p, ph, s);
+}
+
+/* Every row's logits, piece by piece: each piece's GEMM over a row chunk
+ * into head_tmp, copied into its columns. */
+static void pieces_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size, BT = B * T;
+  const size_t e = m->esize;
+  for (int p = 0; p < m->head_pieces; p++) {
+    piece_begin(m, p, ZO_MODEL_FORWARD, s);
+    const int np = piece_numel_rows(m, p);
+    for (int r = 0; r < BT; r += m->head_rows) {
+      const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
+      be->matmul_forward(m->head_tmp, zo_model_at(m, m->fin[0], (size_t)r * (size_t)C), m->head_w, NULL, n, C, np,
+                         m->dtype, s);
+      ZO_ASSERT(be->memcpy2d_async(zo_model_at(m, m->logits, (size_t)r * Vp + (size_t)p * m->head_piece_rows),
+                                   (size_t)Vp * e, m->head_tmp, (size_t)np * e, (size_t)np * e, (size_t)n, s) == 0);
+    }
+    piece_end(m, p, ZO_MODEL_FORWARD, s);
+  }
+  m->head_row0 = 0;
+}
+
+/* The cross-entropy over whole rows; with backward dlogits in place. */
+static void pieces_loss(struct zo_model *m, int B, int T, bool backward, float dloss, zo_stream_t s) {
+  m->backend->crossentropy_forward(m->losses, backward ? m->logits : NULL, m->logits, m->targets,
+                                   backward ? dloss : 0.0f, B * T, m->cfg.vocab_size, m->cfg.padded_vocab_size,
+                                   m->dtype, s);
+}
+
+/* The pieces in reverse: each chunk's dlogits columns into head_tmp, its
+ * part of d(final output) into scratch[1] (the last piece) or head_dx then
+ * added, its weight gradient accumulated. */
+static void pieces_backward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const int C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size, BT = B * T, P = m->head_pieces;
+  const size_t e = m->esize;
+  for (int p = P - 1; p >= 0; p--) {
+    piece_begin(m, p, ZO_MODEL_BACKWARD, s);
+    const int np = piece_numel_rows(m, p);
+    for (int r = 0; r < BT; r += m->head_rows) {
+      const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
+      void *dx = zo_model_at(m, m->scratch[1], (size_t)r * (size_t)C);
+      ZO_ASSERT(be->memcpy2d_async(m->head_tmp, (size_t)np * e,
+                                   zo_model_at(m, m->logits, (size_t)r * Vp + (size_t)p * m->head_piece_rows),
+                                   (size_t)Vp * e, (size_t)np * e, (size_t)n, s) == 0);
+      be->matmul_backward(p == P - 1 ? dx : m->head_dx, m->head_g, NULL, m->head_tmp,
+                          zo_model_at(m, m->fin[0], (size_t)r * (size_t)C), m->head_w, n, C, np, m->dtype, s);
+      if (p != P - 1) be->residual_forward(dx, dx, m->head_dx, (size_t)n * (size_t)C, m->dtype, s);
+    }
+    piece_end(m, p, ZO_MODEL_BACKWARD, s);
+  }
+}
+
 /* Everything up to and including the final norm. */
 static void forward_body(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                          zo_stream_t s) {
@@ -572,7 +673,12 @@ void zo_model_forward(struct zo_model *m, const int32_t *inputs, const int32_t *
                       zo_stream_t s) {
   m->drop.active = false;
   forward_body(m, inputs, targets, B, T, s);
-  head_chunks(m, B, T, targets != NULL, false, 0.0f, s);
+  if (m->head_pieces > 1) {
+    pieces_forward(m, B, T, s);
+    if (targets) pieces_loss(m, B, T, false, 0.0f, s);
+  } else {
+    head_chunks(m, B, T, targets != NULL, false, 0.0f, s);
+  }
   hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
 }
 
@@ -580,7 +686,12 @@ void zo_model_forward(struct zo_model *m, const int32_t *inputs, const int32_t *
 static void head_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_t s) {
   const int C = m->cfg.n_embd, L = m->cfg.n_layer;
   hook_begin(m, L, ZO_MODEL_BACKWARD, s);
-  head_chunks(m, B, T, true, true, dloss, s);
+  if (m->head_pieces > 1) { /* the logits of the forward, every row */
+    pieces_loss(m, B, T, true, dloss, s);
+    pieces_backward(m, B, T, s);
+  } else {
+    head_chunks(m, B, T, true, true, dloss, s);
+  }
   ZO_ASSERT(m->backend->memset_async(m->scratch[0], 0, (size_t)B * (size_t)T * (size_t)C * m->esize, s) == 0);
   m->arch->final_backward(m, m->acts[L - 1][m->arch->act_out], B, T, s);
   hook_end(m, L, ZO_MODEL_BACKWARD, s);
@@ -591,6 +702,7 @@ void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int
   ZO_ASSERT(m->training && targets);
   m->drop.active = true;
   forward_body(m, inputs, targets, B, T, s);
+  if (m->head_pieces > 1) pieces_forward(m, B, T, s);
   hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
   head_backward(m, B, T, dloss, s);
   m->head_done = true;

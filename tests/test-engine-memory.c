@@ -181,6 +181,147 @@ static int test_head_plan_shrinks(void) {
   return 0;
 }
 
+/* ---- the LM head in vocabulary pieces ------------------------------------ */
+
+/* An untied Llama whose head (1024 x 32) is 4.7 blocks: 6 pieces of 192
+ * rows (the last 64). */
+static const struct zo_model_config pieces_cfg = {
+    .arch = ZO_ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .intermediate_size = 40,
+    .vocab_size = 1000, .max_seq_len = 16, .tie_embeddings = false};
+
+/* One micro-batch of the pieced model (chunk rows as head_run), fused or
+ * not; against float64: each row's loss, the head's weight gradient and the
+ * final norm's (which reads the pieces' summed d(final output)) from the
+ * final norm's input and output and the head's weights read back. */
+static int pieces_run(int chunk_rows, bool fused, float *losses, float *grads) {
+  struct zo_model_layout lo = {.training = true, .head_chunk_rows = chunk_rows};
+  struct zo_model *m = zo_model_init_layout(&pieces_cfg, zo_backend_cpu(), HB, HT, &lo);
+  CHECK(m);
+  int rows = 0;
+  CHECK(m->head_pieces == 6 && zo_model_head_pieces(&m->table, &rows) == 6 && rows == 192 &&
+        m->head_piece_rows == 192);
+  const size_t n = m->table.numel, C = 32, V = 1000, Vp = 1024;
+  float *p = malloc(n * sizeof(float));
+  CHECK(p);
+  zo_model_init_params(m, p, 11);
+  CHECK(zo_model_upload_params(m, p) == 0);
+  int32_t in[HBT], tg[HBT];
+  for (int i = 0; i < HBT; i++) {
+    in[i] = (int32_t)((i * 37 + 11) % 1000);
+    tg[i] = i == 4 ? -1 : (int32_t)((i * 397 + 5) % 1000); /* every piece, one ignored */
+  }
+  const float dloss = 1.0f / HBT;
+  zo_model_zero_grad(m, NULL);
+  if (fused)
+    zo_model_forward_train(m, in, tg, HB, HT, dloss, NULL);
+  else
+    zo_model_forward(m, in, tg, HB, HT, NULL);
+  zo_model_backward(m, HB, HT, dloss, NULL);
+  CHECK(m->backend->stream_synchronize(NULL) == 0);
+  memcpy(losses, m->losses, HBT * sizeof(float));
+  memcpy(grads, m->grads, n * sizeof(float));
+  const struct zo_tensor_info *hw = &m->table.tensors[m->table.n_tensors - 1], *nw = hw - 1;
+  CHECK(strcmp(hw->name, "lm_head.weight") == 0 && strcmp(nw->name, "model.norm.weight") == 0);
+  /* x: the final norm's output, x = h rstd g, so h rstd = x / g */
+  const float *W = p + hw->offset, *x = m->fin[0], *g = p + nw->offset;
+  double *dx = calloc(HBT * C, sizeof *dx), *dW = calloc(Vp * C, sizeof *dW), *z = malloc(V * sizeof *z);
+  CHECK(dx && dW && z);
+  double worst_loss = 0.0;
+  for (size_t i = 0; i < HBT; i++) {
+    double mx = -1e300, sum = 0.0;
+    for (size_t v = 0; v < V; v++) {
+      double d = 0.0;
+      for (size_t c = 0; c < C; c++) d += (double)x[i * C + c] * W[v * C + c];
+      z[v] = d;
+      mx = fmax(mx, d);
+    }
+    for (size_t v = 0; v < V; v++) sum += exp(z[v] - mx);
+    const double lse = mx + log(sum);
+    if (tg[i] < 0) {
+      CHECK(losses[i] == 0.0f);
+      continue;
+    }
+    worst_loss = fmax(worst_loss, fabs(losses[i] - (lse - z[tg[i]])) / (lse - z[tg[i]]));
+    for (size_t v = 0; v < V; v++) {
+      const double dz = (exp(z[v] - lse) - (v == (size_t)tg[i])) * dloss;
+      for (size_t c = 0; c < C; c++) {
+        dW[v * C + c] += dz * x[i * C + c];
+        dx[i * C + c] += dz * W[v * C + c];
+      }
+    }
+  }
+  /* RMSNorm: x = h rstd g, so dg_c = sum_i dx_ic h_ic rstd_i = sum_i dx_ic x_ic / g_c. */
+  double dg[32] = {0}, worst_w = 0.0, max_w = 0.0, worst_g = 0.0, max_g = 0.0;
+  for (size_t i = 0; i < HBT; i++)
+    for (size_t c = 0; c < C; c++) dg[c] += dx[i * C + c] * x[i * C + c] / g[c];
+  for (size_t k = 0; k < Vp * C; k++) {
+    max_w = fmax(max_w, fabs(dW[k]));
+    worst_w = fmax(worst_w, fabs(grads[hw->offset + k] - dW[k]));
+  }
+  for (size_t c = 0; c < C; c++) {
+    max_g = fmax(max_g, fabs(dg[c]));
+    worst_g = fmax(worst_g, fabs(grads[nw->offset + c] - dg[c]));
+  }
+  printf("  pieces (chunk rows %d, %s): losses rel %.2g, head gradient %.2g of %.2g, final norm %.2g of %.2g\n",
+         chunk_rows, fused ? "fused" : "forward + backward", worst_loss, worst_w, max_w, worst_g, max_g);
+  CHECK(worst_loss < 1e-5 && worst_w < 1e-5 * max_w && worst_g < 1e-4 * max_g);
+  /* The padded rows get no gradient. */
+  for (size_t k = V * C; k < Vp * C; k++) CHECK(grads[hw->offset + k] == 0.0f);
+  /* The arena's peak is the plan, which holds every row's logits. */
+  size_t cat[ZO_MEM_N_CATEGORIES];
+  CHECK(m->arena.peak == zo_model_device_plan(&pieces_cfg, HB, HT, &lo, cat));
+  free(dx);
+  free(dW);
+  free(z);
+  free(p);
+  zo_model_free(m);
+  return 0;
+}
+
+static int test_head_pieces_float64(void) {
+  const size_t n = 80000;
+  float l1[HBT], l2[HBT], l3[HBT];
+  float *g1 = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float)), *g3 = malloc(n * sizeof(float));
+  CHECK(g1 && g2 && g3);
+  CHECK(pieces_run(0, true, l1, g1) == 0);
+  CHECK(pieces_run(HCHUNK, true, l2, g2) == 0);
+  CHECK(pieces_run(HCHUNK, false, l3, g3) == 0);
+  /* The fused head is forward + backward's arithmetic, bit for bit. */
+  struct zo_tensor_table t;
+  struct zo_model_config cfg = pieces_cfg;
+  CHECK(zo_model_config_check(&cfg) == 0 && zo_model_build_table(&cfg, &t) == 0);
+  CHECK(t.numel <= n);
+  CHECK(memcmp(l2, l3, sizeof l2) == 0 && memcmp(g2, g3, t.numel * sizeof(float)) == 0);
+  zo_tensor_table_free(&t);
+  free(g1);
+  free(g2);
+  free(g3);
+  return 0;
+}
+
+/* A layout that streams the head carves neither its weights nor its
+ * gradient on the device: the plan is that much smaller. */
+static int test_head_pieces_streamed_plan(void) {
+  struct zo_model_config cfg = pieces_cfg;
+  struct zo_tensor_table t;
+  CHECK(zo_model_config_check(&cfg) == 0 && zo_model_build_table(&cfg, &t) == 0);
+  const size_t head = t.tensors[t.n_tensors - 1].numel;
+  zo_tensor_table_free(&t);
+  struct zo_model_layout kept = {.training = true, .param_slots = 2, .grad_slots = 1};
+  struct zo_model_layout streamed = kept;
+  streamed.head_stream = true;
+  const size_t a = zo_model_device_plan(&pieces_cfg, HB, HT, &kept, NULL);
+  const size_t b = zo_model_device_plan(&pieces_cfg, HB, HT, &streamed, NULL);
+  const size_t want = head * (sizeof(float) + sizeof(float)), slack = 2 * zo_arena_round(1);
+  printf("  device plan %zu -> %zu bytes (head %zu elements)\n", a, b, head);
+  CHECK(a > b && a - b + slack >= want && a - b <= want + slack);
+  /* Tied, or not larger than a block: one piece, nothing streamed. */
+  cfg = pieces_cfg;
+  cfg.vocab_size = 100;
+  CHECK(zo_model_device_plan(&cfg, HB, HT, &kept, NULL) == zo_model_device_plan(&cfg, HB, HT, &streamed, NULL));
+  return 0;
+}
+
 /* ---- activation checkpointing ------------------------------------------- */
 
 #define N_STEPS 10
@@ -341,8 +482,13 @@ int main(int argc, char **argv) {
       ZO_TEST(ckpt_cpu_params_in_slots),
       ZO_TEST(ckpt_cpu_one_slot_two_blocks),
   };
+  static const struct zo_test once[] = {
+      ZO_TEST(head_pieces_float64),
+      ZO_TEST(head_pieces_streamed_plan),
+  };
   static const char *const precisions[] = {NULL, "bf16.enabled=true", "fp16.enabled=true"};
   struct zo_test_counts counts = {0, 0, 0};
+  if (zo_etest_arch_selected("llama")) zo_test_counts_add(&counts, zo_test_run(once, ZO_ARRAY_LEN(once)));
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
     if (!zo_etest_arch_selected(archs[a].run.name)) continue;
     arch = &archs[a];

@@ -17,7 +17,9 @@
  * block slots; an optional hooks table, called before and after every block
  * in both directions, then rebinds block l's views to a slot
  * (engine/sched.c). The head range (embeddings) and the tail range (final
- * norm, LM head) always stay resident.
+ * norm, LM head) stay resident, except an untied embedding (on the host,
+ * embed_params_host / embed_grads_host) and an untied head larger than a
+ * block (in pieces through the slots, head_stream).
  * Memory savers: the LM head and cross-entropy run in chunks of rows, so
  * (B, T, Vp) logits never exist at once unless they fit the chunk; with
  * activation checkpointing the first ckpt_blocks blocks keep only their input
@@ -110,6 +112,10 @@ struct zo_model_layout {
                           * (zo_model_embed_grads_host): its gradient is not carved on
                           * the device; the embedding's backward leaves d(embedding
                           * output) in embed_dout for the hooks to sum on the host */
+  bool head_stream; /* training with param_slots and grad_slots, when the LM head is cut
+                     * into pieces (zo_model_head_streamed): its weights and gradient are
+                     * not carved on the device; the head hooks load each piece's weights
+                     * into a parameter slot and take its gradient out of a gradient slot */
   bool grad_accum; /* a second full gradient buffer, the accumulator
                     * (gradient_accumulation_steps > 1 with grad_slots == 0) */
   bool optimizer;  /* AdamW m and v on the device (no optimizer offload) */
@@ -145,6 +151,24 @@ static inline bool zo_model_embed_params_host(const struct zo_tensor_table *t, c
   return lo->training && lo->embed_params_host && lo->param_slots > 0 && t->embed_alone;
 }
 
+/* The LM head in vocabulary pieces: an untied head (the table's last
+ * tensor, (Vp, C)) with more elements than a block is cut into pieces of
+ * *rows vocabulary rows (a multiple of 64, at most a block's elements), so
+ * that a piece's weights fit a parameter slot and its gradient a gradient
+ * slot. Returns the number of pieces; 1: the head is whole (tied, or not
+ * larger than a block). A training model with pieces computes the head the
+ * same way on every placement: the logits of all B*T rows, piece by piece
+ * (each a GEMM into a chunk, copied into its columns), the cross-entropy
+ * over whole rows, then the pieces in reverse, each adding its part of
+ * d(final output) and accumulating its weight gradient. */
+int zo_model_head_pieces(const struct zo_tensor_table *t, int *rows);
+
+/* Whether layout lo streams table t's LM head through the slots. */
+static inline bool zo_model_head_streamed(const struct zo_tensor_table *t, const struct zo_model_layout *lo) {
+  return lo->training && lo->head_stream && lo->param_slots > 0 && lo->grad_slots > 0 &&
+         zo_model_head_pieces(t, NULL) > 1;
+}
+
 /* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
  * padded vocabulary (50304) that is 333 rows of fp32. */
 #define ZO_MODEL_HEAD_CHUNK_BYTES ((size_t)64 << 20)
@@ -177,6 +201,13 @@ struct zo_model_hooks {
                       zo_stream_t stream);
   void (*block_end)(void *ctx, struct zo_model *m, int l, enum zo_model_phase phase,
                     zo_stream_t stream);
+  /* With the head in pieces (m->head_pieces > 1), around each piece p inside
+   * unit n_layer: forward pieces 0..P-1 (after the final norm), backward
+   * P-1..0 (after the cross-entropy, before the final norm's backward).
+   * Before head_begin the model points head_w and head_g at piece p of the
+   * head's views; a hook may rebind them (a slot). NULL: no call. */
+  void (*head_begin)(void *ctx, struct zo_model *m, int p, enum zo_model_phase phase, zo_stream_t stream);
+  void (*head_end)(void *ctx, struct zo_model *m, int p, enum zo_model_phase phase, zo_stream_t stream);
 };
 
 /* Buffers an architecture lists (engine/arch.h) and the model carves. */
@@ -200,6 +231,14 @@ struct zo_model {
                                  * or 0 (zo_model_embed_params_host) */
   size_t res_ghead;             /* the head range's gradient elements on the device: head_numel,
                                  * or 0 (zo_model_embed_grads_host) */
+  size_t res_tail;              /* the tail range's elements on the device with slots: tail_numel,
+                                 * or without the LM head (zo_model_head_streamed) */
+  int head_pieces;              /* zo_model_head_pieces for a training model, else 1 */
+  int head_piece_rows;          /* vocabulary rows per piece (head_pieces > 1) */
+  void *head_w;                 /* the current piece's weights (working dtype) */
+  float *head_g;                /* and its gradient */
+  void *head_tmp;               /* (head_rows, head_piece_rows) one piece's logits of a row chunk */
+  void *head_dx;                /* (head_rows, C) one piece's part of d(final output) */
   void *embed_dout;             /* zo_model_embed_grads_host: d(embedding output) (B, T, C),
                                  * working dtype, complete after the embedding's backward */
   /* params: device (table.numel), or with param_slots the resident ranges
@@ -240,7 +279,8 @@ struct zo_model {
     uint64_t pass;              /* the micro-batch's number in the run (zo_model_set_dropout) */
   } drop;
   void *logits;                 /* (head_rows, Vp): the last chunk computed, rows
-                                 * head_row0.. of (B*T); dlogits after backward */
+                                 * head_row0.. of (B*T); dlogits after backward.
+                                 * With head pieces (B*T, Vp), every row (head_row0 0) */
   float *losses;                /* (B, T) fp32 */
   /* backward scratch (device, arch n_scratch buffers): scratch[0] is the
    * residual stream's gradient (B, T, C), scratch[1] the gradient of a
