@@ -279,8 +279,12 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   const struct zo_model_layout lo = zo_placement_layout(pl);
   const double emb = (double)t.layer_offset[0], rows = BT * C * e;
   const bool emb_p = zo_model_embed_params_host(&t, &lo), emb_g = zo_model_embed_grads_host(&t, &lo);
+  /* A streamed LM head: its pieces load like blocks, forward and backward,
+   * instead of its update. */
+  const double shead = zo_model_head_streamed(&t, &lo) ? (double)t.tensors[t.n_tensors - 1].numel : 0.0;
   if (offloaded)
-    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0)) / r->h2d_bw; /* updated parameters */
+    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0) + shead * e * (2.0 * K - 1.0)) /
+                r->h2d_bw; /* updated parameters */
   if (pl->grads_on_host) c->d2h_s += K * (N * 4.0 - (emb_g ? emb * 4.0 - rows : 0.0)) / r->d2h_bw;
   else if (offloaded) c->d2h_s += N * 4.0 / r->d2h_bw;
   if (pl->ckpt_blocks && pl->ckpt_cpu) {
@@ -332,7 +336,7 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
     double s = c->compute_s + (tail > fwd1 ? tail - fwd1 : 0.0);
     /* One gradient slot: each block's backward waits for the previous
      * block's gradients to be copied out. */
-    if (pl->grads_on_host && pl->grad_slots == 1) s += K * L * (double)t.layer_numel * 4.0 / r->d2h_bw;
+    if (pl->grads_on_host && pl->grad_slots == 1) s += K * (L * (double)t.layer_numel + shead) * 4.0 / r->d2h_bw;
     if (c->h2d_s > s) s = c->h2d_s;
     if (c->d2h_s > s) s = c->d2h_s;
     c->step_s = s;

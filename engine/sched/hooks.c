@@ -10,10 +10,23 @@
 
 /* ---- parameter slots ----------------------------------------------------- */
 
-/* Block l resident in slot l % K, loading it on the H2D stream if needed. */
+/* Ring entry l resident in slot l % K, loading it on the H2D stream if
+ * needed: block l, or (l >= L) the LM head's piece l - L, once the tail's
+ * update is on the host. */
 static void slot_ensure(struct zo_sched *s, int l) {
   const int k = l % s->n_slots;
   if (s->slot_owner[k] == l) return;
+  if (l >= s->L) {
+    const struct range r = head_piece(s, l - s->L);
+    CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
+    CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[s->U - 1]));
+    zo_trace_next("load head piece", l - s->L, r.numel * s->m->esize, 0);
+    CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], head_src(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D,
+                                s->h2d));
+    CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
+    s->slot_owner[k] = l;
+    return;
+  }
   if (s->pl.param_nvme) {
     param_slot_load(s, l, k);
     s->slot_owner[k] = l;
@@ -40,15 +53,18 @@ static void slot_ensure(struct zo_sched *s, int l) {
   s->slot_owner[k] = l;
 }
 
-/* The block needed at position i of a micro-batch: F0..F(L-1), B(L-1)..B0. */
-static int need_at(int L, int i) { return i < L ? i : 2 * L - 1 - i; }
+/* The ring entry needed at position i of a micro-batch, over N = L + n_hp
+ * entries: F0..F(N-1), B(N-1)..B0 (the head's pieces between the blocks'
+ * forward and backward). */
+static int need_at(int N, int i) { return i < N ? i : 2 * N - 1 - i; }
 
-static void slots_acquire(struct zo_sched *s, struct zo_model *m, int l, enum zo_model_phase ph,
-                          zo_stream_t cs) {
-  const int L = s->L, pos = ph == ZO_MODEL_FORWARD ? l : 2 * L - 1 - l;
-  for (int i = pos; i < pos + s->n_slots && i < 2 * L; i++) slot_ensure(s, need_at(L, i));
+/* Ring entry l in its slot for phase ph (loading the next K entries ahead);
+ * returns the slot's device address once the compute stream waits for it. */
+static void *slots_acquire(struct zo_sched *s, int l, enum zo_model_phase ph, zo_stream_t cs) {
+  const int N = s->L + s->n_hp, pos = ph == ZO_MODEL_FORWARD ? l : 2 * N - 1 - l;
+  for (int i = pos; i < pos + s->n_slots && i < 2 * N; i++) slot_ensure(s, need_at(N, i));
   CHECK_Q(s->be->stream_wait_event(cs, s->slot_ready[l % s->n_slots]));
-  zo_model_bind_block(m, l, m->param_slots[l % s->n_slots], NULL);
+  return s->m->param_slots[l % s->n_slots];
 }
 
 /* Next step: every slot is stale; start loading the first blocks as soon as
@@ -230,7 +246,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
     } else if (l == L) {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[s->U - 1]));
     } else if (s->n_slots) {
-      slots_acquire(s, m, l, ph, cs);
+      zo_model_bind_block(m, l, slots_acquire(s, l, ph, cs), NULL);
     } else {
       CHECK_Q(be->stream_wait_event(cs, s->param_ready[1 + l]));
     }
@@ -249,7 +265,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
     return;
   }
   if (l == ZO_MODEL_EMBED) return;
-  if (s->n_slots) slots_acquire(s, m, l, ph, cs);
+  if (s->n_slots) zo_model_bind_block(m, l, slots_acquire(s, l, ph, cs), NULL);
   if (ck_on_host(s, l)) {
     /* The recompute reads the input first; the next block's input is
      * fetched meanwhile into the other buffer. */
@@ -324,7 +340,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
       grads_out_resident_pieces(s);
     } else {
       if (m->res_ghead) grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
-      grads_out(s, m->grads + m->res_ghead, tail.off, tail.numel,
+      grads_out(s, m->grads + m->res_ghead, tail.off, m->res_tail,
                 s->h.stage_res ? s->h.stage_res + m->res_ghead : NULL, &s->acc_tasks[L + 1]);
     }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
@@ -346,4 +362,37 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
   zo_trace_next("grads out", -1, s->t->numel * sizeof(float), 0);
   CHECK_Q(be->memcpy_async(s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->grads_ready, s->d2h));
+}
+
+/* ---- the LM head streamed in pieces (m->layout.head_stream) --------------- */
+
+/* Piece p's weights in its slot (ring entry L + p); in backward its
+ * gradient into a zeroed gradient slot, like a block's. */
+void head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  const int l = s->L + p;
+  m->head_w = slots_acquire(s, l, ph, cs);
+  if (ph == ZO_MODEL_FORWARD) return;
+  const int g = l % s->pl.grad_slots;
+  CHECK_Q(s->be->stream_wait_event(cs, s->gslot_free[g]));
+  CHECK_Q(s->be->memset_async(m->grad_slots[g], 0, head_piece(s, p).numel * sizeof(float), cs));
+  m->head_g = m->grad_slots[g];
+}
+
+/* The slot is free; in backward the piece's gradient leaves for the host
+ * (into the accumulator, staged and added after the first micro-batch). */
+void head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
+  struct zo_sched *s = ctx;
+  zo_backend_t be = s->be;
+  const int l = s->L + p;
+  CHECK_Q(be->event_record(s->slot_free[l % s->n_slots], cs));
+  if (ph == ZO_MODEL_FORWARD) return;
+  const int g = l % s->pl.grad_slots;
+  const struct range r = head_piece(s, p);
+  CHECK_Q(be->event_record(s->gslot_ready[g], cs));
+  CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
+  if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
+  struct acc_task *task = &s->acc_tasks[s->L + 2 + p];
+  grads_out(s, m->grad_slots[g], r.off, r.numel, s->h.stage[s->pl.grads_nvme ? 0 : g], task);
+  CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
 }

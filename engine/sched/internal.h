@@ -137,6 +137,8 @@ struct host_bufs {
                       * gathered on the host (m->res_phead == 0) */
   void *emb_params;  /* (Vp, C) working dtype: the embedding's weights when no host working
                       * copy holds them (param_nvme, m->res_phead == 0) */
+  void *head_params; /* (Vp, C) working dtype: the streamed LM head's weights when no host
+                      * working copy holds them (param_nvme, m->layout.head_stream) */
   void *emb_dout;    /* (B*T, C) working dtype: d(embedding output) of a micro-batch, the
                       * embedding's gradient summed on the host (m->res_ghead == 0) */
   float *emb_stage;  /* (B*T, C) its rows summed per distinct token */
@@ -264,6 +266,10 @@ struct zo_sched {
   int L;                           /* blocks (n_layer) */
   int U;                           /* units: L + 2 */
   int n_slots;                     /* parameter slots on the device (pl.param_slots); 0: blocks resident */
+  int n_hp;                        /* LM head pieces streamed through the slots (m->layout.head_stream:
+                                    * m->head_pieces), else 0; the slot ring's entries are the
+                                    * blocks 0..L-1, then the pieces L..L+n_hp-1 */
+  size_t head_off;                 /* table element of the LM head's weights (n_hp > 0) */
   int B, T;                        /* micro-batch rows, tokens per row */
   struct zo_model_hooks hooks;     /* hook_begin / hook_end, ctx = this */
   zo_stream_t compute, h2d, d2h, optim; /* see above */
@@ -308,7 +314,7 @@ struct zo_sched {
   struct nv_task *nv_refill;       /* (2, n_chunks) nv_refill_fn, by parity */
   struct nv_task *nv_update;       /* (2, n_chunks) nv_update_fn and nv_write_fn, by parity */
   struct task norm_tasks[2];       /* norm_fn, by parity */
-  struct acc_task *acc_tasks;      /* (L + 2): blocks, then head, tail */
+  struct acc_task *acc_tasks;      /* (L + 2 + n_hp): blocks, then head, tail, the LM head's pieces */
   struct step_args step[2];        /* by parity */
   double loss_scale;               /* of the micro-batches being queued (zo_sched_set_loss_scale) */
   size_t step_targets;             /* trained targets of the step being queued, 0: all (zo_sched_set_step_targets) */
@@ -446,6 +452,26 @@ static inline void *dev_unit_params(struct zo_sched *s, int u) {
   return NULL;
 }
 
+/* Elements of unit u's device copy from its first element: the unit's, the
+ * tail's without a streamed LM head. */
+static inline size_t dev_unit_numel(const struct zo_sched *s, int u) {
+  return u == s->U - 1 ? s->m->res_tail : unit_range(s->t, u).numel;
+}
+
+/* Table elements of streamed LM head piece p. */
+static inline struct range head_piece(const struct zo_sched *s, int p) {
+  const size_t C = (size_t)s->m->cfg.n_embd, rows = (size_t)s->m->head_piece_rows;
+  const size_t Vp = (size_t)s->m->cfg.padded_vocab_size, r0 = (size_t)p * rows;
+  return (struct range){s->head_off + r0 * C, (Vp - r0 < rows ? Vp - r0 : rows) * C};
+}
+
+/* A tail chunk's part of the streamed LM head (elements [c->off, +numel) of
+ * the table, working dtype at work) into h.head_params. */
+static inline void head_params_store(struct zo_sched *s, const struct chunk *c, const void *work) {
+  const size_t e = s->m->esize, a = c->off > s->head_off ? c->off : s->head_off, b = c->off + c->numel;
+  if (b > a) memcpy((uint8_t *)s->h.head_params + (a - s->head_off) * e, (const uint8_t *)work + (a - c->off) * e, (b - a) * e);
+}
+
 /* Host working parameters (working dtype) from table element off. */
 static inline void *host_params_at(struct zo_sched *s, size_t off) {
   ZO_ASSERT(off >= s->params_off);
@@ -469,6 +495,12 @@ static inline float *grads_at(const struct zo_sched *s, size_t off) {
   }
   ZO_ASSERT(off >= s->grads_off);
   return (s->pl.optimizer == ZO_OFFLOAD_NONE ? s->acc : s->h.grads) + (off - s->grads_off);
+}
+
+/* Where the host keeps the streamed LM head's working weights, from table element off. */
+static inline const void *head_src(struct zo_sched *s, size_t off) {
+  if (s->h.head_params) return (const uint8_t *)s->h.head_params + (off - s->head_off) * s->m->esize;
+  return s->h.params ? host_params_at(s, off) : (const void *)master_at(s, off);
 }
 
 /* Tensor i's m (v) record in the state at base (st_m or st_v). */
@@ -532,6 +564,8 @@ void emb_fn(void *arg);
 void emb_gather_fn(void *arg);
 void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
 void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
+void head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
+void head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
 
 /* collective.c: data-parallel collectives */
 int init_ranks(struct zo_sched *s, zo_comm_t comm);

@@ -202,8 +202,10 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
       h->stage[g] = hcarve(c, t->layer_numel * f, "gradient staging", ZO_MEM_BUFFERS);
   const struct zo_model_layout lo = zo_placement_layout(pl);
   if (pl->grads_on_host && (pl->grad_accum > 1 || gshard) && !pl->grads_nvme) {
-    /* without the embedding when its gradient is summed on the host */
-    const size_t res_g = resident - (zo_model_embed_grads_host(t, &lo) ? t->layer_offset[0] : 0);
+    /* without the embedding when its gradient is summed on the host, without a
+     * streamed LM head (its pieces pass through the blocks' staging) */
+    const size_t res_g = resident - (zo_model_embed_grads_host(t, &lo) ? t->layer_offset[0] : 0) -
+                         (zo_model_head_streamed(t, &lo) ? t->tensors[t->n_tensors - 1].numel : 0);
     h->stage_res = hcarve(c, res_g * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
   }
   if (pl->grads_nvme) h->gio = hcarve(c, cp.block_gbytes, "gradient I/O", ZO_MEM_BUFFERS);
@@ -221,6 +223,8 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     h->emb_in = hcarve(c, BT * C * e, "embedding rows", ZO_MEM_BUFFERS);
     if (pl->param_nvme) h->emb_params = hcarve(c, Vp * C * e, "parameters (embedding)", ZO_MEM_PARAMS);
   }
+  if (pl->param_nvme && zo_model_head_streamed(t, &lo)) /* the LM head's pieces load from here */
+    h->head_params = hcarve(c, t->tensors[t->n_tensors - 1].numel * e, "parameters (LM head)", ZO_MEM_PARAMS);
   if (zo_model_embed_grads_host(t, &lo)) { /* the embedding's gradient summed here */
     h->emb_dout = hcarve(c, BT * C * e, "embedding gradient (d output)", ZO_MEM_BUFFERS);
     h->emb_stage = hcarve(c, BT * C * f, "embedding gradient (rows)", ZO_MEM_BUFFERS);

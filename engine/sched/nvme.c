@@ -177,6 +177,7 @@ void nv_update_fn(void *arg) {
   }
   if (c->unit == 0 && s->h.emb_params) /* the embedding's rows are gathered on the host */
     memcpy((uint8_t *)s->h.emb_params + c->off * e, mixed ? b->work : (void *)master, c->numel * e);
+  if (c->unit == s->U - 1 && s->h.head_params) head_params_store(s, c, mixed ? b->work : (void *)master);
   if (s->pl.param_nvme) {
     /* A block kept in host memory (max_in_cpu) gets its rounded working
      * parameters here; the others go to the parameter file in nv_write_fn. */

@@ -219,6 +219,8 @@ struct zo_model_layout zo_placement_layout(const struct zo_placement *pl) {
       /* One process: over ranks the resident gradients are reduced whole. */
       .embed_grads_host = pl->grads_on_host && pl->dp_ranks <= 1,
       .embed_params_host = pl->param_slots > 0 && pl->dp_ranks <= 1,
+      /* and the LM head, when in pieces, through the slots */
+      .head_stream = pl->param_slots > 0 && pl->grads_on_host && pl->dp_ranks <= 1,
       .grad_accum = !pl->grads_on_host && pl->grad_accum > 1,
       .optimizer = pl->optimizer == ZO_OFFLOAD_NONE && !pl->opt.eightbit,
       .ckpt_blocks = pl->ckpt_blocks,

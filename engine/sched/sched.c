@@ -122,7 +122,7 @@ static int init_streams(struct zo_sched *s) {
   s->slot_ready = calloc((size_t)n_slot_ev, sizeof(zo_event_t));
   s->slot_owner = calloc((size_t)n_slot_ev, sizeof(int));
   s->opt_tasks = calloc(2 * (size_t)U, sizeof *s->opt_tasks);
-  s->acc_tasks = calloc((size_t)s->L + 2, sizeof *s->acc_tasks);
+  s->acc_tasks = calloc((size_t)s->L + 2 + (size_t)s->n_hp, sizeof *s->acc_tasks);
   s->n_valid = calloc((size_t)s->pl.grad_accum, sizeof(int));
   s->loss_sums = calloc(2 * (size_t)s->pl.grad_accum, sizeof(double));
   const int NCK = s->pl.ckpt_cpu ? s->pl.ckpt_blocks : 0;
@@ -176,7 +176,13 @@ static int init_streams(struct zo_sched *s) {
     /* the staging holds the head range only when its gradient comes from the device */
     s->acc_tasks[s->L] = (struct acc_task){s, grads_at(s, head.off), s->m->res_ghead ? s->h.stage_res : NULL, head.numel};
     s->acc_tasks[s->L + 1] = (struct acc_task){
-        s, grads_at(s, tail.off), s->h.stage_res ? s->h.stage_res + s->m->res_ghead : NULL, tail.numel};
+        s, grads_at(s, tail.off), s->h.stage_res ? s->h.stage_res + s->m->res_ghead : NULL, s->m->res_tail};
+  }
+  /* The streamed LM head's pieces: staged like the blocks (grads_nvme: in stage 0). */
+  for (int p = 0; p < s->n_hp; p++) {
+    const struct range r = head_piece(s, p);
+    s->acc_tasks[s->L + 2 + p] = (struct acc_task){
+        s, grads_at(s, r.off), s->h.stage[s->pl.grads_nvme ? 0 : (s->L + p) % s->pl.grad_slots], r.numel};
   }
   return 0;
 }
@@ -198,6 +204,8 @@ static int init_model(struct zo_sched *s, const struct zo_sched_config *c) {
   s->L = s->m->cfg.n_layer;
   s->U = s->L + 2;
   s->n_slots = s->pl.param_slots;
+  s->n_hp = s->m->layout.head_stream ? s->m->head_pieces : 0;
+  s->head_off = s->n_hp ? s->t->tensors[s->t->n_tensors - 1].offset : 0;
   s->acc = lo.grad_accum ? s->m->grads_acc : s->m->grads;
   s->micro = s->m->grads;
   s->sh = zo_placement_shard(&s->pl, s->t);
@@ -245,7 +253,9 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     zo_sched_free(s);
     return NULL;
   }
-  s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end};
+  s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end,
+                                      .head_begin = s->n_hp ? head_hook_begin : NULL,
+                                      .head_end = s->n_hp ? head_hook_end : NULL};
   s->m->hooks = &s->hooks;
   return s;
 }

@@ -235,6 +235,8 @@ static int working_copies_sync(struct zo_sched *s) {
       void *dev = dev_unit_params(s, u);
       size_t a, b;
       unit_owned(s, u, &a, &b);
+      const size_t dend = unit_range(s->t, u).off + dev_unit_numel(s, u); /* not a streamed LM head */
+      if (b > dend) b = dend > a ? dend : a;
       if (dev && b > a)
         err = copy_sync(s, (uint8_t *)dev + (a - unit_range(s->t, u).off) * e,
                         s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e, ZO_COPY_H2D);
@@ -260,8 +262,13 @@ static int working_copies_sync(struct zo_sched *s) {
       if (c->unit == 0 && s->h.emb_params) /* the embedding on the host, no working copy there */
         memcpy((uint8_t *)s->h.emb_params + c->off * e, work, c->numel * e);
       else if (s->pl.param_nvme && !dev) err = tier_write_params(s, j, work);
-      else if (dev && !after)
-        err = copy_sync(s, dev + (c->off - unit_range(s->t, c->unit).off) * e, work, c->numel * e, ZO_COPY_H2D);
+      else if (dev && !after) {
+        if (c->unit == s->U - 1 && s->h.head_params) head_params_store(s, c, work);
+        /* the part on the device: none of a streamed LM head */
+        const size_t at = c->off - unit_range(s->t, c->unit).off, dn = dev_unit_numel(s, c->unit);
+        const size_t n = at >= dn ? 0 : dn - at < c->numel ? dn - at : c->numel;
+        if (n) err = copy_sync(s, dev + at * e, work, n * e, ZO_COPY_H2D);
+      }
     }
   }
   if (!s->sharded) return err;

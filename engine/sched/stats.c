@@ -144,6 +144,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
       size_t a = r.off, b = r.off + r.numel;
       /* a sharded master or working copy: this rank's part */
       if (!s->h.params || s->pshard) unit_owned(s, u, &a, &b);
+      if (b > r.off + dev_unit_numel(s, u)) b = r.off + dev_unit_numel(s, u); /* not a streamed LM head */
       if (dev && b > a)
         CHECK_Q(s->be->memcpy_async((uint8_t *)dev + (a - r.off) * e,
                                     s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e,
@@ -156,6 +157,15 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
           CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? block_gather_buf(s, 0) : host_params_at(s, r.off),
                                       r.numel * e, ZO_COPY_H2D, s->h2d));
+    }
+    for (int p = 0; p < s->n_hp; p++) { /* a streamed LM head's pieces, like blocks */
+      const struct range r = head_piece(s, p);
+      for (int k = 0; k < s->pl.grad_accum; k++)
+        CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : grads_at(s, r.off),
+                                    s->m->grad_slots[0], r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
+      for (int k = 0; k < 2 * s->pl.grad_accum; k++)
+        CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], head_src(s, r.off),
+                                    r.numel * e, ZO_COPY_H2D, s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);
     if (!err) err = s->be->stream_synchronize(s->d2h);

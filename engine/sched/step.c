@@ -63,13 +63,17 @@ int queue_optimizer(struct zo_sched *s) {
           /* Device copy straight from the staging buffer, which the refill of
            * chunk g + d does not reuse before chunk_h2d[j] completes (sharded
            * with a host working copy: after the exchange instead). */
+          /* the part on the device: none of a streamed LM head */
+          const size_t dn = dev_unit_numel(s, u), at = c->off - r.off, n = at >= dn ? 0 : dn - at < c->numel ? dn - at : c->numel;
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
-          zo_trace_next("load chunk", j, c->numel * e, 0);
-          CHECK_Q(be->memcpy_async((uint8_t *)dev + (c->off - r.off) * e,
-                                   s->h.params           ? host_params_at(s, c->off)
-                                   : s->nvb[task->buf].work ? s->nvb[task->buf].work
-                                                            : s->nvb[task->buf].file[NV_MASTER],
-                                   c->numel * e, ZO_COPY_H2D, s->h2d));
+          if (n) {
+            zo_trace_next("load chunk", j, n * e, 0);
+            CHECK_Q(be->memcpy_async((uint8_t *)dev + at * e,
+                                     s->h.params              ? host_params_at(s, c->off)
+                                     : s->nvb[task->buf].work ? s->nvb[task->buf].work
+                                                              : s->nvb[task->buf].file[NV_MASTER],
+                                     n * e, ZO_COPY_H2D, s->h2d));
+          }
           CHECK_Q(be->event_record(s->chunk_h2d[j], s->h2d));
         }
         CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_done[j]));
@@ -115,9 +119,9 @@ int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
-      zo_trace_next("load unit", u, r.numel * e, 0);
+      zo_trace_next("load unit", u, dev_unit_numel(s, u) * e, 0);
       CHECK_Q(be->memcpy_async(dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off),
-                               r.numel * e, ZO_COPY_H2D, s->h2d));
+                               dev_unit_numel(s, u) * e, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }
   }

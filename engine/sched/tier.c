@@ -272,7 +272,7 @@ void grads_out_resident_pieces(struct zo_sched *s) {
   for (int i = 0; i < s->n_res_pieces; i++) {
     struct acc_task *a = &s->res_pieces[i];
     const size_t off = (size_t)(a->dst - s->h.grads); /* into the resident layout: head, then tail */
-    ZO_ASSERT(off + a->n <= head + s->m->tail_numel && off + s->m->res_ghead >= head);
+    ZO_ASSERT(off + a->n <= head + s->m->res_tail && off + s->m->res_ghead >= head);
     zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
     /* on the device without the head range when the embedding's gradient is summed on the host */
     CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + (off + s->m->res_ghead - head), a->n * sizeof(float),
@@ -334,8 +334,9 @@ int tier_open(struct zo_sched *s) {
   }
   s->norm_res_task = (struct task){s, 0, 0};
   /* The resident ranges in pieces of at most a block (never across the
-   * head / tail boundary). */
-  const size_t LN = s->t->layer_numel, head = unit_range(s->t, 0).numel, tail = unit_range(s->t, s->U - 1).numel;
+   * head / tail boundary); the tail's on the device (a streamed LM head's
+   * pieces leave like blocks). */
+  const size_t LN = s->t->layer_numel, head = unit_range(s->t, 0).numel, tail = s->m->res_tail;
   s->n_res_pieces = (int)((head + LN - 1) / LN + (tail + LN - 1) / LN);
   s->res_pieces = calloc((size_t)s->n_res_pieces, sizeof *s->res_pieces);
   if (!s->res_pieces) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
