@@ -72,6 +72,19 @@ static void head_tokens(int32_t *in, int32_t *tg) {
   }
 }
 
+/* One micro-batch's gradients from zero (loss mean over HBT targets); fused:
+ * zo_model_forward_train, else zo_model_forward + zo_model_backward. */
+static int head_pass(struct zo_model *m, const int32_t *in, const int32_t *tg, bool fused) {
+  const float dloss = 1.0f / HBT;
+  zo_model_zero_grad(m, NULL);
+  if (fused)
+    zo_model_forward_train(m, in, tg, HB, HT, dloss, NULL);
+  else
+    zo_model_forward(m, in, tg, HB, HT, NULL);
+  zo_model_backward(m, HB, HT, dloss, NULL);
+  return m->backend->stream_synchronize(NULL);
+}
+
 /* Trains one micro-batch with chunk rows (0: the default, all rows here);
  * fused: zo_model_forward_train, else zo_model_forward + zo_model_backward. */
 static int head_run(int chunk_rows, bool fused, struct head_run *r) {
@@ -90,14 +103,7 @@ static int head_run(int chunk_rows, bool fused, struct head_run *r) {
   CHECK(zo_model_upload_params(m, p) == 0);
   int32_t in[HBT], tg[HBT];
   head_tokens(in, tg);
-  const float dloss = 1.0f / HBT;
-  zo_model_zero_grad(m, NULL);
-  if (fused)
-    zo_model_forward_train(m, in, tg, HB, HT, dloss, NULL);
-  else
-    zo_model_forward(m, in, tg, HB, HT, NULL);
-  zo_model_backward(m, HB, HT, dloss, NULL);
-  CHECK(m->backend->stream_synchronize(NULL) == 0);
+  CHECK(head_pass(m, in, tg, fused) == 0);
   memcpy(r->losses, m->losses, sizeof r->losses);
   memcpy(r->grads, m->grads, n * sizeof(float));
   /* Sampling reads the last row from the last chunk. */
@@ -210,14 +216,7 @@ static int pieces_run(int chunk_rows, bool fused, float *losses, float *grads) {
     in[i] = (int32_t)((i * 37 + 11) % 1000);
     tg[i] = i == 4 ? -1 : (int32_t)((i * 397 + 5) % 1000); /* every piece, one ignored */
   }
-  const float dloss = 1.0f / HBT;
-  zo_model_zero_grad(m, NULL);
-  if (fused)
-    zo_model_forward_train(m, in, tg, HB, HT, dloss, NULL);
-  else
-    zo_model_forward(m, in, tg, HB, HT, NULL);
-  zo_model_backward(m, HB, HT, dloss, NULL);
-  CHECK(m->backend->stream_synchronize(NULL) == 0);
+  CHECK(head_pass(m, in, tg, fused) == 0);
   memcpy(losses, m->losses, HBT * sizeof(float));
   memcpy(grads, m->grads, n * sizeof(float));
   const struct zo_tensor_info *hw = &m->table.tensors[m->table.n_tensors - 1], *nw = hw - 1;
@@ -243,7 +242,7 @@ static int pieces_run(int chunk_rows, bool fused, float *losses, float *grads) {
     }
     worst_loss = fmax(worst_loss, fabs(losses[i] - (lse - z[tg[i]])) / (lse - z[tg[i]]));
     for (size_t v = 0; v < V; v++) {
-      const double dz = (exp(z[v] - lse) - (v == (size_t)tg[i])) * dloss;
+      const double dz = (exp(z[v] - lse) - (v == (size_t)tg[i])) * (double)(1.0f / HBT); /* the float dloss the model took */
       for (size_t c = 0; c < C; c++) {
         dW[v * C + c] += dz * x[i * C + c];
         dx[i * C + c] += dz * W[v * C + c];
