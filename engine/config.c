@@ -188,8 +188,8 @@ static const struct zo_config_key zo_config_schema[] = {
   NO_EFFECT("zero_optimization.offload_optimizer.pipeline_read", "NVMe reads are always pipelined"),
   NO_EFFECT("zero_optimization.offload_optimizer.pipeline_write", "NVMe writes are always pipelined"),
   NO_EFFECT("zero_optimization.offload_optimizer.ratio", "the whole optimizer step runs where it is placed"),
-  NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot and a ring buffer hold one block; the "
-            "embeddings and the head stay on the device"),
+  NO_EFFECT("zero_optimization.offload_param.buffer_size", "a slot and a ring buffer hold one block; an untied "
+            "embedding stays on the host, an LM head larger than a block streams in block-sized pieces"),
 
   SECTION("aio"),
   {KEY("aio.block_size", KEY_BYTES, aio.block_size), RANGE(4096, 1 << 30), .def = "\"1MiB\""},

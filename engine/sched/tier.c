@@ -12,8 +12,9 @@
  * read-modify-written for micro-batches after the first; the last one's
  * per-tensor sums of squares are taken there (the norm stays the same sum
  * in table order), and the chunk update reads the chunk's gradients with
- * its master, m and v. The embeddings and the head stay on the device and
- * their gradients in the host pool. Extents are always the chunk's: a file
+ * its master, m and v. The resident ranges' gradients stay in the host
+ * pool; an untied embedding's weights in h.emb_params, a streamed LM head's
+ * in h.head_params, filled from the chunks as they are written. Extents are always the chunk's: a file
  * block is read with the length it was written with.
  * Over ranks (ZeRO-3, pshard): the chunks, so every file, are this rank's
  * shard's (make_chunks); a slot load reads this rank's part of the block
