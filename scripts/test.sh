@@ -24,9 +24,14 @@ if [[ "${1:-}" != "--quick" ]]; then
   # outlive MPI_Finalize); skipped like in release when MPI is missing.
   (cd build/asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L mpi --timeout 900)
   scripts/build.sh tsan
-  # The threads under test are the scheduler's, the same for every
-  # architecture: the engine tests run their GPT-2 cases only here.
+  # The threads under test are the scheduler's, mostly the same for every
+  # architecture: the engine tests run their GPT-2 cases only here, then the
+  # small Llama's placements whose untied embedding (on the host) and LM head
+  # pieces (through the slots) take hooks GPT-2's tied head never does.
   (cd build/tsan && OMP_NUM_THREADS=1 ZO_TEST_ARCHS=gpt2 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -L 'cpu|nvme' -LE slow -E hf-transformers --timeout 900)
+  (cd build/tsan && OMP_NUM_THREADS=1 ZO_TEST_ARCHS=llama TSAN_OPTIONS="halt_on_error=1" \
+    ZO_TEST_CASES=test_all_device_reference,test_optimizer_cpu_stage2,test_params_cpu_one_grad_slot,test_params_nvme_small_chunks,test_checkpoint_resume_params_nvme \
+    timeout 900 tests/test-engine-offload)
   # libFuzzer targets (tests/fuzz/), 20 s each after the other suites;
   # skipped with the reason printed where clang's libFuzzer is missing.
   tests/fuzz/run.sh 20

@@ -88,12 +88,29 @@ static inline double zo_test_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whether name is one of the comma-separated entries of list. */
+static inline bool zo_test_in_list(const char *list, const char *name) {
+  const size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) return true;
+    p += len + (end != NULL);
+  }
+  return false;
+}
+
 /* Runs tests[0, n) in order, printing "ok", "FAIL" or "skip", the name and
- * the time of each on stdout, flushed so it stays in order with stderr. */
+ * the time of each on stdout, flushed so it stays in order with stderr.
+ * ZO_TEST_CASES (comma-separated names as printed, e.g.
+ * "test_all_device_reference,test_params_nvme") runs only those; unset or
+ * empty runs all. */
 static inline struct zo_test_counts zo_test_run(const struct zo_test *tests, size_t n) {
   struct zo_test_counts c = {0, 0, 0};
+  const char *only = getenv("ZO_TEST_CASES");
   fflush(stdout);
   for (size_t i = 0; i < n; i++) {
+    if (only && only[0] && !zo_test_in_list(only, tests[i].name)) continue;
     const double t0 = zo_test_now_s();
     const int rc = tests[i].fn();
     const double dt = zo_test_now_s() - t0;
