@@ -281,7 +281,7 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   const bool emb_p = zo_model_embed_params_host(&t, &lo), emb_g = zo_model_embed_grads_host(&t, &lo);
   /* A streamed LM head: its pieces load like blocks, forward and backward,
    * instead of its update. */
-  const double shead = zo_model_head_streamed(&t, &lo) ? (double)t.tensors[t.n_tensors - 1].numel : 0.0;
+  const double shead = (double)zo_model_streamed_head_numel(&t, &lo);
   if (offloaded)
     c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0) + shead * e * (2.0 * K - 1.0)) /
                 r->h2d_bw; /* updated parameters */

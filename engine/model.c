@@ -164,7 +164,7 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
   const bool on_host = n_ckpt > 0 && lo->ckpt_on_host;
   int piece_rows = 0;
   const int pieces = training ? zo_model_head_pieces(t, &piece_rows) : 1;
-  const size_t streamed = zo_model_head_streamed(t, lo) ? t->tensors[t->n_tensors - 1].numel : 0;
+  const size_t streamed = zo_model_streamed_head_numel(t, lo);
   const size_t res_p = resident - streamed - (zo_model_embed_params_host(t, lo) ? t->layer_offset[0] : 0);
   m->params = carve(c, (lo->param_slots ? res_p : n_params) * e, "parameters", ZO_MEM_PARAMS);
   for (int k = 0; k < lo->param_slots; k++) {
@@ -368,7 +368,7 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   m->res_phead = m->layout.embed_params_host ? 0 : m->head_numel;
   m->layout.head_stream = zo_model_head_streamed(&m->table, &m->layout);
   m->head_pieces = training ? zo_model_head_pieces(&m->table, &m->head_piece_rows) : 1;
-  m->res_tail = m->tail_numel - (m->layout.head_stream ? m->table.tensors[m->table.n_tensors - 1].numel : 0);
+  m->res_tail = m->tail_numel - zo_model_streamed_head_numel(&m->table, &m->layout);
   m->acts = calloc((size_t)L, sizeof *m->acts);
   void **act_store = calloc((size_t)L * ZO_MODEL_MAX_BUFS, sizeof *act_store);
   m->pv = calloc((size_t)NT, sizeof *m->pv);
@@ -557,8 +557,7 @@ static void head_chunks(struct zo_model *m, int B, int T, bool targets, bool bac
 
 /* ---- the LM head in vocabulary pieces (m->head_pieces > 1) ---- */
 
-/* Vocabulary rows of piece p. */
-static int piece_numel_rows(const struct zo_model *m, int p) {
+int zo_model_piece_rows(const struct zo_model *m, int p) {
   const int Vp = m->cfg.padded_vocab_size, r0 = p * m->head_piece_rows;
   return Vp - r0 < m->head_piece_rows ? Vp - r0 : m->head_piece_rows;
 }
@@ -585,7 +584,7 @@ static void pieces_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
   const size_t e = m->esize;
   for (int p = 0; p < m->head_pieces; p++) {
     piece_begin(m, p, ZO_MODEL_FORWARD, s);
-    const int np = piece_numel_rows(m, p);
+    const int np = zo_model_piece_rows(m, p);
     for (int r = 0; r < BT; r += m->head_rows) {
       const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
       be->matmul_forward(m->head_tmp, zo_model_at(m, m->fin[0], (size_t)r * (size_t)C), m->head_w, NULL, n, C, np,
@@ -614,7 +613,7 @@ static void pieces_backward(struct zo_model *m, int B, int T, zo_stream_t s) {
   const size_t e = m->esize;
   for (int p = P - 1; p >= 0; p--) {
     piece_begin(m, p, ZO_MODEL_BACKWARD, s);
-    const int np = piece_numel_rows(m, p);
+    const int np = zo_model_piece_rows(m, p);
     for (int r = 0; r < BT; r += m->head_rows) {
       const int n = BT - r < m->head_rows ? BT - r : m->head_rows;
       void *dx = zo_model_at(m, m->scratch[1], (size_t)r * (size_t)C);

@@ -458,11 +458,17 @@ static inline size_t dev_unit_numel(const struct zo_sched *s, int u) {
   return u == s->U - 1 ? s->m->res_tail : unit_range(s->t, u).numel;
 }
 
+/* Elements of [at, at + n) (counted from unit u's first element) that unit
+ * u's device copy holds: all but a streamed LM head's. */
+static inline size_t dev_unit_part(const struct zo_sched *s, int u, size_t at, size_t n) {
+  const size_t dn = dev_unit_numel(s, u);
+  return at >= dn ? 0 : dn - at < n ? dn - at : n;
+}
+
 /* Table elements of streamed LM head piece p. */
 static inline struct range head_piece(const struct zo_sched *s, int p) {
-  const size_t C = (size_t)s->m->cfg.n_embd, rows = (size_t)s->m->head_piece_rows;
-  const size_t Vp = (size_t)s->m->cfg.padded_vocab_size, r0 = (size_t)p * rows;
-  return (struct range){s->head_off + r0 * C, (Vp - r0 < rows ? Vp - r0 : rows) * C};
+  const size_t C = (size_t)s->m->cfg.n_embd, r0 = (size_t)p * (size_t)s->m->head_piece_rows;
+  return (struct range){s->head_off + r0 * C, (size_t)zo_model_piece_rows(s->m, p) * C};
 }
 
 /* A tail chunk's part of the streamed LM head (elements [c->off, +numel) of

@@ -205,7 +205,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     /* without the embedding when its gradient is summed on the host, without a
      * streamed LM head (its pieces pass through the blocks' staging) */
     const size_t res_g = resident - (zo_model_embed_grads_host(t, &lo) ? t->layer_offset[0] : 0) -
-                         (zo_model_head_streamed(t, &lo) ? t->tensors[t->n_tensors - 1].numel : 0);
+                         zo_model_streamed_head_numel(t, &lo);
     h->stage_res = hcarve(c, res_g * f, "gradient staging (resident)", ZO_MEM_BUFFERS);
   }
   if (pl->grads_nvme) h->gio = hcarve(c, cp.block_gbytes, "gradient I/O", ZO_MEM_BUFFERS);
@@ -224,7 +224,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
     if (pl->param_nvme) h->emb_params = hcarve(c, Vp * C * e, "parameters (embedding)", ZO_MEM_PARAMS);
   }
   if (pl->param_nvme && zo_model_head_streamed(t, &lo)) /* the LM head's pieces load from here */
-    h->head_params = hcarve(c, t->tensors[t->n_tensors - 1].numel * e, "parameters (LM head)", ZO_MEM_PARAMS);
+    h->head_params = hcarve(c, zo_model_streamed_head_numel(t, &lo) * e, "parameters (LM head)", ZO_MEM_PARAMS);
   if (zo_model_embed_grads_host(t, &lo)) { /* the embedding's gradient summed here */
     h->emb_dout = hcarve(c, BT * C * e, "embedding gradient (d output)", ZO_MEM_BUFFERS);
     h->emb_stage = hcarve(c, BT * C * f, "embedding gradient (rows)", ZO_MEM_BUFFERS);

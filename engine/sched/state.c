@@ -235,8 +235,7 @@ static int working_copies_sync(struct zo_sched *s) {
       void *dev = dev_unit_params(s, u);
       size_t a, b;
       unit_owned(s, u, &a, &b);
-      const size_t dend = unit_range(s->t, u).off + dev_unit_numel(s, u); /* not a streamed LM head */
-      if (b > dend) b = dend > a ? dend : a;
+      if (b > a) b = a + dev_unit_part(s, u, a - unit_range(s->t, u).off, b - a); /* not a streamed LM head */
       if (dev && b > a)
         err = copy_sync(s, (uint8_t *)dev + (a - unit_range(s->t, u).off) * e,
                         s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e, ZO_COPY_H2D);
@@ -265,8 +264,7 @@ static int working_copies_sync(struct zo_sched *s) {
       else if (dev && !after) {
         if (c->unit == s->U - 1 && s->h.head_params) head_params_store(s, c, work);
         /* the part on the device: none of a streamed LM head */
-        const size_t at = c->off - unit_range(s->t, c->unit).off, dn = dev_unit_numel(s, c->unit);
-        const size_t n = at >= dn ? 0 : dn - at < c->numel ? dn - at : c->numel;
+        const size_t at = c->off - unit_range(s->t, c->unit).off, n = dev_unit_part(s, c->unit, at, c->numel);
         if (n) err = copy_sync(s, dev + at * e, work, n * e, ZO_COPY_H2D);
       }
     }

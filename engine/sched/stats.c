@@ -144,7 +144,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
       size_t a = r.off, b = r.off + r.numel;
       /* a sharded master or working copy: this rank's part */
       if (!s->h.params || s->pshard) unit_owned(s, u, &a, &b);
-      if (b > r.off + dev_unit_numel(s, u)) b = r.off + dev_unit_numel(s, u); /* not a streamed LM head */
+      if (b > a) b = a + dev_unit_part(s, u, a - r.off, b - a); /* not a streamed LM head */
       if (dev && b > a)
         CHECK_Q(s->be->memcpy_async((uint8_t *)dev + (a - r.off) * e,
                                     s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e,

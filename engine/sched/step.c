@@ -64,7 +64,7 @@ int queue_optimizer(struct zo_sched *s) {
            * chunk g + d does not reuse before chunk_h2d[j] completes (sharded
            * with a host working copy: after the exchange instead). */
           /* the part on the device: none of a streamed LM head */
-          const size_t dn = dev_unit_numel(s, u), at = c->off - r.off, n = at >= dn ? 0 : dn - at < c->numel ? dn - at : c->numel;
+          const size_t at = c->off - r.off, n = dev_unit_part(s, u, at, c->numel);
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
           if (n) {
             zo_trace_next("load chunk", j, n * e, 0);

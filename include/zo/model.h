@@ -169,6 +169,12 @@ static inline bool zo_model_head_streamed(const struct zo_tensor_table *t, const
          zo_model_head_pieces(t, NULL) > 1;
 }
 
+/* Elements of table t's LM head that layout lo streams (zo_model_head_streamed),
+ * else 0: what the device and the resident staging do not hold. */
+static inline size_t zo_model_streamed_head_numel(const struct zo_tensor_table *t, const struct zo_model_layout *lo) {
+  return zo_model_head_streamed(t, lo) ? t->tensors[t->n_tensors - 1].numel : 0;
+}
+
 /* Bytes of logits one LM-head chunk may hold by default (64 MiB): for GPT-2's
  * padded vocabulary (50304) that is 333 rows of fp32. */
 #define ZO_MODEL_HEAD_CHUNK_BYTES ((size_t)64 << 20)
@@ -353,6 +359,10 @@ void zo_model_init_range(const struct zo_model *m, uint64_t seed, size_t first, 
  * stream_set_workspace, so the stream's scratch is inside the device plan;
  * nothing on a backend without one (CPU). Call before queuing ops on it. */
 void zo_model_stream_workspace(struct zo_model *m, int k, zo_stream_t stream);
+
+/* Vocabulary rows of piece p of m's LM head (m->head_pieces > 1): head_piece_rows,
+ * fewer for the last piece. */
+int zo_model_piece_rows(const struct zo_model *m, int p);
 
 /* Points block l's parameter views at a block's parameters starting at
  * params_base (device, layer_numel elements of the working dtype) and its
