@@ -88,16 +88,26 @@ static inline double zo_test_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Whether name is one of the comma-separated entries of list. */
-static inline bool zo_test_in_list(const char *list, const char *name) {
+/* The index of name among the comma-separated entries of list, or -1. */
+static inline int zo_test_list_index(const char *list, const char *name) {
   const size_t n = strlen(name);
-  for (const char *p = list; *p;) {
+  int i = 0;
+  for (const char *p = list; *p; i++) {
     const char *end = strchr(p, ',');
     const size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && strncmp(p, name, n) == 0) return true;
+    if (len == n && strncmp(p, name, n) == 0) return i;
     p += len + (end != NULL);
   }
-  return false;
+  return -1;
+}
+
+/* Whether name is one of the comma-separated entries of list. */
+static inline bool zo_test_in_list(const char *list, const char *name) { return zo_test_list_index(list, name) >= 0; }
+
+/* The entries of ZO_TEST_CASES (the first 64) that named a case run so far. */
+static inline uint64_t *zo_test_cases_seen(void) {
+  static uint64_t seen;
+  return &seen;
 }
 
 /* Runs tests[0, n) in order, printing "ok", "FAIL" or "skip", the name and
@@ -110,7 +120,11 @@ static inline struct zo_test_counts zo_test_run(const struct zo_test *tests, siz
   const char *only = getenv("ZO_TEST_CASES");
   fflush(stdout);
   for (size_t i = 0; i < n; i++) {
-    if (only && only[0] && !zo_test_in_list(only, tests[i].name)) continue;
+    if (only && only[0]) {
+      const int at = zo_test_list_index(only, tests[i].name);
+      if (at < 0) continue;
+      if (at < 64) *zo_test_cases_seen() |= (uint64_t)1 << at;
+    }
     const double t0 = zo_test_now_s();
     const int rc = tests[i].fn();
     const double dt = zo_test_now_s() - t0;
@@ -130,14 +144,27 @@ static inline struct zo_test_counts zo_test_run(const struct zo_test *tests, siz
 }
 
 /* Prints "N passed, M failed[, K skipped]" and returns the exit code: 1 when
- * any failed, ZO_TEST_SKIP when every case skipped, else 0. */
+ * any failed or an entry of ZO_TEST_CASES named no case (a typo must not
+ * pass by running nothing), ZO_TEST_SKIP when every case skipped, else 0. */
 static inline int zo_test_report(struct zo_test_counts c) {
+  const char *only = getenv("ZO_TEST_CASES");
+  int unmatched = 0;
+  int i = 0;
+  for (const char *p = only && only[0] ? only : ""; *p && i < 64; i++) {
+    const char *end = strchr(p, ',');
+    const int len = (int)(end ? end - p : (ptrdiff_t)strlen(p));
+    if (!(*zo_test_cases_seen() >> i & 1)) {
+      printf("ZO_TEST_CASES entry '%.*s' names no case of this test\n", len, p);
+      unmatched = 1;
+    }
+    p += len + (end != NULL);
+  }
   if (c.skipped)
     printf("%d passed, %d failed, %d skipped\n", c.passed, c.failed, c.skipped);
   else
     printf("%d passed, %d failed\n", c.passed, c.failed);
   fflush(stdout);
-  if (c.failed) return 1;
+  if (c.failed || unmatched) return 1;
   return c.skipped && !c.passed ? ZO_TEST_SKIP : 0;
 }
 
