@@ -134,4 +134,16 @@ static inline int zo_arch_block_tensor(const struct zo_tensor_table *t, int l, i
   return t->head_tensors + l * t->block_tensors + k;
 }
 
+/* The LM head (engine/model_head.c), for engine/model.c between unit
+ * n_layer's hooks, after the final norm's forward. A pass without backward:
+ * every row's logits (kept whole with pieces, the last row chunk's without)
+ * and with targets the losses. */
+void zo_model_head_forward(struct zo_model *m, int B, int T, bool targets, zo_stream_t s);
+/* A training pass's forward part: the pieces' logits (a whole head runs fused
+ * in zo_model_head_backward). */
+void zo_model_head_forward_train(struct zo_model *m, int B, int T, zo_stream_t s);
+/* The losses, dlogits (dloss applied), d(final output) into scratch[1] and
+ * the head weight's gradient (accumulated). */
+void zo_model_head_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_t s);
+
 #endif /* ZO_ENGINE_ARCH_H */
