@@ -1,4 +1,4 @@
-/* engine/chat_template.c: chat templates rendered as transformers'
+/* engine/text/chat_template.c: chat templates rendered as transformers'
  * apply_chat_template does (Jinja with trim_blocks and lstrip_blocks).
  * Without arguments: built-in cases (ChatML with a default system prompt,
  * Llama 3, Zephyr's newline-laid-out template, Llama 2's system folding and

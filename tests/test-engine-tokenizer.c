@@ -1,4 +1,4 @@
-/* engine/tokenizer.c: refusals by name, a hand-made BPE, invalid UTF-8; and,
+/* engine/text/tokenizer.c: refusals by name, a hand-made BPE, invalid UTF-8; and,
  * with --cases FILE (written by tests/hf/test_tokenizer_exact.py from the
  * reference tokenizers library), exactness: ids with and without special
  * tokens, decodes with and without skipping them, round trips, also encoded

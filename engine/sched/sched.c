@@ -22,7 +22,7 @@
  *    thread reduces losses on the caller's at the same time); nothing
  *    writes the gradients again before this step's updates, which follow it
  *    on the same stream, have read them.
- * It does not checkpoint, load data or log: engine/train.c does. */
+ * It does not checkpoint, load data or log: engine/train/train.c does. */
 #include "internal.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* zo_config_load (engine/config.c): a config file and --set overrides. The
+/* zo_config_load (engine/config/config.c): a config file and --set overrides. The
  * input's NUL bytes separate the file's text from up to 8 --set strings
  * ("key=value"). Every input must load or be refused with a message. */
 #include "fuzz_common.h"

@@ -1,4 +1,4 @@
-/* The token-file readers (engine/data.c): the llm.c shard header (magic,
+/* The token-file readers (engine/text/data.c): the llm.c shard header (magic,
  * version, token count against the file size) and every format's checks at
  * open, then a few micro-batches of whatever opened. */
 #include "fuzz_common.h"

@@ -1,4 +1,4 @@
-/* The Hugging Face directory readers (engine/hf_dir.c): the input's NUL byte
+/* The Hugging Face directory readers (engine/store/hf_dir.c): the input's NUL byte
  * separates model.safetensors.index.json from config.json, both written into
  * a directory that also holds a valid shard of a tiny GPT-2. The index is
  * loaded into that model (weight_map, shard names, tensors found in the

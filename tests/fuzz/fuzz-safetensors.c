@@ -1,4 +1,4 @@
-/* The safetensors reader (engine/safetensors.c): header length, JSON header,
+/* The safetensors reader (engine/store/safetensors.c): header length, JSON header,
  * dtypes, shapes, offsets and metadata of a whole file, then every float
  * tensor of up to 64 Ki elements read as F32. */
 #include "fuzz_common.h"

@@ -1,4 +1,4 @@
-/* The tokenizer (engine/tokenizer.c). The input's first NUL byte separates a
+/* The tokenizer (engine/text/tokenizer.c). The input's first NUL byte separates a
  * tokenizer.json, which is loaded (refusals are fine, crashes are not), from
  * a text. The text is encoded with whatever loaded and with two fixed
  * tokenizers (byte-level BPE with the GPT-2 pattern, added tokens and a BOS

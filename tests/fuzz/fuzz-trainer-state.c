@@ -1,4 +1,4 @@
-/* trainer_state.json (engine/checkpoint.c's load path): the input replaces
+/* trainer_state.json (engine/store/checkpoint.c's load path): the input replaces
  * the trainer_state.json of a valid checkpoint of a tiny GPT-2 (fp32 AdamW),
  * which is then loaded: step counts, data position, seed, loss scaler,
  * shard count and the CRC of every file are read and checked. The file is

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""engine/chat_template.c against jinja2, as transformers 4.36 renders chat
+"""engine/text/chat_template.c against jinja2, as transformers 4.36 renders chat
 templates (PreTrainedTokenizerBase._compile_jinja_template: an
 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, and
 raise_exception): the templates of ChatML/Qwen, Llama 3, Zephyr/TinyLlama,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Training with a loss mask (a token file's PATH.mask, include/zo/data.h)
+"""Training with a loss mask (a token file's PATH.mask, include/engine/zo/data.h)
 against PyTorch's cross-entropy with ignore_index.
 
 A randomly initialised GPT-2 (transformers, every weight perturbed so the

@@ -1,4 +1,4 @@
-"""Exactness of engine/tokenizer.c against Hugging Face tokenizers.
+"""Exactness of engine/text/tokenizer.c against Hugging Face tokenizers.
 
 Trains tokenizers of both families with the reference library on Debian text
 (fortunes, common-licenses: the training corpus; /usr/share/doc/*/copyright:

@@ -13,7 +13,7 @@
           (float64, so only the layout and conventions can differ);
        3. the engine: `zoffload eval` loss over the validation windows equals
           transformers' mean cross-entropy over the same windows (rebuilt from
-          the token file by the rule of include/zo/data.h, shuffle off) to 1e-5
+          the token file by the rule of include/engine/zo/data.h, shuffle off) to 1e-5
           relative, and `zoffload sample --top-k 1` (greedy) generates the
           same bytes as transformers' argmax.
   transformers -> engine: a randomly initialised GPT2LMHeadModel (vocabulary

@@ -71,7 +71,7 @@ def train_step0_loss(binary, config, *extra):
 
 def windows(tokens, n_batches, b, t):
     """Micro-batches 0..n_batches-1 of the engine's unshuffled stream
-    (include/zo/data.h, "Order", shuffle false): window i is
+    (include/engine/zo/data.h, "Order", shuffle false): window i is
     tokens[(i*B*T + k) mod N] for k = 0..B*T; inputs are rows of T, targets
     the same shifted by one token."""
     n, bt = len(tokens), b * t
@@ -102,7 +102,7 @@ def hf_logits(model, ids):
 
 def hf_mean_loss(model, tokens, n_batches, b, t):
     """Mean over micro-batches of the mean token cross-entropy: the engine's
-    eval_loss (engine/train.c) computed by transformers."""
+    eval_loss (engine/train/train.c) computed by transformers."""
     total = 0.0
     for x, y in windows(tokens, n_batches, b, t):
         logits = hf_logits(model, x)

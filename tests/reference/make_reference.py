@@ -3,7 +3,7 @@
 one forward/backward (logits, loss, every parameter's gradient) and ten AdamW
 steps with gradient clipping and 2-step accumulation, all computed by PyTorch
 in fp32. The layout of the file is documented in tests/reference/README.md; the
-parameter order and layout are zoffload's (engine/arch_gpt2.c), not PyTorch's.
+parameter order and layout are zoffload's (engine/model/arch_gpt2.c), not PyTorch's.
 
 Run with Debian's python3 (python3-torch):  /usr/bin/python3 make_reference.py
 Options: --out PATH, --check (also run the whole computation in float64 and

@@ -11,7 +11,7 @@ import torch
 
 
 def lr_at(step, lr, min_lr, warmup, total):
-    """zo_lr_at for ZO_LR_WARMUP_COSINE (include/zo/adamw.h), 1-based step."""
+    """zo_lr_at for ZO_LR_WARMUP_COSINE (include/offload/zo/adamw.h), 1-based step."""
     if step <= warmup:
         return lr * step / warmup
     if step >= total:

@@ -1,0 +1,441 @@
+/* Llama as an architecture description (engine/model/arch.h): RMSNorm, rotary
+ * position embeddings in Hugging Face's rotate-half layout on q and k,
+ * grouped-query causal attention (query head h reads key/value head
+ * h / (NH / NKV)), a SwiGLU MLP, no biases, pre-norm residual blocks, a
+ * final RMSNorm and an LM head tied to the token embedding or its own.
+ * Table: model.embed_tokens.weight (Vp, C); per block the tensors of enum
+ * below, q, k and v fused into one projection ((NH + 2 NKV) hs, C) and gate
+ * and up into one ((2 I), C) so each is one GEMM; model.norm.weight;
+ * lm_head.weight (Vp, C) when untied. Hugging Face stores q_proj, k_proj,
+ * v_proj, gate_proj and up_proj apart (nn.Linear (out, in), no transpose):
+ * each is a row range of a fused tensor here. Rotary angles follow
+ * transformers' LlamaRotaryEmbedding in float32 (inv_freq = 1 /
+ * theta^(2i / hs), angle = position * inv_freq), with rope_scaling "llama3"
+ * (Llama 3.1 and 3.2) applied to inv_freq; cos and sin are two constant
+ * (maxT, hs / 2) tables. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "arch.h"
+
+/* Block tensors, in table order. */
+enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, N_BLOCK };
+enum { EMBED = 0 };
+/* Kept activations of one block. */
+enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, N_ACTS };
+/* Backward scratch. */
+enum { S_DRESIDUAL, S_DBTC, S_DQKV, S_DGU, S_DACT, S_DATT, N_SCRATCH };
+/* The final norm's buffers. */
+enum { F_OUT, F_RSTD, N_FIN };
+/* Constant tables. */
+enum { C_COS, C_SIN, N_CONSTS };
+
+static int head_size(const struct zo_model_config *c) { return c->n_embd / c->n_head; }
+static int qkv_rows(const struct zo_model_config *c) { return (c->n_head + 2 * c->n_kv_head) * head_size(c); }
+
+static int llama_config_check(struct zo_model_config *cfg) {
+  if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
+  if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0)
+    return zo_error(-EINVAL, "model.num_key_value_heads = %d: must divide model.n_head = %d", cfg->n_kv_head,
+                    cfg->n_head);
+  if (head_size(cfg) % 2 != 0)
+    return zo_error(-EINVAL, "model.n_embd / model.n_head = %d: the rotary embedding needs an even head size",
+                    head_size(cfg));
+  if (cfg->intermediate_size < 1)
+    return zo_error(-EINVAL, "model.intermediate_size = %d: Llama needs its MLP width (for example 11008 for "
+                             "a 7B model)", cfg->intermediate_size);
+  if (cfg->rms_norm_eps == 0.0) cfg->rms_norm_eps = 1e-5;
+  if (cfg->rope_theta == 0.0) cfg->rope_theta = 10000.0;
+  if (!(cfg->rms_norm_eps > 0.0) || !(cfg->rope_theta > 0.0))
+    return zo_error(-EINVAL, "model.rms_norm_eps = %g, model.rope_theta = %g: both must be positive",
+                    cfg->rms_norm_eps, cfg->rope_theta);
+  if (cfg->rope_scaling_factor != 0.0 &&
+      !(cfg->rope_scaling_factor >= 1.0 && cfg->rope_low_freq_factor > 0.0 &&
+        cfg->rope_high_freq_factor > cfg->rope_low_freq_factor && cfg->rope_original_max_seq_len > 0))
+    return zo_error(-EINVAL, "rope_scaling (llama3): factor %g >= 1, 0 < low_freq_factor %g < high_freq_factor "
+                             "%g and original_max_position_embeddings %d > 0 are needed",
+                    cfg->rope_scaling_factor, cfg->rope_low_freq_factor, cfg->rope_high_freq_factor,
+                    cfg->rope_original_max_seq_len);
+  return 0;
+}
+
+static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *t) {
+  const int L = cfg->n_layer, C = cfg->n_embd, I = cfg->intermediate_size;
+  int err = zo_arch_table_alloc(t, 3 + N_BLOCK * L, L);
+  if (err) return err;
+  size_t off = 0;
+  char name[ZO_TENSOR_NAME_MAX];
+  zo_arch_table_add(t, &off, "model.embed_tokens.weight", -1, cfg->padded_vocab_size, C);
+  t->head_tensors = 1;
+  t->embed_alone = !cfg->tie_embeddings;
+  t->block_tensors = N_BLOCK;
+  for (int l = 0; l < L; l++) {
+    t->layer_offset[l] = off;
+    const struct { const char *suffix; int rows, cols; } block[N_BLOCK] = {
+        {"input_layernorm.weight", C, 0},     {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
+        {"self_attn.o_proj.weight", C, C},    {"post_attention_layernorm.weight", C, 0},
+        {"mlp.gate_up_proj.weight", 2 * I, C}, {"mlp.down_proj.weight", C, I},
+    };
+    for (int i = 0; i < N_BLOCK; i++) {
+      snprintf(name, sizeof name, "model.layers.%d.%s", l, block[i].suffix);
+      zo_arch_table_add(t, &off, name, l, block[i].rows, block[i].cols);
+    }
+    if (l == 0) t->layer_numel = off - t->layer_offset[0];
+  }
+  zo_arch_table_add(t, &off, "model.norm.weight", -1, C, 0);
+  if (!cfg->tie_embeddings) zo_arch_table_add(t, &off, "lm_head.weight", -1, cfg->padded_vocab_size, C);
+  t->numel = off;
+  return 0;
+}
+
+static int llama_acts(const struct zo_model_config *cfg, int T, struct zo_arch_buf *out) {
+  const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, I = (size_t)cfg->intermediate_size;
+  const struct zo_arch_buf a[N_ACTS] = {
+      [A_LN1] = {"activations (input norm)", C, false},
+      [A_LN1_RSTD] = {"activations (input norm rstd)", 1, true},
+      [A_QKV] = {"activations (qkv, rotated)", (size_t)qkv_rows(cfg), false},
+      [A_ATTY] = {"activations (attention out)", C, false},
+      [A_ATT] = {"activations (attention probabilities)", NH * (size_t)T, false},
+      [A_RES2] = {"activations (residual)", C, false},
+      [A_LN2] = {"activations (post-attention norm)", C, false},
+      [A_LN2_RSTD] = {"activations (post-attention norm rstd)", 1, true},
+      [A_GU] = {"activations (mlp gate, up)", 2 * I, false},
+      [A_ACT] = {"activations (mlp swiglu)", I, false},
+      [A_RES3] = {"activations (block output)", C, false},
+  };
+  memcpy(out, a, sizeof a);
+  return N_ACTS;
+}
+
+static int llama_fin(const struct zo_model_config *cfg, struct zo_arch_buf *out) {
+  const struct zo_arch_buf f[N_FIN] = {
+      [F_OUT] = {"activations (final norm)", (size_t)cfg->n_embd, false},
+      [F_RSTD] = {"activations (final norm rstd)", 1, true},
+  };
+  memcpy(out, f, sizeof f);
+  return N_FIN;
+}
+
+static int llama_scratch(const struct zo_model_config *cfg, int T, struct zo_arch_buf *out) {
+  const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, I = (size_t)cfg->intermediate_size;
+  const struct zo_arch_buf s[N_SCRATCH] = {
+      [S_DRESIDUAL] = {"backward scratch (residual grad)", C, false},
+      [S_DBTC] = {"backward scratch (B,T,C)", C, false},
+      [S_DQKV] = {"backward scratch (qkv grad)", (size_t)qkv_rows(cfg), false},
+      [S_DGU] = {"backward scratch (mlp gate, up grad)", 2 * I, false},
+      [S_DACT] = {"backward scratch (mlp swiglu grad)", I, false},
+      [S_DATT] = {"backward scratch (attention grad)", NH * (size_t)T, false},
+  };
+  memcpy(out, s, sizeof s);
+  return N_SCRATCH;
+}
+
+static int llama_consts(const struct zo_model_config *cfg, struct zo_arch_const *out) {
+  const size_t n = (size_t)cfg->max_seq_len * (size_t)(head_size(cfg) / 2);
+  out[C_COS] = (struct zo_arch_const){"workspace (rotary cos)", n};
+  out[C_SIN] = (struct zo_arch_const){"workspace (rotary sin)", n};
+  return N_CONSTS;
+}
+
+/* inv_freq as transformers computes it in float32, then Llama 3's
+ * frequency-dependent scaling when configured (its _compute_llama3_parameters). */
+static float inv_freq(const struct zo_model_config *c, int i) {
+  const int hs = head_size(c);
+  const float f = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)hs);
+  if (c->rope_scaling_factor == 0.0) return f;
+  const double factor = c->rope_scaling_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+  const double old = c->rope_original_max_seq_len;
+  const double low_wavelen = old / lo, high_wavelen = old / hi, wavelen = 2.0 * M_PI / (double)f;
+  if (wavelen < high_wavelen) return f;
+  if (wavelen > low_wavelen) return (float)((double)f / factor);
+  const double smooth = (old / wavelen - lo) / (hi - lo);
+  return (float)((1.0 - smooth) * (double)f / factor + smooth * (double)f);
+}
+
+static void llama_consts_fill(const struct zo_model_config *cfg, int which, float *host) {
+  const int h2 = head_size(cfg) / 2;
+  for (int i = 0; i < h2; i++) {
+    const float f = inv_freq(cfg, i);
+    for (int t = 0; t < cfg->max_seq_len; t++) {
+      const float angle = (float)t * f; /* float32, as torch's outer product */
+      host[(size_t)t * (size_t)h2 + (size_t)i] = (float)(which == C_COS ? cos((double)angle) : sin((double)angle));
+    }
+  }
+}
+
+static void llama_embed_forward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  /* With the weights on the host the hooks gathered the rows into encoded. */
+  if (!m->layout.embed_params_host)
+    m->backend->encoder_forward(m->encoded, m->inputs, m->pv[EMBED], NULL, B, T, m->cfg.n_embd, m->dtype, s);
+  zo_arch_dropout(m, m->encoded, m->encoded, (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED, -1, s);
+}
+
+static void llama_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s) {
+  /* The residual stream's gradient is not read after this. */
+  zo_arch_dropout(m, m->scratch[S_DRESIDUAL], m->scratch[S_DRESIDUAL], (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED,
+                  -1, s);
+  if (m->layout.embed_grads_host) { /* summed on the host by the hooks */
+    m->embed_dout = m->scratch[S_DRESIDUAL];
+    return;
+  }
+  m->backend->encoder_backward(m->gv[EMBED], NULL, m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
+                               m->dtype, s);
+}
+
+static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool output, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const struct zo_model_config *c = &m->cfg;
+  const int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hs = head_size(c), I = c->intermediate_size;
+  const int BT = B * T, Q = qkv_rows(c);
+  const float eps = (float)c->rms_norm_eps;
+  const size_t nbt = (size_t)BT;
+  const enum zo_dtype dt = m->dtype;
+  const void *x = zo_model_block_input(m, l);
+  void *const *w = m->pv + zo_arch_block_tensor(&m->table, l, 0);
+  void **a = m->acts[l];
+  be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
+  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], NULL, BT, C, Q, dt, s);
+  be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
+  be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
+  /* Dropout in place: what the next op read is what its backward reads. */
+  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
+  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, C, C, dt, s);
+  zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
+  be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
+  be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
+  be->matmul_forward(a[A_GU], a[A_LN2], w[GATE_UP], NULL, BT, C, 2 * I, dt, s);
+  be->swiglu_forward(a[A_ACT], a[A_GU], nbt, I, dt, s);
+  if (!output) return;
+  be->matmul_forward(a[A_RES3], a[A_ACT], w[DOWN], NULL, BT, I, C, dt, s);
+  zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
+  be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
+}
+
+static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const struct zo_model_config *c = &m->cfg;
+  const int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hs = head_size(c), I = c->intermediate_size;
+  const int BT = B * T, Q = qkv_rows(c);
+  const size_t nbt = (size_t)BT;
+  const enum zo_dtype dt = m->dtype;
+  const int first = zo_arch_block_tensor(&m->table, l, 0);
+  void *const *w = m->pv + first;
+  float *const *dw = m->gv + first;
+  void *const *a = m->acts[l];
+  void *const *sc = m->scratch;
+  const void *x = zo_model_block_input(m, l);
+  /* dresidual holds d(res3); the MLP branch adds its part of d(res2). A
+   * branch's dropout sends its mask through a copy (the free (B,T,C) or qkv
+   * scratch): dresidual itself goes on undropped. */
+  const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
+  be->matmul_backward(sc[S_DACT], dw[DOWN], NULL, dmlp, a[A_ACT], w[DOWN], BT, I, C, dt, s);
+  be->swiglu_backward(sc[S_DGU], a[A_GU], sc[S_DACT], nbt, I, dt, s);
+  be->matmul_backward(sc[S_DBTC], dw[GATE_UP], NULL, sc[S_DGU], a[A_LN2], w[GATE_UP], BT, C, 2 * I, dt, s);
+  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[POST_NORM], sc[S_DBTC], a[A_RES2], w[POST_NORM], a[A_LN2_RSTD], BT, C,
+                       dt, s);
+  /* dresidual is now d(res2); the attention branch adds its part of d(x). */
+  const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
+  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, C, C, dt, s);
+  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
+  be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
+  be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
+  be->matmul_backward(sc[S_DBTC], dw[QKV], NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT, C, Q, dt, s);
+  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[IN_NORM], sc[S_DBTC], x, w[IN_NORM], a[A_LN1_RSTD], BT, C, dt, s);
+}
+
+/* model.norm.weight: the first tensor after the blocks. */
+static int norm_tensor(const struct zo_model *m) {
+  return zo_arch_block_tensor(&m->table, m->cfg.n_layer, 0);
+}
+
+static void llama_final_forward(struct zo_model *m, const void *x, int B, int T, zo_stream_t s) {
+  m->backend->rmsnorm_forward(m->fin[F_OUT], m->fin[F_RSTD], x, m->pv[norm_tensor(m)], (float)m->cfg.rms_norm_eps,
+                              B * T, m->cfg.n_embd, m->dtype, s);
+}
+
+static void llama_final_backward(struct zo_model *m, const void *x, int B, int T, zo_stream_t s) {
+  const int nt = norm_tensor(m);
+  m->backend->rmsnorm_backward(m->scratch[S_DRESIDUAL], m->gv[nt], m->scratch[S_DBTC], x, m->pv[nt], m->fin[F_RSTD],
+                               B * T, m->cfg.n_embd, m->dtype, s);
+}
+
+static int llama_head_tensor(const struct zo_model_config *cfg) {
+  return cfg->tie_embeddings ? EMBED : 1 + N_BLOCK * cfg->n_layer + 1;
+}
+
+/* N(0, 0.02) for every matrix (transformers' initializer_range), unit norm
+ * weights, padded vocabulary rows (embedding, untied head) zero. */
+static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, const struct zo_tensor_info *ti,
+                                             int i) {
+  if (ti->ndim != 2) return (struct zo_init_spec){ZO_INIT_ONES, 0.0, (int)ti->numel};
+  const bool vocab = i == EMBED || (!cfg->tie_embeddings && i == llama_head_tensor(cfg));
+  return (struct zo_init_spec){ZO_INIT_NORMAL, 0.02, vocab ? cfg->vocab_size : ti->shape[0]};
+}
+
+static double llama_flops_per_token(const struct zo_model_config *c, int T) {
+  const double C = c->n_embd, L = c->n_layer, I = c->intermediate_size;
+  const double per_layer = C * qkv_rows(c) + C * C + 3.0 * C * I;
+  const double matmul_params = L * per_layer + (double)c->padded_vocab_size * C;
+  return 6.0 * matmul_params + 6.0 * L * (double)T * C;
+}
+
+static void hf_add(struct zo_hf_tensor *out, int *n, const char *name, int tensor, int row0, int rows, int cols) {
+  if (out) {
+    struct zo_hf_tensor *h = &out[*n];
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->tensor = tensor;
+    h->row0 = row0;
+    h->rows = rows;
+    h->transpose = false;
+    h->ndim = cols > 0 ? 2 : 1;
+    h->shape[0] = rows;
+    h->shape[1] = cols > 0 ? cols : 0;
+  }
+  (*n)++;
+}
+
+static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) {
+  const struct zo_model_config *c = &m->cfg;
+  const int C = c->n_embd, V = c->vocab_size, I = c->intermediate_size, hs = head_size(c);
+  const int q = c->n_head * hs, kv = c->n_kv_head * hs;
+  int n = 0;
+  char name[ZO_TENSOR_NAME_MAX];
+  hf_add(out, &n, "model.embed_tokens.weight", EMBED, 0, V, C);
+  for (int l = 0; l < c->n_layer; l++) {
+    const int b = zo_arch_block_tensor(&m->table, l, 0);
+#define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
+    hf_add(out, &n, NAME("input_layernorm.weight"), b + IN_NORM, 0, C, 0);
+    hf_add(out, &n, NAME("self_attn.q_proj.weight"), b + QKV, 0, q, C);
+    hf_add(out, &n, NAME("self_attn.k_proj.weight"), b + QKV, q, kv, C);
+    hf_add(out, &n, NAME("self_attn.v_proj.weight"), b + QKV, q + kv, kv, C);
+    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, C);
+    hf_add(out, &n, NAME("post_attention_layernorm.weight"), b + POST_NORM, 0, C, 0);
+    hf_add(out, &n, NAME("mlp.gate_proj.weight"), b + GATE_UP, 0, I, C);
+    hf_add(out, &n, NAME("mlp.up_proj.weight"), b + GATE_UP, I, I, C);
+    hf_add(out, &n, NAME("mlp.down_proj.weight"), b + DOWN, 0, C, I);
+#undef NAME
+  }
+  hf_add(out, &n, "model.norm.weight", norm_tensor(m), 0, C, 0);
+  if (!c->tie_embeddings) hf_add(out, &n, "lm_head.weight", llama_head_tensor(c), 0, V, C);
+  return n;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Older files store the rotary inv_freq buffers; tied models may store
+ * lm_head.weight (a copy of the embedding). */
+static bool llama_hf_ignored(const struct zo_model_config *cfg, const char *name) {
+  return ends_with(name, ".rotary_emb.inv_freq") || (cfg->tie_embeddings && strcmp(name, "lm_head.weight") == 0);
+}
+
+static json_t *llama_hf_config(const struct zo_model_config *c) {
+  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
+                        "s:f, s:f, s:s, s:s}",
+                        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
+                        "hidden_size", c->n_embd, "intermediate_size", c->intermediate_size, "num_hidden_layers",
+                        c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head,
+                        "head_dim", head_size(c), "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
+                        c->rms_norm_eps, "rope_theta", c->rope_theta, "tie_word_embeddings", c->tie_embeddings,
+                        "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
+                        "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
+  if (!j) return NULL;
+  json_t *rs = c->rope_scaling_factor == 0.0
+                   ? json_null()
+                   : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", c->rope_scaling_factor,
+                               "low_freq_factor", c->rope_low_freq_factor, "high_freq_factor",
+                               c->rope_high_freq_factor, "original_max_position_embeddings",
+                               c->rope_original_max_seq_len);
+  if (!rs || json_object_set_new(j, "rope_scaling", rs)) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+static int config_real(json_t *j, const char *key, double def, double *out) {
+  json_t *v = json_object_get(j, key);
+  *out = v && json_is_number(v) ? json_number_value(v) : def;
+  return 0;
+}
+
+static int llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
+  long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
+  int err = zo_arch_json_int(j, "num_hidden_layers", p, &L);
+  if (!err) err = zo_arch_json_int(j, "num_attention_heads", p, &NH);
+  if (!err) err = zo_arch_json_int(j, "hidden_size", p, &C);
+  if (!err) err = zo_arch_json_int(j, "intermediate_size", p, &I);
+  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
+  if (!err) err = zo_arch_json_int(j, "max_position_embeddings", p, &maxT);
+  if (err) return err;
+  if (zo_arch_json_int(j, "num_key_value_heads", p, &NKV)) NKV = NH;
+  json_t *hd = json_object_get(j, "head_dim");
+  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || NH < 1 || json_integer_value(hd) * NH != C))
+    return zo_error(-ENOTSUP, "%s: head_dim %lld times num_attention_heads %ld is not hidden_size %ld: only "
+                              "head_dim = hidden_size / num_attention_heads is supported",
+                    p, json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL, NH, C);
+  static const char *const biases[] = {"attention_bias", "mlp_bias"};
+  for (int k = 0; k < 2; k++)
+    if (json_is_true(json_object_get(j, biases[k])))
+      return zo_error(-ENOTSUP, "%s: %s = true: Llama layers here have no biases", p, biases[k]);
+  const char *act = json_string_value(json_object_get(j, "hidden_act"));
+  if (act && strcmp(act, "silu") != 0)
+    return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p, act);
+  json_t *sw = json_object_get(j, "sliding_window");
+  if (json_is_integer(sw) && json_is_true(json_object_get(j, "use_sliding_window")))
+    return zo_error(-ENOTSUP, "%s: sliding-window attention is not supported", p);
+  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
+                                  .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
+                                  .max_seq_len = (int)maxT};
+  /* Hugging Face applies it to the attention probabilities; ours to the
+   * attention output (the same expected value, another mask granularity). */
+  if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
+  config_real(j, "rms_norm_eps", 1e-5, &cfg->rms_norm_eps);
+  config_real(j, "rope_theta", 10000.0, &cfg->rope_theta);
+  cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
+  json_t *rs = json_object_get(j, "rope_scaling");
+  if (rs && !json_is_null(rs)) {
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!type || strcmp(type, "llama3") != 0)
+      return zo_error(-ENOTSUP, "%s: rope_scaling type \"%s\": only \"llama3\" (or none) is supported", p,
+                      type ? type : "(missing)");
+    long old = 0;
+    if ((err = zo_arch_json_int(rs, "original_max_position_embeddings", p, &old))) return err;
+    config_real(rs, "factor", 8.0, &cfg->rope_scaling_factor);
+    config_real(rs, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor);
+    config_real(rs, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor);
+    cfg->rope_original_max_seq_len = (int)old;
+  }
+  return 0;
+}
+
+const struct zo_arch zo_arch_llama = {
+    .id = ZO_ARCH_LLAMA,
+    .name = "Llama",
+    .config_check = llama_config_check,
+    .build_table = llama_build_table,
+    .acts = llama_acts,
+    .act_out = A_RES3,
+    .fin = llama_fin,
+    .scratch = llama_scratch,
+    .consts = llama_consts,
+    .consts_fill = llama_consts_fill,
+    .embed_forward = llama_embed_forward,
+    .embed_backward = llama_embed_backward,
+    .block_forward = llama_block_forward,
+    .block_backward = llama_block_backward,
+    .final_forward = llama_final_forward,
+    .final_backward = llama_final_backward,
+    .head_tensor = llama_head_tensor,
+    .init_tensor = llama_init_tensor,
+    .flops_per_token = llama_flops_per_token,
+    .hf_tensors = llama_hf_tensors,
+    .hf_ignored = llama_hf_ignored,
+    .hf_config = llama_hf_config,
+    .hf_config_parse = llama_hf_config_parse,
+};

@@ -1,0 +1,207 @@
+/* The planner that chooses (zoffload plan CONFIG --auto): a search over
+ * combined changes of a config (micro-batch and accumulation at a constant
+ * global batch, activation checkpointing, bf16, optimizer and parameter
+ * placement, parameter slots), each candidate a list of "key=value"
+ * overrides loaded through the same path as --set, its bytes from the memory
+ * planner (zo/plan.h: never a second memory model), its step time from a cost
+ * model over rates measured on this machine (zoffload bench calibrate) or
+ * documented defaults. Candidates whose placement the engine refuses
+ * (-ENOTSUP) are skipped, so placements the engine gains are searched without
+ * a change here. Changes that alter the mathematics beyond rounding (8-bit
+ * optimizer states, another global batch) are suggested, never chosen.
+ * Also: what host memory the machine can give (MemAvailable, the cgroup
+ * limit, RLIMIT_MEMLOCK for the pinned part) and the check train makes with
+ * it before anything is allocated. */
+#ifndef ZO_AUTOPLAN_H
+#define ZO_AUTOPLAN_H
+
+#include <stdio.h>
+
+#include "zo/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- rates (the cost model's inputs) ---------------------------------------- */
+
+#define ZO_COST_N_WIDTHS 3
+#define ZO_COST_N_SEQ 3
+#define ZO_COST_N_REF 2
+
+struct zo_cost_profile {
+  char source[4400];                  /* the profile's path, or "defaults (...)" */
+  char machine[128];                  /* hostname, CPU model, cores: the cache key */
+  char backend[16];                   /* "cpu" or "cuda" */
+  int widths[ZO_COST_N_WIDTHS];       /* n_embd of the measured GEMMs, ascending */
+  double gemm_flops[2][ZO_COST_N_WIDTHS]; /* FLOP/s, forward + backward; [0] fp32, [1] bf16/fp16 */
+  int seqs[ZO_COST_N_SEQ];            /* sequence lengths of the measured attention, ascending */
+  double attn_flops[2][ZO_COST_N_SEQ]; /* FLOP/s of attention forward + backward (fp32, half) at seqs */
+  double mem_bw;                      /* bytes/s of elementwise ops (read + write counted) */
+  int ref_widths[ZO_COST_N_REF];      /* n_embd of the reference steps, ascending */
+  double compute_scale[2][ZO_COST_N_REF]; /* a reference step's measured forward + backward over the
+                                          * compute the rates above predict for it, [0] fp32, [1] bf16
+                                          * (1: not measured) */
+  double op_s;                        /* fixed seconds per op launched (queueing, fork/join) */
+  double h2d_bw, d2h_bw;              /* bytes/s of host-device copies */
+  double adamw_pps, adamw8_pps;       /* CPU AdamW parameters/s: fp32 states, 8-bit states */
+  double dev_adamw_pps;               /* the device's AdamW parameters/s */
+  double nvme_read_bw, nvme_write_bw; /* bytes/s through the NVMe store; 0 = not measured */
+  bool shared_cores;                  /* CPU backend: compute, copies, optimizer share the cores */
+  bool half_ok;                       /* the device runs bf16 */
+  bool measured;                      /* false: the defaults */
+};
+
+/* Documented defaults for backend "cpu" or "cuda" (docs/offload.md, "Choosing a
+ * plan"): a 2-core CPU backend, or a PCIe 4 x16 GPU of about 100 TFLOP/s bf16. */
+void zo_cost_profile_defaults(struct zo_cost_profile *p, const char *backend);
+
+/* The profile file of this machine and backend:
+ * $XDG_CACHE_HOME (or $HOME/.cache)/zoffload/profile-<key>-<backend>.json, where
+ * key is the hostname and a hash of the CPU model and core count. Returns 0
+ * or -ENAMETOOLONG / -ENOENT (no home directory). */
+int zo_cost_profile_path(const char *backend, char *buf, size_t size);
+
+/* Loads this machine's profile for backend; when there is none (-ENOENT),
+ * fills p with the defaults and returns -ENOENT, p->source saying so. Other
+ * errors (-EINVAL: a malformed file, named) also leave the defaults. */
+int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend);
+
+/* Writes p as JSON to path atomically (zo_write_file_atomic: write, fsync,
+ * rename; directories created). Returns 0 or -errno. */
+int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path);
+
+/* Measures the rates on backend be (engine/plan/calibrate.c): GEMMs at each of
+ * p->widths forward and backward in fp32 and bf16, attention at each of
+ * p->seqs (64-wide heads), a reference model's step at each of
+ * p->ref_widths (its measured compute over the prediction from the rates:
+ * the cache misses, small ops and waits a step has and the kernels alone
+ * have not), elementwise
+ * and copy bandwidth, CPU AdamW fp32 and 8-bit through offload/adamw.c, and
+ * with nvme_path (may be NULL) the NVMe store's read and write GB/s. Takes
+ * about a minute on 2 cores. Returns 0 or -errno. */
+int zo_calibrate_run(zo_backend_t be, const char *nvme_path, struct zo_cost_profile *p);
+
+/* ---- the cost of one step ---------------------------------------------------- */
+
+enum zo_bottleneck {
+  ZO_BOTTLENECK_COMPUTE,   /* the device's arithmetic */
+  ZO_BOTTLENECK_PCIE,      /* host-device copies */
+  ZO_BOTTLENECK_OPTIMIZER, /* the CPU (or device) optimizer */
+  ZO_BOTTLENECK_NVME,      /* NVMe reads and writes */
+};
+
+/* "GPU compute" (or "compute" on the CPU backend), "PCIe", "CPU optimizer", "NVMe". */
+const char *zo_bottleneck_name(enum zo_bottleneck b, bool cpu_backend);
+
+struct zo_cost {
+  double compute_s;   /* forward, backward and recomputation of the step's micro-batches */
+  double h2d_s;       /* host-to-device copies */
+  double d2h_s;       /* device-to-host copies */
+  double optimizer_s; /* the optimizer (CPU or device) */
+  double nvme_s;      /* NVMe reads + writes */
+  double step_s;      /* predicted step, with the overlap the scheduler achieves */
+  enum zo_bottleneck bottleneck;
+};
+
+/* Predicts one optimizer step of plan p (its placement, model, B, T and
+ * grad_accum) on a machine with rates r. Pure. */
+void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c);
+
+/* ---- what the machine can give --------------------------------------------- */
+
+struct zo_host_limit {
+  size_t mem_available;  /* MemAvailable of /proc/meminfo, bytes; 0 = unknown */
+  size_t cgroup_free;    /* the cgroup's memory.max - memory.current; 0 = no limit */
+  size_t memlock;        /* RLIMIT_MEMLOCK bytes; SIZE_MAX = unlimited */
+  size_t limit;          /* the smaller of the known ones (0 = unknown) */
+  char limit_src[64];    /* "MemAvailable", "cgroup memory.max" */
+};
+
+/* Reads the limits. Returns 0 (fields it cannot read stay 0). */
+int zo_host_limit_read(struct zo_host_limit *h);
+
+/* train's check before anything is allocated: that cfg's data files exist
+ * and are readable, and that plan p's host bytes (plus its device bytes when
+ * the backend's device is host memory, cpu_backend) fit what the machine can
+ * give. -ENOMEM names the bytes needed and available, and lists the changes
+ * that fit (zo_plan_check re-planned with that host budget). A pinned part
+ * over RLIMIT_MEMLOCK is not refused: the host pool warns and stays pageable.
+ * Returns 0 or -errno. */
+int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
+
+/* The memory half of zo_host_check (plan runs it: no data files needed). */
+int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
+
+/* ---- the search ------------------------------------------------------------- */
+
+#define ZO_AUTOPLAN_MAX_SETS 14
+#define ZO_AUTOPLAN_SET_LEN 600 /* one "key=value", an nvme_path included */
+
+struct zo_autoplan_opts {
+  const char *config_path;        /* the config file */
+  const char *const *sets;        /* the user's --set overrides, applied first */
+  int n_sets;
+  const char *nvme_path;          /* --nvme-path; NULL: the config's, else the working directory;
+                                   * "none": no NVMe placements */
+  zo_backend_t backend;           /* device budget when engine.gpu_memory_budget is 0; may be NULL */
+  const struct zo_cost_profile *profile;
+  size_t host_limit;              /* bytes the machine gives when engine.host_memory_budget is 0 */
+  bool cpu_backend;               /* device memory is host memory */
+  size_t memlock;                 /* RLIMIT_MEMLOCK bytes (SIZE_MAX unlimited, 0 unknown): printed */
+  size_t nvme_free;               /* bytes free for the NVMe files; 0: statvfs of the directory
+                                   * (tests give a drive's size, so no answer depends on the disk;
+                                   * plan --auto --nvme-free: another machine's); given, the directory
+                                   * need not exist here */
+  bool host_given;                /* host_limit is another machine's (plan --auto --host-ram) */
+};
+
+struct zo_autoplan_candidate {
+  char sets[ZO_AUTOPLAN_MAX_SETS][ZO_AUTOPLAN_SET_LEN]; /* "key=value" differing from the config */
+  int n_sets;
+  size_t bytes[ZO_N_TIERS];
+  size_t short_by[ZO_N_TIERS];    /* bytes over each tier's budget (0 = fits) */
+  struct zo_cost cost;
+  double tokens_per_s;
+  char what[160];                 /* "bf16, ckpt, optimizer cpu, micro-batch 4 x 4" */
+  char note[200];                 /* a suggestion's change to the mathematics */
+};
+
+struct zo_autoplan {
+  struct zo_autoplan_candidate *fit;     /* the candidates that fit, fastest first */
+  int n_fit;
+  struct zo_autoplan_candidate *suggest; /* changes the mathematics: suggested only, fastest first */
+  int n_suggest;
+  struct zo_autoplan_candidate closest;  /* with n_fit == 0: the smallest total shortfall */
+  bool have_closest;
+  int n_tried, n_refused;                /* candidates planned; skipped (-ENOTSUP, -EINVAL) */
+  size_t budget[ZO_N_TIERS];
+  char budget_src[ZO_N_TIERS][600];
+  char nvme_dir[512];                           /* "" when NVMe placements were not considered */
+  char nvme_why[600];                   /* why not, or where */
+  int global_batch;                      /* micro-batch x accumulation held constant */
+  size_t memlock;                        /* from the options */
+  struct zo_model_config model;
+  int T;
+};
+
+/* Searches the candidates of o's config. Returns 0 (a->n_fit may be 0) or
+ * -errno when the config itself cannot be loaded. Free with zo_autoplan_free. */
+int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a);
+
+void zo_autoplan_free(struct zo_autoplan *a);
+
+/* The ranked table (at most top rows, 0 = all) with each candidate's tiers'
+ * bytes, predicted step, tokens/s, bottleneck and --set lines; the
+ * suggestions; when nothing fits, which tier is short and by how much. */
+void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile *r, int top, FILE *out);
+
+/* One line: a JSON list of the fitting candidates, best first, each with
+ * "sets", "predicted_step_ms", "tokens_per_s", "bottleneck", "device_bytes",
+ * "host_bytes", "nvme_bytes". */
+void zo_autoplan_print_json(const struct zo_autoplan *a, bool cpu_backend, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZO_AUTOPLAN_H */
