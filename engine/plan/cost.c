@@ -3,7 +3,7 @@
  * `zoffload bench calibrate`. Bytes come from the memory planner's plan and
  * the tensor table, FLOPs from the architecture's flops_per_token: this file
  * adds rates and overlap, never a byte count of its own. It measures nothing
- * (engine/plan/calibrate.c does). */
+ * (engine/cli/calibrate.c does). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>

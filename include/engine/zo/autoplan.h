@@ -71,7 +71,7 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend);
  * rename; directories created). Returns 0 or -errno. */
 int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path);
 
-/* Measures the rates on backend be (engine/plan/calibrate.c): GEMMs at each of
+/* Measures the rates on backend be (engine/cli/calibrate.c): GEMMs at each of
  * p->widths forward and backward in fp32 and bf16, attention at each of
  * p->seqs (64-wide heads), a reference model's step at each of
  * p->ref_widths (its measured compute over the prediction from the rates:

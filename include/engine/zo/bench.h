@@ -100,7 +100,7 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
 /* Seconds of one step's forward and backward (every micro-batch, no
  * optimizer) of cfg's model with everything on backend be's device: the
  * best of reps steps after one warm-up (the cost model's reference step,
- * engine/plan/calibrate.c). Returns 0 or -errno. */
+ * engine/cli/calibrate.c). Returns 0 or -errno. */
 int zo_bench_compute_run(const struct zo_config *cfg, zo_backend_t be, int reps, double *seconds);
 
 enum zo_bench_memory_status {

@@ -6,7 +6,7 @@
  *   ZO_FAULT="op:N:kind[,op:N:kind...]"   N: the Nth call of op (from 1);
  *                                         "N+": that call and every later one
  *   op:   nvme-read, nvme-write (one block transfer of the NVMe store),
- *         write, fsync, rename (engine/store/fsutil.c: checkpoints, atomic files)
+ *         write, fsync, rename (offload/fsutil.c: checkpoints, atomic files)
  *   kind: eio, enospc, edquot, efbig (the call fails with that errno), or
  *         short (a read or write moves about half its bytes, as the kernel
  *         may: the caller has to resume it), or log (the call goes through
@@ -36,7 +36,7 @@ enum zo_fault_op {
   ZO_FAULT_NVME_READ,  /* one block transfer (or its resumed rest) read from an NVMe file */
   ZO_FAULT_NVME_WRITE, /* the same, written */
   ZO_FAULT_WRITE,      /* one write(2) of an atomic file (checkpoint files, metrics) */
-  ZO_FAULT_FSYNC,      /* one fsync(2) of a file or directory in engine/store/fsutil.c */
+  ZO_FAULT_FSYNC,      /* one fsync(2) of a file or directory in offload/fsutil.c */
   ZO_FAULT_RENAME,     /* one rename(2) of a file or checkpoint directory */
   ZO_FAULT_N_OPS
 };
