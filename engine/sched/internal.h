@@ -255,6 +255,7 @@ struct nv_task {
  *   d2h           device -> host: gradients (and acc_fn adds), checkpointed inputs
  *   optim         the optimizer: gradient sum over ranks, norm, updates, the exchange
  *   nvme_io       NVMe refills and write-backs (optimizer on NVMe only)
+ *   param_io      NVMe parameter reads into the host ring buffers (parameters on NVMe only)
  *   reduce        per-block gradient reductions onto their owners (overlap_comm)
  *   block_gather  ZeRO-3 block gathers from their owners (sharded parameters)
  * Streams that a placement does not use are NULL. */
