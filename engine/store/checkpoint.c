@@ -626,55 +626,35 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
   return err;
 }
 
-int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
-                          const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
-  ZO_ASSERT(io || !optimizer);
-  struct zo_st_file *of = NULL; /* optimizer.safetensors */
-  char p[PATH_MAX];
-  int err = join(p, sizeof p, path, "trainer_state.json");
-  if (err) return err;
-  json_error_t je;
-  json_t *j = json_load_file(p, 0, &je);
-  if (!j)
-    return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
-                    je.column, je.text);
+/* Every file trainer_state.json lists (the model, the tokenizer's, and
+ * n_opt optimizer files) is there with its recorded CRC32. */
+static int verify_checksums(const char *path, json_t *j, long n_shards, int n_opt) {
   json_t *files = json_object_get(j, "files");
-  /* The optimizer's files: one, or one per rank of a sharded run. */
-  json_t *jsh = json_object_get(j, "optimizer_shards");
-  const long n_shards = json_is_integer(jsh) ? (long)json_integer_value(jsh) : 0;
-  if (n_shards < 0 || n_shards > 65536) {
-    err = zo_error(-EINVAL, "%s/trainer_state.json: optimizer_shards = %ld: need 0 (one optimizer.safetensors) "
-                            "to 65536", path, n_shards);
-    goto out;
-  }
-  const bool weights_only = json_is_true(json_object_get(j, "weights_only"));
-  if (weights_only && optimizer) {
-    err = zo_error(-EINVAL, "%s holds the weights only (saved with checkpoint.save_optimizer = false): there is "
-                            "no optimizer state to resume; start a new run from it with --set "
-                            "model.init_from=%s", path, path);
-    goto out;
-  }
-  const int n_opt = weights_only ? 0 : n_shards > 0 ? (int)n_shards : 1;
+  char p[PATH_MAX];
   for (int i = 0; i < N_CKPT_FILES + n_opt; i++) {
     char fname[64];
     if (i < N_CKPT_FILES) snprintf(fname, sizeof fname, "%s", ckpt_files[i]);
     else zo_checkpoint_shard_name(i - N_CKPT_FILES, (int)n_shards, fname, sizeof fname);
     json_t *v = json_object_get(files, fname);
     uint32_t crc;
-    if ((err = join(p, sizeof p, path, fname))) goto out;
-    if (!json_is_integer(v)) {
-      err = zo_error(-EINVAL, "%s/trainer_state.json: no checksum for %s", path, fname);
-      goto out;
-    }
-    if ((err = file_crc(p, &crc))) goto out;
-    if ((json_int_t)crc != json_integer_value(v)) {
-      err = zo_error(-EIO, "%s: checksum mismatch (CRC32 %08x, recorded %08llx): the file is "
-                           "corrupt or truncated; resume from an earlier checkpoint",
-                     p, crc, (unsigned long long)json_integer_value(v));
-      goto out;
-    }
+    int err = join(p, sizeof p, path, fname);
+    if (err) return err;
+    if (!json_is_integer(v)) return zo_error(-EINVAL, "%s/trainer_state.json: no checksum for %s", path, fname);
+    if ((err = file_crc(p, &crc))) return err;
+    if ((json_int_t)crc != json_integer_value(v))
+      return zo_error(-EIO, "%s: checksum mismatch (CRC32 %08x, recorded %08llx): the file is "
+                            "corrupt or truncated; resume from an earlier checkpoint",
+                      p, crc, (unsigned long long)json_integer_value(v));
   }
+  return 0;
+}
+
+/* trainer_state.json's counters into state, each in the range a run can
+ * produce: an edited or damaged file is refused, not resumed from. A step
+ * reads at most 2^20 micro-batches (a generous gradient_accumulation_steps). */
+static int read_trainer_state(const char *path, json_t *j, struct zo_train_state *state) {
   long step = 0, applied = 0, skipped = 0, pos = 0, hleft = 0, siter = 0, slast = 0, seed = 0;
+  int err;
   if ((err = zo_arch_json_int(j, "step", path, &step)) ||
       (err = zo_arch_json_int(j, "applied_steps", path, &applied)) ||
       (err = zo_arch_json_int(j, "skipped_steps", path, &skipped)) ||
@@ -683,99 +663,32 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
       (err = zo_arch_json_int(j, "loss_scale_iter", path, &siter)) ||
       (err = zo_arch_json_int(j, "loss_scale_last_overflow", path, &slast)) ||
       (err = zo_arch_json_int(j, "seed", path, &seed)))
-    goto out;
+    return err;
   json_t *ls = json_object_get(j, "loss_scale");
-  if (!json_is_number(ls) || !(json_number_value(ls) > 0)) {
-    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is missing or not positive", path);
-    goto out;
-  }
-  if (applied + skipped != step || applied < 0 || skipped < 0) {
-    err = zo_error(-EINVAL, "%s/trainer_state.json: applied_steps %ld + skipped_steps %ld != step %ld",
-                   path, applied, skipped, step);
-    goto out;
-  }
-  /* Every field in the range a run can produce: an edited or damaged
-   * trainer_state.json is refused, not resumed from. A step reads at most
-   * 2^20 micro-batches (a generous gradient_accumulation_steps). */
+  if (!json_is_number(ls) || !(json_number_value(ls) > 0))
+    return zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is missing or not positive", path);
+  if (applied + skipped != step || applied < 0 || skipped < 0)
+    return zo_error(-EINVAL, "%s/trainer_state.json: applied_steps %ld + skipped_steps %ld != step %ld", path,
+                    applied, skipped, step);
   const char *bad = NULL;
   char range[96] = "";
-  if (step < 0 || step > (1l << 40)) bad = "step", snprintf(range, sizeof range, "0 to 2^40");
+  long v = 0;
+  if (step < 0 || step > (1l << 40)) bad = "step", v = step, snprintf(range, sizeof range, "0 to 2^40");
   else if (pos < 0 || pos > step * (1l << 20))
-    bad = "data_position", snprintf(range, sizeof range, "0 to step x 2^20 = %ld micro-batches", step << 20);
-  else if (hleft < 0 || hleft > INT_MAX) bad = "loss_scale_hysteresis_left", snprintf(range, sizeof range, "0 to %d", INT_MAX);
-  else if (siter < 0 || siter > step) bad = "loss_scale_iter", snprintf(range, sizeof range, "0 to step = %ld", step);
+    bad = "data_position", v = pos, snprintf(range, sizeof range, "0 to step x 2^20 = %ld micro-batches", step << 20);
+  else if (hleft < 0 || hleft > INT_MAX)
+    bad = "loss_scale_hysteresis_left", v = hleft, snprintf(range, sizeof range, "0 to %d", INT_MAX);
+  else if (siter < 0 || siter > step)
+    bad = "loss_scale_iter", v = siter, snprintf(range, sizeof range, "0 to step = %ld", step);
   else if (slast < -1 || slast >= siter + (siter == 0))
-    bad = "loss_scale_last_overflow", snprintf(range, sizeof range, "-1 to loss_scale_iter - 1 = %ld", siter - 1);
-  else if (seed < 0) bad = "seed", snprintf(range, sizeof range, "0 to 2^63 - 1");
-  if (bad) {
-    long v = !strcmp(bad, "step") ? step : !strcmp(bad, "data_position") ? pos
-             : !strcmp(bad, "loss_scale_hysteresis_left") ? hleft : !strcmp(bad, "loss_scale_iter") ? siter
-             : !strcmp(bad, "loss_scale_last_overflow") ? slast : seed;
-    err = zo_error(-EINVAL, "%s/trainer_state.json: \"%s\" = %ld is out of range (%s): the file was edited or "
-                            "damaged; resume from another checkpoint", path, bad, v, range);
-    goto out;
-  }
-  if (!isfinite(json_number_value(ls))) {
-    err = zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is not finite", path);
-    goto out;
-  }
-  struct zo_model_config c;
-  if ((err = zo_model_config_from_pretrained(path, m->cfg.n_head, &c))) goto out;
-  if (c.arch != m->cfg.arch || c.n_layer != m->cfg.n_layer || c.n_head != m->cfg.n_head ||
-      c.n_kv_head != m->cfg.n_kv_head || c.n_embd != m->cfg.n_embd ||
-      c.intermediate_size != m->cfg.intermediate_size || c.vocab_size != m->cfg.vocab_size ||
-      c.max_seq_len != m->cfg.max_seq_len || c.tie_embeddings != m->cfg.tie_embeddings) {
-    char have[160], want[160];
-    err = zo_error(-EINVAL, "%s: the checkpoint's model (%s, max_seq_len %d) differs from the config's (%s, "
-                            "max_seq_len %d)",
-                   path, zo_model_describe(&c, have, sizeof have), c.max_seq_len,
-                   zo_model_describe(&m->cfg, want, sizeof want), m->cfg.max_seq_len);
-    goto out;
-  }
-  /* The optimizer files' formats are checked before any state is written:
-   * shard r holds the tensors after shard r - 1's, the last ends the table. */
-  if (optimizer) {
-    for (int pass = 0; pass < 2 && !err; pass++) {
-      int next = 0;
-      for (int r = 0; r < n_opt && !err; r++) {
-        char fname[64], op[PATH_MAX];
-        zo_checkpoint_shard_name(r, (int)n_shards, fname, sizeof fname);
-        if ((err = join(op, sizeof op, path, fname))) break;
-        if (!(of = zo_st_open(op))) {
-          err = zo_error(-EINVAL, "%s", zo_last_error());
-          break;
-        }
-        int lo = 0, hi = m->table.n_tensors;
-        if (n_shards > 0) {
-          const char *a = zo_st_metadata(of, "first_tensor"), *b = zo_st_metadata(of, "n_tensors");
-          char *end1 = NULL, *end2 = NULL;
-          const long la = a ? strtol(a, &end1, 10) : -1, lb = b ? strtol(b, &end2, 10) : -1;
-          if (!a || !b || *end1 || *end2 || la != next || lb < 0 || la + lb > m->table.n_tensors ||
-              (r == n_opt - 1 && la + lb != m->table.n_tensors)) {
-            err = zo_error(-EINVAL, "%s: shard %d of %ld holds tensors first_tensor=%s n_tensors=%s; expected "
-                                    "to start at tensor %d of %d (the shards must follow each other and cover "
-                                    "the model)",
-                           op, r + 1, n_shards, a ? a : "(missing)", b ? b : "(missing)", next,
-                           m->table.n_tensors);
-          }
-          lo = (int)la;
-          hi = (int)(la + lb);
-        }
-        if (!err && pass == 1 && r == 0) {
-          /* The parameters first, as a one-file checkpoint loads them. */
-          if (!(err = join(p, sizeof p, path, "model.safetensors"))) err = zo_model_load_safetensors_io(p, m, io);
-        }
-        if (!err) err = load_states(of, op, &m->table, opt, pass == 1 ? io : NULL, lo, hi);
-        next = hi;
-        zo_st_close(of);
-        of = NULL;
-      }
-    }
-    if (err) goto out;
-  } else if (io && ((err = join(p, sizeof p, path, "model.safetensors")) ||
-                    (err = zo_model_load_safetensors_io(p, m, io)))) {
-    goto out;
-  }
+    bad = "loss_scale_last_overflow", v = slast,
+    snprintf(range, sizeof range, "-1 to loss_scale_iter - 1 = %ld", siter - 1);
+  else if (seed < 0) bad = "seed", v = seed, snprintf(range, sizeof range, "0 to 2^63 - 1");
+  if (bad)
+    return zo_error(-EINVAL, "%s/trainer_state.json: \"%s\" = %ld is out of range (%s): the file was edited or "
+                             "damaged; resume from another checkpoint", path, bad, v, range);
+  if (!isfinite(json_number_value(ls)))
+    return zo_error(-EINVAL, "%s/trainer_state.json: \"loss_scale\" is not finite", path);
   /* The scaler's settings come from the config (zo_loss_scaler_init); the
    * checkpoint restores where it stands. */
   state->step = step;
@@ -792,8 +705,110 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   json_t *rows = json_object_get(j, "batch_rows"), *ws = json_object_get(j, "world_size");
   state->batch_rows = json_is_integer(rows) ? (long)json_integer_value(rows) : 0;
   state->world_size = json_is_integer(ws) ? (int)json_integer_value(ws) : 0;
-out:
-  zo_st_close(of);
+  return 0;
+}
+
+/* The checkpoint's config.json describes the config's model. */
+static int check_same_model(const char *path, const struct zo_model *m) {
+  struct zo_model_config c;
+  int err = zo_model_config_from_pretrained(path, m->cfg.n_head, &c);
+  if (err) return err;
+  if (c.arch != m->cfg.arch || c.n_layer != m->cfg.n_layer || c.n_head != m->cfg.n_head ||
+      c.n_kv_head != m->cfg.n_kv_head || c.n_embd != m->cfg.n_embd ||
+      c.intermediate_size != m->cfg.intermediate_size || c.vocab_size != m->cfg.vocab_size ||
+      c.max_seq_len != m->cfg.max_seq_len || c.tie_embeddings != m->cfg.tie_embeddings) {
+    char have[160], want[160];
+    return zo_error(-EINVAL, "%s: the checkpoint's model (%s, max_seq_len %d) differs from the config's (%s, "
+                             "max_seq_len %d)",
+                    path, zo_model_describe(&c, have, sizeof have), c.max_seq_len,
+                    zo_model_describe(&m->cfg, want, sizeof want), m->cfg.max_seq_len);
+  }
+  return 0;
+}
+
+/* Optimizer shard r's tensor range [*lo, *hi): it must start where shard
+ * r - 1 ended (next), and the last must end the table. */
+static int shard_range(struct zo_st_file *of, const char *op, int r, int n_opt, long n_shards, int next,
+                       const struct zo_model *m, int *lo, int *hi) {
+  *lo = 0;
+  *hi = m->table.n_tensors;
+  if (n_shards == 0) return 0;
+  const char *a = zo_st_metadata(of, "first_tensor"), *b = zo_st_metadata(of, "n_tensors");
+  char *end1 = NULL, *end2 = NULL;
+  const long la = a ? strtol(a, &end1, 10) : -1, lb = b ? strtol(b, &end2, 10) : -1;
+  if (!a || !b || *end1 || *end2 || la != next || lb < 0 || la + lb > m->table.n_tensors ||
+      (r == n_opt - 1 && la + lb != m->table.n_tensors))
+    return zo_error(-EINVAL, "%s: shard %d of %ld holds tensors first_tensor=%s n_tensors=%s; expected "
+                             "to start at tensor %d of %d (the shards must follow each other and cover "
+                             "the model)",
+                    op, r + 1, n_shards, a ? a : "(missing)", b ? b : "(missing)", next, m->table.n_tensors);
+  *lo = (int)la;
+  *hi = (int)(la + lb);
+  return 0;
+}
+
+/* The parameters and the optimizer files into io. The files' formats are
+ * checked (pass 0) before any state is written (pass 1): shard r holds the
+ * tensors after shard r - 1's, the last ends the table. */
+static int load_optimizer(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
+                          const struct zo_state_io *io, long n_shards, int n_opt) {
+  int err = 0;
+  for (int pass = 0; pass < 2 && !err; pass++) {
+    int next = 0;
+    for (int r = 0; r < n_opt && !err; r++) {
+      char fname[64], op[PATH_MAX], p[PATH_MAX];
+      zo_checkpoint_shard_name(r, (int)n_shards, fname, sizeof fname);
+      if ((err = join(op, sizeof op, path, fname))) break;
+      struct zo_st_file *of = zo_st_open(op);
+      if (!of) {
+        err = zo_error(-EINVAL, "%s", zo_last_error());
+        break;
+      }
+      int lo, hi;
+      err = shard_range(of, op, r, n_opt, n_shards, next, m, &lo, &hi);
+      if (!err && pass == 1 && r == 0) {
+        /* The parameters first, as a one-file checkpoint loads them. */
+        if (!(err = join(p, sizeof p, path, "model.safetensors"))) err = zo_model_load_safetensors_io(p, m, io);
+      }
+      if (!err) err = load_states(of, op, &m->table, opt, pass == 1 ? io : NULL, lo, hi);
+      next = hi;
+      zo_st_close(of);
+    }
+  }
+  return err;
+}
+
+int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
+                          const struct zo_state_io *io, bool optimizer, struct zo_train_state *state) {
+  ZO_ASSERT(io || !optimizer);
+  char p[PATH_MAX];
+  int err = join(p, sizeof p, path, "trainer_state.json");
+  if (err) return err;
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  if (!j)
+    return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
+                    je.column, je.text);
+  /* The optimizer's files: one, or one per rank of a sharded run. */
+  json_t *jsh = json_object_get(j, "optimizer_shards");
+  const long n_shards = json_is_integer(jsh) ? (long)json_integer_value(jsh) : 0;
+  const bool weights_only = json_is_true(json_object_get(j, "weights_only"));
+  const int n_opt = weights_only ? 0 : n_shards > 0 ? (int)n_shards : 1;
+  if (n_shards < 0 || n_shards > 65536)
+    err = zo_error(-EINVAL, "%s/trainer_state.json: optimizer_shards = %ld: need 0 (one optimizer.safetensors) "
+                            "to 65536", path, n_shards);
+  else if (weights_only && optimizer)
+    err = zo_error(-EINVAL, "%s holds the weights only (saved with checkpoint.save_optimizer = false): there is "
+                            "no optimizer state to resume; start a new run from it with --set "
+                            "model.init_from=%s", path, path);
+  if (!err) err = verify_checksums(path, j, n_shards, n_opt);
+  struct zo_train_state st = *state;
+  if (!err) err = read_trainer_state(path, j, &st);
+  if (!err) err = check_same_model(path, m);
+  if (!err && optimizer) err = load_optimizer(path, m, opt, io, n_shards, n_opt);
+  else if (!err && io && !(err = join(p, sizeof p, path, "model.safetensors")))
+    err = zo_model_load_safetensors_io(p, m, io);
+  if (!err) *state = st;
   json_decref(j);
   return err;
 }
