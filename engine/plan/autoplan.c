@@ -14,7 +14,7 @@
 
 #include "zo/autoplan.h"
 #include "zo/fsutil.h"
-#include "zo/train.h"
+#include "zo/train_setup.h"
 
 /* ---- what the machine can give ------------------------------------------------ */
 
