@@ -39,11 +39,11 @@
 #include <unistd.h>
 
 #include "zo/adamw.h"
-#include "zo/autoplan.h"
 #include "zo/checkpoint.h"
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/hf.h"
+#include "zo/host_check.h"
 #include "zo/model.h"
 #include "zo/loss_scale.h"
 #include "zo/plan.h"
