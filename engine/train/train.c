@@ -46,6 +46,7 @@
 #include "zo/host_check.h"
 #include "zo/model.h"
 #include "zo/loss_scale.h"
+#include "zo/lr_schedule.h"
 #include "zo/plan.h"
 #include "zo/run_tokenizer.h"
 #include "zo/sample.h"
