@@ -92,7 +92,6 @@ struct trainer {
 };
 
 static void trainer_free(struct trainer *t) {
-  zo_checkpoint_carry_tokenizer(NULL);
   if (t->metrics) fclose(t->metrics);
   zo_tb_free(t->tb);
   zo_data_close(t->train);
@@ -174,7 +173,10 @@ static int save_sharded(struct trainer *t, const struct zo_config *cfg, const st
       uint32_t *crcs = calloc(t->n_ranks > 0 ? (size_t)t->n_ranks : 1, sizeof *crcs);
       if (!crcs) err = zo_error(-ENOMEM, "out of host memory saving a checkpoint");
       for (int r = 0; crcs && r < t->n_ranks; r++) crcs[r] = all[r].crc;
-      if (crcs) err = zo_checkpoint_commit(&x, st, t->n_ranks, crcs, cfg->checkpoint.keep, out, out_size);
+      if (crcs) {
+        const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer};
+        err = zo_checkpoint_commit(&x, st, t->n_ranks, crcs, &o, out, out_size);
+      }
       free(crcs);
     }
     if (failed >= 0 || err) zo_checkpoint_abort(&x);
@@ -238,10 +240,9 @@ static int save_checkpoint(struct trainer *t, const struct zo_config *cfg, const
   } else if (t->lead) {
     /* Rank 0 writes the checkpoint: every rank holds the same state. */
     const struct zo_model *m = zo_sched_model(t->sched);
-    err = weights_only ? zo_checkpoint_save_weights_io(cfg->checkpoint.dir, m, &t->io, st, cfg->checkpoint.keep,
-                                                       path, sizeof path)
-                       : zo_checkpoint_save_io(cfg->checkpoint.dir, m, &pl->opt, &t->io, st, cfg->checkpoint.keep,
-                                               path, sizeof path);
+    const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer};
+    err = zo_checkpoint_save_opts(cfg->checkpoint.dir, m, weights_only ? NULL : &pl->opt, &t->io, st, &o, path,
+                                  sizeof path);
     const int done = zo_sched_state_done(t->sched);
     if (err || (err = done)) return err;
     say(t, "%ssaved %s%s\n  wrote %s\n", t->tty ? "\r" : "", path,
@@ -372,7 +373,6 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
                      t.tokenizer, tv, mc.vocab_size, tv);
       goto out;
     }
-    zo_checkpoint_carry_tokenizer(t.tokenizer);
     if (t.lead && tv) say(&t, "tokenizer: %s (%zu ids; copied into every checkpoint)\n", t.tokenizer, tv);
   }
   t.train = zo_data_open_rank(cfg->data.train, (enum zo_data_format)cfg->data.format, mc.vocab_size, B, T,
