@@ -1,6 +1,6 @@
-/* CPU AdamW in fp32, global gradient norm, clip coefficient, learning-rate
- * schedules. The update is one fused pass over p, g, m, v (28 bytes per
- * parameter, memory bound) that reproduces torch 1.13's CPU (AVX2 kernels)
+/* CPU AdamW in fp32, global gradient norm, clip coefficient (the learning
+ * rate's schedule: offload/lr_schedule.c). The update is one fused pass
+ * over p, g, m, v (28 bytes per parameter, memory bound) that reproduces torch 1.13's CPU (AVX2 kernels)
  * _single_tensor_adamw bit for bit; its element loop and the chunked sum of
  * squares live in the CPU backend (kernels/cpu/ops_adamw.c, where the
  * fp-contract and FMA notes are), so the backend ops and these functions are
@@ -28,29 +28,4 @@ float zo_clip_coef(double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (isnan(coef)) return NAN;
   return coef < 1.0 ? (float)coef : 1.0f;
-}
-
-double zo_lr_at(const struct zo_lr_schedule *s, long t) {
-  ZO_ASSERT(s != NULL);
-  const long w = s->warmup_steps > 0 ? s->warmup_steps : 0;
-  const bool warming = w > 0 && t <= w;
-
-  switch (s->kind) {
-  case ZO_LR_CONSTANT:
-    return s->lr;
-  case ZO_LR_WARMUP:
-    return warming ? s->min_lr + (s->lr - s->min_lr) * (double)t / (double)w : s->lr;
-  case ZO_LR_WARMUP_COSINE: {
-    if (warming) return s->lr * (double)t / (double)w;
-    if (t >= s->total_steps) return s->min_lr;
-    const double frac = (double)(t - w) / (double)(s->total_steps - w);
-    return s->min_lr + 0.5 * (s->lr - s->min_lr) * (1.0 + cos(M_PI * frac));
-  }
-  case ZO_LR_WARMUP_DECAY: {
-    if (warming) return s->lr * (double)t / (double)w;
-    if (t >= s->total_steps) return 0.0;
-    return s->lr * (double)(s->total_steps - t) / (double)(s->total_steps - w);
-  }
-  }
-  zo_abort(__FILE__, __LINE__, "unknown zo_lr_schedule_kind %d", (int)s->kind);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "zo/adamw.h"
+#include "zo/lr_schedule.h"
 #include "zo/backend.h"
 #include "zo/model.h"
 #include "zo_test.h"

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "zo/adamw.h"
+#include "zo/lr_schedule.h"
 #include "zo/checkpoint.h"
 #include "zo/cpu.h"
 #include "zo/hf.h"

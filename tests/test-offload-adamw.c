@@ -5,6 +5,7 @@
  * against long double; zo_clip_coef edge cases; zo_lr_at against closed forms.
  * Buffers carry sentinels on both sides to catch out-of-bounds writes. */
 #include "zo/adamw.h"
+#include "zo/lr_schedule.h"
 
 #include <float.h>
 #include <math.h>

@@ -7,6 +7,7 @@
  * quantize (bit for bit), and its edge cases (t = 1, zero gradients, all-zero
  * blocks, NaN, pieces, threads). Buffers carry sentinels on both sides. */
 #include "zo/adamw.h" /* zo_adamw_update, zo_lr_at: the references */
+#include "zo/lr_schedule.h"
 #include "zo/adamw8bit.h"
 
 #include <float.h>

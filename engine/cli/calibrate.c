@@ -16,7 +16,7 @@
 #include "zo/bench.h"
 #include "zo/config.h"
 #include "zo/nvme.h"
-#include "zo/train.h"
+#include "zo/train_setup.h"
 
 #define REPS 5
 

@@ -78,7 +78,8 @@ void piece_update(const struct zo_sched *s, const struct step_args *sa, const st
   for (size_t a = 0; a < n; a += span) {
     const size_t k = n - a < span ? n - a : span;
     if (!q)
-      zo_adamw_update(p + a, g + a, (float *)ms + a, (float *)vs + a, k, &sa->hp, ti->decay, sa->t, sa->coef);
+      zo_cpu_adamw_update(p + a, g + a, (float *)ms + a, (float *)vs + a, k, sa->hp.lr, sa->hp.beta1, sa->hp.beta2,
+                          sa->hp.eps, sa->hp.weight_decay, ti->decay, sa->t, sa->coef);
     else
       zo_adamw8bit_update(p + a, g + a, ms + a, (float *)(ms + cb) + a / blk, vs + a, (float *)(vs + cb) + a / blk,
                           k, blk, &sa->hp, ti->decay, sa->t, sa->coef);

@@ -431,7 +431,9 @@ int zo_checkpoint_write_optimizer(const struct zo_checkpoint_txn *x, const struc
 }
 
 int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_train_state *state, int n_shards,
-                         const uint32_t *shard_crcs, int keep, char *out_path, size_t out_size) {
+                         const uint32_t *shard_crcs, const struct zo_checkpoint_opts *o, char *out_path,
+                         size_t out_size) {
+  const int keep = o->keep;
   char path[PATH_MAX];
   int err = 0;
   json_t *files = json_object();
@@ -441,7 +443,7 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
     json_object_set_new(files, ckpt_files[i], json_integer(crc));
   }
   /* The run's tokenizer files, so the checkpoint is a whole model directory. */
-  const char *tok = zo_checkpoint_carried_tokenizer();
+  const char *tok = o->tokenizer ? o->tokenizer : "";
   if (tok[0] && files && !err) err = zo_tokenizer_copy_files(tok, x->tmp);
   for (int i = 0; i < ZO_TOKENIZER_N_FILES && tok[0] && files && !err; i++) {
     uint32_t crc;
@@ -514,26 +516,30 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
   return 0;
 }
 
-int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
-                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
-                          char *out_path, size_t out_size) {
+int zo_checkpoint_save_opts(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
+                            const struct zo_state_io *io, const struct zo_train_state *state,
+                            const struct zo_checkpoint_opts *o, char *out_path, size_t out_size) {
   struct zo_checkpoint_txn x;
   int err = zo_checkpoint_begin(dir, state->step, &x);
   if (!err) err = zo_checkpoint_write_model(&x, m, io);
-  if (!err) err = zo_checkpoint_write_optimizer(&x, m, f, io, 0, 0, 0, m->table.n_tensors, NULL);
-  if (!err) err = zo_checkpoint_commit(&x, state, 0, NULL, keep, out_path, out_size);
+  if (!err && f) err = zo_checkpoint_write_optimizer(&x, m, f, io, 0, 0, 0, m->table.n_tensors, NULL);
+  if (!err) err = zo_checkpoint_commit(&x, state, f ? 0 : -1, NULL, o, out_path, out_size);
   if (err) zo_checkpoint_abort(&x);
   return err;
 }
 
+int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struct zo_optim_format *f,
+                          const struct zo_state_io *io, const struct zo_train_state *state, int keep,
+                          char *out_path, size_t out_size) {
+  ZO_ASSERT(f != NULL);
+  const struct zo_checkpoint_opts o = {.keep = keep};
+  return zo_checkpoint_save_opts(dir, m, f, io, state, &o, out_path, out_size);
+}
+
 int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
                                   const struct zo_train_state *state, int keep, char *out_path, size_t out_size) {
-  struct zo_checkpoint_txn x;
-  int err = zo_checkpoint_begin(dir, state->step, &x);
-  if (!err) err = zo_checkpoint_write_model(&x, m, io);
-  if (!err) err = zo_checkpoint_commit(&x, state, -1, NULL, keep, out_path, out_size);
-  if (err) zo_checkpoint_abort(&x);
-  return err;
+  const struct zo_checkpoint_opts o = {.keep = keep};
+  return zo_checkpoint_save_opts(dir, m, NULL, io, state, &o, out_path, out_size);
 }
 
 /* Checks that optimizer.safetensors (f, at p) holds states of format opt and

@@ -1,9 +1,9 @@
 /* The tokenizer files a run carries: found from the config
  * (model.tokenizer, else model.init_from's directory), copied into every
- * checkpoint (zo_checkpoint_carry_tokenizer, read by checkpoint.c's commit)
- * and every export, so that a checkpoint or exported directory is a whole
- * Hugging Face model directory (AutoTokenizer loads it) and eval and sample
- * find the tokenizer next to the weights. Nothing here parses a tokenizer
+ * checkpoint (the trainer passes them to each save in struct
+ * zo_checkpoint_opts) and every export, so that a checkpoint or exported
+ * directory is a whole Hugging Face model directory (AutoTokenizer loads
+ * it) and eval and sample find the tokenizer next to the weights. Nothing here parses a tokenizer
  * (zo/tokenizer.h does). */
 #include "zo/run_tokenizer.h"
 
@@ -19,8 +19,6 @@
 
 const char *const zo_tokenizer_files[ZO_TOKENIZER_N_FILES] = {"tokenizer.json", "tokenizer_config.json",
                                                               "special_tokens_map.json", "generation_config.json"};
-
-static char carried[PATH_MAX];
 
 bool zo_tokenizer_json_of(const char *path, char *json, size_t size) {
   struct stat st;
@@ -82,7 +80,3 @@ int zo_tokenizer_copy_files(const char *json, const char *dir) {
   }
   return err;
 }
-
-void zo_checkpoint_carry_tokenizer(const char *json) { snprintf(carried, sizeof carried, "%s", json ? json : ""); }
-
-const char *zo_checkpoint_carried_tokenizer(void) { return carried; }

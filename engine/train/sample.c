@@ -29,7 +29,7 @@
 #include "zo/run_tokenizer.h"
 #include "zo/state.h"
 #include "zo/tokenizer.h"
-#include "zo/train.h"
+#include "zo/train_setup.h"
 
 #include "../model/arch.h"
 

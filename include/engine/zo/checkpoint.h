@@ -71,6 +71,20 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
 int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
                                   const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
+/* What a save writes beside the state, and what it keeps. */
+struct zo_checkpoint_opts {
+  int keep;              /* checkpoints kept, the oldest beyond removed (0: all) */
+  const char *tokenizer; /* the run's tokenizer.json (zo_run_tokenizer): it and the files beside it
+                          * (zo_tokenizer_files) are copied in and listed with their checksums in
+                          * trainer_state.json, so that the checkpoint is a whole Hugging Face model
+                          * directory; NULL or "": none */
+};
+/* zo_checkpoint_save_io with options o; opt NULL: weights only, as
+ * zo_checkpoint_save_weights_io. */
+int zo_checkpoint_save_opts(const char *dir, const struct zo_model *m, const struct zo_optim_format *opt,
+                            const struct zo_state_io *io, const struct zo_train_state *state,
+                            const struct zo_checkpoint_opts *o, char *out_path, size_t out_size);
+
 /* A checkpoint written in parts (data parallel with a sharded optimizer:
  * every rank writes its shard's optimizer file, rank 0 the rest):
  * begin (rank 0) makes the temporary directory next to the final one;
@@ -79,8 +93,8 @@ int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, con
  * `shard` of n_shards (optimizer-<shard+1>-of-<n>.safetensors; n_shards 0:
  * the one optimizer.safetensors of all tensors) and returns its CRC32;
  * commit (rank 0, once every part is written) records the checksums (the
- * shards' given), writes trainer_state.json, renames the directory into
- * place atomically and removes checkpoints beyond keep (only ones of lower
+ * shards' given) with o's tokenizer files, writes trainer_state.json, renames the directory into
+ * place atomically and removes checkpoints beyond o->keep (only ones of lower
  * steps: the one just written always stays); abort removes the temporary
  * directory, keeping the error that made the save fail as zo_last_error();
  * commit with n_shards -1 records a weights-only checkpoint (no optimizer
@@ -96,7 +110,8 @@ int zo_checkpoint_write_optimizer(const struct zo_checkpoint_txn *x, const struc
                                   const struct zo_optim_format *opt, const struct zo_state_io *io, int shard,
                                   int n_shards, int t_lo, int t_hi, uint32_t *crc);
 int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_train_state *state, int n_shards,
-                         const uint32_t *shard_crcs, int keep, char *out_path, size_t out_size);
+                         const uint32_t *shard_crcs, const struct zo_checkpoint_opts *o, char *out_path,
+                         size_t out_size);
 void zo_checkpoint_abort(const struct zo_checkpoint_txn *x);
 /* The optimizer file name of shard (0-based) of n_shards (0: the one file). */
 void zo_checkpoint_shard_name(int shard, int n_shards, char *buf, size_t size);

@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "zo/adamw.h"
+#include "zo/lr_schedule.h" /* struct zo_lr_schedule */
 #include "zo/common.h"
 #include "zo/data.h" /* enum zo_data_format */
 #include "zo/model.h"

@@ -30,13 +30,6 @@ int zo_run_tokenizer(const struct zo_config *cfg, char *json, size_t size);
  * three from json's directory where present, each atomically. Returns 0 or
  * -errno naming the file. */
 int zo_tokenizer_copy_files(const char *json, const char *dir);
-/* Every checkpoint this process commits from now on gets the tokenizer
- * files of json (NULL or "": none), listed with their checksums in
- * trainer_state.json. Set once before training (not thread-safe). */
-void zo_checkpoint_carry_tokenizer(const char *json);
-/* What zo_checkpoint_carry_tokenizer set, "" for none. */
-const char *zo_checkpoint_carried_tokenizer(void);
-
 #ifdef __cplusplus
 }
 #endif

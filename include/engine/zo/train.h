@@ -12,6 +12,7 @@
 #include "zo/comm.h"
 #include "zo/config.h"
 #include "zo/sched.h"
+#include "zo/train_setup.h" /* zo_train_backend, zo_train_model_config, zo_train_check_threads */
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,20 +30,6 @@ struct zo_train_opts {
   int *stop_signal;    /* receives SIGINT or SIGTERM when one stopped the run (it returns -EINTR),
                         * else 0 (may be NULL) */
 };
-
-/* The model shapes of cfg: model.* or, with model.init_from, the file's
- * (n_head from the config); checked against data.seq_len. Returns 0 or -errno. */
-int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc);
-
-/* The backend of engine.device for this rank: with engine.threads 0,
- * OMP_NUM_THREADS unset and several ranks of comm (may be NULL) on this
- * machine, OpenMP gets the machine's cores divided among them (each would
- * otherwise start one thread per core). NULL with zo_last_error() set. */
-zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm);
-/* -EINVAL with a message when engine.threads or OMP_NUM_THREADS asks for
- * more than 4x the hardware threads (zo_train_backend and zo_train check
- * it first), else 0. */
-int zo_train_check_threads(const struct zo_config *cfg);
 
 /* Trains cfg->steps optimizer steps. Before step 1 (rank 0): checkpoint.dir
  * is created and probed writable, its path length and free space (one

@@ -1,5 +1,5 @@
 /* CPU optimizer: AdamW in fp32 (PyTorch semantics), global gradient norm and
- * clipping, learning-rate schedules. Runs on host memory with OpenMP + SIMD;
+ * clipping (the learning rate of a step: zo/lr_schedule.h). Runs on host memory with OpenMP + SIMD;
  * the update is bound by memory traffic (28 bytes per parameter). */
 #ifndef ZO_ADAMW_H
 #define ZO_ADAMW_H
@@ -29,27 +29,6 @@ double zo_sumsq(const float *x, size_t n);
 /* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
  * 1 when max_norm <= 0 (clipping off). */
 float zo_clip_coef(double norm, double max_norm);
-
-enum zo_lr_schedule_kind {
-  ZO_LR_CONSTANT,      /* lr */
-  ZO_LR_WARMUP,        /* DeepSpeed WarmupLR, linear: min_lr -> lr over warmup, then lr */
-  ZO_LR_WARMUP_COSINE, /* linear warmup from 0 to lr, then cosine from lr to min_lr at total */
-  ZO_LR_WARMUP_DECAY,  /* DeepSpeed WarmupDecayLR: linear warmup, then linear decay to 0 at total */
-};
-
-struct zo_lr_schedule {
-  enum zo_lr_schedule_kind kind;
-  double lr;           /* peak learning rate */
-  double min_lr;       /* floor (cosine end, warmup start for ZO_LR_WARMUP) */
-  long warmup_steps;   /* steps of linear warmup */
-  long total_steps;    /* end of the decay */
-};
-
-/* Learning rate for 1-based step t:
- *   warmup (t <= warmup_steps): lr * t / warmup_steps (WARMUP: min_lr + (lr - min_lr) * t / warmup_steps)
- *   cosine after warmup: min_lr + 0.5 (lr - min_lr)(1 + cos(pi * (t - warmup) / (total - warmup))),
- *   clamped to min_lr once t >= total. */
-double zo_lr_at(const struct zo_lr_schedule *s, long t);
 
 #ifdef __cplusplus
 }

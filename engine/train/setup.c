@@ -1,0 +1,56 @@
+/* The setup train, eval, sample, plan, bench and calibrate share (see
+ * zo/train_setup.h): the thread-count check, the backend of engine.device
+ * and the model shapes of a config. */
+#include "zo/train_setup.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "zo/hf.h"
+
+/* engine.threads and OMP_NUM_THREADS beyond 4x the hardware threads are
+ * refused: libgomp crashes on 100000, and no such count helps. */
+int zo_train_check_threads(const struct zo_config *cfg) {
+  const long hw = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1, most = 4 * hw;
+  if (cfg->engine.threads > most)
+    return zo_error(-EINVAL, "engine.threads = %d: more than 4x the %ld hardware threads here; use 0 (one per "
+                             "core) or at most %ld", cfg->engine.threads, hw, most);
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && env[0]) {
+    char *end;
+    errno = 0;
+    const long n = strtol(env, &end, 10); /* "8" or the first of "8,4" */
+    if (errno || end == env || (*end && *end != ',') || n < 1 || n > most)
+      return zo_error(-EINVAL, "OMP_NUM_THREADS = %s: need a thread count from 1 to %ld (4x the %ld hardware "
+                               "threads here); unset it to use one thread per core", env, most, hw);
+  }
+  return 0;
+}
+
+/* engine.device, "auto" taking CUDA when a GPU answers (zo_backend_init
+ * prints one line when it falls back to the CPU). */
+zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm) {
+  if (zo_train_check_threads(cfg)) return NULL;
+  if (cfg->engine.threads > 0 || !comm || zo_comm_local_size(comm) <= 1 || getenv("OMP_NUM_THREADS"))
+    return zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+  const long per = sysconf(_SC_NPROCESSORS_ONLN) / zo_comm_local_size(comm);
+  return zo_backend_init(zo_device_name(cfg->engine.device), per >= 1 ? (int)per : 1);
+}
+
+int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
+  *mc = cfg->model.spec;
+  const bool init = cfg->model.init_from && cfg->model.init_from[0];
+  if (init) {
+    int err = zo_model_config_from_pretrained(cfg->model.init_from, cfg->model.spec.n_head, mc);
+    if (err) return zo_error(err, "model.init_from: %s", zo_last_error());
+  }
+  if (cfg->model.hf_dropout && !init)
+    return zo_error(-EINVAL, "model.hf_dropout = true takes the dropout rates of model.init_from's config.json, "
+                             "and model.init_from is not set: set it, or set model.dropout");
+  if (!cfg->model.hf_dropout) mc->embd_pdrop = mc->attn_pdrop = mc->resid_pdrop = (float)cfg->model.dropout;
+  if (cfg->data.seq_len > mc->max_seq_len)
+    return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
+                    mc->max_seq_len);
+  return zo_model_config_check(mc);
+}
