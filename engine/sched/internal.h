@@ -248,13 +248,14 @@ struct nv_task {
 /* ---- the scheduler ------------------------------------------------------- */
 
 /* Units: 0 = embeddings, 1..L = blocks, U - 1 = L + 1 = final norm (and an
- * untied head). Streams (each a worker thread on the CPU backend, a CUDA
- * stream on the GPU) and what runs on them:
+ * untied head). The eight streams (each a worker thread on the CPU backend,
+ * a CUDA stream on the GPU; named so on the timeline) and what runs on them:
  *   compute       forward and backward (the model's ops, the hooks' waits)
  *   h2d           host -> device: parameter slots, updated units, checkpointed inputs
  *   d2h           device -> host: gradients (and sched_acc_fn adds), checkpointed inputs
  *   optim         the optimizer: gradient sum over ranks, norm, updates, the exchange
  *   nvme_io       NVMe refills and write-backs (optimizer on NVMe only)
+ *   param_io      parameter reads from NVMe into the slot ring (param_nvme only)
  *   reduce        per-block gradient reductions onto their owners (overlap_comm)
  *   block_gather  ZeRO-3 block gathers from their owners (sharded parameters)
  * Streams that a placement does not use are NULL. */
