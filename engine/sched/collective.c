@@ -14,7 +14,7 @@
  * (working dtype; with copy_own the owner copies its part from the host
  * working copy first, else it is in buf already), on comm, every rank in
  * the same order. Returns 0 or -errno. */
-int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own) {
+int sched_exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own) {
   const size_t e = s->m->esize;
   const int me = zo_comm_rank(comm);
   int err = 0;
@@ -29,12 +29,12 @@ int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off,
 
 /* Stream block_gather: block l gathered into its slot's buffer. Runs even after an
  * error, so that the others are not left waiting. */
-void block_gather_fn(void *arg) {
+void sched_block_gather_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   const struct range r = unit_range(s->t, 1 + a->index);
   const double t0 = zo_time_s();
-  int err = exchange_range(s, s->block_gather_comm, block_gather_buf(s, a->index % s->n_slots), r.off, r.numel, true);
+  int err = sched_exchange_range(s, s->block_gather_comm, block_gather_buf(s, a->index % s->n_slots), r.off, r.numel, true);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
 }
@@ -43,7 +43,7 @@ void block_gather_fn(void *arg) {
  * n)) summed over the ranks onto that rank, in place (the ranks' parts of a
  * reduce-scatter, in the same order on every rank); the other parts of buf
  * are left as they are. Returns 0 or -errno. */
-int reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n) {
+int sched_reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n) {
   int err = 0;
   for (int r = 0; r < s->n_ranks && !err; r++) {
     size_t lo, hi;
@@ -53,15 +53,15 @@ int reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off,
 }
 
 /* Stream reduce (the NVMe tier: d2h): one micro-batch's gradients of a
- * range, staged, summed onto their owners (reduce_to_owners); this rank
+ * range, staged, summed onto their owners (sched_reduce_to_owners); this rank
  * accumulates its part into its shard of h.grads. Runs even after an
  * error, so that the others are not left waiting. */
-void reduce_acc_fn(void *arg) {
+void sched_reduce_acc_fn(void *arg) {
   struct reduce_task *a = arg;
   struct zo_sched *s = a->s;
   const bool first = a->runs++ % s->pl.grad_accum == 0;
   const double t0 = zo_time_s();
-  int err = reduce_to_owners(s, s->reduce_comm, a->src, a->off, a->n);
+  int err = sched_reduce_to_owners(s, s->reduce_comm, a->src, a->off, a->n);
   size_t lo, hi;
   if (!err && shard_cut(s, s->pl.dp_rank, a->off, a->n, &lo, &hi)) {
     const float *part = a->src + (lo - a->off);
@@ -79,7 +79,7 @@ void reduce_acc_fn(void *arg) {
 /* Sharded gradients: n gradients at device src to the staging buffer of
  * the task (free: the event the last reduction from it recorded), then
  * their reduction on stream reduce (ready event i), which frees it again. */
-void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
+void sched_grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
                             struct reduce_task *task) {
   CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
   zo_trace_next("grads out", i, n * sizeof(float), 0);
@@ -87,7 +87,7 @@ void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t 
   CHECK_Q(s->be->event_record(s->reduce_ready[i], s->d2h));
   CHECK_Q(s->be->stream_wait_event(s->reduce, s->reduce_ready[i]));
   zo_trace_next("reduce grads", i, n * sizeof(float), 0);
-  CHECK_Q(s->be->launch_host_func(s->reduce, reduce_acc_fn, task));
+  CHECK_Q(s->be->launch_host_func(s->reduce, sched_reduce_acc_fn, task));
 }
 
 /* Optimizer stream, the step's first task: the accumulated gradients, where
@@ -96,7 +96,7 @@ void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t 
  * runs the same norm, clip, skip and update on it. On the CPU backend the
  * device accumulator is host memory. The sum runs even after an error on
  * this rank, so that the others are not left waiting before the job ends. */
-void grads_allreduce_fn(void *arg) {
+void sched_grads_allreduce_fn(void *arg) {
   struct zo_sched *s = arg;
   const double t0 = zo_time_s();
   float *g = (float *)(uintptr_t)opt_grads(s);
@@ -113,7 +113,7 @@ void grads_allreduce_fn(void *arg) {
 static void gather_fn(void *arg) {
   struct zo_sched *s = arg;
   const double t0 = zo_time_s();
-  int err = exchange_range(s, s->grad_comm, gather_buf(s), 0, s->t->numel, false);
+  int err = sched_exchange_range(s, s->grad_comm, gather_buf(s), 0, s->t->numel, false);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "exchanging the updated parameters over the ranks"));
 }
@@ -130,13 +130,13 @@ static void resident_exchange_fn(void *arg) {
   const int units[2] = {0, s->U - 1};
   for (int i = 0; i < 2 && !err; i++) {
     const struct range r = unit_range(s->t, units[i]);
-    err = exchange_range(s, s->grad_comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
+    err = sched_exchange_range(s, s->grad_comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
   }
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "exchanging the resident parameters over the ranks"));
 }
 
-void queue_gather(struct zo_sched *s) {
+void sched_queue_gather(struct zo_sched *s) {
   zo_backend_t be = s->be;
   if (s->pshard) {
     /* Blocks are gathered when their slots load them; the resident units
@@ -145,7 +145,7 @@ void queue_gather(struct zo_sched *s) {
     for (int i = 0; i < 2; i++) {
       size_t a, b;
       unit_owned(s, units[i], &a, &b);
-      if (b <= a || !s->h.params) continue; /* param_nvme: the chunks were copied (queue_optimizer) */
+      if (b <= a || !s->h.params) continue; /* param_nvme: the chunks were copied (sched_queue_optimizer) */
       const struct range r = unit_range(s->t, units[i]);
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[units[i]]));
       CHECK_Q(be->memcpy_async((uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
@@ -181,7 +181,7 @@ void queue_gather(struct zo_sched *s) {
 
 /* sums[0, n) (loss sums) and sums[n, 2n) (token counts) added over the
  * ranks, on the caller's communicator. */
-int ranks_sum(struct zo_sched *s, double *sums, int n) {
+int sched_ranks_sum(struct zo_sched *s, double *sums, int n) {
   const double t0 = zo_time_s();
   int err = zo_comm_allreduce(s->comm, sums, 2 * (size_t)n, ZO_F64, ZO_COMM_SUM);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
@@ -193,7 +193,7 @@ int ranks_sum(struct zo_sched *s, double *sums, int n) {
  * overlapped gradient reductions. Every rank decides alike (the same
  * placement), so the duplicates, which are collective, are made by all or
  * none. Returns 0 or -errno. */
-int init_ranks(struct zo_sched *s, zo_comm_t comm) {
+int sched_init_ranks(struct zo_sched *s, zo_comm_t comm) {
   const int n_ranks = s->n_ranks;
   s->shards = calloc((size_t)n_ranks, sizeof *s->shards);
   s->rs_counts = calloc((size_t)n_ranks, sizeof *s->rs_counts);
@@ -214,8 +214,8 @@ int init_ranks(struct zo_sched *s, zo_comm_t comm) {
     if (!s->block_gather_ready || !s->block_gather_free || !s->block_gather_tasks) return sched_no_memory();
     for (int l = 0; l < s->L; l++) s->block_gather_tasks[l] = (struct task){s, l, 0};
     if ((err = sched_stream_create(s, &s->block_gather, "block_gather")) ||
-        (err = events_create(s->be, s->block_gather_ready, s->n_slots)) ||
-        (err = events_create(s->be, s->block_gather_free, s->n_slots)))
+        (err = sched_events_create(s->be, s->block_gather_ready, s->n_slots)) ||
+        (err = sched_events_create(s->be, s->block_gather_free, s->n_slots)))
       return err;
   }
   /* The NVMe tier sums each block's gradients onto their owners on the d2h
@@ -234,9 +234,9 @@ int init_ranks(struct zo_sched *s, zo_comm_t comm) {
     s->reduce_tasks[l] = (struct reduce_task){s, s->t->layer_offset[l], s->t->layer_numel, NULL, 0};
   s->reduce_tasks[s->L] = (struct reduce_task){s, head.off, head.numel, NULL, 0};
   s->reduce_tasks[s->L + 1] = (struct reduce_task){s, tail.off, tail.numel, NULL, 0};
-  if ((err = sched_stream_create(s, &s->reduce, "reduce")) || (err = events_create(s->be, s->reduce_ready, s->L + 1)) ||
+  if ((err = sched_stream_create(s, &s->reduce, "reduce")) || (err = sched_events_create(s->be, s->reduce_ready, s->L + 1)) ||
       (err = s->be->event_create(&s->reduce_done)) ||
-      (err = events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS)) ||
+      (err = sched_events_create(s->be, s->stage_free, ZO_SCHED_GRAD_SLOTS)) ||
       (err = s->be->event_create(&s->stage_res_free)))
     return err;
   return 0;

@@ -28,7 +28,7 @@ static void slot_ensure(struct zo_sched *s, int l) {
     return;
   }
   if (s->pl.param_nvme) {
-    param_slot_load(s, l, k);
+    sched_param_slot_load(s, l, k);
     s->slot_owner[k] = l;
     return;
   }
@@ -39,7 +39,7 @@ static void slot_ensure(struct zo_sched *s, int l) {
     CHECK_Q(s->be->stream_wait_event(s->block_gather, s->block_gather_free[k]));
     CHECK_Q(s->be->stream_wait_event(s->block_gather, s->param_ready[1 + l]));
     zo_trace_next("gather block", l, r.numel * s->m->esize, 0);
-    CHECK_Q(s->be->launch_host_func(s->block_gather, block_gather_fn, &s->block_gather_tasks[l]));
+    CHECK_Q(s->be->launch_host_func(s->block_gather, sched_block_gather_fn, &s->block_gather_tasks[l]));
     CHECK_Q(s->be->event_record(s->block_gather_ready[k], s->block_gather));
     CHECK_Q(s->be->stream_wait_event(s->h2d, s->block_gather_ready[k]));
   }
@@ -69,7 +69,7 @@ static void *slots_acquire(struct zo_sched *s, int l, enum zo_model_phase ph, zo
 
 /* Next step: every slot is stale; start loading the first blocks as soon as
  * their updates finish. */
-void slots_invalidate(struct zo_sched *s) {
+void sched_slots_invalidate(struct zo_sched *s) {
   for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1;
   for (int l = 0; l < s->n_slots; l++) slot_ensure(s, l);
 }
@@ -83,7 +83,7 @@ static const void *emb_weights(struct zo_sched *s) {
 
 /* h2d stream: the micro-batch's rows by the CPU backend's own encoder
  * forward (a copy per position, as on the device). */
-void emb_gather_fn(void *arg) {
+static void emb_gather_fn(void *arg) {
   const struct emb_gather_task *a = arg;
   struct zo_sched *s = a->s;
   zo_cpu_encoder_forward(s->h.emb_in, s->h.in[a->b], emb_weights(s), NULL, s->B, s->T, s->m->cfg.n_embd,
@@ -107,7 +107,7 @@ static void emb_gather(struct zo_sched *s, struct zo_model *m, zo_stream_t cs) {
 
 /* ---- gradients ----------------------------------------------------------- */
 
-void acc_fn(void *arg) {
+void sched_acc_fn(void *arg) {
   const struct acc_task *a = arg;
   double t0 = zo_time_s();
   float *restrict d = a->dst;
@@ -124,7 +124,7 @@ void acc_fn(void *arg) {
  * on the device), then each row added to the accumulator (zeroed first in
  * the step's first micro-batch): the bits of the device's scatter and
  * copy or staged add. */
-void emb_fn(void *arg) {
+static void emb_fn(void *arg) {
   const struct emb_task *a = arg;
   struct zo_sched *s = a->s;
   const double t0 = zo_time_s();
@@ -184,7 +184,7 @@ static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n
   }
   CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
   zo_trace_next("accumulate grads", index, n * sizeof(float), n);
-  CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, task));
+  CHECK_Q(s->be->launch_host_func(s->d2h, sched_acc_fn, task));
 }
 
 /* ---- activation checkpoints in host memory -------------------------------- */
@@ -224,7 +224,7 @@ static void ck_load(struct zo_sched *s, struct zo_model *m, int l) {
   s->ck_owner[b] = l;
 }
 
-void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
+void sched_hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
@@ -284,7 +284,7 @@ void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo
   }
 }
 
-void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
+void sched_hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int L = s->L;
@@ -301,11 +301,11 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
     CHECK_Q(be->stream_wait_event(s->d2h, s->gslot_ready[g]));
     if (s->k == 0) CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[1 + l]));
     if (s->pl.grads_nvme) {
-      grads_out_nvme(s, l, g);
+      sched_grads_out_nvme(s, l, g);
       return;
     }
     if (s->overlap) {
-      grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->reduce_tasks[l]);
+      sched_grads_out_shard(s, m->grad_slots[g], s->t->layer_numel, s->stage_free[g], l, &s->reduce_tasks[l]);
       CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
       CHECK_Q(be->event_record(s->stage_free[g], s->reduce));
       return;
@@ -326,26 +326,26 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
     }
     if (s->overlap) {
       ZO_ASSERT(m->res_ghead == head.numel); /* over ranks the embedding's gradient is reduced whole */
-      grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->reduce_tasks[L]);
-      grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->reduce_tasks[L + 1]);
+      sched_grads_out_shard(s, m->grads, head.numel, s->stage_res_free, L, &s->reduce_tasks[L]);
+      sched_grads_out_shard(s, m->grads + head.numel, tail.numel, s->stage_res_free, L, &s->reduce_tasks[L + 1]);
       CHECK_Q(be->event_record(s->res_free, s->d2h));
       CHECK_Q(be->event_record(s->stage_res_free, s->reduce));
-      /* The optimizer starts when every range is reduced (queue_optimizer). */
+      /* The optimizer starts when every range is reduced (sched_queue_optimizer). */
       if (last) CHECK_Q(be->event_record(s->reduce_done, s->reduce));
       if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
       return;
     }
     if (m->res_ghead == 0) emb_grads_out(s, m);
     if (s->pl.grads_nvme && (s->k > 0 || s->sharded)) {
-      grads_out_resident_pieces(s);
+      sched_grads_out_resident_pieces(s);
     } else {
       if (m->res_ghead) grads_out(s, m->grads, head.off, head.numel, s->h.stage_res, &s->acc_tasks[L]);
       grads_out(s, m->grads + m->res_ghead, tail.off, m->res_tail,
                 s->h.stage_res ? s->h.stage_res + m->res_ghead : NULL, &s->acc_tasks[L + 1]);
     }
     CHECK_Q(be->event_record(s->res_free, s->d2h));
-    if (s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_drain_fn, s));
-    if (last && s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, norm_res_fn, &s->norm_res_task));
+    if (s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, sched_grads_nvme_drain_fn, s));
+    if (last && s->pl.grads_nvme) CHECK_Q(be->launch_host_func(s->d2h, sched_norm_res_fn, &s->norm_res_task));
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
     return;
   }
@@ -368,7 +368,7 @@ void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_s
 
 /* Piece p's weights in its slot (ring entry L + p); in backward its
  * gradient into a zeroed gradient slot, like a block's. */
-void head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
+void sched_head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   const int l = s->L + p;
   m->head_w = slots_acquire(s, l, ph, cs);
@@ -381,7 +381,7 @@ void head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase p
 
 /* The slot is free; in backward the piece's gradient leaves for the host
  * (into the accumulator, staged and added after the first micro-batch). */
-void head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
+void sched_head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs) {
   struct zo_sched *s = ctx;
   zo_backend_t be = s->be;
   const int l = s->L + p;

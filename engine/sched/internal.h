@@ -7,7 +7,7 @@
  *   placement.c   placement from the config, shards, the optimizer-state format
  *   layout.c      units, NVMe chunk plans, the host layout; the three plans
  *   hooks.c       the model's block hooks: slots, gradients out, checkpoints
- *   step.c        one step's queueing order (queue_optimizer)
+ *   step.c        one step's queueing order (sched_queue_optimizer)
  *   update.c      norm and AdamW / AdamW8bit updates, host and device
  *   nvme.c        the NVMe pipeline, the state files and their cache
  *   tier.c        the Infinity tier: the blocks' parameters and gradients on NVMe
@@ -161,9 +161,9 @@ struct step_args {
   double max_norm;            /* gradient clipping threshold; <= 0 none */
   double loss_scale;          /* the gradients are scaled by it (fp16); 1 otherwise */
   bool skip_nonfinite;        /* a non-finite gradient skips the step (fp16) */
-  double norm;                /* set by norm_fn: L2 norm of the unscaled gradients */
-  float coef;                 /* set by norm_fn: clip coefficient over the loss scale, what scales g */
-  bool skip;                  /* set by norm_fn: this step's update is skipped */
+  double norm;                /* set by sched_norm_fn: L2 norm of the unscaled gradients */
+  float coef;                 /* set by sched_norm_fn: clip coefficient over the loss scale, what scales g */
+  bool skip;                  /* set by sched_norm_fn: this step's update is skipped */
 };
 
 /* Argument of a per-unit, per-block or per-step host function. */
@@ -173,7 +173,7 @@ struct task {
   int parity; /* step parity: which struct step_args */
 };
 
-/* acc_fn: dst[0, n) += src[0, n) (fp32 gradients, host). */
+/* sched_acc_fn: dst[0, n) += src[0, n) (fp32 gradients, host). */
 struct acc_task {
   struct zo_sched *s;
   float *dst;       /* (n) accumulated gradients in h.grads */
@@ -225,7 +225,7 @@ struct nv_buffer {
   struct zo_nvme_req greq;           /* grads_nvme: their read, issued by the previous chunk's update */
   bool greading;                     /* greq outstanding */
   void *work;                        /* (chunk, working dtype) param_nvme, mixed precision: rounded parameters */
-  struct zo_nvme_req preq;           /* param_nvme: the chunk's parameter write (nv_write_fn issues and waits) */
+  struct zo_nvme_req preq;           /* param_nvme: the chunk's parameter write (sched_nv_write_fn issues and waits) */
 };
 
 /* grads_nvme_fn: block `block`'s gradients of micro-batch k, staged at stage,
@@ -248,14 +248,14 @@ struct nv_task {
 /* ---- the scheduler ------------------------------------------------------- */
 
 /* Units: 0 = embeddings, 1..L = blocks, U - 1 = L + 1 = final norm (and an
- * untied head). Streams (each a worker thread on the CPU backend, a CUDA
- * stream on the GPU) and what runs on them:
+ * untied head). The eight streams (each a worker thread on the CPU backend,
+ * a CUDA stream on the GPU; named so on the timeline) and what runs on them:
  *   compute       forward and backward (the model's ops, the hooks' waits)
  *   h2d           host -> device: parameter slots, updated units, checkpointed inputs
- *   d2h           device -> host: gradients (and acc_fn adds), checkpointed inputs
+ *   d2h           device -> host: gradients (and sched_acc_fn adds), checkpointed inputs
  *   optim         the optimizer: gradient sum over ranks, norm, updates, the exchange
  *   nvme_io       NVMe refills and write-backs (optimizer on NVMe only)
- *   param_io      NVMe parameter reads into the host ring buffers (parameters on NVMe only)
+ *   param_io      parameter reads from NVMe into the slot ring (param_nvme only)
  *   reduce        per-block gradient reductions onto their owners (overlap_comm)
  *   block_gather  ZeRO-3 block gathers from their owners (sharded parameters)
  * Streams that a placement does not use are NULL. */
@@ -272,10 +272,10 @@ struct zo_sched {
                                     * blocks 0..L-1, then the pieces L..L+n_hp-1 */
   size_t head_off;                 /* table element of the LM head's weights (n_hp > 0) */
   int B, T;                        /* micro-batch rows, tokens per row */
-  struct zo_model_hooks hooks;     /* hook_begin / hook_end, ctx = this */
+  struct zo_model_hooks hooks;     /* sched_hook_begin / sched_hook_end, ctx = this */
   zo_stream_t compute, h2d, d2h, optim; /* see above */
   zo_stream_t nvme_io;             /* NVMe refills and writes (optimizer on NVMe), else NULL */
-  struct zo_host_pool pool;        /* the host tier: one allocation, carved by host_layout */
+  struct zo_host_pool pool;        /* the host tier: one allocation, carved by sched_host_layout */
   struct host_tags pool_tags;      /* the pool's carves by category */
   struct host_bufs h;              /* the pool's buffers */
   float *acc;                      /* (numel) device gradient accumulator (gradients on the device) */
@@ -311,10 +311,10 @@ struct zo_sched {
   int ck_owner[2];                 /* block whose input a buffer holds (loaded), -1 none */
   int n_ck;                        /* events in ck_saved */
   /* host function arguments */
-  struct task *opt_tasks;          /* (2, U) opt_unit_fn, by parity */
+  struct task *opt_tasks;          /* (2, U) sched_opt_unit_fn, by parity */
   struct nv_task *nv_refill;       /* (2, n_chunks) nv_refill_fn, by parity */
-  struct nv_task *nv_update;       /* (2, n_chunks) nv_update_fn and nv_write_fn, by parity */
-  struct task norm_tasks[2];       /* norm_fn, by parity */
+  struct nv_task *nv_update;       /* (2, n_chunks) sched_nv_update_fn and sched_nv_write_fn, by parity */
+  struct task norm_tasks[2];       /* sched_norm_fn, by parity */
   struct acc_task *acc_tasks;      /* (L + 2 + n_hp): blocks, then head, tail, the LM head's pieces */
   struct step_args step[2];        /* by parity */
   double loss_scale;               /* of the micro-batches being queued (zo_sched_set_loss_scale) */
@@ -351,7 +351,7 @@ struct zo_sched {
   struct zo_nvme_req *gio_req;     /* (2, gio_max) grads_nvme: a block's chunk writes, then its reads */
   int gio_max;                     /* the most chunks of a block */
   int gio_n_pending;               /* writes of gio_req in flight (d2h thread only) */
-  struct task norm_res_task;       /* norm_res_fn */
+  struct task norm_res_task;       /* sched_norm_res_fn */
   struct acc_task *res_pieces;     /* (n_res_pieces) grads_nvme: the resident ranges' gradients in
                                     * layer_numel pieces through h.stage[0], head then tail */
   int n_res_pieces;
@@ -554,74 +554,70 @@ static inline size_t nv_nbytes(const struct chunk *c, int f) { return f == NV_MA
 int sched_no_memory(void);
 /* Creates a stream named name on the timeline (zo/trace.h). Returns 0 or -errno. */
 int sched_stream_create(struct zo_sched *s, zo_stream_t *stream, const char *name);
-int events_create(zo_backend_t be, zo_event_t *ev, int n);
-void events_destroy(zo_backend_t be, zo_event_t *ev, int n);
-int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k);
+int sched_events_create(zo_backend_t be, zo_event_t *ev, int n);
+int sched_copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k);
 
 /* layout.c: units, NVMe chunks, the host layout */
-struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
+struct chunk_plan sched_make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
                                      struct chunk *chunks, struct piece *pieces);
-void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+void sched_host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                         int T, struct host_carver *c, struct host_bufs *h);
 
 /* hooks.c: the model's block hooks */
-void slots_invalidate(struct zo_sched *s);
-void acc_fn(void *arg);
-void emb_fn(void *arg);
-void emb_gather_fn(void *arg);
-void hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
-void hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
-void head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
-void head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
+void sched_slots_invalidate(struct zo_sched *s);
+void sched_acc_fn(void *arg);
+void sched_hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
+void sched_hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph, zo_stream_t cs);
+void sched_head_hook_begin(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
+void sched_head_hook_end(void *ctx, struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t cs);
 
 /* collective.c: data-parallel collectives */
-int init_ranks(struct zo_sched *s, zo_comm_t comm);
-int exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own);
-int reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n);
-void reduce_acc_fn(void *arg);
-void block_gather_fn(void *arg);
-void grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
+int sched_init_ranks(struct zo_sched *s, zo_comm_t comm);
+int sched_exchange_range(struct zo_sched *s, zo_comm_t comm, uint8_t *buf, size_t off, size_t n, bool copy_own);
+int sched_reduce_to_owners(struct zo_sched *s, zo_comm_t comm, float *buf, size_t off, size_t n);
+void sched_reduce_acc_fn(void *arg);
+void sched_block_gather_fn(void *arg);
+void sched_grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_event_t free_ev, int i,
                             struct reduce_task *task);
-void grads_allreduce_fn(void *arg);
-void queue_gather(struct zo_sched *s);
-int ranks_sum(struct zo_sched *s, double *sums, int n);
+void sched_grads_allreduce_fn(void *arg);
+void sched_queue_gather(struct zo_sched *s);
+int sched_ranks_sum(struct zo_sched *s, double *sums, int n);
 
 /* update.c: norm and optimizer updates */
-void norm_fn(void *arg);
-void piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
+void sched_norm_fn(void *arg);
+void sched_piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
                          bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n, void *work);
-void opt_unit_fn(void *arg);
-void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u);
+void sched_opt_unit_fn(void *arg);
+void sched_queue_device_update(struct zo_sched *s, const struct step_args *sa, int u);
 
 /* nvme.c: the NVMe pipeline and the state cache */
-int nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req);
-int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b);
-int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b);
-int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b);
-int nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b);
-void nv_write_fn(void *arg);
-void nv_update_fn(void *arg);
-void nv_queue_refill(struct zo_sched *s, int j, long g, int p);
-void nv_prime(struct zo_sched *s, int p);
-void nv_reprime(struct zo_sched *s);
-int nvme_open(struct zo_sched *s);
-int nv_flush(struct zo_sched *s, int f);
-int nv_fetch(struct zo_sched *s, int f, int j, bool whole);
-int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write);
+int sched_nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req);
+int sched_nv_drain_writes(struct zo_sched *s, struct nv_buffer *b);
+int sched_nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b);
+int sched_nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b);
+int sched_nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b);
+void sched_nv_write_fn(void *arg);
+void sched_nv_update_fn(void *arg);
+void sched_nv_queue_refill(struct zo_sched *s, int j, long g, int p);
+void sched_nv_prime(struct zo_sched *s, int p);
+void sched_nv_reprime(struct zo_sched *s);
+int sched_nvme_open(struct zo_sched *s);
+int sched_nv_flush(struct zo_sched *s, int f);
+int sched_nv_fetch(struct zo_sched *s, int f, int j, bool whole);
+int sched_nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write);
 
 /* tier.c: parameters and gradients on NVMe */
-void param_read_fn(void *arg);
-void param_slot_load(struct zo_sched *s, int l, int k);
-void grads_out_nvme(struct zo_sched *s, int l, int g);
-void grads_nvme_drain_fn(void *arg);
-void norm_res_fn(void *arg);
-void grads_out_resident_pieces(struct zo_sched *s);
-int tier_open(struct zo_sched *s);
-int tier_write_params(struct zo_sched *s, int j, const void *src);
-size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
-                    size_t *wper);
+void sched_param_slot_load(struct zo_sched *s, int l, int k);
+void sched_grads_out_nvme(struct zo_sched *s, int l, int g);
+void sched_grads_nvme_drain_fn(void *arg);
+void sched_norm_res_fn(void *arg);
+void sched_grads_out_resident_pieces(struct zo_sched *s);
+int sched_tier_open(struct zo_sched *s);
+int sched_tier_write_params(struct zo_sched *s, int j, const void *src);
+size_t sched_nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
+                          size_t *wper);
 
 /* step.c: one step's queueing order */
-int queue_optimizer(struct zo_sched *s);
+int sched_queue_optimizer(struct zo_sched *s);
 
 #endif

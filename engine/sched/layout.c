@@ -37,7 +37,7 @@ static void close_chunk(struct chunk_plan *cp, struct chunk *cur, size_t blk, si
   cp->n_chunks++;
 }
 
-struct chunk_plan make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
+struct chunk_plan sched_make_chunks(const struct zo_tensor_table *t, const struct zo_placement *pl,
                                      struct chunk *chunks, struct piece *pieces) {
   const struct zo_optim_format *f = &pl->opt;
   const size_t blk = pl->nvme_block ? pl->nvme_block : 4096, e = zo_dtype_size(pl->dtype);
@@ -88,7 +88,7 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
                           size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
   size_t master = 0, state = 0, params = 0, grads = 0;
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
-    const struct chunk_plan cp = make_chunks(t, pl, NULL, NULL);
+    const struct chunk_plan cp = sched_make_chunks(t, pl, NULL, NULL);
     master = cp.mfile;
     state = cp.sfile;
     if (pl->param_nvme) params = cp.pfile;
@@ -126,8 +126,8 @@ size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model
 /* Bytes of one NVMe staging set: master (and, grads_nvme, gradients) of
  * mper, m and v of sper, the rounded working parameters (param_nvme, mixed
  * precision) of wper. */
-size_t nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
-                    size_t *wper) {
+size_t sched_nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
+                          size_t *wper) {
   *mper = round_up(cp->max_numel * sizeof(float), 4096);
   *sper = round_up(cp->max_sbytes, 4096);
   *wper = pl->param_nvme && pl->dtype != ZO_F32 ? round_up(cp->max_numel * zo_dtype_size(pl->dtype), 4096) : 0;
@@ -153,7 +153,7 @@ static void *hcarve(struct host_carver *c, size_t nbytes, const char *what, int 
   return p;
 }
 
-void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
+void sched_host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t, int B,
                         int T, struct host_carver *c, struct host_bufs *h) {
   const size_t f = sizeof(float), e = zo_dtype_size(pl->dtype), n = t->numel, BT = (size_t)B * (size_t)T;
   const size_t Vp = (size_t)t->tensors[0].shape[0], C = (size_t)t->tensors[0].shape[1]; /* the embedding (Vp, C) */
@@ -176,7 +176,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
    * (ZeRO-3 over ranks) it holds the shard, and each block is gathered from
    * its owners into a slot's gather buffer before it goes to the device. */
   const bool pshard = sharded && pl->param_slots;
-  const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME ? make_chunks(t, pl, NULL, NULL) : (struct chunk_plan){0};
+  const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME ? sched_make_chunks(t, pl, NULL, NULL) : (struct chunk_plan){0};
   if (pl->param_nvme) { /* the blocks stream from NVMe through a ring, one buffer per slot */
     const int n_cpu = cpu_blocks(pl, t);
     if (n_cpu < t->n_layer)
@@ -211,7 +211,7 @@ void host_layout(const struct zo_placement *pl, const struct zo_tensor_table *t,
   if (pl->grads_nvme) h->gio = hcarve(c, cp.block_gbytes, "gradient I/O", ZO_MEM_BUFFERS);
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     size_t mper, sper, wper;
-    const size_t set = nv_set_bytes(pl, &cp, &mper, &sper, &wper);
+    const size_t set = sched_nv_set_bytes(pl, &cp, &mper, &sper, &wper);
     h->nv_buf = hcarve(c, (size_t)pl->nvme_buffers * set, "NVMe staging", ZO_MEM_BUFFERS);
   }
   for (int b = 0; b < 2; b++) {
@@ -246,7 +246,7 @@ size_t zo_sched_host_plan(const struct zo_placement *pl, const struct zo_tensor_
                           int T, size_t by_category[ZO_SCHED_MEM_N_CATEGORIES]) {
   struct host_carver c = {0};
   struct host_bufs h;
-  host_layout(pl, t, B, T, &c, &h);
+  sched_host_layout(pl, t, B, T, &c, &h);
   if (by_category) memcpy(by_category, c.by_category, sizeof c.by_category);
   return c.total;
 }

@@ -23,7 +23,7 @@ static const char *const nv_class[NV_FILES] = {"master", "exp_avg", "exp_avg_sq"
  * queues that chunk's writes without waiting for them. The first d refills
  * of a step are queued with its first micro-batch, so those reads overlap
  * the forward and backward. */
-int nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req) {
+int sched_nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req) {
   int err = 0;
   for (int f = 0; f < NV_FILES; f++) {
     int e = zo_nvme_wait(s->nv, &req[f]);
@@ -32,14 +32,14 @@ int nv_wait_all(struct zo_sched *s, struct zo_nvme_req *req) {
   return err;
 }
 
-int nv_drain_writes(struct zo_sched *s, struct nv_buffer *b) {
+int sched_nv_drain_writes(struct zo_sched *s, struct nv_buffer *b) {
   if (!b->writing) return 0;
   b->writing = false;
-  return nv_wait_all(s, b->wreq);
+  return sched_nv_wait_all(s, b->wreq);
 }
 
-int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
-  int err = nv_drain_writes(s, b);
+int sched_nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
+  int err = sched_nv_drain_writes(s, b);
   if (b->greading) {
     b->greading = false;
     int e = zo_nvme_wait(s->nv, &b->greq);
@@ -47,13 +47,13 @@ int nv_buffer_drain(struct zo_sched *s, struct nv_buffer *b) {
   }
   if (b->reading) {
     b->reading = false;
-    int e = nv_wait_all(s, b->rreq);
+    int e = sched_nv_wait_all(s, b->rreq);
     if (e && !err) err = e;
   }
   return err;
 }
 
-int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
+int sched_nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
@@ -62,7 +62,7 @@ int nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   return err;
 }
 
-int nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b) {
+int sched_nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
@@ -77,13 +77,13 @@ static void nv_refill_fn(void *arg) {
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
   struct nv_buffer *b = &s->nvb[a->buf];
-  int err = a->pred_buf >= 0 ? nv_drain_writes(s, &s->nvb[a->pred_buf]) : 0;
-  if (!err) err = nv_drain_writes(s, b);
+  int err = a->pred_buf >= 0 ? sched_nv_drain_writes(s, &s->nvb[a->pred_buf]) : 0;
+  if (!err) err = sched_nv_drain_writes(s, b);
   if (err) {
     async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
     return;
   }
-  if ((err = nv_read_async(s, a->chunk, b))) async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
+  if ((err = sched_nv_read_async(s, a->chunk, b))) async_fail(s, error_prefixed(err, "NVMe tier: reading the optimizer state"));
 }
 
 /* I/O stream, behind the chunk's update: queues its writes. Issued here and
@@ -94,7 +94,7 @@ static void nv_refill_fn(void *arg) {
  * updates the next chunk): the block's param_ready is recorded on this
  * stream behind its last chunk's writes, and the next slot load reads the
  * file after it. A skipped step leaves the file as it is. */
-void nv_write_fn(void *arg) {
+void sched_nv_write_fn(void *arg) {
   const struct nv_task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
@@ -111,7 +111,7 @@ void nv_write_fn(void *arg) {
       return;
     }
   }
-  err = nv_write_async(s, a->chunk, b);
+  err = sched_nv_write_async(s, a->chunk, b);
   if (err) async_fail(s, error_prefixed(err, "NVMe tier: writing the optimizer state"));
   if (pwrite) {
     int e = zo_nvme_wait(s->nv, &b->preq);
@@ -121,14 +121,14 @@ void nv_write_fn(void *arg) {
 
 /* Optimizer stream: waits for the chunk's reads (CRC checked) and updates it
  * in the staging buffer. */
-void nv_update_fn(void *arg) {
+void sched_nv_update_fn(void *arg) {
   const struct nv_task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
   const struct step_args *sa = &s->step[a->parity];
   struct nv_buffer *b = &s->nvb[a->buf];
   const double t0 = zo_time_s();
-  int err = nv_wait_all(s, b->rreq);
+  int err = sched_nv_wait_all(s, b->rreq);
   b->reading = false;
   atomic_fetch_add(&s->nv_wait_ns, ns_since(t0));
   if (err) {
@@ -172,16 +172,16 @@ void nv_update_fn(void *arg) {
     void *work = !mixed ? NULL
                  : s->pl.param_nvme ? (void *)((uint8_t *)b->work + (pc->off - c->off) * e)
                                     : host_params_at(s, pc->off);
-    piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), g,
-                 (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel, work);
+    sched_piece_update(s, sa, &s->t->tensors[pc->tensor], pc->q, master + (pc->off - c->off), g,
+                       (uint8_t *)b->file[NV_M] + pc->sbyte, (uint8_t *)b->file[NV_V] + pc->sbyte, pc->numel, work);
   }
   if (c->unit == 0 && s->h.emb_params) /* the embedding's rows are gathered on the host */
     memcpy((uint8_t *)s->h.emb_params + c->off * e, mixed ? b->work : (void *)master, c->numel * e);
   if (c->unit == s->U - 1 && s->h.head_params) head_params_store(s, c, mixed ? b->work : (void *)master);
   if (s->pl.param_nvme) {
     /* A block kept in host memory (max_in_cpu) gets its rounded working
-     * parameters here; the others go to the parameter file in nv_write_fn. */
-    if (block && c->unit <= s->n_cpu && (err = tier_write_params(s, a->chunk, mixed ? b->work : (void *)master))) {
+     * parameters here; the others go to the parameter file in sched_nv_write_fn. */
+    if (block && c->unit <= s->n_cpu && (err = sched_tier_write_params(s, a->chunk, mixed ? b->work : (void *)master))) {
       async_fail(s, err);
       return;
     }
@@ -192,7 +192,7 @@ void nv_update_fn(void *arg) {
 }
 
 /* Queues the refill of chunk j (global index g) of the step with parity p. */
-void nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
+void sched_nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
   zo_backend_t be = s->be;
   const int n = s->n_chunks, d = s->nv_depth, nbuf = s->pl.nvme_buffers;
   const int pj = ((j - d) % n + n) % n; /* chunk g - d: this step's or the last */
@@ -206,18 +206,18 @@ void nv_queue_refill(struct zo_sched *s, int j, long g, int p) {
 }
 
 /* Queues the reads of the next step's first d chunks (once per step). */
-void nv_prime(struct zo_sched *s, int p) {
+void sched_nv_prime(struct zo_sched *s, int p) {
   if (s->nv_primed) return;
-  for (int j = 0; j < s->nv_depth; j++) nv_queue_refill(s, j, s->nv_base + j, p);
+  for (int j = 0; j < s->nv_depth; j++) sched_nv_queue_refill(s, j, s->nv_base + j, p);
   s->nv_primed = true;
 }
 
 /* After a synchronous use of the staging buffers: reads already issued for
  * the next step were overwritten, so issue them again. */
-void nv_reprime(struct zo_sched *s) {
+void sched_nv_reprime(struct zo_sched *s) {
   if (!s->nv || !s->nv_primed) return;
   s->nv_primed = false;
-  nv_prime(s, s->parity ^ 1);
+  sched_nv_prime(s, s->parity ^ 1);
 }
 
 static int cmp_seg(const void *a, const void *b) {
@@ -261,7 +261,7 @@ static int nv_segs_build(struct zo_sched *s) {
   return 0;
 }
 
-int nvme_open(struct zo_sched *s) {
+int sched_nvme_open(struct zo_sched *s) {
   struct zo_nvme_config nc = {.dir = s->pl.nvme_path, .block_size = s->pl.nvme_block,
                               .queue_depth = s->pl.nvme_queue_depth};
   s->nv = zo_nvme_init(&nc);
@@ -271,7 +271,7 @@ int nvme_open(struct zo_sched *s) {
              s->pl.nvme_path);
     return error_prefixed(-EIO, what);
   }
-  const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
+  const struct chunk_plan cp = sched_make_chunks(s->t, &s->pl, NULL, NULL);
   s->n_chunks = cp.n_chunks;
   s->n_pieces = cp.n_pieces;
   s->chunks = calloc((size_t)s->n_chunks, sizeof *s->chunks);
@@ -286,7 +286,7 @@ int nvme_open(struct zo_sched *s) {
   if (!s->chunks || !s->pieces || !s->nvb || !s->nv_refill || !s->nv_update || !s->chunk_done ||
       !s->chunk_h2d || !s->chunk_issued)
     return zo_error(-ENOMEM, "out of host memory for the NVMe chunk tables");
-  make_chunks(s->t, &s->pl, s->chunks, s->pieces);
+  sched_make_chunks(s->t, &s->pl, s->chunks, s->pieces);
   int err;
   const size_t file_bytes[NV_FILES] = {cp.mfile, cp.sfile, cp.sfile};
   /* A sharded rank owning no tensor has no chunk, and no files (id -1). */
@@ -296,7 +296,7 @@ int nvme_open(struct zo_sched *s) {
       return error_prefixed(err, "NVMe tier: creating a state file");
   }
   size_t mper, sper, wper;
-  const size_t set = nv_set_bytes(&s->pl, &cp, &mper, &sper, &wper);
+  const size_t set = sched_nv_set_bytes(&s->pl, &cp, &mper, &sper, &wper);
   struct zo_nvme_buffer reg[3] = {{s->h.nv_buf, (size_t)s->pl.nvme_buffers * set}};
   int n_reg = 1;
   if (s->h.pring) reg[n_reg++] = (struct zo_nvme_buffer){s->h.pring, (size_t)s->n_slots * cp.block_pbytes};
@@ -309,19 +309,19 @@ int nvme_open(struct zo_sched *s) {
     s->nvb[b].grad = s->pl.grads_nvme ? (float *)(void *)(base + mper + 2 * sper) : NULL;
     s->nvb[b].work = wper ? base + set - wper : NULL;
   }
-  if ((err = tier_open(s))) return err;
+  if ((err = sched_tier_open(s))) return err;
   /* Registration is an optimization: without it the store uses plain reads. */
   (void)zo_nvme_register_buffers(s->nv, reg, n_reg);
-  if ((err = sched_stream_create(s, &s->nvme_io, "nvme_io")) || (err = events_create(s->be, s->chunk_done, s->n_chunks)) ||
-      (err = events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
-      (err = events_create(s->be, s->chunk_issued, s->n_chunks)))
+  if ((err = sched_stream_create(s, &s->nvme_io, "nvme_io")) || (err = sched_events_create(s->be, s->chunk_done, s->n_chunks)) ||
+      (err = sched_events_create(s->be, s->chunk_h2d, s->n_chunks)) ||
+      (err = sched_events_create(s->be, s->chunk_issued, s->n_chunks)))
     return err;
   s->nvme_planned = zo_sched_nvme_plan(&s->pl, s->t, NULL);
   return nv_segs_build(s);
 }
 
 /* Writes the cached chunk of file f back if it changed. */
-int nv_flush(struct zo_sched *s, int f) {
+int sched_nv_flush(struct zo_sched *s, int f) {
   const int j = s->nv_cached[f];
   if (j < 0 || !s->nv_dirty[f]) return 0;
   const struct chunk *c = &s->chunks[j];
@@ -334,9 +334,9 @@ int nv_flush(struct zo_sched *s, int f) {
 
 /* Chunk j of file f into the cache. A chunk never written reads as zeros;
  * one about to be overwritten whole (whole) is not read at all. */
-int nv_fetch(struct zo_sched *s, int f, int j, bool whole) {
+int sched_nv_fetch(struct zo_sched *s, int f, int j, bool whole) {
   if (s->nv_cached[f] == j) return 0;
-  int err = nv_flush(s, f);
+  int err = sched_nv_flush(s, f);
   if (err) return err;
   s->nv_cached[f] = -1;
   const struct chunk *c = &s->chunks[j];
@@ -353,7 +353,7 @@ int nv_fetch(struct zo_sched *s, int f, int j, bool whole) {
 
 /* Bytes [off, off + n) of file f's part through the cache; bytes no segment
  * holds (the padding after 8-bit codes) read as zero and are not stored. */
-int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write) {
+int sched_nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, bool write) {
   const struct nv_seg *seg = s->nv_segs[f == NV_MASTER ? 0 : 1];
   const int ns = s->nv_n_segs[f == NV_MASTER ? 0 : 1];
   int lo = 0, hi = ns; /* first segment ending after off */
@@ -373,7 +373,7 @@ int nv_access(struct zo_sched *s, int f, size_t off, uint8_t *buf, size_t n, boo
     const size_t a = off - sg->canon, take = sg->nbytes - a < n ? sg->nbytes - a : n;
     /* A master chunk is one segment: writing all of it needs no read. */
     const bool whole = write && f == NV_MASTER && a == 0 && take == sg->nbytes;
-    int err = nv_fetch(s, f, sg->chunk, whole);
+    int err = sched_nv_fetch(s, f, sg->chunk, whole);
     if (err) return err;
     uint8_t *k = (uint8_t *)s->nvb[0].file[f] + sg->koff + a;
     if (write) {

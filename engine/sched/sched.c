@@ -36,7 +36,7 @@ struct zo_model *zo_sched_model(struct zo_sched *s) { return s->m; }
 
 const struct zo_placement *zo_sched_placement(const struct zo_sched *s) { return &s->pl; }
 
-int events_create(zo_backend_t be, zo_event_t *ev, int n) {
+int sched_events_create(zo_backend_t be, zo_event_t *ev, int n) {
   for (int i = 0; i < n; i++) {
     int err = be->event_create(&ev[i]);
     if (err) return err;
@@ -44,7 +44,7 @@ int events_create(zo_backend_t be, zo_event_t *ev, int n) {
   return 0;
 }
 
-void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
+static void events_destroy(zo_backend_t be, zo_event_t *ev, int n) {
   if (!ev) return;
   for (int i = 0; i < n; i++)
     if (ev[i]) be->event_destroy(ev[i]);
@@ -59,10 +59,10 @@ int sched_stream_create(struct zo_sched *s, zo_stream_t *stream, const char *nam
 }
 
 /* Stage 2 of init: the host pool, allocated once at its plan and carved by
- * the same host_layout, and the canonical state offsets. */
+ * the same sched_host_layout, and the canonical state offsets. */
 static int init_host(struct zo_sched *s, const struct zo_sched_config *c) {
   struct host_carver plan = {0};
-  host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
+  sched_host_layout(&s->pl, s->t, c->B, c->T, &plan, &s->h);
   int err = zo_host_pool_init(&s->pool, plan.total, c->host_budget, s->pl.pin, c->backend);
   if (err) return err;
   /* The OpenMP workers (and the stream threads created from here on) run on
@@ -71,7 +71,7 @@ static int init_host(struct zo_sched *s, const struct zo_sched_config *c) {
   if (s->pool.numa_node >= 0 && zo_topology_bind_omp(s->pool.numa_node, NULL) != 0)
     fprintf(stderr, "zoffload: warning: %s\n", zo_last_error());
   struct host_carver carver = {.pool = &s->pool, .tags = &s->pool_tags};
-  host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
+  sched_host_layout(&s->pl, s->t, c->B, c->T, &carver, &s->h);
   if (carver.err) return carver.err;
   s->soff = calloc((size_t)s->t->n_tensors, sizeof *s->soff);
   if (!s->soff) return sched_no_memory();
@@ -134,16 +134,16 @@ static int init_streams(struct zo_sched *s) {
   int err;
   if ((err = sched_stream_create(s, &s->compute, "compute")) || (err = sched_stream_create(s, &s->h2d, "h2d")) ||
       (err = sched_stream_create(s, &s->d2h, "d2h")) || (err = sched_stream_create(s, &s->optim, "optim")) ||
-      (err = events_create(be, s->param_ready, U)) || (err = events_create(be, s->opt_done, U)) ||
-      (err = events_create(be, s->slot_free, n_slot_ev)) || (err = events_create(be, s->slot_ready, n_slot_ev)) ||
-      (err = events_create(be, s->in_free, 2)) || (err = events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS)) ||
-      (err = events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS)) || (err = be->event_create(&s->res_ready)) ||
+      (err = sched_events_create(be, s->param_ready, U)) || (err = sched_events_create(be, s->opt_done, U)) ||
+      (err = sched_events_create(be, s->slot_free, n_slot_ev)) || (err = sched_events_create(be, s->slot_ready, n_slot_ev)) ||
+      (err = sched_events_create(be, s->in_free, 2)) || (err = sched_events_create(be, s->gslot_ready, ZO_SCHED_GRAD_SLOTS)) ||
+      (err = sched_events_create(be, s->gslot_free, ZO_SCHED_GRAD_SLOTS)) || (err = be->event_create(&s->res_ready)) ||
       (err = be->event_create(&s->res_free)) || (err = be->event_create(&s->grads_done)) ||
       (err = be->event_create(&s->grads_ready)) || (err = be->event_create(&s->norm_done)) ||
       (err = be->event_create(&s->losses_ready)) || (err = be->event_create(&s->gather_wait)) ||
-      (err = be->event_create(&s->gather_done)) || (err = events_create(be, s->ck_saved, NCK)) ||
-      (err = be->event_create(&s->ck_out)) || (err = events_create(be, s->ck_free, 2)) ||
-      (err = events_create(be, s->ck_ready, 2)) || (err = be->event_create(&s->emb_free)) ||
+      (err = be->event_create(&s->gather_done)) || (err = sched_events_create(be, s->ck_saved, NCK)) ||
+      (err = be->event_create(&s->ck_out)) || (err = sched_events_create(be, s->ck_free, 2)) ||
+      (err = sched_events_create(be, s->ck_ready, 2)) || (err = be->event_create(&s->emb_free)) ||
       (err = be->event_create(&s->emb_ready)))
     return err;
   /* The op streams' scratch (CUDA's cuBLASLt workspaces) is in the device plan. */
@@ -248,14 +248,14 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
     s->comm = c->comm;
     s->grad_comm = grad_comm;
   }
-  if (init_model(s, c) || (s->sharded && init_ranks(s, c->comm)) || init_host(s, c) || init_optimizer(s, c) ||
-      init_streams(s) || (s->pl.optimizer == ZO_OFFLOAD_NVME && nvme_open(s))) {
+  if (init_model(s, c) || (s->sharded && sched_init_ranks(s, c->comm)) || init_host(s, c) || init_optimizer(s, c) ||
+      init_streams(s) || (s->pl.optimizer == ZO_OFFLOAD_NVME && sched_nvme_open(s))) {
     zo_sched_free(s);
     return NULL;
   }
-  s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = hook_begin, .block_end = hook_end,
-                                      .head_begin = s->n_hp ? head_hook_begin : NULL,
-                                      .head_end = s->n_hp ? head_hook_end : NULL};
+  s->hooks = (struct zo_model_hooks){.ctx = s, .block_begin = sched_hook_begin, .block_end = sched_hook_end,
+                                      .head_begin = s->n_hp ? sched_head_hook_begin : NULL,
+                                      .head_end = s->n_hp ? sched_head_hook_end : NULL};
   s->m->hooks = &s->hooks;
   return s;
 }
@@ -268,7 +268,7 @@ int zo_sched_synchronize(struct zo_sched *s) {
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
   if (s->nv && !atomic_load(&s->err))
-    for (int b = 0; b < s->pl.nvme_buffers && !err; b++) err = nv_buffer_drain(s, &s->nvb[b]);
+    for (int b = 0; b < s->pl.nvme_buffers && !err; b++) err = sched_nv_buffer_drain(s, &s->nvb[b]);
   if (err) async_fail(s, err);
   return async_error(s);
 }
@@ -360,7 +360,7 @@ void zo_sched_free(struct zo_sched *s) {
 }
 
 /* Synchronous copies of whole units between host buffers and where they live. */
-int copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k) {
+int sched_copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k) {
   int err = s->be->memcpy_async(dst, src, nbytes, k, s->compute);
   return err ? err : s->be->stream_synchronize(s->compute);
 }
@@ -382,7 +382,7 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   s->n_valid[k] = n;
   s->k = k;
   /* The step's first state reads overlap its forward and backward. */
-  if (s->nv && k == 0) nv_prime(s, s->parity ^ 1);
+  if (s->nv && k == 0) sched_nv_prime(s, s->parity ^ 1);
   /* The LM head's backward runs chunk by chunk inside the forward. The loss
    * scale is a power of two, so scaling dloss is exact. Over N ranks the
    * denominator is the global micro-batch's tokens, the same float as one
@@ -434,10 +434,10 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   sa->loss_scale = s->loss_scale;
   sa->skip_nonfinite = s->pl.dtype == ZO_F16 || s->pl.skip_nonfinite;
   sa->skip = false;
-  err = queue_optimizer(s);
+  err = sched_queue_optimizer(s);
   s->stepped = true; /* work was queued even on failure */
   if (err) return err;
-  if (s->n_slots) slots_invalidate(s);
+  if (s->n_slots) sched_slots_invalidate(s);
   if ((err = be->event_synchronize(s->losses_ready))) return err;
   const size_t BT = (size_t)s->B * (size_t)s->T;
   const int K = s->pl.grad_accum;
@@ -449,7 +449,7 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
       ls[k] = loss_sum(s->h.losses + (size_t)k * BT, BT);
       ls[K + k] = s->n_valid[k];
     }
-    if ((err = ranks_sum(s, ls, K))) return err;
+    if ((err = sched_ranks_sum(s, ls, K))) return err;
     if (s->step_targets) {
       for (int k = 0; k < K; k++) sum += ls[k];
       sum /= (double)s->step_targets;
@@ -498,7 +498,7 @@ int zo_sched_eval(struct zo_sched *s, double *loss) {
   if (err) return err;
   if (s->comm) {
     double ls[2] = {loss_sum(out, BT), n};
-    if ((err = ranks_sum(s, ls, 1))) return err;
+    if ((err = sched_ranks_sum(s, ls, 1))) return err;
     *loss = ls[1] > 0 ? ls[0] / ls[1] : 0.0;
   } else {
     *loss = mean_loss(out, BT, n);

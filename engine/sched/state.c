@@ -67,11 +67,11 @@ static int local_access(struct zo_sched *s, enum zo_state_part p, size_t off, ui
   uint8_t *base = part_base(s, p, &dev, &first);
   int err = 0;
   if (!base) {
-    err = nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
+    err = sched_nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
   } else {
     ZO_ASSERT(off >= first);
     base += off - first;
-    if (dev) err = write ? copy_sync(s, base, buf, n, ZO_COPY_H2D) : copy_sync(s, buf, base, n, ZO_COPY_D2H);
+    if (dev) err = write ? sched_copy_sync(s, base, buf, n, ZO_COPY_H2D) : sched_copy_sync(s, buf, base, n, ZO_COPY_D2H);
     else if (write) memcpy(base, buf, n);
     else memcpy(buf, base, n);
   }
@@ -237,15 +237,15 @@ static int working_copies_sync(struct zo_sched *s) {
       unit_owned(s, u, &a, &b);
       if (b > a) b = a + dev_unit_part(s, u, a - unit_range(s->t, u).off, b - a); /* not a streamed LM head */
       if (dev && b > a)
-        err = copy_sync(s, (uint8_t *)dev + (a - unit_range(s->t, u).off) * e,
-                        s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e, ZO_COPY_H2D);
+        err = sched_copy_sync(s, (uint8_t *)dev + (a - unit_range(s->t, u).off) * e,
+                              s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e, ZO_COPY_H2D);
     }
   } else {
     /* NVMe: chunk by chunk (a chunk lies inside one unit). */
     ZO_ASSERT(s->h.params || !mixed || s->pl.param_nvme);
     for (int j = 0; j < s->n_chunks && !err; j++) {
       const struct chunk *c = &s->chunks[j];
-      if ((err = nv_fetch(s, NV_MASTER, j, false))) break;
+      if ((err = sched_nv_fetch(s, NV_MASTER, j, false))) break;
       const float *master = s->nvb[0].file[NV_MASTER];
       /* param_nvme: rounded into set 0's working buffer; the blocks' into
        * the parameter file. */
@@ -260,12 +260,12 @@ static int working_copies_sync(struct zo_sched *s) {
       uint8_t *dev = dev_unit_params(s, c->unit);
       if (c->unit == 0 && s->h.emb_params) /* the embedding on the host, no working copy there */
         memcpy((uint8_t *)s->h.emb_params + c->off * e, work, c->numel * e);
-      else if (s->pl.param_nvme && !dev) err = tier_write_params(s, j, work);
+      else if (s->pl.param_nvme && !dev) err = sched_tier_write_params(s, j, work);
       else if (dev && !after) {
         if (c->unit == s->U - 1 && s->h.head_params) head_params_store(s, c, work);
         /* the part on the device: none of a streamed LM head */
         const size_t at = c->off - unit_range(s->t, c->unit).off, n = dev_unit_part(s, c->unit, at, c->numel);
-        if (n) err = copy_sync(s, dev + at * e, work, n * e, ZO_COPY_H2D);
+        if (n) err = sched_copy_sync(s, dev + at * e, work, n * e, ZO_COPY_H2D);
       }
     }
   }
@@ -276,18 +276,18 @@ static int working_copies_sync(struct zo_sched *s) {
     const int units[2] = {0, s->U - 1};
     for (int i = 0; i < 2; i++) { /* collective: even after a failure */
       const struct range r = unit_range(s->t, units[i]);
-      const int x = exchange_range(s, s->comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
+      const int x = sched_exchange_range(s, s->comm, dev_unit_params(s, units[i]), r.off, r.numel, false);
       if (!err) err = x;
     }
     return err;
   }
   /* Collective: runs even after a local failure, so that nobody waits. */
-  const int ge = exchange_range(s, s->comm, gather_buf(s), 0, s->t->numel, false);
+  const int ge = sched_exchange_range(s, s->comm, gather_buf(s), 0, s->t->numel, false);
   if (!err) err = ge;
   for (int u = 0; u < s->U && !err && after; u++) {
     void *dev = dev_unit_params(s, u);
     const struct range r = unit_range(s->t, u);
-    if (dev) err = copy_sync(s, dev, host_params_at(s, r.off), r.numel * e, ZO_COPY_H2D);
+    if (dev) err = sched_copy_sync(s, dev, host_params_at(s, r.off), r.numel * e, ZO_COPY_H2D);
   }
   return err;
 }
@@ -296,7 +296,7 @@ int zo_sched_state_done(struct zo_sched *s) {
   if (!s->st_active) return 0;
   int err = 0;
   if (s->nv) {
-    for (int f = 0; f < NV_FILES && !err; f++) err = nv_flush(s, f);
+    for (int f = 0; f < NV_FILES && !err; f++) err = sched_nv_flush(s, f);
     for (size_t i = 0; s->st_wrote && !err && i < NV_FILES * (size_t)s->n_chunks; i++)
       if (!s->nv_valid[i])
         err = zo_error(-EINVAL, "the training state on NVMe is incomplete: the %s of chunk %zu were never "
@@ -306,7 +306,7 @@ int zo_sched_state_done(struct zo_sched *s) {
   if (!err && s->st_params_wrote) err = working_copies_sync(s);
   if (s->nv) {
     for (int f = 0; f < NV_FILES; f++) s->nv_cached[f] = -1;
-    nv_reprime(s);
+    sched_nv_reprime(s);
   }
   for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1;
   s->st_active = false;

@@ -116,19 +116,19 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
      * chunk written back as soon as read, its buffer refilled once the
      * write is done. */
     const int n = s->n_chunks, d = s->nv_depth, nbuf = s->pl.nvme_buffers;
-    for (int j = 0; j < d && !err; j++) err = nv_read_async(s, j, &s->nvb[j % nbuf]);
+    for (int j = 0; j < d && !err; j++) err = sched_nv_read_async(s, j, &s->nvb[j % nbuf]);
     for (int j = 0; j < n && !err; j++) {
       struct nv_buffer *b = &s->nvb[j % nbuf];
-      err = nv_wait_all(s, b->rreq);
+      err = sched_nv_wait_all(s, b->rreq);
       b->reading = false;
-      if (!err) err = nv_write_async(s, j, b);
+      if (!err) err = sched_nv_write_async(s, j, b);
       if (!err && j + d < n) {
         struct nv_buffer *nb = &s->nvb[(j + d) % nbuf];
-        if (!(err = nv_drain_writes(s, b)) && !(err = nv_drain_writes(s, nb))) err = nv_read_async(s, j + d, nb);
+        if (!(err = sched_nv_drain_writes(s, b)) && !(err = sched_nv_drain_writes(s, nb))) err = sched_nv_read_async(s, j + d, nb);
       }
     }
     for (int b = 0; b < nbuf; b++) {
-      int e = nv_buffer_drain(s, &s->nvb[b]);
+      int e = sched_nv_buffer_drain(s, &s->nvb[b]);
       if (e && !err) err = e;
     }
   } else if (s->pl.optimizer != ZO_OFFLOAD_NONE) {
@@ -172,7 +172,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   }
   *seconds = zo_time_s() - t0;
   for (int k = 0; k < s->n_slots; k++) s->slot_owner[k] = -1; /* slot 0 was overwritten */
-  nv_reprime(s);
+  sched_nv_reprime(s);
   return err;
 }
 

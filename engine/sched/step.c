@@ -12,7 +12,7 @@
  * clip coefficient as an argument, so this waits for the norm (the host
  * stalls until the last backward has run, as llm.c does) and returns 0 or
  * -errno. */
-int queue_optimizer(struct zo_sched *s) {
+int sched_queue_optimizer(struct zo_sched *s) {
   zo_backend_t be = s->be;
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
@@ -22,7 +22,7 @@ int queue_optimizer(struct zo_sched *s) {
   if (s->overlap) CHECK_Q(be->stream_wait_event(s->optim, s->reduce_done));
   else if (s->grad_comm && !s->pl.grads_nvme) {
     zo_trace_next("allreduce grads", -1, s->t->numel * sizeof(float), 0);
-    CHECK_Q(be->launch_host_func(s->optim, grads_allreduce_fn, s));
+    CHECK_Q(be->launch_host_func(s->optim, sched_grads_allreduce_fn, s));
   }
   if (on_device) {
     for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
@@ -31,7 +31,7 @@ int queue_optimizer(struct zo_sched *s) {
                              ZO_COPY_D2H, s->optim));
   }
   zo_trace_next("norm", -1, 0, 0);
-  CHECK_Q(be->launch_host_func(s->optim, norm_fn, &s->norm_tasks[p]));
+  CHECK_Q(be->launch_host_func(s->optim, sched_norm_fn, &s->norm_tasks[p]));
   CHECK_Q(be->event_record(s->norm_done, s->optim));
   const bool dev_update = on_device;
   if (dev_update) {
@@ -43,7 +43,7 @@ int queue_optimizer(struct zo_sched *s) {
   /* A step skipped for a non-finite gradient queues no device update (the
    * host functions check the flag themselves). */
   const bool dev_skip = dev_update && s->step[p].skip;
-  if (s->nv) nv_prime(s, p);
+  if (s->nv) sched_nv_prime(s, p);
   int j = 0;
   for (int u = 0; u < s->U; u++) {
     const struct range r = unit_range(s->t, u);
@@ -57,7 +57,7 @@ int queue_optimizer(struct zo_sched *s) {
         *task = (struct nv_task){s, j, p, (int)(g % s->pl.nvme_buffers), -1};
         CHECK_Q(be->stream_wait_event(s->optim, s->chunk_issued[j]));
         zo_trace_next("adamw chunk", j, 0, 0);
-        CHECK_Q(be->launch_host_func(s->optim, nv_update_fn, task));
+        CHECK_Q(be->launch_host_func(s->optim, sched_nv_update_fn, task));
         CHECK_Q(be->event_record(s->chunk_done[j], s->optim));
         if (dev && !(s->sharded && s->h.params)) {
           /* Device copy straight from the staging buffer, which the refill of
@@ -78,22 +78,22 @@ int queue_optimizer(struct zo_sched *s) {
         }
         CHECK_Q(be->stream_wait_event(s->nvme_io, s->chunk_done[j]));
         zo_trace_next("nvme write chunk", j, c->numel * sizeof(float) + 2 * c->sbytes, 0);
-        CHECK_Q(be->launch_host_func(s->nvme_io, nv_write_fn, task));
-        if (j + s->nv_depth < s->n_chunks) nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
+        CHECK_Q(be->launch_host_func(s->nvme_io, sched_nv_write_fn, task));
+        if (j + s->nv_depth < s->n_chunks) sched_nv_queue_refill(s, j + s->nv_depth, g + s->nv_depth, p);
       }
     } else if (dev_update) {
       if (!dev_skip) {
         zo_trace_scope(u); /* the unit the update ops carry on the timeline */
-        queue_device_update(s, &s->step[p], u);
+        sched_queue_device_update(s, &s->step[p], u);
         zo_trace_scope(-1);
       }
     } else {
       zo_trace_next("adamw unit", u, 0, 0);
-      CHECK_Q(be->launch_host_func(s->optim, opt_unit_fn, &s->opt_tasks[p * s->U + u]));
+      CHECK_Q(be->launch_host_func(s->optim, sched_opt_unit_fn, &s->opt_tasks[p * s->U + u]));
     }
     CHECK_Q(be->event_record(s->opt_done[u], s->optim));
     if (s->pl.param_nvme && u >= 1 && u <= s->L) {
-      /* Behind the block's parameter-file writes (nv_write_fn); sharded,
+      /* Behind the block's parameter-file writes (sched_nv_write_fn); sharded,
        * this rank's part's. */
       CHECK_Q(be->event_record(s->param_ready[u], s->nvme_io));
       continue;
@@ -125,7 +125,7 @@ int queue_optimizer(struct zo_sched *s) {
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }
   }
-  if (s->sharded) queue_gather(s);
+  if (s->sharded) sched_queue_gather(s);
   if (s->nv) {
     s->nv_base += s->n_chunks;
     s->nv_primed = false;

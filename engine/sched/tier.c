@@ -17,11 +17,11 @@
  * in h.head_params, filled from the chunks as they are written. Extents are always the chunk's: a file
  * block is read with the length it was written with.
  * Over ranks (ZeRO-3, pshard): the chunks, so every file, are this rank's
- * shard's (make_chunks); a slot load reads this rank's part of the block
+ * shard's (sched_make_chunks); a slot load reads this rank's part of the block
  * into the ring, then stream block_gather assembles the block in the slot's
- * gather buffer with the owners' parts (exchange_range); each block's
+ * gather buffer with the owners' parts (sched_exchange_range); each block's
  * micro-batch gradients, and the resident ranges' in pieces, are summed onto
- * their owners on the d2h stream (reduce_to_owners, on reduce_comm) before
+ * their owners on the d2h stream (sched_reduce_to_owners, on reduce_comm) before
  * each owner read-modify-writes its own chunks (or accumulates its part of
  * the host pool's): the blocks' reductions are ZeRO-3's with the
  * parameters on cpu (the resident ranges' too when they fit in one block);
@@ -35,7 +35,7 @@
 
 #include "zo/adamw.h"
 
-int tier_write_params(struct zo_sched *s, int j, const void *src) {
+int sched_tier_write_params(struct zo_sched *s, int j, const void *src) {
   const struct chunk *c = &s->chunks[j];
   if (c->unit <= s->n_cpu) { /* kept in host memory (max_in_cpu) */
     memcpy(s->h.pcpu + (c->off - s->t->layer_offset[0]) * s->m->esize, src, c->numel * s->m->esize);
@@ -47,7 +47,7 @@ int tier_write_params(struct zo_sched *s, int j, const void *src) {
 
 /* param_io stream: block l's chunks from the parameter file into ring buffer
  * l % n_slots, in the file's layout. */
-void param_read_fn(void *arg) {
+static void param_read_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
@@ -70,7 +70,7 @@ void param_read_fn(void *arg) {
 
 /* Stream block_gather, sharded: block l assembled in slot k's gather
  * buffer: this rank's part from its ring buffer (or, max_in_cpu, the host
- * copy), every other part broadcast from its owner (exchange_range, in the
+ * copy), every other part broadcast from its owner (sched_exchange_range, in the
  * same order on every rank). Runs even after an error, so that the others
  * are not left waiting. */
 static void tier_gather_fn(void *arg) {
@@ -93,7 +93,7 @@ static void tier_gather_fn(void *arg) {
       memcpy(buf + (c->off - r.off) * e, ring + (c->pfile_off - base), c->numel * e);
     }
   }
-  int err = exchange_range(s, s->block_gather_comm, buf, r.off, r.numel, false);
+  int err = sched_exchange_range(s, s->block_gather_comm, buf, r.off, r.numel, false);
   atomic_fetch_add(&s->comm_ns, ns_since(t0));
   if (err) async_fail(s, error_prefixed(err, "gathering a block's parameters from the ranks"));
 }
@@ -129,7 +129,7 @@ static void slot_gather(struct zo_sched *s, int l, int k) {
 /* Block l into slot k: read into ring buffer k once the ring's last copy
  * to the device is done and the block's update written, then copied chunk
  * by chunk into the slot. */
-void param_slot_load(struct zo_sched *s, int l, int k) {
+void sched_param_slot_load(struct zo_sched *s, int l, int k) {
   zo_backend_t be = s->be;
   const struct range r = unit_range(s->t, 1 + l);
   const size_t e = s->m->esize;
@@ -184,7 +184,7 @@ static int gio_drain(struct zo_sched *s) {
  * a read-modify-write reads, are then free), every chunk's read is issued at
  * once, and each chunk's write is issued as soon as it is added, left in
  * flight past the return (the next block's backward runs meanwhile) until
- * the next call or grads_nvme_drain_fn. */
+ * the next call or sched_grads_nvme_drain_fn. */
 static void grads_nvme_fn(void *arg) {
   const struct gio_task *a = arg;
   struct zo_sched *s = a->s;
@@ -194,7 +194,7 @@ static void grads_nvme_fn(void *arg) {
   if (s->sharded) {
     /* Summed onto the owners first, even after an error (see collective.c). */
     const double tc = zo_time_s();
-    int err = reduce_to_owners(s, s->reduce_comm, st, r.off, r.numel);
+    int err = sched_reduce_to_owners(s, s->reduce_comm, st, r.off, r.numel);
     atomic_fetch_add(&s->comm_ns, ns_since(tc));
     if (err) {
       async_fail(s, error_prefixed(err, "summing the gradients over the ranks"));
@@ -247,7 +247,7 @@ static void grads_nvme_fn(void *arg) {
 
 /* d2h stream, after a micro-batch's last block: its gradient writes
  * finished before the optimizer (or the next micro-batch) reads the file. */
-void grads_nvme_drain_fn(void *arg) {
+void sched_grads_nvme_drain_fn(void *arg) {
   struct zo_sched *s = arg;
   const double t0 = zo_time_s();
   int err = gio_drain(s);
@@ -255,7 +255,7 @@ void grads_nvme_drain_fn(void *arg) {
   if (err && !atomic_load(&s->err)) async_fail(s, error_prefixed(err, "NVMe tier: writing the gradients"));
 }
 
-void grads_out_nvme(struct zo_sched *s, int l, int g) {
+void sched_grads_out_nvme(struct zo_sched *s, int l, int g) {
   zo_backend_t be = s->be;
   const size_t nb = s->t->layer_numel * sizeof(float);
   zo_trace_next("grads out", l, nb, 0);
@@ -268,7 +268,7 @@ void grads_out_nvme(struct zo_sched *s, int l, int g) {
 /* Micro-batches after the first: the resident ranges' gradients leave in
  * block-sized pieces through the one staging buffer, each added to the
  * host accumulator (elementwise, so the pieces add the same bits). */
-void grads_out_resident_pieces(struct zo_sched *s) {
+void sched_grads_out_resident_pieces(struct zo_sched *s) {
   const size_t head = unit_range(s->t, 0).numel;
   for (int i = 0; i < s->n_res_pieces; i++) {
     struct acc_task *a = &s->res_pieces[i];
@@ -280,17 +280,17 @@ void grads_out_resident_pieces(struct zo_sched *s) {
                                 ZO_COPY_D2H, s->d2h));
     if (s->sharded) { /* every micro-batch: summed onto the owners, who accumulate */
       zo_trace_next("reduce grads", s->L, a->n * sizeof(float), 0);
-      CHECK_Q(s->be->launch_host_func(s->d2h, reduce_acc_fn, &s->res_reduce[i]));
+      CHECK_Q(s->be->launch_host_func(s->d2h, sched_reduce_acc_fn, &s->res_reduce[i]));
       continue;
     }
     zo_trace_next("accumulate grads", s->L, a->n * sizeof(float), a->n);
-    CHECK_Q(s->be->launch_host_func(s->d2h, acc_fn, a));
+    CHECK_Q(s->be->launch_host_func(s->d2h, sched_acc_fn, a));
   }
 }
 
 /* d2h stream, after the last micro-batch's resident gradients: their
  * per-tensor sums of squares. */
-void norm_res_fn(void *arg) {
+void sched_norm_res_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
@@ -300,12 +300,12 @@ void norm_res_fn(void *arg) {
   }
 }
 
-/* From nvme_open, once the chunks are made: the gradient and parameter
+/* From sched_nvme_open, once the chunks are made: the gradient and parameter
  * files (fallocated: a disk too small fails here, before step 1), the
  * tables, the stream and the events. */
-int tier_open(struct zo_sched *s) {
+int sched_tier_open(struct zo_sched *s) {
   if (!s->pl.grads_nvme) return 0;
-  const struct chunk_plan cp = make_chunks(s->t, &s->pl, NULL, NULL);
+  const struct chunk_plan cp = sched_make_chunks(s->t, &s->pl, NULL, NULL);
   const bool params = s->pl.param_nvme;
   s->n_cpu = cpu_blocks(&s->pl, s->t);
   s->block_pbytes = cp.block_pbytes;
@@ -348,7 +348,7 @@ int tier_open(struct zo_sched *s) {
       s->res_pieces[np++] = (struct acc_task){s, s->h.grads + base + a, s->h.stage[0], n - a < LN ? n - a : LN};
   }
   s->n_res_pieces = np;
-  if (s->sharded) { /* the same pieces' sums onto their owners (reduce_acc_fn) */
+  if (s->sharded) { /* the same pieces' sums onto their owners (sched_reduce_acc_fn) */
     s->res_reduce = calloc((size_t)np, sizeof *s->res_reduce);
     if (!s->res_reduce) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
     for (int i = 0; i < np; i++) {
@@ -365,7 +365,7 @@ int tier_open(struct zo_sched *s) {
   if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
     return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
                                "parameter file");
-  if ((err = sched_stream_create(s, &s->param_io, "param_io")) || (err = events_create(s->be, s->ring_ready, s->n_slots)))
+  if ((err = sched_stream_create(s, &s->param_io, "param_io")) || (err = sched_events_create(s->be, s->ring_ready, s->n_slots)))
     return err;
   return 0;
 }

@@ -24,7 +24,7 @@ static double grad_sumsq(const struct zo_tensor_table *t, const float *grads) {
 /* Optimizer stream. With the optimizer on the device the per-tensor sums
  * were computed there (backend sumsq) and copied to norm_host before this
  * runs; the host only adds them, in the same table order. */
-void norm_fn(void *arg) {
+void sched_norm_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   struct step_args *sa = &s->step[a->parity];
@@ -71,7 +71,7 @@ void norm_fn(void *arg) {
  * precision) the updated p is rounded into work (n elements of the working
  * dtype) span by span; spans split 8-bit states at block multiples from the
  * piece's first element, which is exact (blocks are independent). */
-void piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
+void sched_piece_update(const struct zo_sched *s, const struct step_args *sa, const struct zo_tensor_info *ti,
                          bool q, float *p, const float *g, uint8_t *ms, uint8_t *vs, size_t n, void *work) {
   const size_t span = work ? ZO_SCHED_CAST_SPAN : n, cb = round_up(n, 4), blk = s->pl.opt.block;
   const size_t e = zo_dtype_size(s->pl.dtype);
@@ -89,7 +89,7 @@ void piece_update(const struct zo_sched *s, const struct step_args *sa, const st
 
 /* Optimizer on the cpu tier: unit u's tensors, whole, with states in the
  * canonical layout. */
-void opt_unit_fn(void *arg) {
+void sched_opt_unit_fn(void *arg) {
   const struct task *a = arg;
   struct zo_sched *s = a->s;
   if (atomic_load(&s->err)) return;
@@ -105,8 +105,8 @@ void opt_unit_fn(void *arg) {
     const struct zo_tensor_info *ti = &s->t->tensors[i];
     if (ti->offset < r.off || ti->offset >= r.off + r.numel) continue;
     float *p = master_at(s, ti->offset);
-    piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, grads_at(s, ti->offset), state_at(s, s->st_m, i),
-                 state_at(s, s->st_v, i), ti->numel, work ? host_params_at(s, ti->offset) : NULL);
+    sched_piece_update(s, sa, ti, zo_optim_is_8bit(&s->pl.opt, ti->numel), p, grads_at(s, ti->offset), state_at(s, s->st_m, i),
+                       state_at(s, s->st_v, i), ti->numel, work ? host_params_at(s, ti->offset) : NULL);
   }
   atomic_fetch_add(&s->opt_ns, ns_since(t0));
 }
@@ -115,7 +115,7 @@ void opt_unit_fn(void *arg) {
  * or AdamW8bit on the optimizer stream, states in the canonical layout,
  * never touched by the host; in mixed precision the fp32 master is updated
  * and rounded into the working copy by the backend's cast. */
-void queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) {
+void sched_queue_device_update(struct zo_sched *s, const struct step_args *sa, int u) {
   const struct range r = unit_range(s->t, u);
   float *p = s->m->master ? s->m->master : (float *)s->m->params;
   const struct zo_adamw_hparams *hp = &sa->hp;

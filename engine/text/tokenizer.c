@@ -1,5 +1,6 @@
-/* Hugging Face tokenizer.json: encode, decode (see zo/tokenizer.h; loading
- * is engine/text/tokenizer_load.c).
+/* Hugging Face tokenizer.json: encode and the lookups (see zo/tokenizer.h;
+ * loading is engine/text/tokenizer_load.c, the added-token tries
+ * engine/text/tokenizer_trie.c, decoding engine/text/tokenizer_decode.c).
  * The pipeline is tokenizers 0.15's, stage for stage: added tokens split out
  * of the raw text (non-normalized ones) and of each normalized piece
  * (normalized ones), the normalizer per piece, the pre-tokenizers over the
@@ -36,59 +37,6 @@ static const struct merge_slot *merge_find(const struct zo_tokenizer *tk, int32_
     if (s->key == k) return s;
     if (!s->key) return NULL;
   }
-}
-
-/* ---- trie --------------------------------------------------------------- */
-
-static int trie_node_new(struct trie *t, uint8_t c) {
-  if (t->n == t->cap) {
-    const size_t cap = t->cap ? t->cap * 2 : 64;
-    struct trie_node *p = realloc(t->nodes, cap * sizeof(*p));
-    if (!p) return -ENOMEM;
-    t->nodes = p;
-    t->cap = cap;
-  }
-  t->nodes[t->n] = (struct trie_node){.child = -1, .sibling = -1, .token = -1, .c = c};
-  return (int)t->n++;
-}
-
-int zo_tk_trie_add(struct trie *t, const char *s, size_t n, int32_t token) {
-  if (!t->n && trie_node_new(t, 0) < 0) return -ENOMEM;
-  if (!n) return 0; /* an empty token never matches */
-  t->first[(uint8_t)s[0] >> 6] |= 1ull << ((uint8_t)s[0] & 63);
-  int32_t node = 0;
-  for (size_t i = 0; i < n; i++) {
-    const uint8_t c = (uint8_t)s[i];
-    int32_t ch = t->nodes[node].child;
-    while (ch >= 0 && t->nodes[ch].c != c) ch = t->nodes[ch].sibling;
-    if (ch < 0) {
-      const int nn = trie_node_new(t, c);
-      if (nn < 0) return -ENOMEM;
-      t->nodes[nn].sibling = t->nodes[node].child;
-      t->nodes[node].child = nn;
-      ch = nn;
-    }
-    node = ch;
-  }
-  t->nodes[node].token = token;
-  return 0;
-}
-
-/* Longest token starting at s[0, n): its length (0 none) and index in *token. */
-static size_t trie_longest(const struct trie *t, const char *s, size_t n, int32_t *token) {
-  size_t best = 0;
-  int32_t node = 0;
-  for (size_t i = 0; i < n; i++) {
-    int32_t ch = t->nodes[node].child;
-    while (ch >= 0 && t->nodes[ch].c != (uint8_t)s[i]) ch = t->nodes[ch].sibling;
-    if (ch < 0) break;
-    node = ch;
-    if (t->nodes[node].token >= 0) {
-      best = i + 1;
-      *token = t->nodes[node].token;
-    }
-  }
-  return best;
 }
 
 /* ---- per-thread state ---------------------------------------------------- */
@@ -262,7 +210,7 @@ static int split_added(const struct zo_tokenizer *tk, const struct trie *tr, str
       const uint8_t c = (uint8_t)s[i];
       int32_t token;
       size_t m;
-      if (!(tr->first[c >> 6] >> (c & 63) & 1) || !(m = trie_longest(tr, s + i, pc.len - i, &token))) {
+      if (!(tr->first[c >> 6] >> (c & 63) & 1) || !(m = zo_tk_trie_longest(tr, s + i, pc.len - i, &token))) {
         i++;
         continue;
       }
@@ -784,267 +732,25 @@ out:
   return err;
 }
 
-/* ---- decode --------------------------------------------------------------- */
+/* ---- normalization alone (the loader's added-token tries) ----------------- */
 
-struct span {
-  size_t off, len;
-};
-struct dbuf {
-  char *p;
-  size_t n, cap;
-  struct span *a, *b;
-  size_t na, nb, cap_s;
-};
-
-static int dbuf_reserve(struct dbuf *d, size_t more) {
-  if (d->n + more <= d->cap) return 0;
-  size_t cap = d->cap ? d->cap : 256;
-  while (cap < d->n + more) cap *= 2;
-  char *p = realloc(d->p, cap);
-  if (!p) return -ENOMEM;
-  d->p = p;
-  d->cap = cap;
+int zo_tk_normalize(const struct zo_tokenizer *tk, const char *s, size_t n, char **out, size_t *out_len) {
+  struct tls *t = tls_get(tk);
+  if (!t) return -ENOMEM;
+  struct match *m = NULL;
+  size_t mcap = 0;
+  t->buf_n = 0;
+  int err = append_lossy(t, s, n);
+  size_t off = 0, len = t->buf_n;
+  if (!err) err = normalize_piece(tk, t, &off, &len, &m, &mcap);
+  free(m);
+  if (err) return err;
+  char *copy = malloc(len + 1);
+  if (!copy) return -ENOMEM;
+  memcpy(copy, t->buf + off, len);
+  *out = copy;
+  *out_len = len;
   return 0;
-}
-
-static int dbuf_put(struct dbuf *d, const char *s, size_t n) {
-  if (dbuf_reserve(d, n)) return -ENOMEM;
-  memcpy(d->p + d->n, s, n);
-  d->n += n;
-  return 0;
-}
-
-static int span_push(struct dbuf *d, struct span sp) {
-  if (d->nb == d->cap_s) {
-    const size_t cap = d->cap_s * 2;
-    struct span *a = realloc(d->a, cap * sizeof(*a));
-    if (!a) return -ENOMEM;
-    d->a = a;
-    struct span *b = realloc(d->b, cap * sizeof(*b));
-    if (!b) return -ENOMEM;
-    d->b = b;
-    d->cap_s = cap;
-  }
-  d->b[d->nb++] = sp;
-  return 0;
-}
-
-/* Closes the output span that began at start (the end of the buffer then). */
-static int dbuf_end(struct dbuf *d, size_t start) { return span_push(d, (struct span){start, d->n - start}); }
-
-static void dbuf_swap(struct dbuf *d) {
-  struct span *x = d->a;
-  d->a = d->b;
-  d->b = x;
-  d->na = d->nb;
-  d->nb = 0;
-}
-
-/* from_utf8_lossy of bytes d->p[off, off + n), appended. */
-static int dbuf_put_lossy(struct dbuf *d, size_t off, size_t n) {
-  if (dbuf_reserve(d, 3 * n)) return -ENOMEM;
-  size_t i = 0;
-  while (i < n) {
-    const size_t v = zo_tk_utf8_valid_prefix(d->p + off + i, n - i);
-    memmove(d->p + d->n, d->p + off + i, v);
-    d->n += v;
-    i += v;
-    if (i == n) break;
-    i += zo_tk_utf8_invalid_len(d->p + off + i, n - i);
-    memcpy(d->p + d->n, "\xEF\xBF\xBD", 3);
-    d->n += 3;
-  }
-  return 0;
-}
-
-/* The code point of the UTF-8 character at s (valid). */
-static uint32_t utf8_cp(const uint8_t *s, size_t l) {
-  if (l == 1) return s[0];
-  if (l == 2) return (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
-  if (l == 3) return (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-  return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
-}
-
-static int byte_of_fallback(const char *s, size_t n) {
-  if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
-  int v = 0;
-  for (int i = 3; i < 5; i++) {
-    const char c = s[i];
-    const int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    if (x < 0) return -1;
-    v = v * 16 + x;
-  }
-  return v;
-}
-
-static int decode_step(const struct dec *dc, struct dbuf *d) {
-  const struct zo_tk_bytelevel *bl = zo_tk_bytelevel();
-  int err = 0;
-  switch (dc->kind) {
-  case DEC_BYTELEVEL: {
-    const size_t raw = d->n;
-    for (size_t k = 0; k < d->na && !err; k++) {
-      const struct span sp = d->a[k];
-      bool all = true;
-      for (size_t i = 0; i < sp.len && all;) {
-        const size_t l = zo_tk_utf8_len((uint8_t)d->p[sp.off + i]);
-        const uint32_t cp = utf8_cp((const uint8_t *)d->p + sp.off + i, l);
-        all = cp < 324 && bl->cp_to_byte[cp] >= 0;
-        i += l;
-      }
-      if ((err = dbuf_reserve(d, sp.len))) break;
-      if (!all) {
-        memcpy(d->p + d->n, d->p + sp.off, sp.len);
-        d->n += sp.len;
-        continue;
-      }
-      for (size_t i = 0; i < sp.len;) {
-        const size_t l = zo_tk_utf8_len((uint8_t)d->p[sp.off + i]);
-        d->p[d->n++] = (char)bl->cp_to_byte[utf8_cp((const uint8_t *)d->p + sp.off + i, l)];
-        i += l;
-      }
-    }
-    if (err) return err;
-    const size_t start = d->n;
-    if ((err = dbuf_put_lossy(d, raw, start - raw))) return err;
-    return dbuf_end(d, start);
-  }
-  case DEC_REPLACE:
-    for (size_t k = 0; k < d->na; k++) {
-      const struct span sp = d->a[k];
-      const size_t start = d->n;
-      for (size_t i = 0; i < sp.len;) {
-        if (i + dc->a_len <= sp.len && !memcmp(d->p + sp.off + i, dc->a, dc->a_len)) {
-          if ((err = dbuf_put(d, dc->b, dc->b_len))) return err;
-          i += dc->a_len;
-        } else {
-          if ((err = dbuf_reserve(d, 1))) return err;
-          d->p[d->n++] = d->p[sp.off + i++];
-        }
-      }
-      if ((err = dbuf_end(d, start))) return err;
-    }
-    return 0;
-  case DEC_BYTEFALLBACK: {
-    size_t k = 0;
-    while (k < d->na) {
-      int b = byte_of_fallback(d->p + d->a[k].off, d->a[k].len);
-      if (b < 0) {
-        const size_t start = d->n;
-        if ((err = dbuf_reserve(d, d->a[k].len))) return err;
-        memcpy(d->p + d->n, d->p + d->a[k].off, d->a[k].len);
-        d->n += d->a[k].len;
-        if ((err = dbuf_end(d, start))) return err;
-        k++;
-        continue;
-      }
-      const size_t start = d->n;
-      size_t nb = 0;
-      for (; k < d->na && (b = byte_of_fallback(d->p + d->a[k].off, d->a[k].len)) >= 0; k++, nb++) {
-        if ((err = dbuf_reserve(d, 1))) return err;
-        d->p[d->n++] = (char)b;
-      }
-      if (zo_tk_utf8_valid_prefix(d->p + start, nb) == nb) {
-        if ((err = dbuf_end(d, start))) return err;
-        continue;
-      }
-      d->n = start;
-      for (size_t i = 0; i < nb; i++) {
-        const size_t s = d->n;
-        if ((err = dbuf_put(d, "\xEF\xBF\xBD", 3)) || (err = dbuf_end(d, s))) return err;
-      }
-    }
-    return 0;
-  }
-  case DEC_METASPACE:
-    for (size_t k = 0; k < d->na; k++) {
-      const struct span sp = d->a[k];
-      const size_t start = d->n;
-      for (size_t i = 0; i < sp.len;) {
-        if (i + dc->content_len <= sp.len && !memcmp(d->p + sp.off + i, dc->content, dc->content_len)) {
-          if (!(k == 0 && dc->add_prefix_space) && (err = dbuf_put(d, " ", 1))) return err;
-          i += dc->content_len;
-        } else {
-          if ((err = dbuf_reserve(d, 1))) return err;
-          d->p[d->n++] = d->p[sp.off + i++];
-        }
-      }
-      if ((err = dbuf_end(d, start))) return err;
-    }
-    return 0;
-  case DEC_FUSE: {
-    const size_t start = d->n;
-    for (size_t k = 0; k < d->na; k++) {
-      if ((err = dbuf_reserve(d, d->a[k].len))) return err;
-      memcpy(d->p + d->n, d->p + d->a[k].off, d->a[k].len);
-      d->n += d->a[k].len;
-    }
-    return dbuf_end(d, start);
-  }
-  case DEC_STRIP:
-    for (size_t k = 0; k < d->na; k++) {
-      struct span sp = d->a[k];
-      for (size_t i = 0; i < dc->start && sp.len >= dc->content_len &&
-                         !memcmp(d->p + sp.off, dc->content, dc->content_len); i++)
-        sp.off += dc->content_len, sp.len -= dc->content_len;
-      for (size_t i = 0; i < dc->stop && sp.len >= dc->content_len &&
-                         !memcmp(d->p + sp.off + sp.len - dc->content_len, dc->content, dc->content_len); i++)
-        sp.len -= dc->content_len;
-      if ((err = span_push(d, sp))) return err;
-    }
-    return 0;
-  }
-  return 0;
-}
-
-int zo_tokenizer_decode(const struct zo_tokenizer *tk, const int32_t *ids, size_t n, bool skip_special,
-                        char **out, size_t *len) {
-  *out = NULL;
-  *len = 0;
-  struct dbuf d = {0};
-  int err = -ENOMEM;
-  d.cap_s = n + 4;
-  d.a = malloc(d.cap_s * sizeof(*d.a));
-  d.b = malloc(d.cap_s * sizeof(*d.b));
-  if (!d.a || !d.b) goto out;
-  for (size_t i = 0; i < n; i++) {
-    const char *tok = zo_tokenizer_id_to_token(tk, ids[i]);
-    if (!tok) continue;
-    const size_t l = strlen(tok);
-    if (skip_special && zo_tk_map_find(&tk->special_map, tok, l)) continue;
-    const size_t start = d.n;
-    if (dbuf_put(&d, tok, l) || dbuf_end(&d, start)) goto out;
-  }
-  dbuf_swap(&d);
-  for (size_t k = 0; k < tk->n_decs; k++) {
-    if ((err = decode_step(&tk->decs[k], &d))) goto out;
-    dbuf_swap(&d);
-  }
-  err = -ENOMEM;
-  /* The decoder's strings joined ("" between them), or the tokens joined with " " without one. */
-  const size_t start = d.n;
-  for (size_t k = 0; k < d.na; k++) {
-    if (k && !tk->has_decoder && dbuf_put(&d, " ", 1)) goto out;
-    if (dbuf_reserve(&d, d.a[k].len + 1)) goto out;
-    memcpy(d.p + d.n, d.p + d.a[k].off, d.a[k].len);
-    d.n += d.a[k].len;
-  }
-  if (dbuf_reserve(&d, 1)) goto out;
-  *len = d.n - start;
-  *out = malloc(*len + 1);
-  if (!*out) goto out;
-  memcpy(*out, d.p + start, *len);
-  (*out)[*len] = '\0';
-  err = 0;
-out:
-  free(d.p);
-  free(d.a);
-  free(d.b);
-  if (err == -ENOMEM) {
-    *len = 0;
-    zo_error(err, "tokenizer: out of memory decoding %zu ids", n);
-  }
-  return err;
 }
 
 /* ---- lookups --------------------------------------------------------------- */
@@ -1097,36 +803,4 @@ void zo_tokenizer_free(struct zo_tokenizer *tk) {
   free(tk->tmpl);
   free(tk->chat_template);
   free(tk);
-}
-
-/* ---- added-token tries (used by the loader) -------------------------------- */
-
-/* The tries of added tokens; normalized ones are matched as the normalizer rewrites them. */
-int zo_tk_build_tries(struct zo_tokenizer *tk) {
-  struct tls *t = tls_get(tk);
-  if (!t) return -ENOMEM;
-  struct match *m = NULL;
-  size_t mcap = 0;
-  int err = 0;
-  for (size_t i = 0; i < tk->n_added && !err; i++) {
-    const struct added *a = &tk->added[i];
-    if (!a->normalized) {
-      err = zo_tk_trie_add(&tk->trie_raw, a->content, a->len, (int32_t)i);
-      continue;
-    }
-    t->buf_n = 0;
-    if ((err = append_lossy(t, a->content, a->len))) break;
-    size_t off = 0, len = t->buf_n;
-    if ((err = normalize_piece(tk, t, &off, &len, &m, &mcap))) break;
-    char *copy = malloc(len + 1);
-    if (!copy) {
-      err = -ENOMEM;
-      break;
-    }
-    memcpy(copy, t->buf + off, len);
-    err = zo_tk_trie_add(&tk->trie_norm, copy, len, (int32_t)i);
-    free(copy);
-  }
-  free(m);
-  return err;
 }

@@ -1,5 +1,7 @@
-/* struct zo_tokenizer, shared by engine/text/tokenizer.c (encode, decode) and
- * engine/text/tokenizer_load.c (the loader that fills it). Immutable once loaded. */
+/* struct zo_tokenizer, shared by engine/text/tokenizer.c (encode),
+ * engine/text/tokenizer_decode.c (decode), engine/text/tokenizer_trie.c (the
+ * added-token tries) and engine/text/tokenizer_load.c (the loader that fills
+ * it). Immutable once loaded. */
 #ifndef ZO_TOKENIZER_IMPL_H
 #define ZO_TOKENIZER_IMPL_H
 
@@ -109,12 +111,21 @@ static inline uint64_t pair_hash(uint64_t k) {
   return k ^ (k >> 31);
 }
 
+/* engine/text/tokenizer_trie.c */
 /* Adds token (an index into tk->added) under s[0, n) to a trie. Returns 0 or -ENOMEM. */
 int zo_tk_trie_add(struct trie *t, const char *s, size_t n, int32_t token);
+/* Longest token starting at s[0, n): its length (0 none) and index in *token. */
+size_t zo_tk_trie_longest(const struct trie *t, const char *s, size_t n, int32_t *token);
 /* Builds tk->trie_raw and tk->trie_norm from tk->added (the normalized ones
  * as the normalizer rewrites them). Returns 0 or -errno. */
 int zo_tk_build_tries(struct zo_tokenizer *tk);
+
+/* engine/text/tokenizer.c */
 /* A number no other load got: keys the per-thread encoder caches. */
 uint64_t zo_tk_new_gen(void);
+/* s[0, n) as the encoder normalizes a piece (invalid UTF-8 repaired, then
+ * tk's normalizers), in *out (malloc'd, *out_len bytes, not terminated).
+ * Returns 0, -ENOMEM or the normalizer's -errno. */
+int zo_tk_normalize(const struct zo_tokenizer *tk, const char *s, size_t n, char **out, size_t *out_len);
 
 #endif /* ZO_TOKENIZER_IMPL_H */

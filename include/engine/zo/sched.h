@@ -1,10 +1,12 @@
 /* The offload scheduler: places parameters, gradients, fp32 master weights and
  * AdamW m, v on the device, the host pool or the NVMe store as the config says,
  * and orders one training step over backend streams with events only: four
- * that every placement uses (compute, h2d, d2h, optim), nvme_io for the
- * optimizer's NVMe I/O, param_io for parameter reads with the parameters on
- * NVMe, and, over ranks, reduce for the overlapped gradient reductions
- * (overlap_comm) and block_gather for ZeRO-3 block gathers: eight in all. Parameters stream into param_slots device slots ahead of the
+ * that every placement uses (compute, h2d, d2h, optim), one for NVMe I/O
+ * with the optimizer on NVMe (nvme_io), one for parameter reads with the
+ * parameters on NVMe (param_io), and, over ranks, one for the overlapped
+ * gradient reductions (reduce, overlap_comm) and one for ZeRO-3 block
+ * gathers (block_gather): eight in all (engine/sched/internal.h).
+ * Parameters stream into param_slots device slots ahead of the
  * block that needs them, each block's gradients leave for the host as soon
  * as backward produces them and are accumulated there, and after the last
  * micro-batch the CPU AdamW runs block by block in forward order, the NVMe
