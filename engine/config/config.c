@@ -59,10 +59,10 @@ struct zo_config_key {
 };
 
 static const char *const optimizer_names[] = {"AdamW", "AdamW8bit", NULL};
-static const char *const scheduler_names[] = {"none", "WarmupLR", "WarmupCosineLR", "WarmupDecayLR",
+static const char *const zo_config_scheduler_names[] = {"none", "WarmupLR", "WarmupCosineLR", "WarmupDecayLR",
                                               NULL};
-static const char *const warmup_names[] = {"linear", "log", NULL};
-static const char *const offload_names[] = {"none", "cpu", "nvme", NULL};
+static const char *const zo_config_warmup_names[] = {"linear", "log", NULL};
+static const char *const zo_config_offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const placement_names[] = {"config", "auto", NULL};
@@ -100,7 +100,7 @@ _Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
 #define OFFLOAD(sec, member, nbuf)                                                              \
   SECTION("zero_optimization." sec),                                                           \
   {KEY("zero_optimization." sec ".device", KEY_ENUM, zero.member.device),                     \
-   .names = offload_names, .def = "\"none\""},                                                 \
+   .names = zo_config_offload_names, .def = "\"none\""},                                                 \
   {KEY("zero_optimization." sec ".nvme_path", KEY_STRING, zero.member.nvme_path), .def = "\"\""}, \
   {KEY("zero_optimization." sec ".pin_memory", KEY_BOOL, zero.member.pin_memory), .def = "true"}, \
   {KEY("zero_optimization." sec ".buffer_count", KEY_INT, zero.member.buffer_count),          \
@@ -128,7 +128,7 @@ static const struct zo_config_key zo_config_schema[] = {
   {KEY("optimizer.params.min_8bit_size", KEY_INT, optimizer.min_8bit_size), ATLEAST(0), .def = "4096"},
 
   SECTION("scheduler"),
-  {KEY("scheduler.type", KEY_ENUM, scheduler.type), .names = scheduler_names, .def = "\"none\""},
+  {KEY("scheduler.type", KEY_ENUM, scheduler.type), .names = zo_config_scheduler_names, .def = "\"none\""},
   SECTION("scheduler.params"),
   {KEY("scheduler.params.warmup_min_lr", KEY_REAL, scheduler.warmup_min_lr), ATLEAST(0),
    .def = "0", .sched = S_WLR | S_WDL},
@@ -136,7 +136,7 @@ static const struct zo_config_key zo_config_schema[] = {
    .def_from = "optimizer.params.lr", .sched = S_WLR | S_WDL},
   {KEY("scheduler.params.warmup_num_steps", KEY_INT, scheduler.warmup_num_steps), ATLEAST(0),
    .def = "1000", .auto_def = "0", .sched = S_WLR | S_WCL | S_WDL},
-  {KEY("scheduler.params.warmup_type", KEY_ENUM, scheduler.warmup_type), .names = warmup_names,
+  {KEY("scheduler.params.warmup_type", KEY_ENUM, scheduler.warmup_type), .names = zo_config_warmup_names,
    .def = "\"linear\"", .sched = S_WLR | S_WCL | S_WDL},
   {KEY("scheduler.params.total_num_steps", KEY_INT, scheduler.total_num_steps), ATLEAST(1),
    .def_from = "steps", .sched = S_WCL | S_WDL},
@@ -299,30 +299,30 @@ static const struct zo_config_key zo_config_schema[] = {
   NO_EFFECT("flops_profiler", "every progress line has TFLOP/s"),
 };
 
-#define N_KEYS (sizeof zo_config_schema / sizeof zo_config_schema[0])
+#define zo_config_n_keys (sizeof zo_config_schema / sizeof zo_config_schema[0])
 #define PATH_MAX_LEN 256
 #define CONFIG_MAX_BYTES ((size_t)16 << 20)
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static const struct zo_config_key *find_key(const char *path) {
-  for (size_t i = 0; i < N_KEYS; i++)
+static const struct zo_config_key *zo_config_key_find(const char *path) {
+  for (size_t i = 0; i < zo_config_n_keys; i++)
     if (strcmp(zo_config_schema[i].path, path) == 0) return &zo_config_schema[i];
   return NULL;
 }
 
-static const char *leaf_of(const char *path) {
+static const char *zo_config_key_leaf(const char *path) {
   const char *dot = strrchr(path, '.');
   return dot ? dot + 1 : path;
 }
 
-static size_t parent_len(const char *path) {
+static size_t zo_config_key_parent_len(const char *path) {
   const char *dot = strrchr(path, '.');
   return dot ? (size_t)(dot - path) : 0;
 }
 
 /* Case-insensitive Levenshtein distance; strings past 127 bytes are cut. */
-static int edit_distance(const char *a, const char *b) {
+static int zo_config_edit_distance(const char *a, const char *b) {
   enum { N = 128 };
   int prev[N + 1], cur[N + 1];
   size_t na = strlen(a), nb = strlen(b);
@@ -358,18 +358,18 @@ static const char *nearest_key(const char *path) {
   const char *best = NULL;
   int best_score = INT_MAX;
   bool best_close = false;
-  const char *leaf = leaf_of(path);
-  size_t plen = parent_len(path), n = strlen(path);
-  for (size_t i = 0; i < N_KEYS; i++) {
+  const char *leaf = zo_config_key_leaf(path);
+  size_t plen = zo_config_key_parent_len(path), n = strlen(path);
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     const char *cand = zo_config_schema[i].path;
     size_t clen = strlen(cand), common = 0;
     while (common < n && common < clen && tolower((unsigned char)path[common]) ==
                                               tolower((unsigned char)cand[common]))
       common++;
-    bool sibling = parent_len(cand) == plen && strncmp(cand, path, plen) == 0;
+    bool sibling = zo_config_key_parent_len(cand) == plen && strncmp(cand, path, plen) == 0;
     bool below = common == clen && path[clen] == '.' && zo_config_schema[i].type != KEY_SECTION;
-    int by_path = edit_distance(path, cand);
-    int by_leaf = edit_distance(leaf, leaf_of(cand));
+    int by_path = zo_config_edit_distance(path, cand);
+    int by_leaf = zo_config_edit_distance(leaf, zo_config_key_leaf(cand));
     int score = below ? 0 : 2 * (by_path < by_leaf ? by_path : by_leaf) + (sibling ? 0 : 1);
     if (score < best_score) {
       best_score = score, best = cand;
@@ -380,7 +380,7 @@ static const char *nearest_key(const char *path) {
   return best_close ? best : NULL;
 }
 
-static int enum_index(const char *const *names, const char *s) {
+static int zo_config_enum_index(const char *const *names, const char *s) {
   for (int i = 0; names[i]; i++)
     if (strcasecmp(names[i], s) == 0) return i;
   return -1;
@@ -393,7 +393,7 @@ static const char *enum_name(const struct zo_config_key *k, int value) {
 }
 
 /* Shortest text that reads back as the same double. */
-static void fmt_real(double x, char *buf, size_t cap) {
+static void zo_config_fmt_real(double x, char *buf, size_t cap) {
   if (x == floor(x) && fabs(x) < 1e15) {
     snprintf(buf, cap, "%.1f", x);
     return;
@@ -405,7 +405,7 @@ static void fmt_real(double x, char *buf, size_t cap) {
 }
 
 /* "1MiB" when a whole number of binary units, else the plain number. */
-static void fmt_bytes(size_t n, char *buf, size_t cap, bool quote) {
+static void zo_config_fmt_bytes(size_t n, char *buf, size_t cap, bool quote) {
   static const struct { const char *unit; int shift; } units[] = {
     {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
   const char *q = quote ? "\"" : "";
@@ -422,16 +422,16 @@ static void fmt_bytes(size_t n, char *buf, size_t cap, bool quote) {
 }
 
 /* A JSON value as it should appear in a message (shortest reals, cut at ~80). */
-static void fmt_json(const json_t *v, char *buf, size_t cap) {
+static void zo_config_fmt_json(const json_t *v, char *buf, size_t cap) {
   if (json_is_real(v)) {
-    fmt_real(json_real_value(v), buf, cap);
+    zo_config_fmt_real(json_real_value(v), buf, cap);
     return;
   }
   if (json_is_array(v) && json_array_size(v) <= 8) {
     size_t n = (size_t)snprintf(buf, cap, "[");
     for (size_t i = 0; i < json_array_size(v) && n + 1 < cap; i++) {
       if (i) n += (size_t)snprintf(buf + n, cap - n, ", ");
-      if (n + 1 < cap) fmt_json(json_array_get(v, i), buf + n, cap - n);
+      if (n + 1 < cap) zo_config_fmt_json(json_array_get(v, i), buf + n, cap - n);
       n += strlen(buf + n);
     }
     if (n + 1 < cap) snprintf(buf + n, cap - n, "]");
@@ -451,8 +451,8 @@ static void fmt_json(const json_t *v, char *buf, size_t cap) {
 static void describe(const struct zo_config_key *k, char *buf, size_t cap) {
   char lo[48], hi[48], range[128] = "";
   if (k->type == KEY_BYTES) {
-    fmt_bytes((size_t)k->min, lo, sizeof lo, false);
-    fmt_bytes((size_t)k->max, hi, sizeof hi, false);
+    zo_config_fmt_bytes((size_t)k->min, lo, sizeof lo, false);
+    zo_config_fmt_bytes((size_t)k->max, hi, sizeof hi, false);
   } else {
     snprintf(lo, sizeof lo, "%.10g", k->min);
     snprintf(hi, sizeof hi, "%.10g", k->max);
@@ -490,7 +490,7 @@ struct load_ctx {
   const char *file;        /* name for messages */
   const char *const *sets; /* the --set arguments that parsed */
   int n_sets;
-  bool given[N_KEYS];      /* the tree set the key (not null, not "auto") */
+  bool given[zo_config_n_keys];      /* the tree set the key (not null, not "auto") */
   bool any_auto;           /* some key said "auto" */
   /* unknown keys, reported together */
   int n_unknown;
@@ -506,7 +506,7 @@ static size_t key_index(const struct zo_config_key *k) {
 }
 
 /* Who gave the value at path: the last --set at or above it, else the file. */
-static const char *source_of(const struct load_ctx *ctx, const char *path) {
+static const char *zo_config_source(const struct load_ctx *ctx, const char *path) {
   for (int i = ctx->n_sets - 1; i >= 0; i--) {
     size_t n = strcspn(ctx->sets[i], "=");
     if (strncmp(ctx->sets[i], path, n) == 0 && (path[n] == '\0' || path[n] == '.')) return "--set";
@@ -515,12 +515,12 @@ static const char *source_of(const struct load_ctx *ctx, const char *path) {
 }
 
 /* The source to name for a rule between two keys: --set when either came from one. */
-static const char *source_of2(const struct load_ctx *ctx, const char *a, const char *b) {
-  const char *src = source_of(ctx, a);
-  return src != ctx->file ? src : source_of(ctx, b);
+static const char *zo_config_source2(const struct load_ctx *ctx, const char *a, const char *b) {
+  const char *src = zo_config_source(ctx, a);
+  return src != ctx->file ? src : zo_config_source(ctx, b);
 }
 
-static int unknown_key(const char *src, const char *path) {
+static int zo_config_unknown_key(const char *src, const char *path) {
   const char *near = nearest_key(path);
   if (!near)
     return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
@@ -528,7 +528,7 @@ static int unknown_key(const char *src, const char *path) {
   return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", src, path, near);
 }
 
-static void unknown_add(struct load_ctx *ctx, const char *src, const char *path) {
+static void zo_config_unknown_add(struct load_ctx *ctx, const char *src, const char *path) {
   const char *near = nearest_key(path);
   if (ctx->n_unknown++ == 0) {
     snprintf(ctx->unknown_src, sizeof ctx->unknown_src, "%s", src);
@@ -549,7 +549,7 @@ static void unknown_add(struct load_ctx *ctx, const char *src, const char *path)
 }
 
 /* The one error for every unknown key check_keys found. */
-static int unknown_report(const struct load_ctx *ctx) {
+static int zo_config_unknown_report(const struct load_ctx *ctx) {
   if (ctx->n_unknown == 1) {
     if (!ctx->unknown_first_near)
       return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
@@ -566,9 +566,9 @@ static int unknown_report(const struct load_ctx *ctx) {
 static int bad_value(const struct load_ctx *ctx, const struct zo_config_key *k, const json_t *v,
                      const char *hint) {
   char val[96], want[256];
-  fmt_json(v, val, sizeof val);
+  zo_config_fmt_json(v, val, sizeof val);
   describe(k, want, sizeof want);
-  return zo_error(-EINVAL, "%s: %s = %s: must be %s%s", source_of(ctx, k->path), k->path, val,
+  return zo_error(-EINVAL, "%s: %s = %s: must be %s%s", zo_config_source(ctx, k->path), k->path, val,
                   want, hint ? hint : "");
 }
 
@@ -655,14 +655,14 @@ static int set_leaf(const struct load_ctx *ctx, struct zo_config *cfg,
     break;
   }
   case KEY_ENUM: {
-    int i = json_is_string(v) ? enum_index(k->names, json_string_value(v)) : -1;
+    int i = json_is_string(v) ? zo_config_enum_index(k->names, json_string_value(v)) : -1;
     if (i < 0) {
       char hint[96] = "";
       if (json_is_string(v)) {
         const char *best = NULL;
         int best_d = INT_MAX;
         for (int j = 0; k->names[j]; j++) {
-          int d = edit_distance(json_string_value(v), k->names[j]);
+          int d = zo_config_edit_distance(json_string_value(v), k->names[j]);
           if (d < best_d) best_d = d, best = k->names[j];
         }
         if (best && best_d <= 3) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", best);
@@ -692,7 +692,7 @@ static int set_leaf(const struct load_ctx *ctx, struct zo_config *cfg,
 }
 
 /* The value at a dotted path of the tree; NULL when absent or null. */
-static json_t *tree_get(json_t *root, const char *path) {
+static json_t *zo_config_tree_get(json_t *root, const char *path) {
   json_t *node = root;
   char comp[PATH_MAX_LEN];
   while (node && json_is_object(node)) {
@@ -708,7 +708,7 @@ static json_t *tree_get(json_t *root, const char *path) {
 }
 
 /* Pass 1: every key in the tree names a schema entry (the unknown ones are
- * collected for unknown_report); sections are objects. */
+ * collected for zo_config_unknown_report); sections are objects. */
 static int check_keys(struct load_ctx *ctx, json_t *obj, const char *prefix) {
   const char *key;
   json_t *val;
@@ -716,13 +716,13 @@ static int check_keys(struct load_ctx *ctx, json_t *obj, const char *prefix) {
     char path[PATH_MAX_LEN];
     int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", key);
     bool fits = n > 0 && (size_t)n < sizeof path;
-    const struct zo_config_key *k = fits ? find_key(path) : NULL;
-    const char *src = source_of(ctx, fits ? path : prefix);
+    const struct zo_config_key *k = fits ? zo_config_key_find(path) : NULL;
+    const char *src = zo_config_source(ctx, fits ? path : prefix);
     if (fits && strchr(key, '.') != NULL)
       return zo_error(-EINVAL, "%s: key \"%s\" contains '.': nest objects instead, as in "
                       "{\"optimizer\": {\"params\": {\"lr\": 1e-3}}}", src, key);
     if (!k) {
-      unknown_add(ctx, src, fits ? path : key);
+      zo_config_unknown_add(ctx, src, fits ? path : key);
       continue;
     }
     if (k->type != KEY_SECTION || json_is_null(val)) continue;
@@ -737,29 +737,29 @@ static int sched_param_misplaced(const struct load_ctx *ctx, const struct zo_con
                                  const struct zo_config_key *k) {
   char takes[256] = "";
   size_t n = 0;
-  for (size_t i = 0; i < N_KEYS; i++) {
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     if (!(zo_config_schema[i].sched & (1u << cfg->scheduler.type))) continue;
     n += (size_t)snprintf(takes + n, sizeof takes - n, "%s%s", n ? ", " : "",
-                          leaf_of(zo_config_schema[i].path));
+                          zo_config_key_leaf(zo_config_schema[i].path));
     if (n >= sizeof takes) break;
   }
   if (cfg->scheduler.type == ZO_SCHEDULER_NONE)
     return zo_error(-EINVAL, "%s: %s is set but scheduler.type is \"none\" (constant lr), which "
                     "takes no parameters: set scheduler.type to \"WarmupLR\", \"WarmupCosineLR\" "
                     "or \"WarmupDecayLR\", or remove scheduler.params",
-                    source_of(ctx, k->path), k->path);
+                    zo_config_source(ctx, k->path), k->path);
   return zo_error(-EINVAL, "%s: %s is not a parameter of %s, which takes %s",
-                  source_of(ctx, k->path), k->path, scheduler_names[cfg->scheduler.type], takes);
+                  zo_config_source(ctx, k->path), k->path, zo_config_scheduler_names[cfg->scheduler.type], takes);
 }
 
 /* "auto" in a Hugging Face DeepSpeed config: the key's default here (or
  * auto_def), except for the names where "auto" is itself a value. */
 static bool is_auto(const struct zo_config_key *k, const json_t *v) {
   if (!json_is_string(v) || strcasecmp(json_string_value(v), "auto") != 0) return false;
-  return k->type != KEY_STRING && !(k->type == KEY_ENUM && enum_index(k->names, "auto") >= 0);
+  return k->type != KEY_STRING && !(k->type == KEY_ENUM && zo_config_enum_index(k->names, "auto") >= 0);
 }
 
-static int set_default(const struct load_ctx *ctx, struct zo_config *cfg, const struct zo_config_key *k,
+static int zo_config_set_default(const struct load_ctx *ctx, struct zo_config *cfg, const struct zo_config_key *k,
                        const char *text) {
   json_error_t jerr;
   json_t *def = json_loads(text, JSON_DECODE_ANY, &jerr);
@@ -772,17 +772,17 @@ static int set_default(const struct load_ctx *ctx, struct zo_config *cfg, const 
 
 /* Pass 2: every leaf, in table order, from the tree or its default. */
 static int fill_values(struct load_ctx *ctx, struct zo_config *cfg, json_t *root) {
-  for (size_t i = 0; i < N_KEYS; i++) {
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     const struct zo_config_key *k = &zo_config_schema[i];
     if (k->type == KEY_SECTION || k->type == KEY_ANY) continue;
-    json_t *v = tree_get(root, k->path);
+    json_t *v = zo_config_tree_get(root, k->path);
     if (v && is_auto(k, v)) {
       ctx->any_auto = true;
       /* train chooses these two with the planner (zo/autoplan.h) */
       if (!strcmp(k->path, "train_micro_batch_size_per_gpu")) cfg->micro_batch_auto = true;
       if (!strcmp(k->path, "gradient_accumulation_steps")) cfg->grad_accum_auto = true;
       if (k->auto_def) {
-        int err = set_default(ctx, cfg, k, k->auto_def);
+        int err = zo_config_set_default(ctx, cfg, k, k->auto_def);
         if (err) return err;
         continue;
       }
@@ -795,19 +795,19 @@ static int fill_values(struct load_ctx *ctx, struct zo_config *cfg, json_t *root
       int err = set_leaf(ctx, cfg, k, v);
       if (err) return err;
     } else if (k->def_from) {
-      const struct zo_config_key *from = find_key(k->def_from);
+      const struct zo_config_key *from = zo_config_key_find(k->def_from);
       ZO_ASSERT(from && from < k && from->size == k->size && from->type != KEY_STRING);
       memcpy((char *)cfg + k->offset, (const char *)cfg + from->offset, k->size);
     } else {
-      int err = set_default(ctx, cfg, k, k->def);
+      int err = zo_config_set_default(ctx, cfg, k, k->def);
       if (err) return err;
     }
   }
   return 0;
 }
 
-static bool given(const struct load_ctx *ctx, const char *path) {
-  const struct zo_config_key *k = find_key(path);
+static bool zo_config_given(const struct load_ctx *ctx, const char *path) {
+  const struct zo_config_key *k = zo_config_key_find(path);
   ZO_ASSERT(k != NULL);
   return ctx->given[key_index(k)];
 }
@@ -826,11 +826,12 @@ static long launcher_ranks(void) {
 
 /* DeepSpeed's train_batch_size = micro-batch x accumulation x ranks: derives
  * whichever of the first two the config left out, and checks the product. */
-static int batch_rule(const struct load_ctx *ctx, struct zo_config *cfg) {
+static int zo_config_batch_rule(const struct load_ctx *ctx, struct zo_config *cfg) {
   const long tbs = cfg->train_batch_size, N = launcher_ranks();
   if (tbs == 0) return 0;
-  const bool has_mb = given(ctx, "train_micro_batch_size_per_gpu"), has_ga = given(ctx, "gradient_accumulation_steps");
-  const char *src = source_of(ctx, "train_batch_size");
+  const bool has_mb = zo_config_given(ctx, "train_micro_batch_size_per_gpu"),
+             has_ga = zo_config_given(ctx, "gradient_accumulation_steps");
+  const char *src = zo_config_source(ctx, "train_batch_size");
   char ranks_s[64] = "";
   if (N > 1) snprintf(ranks_s, sizeof ranks_s, " x %ld ranks", N);
   if (!has_mb || !has_ga) {
@@ -853,7 +854,7 @@ static int batch_rule(const struct load_ctx *ctx, struct zo_config *cfg) {
 }
 
 /* The schedule ends at total_num_steps: warns when the run stops elsewhere. */
-static void warn_total_steps(const struct zo_config *cfg, const char *src) {
+static void zo_config_warn_total_steps(const struct zo_config *cfg, const char *src) {
   const struct zo_config_scheduler *s = &cfg->scheduler;
   if (!s->total_num_steps_set || s->total_num_steps == cfg->steps ||
       (s->type != ZO_SCHEDULER_WARMUP_COSINE_LR && s->type != ZO_SCHEDULER_WARMUP_DECAY_LR))
@@ -861,10 +862,10 @@ static void warn_total_steps(const struct zo_config *cfg, const char *src) {
   char what[160];
   if (s->total_num_steps > cfg->steps)
     snprintf(what, sizeof what, "the run ends at lr %.3g, before the %s schedule reaches %.3g",
-             zo_lr_at(&cfg->lr_schedule, cfg->steps), scheduler_names[s->type], cfg->lr_schedule.min_lr);
+             zo_lr_at(&cfg->lr_schedule, cfg->steps), zo_config_scheduler_names[s->type], cfg->lr_schedule.min_lr);
   else
     snprintf(what, sizeof what, "the %s schedule reaches %.3g at step %ld and stays there for the last %ld steps",
-             scheduler_names[s->type], cfg->lr_schedule.min_lr, s->total_num_steps,
+             zo_config_scheduler_names[s->type], cfg->lr_schedule.min_lr, s->total_num_steps,
              cfg->steps - s->total_num_steps);
   fprintf(stderr, "zoffload: warning: %s: scheduler.params.total_num_steps = %ld but the run has %ld step%s: %s; "
                   "remove total_num_steps to make it follow steps\n",
@@ -875,10 +876,10 @@ static int check_warmup(const struct zo_config *cfg, const char *src);
 static void derive_schedule(struct zo_config *cfg);
 
 /* Pass 3: rules across keys, then the derived fields. */
-static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
+static int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
   struct zo_model_config *m = &cfg->model.spec;
-#define SRC(path) source_of(ctx, path)
-#define SRC2(a, b) source_of2(ctx, a, b)
+#define SRC(path) zo_config_source(ctx, path)
+#define SRC2(a, b) zo_config_source2(ctx, a, b)
 
   if (m->n_embd % m->n_head != 0) {
     int lo = m->n_embd / m->n_head * m->n_head;
@@ -929,7 +930,7 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
     snprintf(path, sizeof path, "zero_optimization.%s.device", offloads[i].name);
     if (o->device != ZO_OFFLOAD_NONE && cfg->zero.stage < offloads[i].min_stage)
       return zo_error(-EINVAL, "%s: %s = \"%s\" needs zero_optimization.stage %s %d (it is %d)",
-                      SRC2(path, "zero_optimization.stage"), path, offload_names[o->device],
+                      SRC2(path, "zero_optimization.stage"), path, zo_config_offload_names[o->device],
                       offloads[i].min_stage == 3 ? "=" : ">=", offloads[i].min_stage,
                       cfg->zero.stage);
     /* offload_param's store defaults to the optimizer's (one store). */
@@ -946,7 +947,7 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
   if (s->type != ZO_SCHEDULER_NONE && s->warmup_type != ZO_WARMUP_LINEAR)
     return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_type = \"%s\": only \"linear\" "
                     "warmup is supported", SRC("scheduler.params.warmup_type"),
-                    warmup_names[s->warmup_type]);
+                    zo_config_warmup_names[s->warmup_type]);
   if (s->type == ZO_SCHEDULER_WARMUP_COSINE_LR && s->warmup_min_ratio != 0)
     return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_min_ratio = %g: WarmupCosineLR "
                     "warms up from 0 here; only 0 is supported",
@@ -962,7 +963,7 @@ static int check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                     s->warmup_min_lr, s->warmup_max_lr);
   int err = check_warmup(cfg, SRC2("scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"));
   if (err) return err;
-  if (cfg->data.epochs > 0 && ctx->given[key_index(find_key("steps"))])
+  if (cfg->data.epochs > 0 && ctx->given[key_index(zo_config_key_find("steps"))])
     return zo_error(-EINVAL, "%s: steps = %ld and data.epochs = %g are both set: keep one (data.epochs derives "
                     "the steps from data.train)", SRC2("steps", "data.epochs"), cfg->steps, cfg->data.epochs);
 #undef SRC
@@ -979,7 +980,7 @@ static int check_warmup(const struct zo_config *cfg, const char *src) {
       s->warmup_num_steps > s->total_num_steps)
     return zo_error(-EINVAL, "%s: scheduler.params.warmup_num_steps = %ld exceeds "
                     "scheduler.params.total_num_steps = %ld (%s; total_num_steps defaults to "
-                    "steps)", src, s->warmup_num_steps, s->total_num_steps, scheduler_names[s->type]);
+                    "steps)", src, s->warmup_num_steps, s->total_num_steps, zo_config_scheduler_names[s->type]);
   return 0;
 }
 
@@ -1028,7 +1029,7 @@ int zo_config_set_steps(struct zo_config *cfg, long steps) {
   int err = check_warmup(cfg, "data.epochs");
   if (err) return err;
   derive_schedule(cfg);
-  warn_total_steps(cfg, "data.epochs");
+  zo_config_warn_total_steps(cfg, "data.epochs");
   return 0;
 }
 
@@ -1108,7 +1109,7 @@ static int parse_file(const char *path, json_t **root) {
 }
 
 /* Merges one "a.b.c=value" into root. */
-static int apply_set(json_t *root, const char *set) {
+static int zo_config_apply_set(json_t *root, const char *set) {
   const char *eq = strchr(set, '=');
   if (!eq)
     return zo_error(-EINVAL, "--set \"%s\": expected key.path=value, e.g. "
@@ -1128,8 +1129,8 @@ static int apply_set(json_t *root, const char *set) {
   if (!strcmp(path, "gradient_checkpointing")) {
     snprintf(path, sizeof path, "activation_checkpointing.enabled");
   }
-  const struct zo_config_key *k = find_key(path);
-  if (!k) return unknown_key("--set", path);
+  const struct zo_config_key *k = zo_config_key_find(path);
+  if (!k) return zo_config_unknown_key("--set", path);
 
   const char *text = eq + 1;
   json_error_t jerr;
@@ -1178,18 +1179,18 @@ static const char *unused_here(const struct zo_config *cfg, const struct zo_conf
 /* One warning on stderr for the keys the tree sets that have no effect
  * (JSON null means unset): with its reason when there is one, else listed
  * with their values in one line. */
-static void warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg, json_t *root) {
+static void zo_config_warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg, json_t *root) {
   char list[900];
   size_t used = 0;
   int n = 0, n_unlisted = 0;
   const struct zo_config_key *only = NULL;
-  for (size_t i = 0; i < N_KEYS; i++) {
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     const struct zo_config_key *k = &zo_config_schema[i];
-    const json_t *v = unused_here(cfg, k) ? tree_get(root, k->path) : NULL;
+    const json_t *v = unused_here(cfg, k) ? zo_config_tree_get(root, k->path) : NULL;
     if (!v || k->type == KEY_SECTION) continue;
     char val[64], item[PATH_MAX_LEN + 96];
-    fmt_json(v, val, sizeof val);
-    const char *src = source_of(ctx, k->path);
+    zo_config_fmt_json(v, val, sizeof val);
+    const char *src = zo_config_source(ctx, k->path);
     snprintf(item, sizeof item, "%s%s = %s%s", n ? ", " : "", k->path, val, src != ctx->file ? " (--set)" : "");
     if (n++ == 0) only = k;
     if (used + strlen(item) < sizeof list && n_unlisted == 0) {
@@ -1202,9 +1203,9 @@ static void warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg
   if (n == 0) return;
   if (n == 1) {
     char val[96];
-    fmt_json(tree_get(root, only->path), val, sizeof val);
+    zo_config_fmt_json(zo_config_tree_get(root, only->path), val, sizeof val);
     fprintf(stderr, "zoffload: warning: %s: %s = %s is accepted for DeepSpeed compatibility and has no effect: "
-                    "%s\n", source_of(ctx, only->path), only->path, val, unused_here(cfg, only));
+                    "%s\n", zo_config_source(ctx, only->path), only->path, val, unused_here(cfg, only));
     return;
   }
   fprintf(stderr, "zoffload: warning: %s: %d DeepSpeed keys are accepted and have no effect here: %s%s%.0d%s "
@@ -1215,7 +1216,7 @@ static void warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg
 /* Hugging Face's and DeepSpeed's shorthands: "bf16": true and "fp16": true
  * (also "auto") for their .enabled, "gradient_checkpointing" for
  * activation_checkpointing.enabled. */
-static int apply_aliases(const struct load_ctx *ctx, json_t *root) {
+static int zo_config_apply_aliases(const struct load_ctx *ctx, json_t *root) {
   static const char *const shorthand[] = {"bf16", "fp16"};
   for (size_t i = 0; i < 2; i++) {
     json_t *v = json_object_get(root, shorthand[i]);
@@ -1230,7 +1231,7 @@ static int apply_aliases(const struct load_ctx *ctx, json_t *root) {
   if (ac && json_is_object(ac) && json_object_get(ac, "enabled"))
     return zo_error(-EINVAL, "%s: gradient_checkpointing and activation_checkpointing.enabled are both set: "
                     "gradient_checkpointing is a name for the second, keep one",
-                    source_of2(ctx, "gradient_checkpointing", "activation_checkpointing.enabled"));
+                    zo_config_source2(ctx, "gradient_checkpointing", "activation_checkpointing.enabled"));
   if (!ac || json_is_null(ac)) {
     ac = json_object();
     if (!ac || json_object_set_new(root, "activation_checkpointing", ac) != 0)
@@ -1266,13 +1267,13 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
     if (!root) return zo_error(-ENOMEM, "config: out of memory");
   }
   for (int i = 0; i < n_sets; i++) {
-    err = apply_set(root, sets[i]);
+    err = zo_config_apply_set(root, sets[i]);
     if (err) goto out_free;
     ctx.n_sets = i + 1;
   }
-  if ((err = apply_aliases(&ctx, root))) goto out_free;
+  if ((err = zo_config_apply_aliases(&ctx, root))) goto out_free;
   err = check_keys(&ctx, root, "");
-  if (!err && ctx.n_unknown) err = unknown_report(&ctx);
+  if (!err && ctx.n_unknown) err = zo_config_unknown_report(&ctx);
   if (err) goto out_free;
   cfg->path = strdup(path ? path : "");
   if (!cfg->path) {
@@ -1281,13 +1282,13 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   }
   err = fill_values(&ctx, cfg, root);
   if (err) goto out_free;
-  cfg->scheduler.total_num_steps_set = given(&ctx, "scheduler.params.total_num_steps");
-  if ((err = batch_rule(&ctx, cfg))) goto out_free;
-  err = check_cross(&ctx, cfg);
+  cfg->scheduler.total_num_steps_set = zo_config_given(&ctx, "scheduler.params.total_num_steps");
+  if ((err = zo_config_batch_rule(&ctx, cfg))) goto out_free;
+  err = zo_config_check_cross(&ctx, cfg);
   if (err) goto out_free;
-  if (!config_quiet) warn_ignored(&ctx, cfg, root);
+  if (!config_quiet) zo_config_warn_ignored(&ctx, cfg, root);
   if (cfg->data.epochs == 0 && !config_quiet)
-    warn_total_steps(cfg, source_of2(&ctx, "scheduler.params.total_num_steps", "steps"));
+    zo_config_warn_total_steps(cfg, zo_config_source2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);
   return 0;
 
@@ -1299,7 +1300,7 @@ out_free:
 
 void zo_config_free(struct zo_config *cfg) {
   if (!cfg) return;
-  for (size_t i = 0; i < N_KEYS; i++) {
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     if (zo_config_schema[i].type != KEY_STRING) continue;
     char *s;
     memcpy(&s, (char *)cfg + zo_config_schema[i].offset, sizeof s);
@@ -1358,15 +1359,15 @@ static void dump_leaf(const struct zo_config *cfg, const struct zo_config_key *k
   case KEY_REAL: {
     double x;
     memcpy(&x, src, sizeof x);
-    fmt_real(x, buf, sizeof buf);
+    zo_config_fmt_real(x, buf, sizeof buf);
     fputs(buf, out);
     break;
   }
   case KEY_PAIR: {
     double x[2];
     memcpy(x, src, sizeof x);
-    fmt_real(x[0], buf, sizeof buf);
-    fmt_real(x[1], buf2, sizeof buf2);
+    zo_config_fmt_real(x[0], buf, sizeof buf);
+    zo_config_fmt_real(x[1], buf2, sizeof buf2);
     fprintf(out, "[%s, %s]", buf, buf2);
     break;
   }
@@ -1391,7 +1392,7 @@ static void dump_leaf(const struct zo_config *cfg, const struct zo_config_key *k
   case KEY_BYTES: {
     size_t n;
     memcpy(&n, src, sizeof n);
-    fmt_bytes(n, buf, sizeof buf, true);
+    zo_config_fmt_bytes(n, buf, sizeof buf, true);
     fputs(buf, out);
     break;
   }
@@ -1403,11 +1404,11 @@ static void dump_section(const struct zo_config *cfg, const char *prefix, int de
   size_t plen = strlen(prefix);
   bool first = true;
   fputs("{", out);
-  for (size_t i = 0; i < N_KEYS; i++) {
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
     const struct zo_config_key *k = &zo_config_schema[i];
-    if (parent_len(k->path) != plen || strncmp(k->path, prefix, plen) != 0) continue;
+    if (zo_config_key_parent_len(k->path) != plen || strncmp(k->path, prefix, plen) != 0) continue;
     if (dump_skips(cfg, k)) continue;
-    fprintf(out, "%s\n%*s\"%s\": ", first ? "" : ",", 2 * (depth + 1), "", leaf_of(k->path));
+    fprintf(out, "%s\n%*s\"%s\": ", first ? "" : ",", 2 * (depth + 1), "", zo_config_key_leaf(k->path));
     first = false;
     if (k->type == KEY_SECTION) dump_section(cfg, k->path, depth + 1, out);
     else dump_leaf(cfg, k, out);
