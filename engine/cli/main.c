@@ -564,9 +564,7 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   if (placement) a->sets[a->n_sets++] = "engine.placement=config";
   zo_autoplan_free(&ap);
   zo_config_free(cfg);
-  const bool was = zo_config_set_quiet(true);
-  err = zo_config_load(cfg, a->config, a->sets, a->n_sets);
-  zo_config_set_quiet(was);
+  err = zo_config_load_quiet(cfg, a->config, a->sets, a->n_sets);
   if (err) return fail(2, NULL);
   /* Fixed micro-batch and accumulation in the written config. */
   cfg->micro_batch_auto = cfg->grad_accum_auto = false;

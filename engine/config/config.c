@@ -644,16 +644,8 @@ static int parse_file(const char *path, json_t **root) {
   return 0;
 }
 
-/* zo_config_set_quiet: the planner's candidate loads print no warnings. */
-static _Thread_local bool config_quiet;
-
-bool zo_config_set_quiet(bool quiet) {
-  const bool was = config_quiet;
-  config_quiet = quiet;
-  return was;
-}
-
-int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
+/* quiet: none of the warnings (zo_config_load_quiet). */
+static int load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets, bool quiet) {
   ZO_ASSERT(cfg != NULL && n_sets >= 0 && (n_sets == 0 || sets != NULL));
   memset(cfg, 0, sizeof *cfg);
   struct load_ctx ctx = {.file = path ? path : "config", .sets = sets, .n_sets = 0};
@@ -687,8 +679,8 @@ int zo_config_load(struct zo_config *cfg, const char *path, const char *const *s
   if ((err = zo_config_batch_rule(&ctx, cfg))) goto out_free;
   err = zo_config_check_cross(&ctx, cfg);
   if (err) goto out_free;
-  if (!config_quiet) zo_config_warn_ignored(&ctx, cfg, root);
-  if (cfg->data.epochs == 0 && !config_quiet)
+  if (!quiet) zo_config_warn_ignored(&ctx, cfg, root);
+  if (cfg->data.epochs == 0 && !quiet)
     zo_config_warn_total_steps(cfg, zo_config_source2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);
   return 0;
@@ -697,6 +689,14 @@ out_free:
   json_decref(root);
   zo_config_free(cfg);
   return err;
+}
+
+int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
+  return load(cfg, path, sets, n_sets, false);
+}
+
+int zo_config_load_quiet(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets) {
+  return load(cfg, path, sets, n_sets, true);
 }
 
 void zo_config_free(struct zo_config *cfg) {
