@@ -3,10 +3,11 @@
  * for the keys accepted without effect (the schema marks them "ignored"). */
 #include "internal.h"
 
+#include "zo/launcher.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -31,26 +32,18 @@ int zo_config_auto(struct load_ctx *ctx, struct zo_config *cfg, const struct zo_
   return 0;
 }
 
-/* Ranks of this job as its launcher (mpirun) tells them; 1 without one. */
-static long launcher_ranks(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    char *end;
-    long n = v ? strtol(v, &end, 10) : 0;
-    if (v && *end == '\0' && n >= 1) return n;
-  }
-  return 1;
-}
-
 /* DeepSpeed's train_batch_size = micro-batch x accumulation x ranks: derives
  * whichever of the first two the config left out, and checks the product. */
 int zo_config_batch_rule(const struct load_ctx *ctx, struct zo_config *cfg) {
-  const long tbs = cfg->train_batch_size, N = launcher_ranks();
+  const long tbs = cfg->train_batch_size;
   if (tbs == 0) return 0;
+  const char *src = zo_config_source(ctx, "train_batch_size");
+  int rank, size;
+  if (zo_launcher_rank_env(&rank, &size) < 0)
+    return zo_error(-EINVAL, "%s: train_batch_size = %ld counts the ranks: %s", src, tbs, zo_last_error());
+  const long N = size > 1 ? size : 1; /* 0: the launcher gave no size */
   const bool has_mb = zo_config_given(ctx, "train_micro_batch_size_per_gpu"),
              has_ga = zo_config_given(ctx, "gradient_accumulation_steps");
-  const char *src = zo_config_source(ctx, "train_batch_size");
   char ranks_s[64] = "";
   if (N > 1) snprintf(ranks_s, sizeof ranks_s, " x %ld ranks", N);
   if (!has_mb || !has_ga) {
