@@ -4,6 +4,8 @@
  * comm_mpi.c, compiled only when CMake found MPI (ZO_HAVE_MPI). */
 #include "comm_internal.h"
 
+#include "zo/launcher.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -21,16 +23,11 @@ bool zo_comm_has_mpi(void) {
 #endif
 }
 
-static const char *launcher_size(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) return v;
-  }
-  return NULL;
+/* Also when the variables are inconsistent: zo_comm_init("auto") then says why. */
+bool zo_comm_launched(void) {
+  int rank, size;
+  return zo_launcher_rank_env(&rank, &size) != 0;
 }
-
-bool zo_comm_launched(void) { return launcher_size() != NULL || getenv("PMIX_RANK") != NULL; }
 
 /* ---- single process ------------------------------------------------------ */
 
@@ -105,10 +102,12 @@ zo_comm_t zo_comm_init(const char *kind) {
   } else if (strcmp(kind, "mpi") == 0) {
     mpi = true;
   } else if (strcmp(kind, "auto") == 0) {
-    mpi = zo_comm_launched() && zo_comm_has_mpi();
-    const char *n = launcher_size();
-    if (!mpi && n && atoi(n) > 1) {
-      zo_error(-ENOTSUP, "started by an MPI launcher with %s ranks, but this zoffload was built without MPI: "
+    int rank, n;
+    const int launched = zo_launcher_rank_env(&rank, &n);
+    if (launched < 0) return NULL;
+    mpi = launched && zo_comm_has_mpi();
+    if (!mpi && n > 1) {
+      zo_error(-ENOTSUP, "started by an MPI launcher with %d ranks, but this zoffload was built without MPI: "
                          "every rank would train alone. Install Open MPI (Debian: libopenmpi-dev openmpi-bin, "
                          "scripts/install-deps.sh) and rebuild with -DZO_MPI=AUTO or ON",
                n);

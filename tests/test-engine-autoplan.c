@@ -43,9 +43,7 @@ static int check_candidates(const char *config, const char *const *sets, int n_s
     for (int k = 0; k < n_sets; k++) all[n++] = sets[k];
     for (int k = 0; k < c->n_sets; k++) all[n++] = c->sets[k];
     struct zo_config cfg;
-    bool was = zo_config_set_quiet(true);
-    int err = zo_config_load(&cfg, config, all, n);
-    zo_config_set_quiet(was);
+    int err = zo_config_load_quiet(&cfg, config, all, n);
     ZO_REQUIRE(err == 0);
     struct zo_model_config mc;
     struct zo_plan p;

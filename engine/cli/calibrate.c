@@ -170,9 +170,7 @@ static int ref_step(zo_backend_t be, int W, bool half, const struct zo_cost_prof
                         "model.max_seq_len=256", "data.seq_len=256", "train_micro_batch_size_per_gpu=8",
                         "gradient_accumulation_steps=1", dev, half ? "bf16.enabled=true" : "bf16.enabled=false"};
   struct zo_config cfg;
-  const bool was = zo_config_set_quiet(true);
-  int err = zo_config_load(&cfg, NULL, sets, (int)(sizeof sets / sizeof sets[0]));
-  zo_config_set_quiet(was);
+  int err = zo_config_load_quiet(&cfg, NULL, sets, (int)(sizeof sets / sizeof sets[0]));
   if (err) return err;
   struct zo_plan plan;
   double measured = 0;

@@ -21,6 +21,7 @@
 #include "zo/config.h"
 #include "zo/data.h"
 #include "zo/env.h"
+#include "zo/launcher.h"
 #include "zo/nvme.h"
 #include "zo/plan.h"
 #include "zo/prepare.h"
@@ -526,9 +527,10 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   /* Under an MPI launcher every rank must choose alike: the search then
    * depends on the config and the profile only (not on free memory read at
    * slightly different moments), and only rank 0 prints and writes. */
-  const char *size_s = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
-  const char *rank_s = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
-  const bool ranks = size_s && atoi(size_s) > 1, lead = !rank_s || atoi(rank_s) == 0;
+  int rank, size; /* size 0: a launcher that gives the rank only, so maybe several */
+  const int launched = zo_launcher_rank_env(&rank, &size);
+  if (launched < 0) return fail(2, "train");
+  const bool ranks = launched && size != 1, lead = rank == 0;
   FILE *out = lead ? stdout : NULL;
   const struct zo_autoplan_opts o = {.config_path = a->config, .sets = a->sets, .n_sets = a->n_sets,
                                      .backend = ranks ? NULL : be, .profile = &prof,
@@ -564,9 +566,7 @@ static int train_auto(struct args *a, struct zo_config *cfg) {
   if (placement) a->sets[a->n_sets++] = "engine.placement=config";
   zo_autoplan_free(&ap);
   zo_config_free(cfg);
-  const bool was = zo_config_set_quiet(true);
-  err = zo_config_load(cfg, a->config, a->sets, a->n_sets);
-  zo_config_set_quiet(was);
+  err = zo_config_load_quiet(cfg, a->config, a->sets, a->n_sets);
   if (err) return fail(2, NULL);
   /* Fixed micro-batch and accumulation in the written config. */
   cfg->micro_batch_auto = cfg->grad_accum_auto = false;

@@ -122,9 +122,7 @@ static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autop
   for (int i = 0; i < o->n_sets && i < 256; i++) all[n_all++] = o->sets[i];
   for (int i = 0; i < n; i++) all[n_all++] = sets[i];
   struct zo_config cfg;
-  const bool was = zo_config_set_quiet(true);
-  int err = zo_config_load(&cfg, o->config_path, all, n_all);
-  zo_config_set_quiet(was);
+  int err = zo_config_load_quiet(&cfg, o->config_path, all, n_all);
   a->n_tried++;
   if (err) {
     a->n_refused++;
@@ -255,9 +253,7 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   memset(a, 0, sizeof *a);
   struct zo_config base;
   /* The caller loaded it already and its warnings were printed then. */
-  const bool was = zo_config_set_quiet(true);
-  int err = zo_config_load(&base, o->config_path, o->sets, o->n_sets);
-  zo_config_set_quiet(was);
+  int err = zo_config_load_quiet(&base, o->config_path, o->sets, o->n_sets);
   if (err) return err;
   if ((err = zo_train_model_config(&base, &a->model))) goto out;
   a->global_batch = base.micro_batch * base.grad_accum;

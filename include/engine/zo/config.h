@@ -270,10 +270,9 @@ struct zo_config {
  * thread's zo_last_error(). */
 int zo_config_load(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
 
-/* While quiet (this thread), zo_config_load prints none of its warnings: the
- * planner loads many candidates of one config (zo/autoplan.h). Returns the
- * previous setting. */
-bool zo_config_set_quiet(bool quiet);
+/* zo_config_load without its warnings (the same errors): for the planner,
+ * which loads many candidates of one config (zo/autoplan.h). */
+int zo_config_load_quiet(struct zo_config *cfg, const char *path, const char *const *sets, int n_sets);
 
 /* Steps of data.epochs passes over a training file of n_tokens tokens with
  * n_ranks ranks: ceil(epochs x micro-batches per epoch / grad_accum), where a

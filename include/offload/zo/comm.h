@@ -34,8 +34,8 @@ enum zo_comm_op { ZO_COMM_SUM, ZO_COMM_MAX, ZO_COMM_MIN };
 /* Whether this build has the MPI implementation. */
 bool zo_comm_has_mpi(void);
 /* Whether the environment says an MPI launcher (mpirun, mpiexec, srun with
- * PMI) started this process: Open MPI's OMPI_COMM_WORLD_SIZE, PMIx's
- * PMIX_RANK, MPICH's PMI_SIZE. */
+ * PMI) started this process: any of the variables zo/launcher.h reads is set
+ * (Open MPI's OMPI_COMM_WORLD_*, MPICH's PMI_*, PMIx's PMIX_*). */
 bool zo_comm_launched(void);
 
 /* Creates the process's communicator over every rank of the job. kind:
@@ -43,7 +43,8 @@ bool zo_comm_launched(void);
  * called once per process: a second "mpi" handle, or one after its free, is
  * refused), or "auto": "mpi" when zo_comm_launched() and the build has MPI,
  * "single" otherwise (an error instead when launched with more than one
- * rank by a build without MPI: each process would train alone). Returns
+ * rank by a build without MPI: each process would train alone, or when the
+ * launcher's variables are inconsistent, zo_launcher_rank_env). Returns
  * NULL with zo_last_error() set (-ENOTSUP without MPI support, MPI failing
  * to start, a thread level below MPI_THREAD_MULTIPLE). */
 zo_comm_t zo_comm_init(const char *kind);

@@ -1,0 +1,190 @@
+/* The rules across keys that run after every key has its value, and the
+ * fields derived from them: lr_schedule, model.spec.padded_vocab_size, the
+ * steps of data.epochs. */
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The schedule ends at total_num_steps: warns when the run stops elsewhere. */
+void zo_config_warn_total_steps(const struct zo_config *cfg, const char *src) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  if (!s->total_num_steps_set || s->total_num_steps == cfg->steps ||
+      (s->type != ZO_SCHEDULER_WARMUP_COSINE_LR && s->type != ZO_SCHEDULER_WARMUP_DECAY_LR))
+    return;
+  char what[160];
+  if (s->total_num_steps > cfg->steps)
+    snprintf(what, sizeof what, "the run ends at lr %.3g, before the %s schedule reaches %.3g",
+             zo_lr_at(&cfg->lr_schedule, cfg->steps), zo_config_scheduler_names[s->type], cfg->lr_schedule.min_lr);
+  else
+    snprintf(what, sizeof what, "the %s schedule reaches %.3g at step %ld and stays there for the last %ld steps",
+             zo_config_scheduler_names[s->type], cfg->lr_schedule.min_lr, s->total_num_steps,
+             cfg->steps - s->total_num_steps);
+  fprintf(stderr, "zoffload: warning: %s: scheduler.params.total_num_steps = %ld but the run has %ld step%s: %s; "
+                  "remove total_num_steps to make it follow steps\n",
+          src, s->total_num_steps, cfg->steps, cfg->steps == 1 ? "" : "s", what);
+}
+
+static int check_warmup(const struct zo_config *cfg, const char *src);
+static void derive_schedule(struct zo_config *cfg);
+
+/* Pass 3: rules across keys, then the derived fields. */
+int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
+  struct zo_model_config *m = &cfg->model.spec;
+#define SRC(path) zo_config_source(ctx, path)
+#define SRC2(a, b) zo_config_source2(ctx, a, b)
+
+  if (m->n_embd % m->n_head != 0) {
+    int lo = m->n_embd / m->n_head * m->n_head;
+    return zo_error(-EINVAL, "%s: model.n_embd = %d is not a multiple of model.n_head = %d: "
+                    "use n_embd %d or %d, or an n_head that divides %d",
+                    SRC2("model.n_embd", "model.n_head"),
+                    m->n_embd, m->n_head, lo > 0 ? lo : m->n_head, lo + m->n_head, m->n_embd);
+  }
+  if (cfg->data.seq_len > m->max_seq_len)
+    return zo_error(-EINVAL, "%s: data.seq_len = %d exceeds model.max_seq_len = %d: lower "
+                    "data.seq_len or raise model.max_seq_len",
+                    SRC2("data.seq_len", "model.max_seq_len"),
+                    cfg->data.seq_len, m->max_seq_len);
+  if (cfg->data.format == ZO_DATA_TEXT && m->vocab_size < 256)
+    return zo_error(-EINVAL, "%s: data.format = \"text\" has 256 byte tokens but "
+                    "model.vocab_size = %d: set model.vocab_size >= 256",
+                    SRC2("data.format", "model.vocab_size"),
+                    m->vocab_size);
+  /* An llm.c shard's header says whether its ids are uint16 or uint32, so
+   * only "u16" fixes the width here. */
+  if (cfg->data.format == ZO_DATA_U16 && m->vocab_size > 65536)
+    return zo_error(-EINVAL, "%s: data.format = \"u16\" stores uint16 token ids but "
+                    "model.vocab_size = %d > 65536: use data.format \"u32\" (flat uint32 ids) "
+                    "or \"llmc\" (llm.c version 7 shards)", SRC2("model.vocab_size", "data.format"),
+                    m->vocab_size);
+  if (cfg->activation_checkpointing.number_checkpoints > m->n_layer)
+    return zo_error(-EINVAL, "%s: activation_checkpointing.number_checkpoints = %d exceeds "
+                    "model.n_layer = %d (0 = one per layer)",
+                    SRC2("activation_checkpointing.number_checkpoints", "model.n_layer"),
+                    cfg->activation_checkpointing.number_checkpoints, m->n_layer);
+  if (cfg->activation_checkpointing.partition_activations)
+    return zo_error(-ENOTSUP, "%s: activation_checkpointing.partition_activations = true splits "
+                    "activations across model-parallel ranks, which zoffload does not have: "
+                    "set it to false", SRC("activation_checkpointing.partition_activations"));
+
+  if (cfg->bf16 && cfg->fp16.enabled)
+    return zo_error(-EINVAL, "%s: bf16.enabled and fp16.enabled are both true: choose one",
+                    SRC2("fp16.enabled", "bf16.enabled"));
+
+  static const struct { const char *name; size_t offset; int min_stage; } offloads[] = {
+    {"offload_optimizer", offsetof(struct zo_config, zero.offload_optimizer), 1},
+    {"offload_param", offsetof(struct zo_config, zero.offload_param), 3},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    const struct zo_config_offload *o =
+        (const struct zo_config_offload *)((const char *)cfg + offloads[i].offset);
+    char path[96];
+    snprintf(path, sizeof path, "zero_optimization.%s.device", offloads[i].name);
+    if (o->device != ZO_OFFLOAD_NONE && cfg->zero.stage < offloads[i].min_stage)
+      return zo_error(-EINVAL, "%s: %s = \"%s\" needs zero_optimization.stage %s %d (it is %d)",
+                      SRC2(path, "zero_optimization.stage"), path, zo_config_offload_names[o->device],
+                      offloads[i].min_stage == 3 ? "=" : ">=", offloads[i].min_stage,
+                      cfg->zero.stage);
+    /* offload_param's store defaults to the optimizer's (one store). */
+    if (o->device == ZO_OFFLOAD_NVME && o->nvme_path[0] == '\0' &&
+        !(i == 1 && cfg->zero.offload_optimizer.nvme_path[0] != '\0'))
+      return zo_error(-EINVAL, "%s: %s = \"nvme\" needs zero_optimization.%s.nvme_path "
+                      "(a directory on the NVMe drive)", SRC(path), path, offloads[i].name);
+  }
+  if (cfg->aio.block_size % 4096 != 0)
+    return zo_error(-EINVAL, "%s: aio.block_size = %zu: must be a multiple of 4096 (O_DIRECT "
+                    "alignment), e.g. \"1MiB\"", SRC("aio.block_size"), cfg->aio.block_size);
+
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  if (s->type != ZO_SCHEDULER_NONE && s->warmup_type != ZO_WARMUP_LINEAR)
+    return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_type = \"%s\": only \"linear\" "
+                    "warmup is supported", SRC("scheduler.params.warmup_type"),
+                    zo_config_warmup_names[s->warmup_type]);
+  if (s->type == ZO_SCHEDULER_WARMUP_COSINE_LR && s->warmup_min_ratio != 0)
+    return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_min_ratio = %g: WarmupCosineLR "
+                    "warms up from 0 here; only 0 is supported",
+                    SRC("scheduler.params.warmup_min_ratio"), s->warmup_min_ratio);
+  if (s->type == ZO_SCHEDULER_WARMUP_DECAY_LR && s->warmup_min_lr != 0)
+    return zo_error(-ENOTSUP, "%s: scheduler.params.warmup_min_lr = %g: WarmupDecayLR warms "
+                    "up from 0 and decays to 0 here; only 0 is supported",
+                    SRC("scheduler.params.warmup_min_lr"), s->warmup_min_lr);
+  if (s->type == ZO_SCHEDULER_WARMUP_LR && s->warmup_min_lr > s->warmup_max_lr)
+    return zo_error(-EINVAL, "%s: scheduler.params.warmup_min_lr = %g exceeds "
+                    "scheduler.params.warmup_max_lr = %g",
+                    SRC2("scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr"),
+                    s->warmup_min_lr, s->warmup_max_lr);
+  int err = check_warmup(cfg, SRC2("scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"));
+  if (err) return err;
+  if (cfg->data.epochs > 0 && ctx->given[key_index(zo_config_key_find("steps"))])
+    return zo_error(-EINVAL, "%s: steps = %ld and data.epochs = %g are both set: keep one (data.epochs derives "
+                    "the steps from data.train)", SRC2("steps", "data.epochs"), cfg->steps, cfg->data.epochs);
+#undef SRC
+#undef SRC2
+
+  m->padded_vocab_size = (m->vocab_size + 63) / 64 * 64;
+  derive_schedule(cfg);
+  return 0;
+}
+
+static int check_warmup(const struct zo_config *cfg, const char *src) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  if ((s->type == ZO_SCHEDULER_WARMUP_COSINE_LR || s->type == ZO_SCHEDULER_WARMUP_DECAY_LR) &&
+      s->warmup_num_steps > s->total_num_steps)
+    return zo_error(-EINVAL, "%s: scheduler.params.warmup_num_steps = %ld exceeds "
+                    "scheduler.params.total_num_steps = %ld (%s; total_num_steps defaults to "
+                    "steps)", src, s->warmup_num_steps, s->total_num_steps, zo_config_scheduler_names[s->type]);
+  return 0;
+}
+
+static void derive_schedule(struct zo_config *cfg) {
+  const struct zo_config_scheduler *s = &cfg->scheduler;
+  struct zo_lr_schedule *lr = &cfg->lr_schedule;
+  *lr = (struct zo_lr_schedule){.kind = ZO_LR_CONSTANT, .lr = cfg->optimizer.lr,
+                                .min_lr = cfg->optimizer.lr, .total_steps = cfg->steps};
+  switch (s->type) {
+  case ZO_SCHEDULER_NONE:
+    break;
+  case ZO_SCHEDULER_WARMUP_LR:
+    lr->kind = ZO_LR_WARMUP;
+    lr->lr = s->warmup_max_lr;
+    lr->min_lr = s->warmup_min_lr;
+    lr->warmup_steps = s->warmup_num_steps;
+    break;
+  case ZO_SCHEDULER_WARMUP_COSINE_LR:
+    lr->kind = ZO_LR_WARMUP_COSINE;
+    lr->min_lr = cfg->optimizer.lr * s->cos_min_ratio;
+    lr->warmup_steps = s->warmup_num_steps;
+    lr->total_steps = s->total_num_steps;
+    break;
+  case ZO_SCHEDULER_WARMUP_DECAY_LR:
+    lr->kind = ZO_LR_WARMUP_DECAY;
+    lr->lr = s->warmup_max_lr;
+    lr->min_lr = 0;
+    lr->warmup_steps = s->warmup_num_steps;
+    lr->total_steps = s->total_num_steps;
+    break;
+  }
+}
+
+long zo_config_steps_for_epochs(const struct zo_config *cfg, size_t n_tokens, int n_ranks) {
+  ZO_ASSERT(cfg && cfg->data.epochs > 0 && n_ranks >= 1);
+  const double window = (double)cfg->micro_batch * cfg->data.seq_len * n_ranks;
+  const double per_epoch = n_tokens > 1 ? floor((double)(n_tokens - 1) / window) : 0;
+  const double steps = ceil(cfg->data.epochs * per_epoch / cfg->grad_accum);
+  return steps < 1 ? 1 : steps > 1e15 ? (long)1e15 : (long)steps;
+}
+
+int zo_config_set_steps(struct zo_config *cfg, long steps) {
+  ZO_ASSERT(cfg && steps >= 1);
+  cfg->steps = steps;
+  if (!cfg->scheduler.total_num_steps_set) cfg->scheduler.total_num_steps = steps;
+  int err = check_warmup(cfg, "data.epochs");
+  if (err) return err;
+  derive_schedule(cfg);
+  zo_config_warn_total_steps(cfg, "data.epochs");
+  return 0;
+}
