@@ -12,6 +12,7 @@ jobs=$(nproc)
 scripts/check-layers.sh # kernels <- offload <- engine, before anything is built
 scripts/check-cuda-atomics.sh # CUDA reductions in a fixed order: no float atomicAdd
 scripts/build.sh release
+scripts/check-cycles.py build/release # no loop of calls between engine folders
 # transformers for the Hugging Face interoperability test (PyPI); without it
 # that one test reports SKIP with the reason.
 scripts/install-hf.sh || echo "test.sh: warning: scripts/install-hf.sh failed; hf-transformers will be skipped" >&2
