@@ -183,7 +183,7 @@ int zo_trace_path_check(const char *path) {
    * steps fail (it is never renamed over): say so before step 1. */
   struct stat st;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-    return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "engine.trace.path %s is %s, not a regular file (the "
+    return zo_error(-EINVAL, "engine.trace.path %s is %s, not a regular file (the "
                     "trace is written beside it and renamed over it); give a file path", path,
                     S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
   const char *slash = strrchr(path, '/');
