@@ -272,10 +272,20 @@ static int cmd_encode_decode(int argc, char **argv, bool encode) {
         i += k;
       }
     }
+    /* decode skips an id it has no token for, as tokenizers' does; asked
+     * here for those ids, that would hide a wrong id. */
+    for (size_t i = 0; i < n_ids; i++)
+      if (!zo_tokenizer_id_to_token(tk, ids[i])) {
+        fprintf(stderr, "zoffload: tokenizer decode: id %d (word %zu) is not in %s (a vocabulary of %zu ids)\n", (int)ids[i],
+                i + 1, path, zo_tokenizer_vocab_size(tk));
+        rc = 2;
+        goto out;
+      }
     char *text;
     size_t len;
     if ((err = zo_tokenizer_decode(tk, ids, n_ids, flag, &text, &len))) {
       fprintf(stderr, "zoffload: %s\n", zo_last_error());
+      rc = err == -EINVAL ? 2 : 1; /* an id the tokenizer does not have */
       goto out;
     }
     fwrite(text, 1, len, stdout);

@@ -45,6 +45,7 @@ expect 2 '"4294967400" is not an id: ids are below 2^31' -- tokenizer decode --t
 out=$(echo "104 abc 105" | "$bin" tokenizer decode --tokenizer "$tmp/tok" 2>&1)
 rc=$?
 [[ $rc -eq 2 && "$out" == *'stdin word 2 "abc" is not an id'* ]] && ok || bad "decode of '104 abc 105': $rc $out"
+expect 2 "id 300 (word 2) is not in $tmp/tok (a vocabulary of 300 ids)" -- tokenizer decode --tokenizer "$tmp/tok" 104 300
 out=$(printf '104\n 105 ' | "$bin" tokenizer decode --tokenizer "$tmp/tok" 2>&1)
 [[ "$out" == "hi" ]] && ok || bad "decode of 104 105: '$out'"
 
