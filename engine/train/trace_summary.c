@@ -379,7 +379,7 @@ static int cmp_seq(const void *a, const void *b) {
  * else is a duplicated or corrupted trace, whose busy shares would exceed
  * 100%. Sorts the spans by (track, start) and indexes them by sequence. */
 static int validate(struct rtrace *r) {
-  qsort(r->sp, r->n, sizeof *r->sp, cmp_rspan);
+  if (r->n) qsort(r->sp, r->n, sizeof *r->sp, cmp_rspan);
   for (size_t i = 1; i < r->n; i++) {
     const struct rspan *a = &r->sp[i - 1], *b = &r->sp[i];
     if (a->tid != b->tid || b->t0 >= a->t1 - EPS_US) continue;
@@ -390,7 +390,7 @@ static int validate(struct rtrace *r) {
                     r->path, r->tracks[b->tid][0] ? r->tracks[b->tid] : track, name_of(r, a), a->t0, a->t1,
                     name_of(r, b), b->t0, b->t1);
   }
-  qsort(r->steps, r->n_steps, sizeof *r->steps, cmp_step);
+  if (r->n_steps) qsort(r->steps, r->n_steps, sizeof *r->steps, cmp_step);
   for (size_t k = 1; k < r->n_steps; k++)
     if (r->steps[k].t0 < r->steps[k - 1].t1 - EPS_US)
       return zo_error(-EINVAL, "trace %s: steps %ld [%.3f, %.3f) us and %ld [%.3f, %.3f) us overlap (a duplicated "
@@ -400,7 +400,7 @@ static int validate(struct rtrace *r) {
   if (!(r->by_seq = malloc((r->n ? r->n : 1) * sizeof *r->by_seq)))
     return zo_error(-ENOMEM, "trace %s: out of host memory", r->path);
   for (size_t i = 0; i < r->n; i++) r->by_seq[i] = &r->sp[i];
-  qsort(r->by_seq, r->n, sizeof *r->by_seq, cmp_seq);
+  if (r->n) qsort(r->by_seq, r->n, sizeof *r->by_seq, cmp_seq);
   return 0;
 }
 
@@ -431,7 +431,7 @@ static int cmp_iv(const void *a, const void *b) {
 
 /* Merges intervals in place (sorted, disjoint); returns their count. */
 static size_t merge(double (*iv)[2], size_t n) {
-  qsort(iv, n, sizeof *iv, cmp_iv);
+  if (n) qsort(iv, n, sizeof *iv, cmp_iv);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
     if (m && iv[i][0] <= iv[m - 1][1]) {
