@@ -122,7 +122,7 @@ cat >"$tmp/c.json" <<JSON
  "checkpoint": {"dir": "$tmp/ck", "every": 2, "keep": 1}}
 JSON
 expect 2 "engine.trace.path $tmp/fifo is a device, FIFO or socket" trace -- train "$tmp/c.json" --trace "$tmp/fifo" \
-  --set checkpoint.dir="$tmp/ck-fifo"
+  --set checkpoint.dir="$tmp/ck-fifo" --set log.metrics_path="$tmp/m-fifo.jsonl"
 grep -q "^step 1" "$tmp/trace.out" && bad "a run with a FIFO as trace path trained" || ok
 [[ -p $tmp/fifo ]] && ok || bad "the trace replaced a FIFO"
 "$bin" train "$tmp/c.json" >"$tmp/train.out" 2>&1 || bad "train: $(tail -3 "$tmp/train.out")"
