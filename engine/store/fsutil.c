@@ -100,7 +100,7 @@ static const char *file_kind(mode_t m) {
 static int check_not_special(const char *path) {
   struct stat st;
   if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* missing: created; errors: open reports them */
-  return zo_error(-EINVAL, "output %s is %s: outputs are regular files, written beside themselves and renamed over the old "
+  return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "output %s is %s: outputs are regular files, written beside themselves and renamed over the old "
                   "one, so a device, FIFO or directory is never replaced; give a file path",
                   path, file_kind(st.st_mode));
 }
