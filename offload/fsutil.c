@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,25 @@ static const char *space_hint(int err) {
 
 /* ---- atomic file ------------------------------------------------------- */
 
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
+}
+
+/* A destination that exists and is not a regular file is never renamed
+ * over (as root that would replace /dev/null). */
+static int check_not_special(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* missing: created; errors: open reports them */
+  return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "output %s is %s: outputs are regular files, written beside themselves and renamed over the old "
+                  "one, so a device, FIFO or directory is never replaced; give a file path",
+                  path, file_kind(st.st_mode));
+}
+
 static void atomic_file_clear(struct zo_atomic_file *f) {
   free(f->path);
   free(f->tmp_path);
@@ -101,6 +121,8 @@ int zo_atomic_file_begin(struct zo_atomic_file *f, const char *path) {
   f->tmp_path = NULL;
   f->nbytes = 0;
   if (!*path) return zo_error(-EINVAL, "atomic write: empty destination path");
+  int err = check_not_special(path);
+  if (err) return err;
   size_t n = strlen(path) + 32;
   f->path = str_dup(path);
   f->tmp_path = malloc(n);
@@ -116,7 +138,7 @@ int zo_atomic_file_begin(struct zo_atomic_file *f, const char *path) {
     fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
-    int err = -errno;
+    err = -errno;
     zo_error(err, "cannot create %s (to replace %s): %s", f->tmp_path, path, strerror(-err));
     atomic_file_clear(f);
     return err;
@@ -148,7 +170,7 @@ int zo_atomic_file_write(struct zo_atomic_file *f, const void *data, size_t nbyt
   return 0;
 }
 
-int zo_atomic_file_commit(struct zo_atomic_file *f) {
+int zo_atomic_file_seal(struct zo_atomic_file *f) {
   ZO_ASSERT(f && f->fd >= 0);
   int err = fsync_retry(f->fd);
   if (err < 0) {
@@ -163,6 +185,12 @@ int zo_atomic_file_commit(struct zo_atomic_file *f) {
     zo_atomic_file_abort(f);
     return err;
   }
+  return 0;
+}
+
+int zo_atomic_file_publish(struct zo_atomic_file *f) {
+  ZO_ASSERT(f && f->fd < 0 && f->tmp_path);
+  int err;
   if (zo_fault_rename(f->tmp_path, f->path) < 0) {
     err = -errno;
     zo_error(err, "renaming %s to %s: %s", f->tmp_path, f->path, strerror(-err));
@@ -180,12 +208,96 @@ int zo_atomic_file_commit(struct zo_atomic_file *f) {
   return err;
 }
 
+int zo_atomic_file_commit(struct zo_atomic_file *f) {
+  const int err = zo_atomic_file_seal(f);
+  return err ? err : zo_atomic_file_publish(f);
+}
+
+int zo_atomic_files_commit(struct zo_atomic_file *const *files, int n, const char *const *remove, int n_remove) {
+  int err = 0;
+  for (int k = 0; k < n && !err; k++) err = zo_atomic_file_seal(files[k]);
+  if (err) {
+    for (int k = 0; k < n; k++) zo_atomic_file_abort(files[k]);
+    return err;
+  }
+  for (int k = 0; k < n_remove && !err; k++)
+    if (unlink(remove[k]) != 0 && errno != ENOENT)
+      err = zo_error(-errno, "cannot remove %s (it belongs to the file being replaced): %s", remove[k],
+                     strerror(errno));
+  if (err) {
+    for (int k = 0; k < n; k++) zo_atomic_file_abort(files[k]);
+    return err;
+  }
+  for (int k = 0; k < n; k++) {
+    const int e = zo_atomic_file_publish(files[k]);
+    if (e && !err) err = e;
+  }
+  return err;
+}
+
 void zo_atomic_file_abort(struct zo_atomic_file *f) {
   if (!f) return;
   if (f->fd >= 0) close(f->fd);
   /* Only a file we created is removed; after a failed begin tmp_path is NULL. */
   if (f->tmp_path) unlink(f->tmp_path);
   atomic_file_clear(f);
+}
+
+/* ---- output paths --------------------------------------------------------- */
+
+int zo_output_check(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0) return check_not_special(path);
+  if (errno != ENOENT) return zo_error(-errno, "output %s: %s", path, strerror(errno));
+  char *dir = dir_of(path);
+  if (!dir) return zo_error(-ENOMEM, "output %s: out of host memory", path);
+  int err = 0;
+  if (stat(dir, &st) != 0) err = zo_error(-errno, "output %s: its directory %s: %s", path, dir, strerror(errno));
+  else if (!S_ISDIR(st.st_mode)) err = zo_error(-ENOTDIR, "output %s: %s is not a directory", path, dir);
+  free(dir);
+  return err;
+}
+
+bool zo_same_file(const char *a, const char *b) {
+  struct stat x, y;
+  return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The pid of a "<base>.tmp.<pid>" name, 0 when name is not one. */
+static long tmp_pid(const char *name, const char *base) {
+  const size_t n = strlen(base);
+  if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5)) return 0;
+  const char *d = name + n + 5;
+  char *end;
+  errno = 0;
+  const long pid = strtol(d, &end, 10);
+  return d[0] >= '1' && d[0] <= '9' && !*end && !errno && pid > 0 && pid <= INT32_MAX ? pid : 0;
+}
+
+int zo_atomic_sweep_stale(const char *path) {
+  char *dir = dir_of(path);
+  if (!dir) return zo_error(-ENOMEM, "out of host memory");
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  DIR *d = opendir(dir);
+  if (!d) {
+    const int err = errno == ENOENT ? 0 : zo_error(-errno, "cannot list %s: %s", dir, strerror(errno));
+    free(dir);
+    return err;
+  }
+  int removed = 0, err = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const long pid = tmp_pid(e->d_name, base);
+    /* Only a dead writer's: kill(pid, 0) fails with ESRCH. A live one (or
+     * one we may not signal, EPERM) is writing it now. */
+    if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+    else if (errno != ENOENT && !err) err = zo_error(-errno, "cannot remove the leftover %s/%s of a killed writer "
+                                                             "(pid %ld): %s", dir, e->d_name, pid, strerror(errno));
+  }
+  closedir(d);
+  free(dir);
+  return err ? err : removed;
 }
 
 int zo_write_file_atomic(const char *path, const void *data, size_t nbytes) {

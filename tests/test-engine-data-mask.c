@@ -2,8 +2,8 @@
  * out as -1 in every micro-batch, with and without shuffle, over the wrap
  * at the end of the file and in every rank's rows; zo_data_count_targets
  * equals the trained targets the ranks' micro-batches hold together; a mask
- * of the wrong size or with a byte other than 0 and 1 is refused naming
- * both; the mask writer round-trips. Expected values come from plain loops
+ * of the wrong size, with a byte other than 0 and 1, or of zeros only (no
+ * target trained) is refused naming both; the mask writer round-trips. Expected values come from plain loops
  * over the arrays the files were written from. */
 #include "zo/data.h"
 
@@ -106,6 +106,20 @@ static int test_bad_masks_refused(void) {
   if (d || !strstr(zo_last_error(), "byte 123 is 2")) bad = zo_test_fail("byte 2: %s", d ? "opened" : zo_last_error());
   zo_data_close(d);
   if (zo_data_write_mask(path("x.bin"), m, N) != -EINVAL) bad = zo_test_fail("the writer took a 2");
+  /* A mask of zeros trains nothing: every step would log a loss of 0. */
+  memset(m, 0, N);
+  if (zo_data_write_u16(path("zero.bin"), tokens, N) || zo_data_write_mask(path("zero.bin"), m, N))
+    return zo_test_fail("write: %s", zo_last_error());
+  d = zo_data_open(path("zero.bin"), ZO_DATA_U16, V, B, T, false, 1);
+  if (d || !strstr(zo_last_error(), "zero.bin.mask") || !strstr(zo_last_error(), "0 of 1000 tokens trained"))
+    bad = zo_test_fail("zero mask: %s", d ? "opened" : zo_last_error());
+  zo_data_close(d);
+  /* One trained token is enough to open. */
+  m[N / 2] = 1;
+  if (zo_data_write_mask(path("zero.bin"), m, N)) return zo_test_fail("write: %s", zo_last_error());
+  d = zo_data_open(path("zero.bin"), ZO_DATA_U16, V, B, T, false, 1);
+  if (!d) bad = zo_test_fail("one trained token: %s", zo_last_error());
+  zo_data_close(d);
   return bad;
 }
 

@@ -126,6 +126,12 @@ static int test_model_options(void) {
   }
   bad += expect_refusal("{\"model\": {\"continuing_subword_prefix\": \"##\", \"vocab\": {}, \"merges\": []}}",
                         "continuing_subword_prefix", "null");
+  /* A merge whose result is not in the vocabulary names that result (it
+   * once printed "(t", the literal cut to the pair's length). */
+  bad += expect_refusal("{\"model\": {\"vocab\": {\"a\": 0, \"c\": 1}, \"merges\": [\"a c\"]}}", "model.merges",
+                        "merged token \"ac\"");
+  bad += expect_refusal("{\"model\": {\"vocab\": {\"a\": 0, \"ac\": 1}, \"merges\": [\"a cz\"]}}", "model.merges",
+                        "\"cz\" is not in model.vocab");
   return bad;
 }
 

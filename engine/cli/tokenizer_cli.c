@@ -28,10 +28,11 @@ extern char **environ;
 
 const char *const zo_cli_tokenizer_usage =
     "usage: zoffload tokenizer train --vocab-size N --out DIR [--pattern llama3|gpt2] [--special TOKEN]...\n"
-    "                                [--min-frequency F] FILE...\n"
+    "                                [--min-frequency F] [--overwrite] FILE...\n"
     "         learn a byte-level BPE vocabulary of N ids (256 bytes, merges, \"<|endoftext|>\" and the\n"
     "         --special tokens) from text files; writes DIR/tokenizer.json and DIR/tokenizer_config.json\n"
-    "         (eos = bos = \"<|endoftext|>\"), loadable by tokenizers and transformers' AutoTokenizer\n"
+    "         (eos = bos = \"<|endoftext|>\"), loadable by tokenizers and transformers' AutoTokenizer;\n"
+    "         a DIR that already holds either file is refused unless --overwrite\n"
     "       zoffload tokenizer encode --tokenizer PATH [--special] [FILE]   ids of FILE (or stdin), one line\n"
     "       zoffload tokenizer decode --tokenizer PATH [--skip-special] [IDS...]   text of the ids (or stdin's)\n"
     "  PATH: a tokenizer.json or a directory holding one (Hugging Face format)\n";
@@ -56,9 +57,41 @@ static bool parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
   return true;
 }
 
+/* Refuses an --out that is not a directory, or one that holds a tokenizer
+ * (unless overwrite), before the training: tokenizers are not overwritten
+ * silently. Returns 0 or the exit code. */
+static int check_out_dir(const char *out, bool overwrite) {
+  struct stat st;
+  if (stat(out, &st) != 0) {
+    if (errno == ENOENT) return 0; /* created with its parents */
+    fprintf(stderr, "zoffload: tokenizer train: --out %s: %s\n", out, strerror(errno));
+    return 1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "zoffload: tokenizer train: --out %s is not a directory (the tokenizer is written as "
+                    "DIR/tokenizer.json and DIR/tokenizer_config.json)\n", out);
+    return 2;
+  }
+  static const char *const names[] = {"tokenizer.json", "tokenizer_config.json"};
+  for (int k = 0; k < 2 && !overwrite; k++) {
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", out, names[k]) >= sizeof p) {
+      fprintf(stderr, "zoffload: tokenizer train: --out %s: path too long\n", out);
+      return 2;
+    }
+    if (lstat(p, &st) == 0) {
+      fprintf(stderr, "zoffload: tokenizer train: %s already exists: give --overwrite to replace the tokenizer in "
+                      "%s, or another --out\n", p, out);
+      return 2;
+    }
+  }
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   struct zo_tokenizer_train_opts o = {0};
   const char *out = NULL;
+  bool overwrite = false;
   const char **files = calloc((size_t)argc, sizeof(*files));
   const char **specials = calloc((size_t)argc, sizeof(*specials));
   size_t n_files = 0;
@@ -78,6 +111,8 @@ static int cmd_train(int argc, char **argv) {
       }
     } else if (!strcmp(a, "--out") && has_val) {
       out = argv[++i];
+    } else if (!strcmp(a, "--overwrite")) {
+      overwrite = true;
     } else if (!strcmp(a, "--pattern") && has_val) {
       o.pattern = argv[++i];
     } else if (!strcmp(a, "--special") && has_val) {
@@ -99,6 +134,8 @@ static int cmd_train(int argc, char **argv) {
     rc = usage_error(zo_cli_tokenizer_usage, "tokenizer train needs --vocab-size, --out and at least one FILE", NULL);
     goto out;
   }
+  if ((rc = check_out_dir(out, overwrite))) goto out;
+  rc = 2;
   const double t0 = zo_time_s();
   size_t n_vocab = 0;
   const int err = zo_tokenizer_train(files, n_files, &o, out, &n_vocab);
@@ -136,6 +173,38 @@ static int read_all(const char *path, char **data, size_t *n) {
   return ferror(stdin) ? -EIO : 0;
 }
 
+/* One id of `tokenizer decode`: a decimal integer in [0, 2^31), the whole
+ * word (n bytes at s); anything else is refused naming the word and where it
+ * came from. Returns 0 or 2 (a usage error, already printed). */
+static int parse_id(const char *s, size_t n, const char *where, size_t word, int32_t *id) {
+  unsigned long long v = 0;
+  size_t i = 0;
+  for (; i < n && s[i] >= '0' && s[i] <= '9' && v <= INT32_MAX; i++) v = v * 10 + (unsigned)(s[i] - '0');
+  if (n && i == n && v <= INT32_MAX) {
+    *id = (int32_t)v;
+    return 0;
+  }
+  const bool digits = n && strspn(s, "0123456789") >= n;
+  fprintf(stderr, "zoffload: tokenizer decode: %s word %zu \"%.*s%s\" is not an id: %s\n", where, word,
+          n > 64 ? 64 : (int)n, s, n > 64 ? "..." : "",
+          digits ? "ids are below 2^31 (2147483648)" : "ids are decimal integers from 0, separated by white space");
+  return 2;
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+static int push_id(int32_t **ids, size_t *n_ids, size_t *cap, int32_t v) {
+  if (*n_ids == *cap) {
+    const size_t c = *cap ? 2 * *cap : 64;
+    int32_t *p = realloc(*ids, c * sizeof(*p));
+    if (!p) return -ENOMEM;
+    *ids = p;
+    *cap = c;
+  }
+  (*ids)[(*n_ids)++] = v;
+  return 0;
+}
+
 static int cmd_encode_decode(int argc, char **argv, bool encode) {
   const char *path = NULL, *file = NULL;
   bool flag = false;
@@ -148,17 +217,15 @@ static int cmd_encode_decode(int argc, char **argv, bool encode) {
       return usage_error(zo_cli_tokenizer_usage, "unknown option or missing value: ", argv[i]);
     else if (encode && !file) file = argv[i];
     else if (!encode) {
-      long v;
-      char *end;
-      v = strtol(argv[i], &end, 10);
-      if (*end || end == argv[i]) return usage_error(zo_cli_tokenizer_usage, "not an id: ", argv[i]);
-      if (n_ids == cap) {
-        cap = cap ? 2 * cap : 64;
-        int32_t *p = realloc(ids, cap * sizeof(*p));
-        if (!p) return 1;
-        ids = p;
+      int32_t v;
+      if (parse_id(argv[i], strlen(argv[i]), "argument", n_ids + 1, &v)) {
+        free(ids);
+        return 2;
       }
-      ids[n_ids++] = (int32_t)v;
+      if (push_id(&ids, &n_ids, &cap, v)) {
+        free(ids);
+        return 1;
+      }
     } else return usage_error(zo_cli_tokenizer_usage, "one FILE at most: ", argv[i]);
   }
   if (!path) {
@@ -190,24 +257,35 @@ static int cmd_encode_decode(int argc, char **argv, bool encode) {
     printf("\n");
   } else {
     if (!n_ids) {
-      char *s = data, *end;
+      size_t i = 0, word = 0;
       for (;;) {
-        const long v = strtol(s, &end, 10);
-        if (end == s) break;
-        if (n_ids == cap) {
-          cap = cap ? 2 * cap : 64;
-          int32_t *p = realloc(ids, cap * sizeof(*p));
-          if (!p) goto out;
-          ids = p;
+        while (i < n && is_space(data[i])) i++;
+        if (i == n) break;
+        size_t k = 0; /* a NUL byte is part of a word, and refused there */
+        while (i + k < n && !is_space(data[i + k])) k++;
+        int32_t v;
+        if (parse_id(data + i, k, "stdin", ++word, &v)) {
+          rc = 2;
+          goto out;
         }
-        ids[n_ids++] = (int32_t)v;
-        s = end;
+        if (push_id(&ids, &n_ids, &cap, v)) goto out;
+        i += k;
       }
     }
+    /* decode skips an id it has no token for, as tokenizers' does; asked
+     * here for those ids, that would hide a wrong id. */
+    for (size_t i = 0; i < n_ids; i++)
+      if (!zo_tokenizer_id_to_token(tk, ids[i])) {
+        fprintf(stderr, "zoffload: tokenizer decode: id %d (word %zu) is not in %s (a vocabulary of %zu ids)\n", (int)ids[i],
+                i + 1, path, zo_tokenizer_vocab_size(tk));
+        rc = 2;
+        goto out;
+      }
     char *text;
     size_t len;
     if ((err = zo_tokenizer_decode(tk, ids, n_ids, flag, &text, &len))) {
       fprintf(stderr, "zoffload: %s\n", zo_last_error());
+      rc = err == -EINVAL ? 2 : 1; /* an id the tokenizer does not have */
       goto out;
     }
     fwrite(text, 1, len, stdout);

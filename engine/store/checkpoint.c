@@ -148,6 +148,29 @@ static bool checkpoint_is_whole(const char *path) {
   return whole;
 }
 
+int zo_checkpoint_refuse_unchecked(const char *path) {
+  char p[PATH_MAX];
+  int err = join(p, sizeof p, path, "trainer_state.json");
+  if (err || access(p, F_OK) == 0) return err;
+  /* Ours without it: named checkpoint-<step>, or holding optimizer state. */
+  snprintf(p, sizeof p, "%s", path);
+  for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+  const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+  long step;
+  char tail;
+  const bool ours = sscanf(base, "checkpoint-%ld%c", &step, &tail) == 1;
+  const char *why = ours ? "its name says a zoffload checkpoint" : NULL;
+  DIR *d = opendir(path);
+  for (const struct dirent *e; !why && d && (e = readdir(d));)
+    if (!strcmp(e->d_name, "optimizer.safetensors") || !strncmp(e->d_name, "optimizer-", 10))
+      why = "it holds optimizer state";
+  if (d) closedir(d);
+  if (!why) return 0; /* a Hugging Face directory */
+  return zo_error(-EINVAL, "%s: a checkpoint without trainer_state.json (%s): that file holds the checksums of the "
+                           "others and is written last, so the save did not finish or the file was removed, and "
+                           "its weights cannot be checked; use an earlier checkpoint", path, why);
+}
+
 /* Removes dir/name, saying so on log with why. */
 static int remove_leftover(const char *dir, const char *name, const char *why, FILE *log) {
   char p[PATH_MAX];

@@ -11,6 +11,7 @@
  * Assumes a little-endian host, as llm.c's files do. */
 #include "zo/data.h"
 #include "zo/fsutil.h"
+#include "zo/prepare.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -343,18 +344,28 @@ static int open_mask(struct zo_data *d) {
   uint8_t *buf = malloc(CHUNK);
   if (!buf) return zo_error(-ENOMEM, "out of host memory checking '%s'", d->mask_path);
   int err = 0;
+  size_t n_trained = 0;
   for (size_t off = 0; off < d->n_tokens && !err; off += CHUNK) {
     const size_t k = d->n_tokens - off < CHUNK ? d->n_tokens - off : CHUNK;
     if ((err = pread_full(fd, buf, k, (off_t)off, d->mask_path))) break;
-    for (size_t j = 0; j < k; j++)
+    for (size_t j = 0; j < k; j++) {
       if (buf[j] > 1) {
         err = zo_error(-EINVAL, "loss mask '%s': byte %zu is %u, a mask holds 0 (not trained) or 1 (trained)",
                        d->mask_path, off + j, (unsigned)buf[j]);
         break;
       }
+      n_trained += buf[j];
+    }
   }
   free(buf);
   if (err) return err;
+  /* Every step would train nothing and log a loss of 0: a wrong mask, never
+   * what was meant. */
+  if (n_trained == 0)
+    return zo_error(-EINVAL, "loss mask '%s' of data file '%s' trains no target: 0 of %zu tokens trained (every "
+                             "byte 0); prepare the data again (a completion field that is empty?), or remove the "
+                             "mask to train on every token",
+                    d->mask_path, d->path, d->n_tokens);
   if (!(d->mask_stage = malloc(d->BT + 1)))
     return zo_error(-ENOMEM, "out of host memory for one micro-batch of '%s'", d->mask_path);
   return 0;
@@ -722,13 +733,16 @@ int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_
     return zo_error(-EINVAL, "prepare: val fraction %g but no output file for the val split", val_fraction);
   if (out_val && strcmp(out_train, out_val) == 0)
     return zo_error(-EINVAL, "prepare: train and val outputs are the same file '%s'", out_train);
+  const char *outs[2] = {out_train, out_val};
+  int err = zo_prepare_check_outputs(outs, 2, text_paths, n_paths);
+  if (err) return err;
 
   size_t total = 0;
   for (int k = 0; k < n_paths; k++) {
     struct stat st;
     if (stat(text_paths[k], &st) != 0) {
-      int err = errno;
-      return zo_error(-err, "prepare: cannot read text file '%s': %s", text_paths[k], strerror(err));
+      const int e = errno;
+      return zo_error(-e, "prepare: cannot read text file '%s': %s", text_paths[k], strerror(e));
     }
     if (S_ISDIR(st.st_mode))
       return zo_error(-EISDIR, "prepare: '%s' is a directory, not a text file", text_paths[k]);
@@ -744,7 +758,6 @@ int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_
     return zo_error(-EINVAL, "prepare: the val split is empty: %zu bytes x val fraction %g < 1 token "
                              "(raise the val fraction, add text, or give no val output)", total, val_fraction);
 
-  int err = 0;
   struct zo_atomic_file train = {.fd = -1}, val = {.fd = -1};
   uint8_t *in = malloc(PREPARE_CHUNK);
   uint16_t *out = malloc(PREPARE_CHUNK * sizeof *out);
@@ -796,8 +809,8 @@ int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_
   if (!err && done != total)
     err = zo_error(-EIO, "prepare: the input files shrank while being read (%zu of %zu bytes); run prepare again",
                    done, total);
-  if (!err) err = zo_atomic_file_commit(&train);
-  if (!err && out_val) err = zo_atomic_file_commit(&val);
+  /* Both or neither replaced; byte tokens have no mask, so an old one goes. */
+  if (!err) err = zo_prepare_commit_outputs((struct zo_atomic_file *[]){&train, &val}, out_val ? 2 : 1, outs, 2, false);
   if (!err) {
     if (n_train_out) *n_train_out = n_train;
     if (n_val_out) *n_val_out = n_val;

@@ -369,18 +369,74 @@ static int out_write(struct out_file *f, const struct encoded *e, size_t width, 
   return err;
 }
 
-static int out_commit(struct out_file *f, enum zo_data_format fmt, bool wide, const char *path, bool masked) {
-  if (fmt == ZO_DATA_LLMC) {
-    if (f->n > INT32_MAX)
-      return zo_error(-EINVAL, "prepare: %zu tokens exceed the llm.c header's int32 count ('%s')", f->n, path);
-    const int32_t header[3] = {wide ? ZO_LLMC32_MAGIC : ZO_LLMC_MAGIC, wide ? ZO_LLMC32_VERSION : ZO_LLMC_VERSION,
-                               (int32_t)f->n};
-    if (pwrite(f->tok.fd, header, sizeof header, 0) != (ssize_t)sizeof header)
-      return zo_error(-errno, "prepare: cannot write the header of '%s': %s", path, strerror(errno));
+/* The llm.c header's token count, once all are written. */
+static int out_header(struct out_file *f, enum zo_data_format fmt, bool wide, const char *path) {
+  if (fmt != ZO_DATA_LLMC) return 0;
+  if (f->n > INT32_MAX)
+    return zo_error(-EINVAL, "prepare: %zu tokens exceed the llm.c header's int32 count ('%s')", f->n, path);
+  const int32_t header[3] = {wide ? ZO_LLMC32_MAGIC : ZO_LLMC_MAGIC, wide ? ZO_LLMC32_VERSION : ZO_LLMC_VERSION,
+                             (int32_t)f->n};
+  if (pwrite(f->tok.fd, header, sizeof header, 0) != (ssize_t)sizeof header)
+    return zo_error(-errno, "prepare: cannot write the header of '%s': %s", path, strerror(errno));
+  return 0;
+}
+
+/* Every output (train, val, their masks) replaced together or none. */
+static int out_commit_all(struct out_file *train, struct out_file *val, const struct zo_prepare_opts *o, bool wide,
+                          bool masked) {
+  int err = out_header(train, o->format, wide, o->out_train);
+  if (!err && o->out_val) err = out_header(val, o->format, wide, o->out_val);
+  if (err) return err;
+  struct zo_atomic_file *files[4];
+  int n = 0;
+  files[n++] = &train->tok;
+  if (masked) files[n++] = &train->mask;
+  if (o->out_val) {
+    files[n++] = &val->tok;
+    if (masked) files[n++] = &val->mask;
   }
-  int err = zo_atomic_file_commit(&f->tok);
-  if (!err && masked) err = zo_atomic_file_commit(&f->mask);
-  return err;
+  const char *outs[2] = {o->out_train, o->out_val};
+  return zo_prepare_commit_outputs(files, n, outs, 2, masked);
+}
+
+int zo_prepare_commit_outputs(struct zo_atomic_file *const *files, int n, const char *const *outs, int n_outs,
+                              bool masked) {
+  char masks[8][PATH_MAX];
+  const char *remove[8];
+  int n_remove = 0;
+  for (int k = 0; !masked && k < n_outs && n_remove < 8; k++) {
+    if (!outs[k]) continue;
+    if (snprintf(masks[n_remove], PATH_MAX, "%s" ZO_DATA_MASK_SUFFIX, outs[k]) >= PATH_MAX)
+      return zo_error(-ENAMETOOLONG, "prepare: the mask path of '%s' is too long", outs[k]);
+    remove[n_remove] = masks[n_remove];
+    n_remove++;
+  }
+  return zo_atomic_files_commit(files, n, remove, n_remove);
+}
+
+int zo_prepare_check_outputs(const char *const *outs, int n_outs, const char *const *inputs, int n_inputs) {
+  for (int k = 0; k < n_outs; k++) {
+    if (!outs[k]) continue;
+    char mask[PATH_MAX];
+    if (snprintf(mask, sizeof mask, "%s" ZO_DATA_MASK_SUFFIX, outs[k]) >= (int)sizeof mask)
+      return zo_error(-ENAMETOOLONG, "prepare: the mask path of '%s' is too long", outs[k]);
+    int err = zo_output_check(outs[k]);
+    if (!err) err = zo_output_check(mask);
+    if (err) return err;
+    for (int j = 0; j < k; j++)
+      if (outs[j] && (!strcmp(outs[j], outs[k]) || zo_same_file(outs[j], outs[k])))
+        return zo_error(-EINVAL, "prepare: the outputs '%s' and '%s' are the same file; give two files", outs[j],
+                        outs[k]);
+    for (int i = 0; i < n_inputs; i++) {
+      const char *hit = zo_same_file(outs[k], inputs[i]) ? outs[k] : zo_same_file(mask, inputs[i]) ? mask : NULL;
+      if (hit)
+        return zo_error(-EINVAL, "prepare: output '%s' is the input '%s' (the same file): it would be overwritten "
+                                 "with tokens; give another output path", hit, inputs[i]);
+    }
+    /* Leftovers of a killed prepare: theirs, never a live writer's. */
+    if ((err = zo_atomic_sweep_stale(outs[k])) < 0 || (err = zo_atomic_sweep_stale(mask)) < 0) return err;
+  }
+  return 0;
 }
 
 static void out_abort(struct out_file *f) {
@@ -409,10 +465,12 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
   const bool wide = o->format == ZO_DATA_U32 || o->wide_llmc;
   const size_t width = wide ? 4 : 2;
   const bool masked = o->prompt_field != NULL || o->messages_field != NULL;
+  const char *outs[2] = {o->out_train, o->out_val};
+  int err = zo_prepare_check_outputs(outs, 2, paths, n_paths);
+  if (err) return err;
 
   struct zo_tokenizer *tk = NULL;
-  int err = zo_tokenizer_load(o->tokenizer, &tk);
-  if (err) return err;
+  if ((err = zo_tokenizer_load(o->tokenizer, &tk))) return err;
   const int32_t eos = zo_tokenizer_eos_id(tk);
   if (eos < 0) {
     zo_tokenizer_free(tk);
@@ -496,8 +554,14 @@ int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_
               (double)bytes_done / 1e6 / (now - t0 > 1e-9 ? now - t0 : 1e-9), tty && b0 + nb < n_docs ? "" : "\n");
     }
   }
-  if (!err) err = out_commit(&train, o->format, wide, o->out_train, masked);
-  if (!err && o->out_val) err = out_commit(&val, o->format, wide, o->out_val, masked);
+  /* A mask of zeros trains nothing: training on it would log a loss of 0
+   * at every step. */
+  if (!err && masked && n_trained == 0)
+    err = zo_error(-EINVAL, "prepare: the loss masks of '%s'%s%s%s train no token: 0 of %zu tokens trained (every "
+                            "completion empty?); nothing written",
+                   o->out_train, o->out_val ? " and '" : "", o->out_val ? o->out_val : "", o->out_val ? "'" : "",
+                   train.n + val.n);
+  if (!err) err = out_commit_all(&train, &val, o, wide, masked);
   if (!err && res)
     *res = (struct zo_prepare_result){.n_docs = n_docs, .n_val_docs = n_val_docs, .n_train = train.n,
                                       .n_val = val.n, .n_trained = n_trained,

@@ -491,10 +491,16 @@ static int load_model(const struct ld *L, json_t *o) {
     memcpy(joined + la, b, lb);
     const struct zo_tk_slot *sa = zo_tk_map_find(&tk->vocab, a, la), *sb = zo_tk_map_find(&tk->vocab, b, lb),
                             *sn = zo_tk_map_find(&tk->vocab, joined, la + lb);
-    if (!sa || !sb || !sn) {
+    if (!sa || !sb) {
       free(joined);
-      return refuse(L, "model.merges", "entry %zu: \"%.*s\" is not in model.vocab", r,
-                    (int)(!sa ? la : !sb ? lb : la + lb), !sa ? a : !sb ? b : "(the merged token)");
+      return refuse(L, "model.merges", "entry %zu: \"%.*s\" is not in model.vocab", r, (int)(!sa ? la : lb),
+                    !sa ? a : b);
+    }
+    if (!sn) {
+      err = refuse(L, "model.merges", "entry %zu (\"%.*s\" + \"%.*s\"): the merged token \"%.*s\" is not in "
+                   "model.vocab", r, (int)la, a, (int)lb, b, (int)(la + lb), joined);
+      free(joined);
+      return err;
     }
     /* A repeated pair keeps its last rank, as tokenizers' HashMap collect does. */
     const uint64_t key = pair_key(sa->val, sb->val);

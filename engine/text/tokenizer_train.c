@@ -286,7 +286,8 @@ out:
 static int learn(struct trainer *t, size_t n_target, int64_t min_freq) {
   for (size_t i = 0; i < t->n_w; i++)
     if (word_pairs(t, i, +1, -1)) return -ENOMEM;
-  for (uint32_t i = 0; i <= t->p.mask; i++) {
+  /* A corpus of one-byte words has no pair at all: no table, no merge. */
+  for (uint32_t i = 0; t->p.s && i <= t->p.mask; i++) {
     const struct pslot *s = &t->p.s[i];
     if (s->key && s->count > 0 &&
         heap_push(t, (struct hentry){s->count, (int32_t)((s->key - 1) >> 32), (int32_t)(uint32_t)(s->key - 1)}))
@@ -411,6 +412,31 @@ static int write_json(json_t *j, const char *dir, const char *name) {
   return 0;
 }
 
+/* The special tokens: each non-empty, valid UTF-8 (tokenizer.json is JSON
+ * text) and different from "<|endoftext|>" and from each other (two ids of
+ * one string: the file's own encode would refuse it). */
+static int check_specials(const struct zo_tokenizer_train_opts *opts) {
+  for (size_t i = 0; i < opts->n_specials; i++) {
+    const char *sp = opts->specials[i];
+    const size_t n = strlen(sp);
+    if (!n) return zo_error(-EINVAL, "tokenizer train: --special %zu is empty (a special token is a non-empty string)",
+                            i + 1);
+    const size_t v = zo_tk_utf8_valid_prefix(sp, n);
+    if (v != n)
+      return zo_error(-EINVAL, "tokenizer train: --special %zu (\"%.*s...\") is not valid UTF-8 (byte %zu, 0x%02x): "
+                               "tokenizer.json holds text; give the token in UTF-8",
+                      i + 1, (int)v, sp, v, (unsigned)(uint8_t)sp[v]);
+    if (!strcmp(sp, "<|endoftext|>"))
+      return zo_error(-EINVAL, "tokenizer train: --special \"%s\" is the end-of-text token every trained tokenizer "
+                               "already has", sp);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(sp, opts->specials[j]))
+        return zo_error(-EINVAL, "tokenizer train: --special \"%s\" is given twice (%zu and %zu); each special token "
+                                 "once", sp, j + 1, i + 1);
+  }
+  return 0;
+}
+
 int zo_tokenizer_train(const char *const *files, size_t n_files, const struct zo_tokenizer_train_opts *opts,
                        const char *out_dir, size_t *n_vocab) {
   const char *pname = opts->pattern ? opts->pattern : "llama3";
@@ -421,17 +447,21 @@ int zo_tokenizer_train(const char *const *files, size_t n_files, const struct zo
   if (opts->vocab_size < 256 + n_special || opts->vocab_size > (size_t)INT32_MAX)
     return zo_error(-EINVAL, "tokenizer train: vocab size %zu must be at least 256 bytes + %zu special tokens",
                     opts->vocab_size, n_special);
+  int err = check_specials(opts);
+  if (err) return err;
   pcre2_code *re = zo_tk_regex_compile(gpt2 ? ZO_TK_GPT2_PATTERN : LLAMA3_PATTERN, false, "tokenizer train");
   if (!re) return -ENOTSUP;
   struct trainer t = {0};
   json_t *root = NULL, *cfg = NULL;
-  int err = 0;
   for (int b = 0; b < 256 && !err; b++) {
     const char c = (char)b;
     int32_t id;
     err = tok_add(&t, &c, 1, &id);
   }
   if (!err) err = count_words(&t, files, n_files, re);
+  if (!err && t.n_w == 0)
+    err = zo_error(-EINVAL, "tokenizer train: the %zu input file(s) (%s%s) hold no text to learn from", n_files,
+                   files[0], n_files > 1 ? ", ..." : "");
   if (!err) err = learn(&t, opts->vocab_size - n_special, opts->min_frequency ? (int64_t)opts->min_frequency : 2);
   if (err) goto out;
   err = -ENOMEM;

@@ -515,9 +515,11 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   if (!S_ISDIR(sb.st_mode))
     return zo_error(-EINVAL, "%s: export takes a checkpoint directory (checkpoint-<step>) or a Hugging Face "
                              "directory holding config.json", path);
-  struct zo_model_config mc;
-  int err = zo_model_config_from_pretrained(path, 0, &mc);
+  /* A checkpoint that lost trainer_state.json has lost its checksums. */
+  int err = zo_checkpoint_refuse_unchecked(path);
   if (err) return err;
+  struct zo_model_config mc;
+  if ((err = zo_model_config_from_pretrained(path, 0, &mc))) return err;
   /* The output: a new or empty directory, created only as its last
    * component; whatever a failed export wrote there is removed again. */
   bool created = false;

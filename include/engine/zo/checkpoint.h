@@ -141,6 +141,14 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const struct zo_optim_format *opt,
                           const struct zo_state_io *io, bool optimizer, struct zo_train_state *state);
 
+/* A directory without trainer_state.json that is a checkpoint of ours all
+ * the same (named checkpoint-<step>, or holding optimizer.safetensors or its
+ * shards): its files' checksums are lost, so readers of weights (export)
+ * refuse it (-EINVAL, naming path and why) instead of using unchecked
+ * weights. 0 for a directory with trainer_state.json or a Hugging Face
+ * directory. */
+int zo_checkpoint_refuse_unchecked(const char *path);
+
 /* The steps of the checkpoint-<step> directories under dir, ascending, in a
  * malloc'd array (*steps, free() it; NULL when none). A missing dir has
  * none. Returns 0 or -errno. */

@@ -16,6 +16,8 @@
 extern "C" {
 #endif
 
+struct zo_atomic_file; /* zo/fsutil.h */
+
 struct zo_prepare_opts {
   const char *tokenizer;        /* tokenizer.json or a directory holding it */
   bool jsonl;                   /* inputs are JSON lines (else plain text) */
@@ -50,6 +52,19 @@ struct zo_prepare_result {
  * -errno; on error no output or temporary file is left. */
 int zo_prepare_tokenized(const char *const *paths, int n_paths, const struct zo_prepare_opts *o,
                          struct zo_prepare_result *res);
+/* The outputs of a prepare (outs[0, n_outs), NULL entries skipped), checked
+ * before any work: each absent in an existing directory or a regular file
+ * (zo_output_check), as is its PATH.mask; no two the same file; none the
+ * same file (inode) as an input. The temporary files a killed prepare left
+ * beside them (PATH.tmp.PID, PATH.mask.tmp.PID of dead pids) are removed.
+ * Returns 0 or -errno naming the path. */
+int zo_prepare_check_outputs(const char *const *outs, int n_outs, const char *const *inputs, int n_inputs);
+/* Publishes a prepare's outputs as a set (zo_atomic_files_commit): files[0,
+ * n) all or none; without masks (masked false) the PATH.mask of each of
+ * outs[0, n_outs) (NULL skipped) is removed with them, so that a stale mask
+ * never applies to new tokens. Returns 0 or -errno. */
+int zo_prepare_commit_outputs(struct zo_atomic_file *const *files, int n, const char *const *outs, int n_outs,
+                              bool masked);
 /* Whether a file name says JSON lines (.jsonl, .ndjson). */
 bool zo_prepare_is_jsonl_path(const char *path);
 

@@ -86,6 +86,13 @@ struct zo_trace_step_info {
  * (*n_steps set). Returns 0 or -errno (message names the file and what is
  * wrong). */
 int zo_trace_summarize(const char *path, struct zo_trace_step_info *steps, int max_steps, int *n_steps);
+/* The same from an open stream, read once from where it stands (memory
+ * grows with the spans kept, not with the file); name is for messages. A
+ * negative duration, an NVMe request ending before it begins, two events
+ * of one track at once or overlapping steps are refused (-EINVAL) naming
+ * the events. */
+int zo_trace_summarize_stream(FILE *f, const char *name, struct zo_trace_step_info *steps, int max_steps,
+                              int *n_steps);
 
 /* Prints zo_trace_summarize's result for every step of path. */
 int zo_trace_summary_print(const char *path, FILE *out);

@@ -32,7 +32,9 @@ struct zo_atomic_file {
 };
 
 /* Creates "<path>.tmp.<pid>" with mode 0644 (less the umask), truncating a
- * stale one. Returns 0 or -errno. */
+ * stale one. A path that exists and is not a regular file (a device, FIFO,
+ * directory) is refused (zo_output_check): it is never renamed over.
+ * Returns 0 or -errno. */
 int zo_atomic_file_begin(struct zo_atomic_file *f, const char *path);
 /* Appends nbytes, retrying short writes and EINTR. Returns 0 or -errno
  * (-ENOSPC, -EIO, -EFBIG, ...); on error the file is already aborted. */
@@ -42,8 +44,33 @@ int zo_atomic_file_write(struct zo_atomic_file *f, const void *data, size_t nbyt
  * removed and path untouched. A failure of the final directory fsync is
  * reported although path already holds the new contents. */
 int zo_atomic_file_commit(struct zo_atomic_file *f);
+/* commit in two halves: seal fsyncs and closes the temp file (on error it is
+ * removed); publish renames it over path and fsyncs the directory. abort
+ * after seal still removes the temp file. */
+int zo_atomic_file_seal(struct zo_atomic_file *f);
+int zo_atomic_file_publish(struct zo_atomic_file *f);
+/* Commits files[0, n) as a set: all are sealed first, and when any seal
+ * fails all are aborted and no destination is touched; then the paths
+ * remove[0, n_remove) are unlinked (files the new set replaces with none,
+ * missing ones fine; a failure aborts all) and each file is published. Only
+ * a rename failing in that last phase (the directory itself failing) can
+ * leave some replaced: reported. Returns 0 or -errno. */
+int zo_atomic_files_commit(struct zo_atomic_file *const *files, int n, const char *const *remove, int n_remove);
 /* Closes and removes the temp file, leaving path as it was. */
 void zo_atomic_file_abort(struct zo_atomic_file *f);
+
+/* Whether path can be an output written by an atomic file: absent with an
+ * existing parent directory, or a regular file. Refuses a directory, device,
+ * FIFO or socket naming what it is. Returns 0 or -errno. */
+int zo_output_check(const char *path);
+/* Whether a and b name the same file (device and inode): false when either
+ * is missing. */
+bool zo_same_file(const char *a, const char *b);
+/* Removes the "<path>.tmp.<pid>" files beside path whose pid is not a live
+ * process (the leftovers of a killed writer; a pid of another host or PID
+ * namespace sharing the directory looks dead). Returns how many were
+ * removed, or -errno. */
+int zo_atomic_sweep_stale(const char *path);
 
 /* Replaces path with nbytes of data atomically (begin + write + commit).
  * Returns 0 or -errno. */
