@@ -96,3 +96,20 @@ double zo_time_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+size_t zo_meminfo_bytes(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t v = 0;
+  const size_t n = strlen(key);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long kib;
+    if (!strncmp(line, key, n) && line[n] == ':' && sscanf(line + n + 1, "%llu", &kib) == 1) {
+      v = (size_t)kib * 1024;
+      break;
+    }
+  }
+  fclose(f);
+  return v;
+}

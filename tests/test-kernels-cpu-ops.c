@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "zo_op_cases.h"
 #include "zo_ref64.h"
@@ -1031,6 +1032,16 @@ static int test_memory(void) {
   if (err || total_bytes == 0 || free_bytes > total_bytes) {
     fprintf(stderr, "  mem_info: %d, free %zu, total %zu (%s)\n", err, free_bytes, total_bytes,
             zo_last_error());
+    fail = 1;
+  }
+  /* The one /proc/meminfo reader against the kernel's own figure: MemTotal
+   * is sysinfo's totalram, in kB; a missing key reads 0. */
+  struct sysinfo si;
+  const size_t sys_total = sysinfo(&si) == 0 ? (size_t)si.totalram * si.mem_unit : 0;
+  if (zo_meminfo_bytes("MemTotal") != sys_total / 1024 * 1024 || total_bytes != zo_meminfo_bytes("MemTotal") ||
+      zo_meminfo_bytes("NoSuchKey") != 0 || zo_meminfo_bytes("MemTota") != 0) {
+    fprintf(stderr, "  zo_meminfo_bytes: MemTotal %zu, sysinfo %zu, NoSuchKey %zu, MemTota %zu\n",
+            zo_meminfo_bytes("MemTotal"), sys_total, zo_meminfo_bytes("NoSuchKey"), zo_meminfo_bytes("MemTota"));
     fail = 1;
   }
   void *p = NULL;

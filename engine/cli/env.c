@@ -81,13 +81,6 @@ static bool proc_field(const char *path, const char *key, char *buf, size_t size
   return found;
 }
 
-/* A /proc/meminfo entry in bytes (its kB figure), 0 when absent. */
-static size_t meminfo_bytes(const char *key) {
-  char v[128];
-  if (!proc_field("/proc/meminfo", key, v, sizeof v)) return 0;
-  return (size_t)strtoull(v, NULL, 10) * 1024;
-}
-
 static void print_build(FILE *out) {
   fprintf(out, "zoffload %s (%s build, C compiler %s)\n", ZO_ENV_VERSION, ZO_ENV_BUILD_TYPE, __VERSION__);
   fprintf(out, "build features:\n");
@@ -215,8 +208,8 @@ static void print_host(FILE *out) {
   char a[32], t[32], l[32];
   struct rlimit rl;
   fprintf(out, "host memory:\n");
-  fprintf(out, "  MemAvailable     %s of MemTotal %s\n", zo_format_bytes(meminfo_bytes("MemAvailable"), a),
-          zo_format_bytes(meminfo_bytes("MemTotal"), t));
+  fprintf(out, "  MemAvailable     %s of MemTotal %s\n", zo_format_bytes(zo_meminfo_bytes("MemAvailable"), a),
+          zo_format_bytes(zo_meminfo_bytes("MemTotal"), t));
   if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
     fprintf(out, "  memlock limit    unknown (%s)\n", strerror(errno));
   else if (rl.rlim_cur == RLIM_INFINITY)

@@ -11,23 +11,6 @@
 #include <unistd.h>
 
 
-static size_t meminfo_kib(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t v = 0;
-  const size_t n = strlen(key);
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long kib;
-    if (!strncmp(line, key, n) && line[n] == ':' && sscanf(line + n + 1, "%llu", &kib) == 1) {
-      v = (size_t)kib * 1024;
-      break;
-    }
-  }
-  fclose(f);
-  return v;
-}
-
 /* A number from a cgroup file; 0 for "max", absent or unreadable. */
 static size_t read_size(const char *path) {
   FILE *f = fopen(path, "r");
@@ -72,7 +55,7 @@ static size_t cgroup_free(void) {
 
 int zo_host_limit_read(struct zo_host_limit *h) {
   memset(h, 0, sizeof *h);
-  h->mem_available = meminfo_kib("MemAvailable");
+  h->mem_available = zo_meminfo_bytes("MemAvailable");
   h->cgroup_free = cgroup_free();
   struct rlimit rl;
   h->memlock = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur : SIZE_MAX;

@@ -17,20 +17,10 @@
 /* ---- memory --------------------------------------------------------------- */
 
 static int cpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return zo_error(-errno, "cpu backend: cannot open /proc/meminfo: %s", strerror(errno));
-  unsigned long long avail_kib = 0, total_kib = 0;
-  int found = 0;
-  char line[256];
-  while (found < 2 && fgets(line, sizeof line, f)) {
-    if (sscanf(line, "MemTotal: %llu kB", &total_kib) == 1 ||
-        sscanf(line, "MemAvailable: %llu kB", &avail_kib) == 1)
-      found++;
-  }
-  fclose(f);
-  if (found < 2) return zo_error(-EIO, "cpu backend: /proc/meminfo lacks MemTotal or MemAvailable");
-  *free_bytes = (size_t)avail_kib * 1024;
-  *total_bytes = (size_t)total_kib * 1024;
+  *free_bytes = zo_meminfo_bytes("MemAvailable");
+  *total_bytes = zo_meminfo_bytes("MemTotal");
+  if (!*free_bytes || !*total_bytes)
+    return zo_error(-EIO, "cpu backend: /proc/meminfo unreadable, or it lacks MemTotal or MemAvailable");
   return 0;
 }
 

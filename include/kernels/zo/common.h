@@ -48,6 +48,12 @@ ZO_NORETURN void zo_abort(const char *file, int line, const char *fmt, ...)
 /* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
 const char *zo_format_bytes(size_t nbytes, char buf[32]);
 
+/* The /proc/meminfo entry key ("MemTotal", "MemAvailable", ...) in bytes
+ * (its kB figure x 1024); 0 when the file or the entry is missing. The one
+ * reader of that file: the CPU backend, the host check and `zoffload env`
+ * call it. Any thread. */
+size_t zo_meminfo_bytes(const char *key);
+
 /* Median of x[0..n) (n >= 1); sorts x in place. For benchmark figures. */
 double zo_median(double *x, int n);
 
