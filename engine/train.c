@@ -373,7 +373,7 @@ static int train_run(const struct zo_config *cfg, const struct zo_train_opts *op
                              "to derive it, or set train_batch_size to %ld",
                     cfg->train_batch_size, B, K, N, N == 1 ? "" : "s", (long)B * K * N, (long)B * K * N);
 
-  t.be = zo_train_backend(cfg, t.comm);
+  t.be = opts->backend ? opts->backend : zo_train_backend(cfg, t.comm);
   if (!t.be) return -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan plan;

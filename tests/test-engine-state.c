@@ -81,7 +81,7 @@ static struct zo_sched *make_sched(const struct placement *pl, int variant, stru
   if (load(&cfg, sets, ZO_ARRAY_LEN(sets))) return NULL; /* NULL entries skipped */
   struct zo_model_config mc = cfg.model.spec;
   struct zo_sched *s = NULL;
-  if (zo_plan_build(&cfg, &mc, NULL, plan) == 0) {
+  if (zo_plan_build(&cfg, &mc, zo_backend_cpu(), plan) == 0) {
     const struct zo_sched_config sc = {.model = mc, .B = plan->B, .T = plan->T, .placement = plan->placement,
                                        .backend = zo_backend_cpu()};
     s = zo_sched_init(&sc);
