@@ -103,6 +103,15 @@ static const struct zo_op_case zo_matmul_forward_cases[] = {
     {.N = 111, .C = 288, .OC = 72, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
     {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_NULL_STREAM, .seed = 5},
     {.N = 111, .C = 72, .OC = 101, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
+    /* Where cuBLASLt may have no algorithm (kernels/cuda/gemm.cu falls back to
+     * cuBLASLt + a bias kernel, or the tiled kernel): N = 1 (sampling's first
+     * token) and M = OC = 1 with the bias epilogue; odd C and OC, so that
+     * bf16/fp16 rows of inp and out are only 2-byte aligned. */
+    {.N = 1, .C = 33, .OC = 77, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 7, .C = 33, .OC = 1, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 1, .C = 33, .OC = 1, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .seed = 31},
 };
 
 /* dweight always (+=); dinp and dbias where flagged. 4096 rows: dbias over
@@ -128,6 +137,10 @@ static const struct zo_op_case zo_matmul_backward_cases[] = {
     {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_DINP | ZO_OPC_NULL_STREAM, .seed = 6},
     {.N = 111, .C = 72, .OC = 288, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 6},
     {.N = 4096, .C = 72, .OC = 216, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    /* N = 1, OC = 1, odd leading dimensions (see the forward cases). */
+    {.N = 1, .C = 33, .OC = 77, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
+    {.N = 7, .C = 33, .OC = 1, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
 };
 
 /* ---- attention --------------------------------------------------------------- */
