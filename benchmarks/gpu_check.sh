@@ -3,11 +3,14 @@
 # most 9 minutes on a machine that has the CUDA toolkit, CMake, Ninja and
 # Python but none of our Debian libraries (they travel as .debs/, made by
 # benchmarks/collect-debs.sh; the call names carry: [".debs"]):
-#   1. preflight (20 s): driver, nvcc, cuBLASLt library and headers, omp.h,
+#   1. preflight (20 s at most): driver, nvcc, cuBLASLt library and headers, omp.h,
 #      CMake, Ninja, the libraries (.debs/ or the system's), free GPU memory,
-#      torch; stops with one "PREFLIGHT FAILED:" line when the build cannot
-#      work. Without a GPU it goes on (rehearsal) and stops before the first
-#      step that needs one, saying so.
+#      torch, CMake's version against CMakeLists.txt's cmake_minimum_required,
+#      glibc against the newest libc6 the carried .debs depend on; stops with
+#      one "PREFLIGHT FAILED:" line when the build cannot work. Without a GPU
+#      it stops there with one "STOP: no GPU" line naming what is missing
+#      (well within 90 s); ZO_CHECK_REHEARSE=1 goes on to build and rehearse
+#      the GPU steps' plumbing instead.
 #   2. unpack .debs/ into a private prefix; configure (sm_90) and build.
 #   3. the GPU op parity tests, first, with ZO_CUDA_SYNC=1 (a failing kernel
 #      is named with its shapes); then test-gpu-train (placements bit-identical
@@ -19,15 +22,22 @@
 #      zoffload bench step), the PyTorch peer (benchmarks/gpu_torch_peer.py:
 #      fused AdamW on the GPU, FSDP2 CPU offload) side by side as ratios, and
 #      the cuBLASLt GEMM throughput.
+#      Each benchmark's time is estimated from its size (parameters, tokens,
+#      placement: bench step builds two schedulers and initializes the
+#      parameters twice, then runs 5 rounds of three step kinds); one that
+#      the budget cannot fit, or that the budget cuts, is "not run: out of
+#      time", never a failure.
 #   5. a summary table: every line says what ran and what did not, and why.
 # Every step's log, ctest's LastTest.log and the summary go to $OUT (or
 # $BUILD/logs without $OUT). Never installs anything system-wide. Exits 0
-# when everything that ran passed (a rehearsal without a GPU included), 1
-# when a build, test or benchmark failed, 2 when the preflight failed.
+# when at least one GPU step ran and everything that ran passed, 1 when a
+# build, test or benchmark failed, 2 when the preflight failed, 3 when no
+# GPU step ran (no GPU, or the budget ran out first): a check that could not
+# check does not look green.
 #   benchmarks/gpu_check.sh
 # Environment: ZO_CHECK_BUILD (build dir, default build/gpu-check),
 # ZO_CHECK_KEEP_BUILD=1 (reuse an existing build dir of the same generator:
-# rehearsals), ZO_CHECK_BUDGET (seconds for everything, default 525),
+# rehearsals), ZO_CHECK_REHEARSE=1 (without a GPU: build and rehearse), ZO_CHECK_BUDGET (seconds for everything, default 525),
 # ZO_CHECK_BUILD_TIMEOUT (seconds for each build step, default 240),
 # ZO_CHECK_GPT2_B (GPT-2 124M micro-batch, default 8, T = 1024),
 # ZO_CHECK_FORCE_DEB_TOOLS=1 (use the carried make/pkgconf even when the
@@ -47,6 +57,7 @@ START=$(date +%s)
 mkdir -p "$LOGS"
 
 declare -a ROWS=()
+RAN_GPU=0 # GPU steps that ran to an answer (pass or fail)
 row() { ROWS+=("$(printf '%-48s %s' "$1" "$2")"); }
 elapsed() { echo $(($(date +%s) - START)); }
 left() { echo $((START + BUDGET - RESERVE - $(date +%s))); }
@@ -99,6 +110,42 @@ PY
   fi
 }
 
+# version_ge A B: whether version A >= B (dotted numbers).
+version_ge() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
+
+# The newest libc6 version the .debs/ packages depend on ("libc6 (>= 2.34)" in
+# Depends or Pre-Depends), from their control files; empty when none says.
+debs_libc_need() {
+  python3 - .debs/*.deb <<'PY'
+import io, re, subprocess, sys, tarfile
+need = []
+for deb in sys.argv[1:]:
+    data = open(deb, "rb").read()
+    ctl = ""
+    off = 8
+    while data[:8] == b"!<arch>\n" and off < len(data):
+        name = data[off:off + 16].decode().strip().rstrip("/")
+        size = int(data[off + 48:off + 58].decode().strip())
+        if name.startswith("control.tar"):
+            try:
+                with tarfile.open(fileobj=io.BytesIO(data[off + 60:off + 60 + size])) as t:
+                    for m in t.getmembers():
+                        if m.name.lstrip("./") == "control":
+                            ctl = t.extractfile(m).read().decode(errors="replace")
+            except tarfile.TarError:  # zstd: ask dpkg-deb where there is one
+                try:
+                    ctl = subprocess.run(["dpkg-deb", "-f", deb], capture_output=True, text=True).stdout
+                except OSError:
+                    pass
+            break
+        off += 60 + size + (size & 1)
+    for m in re.finditer(r"(?m)^(?:Pre-)?Depends:(.*)$", ctl):
+        need += re.findall(r"\blibc6 \(>= ([0-9.]+)", m.group(1))
+key = lambda v: [int(x) for x in re.findall(r"[0-9]+", v)]
+print(max(need, key=key) if need else "")
+PY
+}
+
 # ---- 1. preflight ------------------------------------------------------------------------
 GPU=""       # "name, total MiB, driver" when a GPU answers
 NO_GPU=""    # why not, otherwise
@@ -134,7 +181,7 @@ preflight() {
   fi
   if [[ -n $NO_GPU ]]; then
     printf '%-14s none: %s\n' gpu "$NO_GPU"
-    row "preflight: GPU" "none ($NO_GPU): rehearsal, stops before the GPU steps"
+    row "preflight: GPU" "none ($NO_GPU)"
   fi
   # nvcc, cuBLASLt
   local nvcc_v cuda_home inc lib
@@ -164,7 +211,13 @@ preflight() {
   [[ -s $LOGS/omp-probe.log ]] || rm -f "$LOGS/omp-probe.log"
   # CMake, Ninja (make as the fallback generator)
   if command -v cmake >/dev/null; then
-    printf '%-14s %s\n' cmake "$(cmake --version | head -n1 | awk '{print $3}')"
+    local cm_have cm_need
+    cm_have=$(cmake --version | head -n1 | awk '{print $3}')
+    cm_need=$(grep -m1 -oE 'cmake_minimum_required\(VERSION [0-9.]+' "$ROOT/CMakeLists.txt" | awk '{print $2}')
+    printf '%-14s %s (CMakeLists.txt needs %s)\n' cmake "$cm_have" "${cm_need:-?}"
+    if [[ -n $cm_need ]] && ! version_ge "$cm_have" "$cm_need"; then
+      fatal="cmake $cm_have is older than the $cm_need CMakeLists.txt's cmake_minimum_required asks (put a newer cmake on PATH, e.g. pip install cmake)"
+    fi
   else
     fatal="cmake not found"
   fi
@@ -185,7 +238,14 @@ preflight() {
     for p in libopenblas0-openmp libopenblas-openmp-dev libjansson-dev libjansson4 zlib1g-dev; do
       compgen -G ".debs/${p}_*.deb" >/dev/null || fatal=".debs/ lacks $p: rerun benchmarks/collect-debs.sh"
     done
-    row "preflight: libraries" "$n_debs .debs carried"
+    local libc_have libc_need
+    libc_have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    libc_need=$(debs_libc_need)
+    printf '%-14s %s here; the .debs need %s\n' glibc "${libc_have:-unknown}" "${libc_need:-nothing}"
+    if [[ -n $libc_need ]] && ! version_ge "${libc_have:-0}" "$libc_need"; then
+      fatal="glibc ${libc_have:-unknown} here, the carried .debs need libc6 >= $libc_need (run benchmarks/collect-debs.sh on a release with glibc <= ${libc_have:-this one})"
+    fi
+    row "preflight: libraries" "$n_debs .debs carried (need glibc ${libc_need:-any}, have ${libc_have:-?})"
   elif pkg-config --exists jansson 2>/dev/null && [[ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]]; then
     echo "libraries      the system's (no .debs/)"
     row "preflight: libraries" "the system's (no .debs/)"
@@ -312,11 +372,25 @@ ctest_step() {
   local label=$1 regex=$2 max=$3 name
   name=$(fname "$1")
   shift 3
+  if (($(left) < 10)); then
+    row "$label" "not run: out of time ($(left) s left)"
+    return 0
+  fi
   say "ctest -R '$regex' ${*:+(with $*)}"
-  local out rc secs
-  out=$(cd "$BUILD" && env "$@" LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$max")" \
+  local out rc secs limit
+  limit=$(step_timeout "$max")
+  out=$(cd "$BUILD" && env "$@" LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$limit" \
     ctest -R "$regex" --output-on-failure --timeout "$(step_timeout "$((max - 5))")" 2>&1)
   rc=$?
+  # Cut by the script's budget (less than the step's own limit was left):
+  # not run, not a failure; a test that overran its own limit fails.
+  if ((limit < max)) && { ((rc == 124)) || grep -q "\*\*\*Timeout" <<<"$out"; }; then
+    echo "$out" >"$LOGS/$name.log"
+    keep_lasttest "$name"
+    row "$label" "not run: out of time (the budget left $limit of its $max s; $name.log)"
+    return 0
+  fi
+  RAN_GPU=$((RAN_GPU + 1))
   echo "$out" | tee "$LOGS/$name.log" | tail -n 25
   keep_lasttest "$name"
   secs=$(grep -oE 'test-gpu-[a-z-]+ \.+ *(\*\*\*)?[A-Za-z]+ +[0-9.]+ sec' <<<"$out" | sed -E 's/ \.+ */ /' | paste -sd, -)
@@ -333,7 +407,7 @@ ctest_step() {
     fi
     row "$label" "FAIL: skipped although a GPU answered nvidia-smi: ${why:-see $name.log}"
   elif ((rc == 124)); then
-    row "$label" "FAIL: out of time after ${max} s ($name.log)"
+    row "$label" "FAIL: over its own limit of ${max} s ($name.log)"
   else
     row "$label" "FAIL (rc $rc: $secs; $name.log, $name-LastTest.log)"
   fi
@@ -345,14 +419,70 @@ declare -A TPS=() # label -> tokens/s, for the side-by-side
 B124=${ZO_CHECK_GPT2_B:-8} # GPT-2 124M micro-batch (T = 1024), the same for the peer
 BENCH_DEVICE=cuda          # cpu only for the rehearsal's parser check
 
-# bench NAME CONFIG PLACEMENT STEPS MIN_SECONDS MAX_SECONDS [--set ...]
+# estimate CONFIG PLACEMENT STEPS [--set key=value]...: "NEED MAX" seconds
+# for one `zoffload bench step` from the model's size: parameters N (from
+# the config's shapes), tokens per step, the placement. Start-up builds two
+# schedulers, each initializing N parameters (splitmix64 draws, about 21 ns
+# each on one core, in parallel over half the cores) and its host pool; then
+# 5 rounds of (configured, all-device, compute-only) steps, 2 warm-ups each
+# in the first, and the optimizer timed alone 15 times. Rates are
+# conservative for one H100/H200 (150 TFLOP/s of bf16 reached, PCIe at
+# 20 GB/s, CPU AdamW at 1 G parameters/s); NEED is 1.3x, MAX 2.5x + 30 s.
+estimate() {
+  python3 - "$ROOT/$1" "$2" "$3" "$(nproc)" "${@:4}" <<'PY'
+import json, sys
+path, placement, steps, cores = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+sets = dict(a.split("=", 1) for a in sys.argv[5:] if "=" in a)
+cfg = json.load(open(path))
+m = cfg.get("model", {})
+def get(key, default=None, section=m, prefix="model."):
+    return type(default or 0)(sets.get(prefix + key, section.get(key, default)))
+L, C, V = get("n_layer"), get("n_embd"), get("vocab_size")
+if m.get("arch", "gpt2") == "llama":
+    H, KV, I = get("n_head"), get("num_key_value_heads", get("n_head")), get("intermediate_size")
+    hd = C // H
+    N = L * (C * C + 2 * C * KV * hd + C * C + 3 * C * I) + V * C * (1 if m.get("tie_word_embeddings") else 2)
+else:
+    N = L * 12 * C * C + V * C + get("max_seq_len", 1024) * C
+B = int(sets.get("train_micro_batch_size_per_gpu", cfg.get("train_micro_batch_size_per_gpu", 1)))
+K = int(sets.get("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps", 1)))
+T = int(sets.get("data.seq_len", cfg.get("data", {}).get("seq_len", 1024)))
+tokens = B * T * K
+step = 6.0 * N * tokens / 150e12
+opt = 0.0
+host_bytes = 4 * N  # the initialization's staging
+if placement in ("opt-cpu", "opt-nvme", "params-cpu"):
+    opt = N / 1e9
+    step += opt + 6.0 * N / 20e9  # fp32 gradients down, bf16 parameters up
+    host_bytes = 16 * N           # master weights, m, v, gradients
+if placement == "opt-nvme":
+    step += 12.0 * N / 2e9        # m and v through the disk
+if placement == "params-cpu":
+    step += K * 2 * 2.0 * N / 20e9  # parameters streamed in forward and backward
+    host_bytes += 2 * N
+startup = 2 * (N * 21e-9 / max(1, cores // 2) + host_bytes / 2e9)
+est = 10 + startup + (5 * 3 * steps + 6) * step + 15 * opt
+print(int(1.3 * est) + 1, int(2.5 * est) + 30)
+PY
+}
+
+# bench NAME CONFIG PLACEMENT STEPS [--set ...]
 bench() {
-  local label=$1 cfg=$2 placement=$3 steps=$4 need=$5 max=$6
-  shift 6
+  local label=$1 cfg=$2 placement=$3 steps=$4 need max est
+  shift 4
+  est=$(estimate "$cfg" "$placement" "$steps" "$@") || est=""
+  if [[ -z $est ]]; then
+    row "$label" "FAIL: cannot estimate its time from $cfg"
+    return 1
+  fi
+  need=${est% *}
+  max=${est#* }
   if (($(left) < need)); then
-    row "$label" "not run: out of time ($(left) s left, needs about $need s)"
+    row "$label" "not run: out of time ($(left) s left, its size needs about $need s)"
     return 0
   fi
+  local limit
+  limit=$(step_timeout "$max")
   local -a sets=(--set "engine.device=$BENCH_DEVICE" --set bf16.enabled=true --set engine.gpu_memory_budget=0 "$@")
   case $placement in
     device) sets+=(--set zero_optimization.stage=0 --set zero_optimization.offload_optimizer.device=none
@@ -368,14 +498,19 @@ bench() {
   esac
   say "bench step $cfg ($placement)"
   local log="$LOGS/bench-$(fname "$label").log" out rc j
-  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$max")" \
+  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$limit" \
     "$BUILD/zoffload" bench step "$ROOT/$cfg" --steps "$steps" --json "${sets[@]}" 2>&1)
   rc=$?
   echo "$out" >"$log"
   tail -n 8 <<<"$out"
   j=$(grep -m1 '^{"backend"' <<<"$out")
+  if [[ -z $j ]] && ((rc == 124)); then
+    row "$label" "not run: out of time (stopped after $limit s; estimated $need-$max s; $(basename "$log"))"
+    return 0
+  fi
+  [[ $BENCH_DEVICE == cuda ]] && RAN_GPU=$((RAN_GPU + 1))
   if [[ -z $j ]]; then
-    row "$label" "FAIL: no result (rc $rc$( ((rc == 124)) && echo ', out of time'); $(basename "$log"))"
+    row "$label" "FAIL: no result (rc $rc; $(basename "$log"))"
     return 1
   fi
   local line
@@ -404,13 +539,18 @@ peer() {
     return 0
   fi
   say "PyTorch peer: $mode"
-  local out rc j
-  out=$(timeout "$(step_timeout "$max")" python3 "$ROOT/benchmarks/gpu_torch_peer.py" --mode "$mode" \
+  local out rc j limit
+  limit=$(step_timeout "$max")
+  out=$(timeout "$limit" python3 "$ROOT/benchmarks/gpu_torch_peer.py" --mode "$mode" \
     --batch "$B124" --seq 1024 --steps 5 2>&1)
   rc=$?
   echo "$out" >"$LOGS/peer-$mode.log"
   tail -n 4 <<<"$out"
   j=$(grep -m1 '^{"peer"' <<<"$out")
+  if [[ -z $j ]] && ((rc == 124)); then
+    row "$label" "not run: out of time (stopped after $limit s; peer-$mode.log)"
+    return 0
+  fi
   if [[ -z $j ]]; then
     local why
     why=$(grep -m1 -E '^torch-peer: (SKIP|FAIL)' <<<"$out")
@@ -437,12 +577,18 @@ gemm() {
     return 0
   fi
   say "bench-gpu-gemm (bf16 and fp32 cuBLASLt, N = B*T = 8192)"
-  local out rc peak
-  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 60)" \
+  local out rc peak limit
+  limit=$(step_timeout 60)
+  out=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$limit" \
     "$BUILD/benchmarks/bench-gpu-gemm" --device cuda --N 8192 --iters 20 2>&1)
   rc=$?
   echo "$out" >"$LOGS/bench-gpu-gemm.log"
   peak=$(grep -m1 '^zoffload gemm_peak ' <<<"$out" | grep -oE 'tflops=[0-9.]+' | cut -d= -f2)
+  if [[ -z $peak ]] && ((rc == 124)); then
+    row "gemm bf16 peak (bench-gpu-gemm)" "not run: out of time (stopped after $limit s)"
+    return 0
+  fi
+  RAN_GPU=$((RAN_GPU + 1))
   if [[ -n $peak ]]; then
     row "gemm bf16 peak (bench-gpu-gemm)" "$peak TFLOP/s (cuBLASLt at GPT-2 shapes)"
   else
@@ -504,7 +650,7 @@ rehearse() {
   fi
   peer gpu "rehearsal: torch peer without a GPU" 1 60
   BENCH_DEVICE=cpu
-  bench "rehearsal: bench step JSON (CPU backend)" configs/tiny.json device 1 1 120 || status=1
+  bench "rehearsal: bench step JSON (CPU backend)" configs/tiny.json device 1 || status=1
   BENCH_DEVICE=cuda
   say "stop: no GPU ($NO_GPU); every step from here needs one"
   what_not_run "no GPU ($NO_GPU)" "${GPU_STEPS[@]}"
@@ -519,6 +665,11 @@ main() {
     what_not_run "the preflight failed" "build" "${GPU_STEPS[@]}"
     return 2
   fi
+  if [[ -n $NO_GPU && ${ZO_CHECK_REHEARSE:-0} != 1 ]]; then
+    echo "STOP: no GPU ($NO_GPU); nothing here can be checked on one (ZO_CHECK_REHEARSE=1 builds and rehearses)"
+    what_not_run "no GPU ($NO_GPU)" "build" "${GPU_STEPS[@]}"
+    return 3
+  fi
   if ! deps; then
     row "dependencies" "FAILED: unpacking .debs/"
     what_not_run "dependencies failed" "${GPU_STEPS[@]}"
@@ -529,8 +680,9 @@ main() {
     return 1
   fi
   if [[ -n $NO_GPU ]]; then
-    rehearse
-    return $?
+    rehearse || return 1
+    row "result" "no GPU step ran (rehearsal only): exit 3"
+    return 3
   fi
   # The ops first, synchronized after every op: a failure names its kernel.
   ctest_step "gpu op parity (ZO_CUDA_SYNC=1)" '^test-gpu-backend-ops$' 150 ZO_CUDA_SYNC=1 || status=1
@@ -540,17 +692,21 @@ main() {
   SKIP_OK=0
   local ll="configs/llama-1b.json" llsets=(--set gradient_accumulation_steps=4 --set data.seq_len=2048)
   local gsets=(--set train_micro_batch_size_per_gpu="$B124" --set data.seq_len=1024 --set gradient_accumulation_steps=1)
-  bench "zoffload GPT-2 124M, all on GPU" configs/gpt2-124m.json device 3 25 60 "${gsets[@]}" || status=1
-  bench "zoffload GPT-2 124M, optimizer on cpu" configs/gpt2-124m.json opt-cpu 2 30 75 "${gsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, all on GPU" configs/gpt2-124m.json device 3 "${gsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, optimizer on cpu" configs/gpt2-124m.json opt-cpu 2 "${gsets[@]}" || status=1
   peer gpu "torch GPT-2 124M, all on GPU" 30 90 || status=1
   peer cpu-offload "torch GPT-2 124M, FSDP2 CPU offload" 40 120 || status=1
-  bench "zoffload GPT-2 124M, params + optimizer on cpu" configs/gpt2-124m.json params-cpu 2 30 75 "${gsets[@]}" || status=1
-  bench "zoffload Llama 1B, all on GPU" "$ll" device 1 45 100 "${llsets[@]}" || status=1
-  bench "zoffload Llama 1B, optimizer on cpu" "$ll" opt-cpu 1 60 120 "${llsets[@]}" || status=1
-  bench "zoffload Llama 1B, params + optimizer on cpu" "$ll" params-cpu 1 60 120 "${llsets[@]}" || status=1
-  bench "zoffload GPT-2 124M, optimizer on nvme" configs/gpt2-124m.json opt-nvme 2 40 75 "${gsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, params + optimizer on cpu" configs/gpt2-124m.json params-cpu 2 "${gsets[@]}" || status=1
+  bench "zoffload Llama 1B, all on GPU" "$ll" device 1 "${llsets[@]}" || status=1
+  bench "zoffload Llama 1B, optimizer on cpu" "$ll" opt-cpu 1 "${llsets[@]}" || status=1
+  bench "zoffload Llama 1B, params + optimizer on cpu" "$ll" params-cpu 1 "${llsets[@]}" || status=1
+  bench "zoffload GPT-2 124M, optimizer on nvme" configs/gpt2-124m.json opt-nvme 2 "${gsets[@]}" || status=1
   gemm || status=1
   side_by_side
+  if ((status == 0 && RAN_GPU == 0)); then
+    row "result" "no GPU step ran (every one out of time): exit 3"
+    return 3
+  fi
   return $status
 }
 

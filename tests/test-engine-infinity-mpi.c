@@ -163,7 +163,7 @@ static int train_case(const struct mcase *c, zo_comm_t comm, int ranks, const ch
   struct zo_model_config mc;
   struct zo_etest_run run = {0};
   CHECK(zo_train_model_config(&cfg, &mc) == 0);
-  CHECK(zo_plan_build_rank(&cfg, &mc, NULL, r, ranks, &run.plan) == 0);
+  CHECK(zo_plan_build_rank(&cfg, &mc, zo_train_backend(&cfg, comm), r, ranks, &run.plan) == 0);
   float *params = zo_test_xmalloc(n * sizeof *params);
   struct zo_train_opts opts = {.resume = resume, .final_params = params, .comm = comm, .stats = &run.stats};
   const int err = zo_train(&cfg, &opts);

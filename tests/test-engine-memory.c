@@ -354,6 +354,35 @@ static int test_reference_without_checkpointing(void) {
   return 0;
 }
 
+/* The plan must hold the backend's per-stream op workspaces (CUDA carves
+ * 32 MiB of cuBLASLt scratch per stream; the CPU backend none): a CPU backend
+ * given a non-zero stream workspace (a test-only copy of its table) carves
+ * them, the plan built with that backend equals the measured peaks, one
+ * built without a backend would not (the check test-gpu-train makes would
+ * fail on a GPU), and the run gives the reference's bits. */
+static int test_stream_workspace_planned(void) {
+  struct zo_backend ws_be = *zo_backend_cpu();
+  ws_be.stream_workspace_bytes = (size_t)1 << 20;
+  struct zo_etest_run r;
+  CHECK(zo_etest_train_on(load, tmpdir, run_name("stream-ws"), NULL, 0, N_STEPS, NULL, &ws_be, &r) == 0);
+  const char *name = run_name("stream-ws");
+  int ret = zo_etest_same_run(name, &r, &ref, "the CPU backend's run", 0, N_STEPS);
+  if (!zo_etest_peaks_match(name, &r)) ret = 1;
+  struct zo_config cfg;
+  CHECK(load(&cfg, NULL, 0) == 0);
+  struct zo_etest_run no_be = r;
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &no_be.plan) == 0);
+  zo_config_free(&cfg);
+  const size_t ws = r.plan.bytes[ZO_TIER_DEVICE][ZO_MEM_WORKSPACE] - no_be.plan.bytes[ZO_TIER_DEVICE][ZO_MEM_WORKSPACE];
+  printf("  %s: device plan %zu with the workspaces, %zu without (%zu bytes of stream workspace)\n", name,
+         r.plan.total[ZO_TIER_DEVICE], no_be.plan.total[ZO_TIER_DEVICE], ws);
+  if (ws != ZO_MODEL_STREAM_WORKSPACES * ws_be.stream_workspace_bytes) ret = 1;
+  fprintf(stderr, "  (a plan without the backend must not match; expect one mismatch line)\n");
+  if (zo_etest_peaks_match("plan without the backend", &no_be)) ret = 1;
+  free(r.params);
+  return ret;
+}
+
 /* A checkpointed run (the placement's options, then the checkpointing
  * ones) against the reference bit for bit; its plan against the placement's
  * alone. */
@@ -374,7 +403,7 @@ static int check_ckpt(const char *case_name, const char *const *placement, int n
   struct zo_config cfg;
   CHECK(load(&cfg, placement, n_placement) == 0);
   struct zo_model_config mc = cfg.model.spec;
-  CHECK(zo_plan_build(&cfg, &mc, NULL, &base.plan) == 0);
+  CHECK(zo_plan_build(&cfg, &mc, zo_train_backend(&cfg, NULL), &base.plan) == 0);
   zo_config_free(&cfg);
   const size_t *d = r.plan.bytes[ZO_TIER_DEVICE], *bd = base.plan.bytes[ZO_TIER_DEVICE];
   const size_t *h = r.plan.bytes[ZO_TIER_HOST], *bh = base.plan.bytes[ZO_TIER_HOST];
@@ -471,6 +500,7 @@ int main(int argc, char **argv) {
   /* Checkpointing is bit-identical to its absence in fp32, bf16 and fp16. */
   static const struct zo_test per_precision[] = {
       ZO_TEST(reference_without_checkpointing),
+      ZO_TEST(stream_workspace_planned),
       ZO_TEST(ckpt_every_block_device),
       ZO_TEST(ckpt_two_blocks_device),
       ZO_TEST(ckpt_cpu_every_block),

@@ -169,7 +169,7 @@ static int skip_case(const char *name, const char *const *sets, int n_sets) {
   struct zo_config cfg;
   CHECK(load(&cfg, all, n_sets + 1) == 0);
   struct zo_plan plan;
-  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, zo_backend_cpu(), &plan) == 0);
   struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
                                .placement = plan.placement, .backend = zo_backend_cpu()};
   CHECK(zo_model_config_check(&sc.model) == 0);

@@ -108,7 +108,7 @@ static int test_params_cpu_one_grad_slot(void) {
   struct zo_config cfg;
   CHECK(load(&cfg, s, ZO_ARRAY_LEN(s) - 1) == 0);
   struct zo_plan two;
-  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &two) == 0);
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, zo_train_backend(&cfg, NULL), &two) == 0);
   struct zo_tensor_table t;
   CHECK(zo_model_build_table(&cfg.model.spec, &t) == 0);
   const size_t slot = zo_arena_round(t.layer_numel * sizeof(float));
@@ -286,7 +286,7 @@ static int corruption_detected(const char *const *sets, int n_sets, const char *
   struct zo_config cfg;
   CHECK(load(&cfg, sets, n_sets) == 0);
   struct zo_plan plan;
-  CHECK(zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan) == 0);
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, zo_backend_cpu(), &plan) == 0);
   struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
                                .placement = plan.placement, .backend = zo_backend_cpu()};
   CHECK(zo_model_config_check(&sc.model) == 0);

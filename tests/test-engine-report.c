@@ -82,7 +82,7 @@ static int check_placement(const char *const *sets, int n_sets) {
   struct zo_model_config mc = cfg.model.spec;
   CHECK(zo_model_config_check(&mc) == 0);
   struct zo_plan p;
-  CHECK(zo_plan_build(&cfg, &mc, NULL, &p) == 0);
+  CHECK(zo_plan_build(&cfg, &mc, zo_backend_cpu(), &p) == 0);
   const struct zo_sched_config sc = {.model = mc, .B = p.B, .T = p.T, .placement = p.placement,
                                      .backend = zo_backend_cpu()};
   struct zo_sched *s = zo_sched_init(&sc);

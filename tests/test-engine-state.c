@@ -13,6 +13,7 @@
  * rounds into the working dtype exactly once, and the host plan holds one
  * staging buffer, not a copy of the state. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +82,7 @@ static struct zo_sched *make_sched(const struct placement *pl, int variant, stru
   if (load(&cfg, sets, ZO_ARRAY_LEN(sets))) return NULL; /* NULL entries skipped */
   struct zo_model_config mc = cfg.model.spec;
   struct zo_sched *s = NULL;
-  if (zo_plan_build(&cfg, &mc, NULL, plan) == 0) {
+  if (zo_plan_build(&cfg, &mc, zo_backend_cpu(), plan) == 0) {
     const struct zo_sched_config sc = {.model = mc, .B = plan->B, .T = plan->T, .placement = plan->placement,
                                        .backend = zo_backend_cpu()};
     s = zo_sched_init(&sc);
@@ -450,6 +451,69 @@ static int test_init_range(void) {
   return 0;
 }
 
+/* The k-th value of one splitmix64 stream walked with its state, on one
+ * thread: the truth the position-addressed draw is checked against. */
+static uint64_t stream_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* The parallel initialisation (pieces on OpenMP's threads) is the serial
+ * draw bit for bit: the whole table with pieces of 1, 2, 3 (pieces starting
+ * on either element of a Box-Muller pair), odd sizes and the default, odd
+ * ranges at odd offsets, for GPT-2 and a Llama with odd shapes; and GPT-2's
+ * first tensor (wte, N(0, 0.02), stream position 0) is one splitmix64 stream
+ * of Box-Muller pairs walked in order on one thread. */
+static int test_init_parallel_is_serial(void) {
+  const struct zo_model_config cfgs[2] = {
+      {.arch = ZO_ARCH_GPT2, .n_layer = 2, .n_head = 3, .n_embd = 33, .vocab_size = 301, .max_seq_len = 17},
+      {.arch = ZO_ARCH_LLAMA, .n_layer = 2, .n_head = 6, .n_kv_head = 3, .n_embd = 36, .intermediate_size = 51,
+       .vocab_size = 203, .max_seq_len = 16}};
+  for (int c = 0; c < 2; c++) {
+    struct zo_model_config mc = cfgs[c];
+    struct zo_tensor_table t;
+    CHECK(zo_model_config_check(&mc) == 0 && zo_model_build_table(&mc, &t) == 0);
+    const size_t n = t.numel;
+    float *serial = zo_test_xmalloc(n * sizeof(float)), *par = zo_test_xmalloc(n * sizeof(float));
+    zo_model_init_table_range(&mc, &t, 77, 0, serial, n, 0);
+    const size_t pieces[] = {1, 2, 3, 7, 64, 1001, ZO_MODEL_INIT_PIECE, n - 1};
+    for (size_t p = 0; p < ZO_ARRAY_LEN(pieces); p++) {
+      memset(par, 0xff, n * sizeof(float));
+      zo_model_init_table_range(&mc, &t, 77, 0, par, n, pieces[p]);
+      if (memcmp(par, serial, n * sizeof(float)) != 0)
+        return zo_test_fail("arch %d: pieces of %zu differ from the serial draw", c, pieces[p]);
+    }
+    zo_rng_seed(5);
+    for (int it = 0; it < 40; it++) {
+      const size_t off = (zo_rng_u32() % n) | 1, k = off < n ? (zo_rng_u32() % (n - off + 1)) | 1 : 0;
+      const size_t piece = 1 + 2 * (zo_rng_u32() % 50);
+      if (off + k > n) continue;
+      zo_model_init_table_range(&mc, &t, 77, off, par, k, piece);
+      if (memcmp(par, serial + off, k * sizeof(float)) != 0)
+        return zo_test_fail("arch %d: range [%zu, +%zu) in pieces of %zu differs", c, off, k, piece);
+    }
+    if (c == 0) {
+      CHECK(strcmp(t.tensors[0].name, "transformer.wte.weight") == 0 && t.tensors[0].offset == 0);
+      uint64_t state = 77;
+      const size_t real = (size_t)mc.vocab_size * mc.n_embd;
+      for (size_t e = 0; e < real; e += 2) {
+        const double u1 = ((double)(stream_next(&state) >> 11) + 1.0) * 0x1.0p-53;
+        const double u2 = (double)(stream_next(&state) >> 11) * 0x1.0p-53;
+        const double r = sqrt(-2.0 * log(u1)) * 0.02;
+        const float want[2] = {(float)(r * cos(2.0 * M_PI * u2)), (float)(r * sin(2.0 * M_PI * u2))};
+        for (size_t j = 0; j < 2 && e + j < real; j++)
+          if (memcmp(&serial[e + j], &want[j], sizeof(float)) != 0)
+            return zo_test_fail("wte[%zu] = %.9g, the stream walked in order gives %.9g", e + j, serial[e + j], want[j]);
+      }
+    }
+    free(serial), free(par);
+    zo_tensor_table_free(&t);
+  }
+  return 0;
+}
+
 /* A forward-only model's io (eval, sample): writes land in the working
  * dtype rounded once (fp32 exactly), reads widen them back, ranges at any
  * float offset; m and v are refused. */
@@ -530,6 +594,7 @@ int main(void) {
   have_nvme = zo_etest_nvme_probe(nvme_dir);
   static const struct zo_test tests[] = {
       ZO_TEST(init_range),
+      ZO_TEST(init_parallel_is_serial),
       ZO_TEST(random_access_device_host),
       ZO_TEST(random_access_nvme),
       ZO_TEST(checkpoint_through_io),

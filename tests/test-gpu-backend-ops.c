@@ -695,6 +695,50 @@ static int crossentropy_case(const struct zo_op_case *c, enum zo_dtype dt) {
 
 static int test_crossentropy(void) { return RUN_CASES(zo_crossentropy_cases, crossentropy_case); }
 
+/* tb_read, then NaN where the CPU has NaN, the same infinity where it has
+ * one, else within op_rtol of the largest finite CPU value. */
+static int tb_check_nonfinite(const char *what, struct tbuf *b) {
+  if (tb_read(what, b)) return 1;
+  double maxref = 1e-6;
+  for (size_t i = 0; i < b->n; i++)
+    if (isfinite(b->ref32[i]) && fabs(b->ref32[i]) > maxref) maxref = fabs(b->ref32[i]);
+  for (size_t i = 0; i < b->n; i++) {
+    const float g = b->got32[i], r = b->ref32[i];
+    const bool ok = isnan(r) ? isnan(g) : isinf(r) ? g == r : isfinite(g) && fabs(g - r) <= op_rtol() * maxref;
+    if (!ok) {
+      fprintf(stderr, "  %s[%zu] (%s): gpu %.9g, cpu %.9g\n", what, i, zo_dtype_name(b->dt), (double)g, (double)r);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Rows with -inf logits (fp16 overflow; zo_op_ce_inf_rows): the GPU's
+ * online softmax gives the CPU's answers, NaN for the all -inf row (not a
+ * NaN leaking into finite rows from -inf - -inf in a merge), +inf for a
+ * -inf target, finite losses where the row's max is finite. */
+static int test_crossentropy_inf_rows(void) {
+  enum { N = ZO_CE_INF_ROWS, V = ZO_CE_INF_V, Vp = ZO_CE_INF_VP };
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    const enum zo_dtype dt = op_dt = op_dtypes[di];
+    zo_rng_seed(31);
+    gstream = test_stream;
+    struct tbuf losses = tb_new(N, ZO_F32), logits = tb_new((size_t)N * Vp, dt), dlogits = tb_new((size_t)N * Vp, dt);
+    struct ibuf targets = ib_new(N, 0, V);
+    zo_op_ce_inf_rows(logits.ref32, targets.host);
+    tb_set(&logits, logits.ref32);
+    must(gpu->memcpy_async(targets.dev, targets.host, N * sizeof(int32_t), ZO_COPY_H2D, gstream), "memcpy_async H2D");
+    gsync();
+    tb_poison(&losses), tb_poison(&dlogits);
+    cpu->crossentropy_forward(losses.ref, dlogits.ref, logits.ref, targets.host, 0.25f, N, V, Vp, dt, NULL);
+    gpu->crossentropy_forward(D(&losses), D(&dlogits), D(&logits), targets.dev, 0.25f, N, V, Vp, dt, gstream);
+    fail |= tb_check_nonfinite("losses", &losses) | tb_check_nonfinite("dlogits", &dlogits);
+    tb_free(&losses), tb_free(&logits), tb_free(&dlogits), ib_free(&targets);
+  }
+  return fail;
+}
+
 /* Values for the cast test: zeros, ties and near-ties of both 16-bit formats,
  * fp16's range edges (largest finite, overflow to inf, subnormals, underflow
  * to 0), fp32 subnormals and extremes, inf and NaN; then random magnitudes
@@ -1213,6 +1257,7 @@ int main(void) {
       ZO_TEST(swiglu),
       ZO_TEST(residual),
       ZO_TEST(crossentropy),
+      ZO_TEST(crossentropy_inf_rows),
       ZO_TEST(cast),
       ZO_TEST(adamw_update),
       ZO_TEST(adamw8bit_update),

@@ -960,6 +960,48 @@ static int crossentropy_case(const struct zo_op_case *c, struct zo_test_bufs *b)
 
 static int test_crossentropy_forward(void) { return RUN_CASES(zo_crossentropy_cases, crossentropy_case); }
 
+/* got against the float64 reference where either may be non-finite: NaN
+ * where the reference is NaN, the same infinity, else within the tolerance. */
+static int check_nonfinite(const char *what, const float *got, const double *ref, size_t n, int row_len,
+                           double rtol, double atol) {
+  for (size_t i = 0; i < n; i++) {
+    const double g = got[i], r = ref[i];
+    const bool ok = isnan(r) ? isnan(g) : isinf(r) ? g == r : !isnan(g) && fabs(g - r) <= atol + rtol * fabs(r);
+    if (!ok) {
+      fprintf(stderr, "  %s[%zu, %zu] = %.9g, want %.9g\n", what, i / (size_t)row_len, i % (size_t)row_len, g, r);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Rows with -inf logits (zo_op_ce_inf_rows, zo/backend.h): the float64
+ * formula's answers, NaN for the all -inf row, +inf for a -inf target,
+ * finite with zero gradient at -inf columns for a finite max. */
+static int test_crossentropy_inf_rows(void) {
+  enum { N = ZO_CE_INF_ROWS, V = ZO_CE_INF_V, Vp = ZO_CE_INF_VP };
+  struct zo_test_bufs b = {0};
+  zo_rng_seed(31);
+  float *logits = galloc(&b, (size_t)N * Vp), *losses = galloc_nan(&b, N), *dlogits = galloc_nan(&b, (size_t)N * Vp);
+  int32_t targets[N];
+  zo_op_ce_inf_rows(logits, targets);
+  const float dloss = 0.25f;
+  be->crossentropy_forward(losses, dlogits, logits, targets, dloss, N, V, Vp, ZO_F32, NULL);
+  double *ref = dalloc(&b, N), *ref_d = dalloc(&b, (size_t)N * Vp);
+  crossentropy_forward64(ref, ref_d, widen(&b, logits, (size_t)N * Vp), targets, dloss, N, V, Vp);
+  int fail = check_nonfinite("losses", losses, ref, N, 1, 1e-6, 1e-6) |
+             check_nonfinite("dlogits", dlogits, ref_d, (size_t)N * Vp, Vp, 1e-5, 1e-8) |
+             padding_nonzero("dlogits", dlogits, N, V, Vp);
+  /* The semantics the CUDA kernel must match, spelled out. */
+  fail |= !isnan(losses[0]) || !isnan(dlogits[0]) || !isnan(dlogits[3]);
+  fail |= !isfinite(losses[1]) || dlogits[(size_t)Vp + 299] != 0.0f || !isfinite(losses[2]);
+  fail |= losses[3] != INFINITY || dlogits[3 * (size_t)Vp + 7] != -dloss;
+  fail |= losses[4] != 0.0f || dlogits[4 * (size_t)Vp] != 0.0f || !isfinite(losses[5]);
+  if (fail) fprintf(stderr, "  losses %g %g %g %g %g %g\n", losses[0], losses[1], losses[2], losses[3], losses[4], losses[5]);
+  zo_test_bufs_free(&b);
+  return fail;
+}
+
 struct crossentropy_fd {
   double *logits, *losses;
   const int32_t *targets;
@@ -1281,6 +1323,7 @@ int main(void) {
       ZO_TEST(residual_backward),
       ZO_TEST(residual_backward_fd),
       ZO_TEST(crossentropy_forward),
+      ZO_TEST(crossentropy_inf_rows),
       ZO_TEST(crossentropy_fd),
       ZO_TEST(op_on_stream),
       ZO_TEST(adamw_update),

@@ -232,11 +232,14 @@ struct zo_etest_run {
 };
 
 /* Trains the config load(extra, log.metrics_path=<dir>/<name>.jsonl), from
- * checkpoint resume when not NULL, filling r; fails unless it logged exactly
- * n_steps losses. */
-static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const char *name,
-                                 const char *const *extra, int n_extra, int n_steps, const char *resume,
-                                 struct zo_etest_run *r) {
+ * checkpoint resume when not NULL, on backend be (NULL: engine.device's,
+ * zo_train_backend), filling r; fails unless it logged exactly n_steps
+ * losses. r->plan is planned with the backend the run uses (CUDA carves its
+ * per-stream cuBLASLt workspaces in the device arena, the CPU backend none),
+ * so that its totals are what the run measures. */
+static inline int zo_etest_train_on(zo_etest_load_fn load, const char *dir, const char *name,
+                                    const char *const *extra, int n_extra, int n_steps, const char *resume,
+                                    zo_backend_t be, struct zo_etest_run *r) {
   char met[600];
   snprintf(met, sizeof met, "log.metrics_path=%s/%s.jsonl", dir, name);
   const char *sets[16];
@@ -252,8 +255,11 @@ static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const c
   zo_tensor_table_free(&t);
   r->params = malloc(r->n * sizeof(float));
   CHECK(r->params);
-  CHECK(zo_plan_build(&cfg, &mc, NULL, &r->plan) == 0);
-  struct zo_train_opts opts = {.resume = resume, .stats = &r->stats, .final_params = r->params};
+  zo_backend_t run_be = be ? be : zo_train_backend(&cfg, NULL);
+  if (!run_be) fprintf(stderr, "  %s: %s\n", name, zo_last_error());
+  CHECK(run_be);
+  CHECK(zo_plan_build(&cfg, &mc, run_be, &r->plan) == 0);
+  struct zo_train_opts opts = {.resume = resume, .stats = &r->stats, .final_params = r->params, .backend = be};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   CHECK(err == 0);
@@ -261,6 +267,12 @@ static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const c
   snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
   CHECK(zo_etest_read_metric(path, "loss", r->losses, ZO_ETEST_MAX_STEPS) == n_steps);
   return 0;
+}
+
+static inline int zo_etest_train(zo_etest_load_fn load, const char *dir, const char *name,
+                                 const char *const *extra, int n_extra, int n_steps, const char *resume,
+                                 struct zo_etest_run *r) {
+  return zo_etest_train_on(load, dir, name, extra, n_extra, n_steps, resume, NULL, r);
 }
 
 /* Whether the measured peaks and planned pools of r equal its plan on every

@@ -13,6 +13,8 @@
 #ifndef ZO_OP_CASES_H
 #define ZO_OP_CASES_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -103,6 +105,15 @@ static const struct zo_op_case zo_matmul_forward_cases[] = {
     {.N = 111, .C = 288, .OC = 72, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
     {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_NULL_STREAM, .seed = 5},
     {.N = 111, .C = 72, .OC = 101, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 5},
+    /* Where cuBLASLt may have no algorithm (kernels/cuda/gemm.cu falls back to
+     * cuBLASLt + a bias kernel, or the tiled kernel): N = 1 (sampling's first
+     * token) and M = OC = 1 with the bias epilogue; odd C and OC, so that
+     * bf16/fp16 rows of inp and out are only 2-byte aligned. */
+    {.N = 1, .C = 33, .OC = 77, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 7, .C = 33, .OC = 1, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 1, .C = 33, .OC = 1, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .flags = ZO_OPC_BIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .seed = 31},
 };
 
 /* dweight always (+=); dinp and dbias where flagged. 4096 rows: dbias over
@@ -128,6 +139,10 @@ static const struct zo_op_case zo_matmul_backward_cases[] = {
     {.N = 111, .C = 72, .OC = 128, .flags = ZO_OPC_DINP | ZO_OPC_NULL_STREAM, .seed = 6},
     {.N = 111, .C = 72, .OC = 288, .flags = ZO_OPC_BIAS | ZO_OPC_NULL_STREAM, .seed = 6},
     {.N = 4096, .C = 72, .OC = 216, .flags = ZO_OPC_DINP_DBIAS | ZO_OPC_NULL_STREAM, .seed = 6},
+    /* N = 1, OC = 1, odd leading dimensions (see the forward cases). */
+    {.N = 1, .C = 33, .OC = 77, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
+    {.N = 7, .C = 33, .OC = 1, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
+    {.N = 9, .C = 129, .OC = 65, .flags = ZO_OPC_DINP_DBIAS, .seed = 31},
 };
 
 /* ---- attention --------------------------------------------------------------- */
@@ -254,6 +269,27 @@ static const struct zo_op_case zo_crossentropy_cases[] = {
     {.N = 111, .V = 101, .Vp = 128, .flags = ZO_OPC_NULL_STREAM, .seed = 11},
     {.N = 6, .V = 50257, .Vp = 50304, .seed = 111},
 };
+
+/* Rows with -inf logits (fp16 overflow), the same on every backend
+ * (zo/backend.h): ZO_CE_INF_ROWS rows of V = ZO_CE_INF_V real columns (Vp =
+ * ZO_CE_INF_VP, padding NaN) and their targets. Row 0: all -inf (loss and
+ * gradient NaN); 1: the first 300 columns -inf (whole thread ranges of a
+ * block-per-row kernel, and its first elements), the rest finite; 2: every
+ * other column -inf; 3: finite but the target column -inf (loss +inf); 4:
+ * all -inf with target -1 (loss 0, zero gradient); 5: finite. */
+#define ZO_CE_INF_ROWS 6
+#define ZO_CE_INF_V 700
+#define ZO_CE_INF_VP 704
+static inline void zo_op_ce_inf_rows(float *logits, int32_t *targets) {
+  const int V = ZO_CE_INF_V, Vp = ZO_CE_INF_VP;
+  for (int n = 0; n < ZO_CE_INF_ROWS; n++)
+    for (int i = 0; i < Vp; i++) {
+      const bool inf = n == 0 || n == 4 || (n == 1 && i < 300) || (n == 2 && i % 2 == 0) || (n == 3 && i == 7);
+      logits[(size_t)n * Vp + i] = i >= V ? NAN : inf ? -INFINITY : zo_rng_float(-4.0f, 4.0f);
+    }
+  static const int32_t t[ZO_CE_INF_ROWS] = {3, 400, 1, 7, -1, 699};
+  for (int n = 0; n < ZO_CE_INF_ROWS; n++) targets[n] = t[n];
+}
 
 /* n token ids (or targets) uniform in [0, V), kept in b. */
 static inline int32_t *zo_op_case_tokens(struct zo_test_bufs *b, size_t n, int V) {

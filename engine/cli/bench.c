@@ -490,7 +490,7 @@ int zo_bench_memory_run(const struct zo_config *cfg, struct zo_bench_memory_row 
     struct zo_config v;
     struct zo_plan plan;
     memory_row_config(cfg, r, &v);
-    int err = zo_plan_build(&v, &v.model.spec, NULL, &plan);
+    int err = zo_plan_build(&v, &v.model.spec, be, &plan);
     if (err) return err;
     row->device_planned = plan.total[ZO_TIER_DEVICE];
     row->host_planned = plan.total[ZO_TIER_HOST];

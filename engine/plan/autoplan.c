@@ -129,7 +129,7 @@ static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autop
     return -1;
   }
   struct zo_plan p;
-  err = zo_plan_build(&cfg, &a->model, NULL, &p);
+  err = zo_plan_build(&cfg, &a->model, o->backend, &p); /* its stream workspaces in the device bytes */
   zo_config_free(&cfg);
   if (err) {
     a->n_refused++;

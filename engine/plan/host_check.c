@@ -99,7 +99,7 @@ int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, 
     v.engine.host_memory_budget = h.limit > dev ? h.limit - dev : 1;
     struct zo_plan vp;
     const char *changes = "";
-    if (zo_plan_build(&v, &p->model, NULL, &vp) == 0) {
+    if (zo_plan_build(&v, &p->model, p->backend, &vp) == 0) {
       if (!vp.budget[ZO_TIER_DEVICE] && p->budget[ZO_TIER_DEVICE]) {
         vp.budget[ZO_TIER_DEVICE] = p->budget[ZO_TIER_DEVICE];
         vp.fits[ZO_TIER_DEVICE] = vp.total[ZO_TIER_DEVICE] <= vp.budget[ZO_TIER_DEVICE];

@@ -33,6 +33,7 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
   int err = zo_placement_from_config(cfg, mc->n_layer, &p->placement);
   if (err) return err;
   zo_placement_set_ranks(&p->placement, rank, n_ranks);
+  p->backend = backend;
   p->placement.stream_workspace = backend ? backend->stream_workspace_bytes : 0;
   struct zo_tensor_table t;
   if ((err = zo_model_build_table(mc, &t))) return err;
@@ -137,7 +138,7 @@ void zo_plan_report_print(const struct zo_plan *p, const struct zo_sched_mem *me
  * (its free memory) holds for the variant too: without it every variant
  * would fit the device. */
 static bool variant_fits(const struct zo_config *cfg, const struct zo_plan *p, struct zo_plan *out) {
-  if (zo_plan_build(cfg, &p->model, NULL, out) != 0) return false;
+  if (zo_plan_build(cfg, &p->model, p->backend, out) != 0) return false;
   if (!out->budget[ZO_TIER_DEVICE] && p->budget[ZO_TIER_DEVICE]) {
     out->budget[ZO_TIER_DEVICE] = p->budget[ZO_TIER_DEVICE];
     out->fits[ZO_TIER_DEVICE] = out->total[ZO_TIER_DEVICE] <= out->budget[ZO_TIER_DEVICE];

@@ -121,7 +121,7 @@ static int trainer_open(struct trainer *t) {
                              "gradient_accumulation_steps %d x %d rank%s = %ld: leave gradient_accumulation_steps out "
                              "to derive it, or set train_batch_size to %ld",
                     cfg->train_batch_size, B, K, N, N == 1 ? "" : "s", (long)B * K * N, (long)B * K * N);
-  if (!(t->be = zo_train_backend(cfg, t->comm))) return -ENODEV;
+  if (!(t->be = opts->backend ? opts->backend : zo_train_backend(cfg, t->comm))) return -ENODEV;
   /* Plan every tier before allocating anything; refuse what cannot fit. */
   struct zo_plan *plan = &t->plan;
   if ((err = zo_plan_build_rank(cfg, &t->mc, t->be, t->rank, N, plan))) return err;

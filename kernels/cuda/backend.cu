@@ -13,7 +13,9 @@
  * Host threads: no call spins (blocking-sync events, cudaDeviceScheduleBlockingSync);
  * host functions run with set_threads' OpenMP thread count and must not call
  * the backend (each entry point checks). ZO_CUDA_SYNC=1 synchronizes after
- * every op and copy and names the failing one with its shapes. */
+ * every op and copy and names the failing one with its shapes.
+ * ZO_CUDA_GEMM=fallback sends every GEMM to the tiled kernel (gemm.cu), so
+ * that the op parity test runs it; "auto" or unset: cuBLASLt first. */
 #include "common.cuh"
 
 #include "adamw.cuh"
@@ -662,6 +664,15 @@ static void cuda_init(void) {
                           cublasLtGetStatusName(st), cublasLtGetStatusString(st));
       goto out_msg;
     }
+  }
+  {
+    const char *gemm = getenv("ZO_CUDA_GEMM");
+    if (gemm && *gemm && strcmp(gemm, "auto") != 0 && strcmp(gemm, "fallback") != 0) {
+      init_err = zo_error(-EINVAL, "ZO_CUDA_GEMM = '%s': valid: \"auto\" (cuBLASLt, falling back where it has "
+                                   "no algorithm) or \"fallback\" (every GEMM on the tiled kernel, for tests)", gemm);
+      goto out_msg;
+    }
+    zo_cuda.gemm_fallback = gemm && strcmp(gemm, "fallback") == 0;
   }
   if (sync_ops)
     fprintf(stderr, "zoffload: cuda backend: ZO_CUDA_SYNC=1: synchronizing after every op\n");

@@ -92,6 +92,7 @@ struct zo_cuda_state {
   void *default_workspace; /* the NULL stream's workspace, allocated on first use */
   cudaDeviceProp prop;
   int device;
+  bool gemm_fallback; /* ZO_CUDA_GEMM=fallback: every GEMM takes the tiled kernel (gemm.cu) */
 };
 extern struct zo_cuda_state zo_cuda;
 

@@ -7,14 +7,25 @@
  * that precedes any write, and each later write to element i follows the read
  * of element i by the same thread. Only columns [0, V) are read. fp32, bf16
  * or fp16 logits are widened as read; everything is fp32 and each dlogits
- * element is rounded once when stored (losses are fp32). */
+ * element is rounded once when stored (losses are fp32).
+ *
+ * -inf logits (fp16 overflow) are skipped by the running pair: e^(-inf - m)
+ * is 0 for any m the row's finite values give, and skipping them keeps
+ * -inf - -inf (NaN) out of the running sums and their merges (a thread or
+ * warp whose elements are all -inf keeps the empty pair (-inf, 0), which
+ * every merge ignores). So a row with a finite max gets the CPU backend's
+ * finite loss, and a row of -inf only ends with the empty pair: loss
+ * log(0) - (-inf - -inf) = NaN and a NaN gradient over [0, V), as on the
+ * CPU (zo/backend.h). */
 #include "crossentropy.cuh"
 
 #include <math.h>
 
 #define CE_BLOCK 256 /* threads per row */
 
-/* Merges (m2, s2) into (m, s): sums of e^(x - m) over disjoint sets. */
+/* Merges (m2, s2) into (m, s): sums of e^(x - m) over disjoint sets. An
+ * empty pair (s == 0, m == -inf) is the identity: -inf - -inf is never
+ * formed. */
 static __device__ __forceinline__ void online_merge(float *m, float *s, float m2, float s2) {
   if (s2 == 0.0f) return;
   if (*s == 0.0f) {
@@ -48,6 +59,7 @@ static __global__ void crossentropy_forward_kernel(float *losses, scalar_t *dlog
   float m = -INFINITY, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     float v = zo_ld(x, i);
+    if (v == -INFINITY) continue; /* adds e^-inf = 0; keeps -inf - -inf out of s */
     if (v > m) {
       s = s * expf(m - v) + 1.0f; /* first element: s = 0, expf(-inf) = 0 */
       m = v;

@@ -35,14 +35,14 @@ struct zo_gemm {
   size_t workspace_bytes;
 };
 
-/* Queues the GEMM on stream with the algorithm cuBLASLt's heuristic picks for
- * this shape, these types and pointer alignments (cached per shape, misses
- * included). Returns false, queuing nothing, when cuBLASLt has no algorithm
- * for it (a type combination or epilogue it does not offer); aborts when a
- * cuBLASLt call fails. */
-bool zo_cuda_gemm_try(const struct zo_gemm *g, zo_stream_t stream);
-
-/* zo_cuda_gemm_try that aborts, naming the shape, when there is no algorithm. */
+/* Queues the GEMM on stream. The path (kernels/gemm_route.h): cuBLASLt with
+ * the algorithm its heuristic picks for this shape, these types and pointer
+ * alignments (cached per shape, misses included), the bias in its epilogue;
+ * when it has none for the epilogue, cuBLASLt without it and the bias by a
+ * separate kernel (written first and accumulated onto when beta is 0, so D
+ * is still rounded once); when it has none at all, a tiled kernel with fp32
+ * accumulation that takes every legal shape. Never aborts on a heuristic
+ * answer; aborts only when a CUDA or cuBLASLt call fails. */
 void zo_cuda_gemm(const struct zo_gemm *g, zo_stream_t stream);
 
 #endif /* ZO_CUDA_GEMM_CUH */

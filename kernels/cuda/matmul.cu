@@ -139,16 +139,7 @@ extern "C" void zo_cuda_matmul_forward(void *out, const void *inp, const void *w
   g.batch = 1;
   g.alpha = 1.0f;
   g.beta = 0.0f;
-  if (!bias) {
-    zo_cuda_gemm(&g, stream);
-    return;
-  }
-  g.bias = bias;
-  if (zo_cuda_gemm_try(&g, stream)) return;
-  /* No bias epilogue for this layout or type: out = bias rows, then += the product. */
-  ZO_CUDA_DT_DISPATCH(dt, bias_rows, out, bias, N, OC, stream);
-  g.bias = NULL;
-  g.beta = 1.0f;
+  g.bias = bias; /* the epilogue, or a separate kernel where cuBLASLt has none (gemm.cu) */
   zo_cuda_gemm(&g, stream);
 }
 

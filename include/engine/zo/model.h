@@ -353,6 +353,16 @@ void zo_model_init_params(const struct zo_model *m, float *params, uint64_t seed
  * identical to the same range of zo_model_init_params: a model too large for
  * one host copy is initialised piece by piece. */
 void zo_model_init_range(const struct zo_model *m, uint64_t seed, size_t first, float *dst, size_t numel);
+/* Elements per parallel piece of zo_model_init_range (odd, so that pieces
+ * start on both elements of Box-Muller pairs). */
+#define ZO_MODEL_INIT_PIECE ((size_t)65521)
+/* zo_model_init_range for the (checked) config mc and its table t, without a
+ * model, drawn in pieces of `piece` elements on OpenMP's threads (0: one
+ * piece on the calling thread, the serial draw). The bits do not depend on
+ * piece or the thread count: every piece's stream position is known in
+ * advance (engine/model_init.c). */
+void zo_model_init_table_range(const struct zo_model_config *mc, const struct zo_tensor_table *t, uint64_t seed,
+                               size_t first, float *dst, size_t numel, size_t piece);
 
 /* Gives stream workspace k of the model (0: for the stream the passes run
  * on, 1: the optimizer's, training only) with the backend's

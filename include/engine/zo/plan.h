@@ -27,13 +27,19 @@ struct zo_plan {
   size_t budget[ZO_N_TIERS];                    /* bytes; 0 = unknown / unlimited */
   char budget_src[ZO_N_TIERS][64];              /* "engine.gpu_memory_budget", "free", ... */
   bool fits[ZO_N_TIERS];
+  zo_backend_t backend;                         /* the one planned with (may be NULL): its per-stream
+                                                 * workspace is in the device bytes; variants of the
+                                                 * advice are planned with it too */
 };
 
 /* "device", "host", "nvme". */
 const char *zo_tier_name(enum zo_tier t);
 
 /* Plans cfg for model mc (checked). backend (may be NULL) gives the device's
- * free memory when engine.gpu_memory_budget is 0. Returns 0 or -EINVAL /
+ * free memory when engine.gpu_memory_budget is 0, and its per-stream op
+ * workspace (stream_workspace_bytes, CUDA's cuBLASLt scratch), which the
+ * model carves in the device arena: a plan compared with a run must be
+ * built with the run's backend (NULL plans a workspace of 0). Returns 0 or -EINVAL /
  * -ENOTSUP for a placement the engine cannot run (message names the key). */
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p);

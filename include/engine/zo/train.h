@@ -29,6 +29,8 @@ struct zo_train_opts {
                         * non-empty log.metrics_path) removes them first instead of refusing */
   int *stop_signal;    /* receives SIGINT or SIGTERM when one stopped the run (it returns -EINTR),
                         * else 0 (may be NULL) */
+  zo_backend_t backend; /* the backend to run on, borrowed (NULL: engine.device's, zo_train_backend);
+                         * a test gives a CPU backend copy with a non-zero stream workspace */
 };
 
 /* Trains cfg->steps optimizer steps. Before step 1 (rank 0): checkpoint.dir

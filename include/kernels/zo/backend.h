@@ -230,7 +230,14 @@ struct zo_backend {
    * losses (N, fp32) = -log softmax(row)[targets[n]]; a row whose target is -1
    * gets loss 0 and zero gradient. If dlogits is not NULL it receives
    * (softmax(row) - onehot(target)) * dloss with padded columns 0; dlogits may
-   * alias logits. targets must be -1 or in [0, V). */
+   * alias logits. targets must be -1 or in [0, V). Infinite logits (fp16
+   * overflow), the same on every backend: -inf columns of a row with a
+   * finite max add nothing (their gradient is 0; a -inf target's loss is
+   * +inf); a row whose logits are all -inf (with a target) has no softmax:
+   * its loss and its gradient over [0, V) are NaN (the float64 formula's
+   * answer), so the step's loss and gradient norm are non-finite and the
+   * engine skips the update (fp16's loss scaler, engine.on_nonfinite);
+   * padding stays 0. */
   void (*crossentropy_forward)(float *losses, void *dlogits, const void *logits,
                                const int32_t *targets, float dloss, int N, int V, int Vp,
                                enum zo_dtype dt, zo_stream_t stream);
