@@ -11,6 +11,7 @@ jobs=$(nproc)
 
 scripts/check-layers.sh # kernels <- offload <- engine, before anything is built
 scripts/check-cuda-atomics.sh # CUDA reductions in a fixed order: no float atomicAdd
+scripts/check-design-map.sh # docs/DESIGN.md names every source file
 scripts/build.sh release
 scripts/check-cycles.py build/release # no loop of calls between engine folders
 # transformers for the Hugging Face interoperability test (PyPI); without it
