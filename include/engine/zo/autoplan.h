@@ -11,7 +11,8 @@
  * optimizer states, another global batch) are suggested, never chosen.
  * Also: what host memory the machine can give (MemAvailable, the cgroup
  * limit, RLIMIT_MEMLOCK for the pinned part) and the check train makes with
- * it before anything is allocated. */
+ * it before anything is allocated; and train's automatic choice
+ * (zo_autoplan_apply: engine.placement = "auto", "auto" micro-batch). */
 #ifndef ZO_AUTOPLAN_H
 #define ZO_AUTOPLAN_H
 
@@ -200,6 +201,40 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
  * "sets", "predicted_step_ms", "tokens_per_s", "bottleneck", "device_bytes",
  * "host_bytes", "nvme_bytes". */
 void zo_autoplan_print_json(const struct zo_autoplan *a, bool cpu_backend, FILE *out);
+
+/* ---- train's automatic choice (engine/plan/auto_config.c) -------------------- */
+
+struct zo_autoplan_apply_opts {
+  const char *config_path;  /* the config file cfg was loaded from */
+  const char *const *sets;  /* the --set overrides cfg was loaded with */
+  int n_sets;
+  FILE *out;                /* the choice, its --set lines and the effective config (rank 0 only) */
+  FILE *err;                /* the candidates, when none fits */
+};
+
+struct zo_autoplan_applied {
+  bool chosen;        /* cfg is now the planner's choice (false: nothing was "auto") */
+  bool reload_failed; /* the error came from loading the config with the chosen --set lines */
+};
+
+/* What train does before training when cfg (loaded from o's file and --set
+ * lines) has engine.placement = "auto" or DeepSpeed's "auto" micro-batch or
+ * accumulation: searches as zo_autoplan_search (on the config's backend,
+ * with this machine's host limit and profile; under an MPI launcher with
+ * neither the device's free memory nor the host limit, so that every rank
+ * chooses alike) and replaces cfg by the config reloaded quietly with o's
+ * --set lines, the best candidate's after them and, for engine.placement =
+ * "auto", engine.placement=config. With only an "auto" batch, only a
+ * candidate that changes nothing but micro-batch and accumulation is taken.
+ * micro_batch_auto and grad_accum_auto are then false. Rank 0 prints the
+ * choice, its --set lines and the effective config on o->out and writes it
+ * to checkpoint.dir/auto-config.json (a warning on stderr when it cannot).
+ * Returns 0 (cfg untouched when nothing is "auto"); the search's error,
+ * prefixed 'engine.placement = "auto": '; -ENOSPC when no candidate fits (the
+ * closest ones printed on o->err); or zo_config_load's error with
+ * res->reload_failed (cfg then holds no allocations). */
+int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts *o,
+                      struct zo_autoplan_applied *res);
 
 #ifdef __cplusplus
 }
