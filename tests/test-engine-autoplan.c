@@ -8,7 +8,9 @@
  * the ranking must be by predicted step time. The cost model: monotone
  * properties (more compute or more bytes moved never predicts a faster step)
  * with the documented defaults. The machine's own memory plays no part
- * (host_limit 0). */
+ * (host_limit 0), except in train's automatic choice (zo_autoplan_apply),
+ * tried on the tiny config, which fits any machine, and on one that fits no
+ * budget. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -281,6 +283,71 @@ static int test_profile_round_trip(void) {
   return 0;
 }
 
+/* Runs zo_autoplan_apply on config with sets, its output in *text (freed by
+ * the caller). */
+static int apply(const char *config, const char *const *sets, int n_sets, struct zo_config *cfg,
+                 struct zo_autoplan_applied *res, char **text, char **errtext) {
+  size_t len = 0, elen = 0;
+  FILE *out = open_memstream(text, &len), *err = open_memstream(errtext, &elen);
+  ZO_REQUIRE(out && err);
+  ZO_REQUIRE(zo_config_load(cfg, config, sets, n_sets) == 0);
+  const struct zo_autoplan_apply_opts o = {.config_path = config, .sets = sets, .n_sets = n_sets, .out = out,
+                                           .err = err};
+  const int rc = zo_autoplan_apply(cfg, &o, res);
+  ZO_REQUIRE(fclose(out) == 0 && fclose(err) == 0);
+  return rc;
+}
+
+/* train's automatic choice: nothing "auto" leaves the config alone and says
+ * nothing; an "auto" micro-batch keeps train_batch_size (16) and the
+ * placement, prints the chosen --set lines and writes a config that loads
+ * back the same; engine.placement = "auto" fixes the placement to "config"
+ * in what it writes; and when nothing fits the answer is -ENOSPC with the
+ * candidates on the error stream. */
+static int test_apply(void) {
+  const char *tiny = ZO_TEST_DIR "/../configs/tiny.json";
+  char dirset[400], path[400], want[96];
+  snprintf(dirset, sizeof dirset, "checkpoint.dir=%s/apply", tmpdir);
+  snprintf(path, sizeof path, "%s/apply/auto-config.json", tmpdir);
+  struct zo_config cfg, back;
+  struct zo_autoplan_applied res;
+  char *text = NULL, *errtext = NULL;
+  const char *plain[] = {"engine.device=cpu", dirset};
+  ZO_REQUIRE(apply(tiny, plain, 2, &cfg, &res, &text, &errtext) == 0);
+  ZO_REQUIRE(!res.chosen && !text[0] && cfg.micro_batch == 16 && cfg.grad_accum == 1);
+  zo_config_free(&cfg), free(text), free(errtext);
+
+  const char *batch[] = {"engine.device=cpu", dirset, "train_micro_batch_size_per_gpu=auto",
+                         "gradient_accumulation_steps=auto", "train_batch_size=16"};
+  ZO_REQUIRE(apply(tiny, batch, 5, &cfg, &res, &text, &errtext) == 0);
+  ZO_REQUIRE(res.chosen && !cfg.micro_batch_auto && !cfg.grad_accum_auto);
+  ZO_REQUIRE(cfg.micro_batch * cfg.grad_accum == 16 && cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NONE);
+  snprintf(want, sizeof want, "--set train_micro_batch_size_per_gpu=%d\n", cfg.micro_batch);
+  if (!strstr(text, "auto plan (\"auto\" micro-batch)") || (cfg.micro_batch != 16 && !strstr(text, want)) ||
+      !strstr(text, path)) {
+    zo_test_fail("the choice is not printed as expected (want \"%s\", %s):\n%s", want, path, text);
+    return 1;
+  }
+  ZO_REQUIRE(zo_config_load(&back, path, NULL, 0) == 0);
+  ZO_REQUIRE(back.micro_batch == cfg.micro_batch && back.grad_accum == cfg.grad_accum && !back.micro_batch_auto);
+  zo_config_free(&back), zo_config_free(&cfg), free(text), free(errtext);
+
+  const char *placement[] = {"engine.device=cpu", dirset, "engine.placement=auto"};
+  ZO_REQUIRE(apply(tiny, placement, 3, &cfg, &res, &text, &errtext) == 0);
+  ZO_REQUIRE(res.chosen && cfg.engine.placement == ZO_PLACEMENT_CONFIG);
+  ZO_REQUIRE(strstr(text, "auto plan (engine.placement = \"auto\")") != NULL);
+  ZO_REQUIRE(zo_config_load(&back, path, NULL, 0) == 0 && back.engine.placement == ZO_PLACEMENT_CONFIG);
+  zo_config_free(&back), zo_config_free(&cfg), free(text), free(errtext);
+
+  const char *nofit[] = {"engine.device=cpu", "engine.placement=auto", "engine.gpu_memory_budget=1GiB",
+                         "engine.host_memory_budget=1GiB", "zero_optimization.offload_optimizer.nvme_path=none"};
+  ZO_REQUIRE(apply(ZO_TEST_DIR "/../configs/llama-8b.json", nofit, 5, &cfg, &res, &text, &errtext) == -ENOSPC);
+  ZO_REQUIRE(!res.chosen && !res.reload_failed && !text[0] && strstr(errtext, "no candidate fits"));
+  ZO_REQUIRE(strstr(zo_last_error(), "no candidate of the planner fits") != NULL);
+  zo_config_free(&cfg), free(text), free(errtext);
+  return 0;
+}
+
 int main(void) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "autoplan")) return 1;
   static const struct zo_test tests[] = {
@@ -290,6 +357,7 @@ int main(void) {
       ZO_TEST(fits_nowhere_names_tier),
       ZO_TEST(cost_monotone),
       ZO_TEST(profile_round_trip),
+      ZO_TEST(apply),
   };
   int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);

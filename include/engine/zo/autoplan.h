@@ -9,13 +9,14 @@
  * (-ENOTSUP) are skipped, so placements the engine gains are searched without
  * a change here. Changes that alter the mathematics beyond rounding (8-bit
  * optimizer states, another global batch) are suggested, never chosen.
- * What host memory the machine can give: zo/host_check.h. */
+ * What host memory the machine can give: zo/host_check.h. Also train's
+ * automatic choice (zo_autoplan_apply: engine.placement = "auto", "auto"
+ * micro-batch). */
 #ifndef ZO_AUTOPLAN_H
 #define ZO_AUTOPLAN_H
 
 #include <stdio.h>
 
-#include "zo/host_check.h" /* struct zo_host_limit, zo_host_limit_read */
 #include "zo/plan.h"
 
 #ifdef __cplusplus
@@ -70,7 +71,7 @@ int zo_cost_profile_load(struct zo_cost_profile *p, const char *backend);
  * rename; directories created). Returns 0 or -errno. */
 int zo_cost_profile_save(const struct zo_cost_profile *p, const char *path);
 
-/* Measures the rates on backend be (engine/cli/calibrate.c): GEMMs at each of
+/* Measures the rates on backend be (engine/plan/calibrate.c): GEMMs at each of
  * p->widths forward and backward in fp32 and bf16, attention at each of
  * p->seqs (64-wide heads), a reference model's step at each of
  * p->ref_widths (its measured compute over the prediction from the rates:
@@ -106,6 +107,31 @@ struct zo_cost {
 /* Predicts one optimizer step of plan p (its placement, model, B, T and
  * grad_accum) on a machine with rates r. Pure. */
 void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c);
+
+/* ---- what the machine can give --------------------------------------------- */
+
+struct zo_host_limit {
+  size_t mem_available;  /* MemAvailable of /proc/meminfo, bytes; 0 = unknown */
+  size_t cgroup_free;    /* the cgroup's memory.max - memory.current; 0 = no limit */
+  size_t memlock;        /* RLIMIT_MEMLOCK bytes; SIZE_MAX = unlimited */
+  size_t limit;          /* the smaller of the known ones (0 = unknown) */
+  char limit_src[64];    /* "MemAvailable", "cgroup memory.max" */
+};
+
+/* Reads the limits. Returns 0 (fields it cannot read stay 0). */
+int zo_host_limit_read(struct zo_host_limit *h);
+
+/* train's check before anything is allocated: that cfg's data files exist
+ * and are readable, and that plan p's host bytes (plus its device bytes when
+ * the backend's device is host memory, cpu_backend) fit what the machine can
+ * give. -ENOMEM names the bytes needed and available, and lists the changes
+ * that fit (zo_plan_check re-planned with that host budget). A pinned part
+ * over RLIMIT_MEMLOCK is not refused: the host pool warns and stays pageable.
+ * Returns 0 or -errno. */
+int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
+
+/* The memory half of zo_host_check (plan runs it: no data files needed). */
+int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
 
 /* ---- the search ------------------------------------------------------------- */
 
@@ -174,6 +200,40 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
  * "sets", "predicted_step_ms", "tokens_per_s", "bottleneck", "device_bytes",
  * "host_bytes", "nvme_bytes". */
 void zo_autoplan_print_json(const struct zo_autoplan *a, bool cpu_backend, FILE *out);
+
+/* ---- train's automatic choice (engine/plan/auto_config.c) -------------------- */
+
+struct zo_autoplan_apply_opts {
+  const char *config_path;  /* the config file cfg was loaded from */
+  const char *const *sets;  /* the --set overrides cfg was loaded with */
+  int n_sets;
+  FILE *out;                /* the choice, its --set lines and the effective config (rank 0 only) */
+  FILE *err;                /* the candidates, when none fits */
+};
+
+struct zo_autoplan_applied {
+  bool chosen;        /* cfg is now the planner's choice (false: nothing was "auto") */
+  bool reload_failed; /* the error came from loading the config with the chosen --set lines */
+};
+
+/* What train does before training when cfg (loaded from o's file and --set
+ * lines) has engine.placement = "auto" or DeepSpeed's "auto" micro-batch or
+ * accumulation: searches as zo_autoplan_search (on the config's backend,
+ * with this machine's host limit and profile; under an MPI launcher with
+ * neither the device's free memory nor the host limit, so that every rank
+ * chooses alike) and replaces cfg by the config reloaded quietly with o's
+ * --set lines, the best candidate's after them and, for engine.placement =
+ * "auto", engine.placement=config. With only an "auto" batch, only a
+ * candidate that changes nothing but micro-batch and accumulation is taken.
+ * micro_batch_auto and grad_accum_auto are then false. Rank 0 prints the
+ * choice, its --set lines and the effective config on o->out and writes it
+ * to checkpoint.dir/auto-config.json (a warning on stderr when it cannot).
+ * Returns 0 (cfg untouched when nothing is "auto"); the search's error,
+ * prefixed 'engine.placement = "auto": '; -ENOSPC when no candidate fits (the
+ * closest ones printed on o->err); or zo_config_load's error with
+ * res->reload_failed (cfg then holds no allocations). */
+int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts *o,
+                      struct zo_autoplan_applied *res);
 
 #ifdef __cplusplus
 }
