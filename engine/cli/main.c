@@ -58,6 +58,8 @@ static const char *usage_train =
     "  --set key=value   override a config key (JSON value, or a plain string)\n"
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
+    "  --allow-data-change  resume on another data.train or tokenizer than the checkpoint's\n"
+    "                    (refused without it, naming both)\n"
     "  --overwrite       start a fresh run in a checkpoint.dir that holds another run's checkpoints\n"
     "                    (or a non-empty log.metrics_path): removes them first, saying so. Without it\n"
     "                    such a run is refused; a checkpoint.dir is locked by the run writing to it\n"
@@ -255,7 +257,7 @@ enum opt {
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
-  OPT_FORMAT, OPT_AUTO,
+  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE,
 };
 
 static const struct option all_options[] = {
@@ -288,6 +290,7 @@ static const struct option all_options[] = {
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
+    {"allow-data-change", no_argument, NULL, OPT_ALLOW_DATA_CHANGE},
     {"random-init", no_argument, NULL, OPT_RANDOM_INIT},
     {"nvme-path", required_argument, NULL, OPT_NVME_PATH},
     {"out", required_argument, NULL, OPT_OUT},
@@ -317,7 +320,7 @@ struct args {
   size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
-  bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan;
+  bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan, allow_data_change;
   size_t host_ram[8]; /* --host-ram sizes */
   size_t nvme_free;   /* plan --auto --nvme-free, bytes */
   const char *backend; /* plan --auto --backend cpu|cuda */
@@ -368,6 +371,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_FORMAT: a->format = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
+  case OPT_ALLOW_DATA_CHANGE: a->allow_data_change = true; return 0;
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;
@@ -483,7 +487,7 @@ static int load_config(struct args *a, struct zo_config *cfg) {
 }
 
 static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_OVERWRITE, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_TRACE,
-                                 OPT_END};
+                                 OPT_ALLOW_DATA_CHANGE, OPT_END};
 static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
@@ -609,7 +613,7 @@ static int cmd_train(int argc, char **argv) {
   int sig = 0;
   struct zo_train_opts opts = {.resume = a.resume, .sample_tokens = (int)a.sample,
                                .memory_report = a.memory_report, .comm = comm, .overwrite = a.overwrite,
-                               .stop_signal = &sig};
+                               .allow_data_change = a.allow_data_change, .stop_signal = &sig};
   int err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   if (err && sig) {
