@@ -86,7 +86,7 @@ static const char *space_hint(int err) {
 
 /* ---- atomic file ------------------------------------------------------- */
 
-static const char *file_kind(mode_t m) {
+const char *zo_file_kind(mode_t m) {
   return S_ISDIR(m)    ? "a directory"
          : S_ISCHR(m)  ? "a character device"
          : S_ISBLK(m)  ? "a block device"
@@ -102,7 +102,7 @@ static int check_not_special(const char *path) {
   if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* missing: created; errors: open reports them */
   return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "output %s is %s: outputs are regular files, written beside themselves and renamed over the old "
                   "one, so a device, FIFO or directory is never replaced; give a file path",
-                  path, file_kind(st.st_mode));
+                  path, zo_file_kind(st.st_mode));
 }
 
 static void atomic_file_clear(struct zo_atomic_file *f) {

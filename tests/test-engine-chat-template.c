@@ -173,6 +173,21 @@ static int test_limits(void) {
     free(cases[k].tmpl);
   }
   free(emit80);
+  /* A block's end outside its block is an error naming it, not "unsupported". */
+  static const char *const stray[][2] = {{"x{% endfor %}", "{% endfor %} without its {% for %}"},
+                                         {"{% endif %}", "{% endif %} without its {% if %}"},
+                                         {"{% else %}", "{% else %} without its {% if %}"}};
+  for (size_t k = 0; k < ZO_ARRAY_LEN(stray); k++) {
+    char *out;
+    size_t len;
+    int err = zo_chat_render(stray[k][0], conv, 1, false, NULL, NULL, &out, &len);
+    if (err != -EINVAL || !strstr(zo_last_error(), stray[k][1])) {
+      fprintf(stderr, "  %s: got %d (%s), want -EINVAL naming \"%s\"\n", stray[k][0], err, err ? zo_last_error() : "",
+              stray[k][1]);
+      bad = 1;
+      if (!err) free(out);
+    }
+  }
   /* Within the limits: 100 levels of each nesting render. */
   char *ok[] = {repeat("{{ ", "(", "7", ")", " }}", 100), repeat("{{ ", "not ", "not true", "", " }}", 100),
                 repeat("", "{% if true %}", "7", "{% endif %}", "", 100)};

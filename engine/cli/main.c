@@ -194,7 +194,10 @@ static const char *usage_prepare =
     "  Threads: OMP_NUM_THREADS (default all)\n";
 
 static int fail(int code, const char *what) {
-  fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", zo_last_error());
+  const char *msg = zo_last_error();
+  const size_t n = what ? strlen(what) : 0;
+  if (n && !strncmp(msg, what, n) && msg[n] == ':') what = NULL; /* the message names it already */
+  fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
   return code;
 }
 

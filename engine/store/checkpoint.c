@@ -832,6 +832,7 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   if (err) return err;
   json_error_t je;
   json_t *j = json_load_file(p, 0, &je);
+  if (!j && je.line < 0) return zo_error(-EINVAL, "%s: not a complete checkpoint (%s)", path, je.text);
   if (!j)
     return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
                     je.column, je.text);

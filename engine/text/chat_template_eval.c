@@ -639,6 +639,13 @@ static void render_parts(struct ctx *c, const struct part *parts, size_t lo, siz
       struct value v = expr(c, &L, true);
       zo_ct_expect_end(c, &L);
       zo_ct_set_var(c, name, n, v);
+    } else if (zo_ct_tag_is(p, "endfor") || zo_ct_tag_is(p, "endif") || zo_ct_tag_is(p, "elif") ||
+               zo_ct_tag_is(p, "else")) {
+      /* A block's end or branch met outside its block. */
+      const bool in_for = zo_ct_tag_is(p, "endfor");
+      zo_ct_fail(c, "chat template: {%% %s %%} without its {%% %s %%} before it", in_for ? "endfor"
+                 : zo_ct_tag_is(p, "endif") ? "endif" : zo_ct_tag_is(p, "elif") ? "elif" : "else",
+                 in_for ? "for" : "if");
     } else {
       const char *s = p->s;
       while (s < p->s + p->n && isspace((unsigned char)*s)) s++;

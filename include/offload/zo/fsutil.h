@@ -63,6 +63,9 @@ void zo_atomic_file_abort(struct zo_atomic_file *f);
  * existing parent directory, or a regular file. Refuses a directory, device,
  * FIFO or socket naming what it is. Returns 0 or -errno. */
 int zo_output_check(const char *path);
+/* "a directory", "a FIFO", "a character device", ... for st_mode m, for
+ * messages refusing what is not a regular file. */
+const char *zo_file_kind(mode_t m);
 /* Whether a and b name the same file (device and inode): false when either
  * is missing. */
 bool zo_same_file(const char *a, const char *b);
