@@ -291,7 +291,10 @@ int zo_atomic_sweep_stale(const char *path) {
     /* Only a dead writer's: kill(pid, 0) fails with ESRCH. A live one (or
      * one we may not signal, EPERM) is writing it now. */
     if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char full[PATH_MAX];
     if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+    else if (errno == EISDIR && snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < (int)sizeof full &&
+             zo_remove_tree(full) == 0) removed++; /* a directory written as a whole (export) */
     else if (errno != ENOENT && !err) err = zo_error(-errno, "cannot remove the leftover %s/%s of a killed writer "
                                                              "(pid %ld): %s", dir, e->d_name, pid, strerror(errno));
   }

@@ -9,7 +9,8 @@
 # on a full disk (/dev/full), a metrics file, TensorBoard event file or
 # trace over the file-size limit (RLIMIT_FSIZE, as a filling disk): said
 # once on stderr, the run trains every step and exits 0, the metrics file
-# cut back to whole lines, no trace temporary left.
+# cut back to whole lines, no trace temporary left. export removes a killed
+# export's temporary directory beside its --out.
 # Usage: test-resume-inputs.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -69,6 +70,13 @@ PY
   expect 0 "records no data.train (saved before checkpoints recorded it): not compared" -- train "$tmp/tok.json" \
     --resume auto --set steps=10
 fi
+
+# ---- export (item 3): written beside OUT and renamed; a killed export's temporary removed ----
+mkdir -p "$tmp/ex.tmp.999999" && echo torn >"$tmp/ex.tmp.999999/config.json"
+last=$(ls -d "$tmp"/ck/checkpoint-* | sort -t- -k2 -n | tail -1)
+expect 0 "removed 1 leftover(s) of a killed export beside $tmp/ex" -- export "$last" --out "$tmp/ex"
+check "the killed export's temporary removed" "[[ ! -e $tmp/ex.tmp.999999 && -s $tmp/ex/model.safetensors ]]"
+check "no temporary of this export left" "[[ -z \$(ls -d '$tmp'/ex.tmp.* 2>/dev/null) ]]"
 
 # ---- rows 9-10: log writes that fail ----
 rm -rf "$tmp/ck"
