@@ -69,7 +69,9 @@ kill_at() {
 fail=0 p_old=0 p_new=0 p_left=0 e_absent=0 e_whole=0 e_torn=0 e_left=0 p_reused=0
 for trial in $(seq 1 "$trials"); do
   cp old.t out/t.bin && cp old.v out/v.bin
-  kill_at $((RANDOM % (prep_ms * 12 / 10 + 1))) prep 0.1
+  # zoffload itself, not a shell function's subshell, takes the SIGKILL.
+  kill_at $((RANDOM % (prep_ms * 12 / 10 + 1))) "$bin" prepare --tokenizer tok --separator $'\n' --val-fraction 0.1 \
+    --out-train out/t.bin --out-val out/v.bin in.txt
   if cmp -s out/t.bin old.t && cmp -s out/v.bin old.v; then p_old=$((p_old + 1))
   elif cmp -s out/t.bin new.t && cmp -s out/v.bin new.v; then p_new=$((p_new + 1))
   else
