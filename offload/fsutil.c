@@ -86,7 +86,7 @@ static const char *space_hint(int err) {
 
 /* ---- atomic file ------------------------------------------------------- */
 
-static const char *file_kind(mode_t m) {
+const char *zo_file_kind(mode_t m) {
   return S_ISDIR(m)    ? "a directory"
          : S_ISCHR(m)  ? "a character device"
          : S_ISBLK(m)  ? "a block device"
@@ -102,7 +102,7 @@ static int check_not_special(const char *path) {
   if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* missing: created; errors: open reports them */
   return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "output %s is %s: outputs are regular files, written beside themselves and renamed over the old "
                   "one, so a device, FIFO or directory is never replaced; give a file path",
-                  path, file_kind(st.st_mode));
+                  path, zo_file_kind(st.st_mode));
 }
 
 static void atomic_file_clear(struct zo_atomic_file *f) {
@@ -291,7 +291,10 @@ int zo_atomic_sweep_stale(const char *path) {
     /* Only a dead writer's: kill(pid, 0) fails with ESRCH. A live one (or
      * one we may not signal, EPERM) is writing it now. */
     if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char full[PATH_MAX];
     if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+    else if (errno == EISDIR && snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < (int)sizeof full &&
+             zo_remove_tree(full) == 0) removed++; /* a directory written as a whole (export) */
     else if (errno != ENOENT && !err) err = zo_error(-errno, "cannot remove the leftover %s/%s of a killed writer "
                                                              "(pid %ld): %s", dir, e->d_name, pid, strerror(errno));
   }

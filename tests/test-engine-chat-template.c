@@ -7,7 +7,9 @@
  * file [{"template", "messages", "add_generation_prompt", "bos_token",
  * "eos_token"}] and prints a JSON list of the results (a string, or
  * {"error": message}) for tests/hf/test_chat_template.py, which compares
- * them with jinja2 itself over the templates of several hub models. */
+ * them with jinja2 itself over the templates of several hub models. Also:
+ * hostile templates refused by the interpreter's limits (depth, output,
+ * loop iterations, memory). */
 #include <jansson.h>
 
 #include "zo/chat_template.h"
@@ -111,6 +113,92 @@ static int test_unsupported_named(void) {
   return bad;
 }
 
+/* A template of pre + mid * n + post (malloc'd). */
+static char *repeat(const char *pre, const char *open, const char *mid, const char *close, const char *post, int n) {
+  size_t len = strlen(pre) + strlen(mid) + strlen(post) + (size_t)n * (strlen(open) + strlen(close)) + 1;
+  char *t = malloc(len), *p = t;
+  p += sprintf(p, "%s", pre);
+  for (int k = 0; k < n; k++) p += sprintf(p, "%s", open);
+  p += sprintf(p, "%s", mid);
+  for (int k = 0; k < n; k++) p += sprintf(p, "%s", close);
+  sprintf(p, "%s", post);
+  return t;
+}
+
+/* Hostile templates fail by name (the limit and its value), never crash the
+ * stack or fill host memory; templates within the limits still render. */
+static int test_limits(void) {
+  static const char list10[] = "[0,1,2,3,4,5,6,7,8,9]";
+  char loops[1024] = "", *q = loops;
+  for (int k = 0; k < 12; k++) q += sprintf(q, "{%% for a%d in %s %%}", k, list10);
+  q += sprintf(q, "x");
+  for (int k = 0; k < 12; k++) q += sprintf(q, "{%% endfor %%}");
+  char *doubling = repeat("{% set s = 'ab' %}", "{% set s = s + s %}", "{{ s }}", "", "", 40);
+  char *emit80 = repeat("{% set s = 'ab' %}", "{% set s = s + s %}", "", "", "", 20); /* 2 MiB */
+  char *emit_loop = malloc(strlen(emit80) + 200);
+  sprintf(emit_loop, "%s{%% for a in %s %%}{%% for b in [1,2,3,4] %%}{{ s }}{%% endfor %%}{%% endfor %%}", emit80,
+          list10);
+  char *arena_loop = malloc(strlen(emit80) + 300);
+  sprintf(arena_loop,
+          "%s{%% for a in %s %%}{%% for b in %s %%}{%% for c in %s %%}{%% set t = s ~ b %%}{%% endfor %%}{%% endfor "
+          "%%}{%% endfor %%}",
+          emit80, list10, list10, list10);
+  struct {
+    char *tmpl;
+    const char *names;
+  } cases[] = {
+      {repeat("{{ ", "(", "1", ")", " }}", 2000), "nesting deeper than the limit of 256"},
+      {repeat("{{ ", "[", "1", "]", " }}", 2000), "nesting deeper than the limit of 256"},
+      {repeat("{{ ", "not ", "true", "", " }}", 2000), "nesting deeper than the limit of 256"},
+      {repeat("{{ ", "-", "1", "", " }}", 2000), "nesting deeper than the limit of 256"},
+      {repeat("{{ ", "x[", "0", "]", " }}", 2000), "nesting deeper than the limit of 256"},
+      {repeat("", "{% if true %}", "x", "{% endif %}", "", 2000), "nesting deeper than the limit of 256"},
+      {repeat("", "{% for m in messages %}", "x", "{% endfor %}", "", 2000), "nesting deeper than the limit of 256"},
+      {doubling, "a string beyond the output limit of"},
+      {strdup(loops), "more loop iterations than the limit of 1000000"},
+      {emit_loop, "output beyond the limit of"},
+      {arena_loop, "working space beyond the limit of 256 MiB"},
+  };
+  int bad = 0;
+  for (size_t k = 0; k < ZO_ARRAY_LEN(cases); k++) {
+    char *out;
+    size_t len;
+    int err = zo_chat_render(cases[k].tmpl, conv, 1, false, NULL, NULL, &out, &len);
+    if (err != -EINVAL || !strstr(zo_last_error(), cases[k].names)) {
+      fprintf(stderr, "  case %zu (%.40s...): got %d (%s), want -EINVAL naming \"%s\"\n", k, cases[k].tmpl, err,
+              err ? zo_last_error() : "", cases[k].names);
+      bad = 1;
+      if (!err) free(out);
+    }
+    free(cases[k].tmpl);
+  }
+  free(emit80);
+  /* A block's end outside its block is an error naming it, not "unsupported". */
+  static const char *const stray[][2] = {{"x{% endfor %}", "{% endfor %} without its {% for %}"},
+                                         {"{% endif %}", "{% endif %} without its {% if %}"},
+                                         {"{% else %}", "{% else %} without its {% if %}"}};
+  for (size_t k = 0; k < ZO_ARRAY_LEN(stray); k++) {
+    char *out;
+    size_t len;
+    int err = zo_chat_render(stray[k][0], conv, 1, false, NULL, NULL, &out, &len);
+    if (err != -EINVAL || !strstr(zo_last_error(), stray[k][1])) {
+      fprintf(stderr, "  %s: got %d (%s), want -EINVAL naming \"%s\"\n", stray[k][0], err, err ? zo_last_error() : "",
+              stray[k][1]);
+      bad = 1;
+      if (!err) free(out);
+    }
+  }
+  /* Within the limits: 100 levels of each nesting render. */
+  char *ok[] = {repeat("{{ ", "(", "7", ")", " }}", 100), repeat("{{ ", "not ", "not true", "", " }}", 100),
+                repeat("", "{% if true %}", "7", "{% endif %}", "", 100)};
+  static const char *const want[] = {"7", "False", "7"};
+  for (size_t k = 0; k < ZO_ARRAY_LEN(ok); k++) {
+    bad |= render_eq(ok[k], conv, 1, false, want[k]);
+    free(ok[k]);
+  }
+  return bad;
+}
+
 /* Driver mode for tests/hf/test_chat_template.py. */
 static int render_file(const char *path) {
   json_error_t je;
@@ -153,6 +241,7 @@ static int render_file(const char *path) {
 int main(int argc, char **argv) {
   if (argc == 2) return render_file(argv[1]);
   static const struct zo_test tests[] = {ZO_TEST(chatml), ZO_TEST(llama3), ZO_TEST(zephyr_layout),
-                                         ZO_TEST(llama2_system_and_raise), ZO_TEST(unsupported_named)};
+                                         ZO_TEST(llama2_system_and_raise), ZO_TEST(unsupported_named),
+                                         ZO_TEST(limits)};
   return ZO_TEST_MAIN(tests);
 }

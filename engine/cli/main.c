@@ -25,7 +25,10 @@
 #include "tokenizer_cli.h"
 
 int cli_fail(int code, const char *what) {
-  fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", zo_last_error());
+  const char *msg = zo_last_error();
+  const size_t n = what ? strlen(what) : 0;
+  if (n && !strncmp(msg, what, n) && msg[n] == ':') what = NULL; /* the message names it already */
+  fprintf(stderr, "zoffload: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
   return code;
 }
 
@@ -110,6 +113,7 @@ static const struct option all_options[] = {
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
+    {"allow-data-change", no_argument, NULL, OPT_ALLOW_DATA_CHANGE},
     {"random-init", no_argument, NULL, OPT_RANDOM_INIT},
     {"nvme-path", required_argument, NULL, OPT_NVME_PATH},
     {"out", required_argument, NULL, OPT_OUT},
@@ -167,6 +171,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_FORMAT: a->format = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
+  case OPT_ALLOW_DATA_CHANGE: a->allow_data_change = true; return 0;
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;

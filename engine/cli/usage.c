@@ -28,6 +28,8 @@ const char *const cli_usage_train =
     "  --set key=value   override a config key (JSON value, or a plain string)\n"
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
+    "  --allow-data-change  resume on another data.train or tokenizer than the checkpoint's\n"
+    "                    (refused without it, naming both)\n"
     "  --overwrite       start a fresh run in a checkpoint.dir that holds another run's checkpoints\n"
     "                    (or a non-empty log.metrics_path): removes them first, saying so. Without it\n"
     "                    such a run is refused; a checkpoint.dir is locked by the run writing to it\n"

@@ -503,6 +503,11 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
                     : NULL;
   if (!j) return txn_fail(x, zo_error(-ENOMEM, "out of memory building trainer_state.json"));
   if (n_shards < 0) json_object_set_new(j, "weights_only", json_true());
+  const struct zo_run_inputs *in = &state->inputs;
+  if (in->data_known)
+    json_object_set_new(j, "data_train", json_pack("{s:s, s:I, s:I}", "path", in->data_path, "bytes",
+                                                   (json_int_t)in->data_bytes, "fingerprint",
+                                                   (json_int_t)in->data_crc));
   err = join(path, sizeof path, x->tmp, "trainer_state.json");
   if (!err) err = write_json(path, j);
   json_decref(j);
@@ -734,6 +739,18 @@ static int read_trainer_state(const char *path, json_t *j, struct zo_train_state
   json_t *rows = json_object_get(j, "batch_rows"), *ws = json_object_get(j, "world_size");
   state->batch_rows = json_is_integer(rows) ? (long)json_integer_value(rows) : 0;
   state->world_size = json_is_integer(ws) ? (int)json_integer_value(ws) : 0;
+  /* What the run trained on (absent from older checkpoints: not known). */
+  json_t *d = json_object_get(j, "data_train"), *tk = json_object_get(json_object_get(j, "files"), "tokenizer.json");
+  json_t *dp = json_object_get(d, "path"), *db = json_object_get(d, "bytes"), *df = json_object_get(d, "fingerprint");
+  struct zo_run_inputs *in = &state->inputs;
+  *in = (struct zo_run_inputs){.data_known = json_is_string(dp) && json_is_integer(db) && json_is_integer(df),
+                               .tokenizer = json_is_integer(tk)};
+  if (in->data_known) {
+    snprintf(in->data_path, sizeof in->data_path, "%s", json_string_value(dp));
+    in->data_bytes = (uint64_t)json_integer_value(db);
+    in->data_crc = (uint32_t)json_integer_value(df);
+  }
+  if (in->tokenizer) in->tokenizer_crc = (uint32_t)json_integer_value(tk);
   return 0;
 }
 
@@ -815,6 +832,7 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
   if (err) return err;
   json_error_t je;
   json_t *j = json_load_file(p, 0, &je);
+  if (!j && je.line < 0) return zo_error(-EINVAL, "%s: not a complete checkpoint (%s)", path, je.text);
   if (!j)
     return zo_error(-EINVAL, "%s: not a complete checkpoint (%s:%d:%d: %s)", path, p, je.line,
                     je.column, je.text);

@@ -290,6 +290,9 @@ static int source_open(struct source *src, const char *path) {
   snprintf(src->where, sizeof src->where, "%s", p);
   json_error_t je;
   json_t *j = json_load_file(p, 0, &je);
+  if (!j && je.line < 0)
+    return zo_error(-ENOENT, "%s holds neither model.safetensors nor a readable model.safetensors.index.json "
+                             "(%s)", path, je.text);
   if (!j)
     return zo_error(-ENOENT, "%s holds neither model.safetensors nor a readable model.safetensors.index.json "
                              "(%s:%d: %s)", path, p, je.line, je.text);
@@ -565,6 +568,7 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
     if (jerr) return jerr;
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);
+    if (!j && je.line < 0) return zo_error(-EINVAL, "%s: %s", path, je.text);
     if (!j) return zo_error(-EINVAL, "%s:%d:%d: %s", p, je.line, je.column, je.text);
     const char *type = json_string_value(json_object_get(j, "model_type"));
     int err = 0;

@@ -29,6 +29,11 @@
 
 void *zo_ct_alloc(struct ctx *c, size_t n) {
   n = (n + 15) & ~(size_t)15;
+  if (c->arena_limit && (n > c->arena_limit || c->arena_bytes > c->arena_limit - n)) {
+    zo_ct_fail(c, "chat template: working space beyond the limit of %zu MiB", ZO_CT_MAX_ARENA >> 20);
+    return NULL;
+  }
+  c->arena_bytes += n;
   if (!c->arena || c->arena->cap - c->arena->used < n) {
     size_t cap = n > 65536 ? n : 65536;
     struct chunk *k = malloc(sizeof *k + cap);
@@ -45,6 +50,17 @@ void *zo_ct_alloc(struct ctx *c, size_t n) {
   void *p = c->arena->data + c->arena->used;
   c->arena->used += n;
   return p;
+}
+
+bool zo_ct_enter(struct ctx *c) {
+  if (c->failed) return false;
+  if (c->depth >= ZO_CT_MAX_DEPTH) {
+    zo_ct_fail(c, "chat template: nesting deeper than the limit of %d (parentheses, brackets, not, '-', if, for)",
+               ZO_CT_MAX_DEPTH);
+    return false;
+  }
+  c->depth++;
+  return true;
 }
 
 void zo_ct_fail(struct ctx *c, const char *fmt, ...) {
@@ -65,7 +81,9 @@ int zo_chat_render(const char *tmpl, const struct zo_chat_message *msgs, size_t 
   if (zo_ct_split_parts(&c, tmpl, &parts, &n_parts) == 0) {
     static const char *const keys[] = {"role", "content"};
     struct value *list = zo_ct_alloc(&c, (n_msgs + 1) * sizeof *list);
+    size_t msg_bytes = 0;
     for (size_t k = 0; list && k < n_msgs; k++) {
+      msg_bytes += strlen(msgs[k].role) + strlen(msgs[k].content);
       struct value *vals = zo_ct_alloc(&c, 2 * sizeof *vals);
       if (!vals) break;
       vals[0] = zo_ct_str(&c, msgs[k].role, strlen(msgs[k].role));
@@ -76,6 +94,8 @@ int zo_chat_render(const char *tmpl, const struct zo_chat_message *msgs, size_t 
     zo_ct_set_var(&c, "add_generation_prompt", 21, vbool(add_generation_prompt));
     if (bos_token) zo_ct_set_var(&c, "bos_token", 9, zo_ct_str(&c, bos_token, strlen(bos_token)));
     if (eos_token) zo_ct_set_var(&c, "eos_token", 9, zo_ct_str(&c, eos_token, strlen(eos_token)));
+    c.out_limit = ZO_CT_MAX_OUTPUT + 2 * msg_bytes;
+    c.arena_limit = c.arena_bytes + ZO_CT_MAX_ARENA;
     if (!c.failed) zo_ct_render(&c, parts, 0, n_parts);
   }
   if (c.failed) {

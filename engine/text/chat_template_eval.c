@@ -57,6 +57,10 @@ static bool equal(struct value a, struct value b) {
 /* Appends v as Jinja prints it. */
 static void emit(struct ctx *c, const char *s, size_t n) {
   if (c->failed) return;
+  if (n > c->out_limit - c->n) {
+    zo_ct_fail(c, "chat template: output beyond the limit of %zu bytes", c->out_limit);
+    return;
+  }
   if (c->n + n + 1 > c->cap) {
     size_t cap = (c->n + n + 1) * 2;
     char *p = realloc(c->out, cap);
@@ -284,7 +288,9 @@ static struct value primary(struct ctx *c, struct lex *L, bool run) {
 static struct value unary(struct ctx *c, struct lex *L, bool run) {
   if (is_op(L, "-")) {
     zo_ct_next(c, L);
+    if (!zo_ct_enter(c)) return (struct value){.k = V_UNDEF};
     struct value v = unary(c, L, run);
+    c->depth--;
     if (run && v.k == V_INT && v.i == LLONG_MIN) zo_ct_fail(c, "chat template: integer overflow in '-'");
     return run && v.k == V_INT && v.i != LLONG_MIN ? vint(-v.i) : v;
   }
@@ -353,6 +359,10 @@ static struct value add(struct ctx *c, struct lex *L, bool run) {
     if (!run) continue;
     if (op == '~' || (op == '+' && a.k == V_STR && b.k == V_STR)) {
       struct value sa = to_string(c, a), sb = to_string(c, b);
+      if (sa.len + sb.len > c->out_limit) {
+        zo_ct_fail(c, "chat template: a string beyond the output limit of %zu bytes", c->out_limit);
+        break;
+      }
       char *p = zo_ct_alloc(c, sa.len + sb.len + 1);
       if (!p) break;
       memcpy(p, sa.s, sa.len);
@@ -442,7 +452,9 @@ static struct value compare(struct ctx *c, struct lex *L, bool run) {
 static struct value not_expr(struct ctx *c, struct lex *L, bool run) {
   if (is_name(L, "not")) {
     zo_ct_next(c, L);
+    if (!zo_ct_enter(c)) return (struct value){.k = V_UNDEF};
     struct value v = not_expr(c, L, run);
+    c->depth--;
     return vbool(!truthy(v));
   }
   return compare(c, L, run);
@@ -473,6 +485,7 @@ static struct value or_expr(struct ctx *c, struct lex *L, bool run) {
 /* run false: parse only (the branch not taken), no effect and no error
  * from values. */
 static struct value expr(struct ctx *c, struct lex *L, bool run) {
+  if (!zo_ct_enter(c)) return (struct value){.k = V_UNDEF};
   struct value a = or_expr(c, L, run);
   if (!c->failed && is_name(L, "if")) {
     zo_ct_next(c, L);
@@ -485,6 +498,7 @@ static struct value expr(struct ctx *c, struct lex *L, bool run) {
     }
     if (run) a = t ? a : b;
   }
+  c->depth--;
   return a;
 }
 
@@ -527,9 +541,16 @@ static void run_for(struct ctx *c, const struct part *parts, size_t i, size_t en
   const size_t saved = c->n_vars, saved_scope = c->scope;
   c->scope = saved;
   static const char *const loop_keys[] = {"index", "index0", "first", "last", "length", "revindex", "revindex0"};
+  /* One loop object, updated in place (as Jinja's LoopContext is): an
+   * iteration allocates nothing. */
+  struct value *vals = seq.len ? zo_ct_alloc(c, 7 * sizeof *vals) : NULL;
+  if (seq.len && !vals) return;
   for (size_t k = 0; k < seq.len && !c->failed; k++) {
-    struct value *vals = zo_ct_alloc(c, 7 * sizeof *vals);
-    if (!vals) return;
+    if (++c->iterations > ZO_CT_MAX_ITERATIONS) {
+      zo_ct_fail(c, "chat template: more loop iterations than the limit of %d (all loops together)",
+                 ZO_CT_MAX_ITERATIONS);
+      break;
+    }
     const long long n = (long long)seq.len, j = (long long)k;
     vals[0] = vint(j + 1);
     vals[1] = vint(j);
@@ -550,7 +571,15 @@ static void run_for(struct ctx *c, const struct part *parts, size_t i, size_t en
   c->scope = saved_scope;
 }
 
+static void render_parts(struct ctx *c, const struct part *parts, size_t lo, size_t hi);
+
 void zo_ct_render(struct ctx *c, const struct part *parts, size_t lo, size_t hi) {
+  if (!zo_ct_enter(c)) return;
+  render_parts(c, parts, lo, hi);
+  c->depth--;
+}
+
+static void render_parts(struct ctx *c, const struct part *parts, size_t lo, size_t hi) {
   for (size_t i = lo; i < hi && !c->failed; i++) {
     const struct part *p = &parts[i];
     if (p->k == P_TEXT) {
@@ -610,6 +639,13 @@ void zo_ct_render(struct ctx *c, const struct part *parts, size_t lo, size_t hi)
       struct value v = expr(c, &L, true);
       zo_ct_expect_end(c, &L);
       zo_ct_set_var(c, name, n, v);
+    } else if (zo_ct_tag_is(p, "endfor") || zo_ct_tag_is(p, "endif") || zo_ct_tag_is(p, "elif") ||
+               zo_ct_tag_is(p, "else")) {
+      /* A block's end or branch met outside its block. */
+      const bool in_for = zo_ct_tag_is(p, "endfor");
+      zo_ct_fail(c, "chat template: {%% %s %%} without its {%% %s %%} before it", in_for ? "endfor"
+                 : zo_ct_tag_is(p, "endif") ? "endif" : zo_ct_tag_is(p, "elif") ? "elif" : "else",
+                 in_for ? "for" : "if");
     } else {
       const char *s = p->s;
       while (s < p->s + p->n && isspace((unsigned char)*s)) s++;

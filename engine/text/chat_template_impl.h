@@ -13,13 +13,26 @@
  *     unary's '-' -> unary; not_expr's `not` -> not_expr
  *   zo_ct_render -> zo_ct_render (the if branch taken) and
  *   zo_ct_render -> run_for -> zo_ct_render (each loop body, for's else)
- * Output grows in one place, emit in _eval.c. */
+ * Output grows in one place, emit in _eval.c.
+ * Limits (a hostile template must fail by name, never crash or exhaust the
+ * host): nesting depth over those recursion points, output bytes (also the
+ * longest string built), loop iterations in all, arena bytes. */
 #ifndef ZO_CHAT_TEMPLATE_IMPL_H
 #define ZO_CHAT_TEMPLATE_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+
+/* Recursion depth over expr, unary '-', not, if and for bodies. Each level
+ * of expr is a few KiB of stack: 256 levels stay far below a thread's 8 MiB. */
+#define ZO_CT_MAX_DEPTH 256
+/* Output (and any one string) beyond this plus twice the messages' bytes. */
+#define ZO_CT_MAX_OUTPUT ((size_t)64 << 20)
+/* Loop iterations in one render, all loops together. */
+#define ZO_CT_MAX_ITERATIONS 1000000
+/* Arena bytes a render may allocate beyond its bound messages. */
+#define ZO_CT_MAX_ARENA ((size_t)256 << 20)
 
 /* ---- arena and state (chat_template.c) ------------------------------------ */
 
@@ -40,7 +53,16 @@ struct ctx {
   struct var *vars;
   size_t n_vars, cap_vars;
   size_t scope; /* vars below belong to enclosing scopes: a set inside a loop shadows them */
+  /* limits (see ZO_CT_MAX_*) */
+  unsigned depth;
+  size_t iterations;
+  size_t arena_bytes, arena_limit; /* arena_limit 0: none yet (binding the messages) */
+  size_t out_limit;
 };
+
+/* Enters one nesting level; false (and c failed naming the limit) beyond
+ * ZO_CT_MAX_DEPTH. Every true is paired with c->depth--. */
+bool zo_ct_enter(struct ctx *c);
 
 /* n bytes (16-aligned) from the render's arena, freed when it ends; NULL
  * (and c failed) when out of host memory. */

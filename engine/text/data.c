@@ -747,7 +747,8 @@ int zo_data_prepare(const char *const *text_paths, int n_paths, const char *out_
     if (S_ISDIR(st.st_mode))
       return zo_error(-EISDIR, "prepare: '%s' is a directory, not a text file", text_paths[k]);
     if (!S_ISREG(st.st_mode))
-      return zo_error(-EINVAL, "prepare: '%s' is not a regular file", text_paths[k]);
+      return zo_error(-EINVAL, "prepare: input '%s' is %s: inputs are regular files; copy it into a file first",
+                      text_paths[k], zo_file_kind(st.st_mode));
     total += (size_t)st.st_size;
   }
   if (total == 0) return zo_error(-EINVAL, "prepare: the %d input file(s) are empty", n_paths);

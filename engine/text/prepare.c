@@ -64,13 +64,19 @@ static bool ends_with(const char *s, const char *suffix) {
 static int map_inputs(struct input *in, const char *const *paths, int n) {
   for (int k = 0; k < n; k++) {
     in[k].path = paths[k];
-    int fd = open(paths[k], O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (then refused below) instead of waiting for a writer. */
+    int fd = open(paths[k], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return zo_error(-errno, "prepare: cannot open '%s': %s", paths[k], strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      const int err = errno ? errno : EINVAL;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
       close(fd);
-      return zo_error(-err, "prepare: '%s' is not a regular file", paths[k]);
+      return zo_error(-err, "prepare: cannot stat '%s': %s", paths[k], strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      close(fd);
+      return zo_error(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "prepare: input '%s' is %s: inputs are regular "
+                      "files (prepare maps them); copy it into a file first", paths[k], zo_file_kind(st.st_mode));
     }
     in[k].nbytes = (size_t)st.st_size;
     if (in[k].nbytes) {
@@ -110,7 +116,9 @@ static int cut_documents(const struct input *in, int n_in, bool jsonl, const cha
     const size_t n = in[f].nbytes;
     if (jsonl) {
       size_t line = 0;
-      for (size_t a = 0; a < n;) {
+      /* A UTF-8 byte-order mark before the first line (as configs accept one). */
+      const size_t bom = n >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3) ? 3 : 0;
+      for (size_t a = bom; a < n;) {
         const char *nl = memchr(p + a, '\n', n - a);
         const size_t b = nl ? (size_t)(nl - p) : n;
         line++;

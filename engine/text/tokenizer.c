@@ -276,6 +276,7 @@ static int find_matches(struct tls *t, const pcre2_code *re, size_t off, size_t 
                         size_t *cap) {
   *nm = 0;
   size_t pos = 0;
+  zo_tk_match_limit(t->mctx, n);
   while (pos <= n) {
     const int rc = pcre2_match(re, (PCRE2_SPTR)(t->buf + off), n, pos, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;

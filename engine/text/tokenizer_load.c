@@ -591,7 +591,7 @@ static int load_config(struct zo_tokenizer *tk, const char *dir) {
     if (!stat(p, &st)) {
       json_error_t je;
       cfg = json_load_file(p, 0, &je);
-      if (!cfg) return zo_error(-EINVAL, "%s:%d: %s", p, je.line, je.text);
+      if (!cfg) return je.line < 0 ? zo_error(-EINVAL, "%s", je.text) : zo_error(-EINVAL, "%s:%d: %s", p, je.line, je.text);
       tk->eos_id = config_token(tk, cfg, "eos_token");
       tk->bos_id = config_token(tk, cfg, "bos_token");
       json_t *ct = json_object_get(cfg, "chat_template");
@@ -628,6 +628,8 @@ int zo_tokenizer_load(const char *path, struct zo_tokenizer **out) {
   json_t *root = json_load_file(file, 0, &je);
   if (!root) {
     const int e = access(file, R_OK) ? -errno : -EINVAL;
+    /* jansson's line -1: the file could not be read (its text names it). */
+    if (je.line < 0) return zo_error(e, "tokenizer %s: %s", path, je.text);
     return zo_error(e, "%s:%d:%d: %s", file, je.line, je.column, je.text);
   }
   struct zo_tokenizer *tk = calloc(1, sizeof(*tk));

@@ -238,6 +238,7 @@ static int count_words(struct trainer *t, const char *const *files, size_t n_fil
       n = o;
     }
     size_t pos = 0;
+    zo_tk_match_limit(mctx, n);
     while (pos < n && !err) {
       const int rc = pcre2_match(re, (PCRE2_SPTR)text, n, pos, PCRE2_NO_UTF_CHECK, md, mctx);
       if (rc == PCRE2_ERROR_NOMATCH) break;

@@ -73,5 +73,14 @@ static inline size_t zo_tk_utf8_len(uint8_t c) {
  * PCRE2 10.42's \s exceeds by U+180E, so \s and \S are spelled out as that
  * class. Returns NULL with zo_error naming what (a "where" string) and why. */
 pcre2_code *zo_tk_regex_compile(const char *pattern, bool literal, const char *where);
+/* PCRE2's match limit for a subject of n bytes: its default (10 million)
+ * plus 16 per byte, so that a long run of one class (10 MB of spaces: the
+ * pre-tokenizer's \s+(?!\S) and \s*[\r\n]+ walk it a few times) matches
+ * as in Hugging Face tokenizers, while a backtracking pattern stays
+ * bounded by a multiple of its input. */
+static inline void zo_tk_match_limit(pcre2_match_context *m, size_t n) {
+  const size_t lim = 10000000u + (n < (SIZE_MAX - 10000000u) / 16 ? 16 * n : SIZE_MAX - 10000000u);
+  pcre2_set_match_limit(m, lim > UINT32_MAX ? UINT32_MAX : (uint32_t)lim);
+}
 
 #endif /* ZO_TOKENIZER_UTIL_H */

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "zo/fsutil.h"
 
@@ -40,7 +42,46 @@ static int open_metrics(struct zo_run_log *l) {
   }
   l->metrics = fopen(path, l->o.append ? "a" : "w");
   if (!l->metrics) return zo_error(-errno, "log.metrics_path: %s: %s", path, strerror(errno));
+  struct stat st;
+  l->metrics_good = fstat(fileno(l->metrics), &st) == 0 && S_ISREG(st.st_mode) ? (long long)st.st_size : -1;
   return 0;
+}
+
+/* A log output that cannot be written: said once on stderr, then no longer
+ * written; the run goes on (its checkpoints carry what it trained). */
+static void output_lost(const char *key, const char *path, const char *why) {
+  fprintf(stderr, "zoffload: warning: %s %s cannot be written (%s): it is no longer written; the run goes on and "
+                  "its checkpoints are unaffected\n", key, path, why);
+}
+
+/* One metrics line; a failed write (a full disk) closes the file cut back to
+ * its last whole line (a regular file), said once. */
+static void metrics_line(struct zo_run_log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void metrics_line(struct zo_run_log *l, const char *fmt, ...) {
+  if (!l->metrics) return;
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = vfprintf(l->metrics, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && fflush(l->metrics) == 0) {
+    if (l->metrics_good >= 0) l->metrics_good += n;
+    return;
+  }
+  const int e = errno;
+  fclose(l->metrics); /* its own failure is the same one */
+  l->metrics = NULL;
+  const char *path = l->cfg->log.metrics_path;
+  if (l->metrics_good >= 0 && truncate(path, (off_t)l->metrics_good) != 0)
+    fprintf(stderr, "zoffload: warning: log.metrics_path %s: cannot cut it back to its last whole line: %s\n", path,
+            strerror(errno));
+  output_lost("log.metrics_path", path, strerror(e));
+}
+
+/* TensorBoard's write failed (err): said once, its writer closed. */
+static void tb_lost(struct zo_run_log *l) {
+  output_lost("log.tensorboard_dir", l->cfg->log.tensorboard_dir, zo_last_error());
+  zo_tb_free(l->tb);
+  l->tb = NULL;
 }
 
 int zo_run_log_open(struct zo_run_log *l, const struct zo_config *cfg, struct zo_sched *s,
@@ -74,20 +115,18 @@ static int write_records(struct zo_run_log *l, const struct zo_step_record *r) {
         {"train/ms", 1e3 * r->wall_s}, {"train/comm_ms", r->comm_ms},
     };
     const size_t n_tb = sizeof tbs / sizeof tbs[0] - (dp ? 0 : 1); /* comm_ms over ranks only */
-    int err = zo_tb_write(l->tb, r->step, now, tbs, n_tb);
-    if (err) return err;
+    if (zo_tb_write(l->tb, r->step, now, tbs, n_tb)) tb_lost(l);
   }
   if (l->metrics) {
     /* JSON has no inf or NaN: an overflowed step's norm is null. */
     char norm_s[32] = "null", dp_s[96] = "";
     if (isfinite(r->norm)) snprintf(norm_s, sizeof norm_s, "%.17g", r->norm);
     if (dp) snprintf(dp_s, sizeof dp_s, ", \"ranks\": %d, \"comm_ms\": %.3f", l->o.n_ranks, r->comm_ms);
-    fprintf(l->metrics,
+    metrics_line(l,
             "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"loss_scale\": %.17g, "
             "\"skipped\": %s, \"tokens_per_s\": %.1f, \"ms\": %.2f%s, \"time\": %.3f}\n",
             r->step, r->loss, r->lr, norm_s, r->loss_scale, r->skipped ? "true" : "false", tok_s, 1e3 * r->wall_s,
             dp_s, now);
-    fflush(l->metrics);
   }
   return 0;
 }
@@ -142,11 +181,9 @@ int zo_run_log_step(struct zo_run_log *l, const struct zo_step_record *r) {
 int zo_run_log_eval(struct zo_run_log *l, long step, double val_loss) {
   say(l, "%sstep %ld: val loss %.4f\n", l->o.tty ? "\r" : "", step, val_loss);
   const double now = unix_time();
-  if (l->metrics) {
-    fprintf(l->metrics, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, val_loss, now);
-    fflush(l->metrics);
-  }
-  return l->tb ? zo_tb_write(l->tb, step, now, &(struct zo_tb_scalar){"val/loss", val_loss}, 1) : 0;
+  metrics_line(l, "{\"step\": %ld, \"val_loss\": %.17g, \"time\": %.3f}\n", step, val_loss, now);
+  if (l->tb && zo_tb_write(l->tb, step, now, &(struct zo_tb_scalar){"val/loss", val_loss}, 1)) tb_lost(l);
+  return 0;
 }
 
 void zo_run_log_close(struct zo_run_log *l) {

@@ -49,7 +49,8 @@ struct zo_run_log {
   struct zo_run_log_opts o;
   const struct zo_config *cfg;
   struct zo_sched *sched;  /* its counters (borrowed) */
-  FILE *metrics;           /* NULL: none */
+  FILE *metrics;           /* NULL: none (or lost: a write failed, said once) */
+  long long metrics_good;  /* bytes of whole lines in it (-1: not a regular file) */
   zo_tb_t tb;              /* NULL: none */
   /* since the last console line */
   double compute_s, io_s, loss, wall_s;
@@ -65,7 +66,10 @@ struct zo_run_log {
 int zo_run_log_open(struct zo_run_log *l, const struct zo_config *cfg, struct zo_sched *s,
                     const struct zo_run_log_opts *o);
 /* Logs step r: its TensorBoard scalars, its metrics line, the
- * console line when due, the progress bar. Returns 0 or -errno. */
+ * console line when due, the progress bar. A metrics or TensorBoard write
+ * that fails (a full disk) is said once on stderr and that output is no
+ * longer written (the metrics file cut back to its last whole line): the
+ * run goes on. Returns 0 or -errno. */
 int zo_run_log_step(struct zo_run_log *l, const struct zo_step_record *r);
 /* Logs a validation loss after step (console, metrics, TensorBoard). */
 int zo_run_log_eval(struct zo_run_log *l, long step, double val_loss);

@@ -520,24 +520,31 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   if (err) return err;
   struct zo_model_config mc;
   if ((err = zo_model_config_from_pretrained(path, 0, &mc))) return err;
-  /* The output: a new or empty directory, created only as its last
-   * component; whatever a failed export wrote there is removed again. */
-  bool created = false;
-  DIR *d = opendir(o->out);
+  /* The output: a new or empty directory. The export is written into
+   * OUT.tmp.PID beside it and renamed into place once whole, so that a
+   * kill leaves OUT as it was; the next export to OUT removes a dead
+   * export's temporary. */
+  char out[PATH_MAX], tmp[PATH_MAX + 32];
+  if (snprintf(out, sizeof out, "%s", o->out) >= (int)sizeof out)
+    return zo_error(-ENAMETOOLONG, "--out %.80s...: path too long", o->out);
+  for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = '\0';
+  DIR *d = opendir(out);
   if (d) {
     const struct dirent *e;
     bool empty = true;
     while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
     closedir(d);
-    if (!empty) return zo_error(-EEXIST, "--out %s is not empty: give a new or empty directory", o->out);
+    if (!empty) return zo_error(-EEXIST, "--out %s is not empty: give a new or empty directory", out);
   } else if (errno != ENOENT) {
-    return zo_error(-errno, "--out %s: %s", o->out, strerror(errno));
-  } else if (mkdir(o->out, 0755) != 0) {
-    return zo_error(-errno, "--out %s: %s%s", o->out, strerror(errno),
-                    errno == ENOENT ? " (its parent directory does not exist)" : "");
-  } else {
-    created = true;
+    return zo_error(-errno, "--out %s: %s", out, strerror(errno));
   }
+  const int swept = zo_atomic_sweep_stale(out);
+  if (swept < 0) return swept;
+  if (swept > 0) fprintf(stderr, "zoffload: removed %d leftover(s) of a killed export beside %s\n", swept, out);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+  if (mkdir(tmp, 0755) != 0)
+    return zo_error(-errno, "--out %s: cannot create %s: %s%s", out, tmp, strerror(errno),
+                    errno == ENOENT ? " (its parent directory does not exist)" : "");
   /* Streamed from the checkpoint's files to the output's, tensor by tensor
    * (zo_model_export_pretrained): no model in memory. A checkpoint is
    * checked first as a load would check it (trainer_state.json, every
@@ -553,12 +560,22 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   const double t1 = zo_time_s();
   const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
   size_t read_bytes = 0;
-  if (!err) err = zo_model_export_pretrained(src, o->out, &mc, &so, &read_bytes);
+  if (!err) err = zo_model_export_pretrained(src, tmp, &mc, &so, &read_bytes);
   /* The tokenizer files beside the weights make the export a whole model
    * directory (AutoTokenizer, generation config). */
   char tok_json[PATH_MAX];
   const bool has_tok = !err && zo_tokenizer_json_of(path, tok_json, sizeof tok_json);
-  if (has_tok) err = zo_tokenizer_copy_files(tok_json, o->out);
+  if (has_tok) err = zo_tokenizer_copy_files(tok_json, tmp);
+  /* Into place (over an empty OUT too), then the parent's entry made durable. */
+  if (!err && rename(tmp, out) != 0) err = zo_error(-errno, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
+  if (!err) {
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else slash[slash == parent] = '\0';
+    err = zo_fsync_dir(parent);
+  }
   if (!err) {
     *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1, .load_bytes = read_bytes,
                                      .step = is_checkpoint ? st.step : -1, .tokenizer = has_tok};
@@ -567,10 +584,8 @@ int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export
   if (err) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zo_last_error());
-    /* Everything in it is this export's: it was new or empty. */
-    const bool removed = zo_remove_tree(o->out) == 0;
-    if (removed && !created) mkdir(o->out, 0755);
-    if (removed) err = zo_error(err, "%s (%s %s)", msg, created ? "removed" : "emptied again:", o->out);
+    /* Everything in the temporary is this export's; OUT is as it was. */
+    if (zo_remove_tree(tmp) == 0) err = zo_error(err, "%s (%s left as it was)", msg, out);
     else err = zo_error(err, "%s", msg);
   }
   return err;

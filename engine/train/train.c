@@ -78,6 +78,8 @@ struct trainer {
   struct zo_state_io io;           /* the scheduler's state I/O: loads, saves, init */
   struct zo_run_guard guard;       /* checkpoint.dir's lock, this run's NVMe directory */
   char tokenizer[PATH_MAX];        /* the run's tokenizer.json (zo/run_tokenizer.h), "" none */
+  bool tokenizer_from_ckpt;        /* taken from the resumed checkpoint: follows the newest save */
+  struct zo_run_inputs inputs;     /* data.train and the tokenizer, as checkpoints record them */
   struct zo_train_state st;        /* what a checkpoint records */
   struct zo_adamw_hparams hp0;     /* AdamW's constants; the rate is the schedule's */
   struct zo_tracer tracer;         /* engine.trace: rank 0's timeline of the configured steps */
@@ -203,6 +205,61 @@ static int open_data(struct trainer *t) {
   return 0;
 }
 
+/* data.train's and the tokenizer's fingerprints, recorded in every checkpoint. */
+static int record_inputs(struct trainer *t) {
+  struct zo_run_inputs *in = &t->inputs;
+  uint64_t bytes;
+  int err = zo_file_fingerprint(t->cfg->data.train, false, &in->data_bytes, &in->data_crc);
+  if (err) return zo_error(err, "data.train: %s", zo_last_error());
+  in->data_known = true;
+  snprintf(in->data_path, sizeof in->data_path, "%s", t->cfg->data.train);
+  if (!t->tokenizer[0]) return 0;
+  if ((err = zo_file_fingerprint(t->tokenizer, true, &bytes, &in->tokenizer_crc))) return err;
+  in->tokenizer = true;
+  return 0;
+}
+
+/* The resumed checkpoint's inputs (st->inputs) against this run's: another
+ * data file or tokenizer is refused unless --allow-data-change; a run
+ * without a tokenizer takes the checkpoint's. */
+static int check_inputs(struct trainer *t, const char *path, const struct zo_run_inputs *was) {
+  struct zo_run_inputs *now = &t->inputs;
+  const bool allow = t->opts->allow_data_change;
+  if (!was->data_known) {
+    say(t, "note: %s records no data.train (saved before checkpoints recorded it): not compared\n", path);
+  } else if (was->data_bytes != now->data_bytes || was->data_crc != now->data_crc) {
+    if (!allow)
+      return zo_error(-EINVAL, "%s was trained on data.train %s (%llu bytes, fingerprint %08x), this run's data.train "
+                               "%s is another file (%llu bytes, fingerprint %08x): its data position would index "
+                               "other tokens; resume with the same data, or pass --allow-data-change to go on "
+                               "with this one", path, was->data_path, (unsigned long long)was->data_bytes,
+                      was->data_crc, now->data_path, (unsigned long long)now->data_bytes, now->data_crc);
+    say(t, "note: data.train changed (%s -> %s): --allow-data-change given, training goes on with it\n",
+        was->data_path, now->data_path);
+  } else if (strcmp(was->data_path, now->data_path) != 0) {
+    say(t, "note: data.train %s has the same bytes as the checkpoint's %s\n", now->data_path, was->data_path);
+  }
+  if (was->tokenizer && now->tokenizer && was->tokenizer_crc != now->tokenizer_crc) {
+    if (!allow)
+      return zo_error(-EINVAL, "%s carries another tokenizer (tokenizer.json CRC32 %08x) than this run's %s (CRC32 "
+                               "%08x): the token ids would mean other text; resume with the checkpoint's tokenizer "
+                               "(--set model.tokenizer=%s), or pass --allow-data-change to go on with this one",
+                      path, was->tokenizer_crc, t->tokenizer, now->tokenizer_crc, path);
+    say(t, "note: tokenizer changed to %s: --allow-data-change given\n", t->tokenizer);
+  } else if (was->tokenizer && !now->tokenizer) {
+    if (snprintf(t->tokenizer, sizeof t->tokenizer, "%s/tokenizer.json", path) >= (int)sizeof t->tokenizer)
+      return zo_error(-ENAMETOOLONG, "%s/tokenizer.json: path too long", path);
+    now->tokenizer = true;
+    now->tokenizer_crc = was->tokenizer_crc;
+    t->tokenizer_from_ckpt = true;
+    say(t, "tokenizer: %s (the checkpoint's; copied into every checkpoint)\n", t->tokenizer);
+  } else if (!was->tokenizer && now->tokenizer) {
+    say(t, "note: %s carries no tokenizer; this run's %s goes into its checkpoints from now on\n", path,
+        t->tokenizer);
+  }
+  return 0;
+}
+
 /* ---- load: resume > model.init_from > seeded init ---------------------------- */
 
 /* opts->resume's checkpoint ("auto": rank 0's latest, so that every rank
@@ -221,6 +278,7 @@ static int resume(struct trainer *t, char *path, size_t size) {
     snprintf(path, size, "%s", t->opts->resume);
   }
   if ((err = zo_checkpoint_load_io(path, t->m, &t->plan.placement.opt, &t->io, true, st))) return err;
+  if ((err = check_inputs(t, path, &st->inputs))) return err;
   if (st->seed != cfg->engine.seed)
     return zo_error(-EINVAL, "%s was saved by a run with engine.seed = %llu, the config has %llu: the data order "
                              "follows the seed; resume with --set engine.seed=%llu", path,
@@ -267,6 +325,7 @@ static int trainer_load(struct trainer *t) {
   }
   t->st.batch_rows = (long)t->B * t->n_ranks;
   t->st.world_size = t->n_ranks;
+  t->st.inputs = t->inputs;
   return 0;
 }
 
@@ -432,9 +491,13 @@ static int train_step(struct trainer *t, long step, struct zo_step_record *r) {
   if ((err = zo_sched_step_end(t->sched, opt_step, &hp, cfg->gradient_clipping, &r->loss))) return err;
   const double t1 = zo_time_s();
   if ((err = zo_sched_norm(t->sched, &r->norm, &r->skipped))) return err;
-  if (zo_tracer_due(&t->tracer, step, cfg->steps) &&
-      ((err = zo_sched_synchronize(t->sched)) || (err = zo_tracer_end(&t->tracer, stdout))))
-    return err;
+  if (zo_tracer_due(&t->tracer, step, cfg->steps)) {
+    if ((err = zo_sched_synchronize(t->sched))) return err;
+    /* A trace that cannot be written (a full disk) loses the trace, never the run's steps. */
+    if (zo_tracer_end(&t->tracer, stdout))
+      fprintf(stderr, "zoffload: warning: engine.trace.path %s cannot be written (%s): the run goes on without "
+                      "the trace\n", t->tracer.path, zo_last_error());
+  }
   const double t2 = zo_time_s();
   const double loss = r->loss, norm = r->norm;
   if (!mixed16 && !r->skipped && (!isfinite(loss) || !isfinite(norm))) {
@@ -482,7 +545,13 @@ static int save(struct trainer *t) {
   const struct zo_run_saver s = {.cfg = t->cfg, .comm = t->comm, .rank = t->rank, .n_ranks = t->n_ranks,
                                  .lead = t->lead, .tty = t->tty, .sched = t->sched, .io = &t->io,
                                  .pl = &t->plan.placement, .tokenizer = t->tokenizer};
-  return zo_run_save(&s, &t->st);
+  int err = zo_run_save(&s, &t->st);
+  /* The checkpoint's tokenizer, taken at resume, is read from the newest
+   * save from now on: retention may remove the one resumed from. */
+  char latest[PATH_MAX];
+  if (!err && t->lead && t->tokenizer_from_ckpt && zo_checkpoint_latest(t->cfg->checkpoint.dir, latest, sizeof latest) == 0)
+    snprintf(t->tokenizer, sizeof t->tokenizer, "%.*s/tokenizer.json", (int)sizeof t->tokenizer - 16, latest);
+  return err;
 }
 
 /* The step at which a signal stops the run: rank 0's, on every rank. */
@@ -594,7 +663,8 @@ static int trainer_finish(struct trainer *t) {
 /* open, load, log, loop, finish. */
 static int train_run(struct trainer *t) {
   int err, sig = 0;
-  if ((err = trainer_open(t)) || (err = open_tokenizer(t)) || (err = open_data(t)) || (err = trainer_load(t)) ||
+  if ((err = trainer_open(t)) || (err = open_tokenizer(t)) || (err = open_data(t)) ||
+      (err = record_inputs(t)) || (err = trainer_load(t)) ||
       (err = open_log(t)))
     return err;
   describe(t);

@@ -24,6 +24,8 @@
 #define ZO_CHECKPOINT_H
 
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "zo/model.h"
@@ -34,6 +36,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What a run trains on, recorded in trainer_state.json ("data_train":
+ * {"path", "bytes", "fingerprint"}; the tokenizer is "files"'s
+ * tokenizer.json checksum), so that a resume on another data file or
+ * tokenizer is refused unless told (zo_train_opts.allow_data_change). */
+struct zo_run_inputs {
+  bool data_known;        /* data_* recorded (false: a checkpoint from before these fields) */
+  char data_path[PATH_MAX]; /* data.train as the run gave it */
+  uint64_t data_bytes;    /* its size */
+  uint32_t data_crc;      /* its zo_file_fingerprint (sampled) */
+  bool tokenizer;         /* a tokenizer.json carried */
+  uint32_t tokenizer_crc; /* its CRC32 (whole) */
+};
 
 struct zo_train_state {
   long step;                /* optimizer steps completed (applied or skipped) */
@@ -46,7 +61,14 @@ struct zo_train_state {
   int world_size;           /* data-parallel ranks of the run that saved it; 0 unknown */
   struct zo_loss_scaler scaler; /* fp16 loss scaler state (scale 1 when unused) */
   uint64_t seed;            /* engine.seed of the run */
+  struct zo_run_inputs inputs; /* what the run trained on (a resume compares it with its own) */
 };
+
+/* The size and CRC32 of file path, for a run's inputs: whole (every byte)
+ * or sampled (files over 64 MiB: 16 evenly spaced 64 KiB blocks, the first
+ * and last included, so that a multi-GB token file costs 1 MiB of reads).
+ * Returns 0 or -errno naming the file. */
+int zo_file_fingerprint(const char *path, bool whole, uint64_t *bytes, uint32_t *crc);
 
 /* Saves host copies of parameters (table order, m->table.numel floats), and
  * AdamW m and v (the canonical layout of format opt, zo/optim_format.h; NULL: fp32

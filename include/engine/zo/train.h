@@ -27,6 +27,8 @@ struct zo_train_opts {
   zo_comm_t comm;      /* data-parallel ranks, borrowed (NULL: one process); see zo_train */
   bool overwrite;      /* a fresh run into a checkpoint.dir holding another run's checkpoints (or a
                         * non-empty log.metrics_path) removes them first instead of refusing */
+  bool allow_data_change; /* a resume on another data.train or tokenizer than the checkpoint's goes on
+                           * (said) instead of being refused */
   int *stop_signal;    /* receives SIGINT or SIGTERM when one stopped the run (it returns -EINTR),
                         * else 0 (may be NULL) */
   zo_backend_t backend; /* the backend to run on, borrowed (NULL: engine.device's, zo_train_backend);

@@ -63,10 +63,13 @@ void zo_atomic_file_abort(struct zo_atomic_file *f);
  * existing parent directory, or a regular file. Refuses a directory, device,
  * FIFO or socket naming what it is. Returns 0 or -errno. */
 int zo_output_check(const char *path);
+/* "a directory", "a FIFO", "a character device", ... for st_mode m, for
+ * messages refusing what is not a regular file. */
+const char *zo_file_kind(mode_t m);
 /* Whether a and b name the same file (device and inode): false when either
  * is missing. */
 bool zo_same_file(const char *a, const char *b);
-/* Removes the "<path>.tmp.<pid>" files beside path whose pid is not a live
+/* Removes the "<path>.tmp.<pid>" files (or directories) beside path whose pid is not a live
  * process (the leftovers of a killed writer; a pid of another host or PID
  * namespace sharing the directory looks dead). Returns how many were
  * removed, or -errno. */
