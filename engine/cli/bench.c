@@ -258,6 +258,7 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   }
   if (!err) err = zo_sched_synchronize(s);
   if (traced) {
+    zo_sched_trace_counters(s); /* the last step's bytes end here */
     zo_trace_step(steps, step_t0, zo_trace_now());
     zo_trace_stop();
   }

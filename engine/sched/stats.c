@@ -186,4 +186,9 @@ void zo_sched_trace_counters(const struct zo_sched *s) {
   zo_trace_counter("device bytes in use", s->m->arena.used + s->opt_arena.used, now);
   zo_trace_counter("host bytes in use", s->pool.used, now);
   zo_trace_counter("nvme bytes in use", s->nvme_planned, now);
+  /* The bytes issued so far (zo_sched_stats; names zo_trace_summarize reads). */
+  zo_trace_counter("h2d bytes issued", atomic_load(&s->h2d_bytes), now);
+  zo_trace_counter("d2h bytes issued", atomic_load(&s->d2h_bytes), now);
+  zo_trace_counter("nvme read bytes issued", atomic_load(&s->nvme_read_bytes), now);
+  zo_trace_counter("nvme write bytes issued", atomic_load(&s->nvme_write_bytes), now);
 }

@@ -433,7 +433,8 @@ static int train_step(struct trainer *t, long step, struct zo_step_record *r) {
   const double t1 = zo_time_s();
   if ((err = zo_sched_norm(t->sched, &r->norm, &r->skipped))) return err;
   if (zo_tracer_due(&t->tracer, step, cfg->steps) &&
-      ((err = zo_sched_synchronize(t->sched)) || (err = zo_tracer_end(&t->tracer, stdout))))
+      ((err = zo_sched_synchronize(t->sched)) ||
+       (zo_sched_trace_counters(t->sched), (err = zo_tracer_end(&t->tracer, stdout)))))
     return err;
   const double t2 = zo_time_s();
   const double loss = r->loss, norm = r->norm;
