@@ -27,6 +27,12 @@ struct zo_plan {
   size_t budget[ZO_N_TIERS];                    /* bytes; 0 = unknown / unlimited */
   char budget_src[ZO_N_TIERS][64];              /* "engine.gpu_memory_budget", "free", ... */
   bool fits[ZO_N_TIERS];
+  /* engine.schedule resolved: the layer-major order (each streamed block
+   * loaded once forward and once backward per step, for all K
+   * micro-batches), else micro-batch-major (each micro-batch through the
+   * whole model in turn); why, in words, for plan's output. */
+  bool layer_major;
+  char schedule_why[320];
 };
 
 /* "device", "host", "nvme". */
