@@ -143,6 +143,7 @@ static int test_defaults(void) {
   EXPECT(c.engine.device == ZO_DEVICE_AUTO && c.engine.gpu_memory_budget == 0);
   EXPECT(c.engine.host_memory_budget == 0 && c.engine.threads == 0 && c.engine.seed == 1337);
   EXPECT(c.engine.grad_slots == 2);
+  EXPECT(c.engine.schedule == ZO_SCHEDULE_AUTO);
   EXPECT(c.log.every == 10 && streq(c.log.metrics_path, ""));
   EXPECT(streq(c.checkpoint.dir, "") && c.checkpoint.every == 0 && c.checkpoint.keep == 3);
   zo_config_free(&c);
@@ -313,6 +314,8 @@ static const struct bad_case bad_cases[] = {
   /* out of range */
   {"range-threads", "{\"engine\": {\"threads\": -3}}", {0}, -EINVAL,
    "engine.threads = -3: must be an integer >= 0", false},
+  {"enum-schedule", "{\"engine\": {\"schedule\": \"layer-major\"}}", {0}, -EINVAL,
+   "engine.schedule = \"layer-major\": must be one of \"auto\", \"layer_major\", \"micro_batch_major\"", false},
   {"range-grad-slots", "{\"engine\": {\"grad_slots\": 3}}", {0}, -EINVAL,
    "engine.grad_slots = 3: must be an integer in [1, 2]", false},
   {"range-grad-slots-zero", "{\"engine\": {\"grad_slots\": 0}}", {0}, -EINVAL,

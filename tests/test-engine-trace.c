@@ -237,7 +237,18 @@ static int traced_run(const char *name, const char *const *extra, int n_extra, c
       compute |= !strcmp(info[s].tracks[t].name, "compute") && info[s].tracks[t].busy_ms > 0;
     CHECK(compute && info[s].step == s + 1 && info[s].critical_n > 0);
     CHECK(info[s].hidden_ms <= info[s].copy_io_ms + 1e-6);
+    /* The bytes the scheduler issued, from its counters at each step's
+     * start and the next (the last step's: taken as the trace ends). Every
+     * step after the first queues the same copies; the tokens at least go
+     * in and the losses out. */
+    CHECK(info[s].have_bytes);
+    CHECK(info[s].bytes[ZO_TRACE_BYTES_H2D] > 0 && info[s].bytes[ZO_TRACE_BYTES_D2H] > 0);
+    if (s > 1)
+      for (int w = ZO_TRACE_BYTES_H2D; w <= ZO_TRACE_BYTES_D2H; w++) CHECK(info[s].bytes[w] == info[1].bytes[w]);
   }
+  printf("  %s: step 2 issued %llu bytes h2d, %llu d2h, NVMe %llu read, %llu written\n", name,
+         (unsigned long long)info[1].bytes[0], (unsigned long long)info[1].bytes[1],
+         (unsigned long long)info[1].bytes[2], (unsigned long long)info[1].bytes[3]);
   return err;
 }
 

@@ -218,7 +218,8 @@ static void fill_tokens(int32_t *in, int32_t *tg, size_t n, int V, uint64_t *sta
  * recorded on the timeline (zo/trace.h), numbered 1..steps, recording
  * stopped at the end: its cost is part of the time. */
 static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps, int warmup,
-                      bool compute_only, bool traced, long *t, double *mean_s, double *comm_s) {
+                      bool compute_only, bool traced, long *t, double *mean_s, double *comm_s,
+                      struct zo_bench_step *bytes) {
   struct zo_model *m = zo_sched_model(s);
   const size_t BT = (size_t)m->B * (size_t)m->T;
   struct zo_adamw_hparams hp = {.lr = (float)cfg->optimizer.lr, .beta1 = (float)cfg->optimizer.betas[0],
@@ -257,12 +258,19 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   }
   if (!err) err = zo_sched_synchronize(s);
   if (traced) {
+    zo_sched_trace_counters(s); /* the last step's bytes end here */
     zo_trace_step(steps, step_t0, zo_trace_now());
     zo_trace_stop();
   }
   *mean_s = (zo_time_s() - t0) / steps;
   zo_sched_stats(s, &st1);
   if (comm_s) *comm_s = (st1.comm_s - st0.comm_s) / steps;
+  if (bytes) {
+    bytes->h2d_bytes = (st1.h2d_bytes - st0.h2d_bytes) / (uint64_t)steps;
+    bytes->d2h_bytes = (st1.d2h_bytes - st0.d2h_bytes) / (uint64_t)steps;
+    bytes->nvme_read_bytes = (st1.nvme_read_bytes - st0.nvme_read_bytes) / (uint64_t)steps;
+    bytes->nvme_write_bytes = (st1.nvme_write_bytes - st0.nvme_write_bytes) / (uint64_t)steps;
+  }
   return err;
 }
 
@@ -309,7 +317,7 @@ int zo_bench_compute_run(const struct zo_config *cfg, zo_backend_t be, int reps,
   double best = 0;
   for (int r = 0; r < reps && !err; r++) {
     double one;
-    err = time_steps(s, cfg, 1, r == 0 ? 1 : 0, true, false, &t, &one, NULL);
+    err = time_steps(s, cfg, 1, r == 0 ? 1 : 0, true, false, &t, &one, NULL, NULL);
     if (!err && (best == 0 || one < best)) best = one;
   }
   zo_sched_free(s);
@@ -397,10 +405,10 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
   if (!err) err = opt_bench_init(&ob, &zo_sched_model(s)->table);
   for (int r = 0; r < BENCH_ROUNDS && !err; r++) {
     const int warmup = r == 0 ? 2 : 0;
-    if ((err = time_steps(s, cfg, steps, warmup, false, false, &ts, &step[r], &comm_s[r])) ||
-        (tracing && (err = time_steps(s, cfg, steps, 0, false, true, &ts, &traced[r], NULL))) ||
-        (err = time_steps(sd, cfg, steps, warmup, false, false, &td, &device[r], NULL)) ||
-        (err = time_steps(sd, cfg, steps, warmup, true, false, &td, &compute[r], NULL)) ||
+    if ((err = time_steps(s, cfg, steps, warmup, false, false, &ts, &step[r], &comm_s[r], r == 0 ? out : NULL)) ||
+        (tracing && (err = time_steps(s, cfg, steps, 0, false, true, &ts, &traced[r], NULL, NULL))) ||
+        (err = time_steps(sd, cfg, steps, warmup, false, false, &td, &device[r], NULL, NULL)) ||
+        (err = time_steps(sd, cfg, steps, warmup, true, false, &td, &compute[r], NULL, NULL)) ||
         (err = zo_sched_time_io(s, &io[r])))
       break;
     if (tracing) traced_ratio[r] = traced[r] / step[r];

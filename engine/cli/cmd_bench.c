@@ -119,6 +119,9 @@ static int bench_step(int argc, char **argv) {
   printf("  alone: compute %.1f ms, I/O %.1f ms, optimizer %.1f ms\n", b.compute_s * 1e3, b.io_s * 1e3,
          b.optimizer_s * 1e3);
   printf("  overlap efficiency (step / slowest alone): %.3f\n", b.overlap);
+  printf("  bytes per step: %.1f MiB host->device, %.1f MiB device->host, NVMe %.1f MiB read, %.1f MiB written\n",
+         (double)b.h2d_bytes / 1048576.0, (double)b.d2h_bytes / 1048576.0, (double)b.nvme_read_bytes / 1048576.0,
+         (double)b.nvme_write_bytes / 1048576.0);
   if (b.traced)
     printf("  traced: %.1f ms per step, %+.1f%% against untraced (median of per-round ratios); timeline of the "
            "last round written\n", b.traced_step_s * 1e3, b.trace_overhead * 100.0);
@@ -141,9 +144,12 @@ static int bench_step(int argc, char **argv) {
   if (json)
     printf("{\"backend\": \"%s\", \"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, "
            "\"io_ms\": %.3f, \"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f, \"tokens_per_s\": %.1f, "
-           "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f%s}\n",
+           "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f, \"h2d_bytes\": %llu, "
+           "\"d2h_bytes\": %llu, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu%s}\n",
            b.backend, b.step_s * 1e3, b.device_step_s * 1e3, b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3,
-           b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops, ranks_json);
+           b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops,
+           (unsigned long long)b.h2d_bytes, (unsigned long long)b.d2h_bytes, (unsigned long long)b.nvme_read_bytes,
+           (unsigned long long)b.nvme_write_bytes, ranks_json);
   return 0;
 }
 

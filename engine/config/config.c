@@ -32,6 +32,7 @@ const char *const zo_config_offload_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const placement_names[] = {"config", "auto", NULL};
+static const char *const schedule_names[] = {"auto", "layer_major", "micro_batch_major", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 
@@ -229,6 +230,7 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("engine.seed", KEY_INT, engine.seed), ATLEAST(0), .def = "1337"},
   {KEY("engine.on_nonfinite", KEY_ENUM, engine.on_nonfinite), .names = nonfinite_names, .def = "\"stop\""},
   {KEY("engine.placement", KEY_ENUM, engine.placement), .names = placement_names, .def = "\"config\""},
+  {KEY("engine.schedule", KEY_ENUM, engine.schedule), .names = schedule_names, .def = "\"auto\""},
   {KEY("engine.grad_slots", KEY_INT, engine.grad_slots), RANGE(1, 2), .def = "2"}, /* 2: ZO_SCHED_GRAD_SLOTS */
   SECTION("engine.trace"),
   {KEY("engine.trace.path", KEY_STRING, engine.trace.path), .def = "\"\""},

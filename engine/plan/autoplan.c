@@ -344,6 +344,23 @@ static void print_row(const struct zo_autoplan_candidate *c, int rank, bool cpu,
   fprintf(out, "\n");
 }
 
+/* The best candidate's NVMe state traffic, and what the layer-major order
+ * (not built yet) would predict for it, its K checkpointed inputs per block
+ * against the tier's budget. */
+static void print_schedule(const struct zo_autoplan *a, const struct zo_autoplan_candidate *c, FILE *out) {
+  char b[2][32];
+  if (c->cost.nvme_s > 0)
+    fprintf(out, "  #1's NVMe: %.1f s of reads and writes per step, %.1f s of them the optimizer state (master, m, "
+            "v)\n", c->cost.nvme_s, c->cost.nvme_state_s);
+  if (c->cost.layer_major_s <= 0) return;
+  const int t = c->cost.layer_major_ckpt_tier;
+  const size_t need = c->bytes[t] + c->cost.layer_major_ckpt_extra;
+  fprintf(out, "  #1 runs micro-batch-major; the layer-major order (not built yet) would predict %.1f ms a step, "
+          "keeping %s more checkpointed inputs on the %s (%s in all: %s)\n", c->cost.layer_major_s * 1e3,
+          zo_format_bytes(c->cost.layer_major_ckpt_extra, b[0]), zo_tier_name((enum zo_tier)t),
+          zo_format_bytes(need, b[1]), !a->budget[t] || need <= a->budget[t] ? "fits" : "over budget");
+}
+
 void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile *r, int top, FILE *out) {
   char desc[200], b[3][32];
   const bool cpu = r->shared_cores;
@@ -366,6 +383,7 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
     const int n = top > 0 && top < a->n_fit ? top : a->n_fit;
     for (int i = 0; i < n; i++) print_row(&a->fit[i], i + 1, cpu, out);
     if (n < a->n_fit) fprintf(out, "  ... %d more (--json lists all)\n", a->n_fit - n);
+    print_schedule(a, &a->fit[0], out);
   } else if (a->have_closest) {
     const struct zo_autoplan_candidate *c = &a->closest;
     fprintf(out, "no candidate fits. The closest (%s) is short:", c->what);

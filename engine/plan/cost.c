@@ -240,7 +240,14 @@ static double rate_at(const int *w, const double *g, int n, double x) {
   return g[n - 1];
 }
 
-void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c) {
+/* One step of plan p in the layer-major order (lm) or the micro-batch-major
+ * one. Layer-major (parameter slots, K > 1): every block checkpointed and
+ * recomputed; each streamed block and LM head piece crosses once forward and
+ * once backward per step, its gradient leaves the device once (accumulated
+ * there), the gradient file on NVMe is written once and read once by the
+ * update. The K micro-batches' tokens, losses, host embedding rows and
+ * checkpointed inputs cross per micro-batch in either order. */
+static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p, bool lm, struct zo_cost *c) {
   memset(c, 0, sizeof *c);
   const struct zo_model_config *mc = &p->model;
   const struct zo_placement *pl = &p->placement;
@@ -255,7 +262,8 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
    * rest (matmuls) from the architecture's own count at T and 2T. */
   const double f1 = zo_model_flops_per_token(mc, p->T), f2 = zo_model_flops_per_token(mc, 2 * p->T);
   const double attn = f2 - f1, mm = f1 - attn, head = 6.0 * Vp * C;
-  const double ck = pl->ckpt_blocks / L; /* recomputed forward of the checkpointed blocks: 2 of 6 */
+  const double ck = lm ? 1.0 : pl->ckpt_blocks / L; /* recomputed forward of the checkpointed blocks: 2 of 6 */
+  const double Kx = lm ? 1.0 : K; /* times a streamed block crosses each way per step */
   const double gemm = (mm + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
   /* Elementwise traffic: about 40 activations of width C per block and token
    * (norms, residuals, GELU/SwiGLU, their gradients) and the attention
@@ -273,7 +281,7 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   c->compute_s = K * scale * (gemm / gemm_r + att / attn_r + ew / r->mem_bw + ops * r->op_s);
 
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
-  if (pl->param_slots) c->h2d_s += K * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
+  if (pl->param_slots) c->h2d_s += Kx * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
   /* An untied embedding on the host: its rows cross per micro-batch instead
    * of its update, its gradient as d(embedding output). */
   const struct zo_model_layout lo = zo_placement_layout(pl);
@@ -283,12 +291,12 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
    * instead of its update. */
   const double shead = (double)zo_model_streamed_head_numel(&t, &lo);
   if (offloaded)
-    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0) + shead * e * (2.0 * K - 1.0)) /
+    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0) + shead * e * (2.0 * Kx - 1.0)) /
                 r->h2d_bw; /* updated parameters */
-  if (pl->grads_on_host) c->d2h_s += K * (N * 4.0 - (emb_g ? emb * 4.0 - rows : 0.0)) / r->d2h_bw;
+  if (pl->grads_on_host) c->d2h_s += (Kx * (N * 4.0 - (emb_g ? emb * 4.0 : 0.0)) + (emb_g ? K * rows : 0.0)) / r->d2h_bw;
   else if (offloaded) c->d2h_s += N * 4.0 / r->d2h_bw;
-  if (pl->ckpt_blocks && pl->ckpt_cpu) {
-    const double ckb = K * pl->ckpt_blocks * BT * C * e;
+  if ((pl->ckpt_blocks || lm) && pl->ckpt_cpu) {
+    const double ckb = K * (lm ? L : pl->ckpt_blocks) * BT * C * e;
     c->d2h_s += ckb / r->d2h_bw;
     c->h2d_s += ckb / r->h2d_bw;
   }
@@ -299,7 +307,7 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
      * the host's accumulation of the micro-batches' gradients. */
     c->optimizer_s = n32 / r->adamw_pps + n8 / r->adamw8_pps + N * 4.0 / r->mem_bw +
                      (half ? N * (4.0 + e) / r->mem_bw : 0.0) +
-                     (pl->grads_on_host && K > 1 ? (K - 1) * N * 12.0 / r->mem_bw : 0.0);
+                     (pl->grads_on_host && K > 1 && !lm ? (K - 1) * N * 12.0 / r->mem_bw : 0.0);
   } else {
     c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : N / r->dev_adamw_pps;
   }
@@ -315,8 +323,9 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   /* At the step's end (the updates: state, gradients read, parameters
    * written) and during the micro-batches (slot loads, gradient writes and
    * their read-back for accumulation). */
-  const double nv_end = (st + G) / rbw + (st + P) / wbw, nv_run = 2.0 * K * P / rbw + K * G / wbw + (K - 1) * G / rbw;
+  const double nv_end = (st + G) / rbw + (st + P) / wbw, nv_run = 2.0 * Kx * P / rbw + Kx * G / wbw + (Kx - 1) * G / rbw;
   c->nvme_s = nv_end + nv_run;
+  c->nvme_state_s = st / rbw + st / wbw;
 
   /* Overlap. The optimizer stream updates unit by unit in forward order and
    * the next step's forward waits for each unit only, so the optimizer (and
@@ -336,7 +345,7 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
     double s = c->compute_s + (tail > fwd1 ? tail - fwd1 : 0.0);
     /* One gradient slot: each block's backward waits for the previous
      * block's gradients to be copied out. */
-    if (pl->grads_on_host && pl->grad_slots == 1) s += K * (L * (double)t.layer_numel + shead) * 4.0 / r->d2h_bw;
+    if (pl->grads_on_host && pl->grad_slots == 1) s += Kx * (L * (double)t.layer_numel + shead) * 4.0 / r->d2h_bw;
     if (c->h2d_s > s) s = c->h2d_s;
     if (c->d2h_s > s) s = c->d2h_s;
     c->step_s = s;
@@ -348,4 +357,16 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
   if (c->optimizer_s > worst) worst = c->optimizer_s, c->bottleneck = ZO_BOTTLENECK_OPTIMIZER;
   if (c->nvme_s > worst) c->bottleneck = ZO_BOTTLENECK_NVME;
   zo_tensor_table_free(&t);
+}
+
+void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, struct zo_cost *c) {
+  cost_order(r, p, p->layer_major, c);
+  const struct zo_placement *pl = &p->placement;
+  if (p->layer_major || !pl->param_slots || pl->grad_accum < 2) return;
+  struct zo_cost lm;
+  cost_order(r, p, true, &lm);
+  c->layer_major_s = lm.step_s;
+  const double in = (double)p->B * p->T * p->model.n_embd * (double)zo_dtype_size(pl->dtype); /* one input */
+  c->layer_major_ckpt_extra = (size_t)(((double)pl->grad_accum * p->model.n_layer - pl->ckpt_blocks) * in);
+  c->layer_major_ckpt_tier = pl->ckpt_cpu ? ZO_TIER_HOST : ZO_TIER_DEVICE;
 }

@@ -19,6 +19,37 @@ const char *zo_tier_name(enum zo_tier t) {
 }
 
 
+/* engine.schedule resolved into p->layer_major and p->schedule_why. The
+ * layer-major order is not built yet: "auto" runs micro-batch-major and
+ * says what layer-major would change; "layer_major" is refused by name. */
+static int plan_schedule(const struct zo_config *cfg, struct zo_plan *p) {
+  const int K = p->placement.grad_accum;
+  const bool streams = p->placement.param_slots > 0;
+  const enum zo_schedule_mode mode = cfg->engine.schedule;
+  p->layer_major = false;
+  if (mode == ZO_SCHEDULE_MICRO_BATCH_MAJOR) {
+    snprintf(p->schedule_why, sizeof p->schedule_why, "engine.schedule = \"micro_batch_major\"");
+    return 0;
+  }
+  if (!streams || K < 2) {
+    const char *why = !streams ? "the blocks' parameters stay on the device (zero_optimization.offload_param.device "
+                                 "none), so no block crosses per micro-batch"
+                               : "one micro-batch per step (gradient_accumulation_steps 1): both orders are one";
+    if (mode == ZO_SCHEDULE_LAYER_MAJOR)
+      return zo_error(-EINVAL, "engine.schedule = \"layer_major\": %s; use \"auto\" or \"micro_batch_major\"", why);
+    snprintf(p->schedule_why, sizeof p->schedule_why, "engine.schedule \"auto\": %s", why);
+    return 0;
+  }
+  if (mode == ZO_SCHEDULE_LAYER_MAJOR)
+    return zo_error(-ENOTSUP, "engine.schedule = \"layer_major\": the layer-major order is not built yet (each "
+                              "block would load once per step instead of %d times); use \"auto\" or "
+                              "\"micro_batch_major\", which run the micro-batch-major order", K);
+  snprintf(p->schedule_why, sizeof p->schedule_why, "engine.schedule \"auto\": the parameters stream with %d "
+           "micro-batches, so each block loads %d times per step each way; the layer-major order (once) is not "
+           "built yet", K, K);
+  return 0;
+}
+
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p) {
   return zo_plan_build_rank(cfg, mc, backend, 0, 1, p);
@@ -61,7 +92,7 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
   }
   for (int i = 0; i < ZO_N_TIERS; i++)
     p->fits[i] = p->budget[i] == 0 || p->total[i] <= p->budget[i];
-  return 0;
+  return plan_schedule(cfg, p);
 }
 
 bool zo_plan_fits(const struct zo_plan *p) {
@@ -76,6 +107,7 @@ void zo_plan_print(const struct zo_plan *p, FILE *out) {
           zo_model_describe(&p->model, line, sizeof line), p->B, p->T, p->placement.grad_accum,
           p->placement.grad_accum == 1 ? "" : "s");
   fprintf(out, "placement: %s\n", zo_placement_describe(&p->placement, line, sizeof line));
+  fprintf(out, "schedule: %s (%s)\n", p->layer_major ? "layer-major" : "micro-batch-major", p->schedule_why);
   fprintf(out, "  %-16s %12s %12s %12s\n", "category", "device", "host", "nvme");
   for (int k = 0; k < ZO_SCHED_MEM_N_CATEGORIES; k++)
     fprintf(out, "  %-16s %12s %12s %12s\n", zo_sched_mem_category_name(k),

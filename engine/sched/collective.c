@@ -83,7 +83,7 @@ void sched_grads_out_shard(struct zo_sched *s, const float *src, size_t n, zo_ev
                             struct reduce_task *task) {
   CHECK_Q(s->be->stream_wait_event(s->d2h, free_ev));
   zo_trace_next("grads out", i, n * sizeof(float), 0);
-  CHECK_Q(s->be->memcpy_async(task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, task->src, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(s->be->event_record(s->reduce_ready[i], s->d2h));
   CHECK_Q(s->be->stream_wait_event(s->reduce, s->reduce_ready[i]));
   zo_trace_next("reduce grads", i, n * sizeof(float), 0);
@@ -148,7 +148,7 @@ void sched_queue_gather(struct zo_sched *s) {
       if (b <= a || !s->h.params) continue; /* param_nvme: the chunks were copied (sched_queue_optimizer) */
       const struct range r = unit_range(s->t, units[i]);
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[units[i]]));
-      CHECK_Q(be->memcpy_async((uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
+      CHECK_Q(sched_copy(s, (uint8_t *)dev_unit_params(s, units[i]) + (a - r.off) * s->m->esize,
                                host_params_at(s, a), (b - a) * s->m->esize, ZO_COPY_H2D, s->h2d));
     }
     CHECK_Q(be->event_record(s->gather_wait, s->h2d));
@@ -171,7 +171,7 @@ void sched_queue_gather(struct zo_sched *s) {
       const struct range r = unit_range(s->t, u);
       CHECK_Q(be->stream_wait_event(s->h2d, s->gather_done));
       zo_trace_next("load unit", u, r.numel * s->m->esize, 0);
-      CHECK_Q(be->memcpy_async(dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
+      CHECK_Q(sched_copy(s, dev, host_params_at(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     } else {
       CHECK_Q(be->event_record(s->param_ready[u], s->optim));

@@ -21,7 +21,7 @@ static void slot_ensure(struct zo_sched *s, int l) {
     CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
     CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[s->U - 1]));
     zo_trace_next("load head piece", l - s->L, r.numel * s->m->esize, 0);
-    CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], head_src(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D,
+    CHECK_Q(sched_copy(s, s->m->param_slots[k], head_src(s, r.off), r.numel * s->m->esize, ZO_COPY_H2D,
                                 s->h2d));
     CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
     s->slot_owner[k] = l;
@@ -46,7 +46,7 @@ static void slot_ensure(struct zo_sched *s, int l) {
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->slot_free[k]));
   CHECK_Q(s->be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
   zo_trace_next("load block", l, r.numel * s->m->esize, 0);
-  CHECK_Q(s->be->memcpy_async(s->m->param_slots[k], s->pshard ? block_gather_buf(s, k) : host_params_at(s, r.off),
+  CHECK_Q(sched_copy(s, s->m->param_slots[k], s->pshard ? block_gather_buf(s, k) : host_params_at(s, r.off),
                               r.numel * s->m->esize, ZO_COPY_H2D, s->h2d));
   CHECK_Q(s->be->event_record(s->slot_ready[k], s->h2d));
   if (s->pshard) CHECK_Q(s->be->event_record(s->block_gather_free[k], s->h2d));
@@ -100,7 +100,7 @@ static void emb_gather(struct zo_sched *s, struct zo_model *m, zo_stream_t cs) {
   CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[0]));
   zo_trace_next("gather embedding", -1, nb, 0);
   CHECK_Q(be->launch_host_func(s->h2d, emb_gather_fn, &s->emb_gather_tasks[s->batch_buf]));
-  CHECK_Q(be->memcpy_async(m->encoded, s->h.emb_in, nb, ZO_COPY_H2D, s->h2d));
+  CHECK_Q(sched_copy(s, m->encoded, s->h.emb_in, nb, ZO_COPY_H2D, s->h2d));
   CHECK_Q(be->event_record(s->emb_ready, s->h2d));
   CHECK_Q(be->stream_wait_event(cs, s->emb_ready));
 }
@@ -166,7 +166,7 @@ static void emb_grads_out(struct zo_sched *s, struct zo_model *m) {
   struct emb_task *a = &s->emb_tasks[s->batch_buf];
   a->first = s->k == 0;
   zo_trace_next("grads out", s->L, nb, 0);
-  CHECK_Q(s->be->memcpy_async(s->h.emb_dout, m->embed_dout, nb, ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, s->h.emb_dout, m->embed_dout, nb, ZO_COPY_D2H, s->d2h));
   zo_trace_next("embedding grads", s->L, m->head_numel * sizeof(float), m->head_numel);
   CHECK_Q(s->be->launch_host_func(s->d2h, emb_fn, a));
   CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->d2h));
@@ -179,10 +179,10 @@ static void grads_out(struct zo_sched *s, const float *src, size_t off, size_t n
   const int index = (int)(task - s->acc_tasks); /* block, or L (head), L + 1 (tail) */
   zo_trace_next("grads out", index, n * sizeof(float), 0);
   if (s->k == 0) {
-    CHECK_Q(s->be->memcpy_async(grads_at(s, off), src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+    CHECK_Q(sched_copy(s, grads_at(s, off), src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
     return;
   }
-  CHECK_Q(s->be->memcpy_async(stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, stage, src, n * sizeof(float), ZO_COPY_D2H, s->d2h));
   zo_trace_next("accumulate grads", index, n * sizeof(float), n);
   CHECK_Q(s->be->launch_host_func(s->d2h, sched_acc_fn, task));
 }
@@ -206,7 +206,7 @@ static void ck_save(struct zo_sched *s, struct zo_model *m, int l, zo_stream_t c
   CHECK_Q(be->event_record(s->ck_free[l % 2], cs));
   CHECK_Q(be->stream_wait_event(s->d2h, s->ck_out));
   zo_trace_next("save input", l, ck_nbytes(s), 0);
-  CHECK_Q(be->memcpy_async(ck_host(s, l), m->ckpt_in[l % 2], ck_nbytes(s), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, ck_host(s, l), m->ckpt_in[l % 2], ck_nbytes(s), ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->ck_saved[l], s->d2h));
 }
 
@@ -219,7 +219,7 @@ static void ck_load(struct zo_sched *s, struct zo_model *m, int l) {
   CHECK_Q(be->stream_wait_event(s->h2d, s->ck_free[b]));
   CHECK_Q(be->stream_wait_event(s->h2d, s->ck_saved[l]));
   zo_trace_next("load input", l, ck_nbytes(s), 0);
-  CHECK_Q(be->memcpy_async(m->ckpt_in[b], ck_host(s, l), ck_nbytes(s), ZO_COPY_H2D, s->h2d));
+  CHECK_Q(sched_copy(s, m->ckpt_in[b], ck_host(s, l), ck_nbytes(s), ZO_COPY_H2D, s->h2d));
   CHECK_Q(be->event_record(s->ck_ready[b], s->h2d));
   s->ck_owner[b] = l;
 }
@@ -360,7 +360,7 @@ void sched_hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph
   CHECK_Q(be->stream_wait_event(s->d2h, s->grads_done));
   CHECK_Q(be->stream_wait_event(s->d2h, s->opt_done[s->U - 1]));
   zo_trace_next("grads out", -1, s->t->numel * sizeof(float), 0);
-  CHECK_Q(be->memcpy_async(s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, s->h.grads, s->acc, s->t->numel * sizeof(float), ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->grads_ready, s->d2h));
 }
 

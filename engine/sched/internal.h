@@ -412,6 +412,9 @@ struct zo_sched {
   atomic_uint_fast64_t acc_ns;     /* ns in host gradient accumulation */
   atomic_uint_fast64_t nv_wait_ns; /* ns the optimizer stream waited for NVMe reads */
   atomic_uint_fast64_t comm_ns;    /* ns in collectives */
+  /* bytes issued (zo_sched_stats), counted where each copy or request is
+   * queued: sched_copy, sched_nvme_io */
+  atomic_uint_fast64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
 };
 
 static inline void async_fail(struct zo_sched *s, int err) {
@@ -443,6 +446,35 @@ static inline int error_prefixed(int err, const char *prefix) {
 static inline uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9); }
 
 #define CHECK_Q(call) ZO_ASSERT((call) == 0) /* queueing on a live stream cannot fail */
+
+/* be->memcpy_async, counting host <-> device bytes as they are queued. */
+static inline int sched_copy(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k,
+                             zo_stream_t stream) {
+  if (k == ZO_COPY_H2D) atomic_fetch_add_explicit(&s->h2d_bytes, nbytes, memory_order_relaxed);
+  if (k == ZO_COPY_D2H) atomic_fetch_add_explicit(&s->d2h_bytes, nbytes, memory_order_relaxed);
+  return s->be->memcpy_async(dst, src, nbytes, k, stream);
+}
+
+/* The NVMe store's requests (zo/nvme.h) on s->nv, counting their bytes as
+ * they are issued. */
+static inline int sched_nvme_read_async(struct zo_sched *s, int file, uint64_t off, void *buf, size_t nbytes,
+                                        struct zo_nvme_req *req) {
+  atomic_fetch_add_explicit(&s->nvme_read_bytes, nbytes, memory_order_relaxed);
+  return zo_nvme_read_async(s->nv, file, off, buf, nbytes, req);
+}
+static inline int sched_nvme_write_async(struct zo_sched *s, int file, uint64_t off, const void *buf, size_t nbytes,
+                                         struct zo_nvme_req *req) {
+  atomic_fetch_add_explicit(&s->nvme_write_bytes, nbytes, memory_order_relaxed);
+  return zo_nvme_write_async(s->nv, file, off, buf, nbytes, req);
+}
+static inline int sched_nvme_read(struct zo_sched *s, int file, uint64_t off, void *buf, size_t nbytes) {
+  atomic_fetch_add_explicit(&s->nvme_read_bytes, nbytes, memory_order_relaxed);
+  return zo_nvme_read(s->nv, file, off, buf, nbytes);
+}
+static inline int sched_nvme_write(struct zo_sched *s, int file, uint64_t off, const void *buf, size_t nbytes) {
+  atomic_fetch_add_explicit(&s->nvme_write_bytes, nbytes, memory_order_relaxed);
+  return zo_nvme_write(s->nv, file, off, buf, nbytes);
+}
 
 /* Device address of unit u's parameters, working dtype (NULL: a block
  * living in slots). */

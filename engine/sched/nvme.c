@@ -57,7 +57,7 @@ int sched_nv_read_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
-    err = zo_nvme_read_async(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->rreq[f]);
+    err = sched_nvme_read_async(s, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->rreq[f]);
   b->reading = true;
   return err;
 }
@@ -66,7 +66,7 @@ int sched_nv_write_async(struct zo_sched *s, int j, struct nv_buffer *b) {
   const struct chunk *c = &s->chunks[j];
   int err = 0;
   for (int f = 0; f < NV_FILES && !err; f++)
-    err = zo_nvme_write_async(s->nv, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->wreq[f]);
+    err = sched_nvme_write_async(s, s->file_id[f], nv_off(c, f), b->file[f], nv_nbytes(c, f), &b->wreq[f]);
   b->writing = true;
   return err;
 }
@@ -104,7 +104,7 @@ void sched_nv_write_fn(void *arg) {
   int err = 0;
   if (pwrite) {
     const void *src = s->pl.dtype != ZO_F32 ? b->work : b->file[NV_MASTER];
-    err = zo_nvme_write_async(s->nv, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize, &b->preq);
+    err = sched_nvme_write_async(s, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize, &b->preq);
     if (err) {
       (void)zo_nvme_wait(s->nv, &b->preq);
       async_fail(s, error_prefixed(err, "NVMe tier: writing the parameters"));
@@ -147,7 +147,7 @@ void sched_nv_update_fn(void *arg) {
   if (s->pl.grads_nvme && block) {
     const double tw = zo_time_s();
     if (b->greading) err = zo_nvme_wait(s->nv, &b->greq);
-    else err = zo_nvme_read(s->nv, s->gfile_id, c->gfile_off, b->grad, c->numel * sizeof(float));
+    else err = sched_nvme_read(s, s->gfile_id, c->gfile_off, b->grad, c->numel * sizeof(float));
     b->greading = false;
     atomic_fetch_add(&s->nv_wait_ns, ns_since(tw));
     /* The next chunk's gradients are read while this one updates: its
@@ -156,7 +156,7 @@ void sched_nv_update_fn(void *arg) {
     const int jn = a->chunk + 1;
     if (!err && jn < s->n_chunks && s->chunks[jn].unit >= 1 && s->chunks[jn].unit <= s->L) {
       struct nv_buffer *nb = &s->nvb[(a->buf + 1) % s->pl.nvme_buffers];
-      err = zo_nvme_read_async(s->nv, s->gfile_id, s->chunks[jn].gfile_off, nb->grad,
+      err = sched_nvme_read_async(s, s->gfile_id, s->chunks[jn].gfile_off, nb->grad,
                                s->chunks[jn].numel * sizeof(float), &nb->greq);
       nb->greading = true;
     }
@@ -325,7 +325,7 @@ int sched_nv_flush(struct zo_sched *s, int f) {
   const int j = s->nv_cached[f];
   if (j < 0 || !s->nv_dirty[f]) return 0;
   const struct chunk *c = &s->chunks[j];
-  int err = zo_nvme_write(s->nv, s->file_id[f], nv_off(c, f), s->nvb[0].file[f], nv_nbytes(c, f));
+  int err = sched_nvme_write(s, s->file_id[f], nv_off(c, f), s->nvb[0].file[f], nv_nbytes(c, f));
   if (err) return error_prefixed(err, "NVMe tier: writing the state");
   s->nv_valid[(size_t)f * (size_t)s->n_chunks + (size_t)j] = true;
   s->nv_dirty[f] = false;
@@ -342,7 +342,7 @@ int sched_nv_fetch(struct zo_sched *s, int f, int j, bool whole) {
   const struct chunk *c = &s->chunks[j];
   void *buf = s->nvb[0].file[f];
   if (!whole && s->nv_valid[(size_t)f * (size_t)s->n_chunks + (size_t)j]) {
-    if ((err = zo_nvme_read(s->nv, s->file_id[f], nv_off(c, f), buf, nv_nbytes(c, f))))
+    if ((err = sched_nvme_read(s, s->file_id[f], nv_off(c, f), buf, nv_nbytes(c, f))))
       return error_prefixed(err, "NVMe tier: reading the state");
   } else if (!whole) {
     memset(buf, 0, nv_nbytes(c, f));

@@ -361,7 +361,7 @@ void zo_sched_free(struct zo_sched *s) {
 
 /* Synchronous copies of whole units between host buffers and where they live. */
 int sched_copy_sync(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k) {
-  int err = s->be->memcpy_async(dst, src, nbytes, k, s->compute);
+  int err = sched_copy(s, dst, src, nbytes, k, s->compute);
   return err ? err : s->be->stream_synchronize(s->compute);
 }
 
@@ -390,11 +390,13 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   const float dloss = s->step_targets
                           ? (float)s->loss_scale / (float)s->step_targets
                           : (float)s->loss_scale / ((float)(BT * (size_t)s->n_ranks) * (float)K);
+  /* The model copies the tokens and targets in (H2D, counted here). */
+  atomic_fetch_add_explicit(&s->h2d_bytes, 2 * BT * sizeof(int32_t), memory_order_relaxed);
   zo_model_forward_train(s->m, s->h.in[b], s->h.tg[b], s->B, s->T, dloss, s->compute);
   /* The embedding's gradient summed on the host reads the tokens after the
    * backward: the hooks record in_free then (emb_grads_out). */
   if (s->m->res_ghead) CHECK_Q(s->be->event_record(s->in_free[b], s->compute));
-  CHECK_Q(s->be->memcpy_async(s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
+  CHECK_Q(sched_copy(s, s->h.losses + (size_t)k * BT, s->m->losses, BT * sizeof(float),
                               ZO_COPY_D2H, s->compute));
   zo_model_backward(s->m, s->B, s->T, dloss, s->compute);
   s->batch_buf ^= 1;
@@ -493,7 +495,7 @@ int zo_sched_eval(struct zo_sched *s, double *loss) {
   CHECK_Q(s->be->event_record(s->in_free[s->batch_buf], s->compute));
   s->batch_buf ^= 1;
   float *out = s->h.losses; /* free: the last step's losses were summed */
-  int err = s->be->memcpy_async(out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->compute);
+  int err = sched_copy(s, out, s->m->losses, BT * sizeof(float), ZO_COPY_D2H, s->compute);
   if (!err) err = s->be->stream_synchronize(s->compute);
   if (err) return err;
   if (s->comm) {

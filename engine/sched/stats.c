@@ -19,6 +19,10 @@ void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
   out->nvme_wait_s = (double)atomic_load(&s->nv_wait_ns) * 1e-9;
   out->comm_s = (double)atomic_load(&s->comm_ns) * 1e-9;
   out->pinned = s->pool.pinned;
+  out->h2d_bytes = atomic_load(&s->h2d_bytes);
+  out->d2h_bytes = atomic_load(&s->d2h_bytes);
+  out->nvme_read_bytes = atomic_load(&s->nvme_read_bytes);
+  out->nvme_write_bytes = atomic_load(&s->nvme_write_bytes);
 }
 
 int zo_sched_device_category(const char *group) {
@@ -135,7 +139,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
     /* Gradients out, parameters in (slot loads: forward and backward of
      * every micro-batch), each on its own stream as in a step. */
     const size_t nb = s->t->numel * sizeof(float), e = s->m->esize;
-    CHECK_Q(s->be->memcpy_async(s->overlap ? s->h.stage_res : s->h.grads, s->acc ? s->acc : s->m->grads,
+    CHECK_Q(sched_copy(s, s->overlap ? s->h.stage_res : s->h.grads, s->acc ? s->acc : s->m->grads,
                                 s->pl.grads_on_host ? zo_model_grads_numel(s->m) * sizeof(float) : nb,
                                 ZO_COPY_D2H, s->d2h));
     for (int u = 0; u < s->U; u++) {
@@ -146,25 +150,25 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
       if (!s->h.params || s->pshard) unit_owned(s, u, &a, &b);
       if (b > a) b = a + dev_unit_part(s, u, a - r.off, b - a); /* not a streamed LM head */
       if (dev && b > a)
-        CHECK_Q(s->be->memcpy_async((uint8_t *)dev + (a - r.off) * e,
+        CHECK_Q(sched_copy(s, (uint8_t *)dev + (a - r.off) * e,
                                     s->h.params ? host_params_at(s, a) : (void *)master_at(s, a), (b - a) * e,
                                     ZO_COPY_H2D, s->h2d));
       if (s->pl.grads_on_host && u > 0 && u < s->U - 1)
         for (int k = 0; k < s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
+          CHECK_Q(sched_copy(s, s->h.stage[0] ? s->h.stage[0] : s->h.grads + r.off, s->m->grad_slots[0],
                                       r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       if (!dev && u > 0 && u < s->U - 1) /* a block (unit 0 without a device copy: the embedding on the host) */
         for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-          CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], s->pshard ? block_gather_buf(s, 0) : host_params_at(s, r.off),
+          CHECK_Q(sched_copy(s, s->m->param_slots[0], s->pshard ? block_gather_buf(s, 0) : host_params_at(s, r.off),
                                       r.numel * e, ZO_COPY_H2D, s->h2d));
     }
     for (int p = 0; p < s->n_hp; p++) { /* a streamed LM head's pieces, like blocks */
       const struct range r = head_piece(s, p);
       for (int k = 0; k < s->pl.grad_accum; k++)
-        CHECK_Q(s->be->memcpy_async(s->h.stage[0] ? s->h.stage[0] : grads_at(s, r.off),
+        CHECK_Q(sched_copy(s, s->h.stage[0] ? s->h.stage[0] : grads_at(s, r.off),
                                     s->m->grad_slots[0], r.numel * sizeof(float), ZO_COPY_D2H, s->d2h));
       for (int k = 0; k < 2 * s->pl.grad_accum; k++)
-        CHECK_Q(s->be->memcpy_async(s->m->param_slots[0], head_src(s, r.off),
+        CHECK_Q(sched_copy(s, s->m->param_slots[0], head_src(s, r.off),
                                     r.numel * e, ZO_COPY_H2D, s->h2d));
     }
     if (!err) err = s->be->stream_synchronize(s->h2d);
@@ -182,4 +186,9 @@ void zo_sched_trace_counters(const struct zo_sched *s) {
   zo_trace_counter("device bytes in use", s->m->arena.used + s->opt_arena.used, now);
   zo_trace_counter("host bytes in use", s->pool.used, now);
   zo_trace_counter("nvme bytes in use", s->nvme_planned, now);
+  /* The bytes issued so far (zo_sched_stats; names zo_trace_summarize reads). */
+  zo_trace_counter("h2d bytes issued", atomic_load(&s->h2d_bytes), now);
+  zo_trace_counter("d2h bytes issued", atomic_load(&s->d2h_bytes), now);
+  zo_trace_counter("nvme read bytes issued", atomic_load(&s->nvme_read_bytes), now);
+  zo_trace_counter("nvme write bytes issued", atomic_load(&s->nvme_write_bytes), now);
 }

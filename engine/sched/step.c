@@ -27,7 +27,7 @@ int sched_queue_optimizer(struct zo_sched *s) {
   if (on_device) {
     for (int i = s->sh.t_lo; i < s->sh.t_hi; i++)
       be->sumsq(s->norm_dev + i, s->acc + s->t->tensors[i].offset, s->t->tensors[i].numel, s->optim);
-    CHECK_Q(be->memcpy_async(s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
+    CHECK_Q(sched_copy(s, s->norm_host, s->norm_dev, (size_t)s->t->n_tensors * sizeof(double),
                              ZO_COPY_D2H, s->optim));
   }
   zo_trace_next("norm", -1, 0, 0);
@@ -68,7 +68,7 @@ int sched_queue_optimizer(struct zo_sched *s) {
           CHECK_Q(be->stream_wait_event(s->h2d, s->chunk_done[j]));
           if (n) {
             zo_trace_next("load chunk", j, n * e, 0);
-            CHECK_Q(be->memcpy_async((uint8_t *)dev + at * e,
+            CHECK_Q(sched_copy(s, (uint8_t *)dev + at * e,
                                      s->h.params              ? host_params_at(s, c->off)
                                      : s->nvb[task->buf].work ? s->nvb[task->buf].work
                                                               : s->nvb[task->buf].file[NV_MASTER],
@@ -107,7 +107,7 @@ int sched_queue_optimizer(struct zo_sched *s) {
       if (dev && !s->h.params && s->pl.optimizer == ZO_OFFLOAD_CPU && b > a) {
         CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
         zo_trace_next("load unit", u, (b - a) * e, 0);
-        CHECK_Q(be->memcpy_async((uint8_t *)dev + (a - r.off) * e, master_at(s, a), (b - a) * e, ZO_COPY_H2D,
+        CHECK_Q(sched_copy(s, (uint8_t *)dev + (a - r.off) * e, master_at(s, a), (b - a) * e, ZO_COPY_H2D,
                                  s->h2d));
       }
       continue;
@@ -120,7 +120,7 @@ int sched_queue_optimizer(struct zo_sched *s) {
     } else {
       CHECK_Q(be->stream_wait_event(s->h2d, s->opt_done[u]));
       zo_trace_next("load unit", u, dev_unit_numel(s, u) * e, 0);
-      CHECK_Q(be->memcpy_async(dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off),
+      CHECK_Q(sched_copy(s, dev, s->h.params ? host_params_at(s, r.off) : (void *)(s->h.master + r.off),
                                dev_unit_numel(s, u) * e, ZO_COPY_H2D, s->h2d));
       CHECK_Q(be->event_record(s->param_ready[u], s->h2d));
     }

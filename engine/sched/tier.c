@@ -41,7 +41,7 @@ int sched_tier_write_params(struct zo_sched *s, int j, const void *src) {
     memcpy(s->h.pcpu + (c->off - s->t->layer_offset[0]) * s->m->esize, src, c->numel * s->m->esize);
     return 0;
   }
-  int err = zo_nvme_write(s->nv, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize);
+  int err = sched_nvme_write(s, s->pfile_id, c->pfile_off, src, c->numel * s->m->esize);
   return err ? error_prefixed(err, "NVMe tier: writing the parameters") : 0;
 }
 
@@ -57,7 +57,7 @@ static void param_read_fn(void *arg) {
   const double t0 = zo_time_s();
   for (int j = s->unit_chunk[u]; j < s->unit_chunk[u + 1]; j++) {
     const struct chunk *c = &s->chunks[j];
-    int err = zo_nvme_read(s->nv, s->pfile_id, c->pfile_off, ring + (c->pfile_off - base), c->numel * s->m->esize);
+    int err = sched_nvme_read(s, s->pfile_id, c->pfile_off, ring + (c->pfile_off - base), c->numel * s->m->esize);
     if (err) {
       char what[96];
       snprintf(what, sizeof what, "NVMe tier: reading the parameters of block %d", l);
@@ -121,7 +121,7 @@ static void slot_gather(struct zo_sched *s, int l, int k) {
   CHECK_Q(be->stream_wait_event(s->h2d, s->block_gather_ready[k]));
   CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
   zo_trace_next("load block", l, nb, 0);
-  CHECK_Q(be->memcpy_async(s->m->param_slots[k], block_gather_buf(s, k), nb, ZO_COPY_H2D, s->h2d));
+  CHECK_Q(sched_copy(s, s->m->param_slots[k], block_gather_buf(s, k), nb, ZO_COPY_H2D, s->h2d));
   CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
   CHECK_Q(be->event_record(s->block_gather_free[k], s->h2d));
 }
@@ -141,7 +141,7 @@ void sched_param_slot_load(struct zo_sched *s, int l, int k) {
     CHECK_Q(be->stream_wait_event(s->h2d, s->slot_free[k]));
     CHECK_Q(be->stream_wait_event(s->h2d, s->param_ready[1 + l]));
     zo_trace_next("load block", l, r.numel * e, 0);
-    CHECK_Q(be->memcpy_async(s->m->param_slots[k], s->h.pcpu + (r.off - s->t->layer_offset[0]) * e, r.numel * e,
+    CHECK_Q(sched_copy(s, s->m->param_slots[k], s->h.pcpu + (r.off - s->t->layer_offset[0]) * e, r.numel * e,
                              ZO_COPY_H2D, s->h2d));
     CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
     return;
@@ -158,7 +158,7 @@ void sched_param_slot_load(struct zo_sched *s, int l, int k) {
   const uint64_t base = s->chunks[s->unit_chunk[1 + l]].pfile_off;
   for (int j = s->unit_chunk[1 + l]; j < s->unit_chunk[2 + l]; j++) {
     const struct chunk *c = &s->chunks[j];
-    CHECK_Q(be->memcpy_async((uint8_t *)s->m->param_slots[k] + (c->off - r.off) * e, ring + (c->pfile_off - base),
+    CHECK_Q(sched_copy(s, (uint8_t *)s->m->param_slots[k] + (c->off - r.off) * e, ring + (c->pfile_off - base),
                              c->numel * e, ZO_COPY_H2D, s->h2d));
   }
   CHECK_Q(be->event_record(s->slot_ready[k], s->h2d));
@@ -208,7 +208,7 @@ static void grads_nvme_fn(void *arg) {
   int err = gio_drain(s), nr = 0, waited = 0;
   for (int i = 0; i < nj && !err && a->k > 0; i++, nr++) {
     const struct chunk *c = &s->chunks[j0 + i];
-    err = zo_nvme_read_async(s->nv, s->gfile_id, c->gfile_off, s->h.gio + (c->gfile_off - base), c->numel * sizeof(float),
+    err = sched_nvme_read_async(s, s->gfile_id, c->gfile_off, s->h.gio + (c->gfile_off - base), c->numel * sizeof(float),
                              &rreq[i]);
   }
   for (int i = 0; i < nj && !err; i++) {
@@ -226,7 +226,7 @@ static void grads_nvme_fn(void *arg) {
       for (size_t e = 0; e < n; e++) x[e] = d[e] + x[e];
     }
     memcpy(io, x, n * sizeof(float));
-    err = zo_nvme_write_async(s->nv, s->gfile_id, c->gfile_off, io, n * sizeof(float), &wreq[i]);
+    err = sched_nvme_write_async(s, s->gfile_id, c->gfile_off, io, n * sizeof(float), &wreq[i]);
     s->gio_n_pending = i + 1;
   }
   for (int i = waited; i < nr; i++) (void)zo_nvme_wait(s->nv, &rreq[i]); /* after an error: reads over h.gio */
@@ -259,7 +259,7 @@ void sched_grads_out_nvme(struct zo_sched *s, int l, int g) {
   zo_backend_t be = s->be;
   const size_t nb = s->t->layer_numel * sizeof(float);
   zo_trace_next("grads out", l, nb, 0);
-  CHECK_Q(be->memcpy_async(s->h.stage[0], s->m->grad_slots[g], nb, ZO_COPY_D2H, s->d2h));
+  CHECK_Q(sched_copy(s, s->h.stage[0], s->m->grad_slots[g], nb, ZO_COPY_D2H, s->d2h));
   CHECK_Q(be->event_record(s->gslot_free[g], s->d2h));
   zo_trace_next("nvme grads", l, nb, 0);
   CHECK_Q(be->launch_host_func(s->d2h, grads_nvme_fn, &s->gio_tasks[(size_t)s->k * (size_t)s->L + (size_t)l]));
@@ -276,7 +276,7 @@ void sched_grads_out_resident_pieces(struct zo_sched *s) {
     ZO_ASSERT(off + a->n <= head + s->m->res_tail && off + s->m->res_ghead >= head);
     zo_trace_next("grads out", s->L, a->n * sizeof(float), 0);
     /* on the device without the head range when the embedding's gradient is summed on the host */
-    CHECK_Q(s->be->memcpy_async(s->h.stage[0], s->m->grads + (off + s->m->res_ghead - head), a->n * sizeof(float),
+    CHECK_Q(sched_copy(s, s->h.stage[0], s->m->grads + (off + s->m->res_ghead - head), a->n * sizeof(float),
                                 ZO_COPY_D2H, s->d2h));
     if (s->sharded) { /* every micro-batch: summed onto the owners, who accumulate */
       zo_trace_next("reduce grads", s->L, a->n * sizeof(float), 0);

@@ -35,6 +35,16 @@ struct rstep {
   long no;
 };
 
+/* One sample of a "... bytes issued" counter (ZO_TRACE_BYTES_*). */
+struct rcounter {
+  double ts; /* us */
+  int which;
+  uint64_t value;
+};
+
+static const char *const byte_counters[4] = {"h2d bytes issued", "d2h bytes issued", "nvme read bytes issued",
+                                             "nvme write bytes issued"};
+
 struct rtrace {
   const char *path; /* for messages */
   struct rspan *sp;
@@ -51,6 +61,8 @@ struct rtrace {
   uint32_t *name_slot; /* open addressing: offset + 1, 0 empty */
   size_t slot_mask, n_names;
   const struct rspan **by_seq; /* spans sorted by (tid, seq) for find_span */
+  struct rcounter *ctr;        /* the scheduler's "... bytes issued" counters, in file order */
+  size_t n_ctr, cap_ctr;
 };
 
 enum { MAX_EVENT_BYTES = 1 << 20, MAX_NAME = 256 };
@@ -179,6 +191,19 @@ static int take_async(struct rtrace *r, json_t *e, size_t idx, const char *name,
   return 0;
 }
 
+/* A counter sample: kept when it is one of the byte counters. */
+static int take_counter(struct rtrace *r, json_t *e, const char *name) {
+  int which = -1;
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(name, byte_counters[i])) which = i;
+  double ts;
+  const long v = jlong(json_object_get(e, "args"), "bytes", -1);
+  if (which < 0 || v < 0 || !jnum(e, "ts", &ts)) return 0;
+  if (grow((void **)&r->ctr, &r->cap_ctr, r->n_ctr + 1, sizeof *r->ctr)) return -ENOMEM;
+  r->ctr[r->n_ctr++] = (struct rcounter){ts, which, (uint64_t)v};
+  return 0;
+}
+
 static int take_event(struct rtrace *r, json_t *e, size_t idx) {
   if (!json_is_object(e)) return zo_error(-EINVAL, "trace %s: event %zu is not an object", r->path, idx);
   const char *ph = json_string_value(json_object_get(e, "ph"));
@@ -194,6 +219,8 @@ static int take_event(struct rtrace *r, json_t *e, size_t idx) {
     err = take_complete(r, e, idx, name, cat, tid >= INT32_MIN && tid <= INT32_MAX ? (int)tid : -1);
   } else if (cat && !strcmp(cat, "nvme")) {
     err = take_async(r, e, idx, name, ph);
+  } else if (!strcmp(ph, "C")) {
+    err = take_counter(r, e, name);
   }
   if (err == -ENOMEM) err = zo_error(-ENOMEM, "trace %s: out of host memory at event %zu", r->path, idx);
   return err;
@@ -420,6 +447,7 @@ static void rtrace_free(struct rtrace *r) {
   free(r->names);
   free(r->name_slot);
   free(r->by_seq);
+  free(r->ctr);
 }
 
 /* ---- summarizing ----------------------------------------------------------- */
@@ -477,6 +505,29 @@ static const struct rspan *find_span(const struct rtrace *r, int tid, long seq) 
   const struct rspan key = {.tid = tid, .seq = seq}, *kp = &key;
   const struct rspan *const *hit = bsearch(&kp, r->by_seq, r->n, sizeof *r->by_seq, cmp_seq);
   return hit ? *hit : NULL;
+}
+
+/* The first sample of counter `which` after ts (at it too when at_too). */
+static const struct rcounter *counter_after(const struct rtrace *r, int which, double ts, bool at_too) {
+  const struct rcounter *best = NULL;
+  for (size_t i = 0; i < r->n_ctr; i++) {
+    const struct rcounter *c = &r->ctr[i];
+    if (c->which == which && (c->ts > ts || (at_too && c->ts == ts)) && (!best || c->ts < best->ts)) best = c;
+  }
+  return best;
+}
+
+/* Step k's bytes: each byte counter's first sample in the step (taken as it
+ * starts) and the sample after it (the next step's start, or the one taken
+ * as the trace ends). */
+static void step_bytes(const struct rtrace *r, int k, struct zo_trace_step_info *o) {
+  o->have_bytes = r->n_ctr > 0;
+  for (int w = 0; w < 4 && o->have_bytes; w++) {
+    const struct rcounter *a = counter_after(r, w, r->steps[k].t0, true);
+    const struct rcounter *b = a && a->ts <= r->steps[k].t1 ? counter_after(r, w, a->ts, false) : NULL;
+    o->have_bytes = b && b->value >= a->value;
+    if (o->have_bytes) o->bytes[w] = b->value - a->value;
+  }
 }
 
 static void summarize_step(const struct rtrace *r, int k, struct zo_trace_step_info *o) {
@@ -588,7 +639,10 @@ int zo_trace_summarize_stream(FILE *f, const char *name, struct zo_trace_step_in
   int err = read_trace(f, name, &r);
   *n_steps = 0;
   if (!err && r.n_steps == 0) err = zo_error(-EINVAL, "trace %s: no traced step (no event of cat \"step\")", name);
-  for (int k = 0; !err && (size_t)k < r.n_steps && k < max_steps; k++) summarize_step(&r, k, &steps[(*n_steps)++]);
+  for (int k = 0; !err && (size_t)k < r.n_steps && k < max_steps; k++) {
+    summarize_step(&r, k, &steps[*n_steps]);
+    step_bytes(&r, k, &steps[(*n_steps)++]);
+  }
   rtrace_free(&r);
   return err;
 }
@@ -621,6 +675,11 @@ int zo_trace_summary_print(const char *path, FILE *out) {
             s->critical_tracks[0] ? s->critical_tracks : "none");
     for (int i = 0; i < s->n_top; i++)
       fprintf(out, "  compute waited %.1f ms for %s: %s\n", s->top[i].ms, s->top[i].on_track, s->top[i].on_name);
+    if (s->have_bytes)
+      fprintf(out, "  bytes issued: h2d %.2f MiB, d2h %.2f MiB, NVMe read %.2f MiB, NVMe written %.2f MiB\n",
+              (double)s->bytes[ZO_TRACE_BYTES_H2D] / 1048576.0, (double)s->bytes[ZO_TRACE_BYTES_D2H] / 1048576.0,
+              (double)s->bytes[ZO_TRACE_BYTES_NVME_READ] / 1048576.0,
+              (double)s->bytes[ZO_TRACE_BYTES_NVME_WRITE] / 1048576.0);
   }
   free(st);
   return err;

@@ -493,6 +493,7 @@ static int train_step(struct trainer *t, long step, struct zo_step_record *r) {
   if ((err = zo_sched_norm(t->sched, &r->norm, &r->skipped))) return err;
   if (zo_tracer_due(&t->tracer, step, cfg->steps)) {
     if ((err = zo_sched_synchronize(t->sched))) return err;
+    zo_sched_trace_counters(t->sched);
     /* A trace that cannot be written (a full disk) loses the trace, never the run's steps. */
     if (zo_tracer_end(&t->tracer, stdout))
       fprintf(stderr, "zoffload: warning: engine.trace.path %s cannot be written (%s): the run goes on without "

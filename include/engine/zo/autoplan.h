@@ -102,6 +102,15 @@ struct zo_cost {
   double nvme_s;      /* NVMe reads + writes */
   double step_s;      /* predicted step, with the overlap the scheduler achieves */
   enum zo_bottleneck bottleneck;
+  double nvme_state_s; /* the part of nvme_s that reads and writes the optimizer state
+                        * (master, m, v), once per step in either order */
+  /* The same step in the layer-major order where the plan streams
+   * parameters with K > 1 micro-batches and runs micro-batch-major; 0
+   * otherwise. Every block checkpointed, K inputs each. */
+  double layer_major_s;
+  size_t layer_major_ckpt_extra; /* bytes of block inputs it keeps beyond the plan's checkpoints
+                                  * (K per block, on tier layer_major_ckpt_tier) */
+  int layer_major_ckpt_tier;     /* ZO_TIER_HOST with cpu_checkpointing, else ZO_TIER_DEVICE */
 };
 
 /* Predicts one optimizer step of plan p (its placement, model, B, T and

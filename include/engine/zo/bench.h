@@ -85,6 +85,9 @@ struct zo_bench_step {
   bool traced;
   double traced_step_s;  /* median traced step */
   double trace_overhead; /* median of per-round traced / untraced step, minus 1 */
+  /* Bytes per configured step (the first round's timed steps; the same in
+   * every round), as the scheduler issued them (zo_sched_stats). */
+  uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
 };
 
 /* Builds the config's placement and the all-device one side by side on the

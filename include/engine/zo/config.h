@@ -188,6 +188,14 @@ enum zo_placement_mode {
   ZO_PLACEMENT_AUTO,   /* "auto" */
 };
 
+/* engine.schedule: the order of a step's K micro-batches through the
+ * blocks (zo_plan_build resolves it; zo/plan.h). */
+enum zo_schedule_mode {
+  ZO_SCHEDULE_AUTO,              /* "auto" (default): layer-major when it can run, else micro-batch-major */
+  ZO_SCHEDULE_LAYER_MAJOR,       /* "layer_major": each block once forward and once backward per step */
+  ZO_SCHEDULE_MICRO_BATCH_MAJOR, /* "micro_batch_major": each micro-batch through the whole model in turn */
+};
+
 struct zo_config_engine {         /* "engine" */
   enum zo_device device;          /* default "auto" */
   size_t gpu_memory_budget;       /* bytes: ceiling for the device plan; 0 = the device's free memory */
@@ -197,6 +205,7 @@ struct zo_config_engine {         /* "engine" */
   uint64_t seed;                  /* init, shuffle; < 2^63, default 1337 */
   enum zo_on_nonfinite on_nonfinite; /* default "stop" */
   enum zo_placement_mode placement; /* default "config" */
+  enum zo_schedule_mode schedule; /* default "auto" */
   int grad_slots;                 /* device gradient slots when gradients go to the host,
                                    * 1 .. ZO_SCHED_GRAD_SLOTS (default) */
   struct {                        /* "engine.trace": a timeline of some steps (zo/trace_file.h) */

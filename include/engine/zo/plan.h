@@ -30,6 +30,12 @@ struct zo_plan {
   zo_backend_t backend;                         /* the one planned with (may be NULL): its per-stream
                                                  * workspace is in the device bytes; variants of the
                                                  * advice are planned with it too */
+  /* engine.schedule resolved: the layer-major order (each streamed block
+   * loaded once forward and once backward per step, for all K
+   * micro-batches), else micro-batch-major (each micro-batch through the
+   * whole model in turn); why, in words, for plan's output. */
+  bool layer_major;
+  char schedule_why[320];
 };
 
 /* "device", "host", "nvme". */

@@ -313,6 +313,12 @@ struct zo_sched_stats {
   double comm_s;                      /* seconds in collectives across ranks (gradient
                                        * sums, loss sums), waiting for the slowest included */
   bool pinned;                        /* host pool page-locked */
+  /* Bytes issued since zo_sched_init, counted where each copy or NVMe
+   * request is queued: host -> device (parameter slots, updated units,
+   * checkpointed inputs, tokens), device -> host (gradients, checkpointed
+   * inputs, losses), the NVMe store's reads and writes (state, parameter
+   * and gradient files). */
+  uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
 };
 void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out);
 

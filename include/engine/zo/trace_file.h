@@ -80,7 +80,14 @@ struct zo_trace_step_info {
   char critical_tracks[256];      /* "compute 812.1 ms, h2d 20.3 ms, ..." */
   int n_top;
   struct zo_trace_top_wait top[ZO_TRACE_TOP_WAITS];
+  /* Bytes the scheduler issued during the step, per copy stream and NVMe
+   * direction (ZO_TRACE_BYTES_*), from its "... bytes issued" counters at
+   * the step's start and the next one's (or the trace's end); have_bytes
+   * false when the trace holds no such pair. */
+  bool have_bytes;
+  uint64_t bytes[4];
 };
+enum { ZO_TRACE_BYTES_H2D, ZO_TRACE_BYTES_D2H, ZO_TRACE_BYTES_NVME_READ, ZO_TRACE_BYTES_NVME_WRITE };
 
 /* Reads a trace file and fills at most max_steps steps' summaries
  * (*n_steps set). Returns 0 or -errno (message names the file and what is

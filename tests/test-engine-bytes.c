@@ -1,0 +1,215 @@
+/* The bytes a step moves (zo_sched_stats: h2d_bytes, d2h_bytes,
+ * nvme_read_bytes, nvme_write_bytes, counted where each copy and NVMe
+ * request is issued) against the count derived independently from the
+ * tensor table and the placement: for each placement the second step of K
+ * micro-batches (K = 1 and K = 4) must move exactly what the schedule
+ * implies -- gradients out once per micro-batch, the updated parameters in
+ * once per step, parameter slots reloaded per micro-batch except the blocks
+ * a slot still holds, the optimizer state read and written once per step on
+ * NVMe, the tokens in and the losses out per micro-batch. A placement that
+ * moves a byte more or less than its schedule says fails. NVMe cases skip
+ * when the store cannot be created. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zo_engine_test.h"
+
+static char tmpdir[256];
+
+static int load(struct zo_config *cfg, const char *const *extra, int n_extra) {
+  static char nvme_set[400];
+  snprintf(nvme_set, sizeof nvme_set, "zero_optimization.offload_optimizer.nvme_path=%s/nvme", tmpdir);
+  const char *base[] = {"model.n_layer=3", "model.n_head=3", "model.n_embd=36",
+                        "model.vocab_size=200", "model.max_seq_len=16", "data.seq_len=11",
+                        "data.train=unused.bin", "train_micro_batch_size_per_gpu=3",
+                        "engine.device=cpu", "aio.block_size=4096", nvme_set};
+  return zo_etest_config_load(cfg, base, ZO_ARRAY_LEN(base), extra, n_extra);
+}
+
+static void fill_random(int32_t *in, int32_t *tg, size_t BT, int vocab_size) {
+  for (size_t i = 0; i < BT; i++) {
+    in[i] = (int32_t)(zo_rng_u32() % (uint32_t)vocab_size);
+    tg[i] = (int32_t)(zo_rng_u32() % (uint32_t)vocab_size);
+  }
+}
+
+struct moved {
+  uint64_t h2d, d2h, nvr, nvw;
+};
+
+/* Builds the placement of sets with K micro-batches, runs two steps and
+ * returns the second's bytes in *out (the first warms nothing up: every
+ * step queues the same work, but the second also counts the prefetch the
+ * first step's end queued for it). Returns 0, 1, or ZO_TEST_SKIP. */
+static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan *p, struct moved *out) {
+  char ks[64];
+  snprintf(ks, sizeof ks, "gradient_accumulation_steps=%d", K);
+  const char *all[16];
+  int n = 0;
+  for (int i = 0; i < n_sets; i++) all[n++] = sets[i];
+  all[n++] = ks;
+  struct zo_config cfg;
+  CHECK(load(&cfg, all, n) == 0);
+  struct zo_model_config mc = cfg.model.spec;
+  CHECK(zo_model_config_check(&mc) == 0);
+  CHECK(zo_plan_build(&cfg, &mc, NULL, p) == 0);
+  const struct zo_sched_config sc = {.model = mc, .B = p->B, .T = p->T, .placement = p->placement,
+                                     .backend = zo_backend_cpu()};
+  struct zo_sched *s = zo_sched_init(&sc);
+  if (!s && p->placement.optimizer == ZO_OFFLOAD_NVME) {
+    printf("  skipped: NVMe store: %s\n", zo_last_error());
+    zo_config_free(&cfg);
+    return ZO_TEST_SKIP;
+  }
+  CHECK(s);
+  CHECK(zo_sched_state_init(s, 1) == 0);
+  CHECK(zo_sched_state_fresh(s, ZO_STATE_M) == 0 && zo_sched_state_fresh(s, ZO_STATE_V) == 0);
+  CHECK(zo_sched_state_done(s) == 0);
+  const struct zo_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                      .weight_decay = 0.1f};
+  zo_rng_seed(5);
+  struct zo_sched_stats st[2];
+  for (long step = 1; step <= 2; step++) {
+    double loss;
+    CHECK(zo_etest_sched_step(s, step, K, &hp, fill_random, &loss) == 0);
+    CHECK(zo_sched_synchronize(s) == 0);
+    zo_sched_stats(s, &st[step - 1]);
+  }
+  out->h2d = st[1].h2d_bytes - st[0].h2d_bytes;
+  out->d2h = st[1].d2h_bytes - st[0].d2h_bytes;
+  out->nvr = st[1].nvme_read_bytes - st[0].nvme_read_bytes;
+  out->nvw = st[1].nvme_write_bytes - st[0].nvme_write_bytes;
+  zo_sched_free(s);
+  zo_config_free(&cfg);
+  return 0;
+}
+
+/* The table's sizes for the plan's model. */
+struct sizes {
+  uint64_t N, layer, res, BT; /* elements: all, one block, the resident ranges; tokens per micro-batch */
+  int L, n_tensors;
+};
+
+static int sizes_of(const struct zo_plan *p, struct sizes *z) {
+  struct zo_tensor_table t;
+  CHECK(zo_model_build_table(&p->model, &t) == 0);
+  z->N = t.numel;
+  z->layer = t.layer_numel;
+  z->L = t.n_layer;
+  z->n_tensors = t.n_tensors;
+  z->res = t.numel - (uint64_t)t.n_layer * t.layer_numel;
+  z->BT = (uint64_t)p->B * (uint64_t)p->T;
+  zo_tensor_table_free(&t);
+  return 0;
+}
+
+static int expect(const char *what, int K, const struct moved *got, const struct moved *want) {
+  printf("  %s, K = %d: h2d %llu (want %llu), d2h %llu (%llu), nvme read %llu (%llu), written %llu (%llu)\n", what,
+         K, (unsigned long long)got->h2d, (unsigned long long)want->h2d, (unsigned long long)got->d2h,
+         (unsigned long long)want->d2h, (unsigned long long)got->nvr, (unsigned long long)want->nvr,
+         (unsigned long long)got->nvw, (unsigned long long)want->nvw);
+  CHECK(got->h2d == want->h2d && got->d2h == want->d2h && got->nvr == want->nvr && got->nvw == want->nvw);
+  return 0;
+}
+
+static const int Ks[] = {1, 4};
+
+/* Everything on the device: the tokens in and the losses out, nothing else. */
+static int test_all_on_device(void) {
+  for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+    const int K = Ks[i];
+    struct zo_plan p;
+    struct moved got;
+    CHECK(step_bytes(NULL, 0, K, &p, &got) == 0);
+    struct sizes z;
+    CHECK(sizes_of(&p, &z) == 0);
+    /* and the per-tensor sums of squares of the norm, fp64 */
+    const struct moved want = {.h2d = K * z.BT * 8, .d2h = K * z.BT * 4 + (uint64_t)z.n_tensors * 8};
+    CHECK(expect("all on device", K, &got, &want) == 0);
+  }
+  return 0;
+}
+
+/* The optimizer on the host (fp32): every micro-batch's gradients out, the
+ * updated parameters in once. */
+static int test_optimizer_on_host(void) {
+  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"};
+  for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+    const int K = Ks[i];
+    struct zo_plan p;
+    struct moved got;
+    CHECK(step_bytes(sets, ZO_ARRAY_LEN(sets), K, &p, &got) == 0);
+    struct sizes z;
+    CHECK(sizes_of(&p, &z) == 0);
+    const struct moved want = {.h2d = z.N * 4 + K * z.BT * 8, .d2h = K * (z.N * 4 + z.BT * 4)};
+    CHECK(expect("optimizer on host", K, &got, &want) == 0);
+  }
+  return 0;
+}
+
+/* Parameters on the host in S = 2 slots for L = 3 blocks: a micro-batch
+ * loads every block forward and backward except those a slot still holds
+ * (the last S of the forward for the backward, the first S of the previous
+ * micro-batch's backward for the forward; the step's first S are loaded by
+ * the previous step's end), so S + 2 K (L - S) block loads per step -- 4 at
+ * K = 1 and 10 at K = 4, not the 1.25 x a layer-major order would move. */
+static int test_params_on_host(void) {
+  const char *sets[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                        "zero_optimization.offload_param.device=cpu",
+                        "zero_optimization.offload_param.buffer_count=2"};
+  uint64_t total[2] = {0, 0};
+  for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+    const int K = Ks[i], S = 2;
+    struct zo_plan p;
+    struct moved got;
+    CHECK(step_bytes(sets, ZO_ARRAY_LEN(sets), K, &p, &got) == 0);
+    CHECK(p.placement.param_slots == S);
+    struct sizes z;
+    CHECK(sizes_of(&p, &z) == 0);
+    const uint64_t loads = (uint64_t)S + 2ull * (uint64_t)K * (uint64_t)(z.L - S);
+    const struct moved want = {.h2d = z.res * 4 + loads * z.layer * 4 + K * z.BT * 8,
+                               .d2h = K * (z.N * 4 + z.BT * 4)};
+    CHECK(expect("parameters on host", K, &got, &want) == 0);
+    total[i] = got.h2d + got.d2h;
+  }
+  printf("  parameters on host: K = 4 moves %.3f x the bytes of K = 1\n", (double)total[1] / (double)total[0]);
+  return 0;
+}
+
+/* The optimizer on NVMe (fp32 AdamW): master, m and v read and written once
+ * per step, whatever K; the blocks' gradients go to the NVMe gradient file,
+ * written by every micro-batch, read back by every later one's accumulation
+ * and by the update: K writes and K reads of it per step. */
+static int test_optimizer_on_nvme(void) {
+  const char *sets[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=nvme"};
+  for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+    const int K = Ks[i];
+    struct zo_plan p;
+    struct moved got;
+    const int r = step_bytes(sets, ZO_ARRAY_LEN(sets), K, &p, &got);
+    if (r) return r;
+    struct sizes z;
+    CHECK(sizes_of(&p, &z) == 0);
+    CHECK(p.placement.grads_nvme);
+    const uint64_t G = (uint64_t)z.L * z.layer * 4; /* the blocks' gradient file */
+    const struct moved want = {.h2d = z.N * 4 + K * z.BT * 8, .d2h = K * (z.N * 4 + z.BT * 4),
+                               .nvr = 3 * z.N * 4 + (uint64_t)K * G, .nvw = 3 * z.N * 4 + (uint64_t)K * G};
+    CHECK(expect("optimizer on NVMe", K, &got, &want) == 0);
+  }
+  return 0;
+}
+
+int main(void) {
+  if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "bytes")) return 1;
+  static const struct zo_test tests[] = {
+      ZO_TEST(all_on_device),
+      ZO_TEST(optimizer_on_host),
+      ZO_TEST(params_on_host),
+      ZO_TEST(optimizer_on_nvme),
+  };
+  int rc = ZO_TEST_MAIN(tests);
+  zo_test_rmtree(tmpdir);
+  return rc;
+}
