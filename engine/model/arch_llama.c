@@ -333,87 +333,6 @@ static bool llama_hf_ignored(const struct zo_model_config *cfg, const char *name
   return ends_with(name, ".rotary_emb.inv_freq") || (cfg->tie_embeddings && strcmp(name, "lm_head.weight") == 0);
 }
 
-static json_t *llama_hf_config(const struct zo_model_config *c) {
-  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
-                        "s:f, s:f, s:s, s:s}",
-                        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
-                        "hidden_size", c->n_embd, "intermediate_size", c->intermediate_size, "num_hidden_layers",
-                        c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head,
-                        "head_dim", head_size(c), "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
-                        c->rms_norm_eps, "rope_theta", c->rope_theta, "tie_word_embeddings", c->tie_embeddings,
-                        "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
-                        "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
-  if (!j) return NULL;
-  json_t *rs = c->rope_scaling_factor == 0.0
-                   ? json_null()
-                   : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", c->rope_scaling_factor,
-                               "low_freq_factor", c->rope_low_freq_factor, "high_freq_factor",
-                               c->rope_high_freq_factor, "original_max_position_embeddings",
-                               c->rope_original_max_seq_len);
-  if (!rs || json_object_set_new(j, "rope_scaling", rs)) {
-    json_decref(j);
-    return NULL;
-  }
-  return j;
-}
-
-static int config_real(json_t *j, const char *key, double def, double *out) {
-  json_t *v = json_object_get(j, key);
-  *out = v && json_is_number(v) ? json_number_value(v) : def;
-  return 0;
-}
-
-static int llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
-  long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
-  int err = zo_arch_json_int(j, "num_hidden_layers", p, &L);
-  if (!err) err = zo_arch_json_int(j, "num_attention_heads", p, &NH);
-  if (!err) err = zo_arch_json_int(j, "hidden_size", p, &C);
-  if (!err) err = zo_arch_json_int(j, "intermediate_size", p, &I);
-  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
-  if (!err) err = zo_arch_json_int(j, "max_position_embeddings", p, &maxT);
-  if (err) return err;
-  if (zo_arch_json_int(j, "num_key_value_heads", p, &NKV)) NKV = NH;
-  json_t *hd = json_object_get(j, "head_dim");
-  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || NH < 1 || json_integer_value(hd) * NH != C))
-    return zo_error(-ENOTSUP, "%s: head_dim %lld times num_attention_heads %ld is not hidden_size %ld: only "
-                              "head_dim = hidden_size / num_attention_heads is supported",
-                    p, json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL, NH, C);
-  static const char *const biases[] = {"attention_bias", "mlp_bias"};
-  for (int k = 0; k < 2; k++)
-    if (json_is_true(json_object_get(j, biases[k])))
-      return zo_error(-ENOTSUP, "%s: %s = true: Llama layers here have no biases", p, biases[k]);
-  const char *act = json_string_value(json_object_get(j, "hidden_act"));
-  if (act && strcmp(act, "silu") != 0)
-    return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p, act);
-  json_t *sw = json_object_get(j, "sliding_window");
-  if (json_is_integer(sw) && json_is_true(json_object_get(j, "use_sliding_window")))
-    return zo_error(-ENOTSUP, "%s: sliding-window attention is not supported", p);
-  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
-                                  .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
-                                  .max_seq_len = (int)maxT};
-  /* Hugging Face applies it to the attention probabilities; ours to the
-   * attention output (the same expected value, another mask granularity). */
-  if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
-  config_real(j, "rms_norm_eps", 1e-5, &cfg->rms_norm_eps);
-  config_real(j, "rope_theta", 10000.0, &cfg->rope_theta);
-  cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
-  json_t *rs = json_object_get(j, "rope_scaling");
-  if (rs && !json_is_null(rs)) {
-    const char *type = json_string_value(json_object_get(rs, "rope_type"));
-    if (!type) type = json_string_value(json_object_get(rs, "type"));
-    if (!type || strcmp(type, "llama3") != 0)
-      return zo_error(-ENOTSUP, "%s: rope_scaling type \"%s\": only \"llama3\" (or none) is supported", p,
-                      type ? type : "(missing)");
-    long old = 0;
-    if ((err = zo_arch_json_int(rs, "original_max_position_embeddings", p, &old))) return err;
-    config_real(rs, "factor", 8.0, &cfg->rope_scaling_factor);
-    config_real(rs, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor);
-    config_real(rs, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor);
-    cfg->rope_original_max_seq_len = (int)old;
-  }
-  return 0;
-}
-
 const struct zo_arch zo_arch_llama = {
     .id = ZO_ARCH_LLAMA,
     .name = "Llama",
@@ -436,6 +355,6 @@ const struct zo_arch zo_arch_llama = {
     .flops_per_token = llama_flops_per_token,
     .hf_tensors = llama_hf_tensors,
     .hf_ignored = llama_hf_ignored,
-    .hf_config = llama_hf_config,
-    .hf_config_parse = llama_hf_config_parse,
+    .hf_config = zo_llama_hf_config,
+    .hf_config_parse = zo_llama_hf_config_parse,
 };
