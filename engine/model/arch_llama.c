@@ -1,7 +1,8 @@
 /* Llama as an architecture description (engine/model/arch.h): RMSNorm, rotary
  * position embeddings in Hugging Face's rotate-half layout on q and k,
  * grouped-query causal attention (query head h reads key/value head
- * h / (NH / NKV)), a SwiGLU MLP, no biases, pre-norm residual blocks, a
+ * h / (NH / NKV)), over a sliding window of the last W positions when
+ * configured (Mistral), a SwiGLU MLP, no biases, pre-norm residual blocks, a
  * final RMSNorm and an LM head tied to the token embedding or its own.
  * Table: model.embed_tokens.weight (Vp, C); per block the tensors of enum
  * below, q, k and v fused into one projection ((NH + 2 NKV) hs, C) and gate
@@ -46,6 +47,9 @@ static int llama_config_check(struct zo_model_config *cfg) {
   if (cfg->intermediate_size < 1)
     return zo_error(-EINVAL, "model.intermediate_size = %d: Llama needs its MLP width (for example 11008 for "
                              "a 7B model)", cfg->intermediate_size);
+  if (cfg->sliding_window < 0)
+    return zo_error(-EINVAL, "sliding_window = %d: a window of at least one position, or 0 for none",
+                    cfg->sliding_window);
   if (cfg->rms_norm_eps == 0.0) cfg->rms_norm_eps = 1e-5;
   if (cfg->rope_theta == 0.0) cfg->rope_theta = 10000.0;
   if (!(cfg->rms_norm_eps > 0.0) || !(cfg->rope_theta > 0.0))
@@ -198,7 +202,10 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
   be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], NULL, BT, C, Q, dt, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
+  if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
+    be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
+  else
+    be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
   zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, C, C, dt, s);

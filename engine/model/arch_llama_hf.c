@@ -163,10 +163,11 @@ static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
   return 0;
 }
 
-/* Attention windows: Mistral's sliding_window, Qwen2's use_sliding_window,
- * 5.x's layer_types. A window no shorter than max_position_embeddings never
- * binds (the engine never runs past that length): full attention. */
-static int parse_windows(json_t *j, const char *p, const char *type, long maxT) {
+/* Attention windows: Mistral's sliding_window (implemented: *window),
+ * Qwen2's use_sliding_window (refused), 5.x's layer_types. A window no
+ * shorter than max_position_embeddings never binds (the engine never runs
+ * past that length): full attention, *window 0. */
+static int parse_windows(json_t *j, const char *p, const char *type, long maxT, int *window) {
   json_t *lt = json_object_get(j, "layer_types"), *sw = json_object_get(j, "sliding_window");
   char val[160];
   if (lt && !json_is_null(lt)) {
@@ -181,16 +182,16 @@ static int parse_windows(json_t *j, const char *p, const char *type, long maxT) 
                         i, json_brief(v, val, sizeof val));
     }
   }
+  *window = 0;
   if (!sw || json_is_null(sw)) return 0;
   if (!json_is_integer(sw) || json_integer_value(sw) < 1)
     return zo_error(-EINVAL, "%s: sliding_window = %s: a positive integer or null is needed", p,
                     json_brief(sw, val, sizeof val));
-  /* Qwen2 and Llama carry the key without using it unless told to. */
-  const bool used = strcmp(type, "mistral") == 0 || json_is_true(json_object_get(j, "use_sliding_window"));
-  if (used && json_integer_value(sw) < maxT)
-    return zo_error(-ENOTSUP, "%s: sliding_window = %lld (shorter than max_position_embeddings = %ld): "
-                              "sliding-window attention is not implemented, and training full attention "
-                              "instead would be another model", p, (long long)json_integer_value(sw), maxT);
+  /* Qwen2 carries the key without using it unless told to, Llama never. */
+  if (json_is_true(json_object_get(j, "use_sliding_window")) && json_integer_value(sw) < maxT)
+    return zo_error(-ENOTSUP, "%s: use_sliding_window = true with sliding_window = %lld: Qwen2's per-layer "
+                              "windows (max_window_layers) are not implemented", p, (long long)json_integer_value(sw));
+  if (strcmp(type, "mistral") == 0 && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
   return 0;
 }
 
@@ -233,10 +234,11 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   if (json_object_get(j, "hidden_act") && (!act || strcmp(act, "silu") != 0))
     return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p,
                     act ? act : "(not a string)");
-  if ((err = parse_windows(j, p, type, maxT))) return err;
+  int window = 0;
+  if ((err = parse_windows(j, p, type, maxT, &window))) return err;
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
-                                  .max_seq_len = (int)maxT};
+                                  .max_seq_len = (int)maxT, .sliding_window = window};
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
@@ -281,6 +283,14 @@ json_t *zo_llama_hf_config(const struct zo_model_config *c) {
                         "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
                         "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
   if (!j) return NULL;
+  /* A window makes it a Mistral (transformers' LlamaForCausalLM has none). */
+  if (c->sliding_window > 0 &&
+      (json_object_set_new(j, "architectures", json_pack("[s]", "MistralForCausalLM")) ||
+       json_object_set_new(j, "model_type", json_string("mistral")) ||
+       json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)))) {
+    json_decref(j);
+    return NULL;
+  }
   /* transformers 4.x reads rope_theta and rope_scaling, 5.x rope_parameters. */
   json_t *rs = c->rope_scaling_factor == 0.0 ? json_null() : rope_object(c, false);
   if (json_object_set_new(j, "rope_scaling", rs) || json_object_set_new(j, "rope_parameters", rope_object(c, true))) {

@@ -22,8 +22,8 @@ ZO_HF_PYTHON; see docs/models.md).
   3. Export: `zoffload export` of that directory writes a config.json this
      transformers reads back as the same model (same loss).
   4. Families not implemented (qwen2, qwen3, phi3) are refused by
-     model_type; Mistral with sliding_window shorter than
-     max_position_embeddings is refused naming sliding_window.
+     model_type; Qwen2's use_sliding_window is refused by name (Mistral's
+     sliding_window is implemented: test_transformers_mistral.py).
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_hf_config_fields.py
 """
@@ -49,7 +49,7 @@ B, T, NB = 3, 20, 3
 IMPLEMENTED = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
                "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim",
-               "model_type", "sliding_window"}
+               "model_type", "sliding_window", "use_sliding_window"}
 VALUES = {"rms_norm_eps": 1e-3, "rope_theta": 123456.0, "num_key_value_heads": 1, "tie_word_embeddings": True,
           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 16}}
@@ -73,7 +73,7 @@ IGNORED = {"architectures", "torch_dtype", "dtype", "transformers_version", "_na
            "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
            "suppress_tokens", "begin_suppress_tokens", "finetuning_task", "id2label", "label2id",
            "tokenizer_class", "prefix", "problem_type", "task_specific_params", "chat_template",
-           "_attn_implementation_autoset", "use_sliding_window"}
+           "_attn_implementation_autoset"}
 # Python-side attributes transformers keeps that are never written to config.json.
 NOT_IN_FILE = {"self", "kwargs", "_commit_hash", "_attn_implementation_internal", "_attn_implementation",
                "attn_implementation", "name_or_path", "num_labels", "_output_attentions", "base_config_key",
@@ -91,7 +91,9 @@ PUBLISHED = {
                       "rope_scaling": {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                        "original_max_position_embeddings": 16, "rope_type": "llama3"}}, None),
     "Llama-2-7b": ({"model_type": "llama", "rope_theta": 10000.0, "rope_scaling": None, "pretraining_tp": 1}, None),
-    "Mistral-7B-v0.1": ({"model_type": "mistral", "sliding_window": 16, "rope_theta": 10000.0}, "sliding_window"),
+    "Mistral-7B-v0.1": ({"model_type": "mistral", "sliding_window": 16, "rope_theta": 10000.0}, None),
+    "Qwen2 windows": ({"model_type": "llama", "use_sliding_window": True, "sliding_window": 16,
+                       "max_window_layers": 1}, "use_sliding_window"),
     "Mistral-7B-v0.3": ({"model_type": "mistral", "sliding_window": None, "rope_theta": 1000000.0}, None),
     "CodeLlama (linear)": ({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}}, "linear"),
     "dynamic NTK": ({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "dynamic"),
