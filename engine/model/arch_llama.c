@@ -1,7 +1,8 @@
 /* Llama as an architecture description (engine/model/arch.h): RMSNorm, rotary
  * position embeddings in Hugging Face's rotate-half layout on q and k,
  * grouped-query causal attention (query head h reads key/value head
- * h / (NH / NKV)), over a sliding window of the last W positions when
+ * h / (NH / NKV)), biases on q, k and v when configured (Qwen2), over a
+ * sliding window of the last W positions when
  * configured (Mistral), a SwiGLU MLP, no biases, pre-norm residual blocks, a
  * final RMSNorm and an LM head tied to the token embedding or its own.
  * Table: model.embed_tokens.weight (Vp, C); per block the tensors of enum
@@ -21,8 +22,11 @@
 
 #include "arch.h"
 
-/* Block tensors, in table order. */
-enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, N_BLOCK };
+/* Block tensors, in table order; QKV_BIAS (Qwen2) only with cfg->qkv_bias. */
+enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_BLOCK_MAX };
+
+/* Tensors of one block. */
+static int n_block(const struct zo_model_config *c) { return c->qkv_bias ? N_BLOCK_MAX : QKV_BIAS; }
 enum { EMBED = 0 };
 /* Kept activations of one block. */
 enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, N_ACTS };
@@ -67,22 +71,24 @@ static int llama_config_check(struct zo_model_config *cfg) {
 
 static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *t) {
   const int L = cfg->n_layer, C = cfg->n_embd, I = cfg->intermediate_size;
-  int err = zo_arch_table_alloc(t, 3 + N_BLOCK * L, L);
+  const int nb = n_block(cfg);
+  int err = zo_arch_table_alloc(t, 3 + nb * L, L);
   if (err) return err;
   size_t off = 0;
   char name[ZO_TENSOR_NAME_MAX];
   zo_arch_table_add(t, &off, "model.embed_tokens.weight", -1, cfg->padded_vocab_size, C);
   t->head_tensors = 1;
   t->embed_alone = !cfg->tie_embeddings;
-  t->block_tensors = N_BLOCK;
+  t->block_tensors = nb;
   for (int l = 0; l < L; l++) {
     t->layer_offset[l] = off;
-    const struct { const char *suffix; int rows, cols; } block[N_BLOCK] = {
+    const struct { const char *suffix; int rows, cols; } block[N_BLOCK_MAX] = {
         {"input_layernorm.weight", C, 0},     {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
         {"self_attn.o_proj.weight", C, C},    {"post_attention_layernorm.weight", C, 0},
         {"mlp.gate_up_proj.weight", 2 * I, C}, {"mlp.down_proj.weight", C, I},
+        {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
     };
-    for (int i = 0; i < N_BLOCK; i++) {
+    for (int i = 0; i < nb; i++) {
       snprintf(name, sizeof name, "model.layers.%d.%s", l, block[i].suffix);
       zo_arch_table_add(t, &off, name, l, block[i].rows, block[i].cols);
     }
@@ -200,7 +206,7 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   void *const *w = m->pv + zo_arch_block_tensor(&m->table, l, 0);
   void **a = m->acts[l];
   be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
-  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], NULL, BT, C, Q, dt, s);
+  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], c->qkv_bias ? w[QKV_BIAS] : NULL, BT, C, Q, dt, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
     be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
@@ -248,7 +254,8 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
   zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[QKV], NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT, C, Q, dt, s);
+  be->matmul_backward(sc[S_DBTC], dw[QKV], c->qkv_bias ? dw[QKV_BIAS] : NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT,
+                      C, Q, dt, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[IN_NORM], sc[S_DBTC], x, w[IN_NORM], a[A_LN1_RSTD], BT, C, dt, s);
 }
 
@@ -269,13 +276,15 @@ static void llama_final_backward(struct zo_model *m, const void *x, int B, int T
 }
 
 static int llama_head_tensor(const struct zo_model_config *cfg) {
-  return cfg->tie_embeddings ? EMBED : 1 + N_BLOCK * cfg->n_layer + 1;
+  return cfg->tie_embeddings ? EMBED : 1 + n_block(cfg) * cfg->n_layer + 1;
 }
 
 /* N(0, 0.02) for every matrix (transformers' initializer_range), unit norm
  * weights, padded vocabulary rows (embedding, untied head) zero. */
 static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, const struct zo_tensor_info *ti,
                                              int i) {
+  const bool bias = i >= 1 && i < 1 + n_block(cfg) * cfg->n_layer && (i - 1) % n_block(cfg) == QKV_BIAS;
+  if (bias) return (struct zo_init_spec){ZO_INIT_ZEROS, 0.0, (int)ti->numel};
   if (ti->ndim != 2) return (struct zo_init_spec){ZO_INIT_ONES, 0.0, (int)ti->numel};
   const bool vocab = i == EMBED || (!cfg->tie_embeddings && i == llama_head_tensor(cfg));
   return (struct zo_init_spec){ZO_INIT_NORMAL, 0.02, vocab ? cfg->vocab_size : ti->shape[0]};
@@ -317,6 +326,11 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
     hf_add(out, &n, NAME("self_attn.q_proj.weight"), b + QKV, 0, q, C);
     hf_add(out, &n, NAME("self_attn.k_proj.weight"), b + QKV, q, kv, C);
     hf_add(out, &n, NAME("self_attn.v_proj.weight"), b + QKV, q + kv, kv, C);
+    if (c->qkv_bias) {
+      hf_add(out, &n, NAME("self_attn.q_proj.bias"), b + QKV_BIAS, 0, q, 0);
+      hf_add(out, &n, NAME("self_attn.k_proj.bias"), b + QKV_BIAS, q, kv, 0);
+      hf_add(out, &n, NAME("self_attn.v_proj.bias"), b + QKV_BIAS, q + kv, kv, 0);
+    }
     hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, C);
     hf_add(out, &n, NAME("post_attention_layernorm.weight"), b + POST_NORM, 0, C, 0);
     hf_add(out, &n, NAME("mlp.gate_proj.weight"), b + GATE_UP, 0, I, C);

@@ -1,5 +1,6 @@
-/* config.json of the Llama family (model_type "llama", "mistral"; "qwen2",
- * "qwen3" and "phi3" refused by name until implemented), read and written
+/* config.json of the Llama family (model_type "llama", "mistral" and
+ * "qwen2" (q/k/v biases); "qwen3" and "phi3" refused by name in
+ * engine/store/hf_dir.c until implemented), read and written
  * for engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
  * top-level "rope_theta" and "rope_scaling", 5.x's "rope_parameters"
  * ({"rope_type", "rope_theta", the scaling's keys}); a write carries both,
@@ -198,9 +199,9 @@ static int parse_windows(json_t *j, const char *p, const char *type, long maxT, 
 int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
   const char *type = json_string_value(json_object_get(j, "model_type"));
   if (!type) type = "llama";
-  if (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0)
+  if (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0 && strcmp(type, "qwen2") != 0)
     return zo_error(-ENOTSUP, "%s: model_type \"%s\" is not implemented by the Llama loader (\"llama\", "
-                              "\"mistral\")", p, type);
+                              "\"mistral\", \"qwen2\")", p, type);
   int err = check_keys(j, p);
   if (err) return err;
   long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
@@ -238,7 +239,8 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   if ((err = parse_windows(j, p, type, maxT, &window))) return err;
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
-                                  .max_seq_len = (int)maxT, .sliding_window = window};
+                                  .max_seq_len = (int)maxT, .sliding_window = window,
+                                  .qkv_bias = strcmp(type, "qwen2") == 0};
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
@@ -283,6 +285,15 @@ json_t *zo_llama_hf_config(const struct zo_model_config *c) {
                         "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
                         "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
   if (!j) return NULL;
+  /* q/k/v biases make it a Qwen2, without windows (use_sliding_window). */
+  if (c->qkv_bias &&
+      (json_object_set_new(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM")) ||
+       json_object_set_new(j, "model_type", json_string("qwen2")) ||
+       json_object_set_new(j, "use_sliding_window", json_false()) ||
+       json_object_set_new(j, "max_window_layers", json_integer(c->n_layer)))) {
+    json_decref(j);
+    return NULL;
+  }
   /* A window makes it a Mistral (transformers' LlamaForCausalLM has none). */
   if (c->sliding_window > 0 &&
       (json_object_set_new(j, "architectures", json_pack("[s]", "MistralForCausalLM")) ||

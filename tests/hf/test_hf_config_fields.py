@@ -5,7 +5,7 @@ installed (the pinned 4.x of scripts/install-hf.sh, or a 5.x through
 ZO_HF_PYTHON; see docs/models.md).
 
   1. The walk: for each supported family's config class (LlamaConfig,
-     MistralConfig) every field (the class's __init__ parameters, its
+     MistralConfig, Qwen2Config where transformers has it) every field (the class's __init__ parameters, its
      to_dict() and what save_pretrained writes) must be in IMPLEMENTED,
      REFUSED or IGNORED below; a field in none fails the test (a new
      transformers field must be looked at before a model using it trains).
@@ -21,9 +21,10 @@ ZO_HF_PYTHON; see docs/models.md).
      the theta-10000 model gives another loss (the check can fail).
   3. Export: `zoffload export` of that directory writes a config.json this
      transformers reads back as the same model (same loss).
-  4. Families not implemented (qwen2, qwen3, phi3) are refused by
-     model_type; Qwen2's use_sliding_window is refused by name (Mistral's
-     sliding_window is implemented: test_transformers_mistral.py).
+  4. Families not implemented (qwen3, phi3) are refused by model_type;
+     Qwen2's use_sliding_window is refused by name (Mistral's
+     sliding_window and Qwen2's biases are implemented:
+     test_transformers_families.py).
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_hf_config_fields.py
 """
@@ -99,7 +100,8 @@ PUBLISHED = {
     "dynamic NTK": ({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "dynamic"),
     "yarn": ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                        "original_max_position_embeddings": 16}}, "yarn"),
-    "Qwen2.5-7B": ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 16}, "qwen2"),
+    "Qwen2.5-7B": ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 16,
+                    "max_window_layers": 28, "rope_theta": 1000000.0}, None),
     "Qwen3-8B": ({"model_type": "qwen3", "head_dim": 16}, "qwen3"),
     "Phi-3-mini": ({"model_type": "phi3"}, "phi3"),
 }
@@ -113,7 +115,10 @@ if not LLAMA3:
 
 def family_classes():
     from transformers import LlamaConfig, MistralConfig
-    return {"llama": LlamaConfig, "mistral": MistralConfig}
+    out = {"llama": LlamaConfig, "mistral": MistralConfig}
+    if hasattr(transformers, "Qwen2Config"):  # transformers >= 4.37
+        out["qwen2"] = transformers.Qwen2Config
+    return out
 
 
 def fields_of(cls, tmp):
@@ -132,7 +137,7 @@ def fields_of(cls, tmp):
 def tiny_config(cls, **over):
     kw = dict(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
               num_key_value_heads=NKV, max_position_embeddings=TMAX, rms_norm_eps=1e-6)
-    if cls.__name__ == "MistralConfig":
+    if cls.__name__ in ("MistralConfig", "Qwen2Config"):
         kw["sliding_window"] = None
     kw.update(over)
     return cls(attn_implementation="eager", **kw)
@@ -226,7 +231,13 @@ def walk(binary, tmp):
     print("== published configs, shrunk")
     for name, (fields, refused) in PUBLISHED.items():
         d = os.path.join(tmp, "published-" + name.replace(" ", "_").replace("(", "").replace(")", ""))
-        shutil.copytree(os.path.join(tmp, "walk-llama"), d)
+        base = os.path.join(tmp, "walk-" + fields["model_type"])
+        if not os.path.isdir(base):
+            if refused is None:
+                print(f"     {name}: transformers {transformers.__version__} has no {fields['model_type']}: skipped")
+                continue
+            base = os.path.join(tmp, "walk-llama")
+        shutil.copytree(base, d)
         edit_config(d, lambda j: [j.pop(k, None) for k in ("rope_theta", "rope_scaling", "rope_parameters")]
                     and j.update(fields))
         got, msg = zo_eval(binary, config, d)

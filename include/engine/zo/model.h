@@ -73,6 +73,9 @@ struct zo_model_config {
   /* llama: sliding-window attention (Mistral's sliding_window, from
    * config.json): position t attends to (t - W, t]; 0 = full causal */
   int sliding_window;
+  /* llama: biases on the q, k and v projections (Qwen2 / Qwen2.5, from
+   * config.json's model_type "qwen2") */
+  bool qkv_bias;
   /* Dropout probabilities in [0, 1), training only (model.dropout; from a
    * Hugging Face config.json with model.hf_dropout: GPT-2's embd_pdrop,
    * attn_pdrop, resid_pdrop, Llama's attention_dropout): the embedding's

@@ -1,26 +1,29 @@
 #!/usr/bin/python3
-"""Mistral's sliding-window attention against transformers (eager
-attention), with whichever transformers is installed (the pinned 4.x, or a
-5.x through ZO_HF_PYTHON; docs/models.md).
+"""The Llama-family variants against transformers (eager attention), with
+whichever transformers is installed (the pinned 4.x, or a 5.x through
+ZO_HF_PYTHON; docs/models.md): Mistral's sliding-window attention and
+Qwen2's q/k/v biases (untied and tied heads; Qwen2 needs transformers
+>= 4.37, skipped before).
 
-A randomly initialised MistralForCausalLM (vocabulary 317, not a multiple of
-64; 6 query heads over 2 key/value heads; MLP width 43; every weight
-perturbed so the logits spread) whose sliding_window (5) is much shorter
-than the training sequence (24), saved with save_pretrained:
+For each, a randomly initialised model (vocabulary 317, not a multiple of
+64; 6 query heads over 2 key/value heads; MLP width 43; every weight, bias
+included, perturbed so the logits spread), saved with save_pretrained; for
+Mistral its sliding_window (5) is much shorter than the training sequence
+(24):
   1. `zoffload eval --checkpoint` gives transformers' mean loss to 1e-5
-     relative; the same weights with full attention give another loss (so
-     the check sees the window), and a window of 1 (each position sees only
-     itself) too.
+     relative; the same weights without the feature (full attention; zero
+     biases) give another loss (so the check sees it); Mistral with a window
+     of 1 (each position sees only itself) too.
   2. Ten AdamW steps (2 micro-batches a step, weight decay on the matrices,
      clipping at 1.0 that binds) from model.init_from track a torch loop on
      transformers' model: every step's loss and gradient norm to 1e-5
      relative, and every parameter after the ten steps (the checkpoint's
      model.safetensors) to 1e-4 of its tensor's largest element.
-  3. The checkpoint's config.json is a Mistral (model_type, sliding_window)
-     that transformers loads with no missing or unexpected key, and whose
-     loss equals zoffload's on it.
+  3. The checkpoint's config.json is the family's (model_type,
+     sliding_window) and transformers loads it with no missing or
+     unexpected key, its loss equal to zoffload's on it.
 
-Usage: tests/hf/run.sh ZOFFLOAD REPO test_transformers_mistral.py
+Usage: tests/hf/run.sh ZOFFLOAD REPO test_transformers_families.py
 """
 import json
 import os
@@ -33,8 +36,9 @@ from zo_hf import check, default_dtype, hf_mean_loss, main, random_tokens, rel, 
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import transformers  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import MistralConfig, MistralForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, MistralConfig  # noqa: E402
 
 V, C, NH, NKV, I, L, TMAX, WINDOW = 317, 48, 6, 2, 43, 2, 64, 5
 B, T, K, STEPS = 3, 24, 2, 10
@@ -42,16 +46,17 @@ LR, BETAS, EPS, WD, MAX_NORM = 2e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 LOSS_RTOL, PARAM_TOL = 1e-5, 1e-4
 
 
-def make_model(window):
+def make_model(cls, zero_bias=False, **over):
     torch.manual_seed(11)
-    cfg = MistralConfig(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L,
-                        num_attention_heads=NH, num_key_value_heads=NKV, max_position_embeddings=TMAX,
-                        rms_norm_eps=1e-6, sliding_window=window, tie_word_embeddings=False,
-                        attn_implementation="eager")
-    model = MistralForCausalLM(cfg).eval()
+    kw = dict(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+              num_key_value_heads=NKV, max_position_embeddings=TMAX, rms_norm_eps=1e-6, tie_word_embeddings=False)
+    kw.update(over)
+    model = AutoModelForCausalLM.from_config(cls(attn_implementation="eager", **kw)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * (0.1 if "norm" in name else 0.2))
+            if zero_bias and name.endswith(".bias"):
+                p.zero_()
     return model
 
 
@@ -106,33 +111,58 @@ def torch_steps(model, tokens):
     return out
 
 
+def eval_against(binary, config, tokens, d, model, what):
+    """Saves model to d; checks zoffload eval's loss is transformers'."""
+    model.save_pretrained(d, safe_serialization=True)
+    want = hf_mean_loss(model.double(), tokens, 4, B, T)
+    got, out = zo_eval(binary, config, d, 4)
+    print(f"     {what}: zoffload {got}, transformers {want:.9f}")
+    check(got is not None and rel(got, want) <= LOSS_RTOL, f"{what}: zoffload eval equals transformers' loss "
+          f"({got} vs {want:.6f}) {'' if got is not None else out}")
+    return want
+
+
 def mistral(binary, tmp):
     print(f"== Mistral, sliding_window {WINDOW} < seq_len {T}")
     _, tokens, tok_path = random_tokens(tmp, V, STEPS * K * B * T + 1)
     config = write_config(tmp, tok_path)
-    model = make_model(WINDOW)
-    d = os.path.join(tmp, "hf-mistral")
-    model.save_pretrained(d, safe_serialization=True)
-    want = hf_mean_loss(model.double(), tokens, 4, B, T)
-    got, out = zo_eval(binary, config, d, 4)
-    print(f"     eval: zoffload {got}, transformers {want:.9f}")
-    check(got is not None and rel(got, want) <= LOSS_RTOL, f"zoffload eval equals transformers' loss with the "
-          f"window ({got} vs {want:.6f}) {'' if got is not None else out}")
-    full = make_model(None).double()
-    want_full = hf_mean_loss(full, tokens, 4, B, T)
+    model = make_model(MistralConfig, sliding_window=WINDOW)
+    want = eval_against(binary, config, tokens, os.path.join(tmp, "hf-mistral"), model, "window 5")
+    want_full = hf_mean_loss(make_model(MistralConfig, sliding_window=None).double(), tokens, 4, B, T)
     check(rel(want_full, want) > 100 * LOSS_RTOL, f"full attention gives another loss ({want_full:.6f}): the check "
           f"sees the window")
-    one = make_model(1)
-    d1 = os.path.join(tmp, "hf-mistral-w1")
-    one.save_pretrained(d1, safe_serialization=True)
-    want1 = hf_mean_loss(one.double(), tokens, 4, B, T)
-    got1, out1 = zo_eval(binary, config, d1, 4)
-    check(got1 is not None and rel(got1, want1) <= LOSS_RTOL, f"window 1: zoffload {got1} equals transformers' "
-          f"{want1:.6f} {'' if got1 is not None else out1}")
+    eval_against(binary, config, tokens, os.path.join(tmp, "hf-mistral-w1"),
+                 make_model(MistralConfig, sliding_window=1), "window 1")
+    train_and_export(binary, tmp, "mistral", os.path.join(tmp, "hf-mistral"), config, tokens, model, {"model_type": "mistral",
+                                                                     "sliding_window": WINDOW})
 
-    print(f"== {STEPS} AdamW steps of {K} micro-batches from model.init_from against torch")
-    metrics = os.path.join(tmp, "metrics.jsonl")
-    ckdir = os.path.join(tmp, "ck")
+
+def qwen2(binary, tmp):
+    if not hasattr(transformers, "Qwen2Config"):
+        print(f"== Qwen2: transformers {transformers.__version__} has no Qwen2 (4.37 and later): skipped")
+        return
+    from transformers import Qwen2Config
+    _, tokens, tok_path = random_tokens(tmp, V, STEPS * K * B * T + 1)
+    config = write_config(tmp, tok_path)
+    for tied in (False, True):
+        label = "tied" if tied else "untied"
+        print(f"== Qwen2, q/k/v biases, {label} head")
+        model = make_model(Qwen2Config, tie_word_embeddings=tied, use_sliding_window=False)
+        want = eval_against(binary, config, tokens, os.path.join(tmp, f"hf-qwen2-{label}"), model, f"Qwen2 {label}")
+        nobias = make_model(Qwen2Config, zero_bias=True, tie_word_embeddings=tied, use_sliding_window=False)
+        want0 = hf_mean_loss(nobias.double(), tokens, 4, B, T)
+        check(rel(want0, want) > 100 * LOSS_RTOL, f"zero biases give another loss ({want0:.6f}): the check sees them")
+        if not tied:
+            train_and_export(binary, tmp, "qwen2", os.path.join(tmp, f"hf-qwen2-{label}"), config, tokens, model,
+                             {"model_type": "qwen2"})
+
+
+def train_and_export(binary, tmp, name, d, config, tokens, model, want_config):
+    """Ten steps from model's save d against torch on model (float64, trained in place), then the
+    checkpoint back through transformers."""
+    print(f"== {name}: {STEPS} AdamW steps of {K} micro-batches from model.init_from against torch")
+    metrics = os.path.join(tmp, f"metrics-{name}.jsonl")
+    ckdir = os.path.join(tmp, f"ck-{name}")
     rc, out = zo_run(binary, "train", config, "--set", f"model.init_from={d}", "--set", f"log.metrics_path={metrics}",
                      "--set", "log.every=1", "--set", f"checkpoint.dir={ckdir}", "--set", f"checkpoint.every={STEPS}")
     check(rc == 0, f"zoffload train runs {out[-300:] if rc else ''}")
@@ -169,11 +199,10 @@ def mistral(binary, tmp):
     print("== the checkpoint as transformers reads it")
     with open(os.path.join(ck, "config.json")) as f:
         hc = json.load(f)
-    check(hc.get("model_type") == "mistral" and hc.get("sliding_window") == WINDOW,
-          f"config.json is a Mistral with the window (model_type {hc.get('model_type')}, sliding_window "
-          f"{hc.get('sliding_window')})")
-    back, info = MistralForCausalLM.from_pretrained(ck, torch_dtype=torch.float64, output_loading_info=True,
-                                                    attn_implementation="eager")
+    got_c = {k: hc.get(k) for k in want_config}
+    check(got_c == want_config, f"config.json is the family's: {got_c}")
+    back, info = AutoModelForCausalLM.from_pretrained(ck, torch_dtype=torch.float64, output_loading_info=True,
+                                                      attn_implementation="eager")
     lost = {k: v for k, v in info.items() if v}
     check(not lost, f"from_pretrained reports no missing/unexpected keys {lost}")
     want_ck = hf_mean_loss(back.eval(), tokens, 4, B, T)
@@ -183,4 +212,4 @@ def mistral(binary, tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__, (mistral,)))
+    sys.exit(main(__doc__, (mistral, qwen2)))
