@@ -18,7 +18,9 @@ Mistral its sliding_window (5) is much shorter than the training sequence
      clipping at 1.0 that binds) from model.init_from track a torch loop on
      transformers' model: every step's loss and gradient norm to 1e-5
      relative, and every parameter after the ten steps (the checkpoint's
-     model.safetensors) to 1e-4 of its tensor's largest element.
+     model.safetensors) to 1e-4 of its tensor's largest element; with the
+     parameters and the optimizer on the host (stage 3) every step's loss
+     and norm are the all-on-device run's, bit for bit.
   3. The checkpoint's config.json is the family's (model_type,
      sliding_window) and transformers loads it with no missing or
      unexpected key, its loss equal to zoffload's on it.
@@ -174,6 +176,19 @@ def train_and_export(binary, tmp, name, d, config, tokens, model, want_config):
             m = json.loads(line)
             if "loss" in m and "grad_norm" in m:
                 steps.append((m["loss"], m["grad_norm"]))
+    # The same steps with the optimizer and the parameters on the host
+    # (stage 3): bit for bit the all-on-device run's.
+    m3 = os.path.join(tmp, f"metrics-{name}-stage3.jsonl")
+    rc3, out3 = zo_run(binary, "train", config, "--set", f"model.init_from={d}", "--set", f"log.metrics_path={m3}",
+                       "--set", "log.every=1", "--set", f"checkpoint.dir={ckdir}-stage3", "--set", "checkpoint.every=0",
+                       "--set", "zero_optimization.stage=3", "--set", "zero_optimization.offload_optimizer.device=cpu",
+                       "--set", "zero_optimization.offload_param.device=cpu")
+    steps3 = []
+    if rc3 == 0:
+        with open(m3) as f:
+            steps3 = [(m["loss"], m["grad_norm"]) for m in map(json.loads, f) if "loss" in m and "grad_norm" in m]
+    check(rc3 == 0 and steps3 == steps, f"parameters and optimizer on the host give the same losses and norms, "
+          f"bit for bit {out3[-300:] if rc3 else ''}")
     ref = torch_steps(model, tokens)  # model is float64 here
     worst_l = max(rel(a[0], b[0]) for a, b in zip(steps, ref)) if len(steps) == STEPS else float("inf")
     worst_n = max(rel(a[1], b[1]) for a, b in zip(steps, ref)) if len(steps) == STEPS else float("inf")
