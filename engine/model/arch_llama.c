@@ -37,7 +37,10 @@ enum { F_OUT, F_RSTD, N_FIN };
 /* Constant tables. */
 enum { C_COS, C_SIN, N_CONSTS };
 
-static int head_size(const struct zo_model_config *c) { return c->n_embd / c->n_head; }
+static int head_size(const struct zo_model_config *c) { return c->head_dim; }
+/* The attention output's width (o_proj's input): NH head_dim. */
+static int att_width(const struct zo_model_config *c) { return c->n_head * c->head_dim; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static int qkv_rows(const struct zo_model_config *c) { return (c->n_head + 2 * c->n_kv_head) * head_size(c); }
 
 static int llama_config_check(struct zo_model_config *cfg) {
@@ -45,9 +48,10 @@ static int llama_config_check(struct zo_model_config *cfg) {
   if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0)
     return zo_error(-EINVAL, "model.num_key_value_heads = %d: must divide model.n_head = %d", cfg->n_kv_head,
                     cfg->n_head);
-  if (head_size(cfg) % 2 != 0)
-    return zo_error(-EINVAL, "model.n_embd / model.n_head = %d: the rotary embedding needs an even head size",
-                    head_size(cfg));
+  if (cfg->head_dim == 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
+  if (cfg->head_dim < 2 || cfg->head_dim % 2 != 0)
+    return zo_error(-EINVAL, "head_dim = %d (model.head_dim, else model.n_embd / model.n_head): the rotary "
+                             "embedding needs an even head size", cfg->head_dim);
   if (cfg->intermediate_size < 1)
     return zo_error(-EINVAL, "model.intermediate_size = %d: Llama needs its MLP width (for example 11008 for "
                              "a 7B model)", cfg->intermediate_size);
@@ -84,7 +88,7 @@ static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor
     t->layer_offset[l] = off;
     const struct { const char *suffix; int rows, cols; } block[N_BLOCK_MAX] = {
         {"input_layernorm.weight", C, 0},     {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
-        {"self_attn.o_proj.weight", C, C},    {"post_attention_layernorm.weight", C, 0},
+        {"self_attn.o_proj.weight", C, att_width(cfg)}, {"post_attention_layernorm.weight", C, 0},
         {"mlp.gate_up_proj.weight", 2 * I, C}, {"mlp.down_proj.weight", C, I},
         {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
     };
@@ -106,7 +110,7 @@ static int llama_acts(const struct zo_model_config *cfg, int T, struct zo_arch_b
       [A_LN1] = {"activations (input norm)", C, false},
       [A_LN1_RSTD] = {"activations (input norm rstd)", 1, true},
       [A_QKV] = {"activations (qkv, rotated)", (size_t)qkv_rows(cfg), false},
-      [A_ATTY] = {"activations (attention out)", C, false},
+      [A_ATTY] = {"activations (attention out)", (size_t)att_width(cfg), false},
       [A_ATT] = {"activations (attention probabilities)", NH * (size_t)T, false},
       [A_RES2] = {"activations (residual)", C, false},
       [A_LN2] = {"activations (post-attention norm)", C, false},
@@ -132,8 +136,8 @@ static int llama_scratch(const struct zo_model_config *cfg, int T, struct zo_arc
   const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, I = (size_t)cfg->intermediate_size;
   const struct zo_arch_buf s[N_SCRATCH] = {
       [S_DRESIDUAL] = {"backward scratch (residual grad)", C, false},
-      [S_DBTC] = {"backward scratch (B,T,C)", C, false},
-      [S_DQKV] = {"backward scratch (qkv grad)", (size_t)qkv_rows(cfg), false},
+      [S_DBTC] = {"backward scratch (B,T,C)", max_sz(C, (size_t)att_width(cfg)), false},
+      [S_DQKV] = {"backward scratch (qkv grad)", max_sz((size_t)qkv_rows(cfg), C), false},
       [S_DGU] = {"backward scratch (mlp gate, up grad)", 2 * I, false},
       [S_DACT] = {"backward scratch (mlp swiglu grad)", I, false},
       [S_DATT] = {"backward scratch (attention grad)", NH * (size_t)T, false},
@@ -213,8 +217,8 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   else
     be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
-  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
-  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, C, C, dt, s);
+  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
+  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, att_width(c), C, dt, s);
   zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
   be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
@@ -250,8 +254,8 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
                        dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(x). */
   const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
-  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, C, C, dt, s);
-  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
+  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, att_width(c), C, dt, s);
+  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   be->matmul_backward(sc[S_DBTC], dw[QKV], c->qkv_bias ? dw[QKV_BIAS] : NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT,
@@ -292,9 +296,10 @@ static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, 
 
 static double llama_flops_per_token(const struct zo_model_config *c, int T) {
   const double C = c->n_embd, L = c->n_layer, I = c->intermediate_size;
-  const double per_layer = C * qkv_rows(c) + C * C + 3.0 * C * I;
+  const double A = att_width(c); /* C unless head_dim says otherwise */
+  const double per_layer = C * qkv_rows(c) + C * A + 3.0 * C * I;
   const double matmul_params = L * per_layer + (double)c->padded_vocab_size * C;
-  return 6.0 * matmul_params + 6.0 * L * (double)T * C;
+  return 6.0 * matmul_params + 6.0 * L * (double)T * A;
 }
 
 static void hf_add(struct zo_hf_tensor *out, int *n, const char *name, int tensor, int row0, int rows, int cols) {
@@ -331,7 +336,7 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
       hf_add(out, &n, NAME("self_attn.k_proj.bias"), b + QKV_BIAS, q, kv, 0);
       hf_add(out, &n, NAME("self_attn.v_proj.bias"), b + QKV_BIAS, q + kv, kv, 0);
     }
-    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, C);
+    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, att_width(c));
     hf_add(out, &n, NAME("post_attention_layernorm.weight"), b + POST_NORM, 0, C, 0);
     hf_add(out, &n, NAME("mlp.gate_proj.weight"), b + GATE_UP, 0, I, C);
     hf_add(out, &n, NAME("mlp.up_proj.weight"), b + GATE_UP, I, I, C);

@@ -215,11 +215,15 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   json_t *nkv = json_object_get(j, "num_key_value_heads");
   if (nkv && !json_is_null(nkv) && (err = zo_arch_json_int(j, "num_key_value_heads", p, &NKV))) return err;
   if (!nkv || json_is_null(nkv)) NKV = NH;
+  /* head_dim apart from hidden_size / num_attention_heads: q, k, v and
+   * o_proj's input are num_attention_heads x head_dim wide. */
   json_t *hd = json_object_get(j, "head_dim");
-  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || NH < 1 || json_integer_value(hd) * NH != C))
-    return zo_error(-ENOTSUP, "%s: head_dim %lld times num_attention_heads %ld is not hidden_size %ld: only "
-                              "head_dim = hidden_size / num_attention_heads is supported",
-                    p, json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL, NH, C);
+  char hval[64];
+  if (hd && !json_is_null(hd) &&
+      (!json_is_integer(hd) || json_integer_value(hd) < 2 || json_integer_value(hd) % 2 != 0 ||
+       json_integer_value(hd) > 65536))
+    return zo_error(-EINVAL, "%s: head_dim = %s: an even positive integer (the rotary embedding pairs its "
+                             "halves) or null is needed", p, json_brief(hd, hval, sizeof hval));
   if ((err = want_false(j, p, "attention_bias", "Llama layers here have no biases")) ||
       (err = want_false(j, p, "mlp_bias", "Llama layers here have no biases")) ||
       (err = want_false(j, p, "is_decoder", "an encoder-decoder's decoder is not implemented")) ||
@@ -240,6 +244,7 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
                                   .max_seq_len = (int)maxT, .sliding_window = window,
+                                  .head_dim = json_is_integer(hd) ? (int)json_integer_value(hd) : 0,
                                   .qkv_bias = strcmp(type, "qwen2") == 0};
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
@@ -274,7 +279,7 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
 }
 
 json_t *zo_llama_hf_config(const struct zo_model_config *c) {
-  const int hs = c->n_embd / c->n_head;
+  const int hs = c->head_dim;
   json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
                         "s:f, s:f, s:s, s:s}",
                         "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,

@@ -56,7 +56,7 @@ VALUES = {"rms_norm_eps": 1e-3, "rope_theta": 123456.0, "num_key_value_heads": 1
                            "original_max_position_embeddings": 16}}
 # Refused by name when set to a value that changes the mathematics.
 REFUSED = {"attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 0.5,
-           "hidden_act": "gelu", "head_dim": 16, "is_decoder": True, "add_cross_attention": True,
+           "hidden_act": "gelu", "head_dim": 7, "is_decoder": True, "add_cross_attention": True,
            "pruned_heads": {"0": [1]}, "layer_types": ["sliding_attention", "full_attention"],
            "quantization_config": {"quant_method": "bitsandbytes"}}
 # Read by the engine and refused in part (REFUSED gives the refused value).
@@ -220,7 +220,10 @@ def walk(binary, tmp):
             got, msg = zo_eval(binary, config, d)
             check(got is None and field in (msg or ""), f"{family}: {field} = {json.dumps(value)} is refused by "
                   f"name: {(msg or 'loaded').splitlines()[-1][:200]}")
-        for field, value in sorted(VALUES.items()):
+        values = dict(VALUES)
+        if "head_dim" in inspect.signature(cls.__init__).parameters:  # transformers reads it (4.45 and later)
+            values["head_dim"] = 16  # hidden_size / num_attention_heads is 8
+        for field, value in sorted(values.items()):
             d = os.path.join(tmp, f"value-{family}-{field}")
             hf = make_model(cls, d, **{field: value})
             want = hf_mean_loss(hf, tokens, NB, B, T)

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The Llama-family variants against transformers (eager attention), with
 whichever transformers is installed (the pinned 4.x, or a 5.x through
-ZO_HF_PYTHON; docs/models.md): Mistral's sliding-window attention and
-Qwen2's q/k/v biases (untied and tied heads; Qwen2 needs transformers
+ZO_HF_PYTHON; docs/models.md): Mistral's sliding-window attention (with
+head_dim 12, not hidden_size / heads = 8, where transformers reads head_dim)
+and Qwen2's q/k/v biases (untied and tied heads; Qwen2 needs transformers
 >= 4.37, skipped before).
 
 For each, a randomly initialised model (vocabulary 317, not a multiple of
@@ -27,6 +28,7 @@ Mistral its sliding_window (5) is much shorter than the training sequence
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_transformers_families.py
 """
+import inspect
 import json
 import os
 import re
@@ -125,18 +127,21 @@ def eval_against(binary, config, tokens, d, model, what):
 
 
 def mistral(binary, tmp):
-    print(f"== Mistral, sliding_window {WINDOW} < seq_len {T}")
+    # head_dim apart from hidden_size / num_attention_heads (8) where this
+    # transformers reads it (4.45 and later).
+    hd = {"head_dim": 12} if "head_dim" in inspect.signature(MistralConfig.__init__).parameters else {}
+    print(f"== Mistral, sliding_window {WINDOW} < seq_len {T}, {hd or 'head_dim 8'}")
     _, tokens, tok_path = random_tokens(tmp, V, STEPS * K * B * T + 1)
     config = write_config(tmp, tok_path)
-    model = make_model(MistralConfig, sliding_window=WINDOW)
+    model = make_model(MistralConfig, sliding_window=WINDOW, **hd)
     want = eval_against(binary, config, tokens, os.path.join(tmp, "hf-mistral"), model, "window 5")
-    want_full = hf_mean_loss(make_model(MistralConfig, sliding_window=None).double(), tokens, 4, B, T)
+    want_full = hf_mean_loss(make_model(MistralConfig, sliding_window=None, **hd).double(), tokens, 4, B, T)
     check(rel(want_full, want) > 100 * LOSS_RTOL, f"full attention gives another loss ({want_full:.6f}): the check "
           f"sees the window")
     eval_against(binary, config, tokens, os.path.join(tmp, "hf-mistral-w1"),
-                 make_model(MistralConfig, sliding_window=1), "window 1")
-    train_and_export(binary, tmp, "mistral", os.path.join(tmp, "hf-mistral"), config, tokens, model, {"model_type": "mistral",
-                                                                     "sliding_window": WINDOW})
+                 make_model(MistralConfig, sliding_window=1, **hd), "window 1")
+    train_and_export(binary, tmp, "mistral", os.path.join(tmp, "hf-mistral"), config, tokens, model,
+                     dict({"model_type": "mistral", "sliding_window": WINDOW}, **hd))
 
 
 def qwen2(binary, tmp):

@@ -76,6 +76,9 @@ struct zo_model_config {
   /* llama: biases on the q, k and v projections (Qwen2 / Qwen2.5, from
    * config.json's model_type "qwen2") */
   bool qkv_bias;
+  /* llama: the attention heads' width (config.json's head_dim; 0 = n_embd /
+   * n_head, filled by zo_model_config_check) */
+  int head_dim;
   /* Dropout probabilities in [0, 1), training only (model.dropout; from a
    * Hugging Face config.json with model.hf_dropout: GPT-2's embd_pdrop,
    * attn_pdrop, resid_pdrop, Llama's attention_dropout): the embedding's
