@@ -37,9 +37,11 @@ enum { F_OUT, F_RSTD, N_FIN };
 /* Constant tables. */
 enum { C_COS, C_SIN, N_CONSTS };
 
-static int head_size(const struct zo_model_config *c) { return c->head_dim; }
+/* head_dim, or n_embd / n_head where no check has filled it (callers may
+ * hand an unchecked configuration to the planner's functions). */
+static int head_size(const struct zo_model_config *c) { return c->head_dim ? c->head_dim : c->n_embd / c->n_head; }
 /* The attention output's width (o_proj's input): NH head_dim. */
-static int att_width(const struct zo_model_config *c) { return c->n_head * c->head_dim; }
+static int att_width(const struct zo_model_config *c) { return c->n_head * head_size(c); }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static int qkv_rows(const struct zo_model_config *c) { return (c->n_head + 2 * c->n_kv_head) * head_size(c); }
 

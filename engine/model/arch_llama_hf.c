@@ -279,7 +279,7 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
 }
 
 json_t *zo_llama_hf_config(const struct zo_model_config *c) {
-  const int hs = c->head_dim;
+  const int hs = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
   json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
                         "s:f, s:f, s:s, s:s}",
                         "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
