@@ -91,9 +91,17 @@ static int write_hf_dir(struct ref *r) {
   json_t *index = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0, "weight_map", map);
   if (!index || json_dump_file(index, p, 0)) ret = -1;
   json_decref(index);
-  /* config.json: the generator's own Hugging Face config (the metadata). */
+  /* config.json: the generator's own Hugging Face config (the metadata),
+   * less the run's settings stored beside it (the loader refuses keys it
+   * does not know). */
+  static const char *const run_keys[] = {"B", "T", "n_steps", "grad_accum", "warmup_steps", "total_steps", "lr",
+                                         "min_lr", "beta1", "beta2", "eps", "weight_decay", "max_norm", "schedule",
+                                         "seed"};
+  json_t *hc = json_deep_copy(r->cfg_json);
+  for (size_t i = 0; hc && i < sizeof run_keys / sizeof *run_keys; i++) json_object_del(hc, run_keys[i]);
   snprintf(p, sizeof p, "%s/config.json", r->dir);
-  if (json_dump_file(r->cfg_json, p, JSON_INDENT(2))) ret = -1;
+  if (!hc || json_dump_file(hc, p, JSON_INDENT(2))) ret = -1;
+  json_decref(hc);
   if (ret) fprintf(stderr, "  writing %s failed: %s\n", r->dir, zo_last_error());
   return ret;
 }

@@ -541,6 +541,31 @@ static int attention_backward_case(const struct zo_op_case *c, enum zo_dtype dt)
 
 static int test_attention_backward(void) { return RUN_CASES(zo_attention_cases, attention_backward_case); }
 
+/* Sliding-window attention: the forward against the CPU's, and the backward
+ * of the windowed probabilities (compiled; run only where a GPU is). */
+static int attention_window_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs, W = c->W;
+  const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+  const size_t na = (size_t)B * NH * T * T;
+  struct tbuf out = tb_new(no, dt), att = tb_new(na, dt), qkv = tb_new(nq, dt), dqkv = tb_new(nq, dt),
+              datt = tb_new(na, dt), dout = tb_new(no, dt);
+  tb_random(&qkv, -2, 2);
+  tb_random(&dout, -1, 1);
+  tb_poison(&out), tb_poison(&att);
+  cpu->attention_window_forward(out.ref, att.ref, qkv.ref, B, T, NH, NKV, hs, W, dt, NULL);
+  gpu->attention_window_forward(D(&out), D(&att), D(&qkv), B, T, NH, NKV, hs, W, dt, gstream);
+  int fail = tb_check("out", &out) | tb_check("att", &att);
+  tb_upload(&att);
+  tb_poison(&dqkv), tb_poison(&datt);
+  cpu->attention_backward(dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, B, T, NH, NKV, hs, dt, NULL);
+  gpu->attention_backward(D(&dqkv), D(&datt), D(&dout), D(&qkv), D(&att), B, T, NH, NKV, hs, dt, gstream);
+  fail |= tb_check("dqkv", &dqkv);
+  tb_free(&out), tb_free(&att), tb_free(&qkv), tb_free(&dqkv), tb_free(&datt), tb_free(&dout);
+  return fail;
+}
+
+static int test_attention_window(void) { return RUN_CASES(zo_attention_window_cases, attention_window_case); }
+
 /* rope forward and backward in place on qkv (NH, NKV, hs) with Llama's
  * tables (positions [0, T + 5)); the v heads stay as they were on both. */
 static int rope_case(const struct zo_op_case *c, enum zo_dtype dt) {
@@ -1250,6 +1275,7 @@ int main(void) {
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(attention_forward),
+      ZO_TEST(attention_window),
       ZO_TEST(attention_backward),
       ZO_TEST(rope),
       ZO_TEST(dropout),

@@ -518,6 +518,48 @@ static int attention_backward_case(const struct zo_op_case *c, struct zo_test_bu
 
 static int test_attention_backward(void) { return RUN_CASES(zo_attention_cases, attention_backward_case); }
 
+/* Sliding window: out and att against the float64 windowed forward, att
+ * exactly 0 outside (t - W, t]; the backward (attention_backward on the
+ * windowed probabilities) against the float64 windowed backward. */
+static int attention_window_forward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs, W = c->W;
+  const struct attention_sizes n = attention_sizes(B, T, NH, NKV, hs);
+  float *qkv = galloc_random(b, n.qkv, -2, 2), *out = galloc_nan(b, n.out), *att = galloc_nan(b, n.att);
+  be->attention_window_forward(out, att, qkv, B, T, NH, NKV, hs, W, ZO_F32, NULL);
+  double *ref = dalloc(b, n.out), *ref_att = dalloc(b, n.att);
+  attention_window_forward64(ref, ref_att, widen(b, qkv, n.qkv), B, T, NH, NKV, hs, W);
+  int fail = check_output("out", out, ref, n.out, 1e-6, 1e-5) | check_output("att", att, ref_att, n.att, 1e-7, 1e-5);
+  for (size_t bh = 0; bh < (size_t)B * NH && !fail; bh++)
+    for (int t = 0; t < T && !fail; t++)
+      for (int u = 0; u < T && !fail; u++)
+        if ((u > t || u <= t - W) && att[(bh * T + t) * T + u] != 0.0f) {
+          fprintf(stderr, "  att outside the window: (bh %zu, %d, %d) = %g, want 0\n", bh, t, u,
+                  (double)att[(bh * T + t) * T + u]);
+          fail = 1;
+        }
+  return fail;
+}
+
+static int test_attention_window_forward(void) {
+  return RUN_CASES(zo_attention_window_cases, attention_window_forward_case);
+}
+
+static int attention_window_backward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs, W = c->W;
+  const struct attention_sizes n = attention_sizes(B, T, NH, NKV, hs);
+  float *qkv = galloc_random(b, n.qkv, -2, 2), *out = galloc(b, n.out), *att = galloc(b, n.att);
+  float *dout = galloc_random(b, n.out, -1, 1), *dqkv = galloc_nan(b, n.qkv), *datt = galloc_nan(b, n.att);
+  be->attention_window_forward(out, att, qkv, B, T, NH, NKV, hs, W, ZO_F32, NULL);
+  be->attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hs, ZO_F32, NULL);
+  double *ref = dalloc(b, n.qkv);
+  attention_window_backward64(ref, widen(b, dout, n.out), widen(b, qkv, n.qkv), B, T, NH, NKV, hs, W);
+  return check_output("dqkv", dqkv, ref, n.qkv, 2e-6, 2e-5);
+}
+
+static int test_attention_window_backward(void) {
+  return RUN_CASES(zo_attention_window_cases, attention_window_backward_case);
+}
+
 struct attention_fd {
   double *qkv, *dout, *out;
   int B, T, NH, NKV, hs;
@@ -1054,6 +1096,7 @@ static int test_backend_table(void) {
       (const void *)be->swiglu_forward,   (const void *)be->swiglu_backward,
       (const void *)be->matmul_forward,   (const void *)be->matmul_backward,
       (const void *)be->attention_forward, (const void *)be->attention_backward,
+      (const void *)be->attention_window_forward,
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
       (const void *)be->residual_forward, (const void *)be->residual_backward,
       (const void *)be->crossentropy_forward, (const void *)be->adamw_update, (const void *)be->adamw8bit_update, (const void *)be->cast,
@@ -1308,6 +1351,8 @@ int main(void) {
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_backward_fd),
       ZO_TEST(attention_forward),
+      ZO_TEST(attention_window_forward),
+      ZO_TEST(attention_window_backward),
       ZO_TEST(attention_backward),
       ZO_TEST(attention_backward_fd),
       ZO_TEST(rope),

@@ -32,6 +32,7 @@ struct zo_op_case {
   int B, T, NH, NKV, hs; /* batch, time, query heads, kv heads, head size (attention, rope) */
   int V, Vp, maxT;       /* vocabulary, padded logit row, rows of wpe (encoder, crossentropy) */
   int I;                 /* swiglu: out's row width (inp's rows are [gate | up], 2 * I) */
+  int W;                 /* attention_window_forward: the sliding window */
   float eps;             /* rmsnorm */
   float shift;           /* crossentropy: added to every logit (the max subtraction must absorb it) */
   float p;               /* dropout probability */
@@ -175,6 +176,19 @@ static const struct zo_op_case zo_attention_cases[] = {
     {.B = 1, .T = 2100, .NH = 1, .NKV = 1, .hs = 16, .flags = ZO_OPC_HALF_ONLY, .seed = 100},
     {.B = 20, .T = 1024, .NH = 2, .NKV = 1, .hs = 128, .flags = ZO_OPC_HALF_ONLY, .seed = 101},
     {.B = 1, .T = 2100, .NH = 2, .NKV = 1, .hs = 1000, .flags = ZO_OPC_HALF_ONLY, .seed = 102},
+};
+
+/* Sliding-window attention (Mistral): windows of 1 (each query sees itself),
+ * shorter than a CPU row block and longer, one past T - 1 (binds on the last
+ * query only), across grouped-query heads and odd head sizes; BF16/F16 only,
+ * a window inside the CUDA backend's chunked scores. */
+static const struct zo_op_case zo_attention_window_cases[] = {
+    {.B = 2, .T = 7, .NH = 3, .NKV = 3, .hs = 8, .W = 3, .seed = 10},
+    {.B = 2, .T = 9, .NH = 2, .NKV = 2, .hs = 4, .W = 1, .seed = 11},
+    {.B = 2, .T = 70, .NH = 6, .NKV = 2, .hs = 5, .W = 17, .seed = 12},
+    {.B = 1, .T = 150, .NH = 4, .NKV = 1, .hs = 8, .W = 100, .seed = 13},
+    {.B = 3, .T = 37, .NH = 6, .NKV = 2, .hs = 24, .W = 36, .flags = ZO_OPC_NULL_STREAM, .seed = 14},
+    {.B = 1, .T = 2100, .NH = 1, .NKV = 1, .hs = 16, .W = 700, .flags = ZO_OPC_HALF_ONLY, .seed = 15},
 };
 
 /* ---- rope -------------------------------------------------------------------- */

@@ -136,8 +136,16 @@ static inline void matmul_backward64(double *dinp, double *dw, double *db, const
 /* Causal attention with grouped-query heads: qkv rows (B,T) of
  * (NH + 2 NKV) hs = [q heads | k heads | v heads], query head h using kv
  * head h / (NH / NKV); out (B,T,NH*hs). att (B,NH,T,T) may be NULL. */
+static inline void attention_window_forward64(double *out, double *att, const double *qkv, int B, int T,
+                                              int NH, int NKV, int hs, int W);
 static inline void attention_forward64(double *out, double *att, const double *qkv, int B, int T,
                                        int NH, int NKV, int hs) {
+  attention_window_forward64(out, att, qkv, B, T, NH, NKV, hs, 0);
+}
+
+/* The same, query t attending to keys (t - W, t] only (W 0: [0, t]). */
+static inline void attention_window_forward64(double *out, double *att, const double *qkv, int B, int T,
+                                              int NH, int NKV, int hs, int W) {
   const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
   const int G = NH / NKV;
   double scale = 1.0 / sqrt((double)hs);
@@ -148,21 +156,22 @@ static inline void attention_forward64(double *out, double *att, const double *q
         const size_t kcol = (size_t)(NH + h / G) * hs, vcol = (size_t)(NH + NKV + h / G) * hs;
         const double *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
         double maxv = -INFINITY, sum = 0.0;
-        for (int u = 0; u <= t; u++) {
+        const int lo = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+        for (int u = lo; u <= t; u++) {
           const double *k = qkv + ((size_t)b * T + u) * ld + kcol;
           double s = 0.0;
           for (int i = 0; i < hs; i++) s += q[i] * k[i];
           row[u] = s * scale;
           maxv = fmax(maxv, row[u]);
         }
-        for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
-        for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] / sum : 0.0;
+        for (int u = lo; u <= t; u++) sum += (row[u] = exp(row[u] - maxv));
+        for (int u = 0; u < T; u++) row[u] = u >= lo && u <= t ? row[u] / sum : 0.0;
         if (att) memcpy(att + (((size_t)b * NH + h) * T + t) * T, row, (size_t)T * sizeof(double));
         double *o = out + ((size_t)b * T + t) * ldo + (size_t)h * hs;
         const double *v = qkv + (size_t)b * T * ld + vcol;
         for (int i = 0; i < hs; i++) {
           double s = 0.0;
-          for (int u = 0; u <= t; u++) s += row[u] * v[(size_t)u * ld + i];
+          for (int u = lo; u <= t; u++) s += row[u] * v[(size_t)u * ld + i];
           o[i] = s;
         }
       }
@@ -171,8 +180,17 @@ static inline void attention_forward64(double *out, double *att, const double *q
 
 /* dqkv (B,T,(NH+2*NKV)*hs) overwritten; dk, dv of a kv head summed over
  * its group's query heads. */
+static inline void attention_window_backward64(double *dqkv, const double *dout, const double *qkv, int B,
+                                               int T, int NH, int NKV, int hs, int W);
 static inline void attention_backward64(double *dqkv, const double *dout, const double *qkv, int B,
                                         int T, int NH, int NKV, int hs) {
+  attention_window_backward64(dqkv, dout, qkv, B, T, NH, NKV, hs, 0);
+}
+
+/* The backward of attention_window_forward64: keys outside the window get
+ * nothing. */
+static inline void attention_window_backward64(double *dqkv, const double *dout, const double *qkv, int B,
+                                               int T, int NH, int NKV, int hs, int W) {
   const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
   const int G = NH / NKV;
   double scale = 1.0 / sqrt((double)hs);
@@ -180,7 +198,7 @@ static inline void attention_backward64(double *dqkv, const double *dout, const 
   double *att = zo_test_xmalloc(n_att * sizeof(double));
   double *out = zo_test_xmalloc((size_t)B * T * ldo * sizeof(double));
   double *datt = zo_test_xmalloc((size_t)T * sizeof(double));
-  attention_forward64(out, att, qkv, B, T, NH, NKV, hs);
+  attention_window_forward64(out, att, qkv, B, T, NH, NKV, hs, W);
   memset(dqkv, 0, (size_t)B * T * ld * sizeof(double));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
@@ -189,8 +207,9 @@ static inline void attention_backward64(double *dqkv, const double *dout, const 
         const double *a = att + (((size_t)b * NH + h) * T + t) * T;
         const double *d = dout + ((size_t)b * T + t) * ldo + (size_t)h * hs;
         size_t qoff = ((size_t)b * T + t) * ld + (size_t)h * hs;
+        const int lo = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
         double dot = 0.0;
-        for (int u = 0; u <= t; u++) {
+        for (int u = lo; u <= t; u++) {
           size_t voff = ((size_t)b * T + u) * ld + vcol;
           double s = 0.0;
           for (int i = 0; i < hs; i++) {
@@ -200,7 +219,7 @@ static inline void attention_backward64(double *dqkv, const double *dout, const 
           datt[u] = s;
           dot += a[u] * s;
         }
-        for (int u = 0; u <= t; u++) {
+        for (int u = lo; u <= t; u++) {
           double dpre = a[u] * (datt[u] - dot) * scale;
           size_t koff = ((size_t)b * T + u) * ld + kcol;
           for (int i = 0; i < hs; i++) {

@@ -104,6 +104,12 @@ struct zo_arch {
 extern const struct zo_arch zo_arch_gpt2;
 extern const struct zo_arch zo_arch_llama;
 
+/* The Llama family's config.json (engine/model/arch_llama_hf.c): parse
+ * (both transformers dialects; every key read, ignored with a reason or
+ * refused by name) and write (both dialects' rotary keys). */
+int zo_llama_hf_config_parse(json_t *j, const char *path, struct zo_model_config *cfg);
+json_t *zo_llama_hf_config(const struct zo_model_config *cfg);
+
 /* The description of arch (aborts on an unknown value: a broken contract). */
 const struct zo_arch *zo_arch_of(enum zo_model_arch arch);
 

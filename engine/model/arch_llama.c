@@ -1,7 +1,9 @@
 /* Llama as an architecture description (engine/model/arch.h): RMSNorm, rotary
  * position embeddings in Hugging Face's rotate-half layout on q and k,
  * grouped-query causal attention (query head h reads key/value head
- * h / (NH / NKV)), a SwiGLU MLP, no biases, pre-norm residual blocks, a
+ * h / (NH / NKV)), biases on q, k and v when configured (Qwen2), over a
+ * sliding window of the last W positions when
+ * configured (Mistral), a SwiGLU MLP, no biases, pre-norm residual blocks, a
  * final RMSNorm and an LM head tied to the token embedding or its own.
  * Table: model.embed_tokens.weight (Vp, C); per block the tensors of enum
  * below, q, k and v fused into one projection ((NH + 2 NKV) hs, C) and gate
@@ -20,8 +22,11 @@
 
 #include "arch.h"
 
-/* Block tensors, in table order. */
-enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, N_BLOCK };
+/* Block tensors, in table order; QKV_BIAS (Qwen2) only with cfg->qkv_bias. */
+enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_BLOCK_MAX };
+
+/* Tensors of one block. */
+static int n_block(const struct zo_model_config *c) { return c->qkv_bias ? N_BLOCK_MAX : QKV_BIAS; }
 enum { EMBED = 0 };
 /* Kept activations of one block. */
 enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, N_ACTS };
@@ -32,7 +37,12 @@ enum { F_OUT, F_RSTD, N_FIN };
 /* Constant tables. */
 enum { C_COS, C_SIN, N_CONSTS };
 
-static int head_size(const struct zo_model_config *c) { return c->n_embd / c->n_head; }
+/* head_dim, or n_embd / n_head where no check has filled it (callers may
+ * hand an unchecked configuration to the planner's functions). */
+static int head_size(const struct zo_model_config *c) { return c->head_dim ? c->head_dim : c->n_embd / c->n_head; }
+/* The attention output's width (o_proj's input): NH head_dim. */
+static int att_width(const struct zo_model_config *c) { return c->n_head * head_size(c); }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static int qkv_rows(const struct zo_model_config *c) { return (c->n_head + 2 * c->n_kv_head) * head_size(c); }
 
 static int llama_config_check(struct zo_model_config *cfg) {
@@ -40,12 +50,16 @@ static int llama_config_check(struct zo_model_config *cfg) {
   if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0)
     return zo_error(-EINVAL, "model.num_key_value_heads = %d: must divide model.n_head = %d", cfg->n_kv_head,
                     cfg->n_head);
-  if (head_size(cfg) % 2 != 0)
-    return zo_error(-EINVAL, "model.n_embd / model.n_head = %d: the rotary embedding needs an even head size",
-                    head_size(cfg));
+  if (cfg->head_dim == 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
+  if (cfg->head_dim < 2 || cfg->head_dim % 2 != 0)
+    return zo_error(-EINVAL, "head_dim = %d (model.head_dim, else model.n_embd / model.n_head): the rotary "
+                             "embedding needs an even head size", cfg->head_dim);
   if (cfg->intermediate_size < 1)
     return zo_error(-EINVAL, "model.intermediate_size = %d: Llama needs its MLP width (for example 11008 for "
                              "a 7B model)", cfg->intermediate_size);
+  if (cfg->sliding_window < 0)
+    return zo_error(-EINVAL, "sliding_window = %d: a window of at least one position, or 0 for none",
+                    cfg->sliding_window);
   if (cfg->rms_norm_eps == 0.0) cfg->rms_norm_eps = 1e-5;
   if (cfg->rope_theta == 0.0) cfg->rope_theta = 10000.0;
   if (!(cfg->rms_norm_eps > 0.0) || !(cfg->rope_theta > 0.0))
@@ -63,22 +77,24 @@ static int llama_config_check(struct zo_model_config *cfg) {
 
 static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *t) {
   const int L = cfg->n_layer, C = cfg->n_embd, I = cfg->intermediate_size;
-  int err = zo_arch_table_alloc(t, 3 + N_BLOCK * L, L);
+  const int nb = n_block(cfg);
+  int err = zo_arch_table_alloc(t, 3 + nb * L, L);
   if (err) return err;
   size_t off = 0;
   char name[ZO_TENSOR_NAME_MAX];
   zo_arch_table_add(t, &off, "model.embed_tokens.weight", -1, cfg->padded_vocab_size, C);
   t->head_tensors = 1;
   t->embed_alone = !cfg->tie_embeddings;
-  t->block_tensors = N_BLOCK;
+  t->block_tensors = nb;
   for (int l = 0; l < L; l++) {
     t->layer_offset[l] = off;
-    const struct { const char *suffix; int rows, cols; } block[N_BLOCK] = {
+    const struct { const char *suffix; int rows, cols; } block[N_BLOCK_MAX] = {
         {"input_layernorm.weight", C, 0},     {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
-        {"self_attn.o_proj.weight", C, C},    {"post_attention_layernorm.weight", C, 0},
+        {"self_attn.o_proj.weight", C, att_width(cfg)}, {"post_attention_layernorm.weight", C, 0},
         {"mlp.gate_up_proj.weight", 2 * I, C}, {"mlp.down_proj.weight", C, I},
+        {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
     };
-    for (int i = 0; i < N_BLOCK; i++) {
+    for (int i = 0; i < nb; i++) {
       snprintf(name, sizeof name, "model.layers.%d.%s", l, block[i].suffix);
       zo_arch_table_add(t, &off, name, l, block[i].rows, block[i].cols);
     }
@@ -96,7 +112,7 @@ static int llama_acts(const struct zo_model_config *cfg, int T, struct zo_arch_b
       [A_LN1] = {"activations (input norm)", C, false},
       [A_LN1_RSTD] = {"activations (input norm rstd)", 1, true},
       [A_QKV] = {"activations (qkv, rotated)", (size_t)qkv_rows(cfg), false},
-      [A_ATTY] = {"activations (attention out)", C, false},
+      [A_ATTY] = {"activations (attention out)", (size_t)att_width(cfg), false},
       [A_ATT] = {"activations (attention probabilities)", NH * (size_t)T, false},
       [A_RES2] = {"activations (residual)", C, false},
       [A_LN2] = {"activations (post-attention norm)", C, false},
@@ -122,8 +138,8 @@ static int llama_scratch(const struct zo_model_config *cfg, int T, struct zo_arc
   const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head, I = (size_t)cfg->intermediate_size;
   const struct zo_arch_buf s[N_SCRATCH] = {
       [S_DRESIDUAL] = {"backward scratch (residual grad)", C, false},
-      [S_DBTC] = {"backward scratch (B,T,C)", C, false},
-      [S_DQKV] = {"backward scratch (qkv grad)", (size_t)qkv_rows(cfg), false},
+      [S_DBTC] = {"backward scratch (B,T,C)", max_sz(C, (size_t)att_width(cfg)), false},
+      [S_DQKV] = {"backward scratch (qkv grad)", max_sz((size_t)qkv_rows(cfg), C), false},
       [S_DGU] = {"backward scratch (mlp gate, up grad)", 2 * I, false},
       [S_DACT] = {"backward scratch (mlp swiglu grad)", I, false},
       [S_DATT] = {"backward scratch (attention grad)", NH * (size_t)T, false},
@@ -196,12 +212,15 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   void *const *w = m->pv + zo_arch_block_tensor(&m->table, l, 0);
   void **a = m->acts[l];
   be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
-  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], NULL, BT, C, Q, dt, s);
+  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], c->qkv_bias ? w[QKV_BIAS] : NULL, BT, C, Q, dt, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
+  if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
+    be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
+  else
+    be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
-  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
-  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, C, C, dt, s);
+  zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
+  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, att_width(c), C, dt, s);
   zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
   be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
@@ -237,11 +256,12 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
                        dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(x). */
   const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
-  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, C, C, dt, s);
-  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
+  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, att_width(c), C, dt, s);
+  zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[QKV], NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT, C, Q, dt, s);
+  be->matmul_backward(sc[S_DBTC], dw[QKV], c->qkv_bias ? dw[QKV_BIAS] : NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT,
+                      C, Q, dt, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[IN_NORM], sc[S_DBTC], x, w[IN_NORM], a[A_LN1_RSTD], BT, C, dt, s);
 }
 
@@ -262,13 +282,15 @@ static void llama_final_backward(struct zo_model *m, const void *x, int B, int T
 }
 
 static int llama_head_tensor(const struct zo_model_config *cfg) {
-  return cfg->tie_embeddings ? EMBED : 1 + N_BLOCK * cfg->n_layer + 1;
+  return cfg->tie_embeddings ? EMBED : 1 + n_block(cfg) * cfg->n_layer + 1;
 }
 
 /* N(0, 0.02) for every matrix (transformers' initializer_range), unit norm
  * weights, padded vocabulary rows (embedding, untied head) zero. */
 static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, const struct zo_tensor_info *ti,
                                              int i) {
+  const bool bias = i >= 1 && i < 1 + n_block(cfg) * cfg->n_layer && (i - 1) % n_block(cfg) == QKV_BIAS;
+  if (bias) return (struct zo_init_spec){ZO_INIT_ZEROS, 0.0, (int)ti->numel};
   if (ti->ndim != 2) return (struct zo_init_spec){ZO_INIT_ONES, 0.0, (int)ti->numel};
   const bool vocab = i == EMBED || (!cfg->tie_embeddings && i == llama_head_tensor(cfg));
   return (struct zo_init_spec){ZO_INIT_NORMAL, 0.02, vocab ? cfg->vocab_size : ti->shape[0]};
@@ -276,9 +298,10 @@ static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, 
 
 static double llama_flops_per_token(const struct zo_model_config *c, int T) {
   const double C = c->n_embd, L = c->n_layer, I = c->intermediate_size;
-  const double per_layer = C * qkv_rows(c) + C * C + 3.0 * C * I;
+  const double A = att_width(c); /* C unless head_dim says otherwise */
+  const double per_layer = C * qkv_rows(c) + C * A + 3.0 * C * I;
   const double matmul_params = L * per_layer + (double)c->padded_vocab_size * C;
-  return 6.0 * matmul_params + 6.0 * L * (double)T * C;
+  return 6.0 * matmul_params + 6.0 * L * (double)T * A;
 }
 
 static void hf_add(struct zo_hf_tensor *out, int *n, const char *name, int tensor, int row0, int rows, int cols) {
@@ -310,7 +333,12 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
     hf_add(out, &n, NAME("self_attn.q_proj.weight"), b + QKV, 0, q, C);
     hf_add(out, &n, NAME("self_attn.k_proj.weight"), b + QKV, q, kv, C);
     hf_add(out, &n, NAME("self_attn.v_proj.weight"), b + QKV, q + kv, kv, C);
-    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, C);
+    if (c->qkv_bias) {
+      hf_add(out, &n, NAME("self_attn.q_proj.bias"), b + QKV_BIAS, 0, q, 0);
+      hf_add(out, &n, NAME("self_attn.k_proj.bias"), b + QKV_BIAS, q, kv, 0);
+      hf_add(out, &n, NAME("self_attn.v_proj.bias"), b + QKV_BIAS, q + kv, kv, 0);
+    }
+    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, att_width(c));
     hf_add(out, &n, NAME("post_attention_layernorm.weight"), b + POST_NORM, 0, C, 0);
     hf_add(out, &n, NAME("mlp.gate_proj.weight"), b + GATE_UP, 0, I, C);
     hf_add(out, &n, NAME("mlp.up_proj.weight"), b + GATE_UP, I, I, C);
@@ -331,87 +359,6 @@ static bool ends_with(const char *s, const char *suffix) {
  * lm_head.weight (a copy of the embedding). */
 static bool llama_hf_ignored(const struct zo_model_config *cfg, const char *name) {
   return ends_with(name, ".rotary_emb.inv_freq") || (cfg->tie_embeddings && strcmp(name, "lm_head.weight") == 0);
-}
-
-static json_t *llama_hf_config(const struct zo_model_config *c) {
-  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
-                        "s:f, s:f, s:s, s:s}",
-                        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
-                        "hidden_size", c->n_embd, "intermediate_size", c->intermediate_size, "num_hidden_layers",
-                        c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head,
-                        "head_dim", head_size(c), "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
-                        c->rms_norm_eps, "rope_theta", c->rope_theta, "tie_word_embeddings", c->tie_embeddings,
-                        "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
-                        "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
-  if (!j) return NULL;
-  json_t *rs = c->rope_scaling_factor == 0.0
-                   ? json_null()
-                   : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", c->rope_scaling_factor,
-                               "low_freq_factor", c->rope_low_freq_factor, "high_freq_factor",
-                               c->rope_high_freq_factor, "original_max_position_embeddings",
-                               c->rope_original_max_seq_len);
-  if (!rs || json_object_set_new(j, "rope_scaling", rs)) {
-    json_decref(j);
-    return NULL;
-  }
-  return j;
-}
-
-static int config_real(json_t *j, const char *key, double def, double *out) {
-  json_t *v = json_object_get(j, key);
-  *out = v && json_is_number(v) ? json_number_value(v) : def;
-  return 0;
-}
-
-static int llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
-  long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
-  int err = zo_arch_json_int(j, "num_hidden_layers", p, &L);
-  if (!err) err = zo_arch_json_int(j, "num_attention_heads", p, &NH);
-  if (!err) err = zo_arch_json_int(j, "hidden_size", p, &C);
-  if (!err) err = zo_arch_json_int(j, "intermediate_size", p, &I);
-  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
-  if (!err) err = zo_arch_json_int(j, "max_position_embeddings", p, &maxT);
-  if (err) return err;
-  if (zo_arch_json_int(j, "num_key_value_heads", p, &NKV)) NKV = NH;
-  json_t *hd = json_object_get(j, "head_dim");
-  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || NH < 1 || json_integer_value(hd) * NH != C))
-    return zo_error(-ENOTSUP, "%s: head_dim %lld times num_attention_heads %ld is not hidden_size %ld: only "
-                              "head_dim = hidden_size / num_attention_heads is supported",
-                    p, json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL, NH, C);
-  static const char *const biases[] = {"attention_bias", "mlp_bias"};
-  for (int k = 0; k < 2; k++)
-    if (json_is_true(json_object_get(j, biases[k])))
-      return zo_error(-ENOTSUP, "%s: %s = true: Llama layers here have no biases", p, biases[k]);
-  const char *act = json_string_value(json_object_get(j, "hidden_act"));
-  if (act && strcmp(act, "silu") != 0)
-    return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p, act);
-  json_t *sw = json_object_get(j, "sliding_window");
-  if (json_is_integer(sw) && json_is_true(json_object_get(j, "use_sliding_window")))
-    return zo_error(-ENOTSUP, "%s: sliding-window attention is not supported", p);
-  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
-                                  .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
-                                  .max_seq_len = (int)maxT};
-  /* Hugging Face applies it to the attention probabilities; ours to the
-   * attention output (the same expected value, another mask granularity). */
-  if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
-  config_real(j, "rms_norm_eps", 1e-5, &cfg->rms_norm_eps);
-  config_real(j, "rope_theta", 10000.0, &cfg->rope_theta);
-  cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
-  json_t *rs = json_object_get(j, "rope_scaling");
-  if (rs && !json_is_null(rs)) {
-    const char *type = json_string_value(json_object_get(rs, "rope_type"));
-    if (!type) type = json_string_value(json_object_get(rs, "type"));
-    if (!type || strcmp(type, "llama3") != 0)
-      return zo_error(-ENOTSUP, "%s: rope_scaling type \"%s\": only \"llama3\" (or none) is supported", p,
-                      type ? type : "(missing)");
-    long old = 0;
-    if ((err = zo_arch_json_int(rs, "original_max_position_embeddings", p, &old))) return err;
-    config_real(rs, "factor", 8.0, &cfg->rope_scaling_factor);
-    config_real(rs, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor);
-    config_real(rs, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor);
-    cfg->rope_original_max_seq_len = (int)old;
-  }
-  return 0;
 }
 
 const struct zo_arch zo_arch_llama = {
@@ -436,6 +383,6 @@ const struct zo_arch zo_arch_llama = {
     .flops_per_token = llama_flops_per_token,
     .hf_tensors = llama_hf_tensors,
     .hf_ignored = llama_hf_ignored,
-    .hf_config = llama_hf_config,
-    .hf_config_parse = llama_hf_config_parse,
+    .hf_config = zo_llama_hf_config,
+    .hf_config_parse = zo_llama_hf_config_parse,
 };

@@ -87,6 +87,12 @@ const char *zo_model_describe(const struct zo_model_config *c, char *buf, size_t
   if (c->arch == ZO_ARCH_LLAMA)
     snprintf(extra, sizeof extra, ", %d key/value heads, MLP %d, %s head", c->n_kv_head, c->intermediate_size,
              c->tie_embeddings ? "tied" : "untied");
+  if (c->arch == ZO_ARCH_LLAMA && c->sliding_window > 0)
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", window %d", c->sliding_window);
+  if (c->arch == ZO_ARCH_LLAMA && c->head_dim > 0 && c->head_dim * c->n_head != c->n_embd)
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", head_dim %d", c->head_dim);
+  if (c->arch == ZO_ARCH_LLAMA && c->qkv_bias)
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", q/k/v biases");
   snprintf(buf, size, "%s %d layers, %d heads, width %d, vocab %d (padded %d)%s", zo_arch_of(c->arch)->name,
            c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, extra);
   return buf;

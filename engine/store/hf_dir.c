@@ -577,8 +577,9 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
     else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 || strcmp(type, "qwen2") == 0)
       err = zo_arch_llama.hf_config_parse(j, p, cfg);
     else
-      err = zo_error(-ENOTSUP, "%s: model_type \"%s\" is not supported: \"gpt2\" or \"llama\" (also "
-                               "\"mistral\", \"qwen2\" without sliding windows or biases)", p, type);
+      err = zo_error(-ENOTSUP, "%s: model_type \"%s\" is not supported: \"gpt2\", \"llama\", \"mistral\" or "
+                               "\"qwen2\" (\"qwen3\": per-head q/k norms and head_dim apart from the width, "
+                               "\"phi3\": fused projections and its rotary scalings are not implemented yet)", p, type);
     json_decref(j);
     if (err) return err;
   } else {

@@ -204,6 +204,8 @@ CPU_OP_FLOPS(matmul_backward, 4.0 * a.N * a.C * a.OC, (void *, dinp), (float *, 
        (const void *, inp), (const void *, weight), (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
 CPU_OP_FLOPS(attention_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
        (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
+CPU_OP_FLOPS(attention_window_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att),
+       (const void *, qkv), (int, B), (int, T), (int, NH), (int, NKV), (int, hs), (int, window), (enum zo_dtype, dt))
 CPU_OP_FLOPS(attention_backward, 4.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, dqkv), (void *, datt), (const void *, dout), (const void *, qkv),
        (const void *, att), (int, B), (int, T), (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
 CPU_OP(rope_forward, (void *, qkv), (const float *, cos), (const float *, sin), (int, B), (int, T),
@@ -277,6 +279,7 @@ static const struct zo_backend cpu_backend = {
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
+    .attention_window_forward = cpu_attention_window_forward,
     .attention_backward = cpu_attention_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

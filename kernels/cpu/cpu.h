@@ -25,6 +25,8 @@ void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void
                             enum zo_dtype dt);
 void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
                               int hs, enum zo_dtype dt);
+void zo_cpu_attention_window_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                                     int hs, int window, enum zo_dtype dt);
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
                                const void *att, int B, int T, int NH, int NKV, int hs,
                                enum zo_dtype dt);

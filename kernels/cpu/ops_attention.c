@@ -13,6 +13,9 @@
  * single-threaded inside the region (OpenBLAS does so by itself when called
  * in a parallel region), which measured faster than threaded sgemm per head.
  * With NKV == NH every GEMM is the one multi-head attention ran before GQA.
+ * A sliding window W (Mistral's sliding_window) restricts query i to keys
+ * (i - W, i]; the probabilities outside it are stored as exact zeros, so the
+ * backward (which reads them) needs no window of its own.
  * bf16/fp16: each head's q, k, v (and dout) are widened into per-thread fp32
  * scratch, the probabilities are rounded to the dtype as they are stored and
  * those rounded values weight v (what a GPU storing att in bf16 computes);
@@ -33,13 +36,17 @@ struct att_shape {
   int T, NH, NKV, hs;
   int ld;  /* qkv row: (NH + 2 NKV) hs */
   int ldo; /* out row: NH hs */
+  int W;   /* window: query i attends to keys (i - W, i]; 0: all of [0, i] */
 };
 
-static struct att_shape att_shape_of(int T, int NH, int NKV, int hs) {
-  ZO_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
-  struct att_shape s = {T, NH, NKV, hs, (NH + 2 * NKV) * hs, NH * hs};
+static struct att_shape att_shape_of(int T, int NH, int NKV, int hs, int W) {
+  ZO_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && W >= 0);
+  struct att_shape s = {T, NH, NKV, hs, (NH + 2 * NKV) * hs, NH * hs, W};
   return s;
 }
+
+/* The first key query i attends to under window W. */
+static inline int att_lo(int W, int i) { return W > 0 && i - W + 1 > 0 ? i - W + 1 : 0; }
 
 static size_t att_q(const struct att_shape *s, int b, int h) {
   return (size_t)b * s->T * s->ld + (size_t)h * s->hs;
@@ -60,7 +67,7 @@ static size_t att_a(const struct att_shape *s, int b, int h) {
 /* One head: q, k, v (T, hs) with row stride ld; out (T, hs) with row stride
  * ldo; att (T, T). */
 static void attention_forward_head(float *out, float *att, const float *q, const float *k,
-                                   const float *v, int T, int ld, int ldo, int hs) {
+                                   const float *v, int T, int ld, int ldo, int hs, int W) {
   const float scale = 1.0f / sqrtf((float)hs);
   for (int i0 = 0; i0 < T; i0 += ZO_ATT_BLOCK) {
     int i1 = i0 + ZO_ATT_BLOCK < T ? i0 + ZO_ATT_BLOCK : T;
@@ -70,18 +77,20 @@ static void attention_forward_head(float *out, float *att, const float *q, const
                 q + (size_t)i0 * ld, ld, k, ld, 0.0f, att_blk, T);
     for (int i = i0; i < i1; i++) {
       float *row = att + (size_t)i * T;
+      const int lo = att_lo(W, i);
       float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-      for (int j = 0; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
+      for (int j = lo; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j <= i; j++) {
+      for (int j = lo; j <= i; j++) {
         row[j] = zo_expf(row[j] - maxv);
         sum += row[j];
       }
       float inv = 1.0f / sum;
 #pragma omp simd
-      for (int j = 0; j <= i; j++) row[j] *= inv;
+      for (int j = lo; j <= i; j++) row[j] *= inv;
+      memset(row, 0, (size_t)lo * sizeof(float)); /* outside the window: exactly 0 */
       memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, att_blk, T, v,
@@ -93,7 +102,7 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int 
                                   const struct att_shape *s) {
   const int g = h / (s->NH / s->NKV);
   attention_forward_head(out + att_o(s, b, h), att + att_a(s, b, h), qkv + att_q(s, b, h),
-                         qkv + att_k(s, b, g), qkv + att_v(s, b, g), s->T, s->ld, s->ldo, s->hs);
+                         qkv + att_k(s, b, g), qkv + att_v(s, b, g), s->T, s->ld, s->ldo, s->hs, s->W);
 }
 
 /* Row pass of one query head, strides as in attention_forward_head: datt
@@ -185,24 +194,28 @@ ZO_INLINE void narrow_rows(void *dst, size_t off, int r0, int n, int ld, const f
   }
 }
 
-/* Row i of a probability block: softmax over [0, i] of the scores, rounded to
- * dt and stored in att (row stride T, zero above the diagonal), the rounded
- * values kept in row for the P @ v GEMM. */
-ZO_INLINE void softmax_store_row(void *att, size_t off, float *row, int i, int T, enum zo_dtype dt) {
+/* Row i of a probability block: softmax over [lo, i] of the scores, rounded
+ * to dt and stored in att (row stride T, zero above the diagonal and before
+ * lo), the rounded values kept in row for the P @ v GEMM. */
+ZO_INLINE void softmax_store_row(void *att, size_t off, float *row, int lo, int i, int T, enum zo_dtype dt) {
   float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-  for (int j = 0; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
+  for (int j = lo; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j <= i; j++) {
+  for (int j = lo; j <= i; j++) {
     row[j] = zo_expf(row[j] - maxv);
     sum += row[j];
   }
   float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j <= i; j++) {
+  for (int j = lo; j <= i; j++) {
     row[j] = zo_round_dt(row[j] * inv, dt);
     zo_st(att, off + (size_t)j, row[j], dt);
+  }
+  for (int j = 0; j < lo; j++) {
+    row[j] = 0.0f;
+    zo_st(att, off + (size_t)j, 0.0f, dt);
   }
 #pragma omp simd
   for (int j = i + 1; j < T; j++) {
@@ -234,7 +247,7 @@ ZO_INLINE void attention_forward_head_x(void *out, void *att, const void *qkv, i
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale, q + (size_t)i0 * hs,
                 hs, k, hs, 0.0f, blk, T);
     for (int i = i0; i < i1; i++)
-      softmax_store_row(att, aoff + (size_t)i * T, blk + (size_t)(i - i0) * T, i, T, dt);
+      softmax_store_row(att, aoff + (size_t)i * T, blk + (size_t)(i - i0) * T, att_lo(s->W, i), i, T, dt);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, blk, T, v, hs, 0.0f,
                 ob, hs);
     narrow_rows(out, att_o(s, b, h), i0, i1 - i0, s->ldo, ob, hs, dt);
@@ -331,7 +344,12 @@ ZO_INLINE void attention_backward_cols_x(void *dqkv, const void *datt, const voi
 
 void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
                               int hs, enum zo_dtype dt) {
-  const struct att_shape s = att_shape_of(T, NH, NKV, hs);
+  zo_cpu_attention_window_forward(out, att, qkv, B, T, NH, NKV, hs, 0, dt);
+}
+
+void zo_cpu_attention_window_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                                     int hs, int window, enum zo_dtype dt) {
+  const struct att_shape s = att_shape_of(T, NH, NKV, hs, window);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
@@ -345,7 +363,9 @@ void zo_cpu_attention_forward(void *out, void *att, const void *qkv, int B, int 
 void zo_cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
                                const void *att, int B, int T, int NH, int NKV, int hs,
                                enum zo_dtype dt) {
-  const struct att_shape s = att_shape_of(T, NH, NKV, hs);
+  /* Probabilities outside a window are stored as 0: the backward of a
+   * windowed forward is this one (a zero probability has a zero gradient). */
+  const struct att_shape s = att_shape_of(T, NH, NKV, hs, 0);
 #pragma omp parallel
   {
     /* The column pass reads every datt of a group: the barrier at the end

@@ -7,7 +7,9 @@
  * the diagonal, so the full GEMMs after it add nothing from there), then
  * dq = datt K, dk = datt^T Q, dv = att^T dout; dk and dv sum over the G query
  * heads of their group, in head order (the first GEMM writes, the next add).
- * Deliberately simple: the GEMMs compute the masked half too (2x the FLOPs)
+ * A sliding window W (zo_cuda_attention_window_forward) restricts query t to
+ * keys (t - W, t] in the softmax kernels, which store zeros outside it: the
+ * backward, reading att, is unchanged. Deliberately simple: the GEMMs compute the masked half too (2x the FLOPs)
  * and att is materialised; a flash-style kernel is the next step.
  *
  * fp32: the scores are computed into att and the softmax runs in place (and
@@ -57,24 +59,29 @@
 
 /* ---- fp32 ------------------------------------------------------------------------ */
 
+/* The first key query t attends to under window W (0: no window). */
+static __device__ __forceinline__ int att_lo(int W, int t) { return W > 0 && t - W + 1 > 0 ? t - W + 1 : 0; }
+
 /* att rows (B*NH*T of them, length T) hold scaled scores; row r is query
- * r % T. Softmax over [0, t], zeros after. */
-static __global__ void attention_softmax_kernel(float *att, int n_rows, int T) {
+ * r % T. Softmax over [lo, t] (lo: the sliding window's first key, 0
+ * without one), zeros elsewhere. */
+static __global__ void attention_softmax_kernel(float *att, int n_rows, int T, int W) {
   int row = blockIdx.x * ATT_WARPS + threadIdx.y;
   if (row >= n_rows) return;
-  int t = row % T;
+  int t = row % T, lo = att_lo(W, t);
   float *a = att + (size_t)row * T;
   float maxv = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) maxv = fmaxf(maxv, a[j]);
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) maxv = fmaxf(maxv, a[j]);
   maxv = zo_warp_max(maxv);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) {
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) {
     float e = expf(a[j] - maxv);
     a[j] = e;
     sum += e;
   }
   float inv = 1.0f / zo_warp_sum(sum);
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) a[j] *= inv;
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) a[j] *= inv;
+  for (int j = threadIdx.x; j < lo; j += ZO_WARP) a[j] = 0.0f;
   for (int j = t + 1 + threadIdx.x; j < T; j += ZO_WARP) a[j] = 0.0f;
 }
 
@@ -103,23 +110,24 @@ static __global__ void attention_softmax_backward_kernel(float *datt, const floa
  * att row t; the exponentials are kept in the scratch row between passes. */
 template <typename scalar_t>
 static __global__ void attention_softmax_dt_kernel(scalar_t *att, float *scores, int nb, int nr,
-                                                   int r0, int T, long long att_stride) {
+                                                   int r0, int T, long long att_stride, int W) {
   int row = blockIdx.x * ATT_WARPS + threadIdx.y;
   if (row >= nb * nr) return;
-  const int t = r0 + row % nr;
+  const int t = r0 + row % nr, lo = att_lo(W, t);
   float *s = scores + (size_t)row * T;
   scalar_t *a = att + (size_t)(row / nr) * att_stride + (size_t)t * T;
   float maxv = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) maxv = fmaxf(maxv, s[j]);
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) maxv = fmaxf(maxv, s[j]);
   maxv = zo_warp_max(maxv);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) {
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) {
     float e = expf(s[j] - maxv);
     s[j] = e;
     sum += e;
   }
   float inv = 1.0f / zo_warp_sum(sum);
-  for (int j = threadIdx.x; j <= t; j += ZO_WARP) zo_st(a, j, s[j] * inv);
+  for (int j = lo + threadIdx.x; j <= t; j += ZO_WARP) zo_st(a, j, s[j] * inv);
+  for (int j = threadIdx.x; j < lo; j += ZO_WARP) zo_st(a, j, 0.0f);
   for (int j = t + 1 + threadIdx.x; j < T; j += ZO_WARP) zo_st(a, j, 0.0f);
 }
 
@@ -146,10 +154,10 @@ attention_softmax_backward_dt_kernel(scalar_t *datt, const float *draw, const sc
 
 template <typename scalar_t>
 static void attention_softmax_dt(void *att, float *scores, int nb, int nr, int r0, int T,
-                                 long long att_stride, zo_stream_t stream) {
+                                 long long att_stride, int W, zo_stream_t stream) {
   attention_softmax_dt_kernel<scalar_t>
       <<<zo_ceil_div((size_t)nb * nr, ATT_WARPS), dim3(ZO_WARP, ATT_WARPS), 0,
-         zo_cuda_stream(stream)>>>((scalar_t *)att, scores, nb, nr, r0, T, att_stride);
+         zo_cuda_stream(stream)>>>((scalar_t *)att, scores, nb, nr, r0, T, att_stride, W);
   ZO_CUDA_CHECK_LAUNCH();
 }
 
@@ -290,7 +298,7 @@ static void att_gemm(bool trans_a, bool trans_b, int m, int n, int k, cudaDataTy
 /* ---- forward -------------------------------------------------------------------- */
 
 static void attention_forward_f32(float *out, float *att, const float *qkv, int B, int T, int NH,
-                                  int NKV, int hs, zo_stream_t stream) {
+                                  int NKV, int hs, int W, zo_stream_t stream) {
   const float scale = 1.0f / sqrtf((float)hs);
   const struct att_split s = att_split_of(B, T, NH, NKV, hs);
   for (int kvo = 0; kvo < s.n_kvo; kvo++)
@@ -302,7 +310,7 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int 
     }
   int n_rows = B * NH * T;
   attention_softmax_kernel<<<zo_ceil_div((size_t)n_rows, ATT_WARPS), dim3(ZO_WARP, ATT_WARPS), 0,
-                             zo_cuda_stream(stream)>>>(att, n_rows, T);
+                             zo_cuda_stream(stream)>>>(att, n_rows, T, W);
   ZO_CUDA_CHECK_LAUNCH();
   for (int kvo = 0; kvo < s.n_kvo; kvo++)
     for (int r = 0; r < s.G; r++) {
@@ -314,7 +322,7 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int 
 }
 
 static void attention_forward_dt(void *out, void *att, const void *qkv, int B, int T, int NH,
-                                 int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
+                                 int NKV, int hs, int W, enum zo_dtype dt, zo_stream_t stream) {
   const float scale = 1.0f / sqrtf((float)hs);
   const cudaDataType_t type = zo_cuda_data_type(dt);
   const size_t es = zo_dtype_size(dt);
@@ -334,7 +342,7 @@ static void attention_forward_dt(void *out, void *att, const void *qkv, int B, i
           att_gemm(true, false, r0 + nr, nr, hs, type, CUDA_R_32F, att_ptr(qkv, k0, es), s.ld,
                    s.inner_kv, att_ptr(qkv, q0 + (long long)r0 * s.ld, es), s.ld, s.inner_q,
                    scores, T, (long long)nr * T, nb, scale, 0.0f, ATT_GEMM_WS_BYTES, stream);
-          ZO_CUDA_DT_DISPATCH(dt, attention_softmax_dt, a, scores, nb, nr, r0, T, s.inner_att,
+          ZO_CUDA_DT_DISPATCH(dt, attention_softmax_dt, a, scores, nb, nr, r0, T, s.inner_att, W,
                               stream);
         }
       }
@@ -348,17 +356,23 @@ static void attention_forward_dt(void *out, void *att, const void *qkv, int B, i
     }
 }
 
-extern "C" void zo_cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T,
-                                          int NH, int NKV, int hs, enum zo_dtype dt,
-                                          zo_stream_t stream) {
-  ZO_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
+extern "C" void zo_cuda_attention_window_forward(void *out, void *att, const void *qkv, int B, int T,
+                                                 int NH, int NKV, int hs, int window, enum zo_dtype dt,
+                                                 zo_stream_t stream) {
+  ZO_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && window >= 0);
   (void)zo_cuda_data_type(dt);
   if (B == 0 || T == 0) return;
   if (dt == ZO_F32)
-    attention_forward_f32((float *)out, (float *)att, (const float *)qkv, B, T, NH, NKV, hs,
+    attention_forward_f32((float *)out, (float *)att, (const float *)qkv, B, T, NH, NKV, hs, window,
                           stream);
   else
-    attention_forward_dt(out, att, qkv, B, T, NH, NKV, hs, dt, stream);
+    attention_forward_dt(out, att, qkv, B, T, NH, NKV, hs, window, dt, stream);
+}
+
+extern "C" void zo_cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T,
+                                          int NH, int NKV, int hs, enum zo_dtype dt,
+                                          zo_stream_t stream) {
+  zo_cuda_attention_window_forward(out, att, qkv, B, T, NH, NKV, hs, 0, dt, stream);
 }
 
 /* ---- backward ------------------------------------------------------------------- */

@@ -456,6 +456,14 @@ static void w_attention_forward(void *out, void *att, const void *qkv, int B, in
   op_done("attention_forward", stream, "B=%d T=%d NH=%d NKV=%d hs=%d %s", B, T, NH, NKV, hs, DT(dt));
 }
 
+static void w_attention_window_forward(void *out, void *att, const void *qkv, int B, int T, int NH,
+                                       int NKV, int hs, int window, enum zo_dtype dt, zo_stream_t stream) {
+  guard("attention_window_forward");
+  zo_cuda_attention_window_forward(out, att, qkv, B, T, NH, NKV, hs, window, dt, stream);
+  op_done("attention_window_forward", stream, "B=%d T=%d NH=%d NKV=%d hs=%d window=%d %s", B, T, NH, NKV, hs,
+          window, DT(dt));
+}
+
 static void w_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv,
                                  const void *att, int B, int T, int NH, int NKV, int hs,
                                  enum zo_dtype dt, zo_stream_t stream) {
@@ -609,6 +617,7 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->matmul_forward = w_matmul_forward;
   t->matmul_backward = w_matmul_backward;
   t->attention_forward = w_attention_forward;
+  t->attention_window_forward = w_attention_window_forward;
   t->attention_backward = w_attention_backward;
   t->rope_forward = w_rope_forward;
   t->rope_backward = w_rope_backward;

@@ -283,7 +283,8 @@ def transformers_to_engine(binary, tmp):
         with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
             dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
         with open(os.path.join(d, "config.json")) as f:
-            tdt = json.load(f).get("torch_dtype")
+            j = json.load(f)
+            tdt = j.get("torch_dtype", j.get("dtype"))  # transformers 5 writes "dtype"
         check(dtypes == {st} and tdt == name, f"the {label} save holds {st} tensors ({sorted(dtypes)}), "
               f"torch_dtype {tdt}")
         saves[label] = d

@@ -70,6 +70,15 @@ struct zo_model_config {
   double rope_scaling_factor;
   double rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_seq_len; /* original_max_position_embeddings */
+  /* llama: sliding-window attention (Mistral's sliding_window, from
+   * config.json): position t attends to (t - W, t]; 0 = full causal */
+  int sliding_window;
+  /* llama: biases on the q, k and v projections (Qwen2 / Qwen2.5, from
+   * config.json's model_type "qwen2") */
+  bool qkv_bias;
+  /* llama: the attention heads' width (config.json's head_dim; 0 = n_embd /
+   * n_head, filled by zo_model_config_check) */
+  int head_dim;
   /* Dropout probabilities in [0, 1), training only (model.dropout; from a
    * Hugging Face config.json with model.hf_dropout: GPT-2's embd_pdrop,
    * attn_pdrop, resid_pdrop, Llama's attention_dropout): the embedding's

@@ -177,6 +177,12 @@ struct zo_backend {
    * before they weight v. */
   void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
                             int hs, enum zo_dtype dt, zo_stream_t stream);
+  /* The same with a sliding window (Mistral's sliding_window): query t
+   * attends to keys (t - window, t] only; the probabilities outside are
+   * stored as 0, so attention_backward is its backward too. window >= 1
+   * (window >= T is attention_forward). */
+  void (*attention_window_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV,
+                                   int hs, int window, enum zo_dtype dt, zo_stream_t stream);
   /* dqkv (B,T,(NH+2*NKV)*hs) overwritten; the dk and dv of a key/value head
    * sum over the query heads of its group in fp32 (one rounding). datt
    * (B,NH,T,T) is scratch (with dt != F32 the gradient of the scores is

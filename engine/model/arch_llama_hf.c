@@ -1,0 +1,317 @@
+/* config.json of the Llama family (model_type "llama", "mistral" and
+ * "qwen2" (q/k/v biases); "qwen3" and "phi3" refused by name in
+ * engine/store/hf_dir.c until implemented), read and written
+ * for engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
+ * top-level "rope_theta" and "rope_scaling", 5.x's "rope_parameters"
+ * ({"rope_type", "rope_theta", the scaling's keys}); a write carries both,
+ * with equal values, so either line of transformers reads the model we
+ * trained. Every key of the file is either read here (implemented, or
+ * refused by name and value when its value asks for mathematics the engine
+ * does not have) or in the list of keys that do not change the forward,
+ * each with its reason; any other key is refused by name: a new
+ * transformers field must be looked at before it can be trained past. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch.h"
+
+/* Keys that do not change the mathematics of the forward or backward. */
+struct ignored_key {
+  const char *key, *why;
+};
+static const char *const GENERIC = "a PretrainedConfig setting of generation, outputs or bookkeeping";
+static const struct ignored_key IGNORED[] = {
+    {"architectures", "names the Python class"},
+    {"torch_dtype", "the dtype the tensors were saved in: each tensor of the file carries its own"},
+    {"dtype", "the dtype the tensors were saved in (transformers 5): each tensor carries its own"},
+    {"transformers_version", "bookkeeping"},
+    {"zoffload_version", "bookkeeping"},
+    {"_name_or_path", "bookkeeping"},
+    {"bos_token_id", "a token id for generation and the tokenizer"},
+    {"eos_token_id", "a token id for generation and the tokenizer"},
+    {"pad_token_id", "a token id for generation and the tokenizer"},
+    {"sep_token_id", "a token id for generation and the tokenizer"},
+    {"decoder_start_token_id", "a token id for encoder-decoder generation"},
+    {"use_cache", "the inference key/value cache: the same attention"},
+    {"initializer_range", "the initialisation of new weights: a loaded model has its own"},
+    {"pretraining_tp", "tensor-parallel slicing of the projections in pretraining: the same products"},
+    {"max_window_layers", "Qwen2's first layer with a sliding window: read only with use_sliding_window"},
+    {"output_attentions", GENERIC}, {"output_hidden_states", GENERIC}, {"return_dict", GENERIC},
+    {"torchscript", GENERIC}, {"use_bfloat16", GENERIC}, {"tf_legacy_loss", GENERIC},
+    {"chunk_size_feed_forward", "transformers' feed-forward chunking: the same products"},
+    {"is_encoder_decoder", GENERIC}, {"tie_encoder_decoder", GENERIC}, {"cross_attention_hidden_size", GENERIC},
+    {"max_length", GENERIC}, {"min_length", GENERIC}, {"do_sample", GENERIC}, {"early_stopping", GENERIC},
+    {"num_beams", GENERIC}, {"num_beam_groups", GENERIC}, {"diversity_penalty", GENERIC},
+    {"temperature", GENERIC}, {"top_k", GENERIC}, {"top_p", GENERIC}, {"typical_p", GENERIC},
+    {"repetition_penalty", GENERIC}, {"length_penalty", GENERIC}, {"no_repeat_ngram_size", GENERIC},
+    {"encoder_no_repeat_ngram_size", GENERIC}, {"bad_words_ids", GENERIC}, {"num_return_sequences", GENERIC},
+    {"output_scores", GENERIC}, {"return_dict_in_generate", GENERIC}, {"forced_bos_token_id", GENERIC},
+    {"forced_eos_token_id", GENERIC}, {"remove_invalid_values", GENERIC},
+    {"exponential_decay_length_penalty", GENERIC}, {"suppress_tokens", GENERIC},
+    {"begin_suppress_tokens", GENERIC}, {"finetuning_task", GENERIC},
+    {"id2label", GENERIC}, {"label2id", GENERIC}, {"tokenizer_class", GENERIC}, {"prefix", GENERIC},
+    {"problem_type", GENERIC}, {"task_specific_params", GENERIC}, {"chat_template", GENERIC},
+    {"_attn_implementation_autoset", "which attention kernel transformers picked: the same mathematics"},
+};
+
+/* Keys this file reads; each is implemented or refused by value below. */
+static const char *const READ[] = {
+    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim", "attention_bias",
+    "mlp_bias", "sliding_window", "use_sliding_window", "layer_types", "partial_rotary_factor",
+    "is_decoder", "add_cross_attention", "pruned_heads",
+};
+
+static bool key_known(const char *key) {
+  for (size_t i = 0; i < sizeof READ / sizeof *READ; i++)
+    if (strcmp(READ[i], key) == 0) return true;
+  for (size_t i = 0; i < sizeof IGNORED / sizeof *IGNORED; i++)
+    if (strcmp(IGNORED[i].key, key) == 0) return true;
+  return false;
+}
+
+/* A short rendering of v for messages. */
+static const char *json_brief(json_t *v, char *buf, size_t size) {
+  char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+  snprintf(buf, size, "%s", s ? s : "(missing)");
+  free(s);
+  if (strlen(buf) == size - 1 && size > 4) memcpy(buf + size - 4, "...", 4);
+  return buf;
+}
+
+static int check_keys(json_t *j, const char *p) {
+  const char *key;
+  json_t *v;
+  char val[96];
+  json_object_foreach(j, key, v) {
+    if (!key_known(key))
+      return zo_error(-ENOTSUP, "%s: key \"%s\" (= %s) is not known to the Llama-family loader: it may change "
+                                "the model's mathematics, so it is refused rather than ignored (the keys read "
+                                "and ignored are listed in engine/model/arch_llama_hf.c)",
+                      p, key, json_brief(v, val, sizeof val));
+  }
+  return 0;
+}
+
+static double real_or(json_t *j, const char *key, double def) {
+  json_t *v = json_object_get(j, key);
+  return json_is_number(v) ? json_number_value(v) : def;
+}
+
+/* A key whose value must be v_ok (or absent, or null) for the engine's mathematics. */
+static int want_false(json_t *j, const char *p, const char *key, const char *what) {
+  json_t *v = json_object_get(j, key);
+  if (!v || json_is_null(v) || json_is_false(v)) return 0;
+  char val[96];
+  return zo_error(-ENOTSUP, "%s: %s = %s: %s", p, key, json_brief(v, val, sizeof val), what);
+}
+
+/* The rotary settings: 5.x's rope_parameters, else 4.x's rope_theta and
+ * rope_scaling. A file with both must have them agree. */
+static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
+  json_t *rp = json_object_get(j, "rope_parameters"), *rs = json_object_get(j, "rope_scaling");
+  json_t *top_theta = json_object_get(j, "rope_theta");
+  char val[160];
+  if (rp && !json_is_null(rp) && !json_is_object(rp))
+    return zo_error(-EINVAL, "%s: rope_parameters = %s: an object is needed", p, json_brief(rp, val, sizeof val));
+  if (rs && !json_is_null(rs) && !json_is_object(rs))
+    return zo_error(-EINVAL, "%s: rope_scaling = %s: an object or null is needed", p, json_brief(rs, val, sizeof val));
+  if (json_is_object(rp) && json_object_get(rp, "full_attention"))
+    return zo_error(-ENOTSUP, "%s: rope_parameters per layer type (%s): one set of rotary settings for every "
+                              "layer is supported", p, json_brief(rp, val, sizeof val));
+  json_t *src = json_is_object(rp) ? rp : json_is_object(rs) ? rs : NULL;
+  double theta = json_is_object(rp) ? real_or(rp, "rope_theta", NAN) : NAN;
+  if (isnan(theta)) theta = real_or(j, "rope_theta", 10000.0);
+  if (json_is_number(top_theta) && json_number_value(top_theta) != theta)
+    return zo_error(-EINVAL, "%s: rope_theta %g and rope_parameters.rope_theta %g disagree", p,
+                    json_number_value(top_theta), theta);
+  cfg->rope_theta = theta;
+  if (!src) return 0;
+  const char *type = json_string_value(json_object_get(src, "rope_type"));
+  if (!type) type = json_string_value(json_object_get(src, "type"));
+  const char *where = src == rp ? "rope_parameters" : "rope_scaling";
+  const double prf = real_or(src, "partial_rotary_factor", 1.0);
+  if (prf != 1.0)
+    return zo_error(-ENOTSUP, "%s: %s.partial_rotary_factor = %g: rotary embedding over the whole head only", p,
+                    where, prf);
+  if (!type || strcmp(type, "default") == 0) return 0; /* plain RoPE */
+  if (strcmp(type, "llama3") != 0)
+    return zo_error(-ENOTSUP, "%s: %s type \"%s\" is not implemented: \"default\" and \"llama3\" are (linear, "
+                              "dynamic, yarn, longrope and the rest are refused)", p, where, type);
+  static const char *const llama3_keys[] = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings", "rope_theta",
+                                            "partial_rotary_factor"};
+  const char *key;
+  json_t *v;
+  json_object_foreach(src, key, v) {
+    bool ok = false;
+    for (size_t i = 0; i < sizeof llama3_keys / sizeof *llama3_keys; i++) ok = ok || strcmp(key, llama3_keys[i]) == 0;
+    if (!ok)
+      return zo_error(-ENOTSUP, "%s: %s.%s = %s: not a key of the \"llama3\" scaling", p, where, key,
+                      json_brief(v, val, sizeof val));
+  }
+  long old = 0;
+  int err = zo_arch_json_int(src, "original_max_position_embeddings", p, &old);
+  if (err) return err;
+  cfg->rope_scaling_factor = real_or(src, "factor", 8.0);
+  cfg->rope_low_freq_factor = real_or(src, "low_freq_factor", 1.0);
+  cfg->rope_high_freq_factor = real_or(src, "high_freq_factor", 4.0);
+  cfg->rope_original_max_seq_len = (int)old;
+  return 0;
+}
+
+/* Attention windows: Mistral's sliding_window (implemented: *window),
+ * Qwen2's use_sliding_window (refused), 5.x's layer_types. A window no
+ * shorter than max_position_embeddings never binds (the engine never runs
+ * past that length): full attention, *window 0. */
+static int parse_windows(json_t *j, const char *p, const char *type, long maxT, int *window) {
+  json_t *lt = json_object_get(j, "layer_types"), *sw = json_object_get(j, "sliding_window");
+  char val[160];
+  if (lt && !json_is_null(lt)) {
+    size_t i;
+    json_t *v;
+    if (!json_is_array(lt))
+      return zo_error(-EINVAL, "%s: layer_types = %s: a list is needed", p, json_brief(lt, val, sizeof val));
+    json_array_foreach(lt, i, v) {
+      const char *s = json_string_value(v);
+      if (!s || strcmp(s, "full_attention") != 0)
+        return zo_error(-ENOTSUP, "%s: layer_types[%zu] = %s: only \"full_attention\" layers are implemented", p,
+                        i, json_brief(v, val, sizeof val));
+    }
+  }
+  *window = 0;
+  if (!sw || json_is_null(sw)) return 0;
+  if (!json_is_integer(sw) || json_integer_value(sw) < 1)
+    return zo_error(-EINVAL, "%s: sliding_window = %s: a positive integer or null is needed", p,
+                    json_brief(sw, val, sizeof val));
+  /* Qwen2 carries the key without using it unless told to, Llama never. */
+  if (json_is_true(json_object_get(j, "use_sliding_window")) && json_integer_value(sw) < maxT)
+    return zo_error(-ENOTSUP, "%s: use_sliding_window = true with sliding_window = %lld: Qwen2's per-layer "
+                              "windows (max_window_layers) are not implemented", p, (long long)json_integer_value(sw));
+  if (strcmp(type, "mistral") == 0 && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
+  return 0;
+}
+
+int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
+  const char *type = json_string_value(json_object_get(j, "model_type"));
+  if (!type) type = "llama";
+  if (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0 && strcmp(type, "qwen2") != 0)
+    return zo_error(-ENOTSUP, "%s: model_type \"%s\" is not implemented by the Llama loader (\"llama\", "
+                              "\"mistral\", \"qwen2\")", p, type);
+  int err = check_keys(j, p);
+  if (err) return err;
+  long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
+  if (!err) err = zo_arch_json_int(j, "num_hidden_layers", p, &L);
+  if (!err) err = zo_arch_json_int(j, "num_attention_heads", p, &NH);
+  if (!err) err = zo_arch_json_int(j, "hidden_size", p, &C);
+  if (!err) err = zo_arch_json_int(j, "intermediate_size", p, &I);
+  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
+  if (!err) err = zo_arch_json_int(j, "max_position_embeddings", p, &maxT);
+  if (err) return err;
+  json_t *nkv = json_object_get(j, "num_key_value_heads");
+  if (nkv && !json_is_null(nkv) && (err = zo_arch_json_int(j, "num_key_value_heads", p, &NKV))) return err;
+  if (!nkv || json_is_null(nkv)) NKV = NH;
+  /* head_dim apart from hidden_size / num_attention_heads: q, k, v and
+   * o_proj's input are num_attention_heads x head_dim wide. */
+  json_t *hd = json_object_get(j, "head_dim");
+  char hval[64];
+  if (hd && !json_is_null(hd) &&
+      (!json_is_integer(hd) || json_integer_value(hd) < 2 || json_integer_value(hd) % 2 != 0 ||
+       json_integer_value(hd) > 65536))
+    return zo_error(-EINVAL, "%s: head_dim = %s: an even positive integer (the rotary embedding pairs its "
+                             "halves) or null is needed", p, json_brief(hd, hval, sizeof hval));
+  if ((err = want_false(j, p, "attention_bias", "Llama layers here have no biases")) ||
+      (err = want_false(j, p, "mlp_bias", "Llama layers here have no biases")) ||
+      (err = want_false(j, p, "is_decoder", "an encoder-decoder's decoder is not implemented")) ||
+      (err = want_false(j, p, "add_cross_attention", "cross-attention is not implemented")))
+    return err;
+  json_t *ph = json_object_get(j, "pruned_heads");
+  if (ph && !json_is_null(ph) && !(json_is_object(ph) && json_object_size(ph) == 0))
+    return zo_error(-ENOTSUP, "%s: pruned_heads: models with pruned attention heads are not implemented", p);
+  const double prf = real_or(j, "partial_rotary_factor", 1.0);
+  if (prf != 1.0)
+    return zo_error(-ENOTSUP, "%s: partial_rotary_factor = %g: rotary embedding over the whole head only", p, prf);
+  const char *act = json_string_value(json_object_get(j, "hidden_act"));
+  if (json_object_get(j, "hidden_act") && (!act || strcmp(act, "silu") != 0))
+    return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p,
+                    act ? act : "(not a string)");
+  int window = 0;
+  if ((err = parse_windows(j, p, type, maxT, &window))) return err;
+  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
+                                  .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
+                                  .max_seq_len = (int)maxT, .sliding_window = window,
+                                  .head_dim = json_is_integer(hd) ? (int)json_integer_value(hd) : 0,
+                                  .qkv_bias = strcmp(type, "qwen2") == 0};
+  /* Hugging Face applies it to the attention probabilities; ours to the
+   * attention output (the same expected value, another mask granularity). */
+  if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
+  cfg->rms_norm_eps = real_or(j, "rms_norm_eps", 1e-5);
+  cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
+  return parse_rope(j, p, cfg);
+}
+
+/* The rotary settings in one dialect's object (rope_scaling: NULL without
+ * scaling). */
+static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  int err = 0;
+  if (with_theta) err |= json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+  if (c->rope_scaling_factor == 0.0) {
+    err |= json_object_set_new(o, "rope_type", json_string("default"));
+  } else {
+    err |= json_object_set_new(o, "rope_type", json_string("llama3"));
+    err |= json_object_set_new(o, "factor", json_real(c->rope_scaling_factor));
+    err |= json_object_set_new(o, "low_freq_factor", json_real(c->rope_low_freq_factor));
+    err |= json_object_set_new(o, "high_freq_factor", json_real(c->rope_high_freq_factor));
+    err |= json_object_set_new(o, "original_max_position_embeddings",
+                               json_integer(c->rope_original_max_seq_len));
+  }
+  if (err) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+json_t *zo_llama_hf_config(const struct zo_model_config *c) {
+  const int hs = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
+  json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
+                        "s:f, s:f, s:s, s:s}",
+                        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
+                        "hidden_size", c->n_embd, "intermediate_size", c->intermediate_size, "num_hidden_layers",
+                        c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head,
+                        "head_dim", hs, "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
+                        c->rms_norm_eps, "rope_theta", c->rope_theta, "tie_word_embeddings", c->tie_embeddings,
+                        "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
+                        "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
+  if (!j) return NULL;
+  /* q/k/v biases make it a Qwen2, without windows (use_sliding_window). */
+  if (c->qkv_bias &&
+      (json_object_set_new(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM")) ||
+       json_object_set_new(j, "model_type", json_string("qwen2")) ||
+       json_object_set_new(j, "use_sliding_window", json_false()) ||
+       json_object_set_new(j, "max_window_layers", json_integer(c->n_layer)))) {
+    json_decref(j);
+    return NULL;
+  }
+  /* A window makes it a Mistral (transformers' LlamaForCausalLM has none). */
+  if (c->sliding_window > 0 &&
+      (json_object_set_new(j, "architectures", json_pack("[s]", "MistralForCausalLM")) ||
+       json_object_set_new(j, "model_type", json_string("mistral")) ||
+       json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)))) {
+    json_decref(j);
+    return NULL;
+  }
+  /* transformers 4.x reads rope_theta and rope_scaling, 5.x rope_parameters. */
+  json_t *rs = c->rope_scaling_factor == 0.0 ? json_null() : rope_object(c, false);
+  if (json_object_set_new(j, "rope_scaling", rs) || json_object_set_new(j, "rope_parameters", rope_object(c, true))) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
