@@ -232,11 +232,134 @@ static int test_train_refuses(void) {
   return zo_test_expect_failed_since(before);
 }
 
+static struct zo_model_config llama(int L, int NH, int NKV, int C, int I, int V) {
+  struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C,
+                               .intermediate_size = I, .vocab_size = V, .max_seq_len = 64, .rope_theta = 5e5};
+  if (zo_model_config_check(&mc)) fprintf(stderr, "    %s\n", zo_last_error());
+  return mc;
+}
+
+/* Llama-3-8B, r = 16 on all seven projections: PEFT's
+ * print_trainable_parameters gives 41,943,040. */
+static int test_table_8b(void) {
+  const int before = zo_test_n_expect_failed;
+  struct zo_model_config mc = llama(32, 32, 8, 4096, 14336, 128256);
+  struct zo_lora l = {.r = 16, .alpha = 32, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
+  EXPECT(t.numel == 41943040 && t.n_modules == 32 * 7);
+  const struct zo_lora_module *k = &t.modules[7 * 31 + 1], *up = &t.modules[7 * 31 + 5];
+  EXPECT(!strcmp(k->peft, "base_model.model.model.layers.31.self_attn.k_proj") && k->in == 4096 &&
+         k->out == 1024 && k->row0 == 4096 && k->layer == 31);
+  EXPECT(!strcmp(up->base, "model.layers.31.mlp.up_proj.weight") && up->row0 == 14336 && up->out == 14336);
+  EXPECT(t.modules[0].a_off == 0 && t.modules[0].b_off == 16 * 4096 && t.modules[1].a_off == 2 * 16 * 4096);
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
+static int test_table_gpt2(void) {
+  const int before = zo_test_n_expect_failed;
+  struct zo_model_config mc = {.arch = ZO_ARCH_GPT2, .n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 64,
+                               .max_seq_len = 16};
+  EXPECT(zo_model_config_check(&mc) == 0);
+  struct zo_lora l = {.r = 2, .alpha = 4, .targets = 1u << ZO_LORA_C_PROJ, .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == 4); /* c_proj: attn and mlp, as PEFT */
+  EXPECT(!strcmp(t.modules[1].peft, "base_model.model.transformer.h.0.mlp.c_proj") && t.modules[1].in == 32 &&
+         t.modules[1].out == 8);
+  zo_lora_table_free(&t);
+  l.targets = zo_lora_arch_targets(ZO_ARCH_GPT2);
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == 8);
+  EXPECT(!strcmp(t.modules[0].peft, "base_model.model.transformer.h.0.attn.c_attn") && t.modules[0].out == 24);
+  EXPECT(t.numel == 2 * (size_t)2 * ((8 + 24) + (8 + 8) + (8 + 32) + (32 + 8)));
+  zo_lora_table_free(&t);
+  l.targets = 1u << ZO_LORA_Q_PROJ;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == -EINVAL);
+  return zo_test_expect_failed_since(before);
+}
+
+/* A: uniform in [-1/sqrt(in), 1/sqrt(in)] (mean 0, variance bound^2 / 3), by seed; B: zero. */
+static int test_init(void) {
+  const int before = zo_test_n_expect_failed;
+  struct zo_model_config mc = llama(2, 4, 2, 64, 96, 128);
+  struct zo_lora l = {.r = 8, .alpha = 16, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
+  float *p = zo_test_xmalloc(t.numel * sizeof *p), *q = zo_test_xmalloc(t.numel * sizeof *q);
+  zo_lora_init(&t, 1337, p);
+  zo_lora_init(&t, 1337, q);
+  EXPECT(memcmp(p, q, t.numel * sizeof *p) == 0);
+  zo_lora_init(&t, 1338, q);
+  EXPECT(memcmp(p, q, t.modules[0].b_off * sizeof *p) != 0);
+  for (int i = 0; i < t.n_modules; i++) {
+    const struct zo_lora_module *m = &t.modules[i];
+    const double bound = 1 / sqrt((double)m->in);
+    const size_t n = (size_t)l.r * (size_t)m->in;
+    double sum = 0, sq = 0, most = 0;
+    for (size_t j = 0; j < n; j++) {
+      const double a = p[m->a_off + j];
+      sum += a, sq += a * a, most = fmax(most, fabs(a));
+    }
+    EXPECT(most <= bound && most > 0.9 * bound);
+    EXPECT(fabs(sum / n) < 4 * bound / sqrt(3.0 * n));                  /* 4 sigma */
+    EXPECT(fabs(sq / n / (bound * bound / 3) - 1) < 4 * sqrt(0.8 / n)); /* var(u^2) = 4/45 b^4 */
+    bool zero = true;
+    for (size_t j = 0; j < (size_t)m->out * (size_t)l.r; j++) zero = zero && p[m->b_off + j] == 0;
+    EXPECT(zero);
+    if (i > 0) EXPECT(p[m->a_off] != p[t.modules[i - 1].a_off]);
+  }
+  free(p), free(q);
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
+/* zo_lora_save writes a PEFT directory that lora.init_from resolves and
+ * zo_lora_load reads back bit for bit; a mismatched file is refused by name. */
+static int test_save_load(void) {
+  const int before = zo_test_n_expect_failed;
+  struct zo_model_config mc = llama(2, 4, 2, 32, 48, 128);
+  struct zo_lora l = {.r = 4, .alpha = 8, .dropout = 0.05, .use_rslora = true,
+                      .targets = (1u << ZO_LORA_K_PROJ) | (1u << ZO_LORA_DOWN_PROJ), .scale = 4};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
+  float *p = zo_test_xmalloc(t.numel * sizeof *p), *q = zo_test_xmalloc(t.numel * sizeof *q);
+  zo_rng_seed(5);
+  for (size_t i = 0; i < t.numel; i++) p[i] = zo_rng_float(-1, 1);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/saved", tmpdir);
+  mkdir(dir, 0700);
+  EXPECT(zo_lora_save(&t, p, "tiny-llama", dir) == 0);
+  struct zo_config_lora c = {.init_from = dir, .alpha = 8};
+  struct zo_lora back;
+  EXPECT(zo_lora_resolve(&c, ZO_ARCH_LLAMA, &back) == 1);
+  EXPECT(back.r == 4 && back.alpha == 8 && back.dropout == 0.05 && back.use_rslora && back.targets == l.targets &&
+         back.scale == 4);
+  EXPECT(zo_lora_load(&t, dir, q) == 0 && memcmp(p, q, t.numel * sizeof *p) == 0);
+  /* another rank, other targets: refused by tensor name */
+  struct zo_lora_table u;
+  struct zo_lora l2 = l;
+  l2.r = 2;
+  EXPECT(zo_lora_table_build(&mc, &l2, &u) == 0);
+  EXPECT(zo_lora_load(&u, dir, q) == -EINVAL && says("k_proj.lora_A.weight") && says("[4, 32]"));
+  zo_lora_table_free(&u);
+  l2 = l, l2.targets |= 1u << ZO_LORA_Q_PROJ;
+  EXPECT(zo_lora_table_build(&mc, &l2, &u) == 0);
+  EXPECT(zo_lora_load(&u, dir, q) == -EINVAL && says("q_proj.lora_A.weight"));
+  zo_lora_table_free(&u);
+  l2 = l, l2.targets = 1u << ZO_LORA_K_PROJ;
+  EXPECT(zo_lora_table_build(&mc, &l2, &u) == 0);
+  EXPECT(zo_lora_load(&u, dir, q) == -ENOTSUP && says("down_proj"));
+  zo_lora_table_free(&u);
+  free(p), free(q);
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
 int main(void) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "lora")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
-      ZO_TEST(train_refuses),
+      ZO_TEST(train_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
   zo_test_rmtree(tmpdir);

@@ -44,6 +44,53 @@ int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, str
 unsigned zo_lora_arch_targets(enum zo_model_arch arch);
 unsigned zo_lora_default_targets(enum zo_model_arch arch);
 
+/* One adapter: PEFT's module (one per Hugging Face module: q, k and v
+ * separately), attached to rows [row0, row0 + out) of the output of our
+ * (possibly fused) base tensor. A (r, in) at a_off and B (out, r) at b_off of
+ * the flat fp32 adapter buffer, Linear layout as PEFT stores them (GPT-2's
+ * Conv1D base is transposed, its adapters are not). */
+#define ZO_LORA_NAME_MAX 128
+struct zo_lora_module {
+  char peft[ZO_LORA_NAME_MAX]; /* "base_model.model.model.layers.0.self_attn.q_proj" */
+  char base[ZO_LORA_NAME_MAX]; /* Hugging Face name of the base weight it adapts */
+  int layer;
+  enum zo_lora_target target;
+  int in, out, row0;             /* row0: first output row within the fused base tensor */
+  size_t a_off, b_off;           /* elements into the adapter buffer */
+};
+
+/* The adapters of a model: the small trainable tensor table, block-major. */
+struct zo_lora_table {
+  struct zo_lora lora;
+  int n_modules;
+  struct zo_lora_module *modules;
+  size_t numel;                  /* fp32 elements of every A and B */
+};
+
+/* Builds the table of l's targets for mc (zo_model_config_check'd).
+ * Returns 0, -ENOMEM or -EINVAL (a target mc's arch lacks). */
+int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *l, struct zo_lora_table *t);
+void zo_lora_table_free(struct zo_lora_table *t);
+
+/* PEFT's initialisation into params (t->numel floats): every A
+ * kaiming_uniform_(a = sqrt(5)) as nn.Linear does (uniform in
+ * [-1/sqrt(in), 1/sqrt(in)]), drawn from a splitmix64 stream of seed and the
+ * module's index (not torch's generator: same distribution, other values);
+ * every B zero. */
+void zo_lora_init(const struct zo_lora_table *t, uint64_t seed, float *params);
+
+/* Reads dir/adapter_model.safetensors into params: every module's
+ * lora_A.weight and lora_B.weight (F32, BF16 or F16) with PEFT's names and
+ * shapes; a missing, misshapen or unexpected tensor is refused by name.
+ * Returns 0 or -errno with a message. */
+int zo_lora_load(const struct zo_lora_table *t, const char *dir, float *params);
+
+/* Writes a PEFT adapter directory: dir/adapter_config.json (peft_type LORA,
+ * r, lora_alpha, lora_dropout, target_modules, use_rslora, fan_in_fan_out for
+ * GPT-2, bias "none", base_model_name_or_path = base) and
+ * dir/adapter_model.safetensors (fp32). dir must exist. Returns 0 or -errno. */
+int zo_lora_save(const struct zo_lora_table *t, const float *params, const char *base, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif
