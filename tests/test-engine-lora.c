@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zo_test.h"
@@ -355,7 +356,32 @@ static int test_save_load(void) {
   return zo_test_expect_failed_since(before);
 }
 
-int main(void) {
+/* tests/hf/test_peft_adapter.py's converter: reads the PEFT adapter SRC
+ * (lora.init_from) for a model of ARCH L NH NKV C I and writes it back with
+ * zo_lora_save to DST. */
+static int roundtrip(char **argv) {
+  const bool gpt2 = !strcmp(argv[2], "gpt2");
+  struct zo_model_config mc = {.arch = gpt2 ? ZO_ARCH_GPT2 : ZO_ARCH_LLAMA, .n_layer = atoi(argv[3]),
+                               .n_head = atoi(argv[4]), .n_kv_head = atoi(argv[5]), .n_embd = atoi(argv[6]),
+                               .intermediate_size = atoi(argv[7]), .vocab_size = 64, .max_seq_len = 16};
+  struct zo_config_lora c = {.init_from = argv[8], .alpha = 8};
+  struct zo_lora l;
+  struct zo_lora_table t;
+  int err = zo_model_config_check(&mc);
+  if (!err) err = zo_lora_resolve(&c, mc.arch, &l) == 1 ? 0 : -EINVAL;
+  if (!err) err = zo_lora_table_build(&mc, &l, &t);
+  float *p = err ? NULL : zo_test_xmalloc(t.numel * sizeof *p);
+  if (!err) err = zo_lora_load(&t, argv[8], p);
+  if (!err) err = zo_lora_save(&t, p, "tiny", argv[9]);
+  if (err) fprintf(stderr, "roundtrip: %s\n", zo_last_error());
+  else printf("r %d scale %.17g modules %d numel %zu\n", l.r, l.scale, t.n_modules, t.numel);
+  free(p);
+  if (p) zo_lora_table_free(&t);
+  return err ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 10 && !strcmp(argv[1], "--roundtrip")) return roundtrip(argv);
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "lora")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
