@@ -34,10 +34,6 @@ static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const placement_names[] = {"config", "auto", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
-const char *const zo_lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj", "c_attn", "c_proj", "c_fc", "all-linear", NULL};
-_Static_assert(sizeof zo_lora_target_names / sizeof zo_lora_target_names[0] == ZO_LORA_N_TARGETS + 1,
-               "zo_lora_target_names follows enum zo_lora_target");
 
 const char *zo_device_name(enum zo_device d) {
   ZO_ASSERT((unsigned)d < 3);

@@ -10,6 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+const char *const zo_lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj", "c_attn", "c_proj", "c_fc", "all-linear", NULL};
+_Static_assert(sizeof zo_lora_target_names / sizeof zo_lora_target_names[0] == ZO_LORA_N_TARGETS + 1,
+               "zo_lora_target_names follows enum zo_lora_target");
+
 #define BIT(t) (1u << (t))
 #define LLAMA_ALL                                                                                      \
   (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_K_PROJ) | BIT(ZO_LORA_V_PROJ) | BIT(ZO_LORA_O_PROJ) |             \
