@@ -39,6 +39,12 @@ pins=(
   idna==3.6
   certifi==2023.11.17
   charset-normalizer==3.3.2
+  # PEFT for tests/hf/test_peft_adapter.py: 0.8.2 has use_rslora (0.7.1 has not)
+  # and runs on torch 1.13 with transformers 4.36.2; accelerate and psutil
+  # are its import-time requirements.
+  peft==0.8.2
+  accelerate==0.25.0
+  psutil==5.9.7
   # TensorBoard's own event-file reader, for tests/cli/test-tensorboard.sh:
   # its import-time requirements (numpy from Debian).
   tensorboard==2.14.0
@@ -50,7 +56,7 @@ pins=(
 stamp="$site/.zo-pins"
 want=$(printf '%s\n' "${pins[@]}")
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] &&
-   PYTHONPATH="$site" "$py" -c 'import transformers, safetensors, tensorboard' 2>/dev/null; then
+   PYTHONPATH="$site" "$py" -c 'import transformers, safetensors, tensorboard, peft' 2>/dev/null; then
   exit 0
 fi
 
@@ -71,7 +77,7 @@ mkdir -p "$site"
 printf '%s\n' "${pins[@]}" > "$stamp"
 
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH="$site" "$py" - <<'PY'
-import numpy, torch, transformers, safetensors, tokenizers
+import numpy, torch, transformers, safetensors, tokenizers, peft
 from transformers import GPT2LMHeadModel  # noqa: F401  (fails here if an import is missing)
 from tensorboard.backend.event_processing import event_accumulator  # noqa: F401
 print(f"install-hf: transformers {transformers.__version__}, safetensors {safetensors.__version__}, "

@@ -460,6 +460,42 @@ static int test_matmul_backward_fd(void) {
   return fail;
 }
 
+/* A frozen weight (dweight NULL): the input and bias gradients bit for bit
+ * those of the full backward, fp32 and bf16 (the weight-gradient GEMM is
+ * skipped, nothing else changes). */
+static int test_matmul_backward_frozen(void) {
+  enum { N = 37, C = 24, OC = 40 };
+  int fail = 0;
+  for (int d = 0; d < 2; d++) {
+    const enum zo_dtype dt = d ? ZO_BF16 : ZO_F32;
+    const size_t es = d ? 2 : 4;
+    float f_inp[N * C], f_w[OC * C], f_dout[N * OC], dw[OC * C] = {0}, db1[OC] = {0}, db2[OC] = {0};
+    unsigned char inp[N * C * 4], w[OC * C * 4], dout[N * OC * 4], dinp1[N * C * 4], dinp2[N * C * 4];
+    zo_rng_seed(11 + (uint64_t)d);
+    fill_random(f_inp, N * C, -1, 1), fill_random(f_w, OC * C, -1, 1), fill_random(f_dout, N * OC, -1, 1);
+    const float *src[3] = {f_inp, f_w, f_dout};
+    unsigned char *dst[3] = {inp, w, dout};
+    const size_t n[3] = {N * C, OC * C, N * OC};
+    for (int k = 0; k < 3; k++)
+      for (size_t i = 0; i < n[k]; i++) {
+        uint32_t bits;
+        memcpy(&bits, &src[k][i], 4);
+        if (d) {
+          const uint16_t h = (uint16_t)(bits >> 16);
+          memcpy(dst[k] + 2 * i, &h, 2);
+        } else {
+          memcpy(dst[k] + 4 * i, &bits, 4);
+        }
+      }
+    be->matmul_backward(dinp1, dw, db1, dout, inp, w, N, C, OC, dt, NULL);
+    be->matmul_backward(dinp2, NULL, db2, dout, inp, w, N, C, OC, dt, NULL);
+    if (memcmp(dinp1, dinp2, (size_t)N * C * es) || memcmp(db1, db2, sizeof db1))
+      fail |= zo_test_fail("%s: the frozen backward's dinp or dbias differs from the full backward's",
+                           d ? "bf16" : "fp32");
+  }
+  return fail;
+}
+
 /* ---- attention ------------------------------------------------------------ */
 
 /* Element counts of qkv (B, T, NH + 2 NKV, hs), out (B, T, NH, hs) and att
@@ -1350,6 +1386,7 @@ int main(void) {
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_backward_fd),
+      ZO_TEST(matmul_backward_frozen),
       ZO_TEST(attention_forward),
       ZO_TEST(attention_window_forward),
       ZO_TEST(attention_window_backward),

@@ -251,6 +251,17 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("checkpoint.keep", KEY_INT, checkpoint.keep), ATLEAST(0), .def = "3"},
   {KEY("checkpoint.save_optimizer", KEY_BOOL, checkpoint.save_optimizer), .def = "true"},
 
+  /* PEFT's LoraConfig (lora_alpha, lora_dropout as alpha, dropout); checked
+   * against the arch and lora.init_from by zo_lora_resolve (zo/lora.h). */
+  SECTION("lora"),
+  {KEY("lora.r", KEY_INT, lora.r), RANGE(0, 65536), .def = "0"},
+  {KEY("lora.alpha", KEY_REAL, lora.alpha), ABOVE(0), .def = "8"},
+  {KEY("lora.dropout", KEY_REAL, lora.dropout), .min = 0, .max = 1, .flags = HAS_MIN | HAS_MAX | MAX_OPEN,
+   .def = "0"},
+  {KEY("lora.target_modules", KEY_NAMESET, lora.target_modules), .names = zo_lora_target_names, .def = "[]"},
+  {KEY("lora.use_rslora", KEY_BOOL, lora.use_rslora), .def = "false"},
+  {KEY("lora.init_from", KEY_STRING, lora.init_from), .def = "\"\""},
+
   /* DeepSpeed's monitoring and numerics switches without a counterpart. */
   NO_EFFECT("steps_per_print", "progress lines follow log.every"),
   NO_EFFECT("wall_clock_breakdown", "every progress line has the step's timings"),
@@ -324,6 +335,12 @@ static void describe(const struct zo_config_key *k, char *buf, size_t cap) {
   case KEY_STRING: snprintf(buf, cap, "a string"); break;
   case KEY_PAIR: snprintf(buf, cap, "an array of 2 numbers, each%s", range); break;
   case KEY_ANY: snprintf(buf, cap, "any value"); break;
+  case KEY_NAMESET: {
+    size_t n = (size_t)snprintf(buf, cap, "a list of names (or one name as a string) from");
+    for (int i = 0; k->names[i] && n < cap; i++)
+      n += (size_t)snprintf(buf + n, cap - n, "%s \"%s\"", i ? "," : "", k->names[i]);
+    break;
+  }
   case KEY_BYTES:
     snprintf(buf, cap, "a byte size such as \"10GiB\", \"512MiB\", \"1.5GB\" or a whole number%s",
              range);
@@ -446,6 +463,23 @@ static int set_leaf(const struct load_ctx *ctx, struct zo_config *cfg,
       return bad_value(ctx, k, v, hint);
     }
     memcpy(dst, &i, sizeof i);
+    break;
+  }
+  case KEY_NAMESET: {
+    ZO_ASSERT(k->size == sizeof(unsigned));
+    unsigned set = 0;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_array(v) && !json_is_string(v)) return bad_value(ctx, k, v, NULL);
+    for (size_t j = 0; j < n; j++) {
+      const json_t *e = json_is_array(v) ? json_array_get(v, j) : v;
+      int i = -1;
+      if (json_is_string(e))
+        for (int t = 0; k->names[t]; t++) /* exact: PEFT matches names case-sensitively */
+          if (strcmp(k->names[t], json_string_value(e)) == 0) i = t;
+      if (i < 0) return bad_value(ctx, k, e, NULL);
+      set |= 1u << i;
+    }
+    memcpy(dst, &set, sizeof set);
     break;
   }
   case KEY_BYTES: {

@@ -52,10 +52,26 @@ void zo_config_fmt_json(const json_t *v, char *buf, size_t cap) {
   free(s);
 }
 
+/* The lora section only when LoRA is on; with lora.init_from, only the keys
+ * the config gave (the adapter's values win, and a dumped default would read
+ * back as a conflicting value). */
+static bool lora_dumped(const struct zo_config_lora *l, const char *path) {
+  const bool from = l->init_from && l->init_from[0];
+  if (!from && l->r == 0) return false;
+  if (!from) return true;
+  if (!strcmp(path, "lora.r")) return l->r_set;
+  if (!strcmp(path, "lora.alpha")) return l->alpha_set;
+  if (!strcmp(path, "lora.dropout")) return l->dropout_set;
+  if (!strcmp(path, "lora.target_modules")) return l->target_modules_set;
+  if (!strcmp(path, "lora.use_rslora")) return l->use_rslora_set;
+  return true;
+}
+
 static bool dump_skips(const struct zo_config *cfg, const struct zo_config_key *k) {
   if (k->ignored) return true; /* no effect: not part of the effective config */
   /* derived: written, they would read back as given */
   if (!strcmp(k->path, "steps") && cfg->data.epochs > 0) return true;
+  if (!strncmp(k->path, "lora", 4) && !lora_dumped(&cfg->lora, k->path)) return true;
   if (!strcmp(k->path, "scheduler.params.total_num_steps") && !cfg->scheduler.total_num_steps_set) return true;
   if (cfg->scheduler.type == ZO_SCHEDULER_NONE && strncmp(k->path, "scheduler", 9) == 0)
     return true;
@@ -127,6 +143,19 @@ static void dump_leaf(const struct zo_config *cfg, const struct zo_config_key *k
     int i;
     memcpy(&i, src, sizeof i);
     dump_string(out, enum_name(k, i));
+    break;
+  }
+  case KEY_NAMESET: {
+    unsigned set;
+    memcpy(&set, src, sizeof set);
+    fputc('[', out);
+    for (int i = 0, first = 1; k->names[i]; i++)
+      if (set & (1u << i)) {
+        fputs(first ? "" : ", ", out);
+        dump_string(out, k->names[i]);
+        first = 0;
+      }
+    fputc(']', out);
     break;
   }
   case KEY_BYTES: {

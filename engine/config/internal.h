@@ -30,6 +30,8 @@ enum key_type {
   KEY_BYTES,   /* size_t, "10GiB" or a whole number */
   KEY_PAIR,    /* double[2] */
   KEY_ANY,     /* no field: a DeepSpeed key without effect here, any value */
+  KEY_NAMESET, /* unsigned: bit (1 << i) per name of names given, as a JSON list of names or
+                * one name as a string; [] = 0 */
 };
 
 enum {

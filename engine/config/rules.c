@@ -31,11 +31,33 @@ void zo_config_warn_total_steps(const struct zo_config *cfg, const char *src) {
 static int check_warmup(const struct zo_config *cfg, const char *src);
 static void derive_schedule(struct zo_config *cfg);
 
+/* lora: which keys the config gave (the conflicts with lora.init_from are
+ * zo_lora_resolve's, which reads the adapter); a key of a LoRA that is off
+ * is refused rather than ignored. */
+static int check_lora(const struct load_ctx *ctx, struct zo_config *cfg) {
+  struct zo_config_lora *l = &cfg->lora;
+  l->r_set = zo_config_given(ctx, "lora.r");
+  l->alpha_set = zo_config_given(ctx, "lora.alpha");
+  l->dropout_set = zo_config_given(ctx, "lora.dropout");
+  l->target_modules_set = zo_config_given(ctx, "lora.target_modules") && l->target_modules != 0;
+  l->use_rslora_set = zo_config_given(ctx, "lora.use_rslora");
+  if (l->r > 0 || (l->init_from && l->init_from[0])) return 0;
+  static const char *const keys[] = {"lora.alpha", "lora.dropout", "lora.target_modules", "lora.use_rslora"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (zo_config_given(ctx, keys[i]))
+      return zo_error(-EINVAL, "%s: %s is set but LoRA is off (lora.r = 0 and no lora.init_from): set lora.r "
+                      "(PEFT's r, such as 8 or 16) or lora.init_from (a PEFT adapter directory), or remove %s",
+                      zo_config_source(ctx, keys[i]), keys[i], keys[i]);
+  return 0;
+}
+
 /* Pass 3: rules across keys, then the derived fields. */
 int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
   struct zo_model_config *m = &cfg->model.spec;
 #define SRC(path) zo_config_source(ctx, path)
 #define SRC2(a, b) zo_config_source2(ctx, a, b)
+  int lerr = check_lora(ctx, cfg);
+  if (lerr) return lerr;
 
   if (m->n_embd % m->n_head != 0) {
     int lo = m->n_embd / m->n_head * m->n_head;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "zo/hf.h"
+#include "zo/lora.h"
 
 /* engine.threads and OMP_NUM_THREADS beyond 4x the hardware threads are
  * refused: libgomp crashes on 100000, and no such count helps. */
@@ -52,5 +53,16 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
   if (cfg->data.seq_len > mc->max_seq_len)
     return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
                     mc->max_seq_len);
-  return zo_model_config_check(mc);
+  int err = zo_model_config_check(mc);
+  if (err) return err;
+  /* LoRA: resolved (the adapter directory and targets checked), then refused
+   * until training with adapters is built (zo/lora.h). */
+  struct zo_lora lora;
+  err = zo_lora_resolve(&cfg->lora, mc->arch, &lora);
+  if (err < 0) return err;
+  if (err > 0)
+    return zo_error(-ENOTSUP, "lora: training, planning and sampling with LoRA adapters are not built yet (the "
+                              "config section and lora.init_from are read and checked): remove the lora section "
+                              "to fine-tune every weight");
+  return 0;
 }

@@ -196,11 +196,12 @@ CPU_OP(rmsnorm_forward, (void *, out), (float *, rstd), (const void *, inp), (co
        (float, eps), (int, N), (int, C), (enum zo_dtype, dt))
 CPU_OP(rmsnorm_backward, (void *, dinp), (float *, dweight), (const void *, dout), (const void *, inp),
        (const void *, weight), (const float *, rstd), (int, N), (int, C), (enum zo_dtype, dt))
-/* FLOPs: a GEMM's 2 per multiply-add (backward: dinp and dweight), causal
+/* FLOPs: a GEMM's 2 per multiply-add (backward: dinp and dweight; a frozen
+ * weight, dweight NULL, only dinp's), causal
  * attention's two products over the lower triangle (backward: twice). */
 CPU_OP_FLOPS(matmul_forward, 2.0 * a.N * a.C * a.OC, (void *, out), (const void *, inp), (const void *, weight), (const void *, bias),
        (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
-CPU_OP_FLOPS(matmul_backward, 4.0 * a.N * a.C * a.OC, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
+CPU_OP_FLOPS(matmul_backward, (a.dweight ? 4.0 : a.dinp ? 2.0 : 0.0) * a.N * a.C * a.OC, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
        (const void *, inp), (const void *, weight), (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
 CPU_OP_FLOPS(attention_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
        (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))

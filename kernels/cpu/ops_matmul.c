@@ -134,13 +134,14 @@ void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void
                             enum zo_dtype dt) {
   if (dt != ZO_F32) {
     if (dinp) gemm_tiled(false, false, N, C, OC, dout, OC, weight, C, dinp, C, false, NULL, dt);
-    gemm_tiled(true, false, OC, C, N, dout, OC, inp, C, dweight, C, true, NULL, dt);
+    if (dweight) gemm_tiled(true, false, OC, C, N, dout, OC, inp, C, dweight, C, true, NULL, dt);
   } else {
     if (dinp)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                   0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    if (dweight)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                  dweight, C);
   }
   if (!dbias) return;
   int n_blocks = (OC + ZO_COL_BLOCK - 1) / ZO_COL_BLOCK;

@@ -173,6 +173,10 @@ extern "C" void zo_cuda_matmul_backward(void *dinp, float *dweight, float *dbias
     g.beta = 0.0f;
     zo_cuda_gemm(&g, stream);
   }
+  if (!dweight) { /* a frozen weight: the input gradient only */
+    if (dbias) ZO_CUDA_DT_DISPATCH(dt, colsum_add, dbias, dout, N, OC, stream);
+    return;
+  }
   memset(&g, 0, sizeof g);
   g.trans_b = true;
   g.m = C;

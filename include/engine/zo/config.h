@@ -230,6 +230,36 @@ struct zo_config_checkpoint {     /* "checkpoint" */
                                      it); default true */
 };
 
+/* lora.target_modules: the module names PEFT matches (a module matches when
+ * its name ends with the target). GPT-2's c_proj names both attn.c_proj and
+ * mlp.c_proj, as in PEFT. */
+enum zo_lora_target {
+  ZO_LORA_Q_PROJ, ZO_LORA_K_PROJ, ZO_LORA_V_PROJ, ZO_LORA_O_PROJ, /* Llama attention */
+  ZO_LORA_GATE_PROJ, ZO_LORA_UP_PROJ, ZO_LORA_DOWN_PROJ,         /* Llama MLP */
+  ZO_LORA_C_ATTN, ZO_LORA_C_PROJ, ZO_LORA_C_FC,                  /* GPT-2 (Conv1D: fan_in_fan_out) */
+  ZO_LORA_ALL_LINEAR,                                            /* "all-linear": every Linear
+                                                                  * but the LM head */
+  ZO_LORA_N_TARGETS
+};
+extern const char *const zo_lora_target_names[]; /* in enum order, NULL-terminated */
+
+struct zo_config_lora {           /* "lora": PEFT's LoraConfig names and meanings */
+  int r;                          /* rank, 0 = no LoRA (default) unless init_from is set */
+  double alpha;                   /* lora_alpha: scale alpha / r (alpha / sqrt(r) with use_rslora),
+                                   * > 0, default 8 (PEFT's) */
+  double dropout;                 /* lora_dropout on the adapter's input, [0, 1), default 0 */
+  unsigned target_modules;        /* bit (1 << enum zo_lora_target) per name; a JSON list of
+                                   * names or the string "all-linear"; 0 (default, []) = PEFT's
+                                   * default for the arch (Llama q_proj, v_proj; GPT-2 c_attn) */
+  bool use_rslora;                /* default false */
+  char *init_from;                /* a PEFT adapter directory (adapter_config.json +
+                                   * adapter_model.safetensors): its r, alpha, dropout, targets
+                                   * and rslora win; a config value given that differs is
+                                   * refused (zo/lora.h). "" = PEFT's init (default) */
+  /* which of the above the config gave (not defaults): for the conflicts with init_from */
+  bool r_set, alpha_set, dropout_set, target_modules_set, use_rslora_set;
+};
+
 struct zo_config {
   char *path;                     /* file it was loaded from, "" when none */
   int micro_batch;                /* train_micro_batch_size_per_gpu: B, default 1 */
@@ -256,6 +286,7 @@ struct zo_config {
   struct zo_config_engine engine;
   struct zo_config_log log;
   struct zo_config_checkpoint checkpoint;
+  struct zo_config_lora lora;
 };
 
 /* Fills cfg with the defaults, then the JSON file at path (NULL = defaults

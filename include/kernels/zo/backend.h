@@ -162,7 +162,8 @@ struct zo_backend {
   void (*matmul_forward)(void *out, const void *inp, const void *weight, const void *bias, int N,
                          int C, int OC, enum zo_dtype dt, zo_stream_t stream);
   /* dinp (N,C) = dout (N,OC) @ weight (overwrites; NULL skips);
-   * dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (NULL skips). */
+   * dweight (OC,C) += dout^T @ inp (NULL skips: a frozen weight, no weight-gradient GEMM);
+   * dbias (OC) += column sums of dout (NULL skips). */
   void (*matmul_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
                           const void *inp, const void *weight, int N, int C, int OC,
                           enum zo_dtype dt, zo_stream_t stream);

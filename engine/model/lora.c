@@ -1,0 +1,194 @@
+/* LoRA resolved for one model (zo/lora.h): the config's lora section, or a
+ * PEFT adapter directory's adapter_config.json, against the arch's module
+ * names. */
+#include "zo/lora.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *const zo_lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj", "c_attn", "c_proj", "c_fc", "all-linear", NULL};
+_Static_assert(sizeof zo_lora_target_names / sizeof zo_lora_target_names[0] == ZO_LORA_N_TARGETS + 1,
+               "zo_lora_target_names follows enum zo_lora_target");
+
+#define BIT(t) (1u << (t))
+#define LLAMA_ALL                                                                                      \
+  (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_K_PROJ) | BIT(ZO_LORA_V_PROJ) | BIT(ZO_LORA_O_PROJ) |             \
+   BIT(ZO_LORA_GATE_PROJ) | BIT(ZO_LORA_UP_PROJ) | BIT(ZO_LORA_DOWN_PROJ))
+#define GPT2_ALL (BIT(ZO_LORA_C_ATTN) | BIT(ZO_LORA_C_PROJ) | BIT(ZO_LORA_C_FC))
+
+/* Every arch but GPT-2 has Llama's module names (Qwen, Mistral too). */
+unsigned zo_lora_arch_targets(enum zo_model_arch arch) { return arch == ZO_ARCH_GPT2 ? GPT2_ALL : LLAMA_ALL; }
+
+/* PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING. */
+unsigned zo_lora_default_targets(enum zo_model_arch arch) {
+  return arch == ZO_ARCH_GPT2 ? BIT(ZO_LORA_C_ATTN) : BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_V_PROJ);
+}
+
+static void fmt_targets(unsigned set, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < ZO_LORA_N_TARGETS && n < cap; i++)
+    if (set & BIT(i)) n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"", n ? ", " : "", zo_lora_target_names[i]);
+}
+
+/* The set's names checked against the arch; all-linear and 0 expanded. */
+static int arch_targets(unsigned set, enum zo_model_arch arch, const char *src, unsigned *out) {
+  const unsigned all = zo_lora_arch_targets(arch);
+  if (set == 0) set = zo_lora_default_targets(arch);
+  if (set & BIT(ZO_LORA_ALL_LINEAR)) set = (set & ~BIT(ZO_LORA_ALL_LINEAR)) | all;
+  if (set & ~all) {
+    char bad[256], ok[256];
+    fmt_targets(set & ~all, bad, sizeof bad);
+    fmt_targets(all, ok, sizeof ok);
+    return zo_error(-EINVAL, "%s: target_modules %s: no such module in a %s model; its modules are %s or "
+                    "\"all-linear\"", src, bad, zo_model_arch_name(arch), ok);
+  }
+  *out = set;
+  return 0;
+}
+
+/* adapter_config.json's target_modules: a list of names, or "all-linear";
+ * another string is a regex in PEFT, not built here. */
+static int adapter_targets(const json_t *v, const char *file, unsigned *out) {
+  *out = 0;
+  size_t n = json_is_array(v) ? json_array_size(v) : 1;
+  if (!v || (!json_is_array(v) && !json_is_string(v)))
+    return zo_error(-EINVAL, "%s: target_modules must be a list of module names or \"all-linear\"", file);
+  for (size_t j = 0; j < n; j++) {
+    const json_t *e = json_is_array(v) ? json_array_get(v, j) : v;
+    const char *s = json_string_value(e);
+    int i = -1;
+    for (int t = 0; s && t < ZO_LORA_N_TARGETS; t++)
+      if (!strcmp(s, zo_lora_target_names[t])) i = t;
+    if (i < 0)
+      return zo_error(json_is_array(v) ? -EINVAL : -ENOTSUP,
+                      "%s: target_modules \"%s\": %s; valid names: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                      "up_proj, down_proj, c_attn, c_proj, c_fc, all-linear", file, s ? s : "(not a string)",
+                      json_is_array(v) ? "not a module name zoffload knows"
+                                       : "a regular expression (PEFT's string form) is not supported");
+    *out |= BIT(i);
+  }
+  return 0;
+}
+
+/* A PEFT key whose feature is not built here: refused unless it has its
+ * neutral value (absent, null, false, empty). */
+static int refuse_feature(const json_t *root, const char *key, const char *file) {
+  const json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v) || json_is_false(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+      (json_is_array(v) && json_array_size(v) == 0))
+    return 0;
+  return zo_error(-ENOTSUP, "%s: %s is set: zoffload's LoRA does not support PEFT's %s; use an adapter "
+                  "without it", file, key, key);
+}
+
+static int refuse_features(const json_t *root, const char *file, enum zo_model_arch arch) {
+  static const char *const keys[] = {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
+                                     "layers_to_transform", "layers_pattern", "megatron_config",
+                                     "loftq_config", "layer_replication"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    int err = refuse_feature(root, keys[i], file);
+    if (err) return err;
+  }
+  const char *type = json_string_value(json_object_get(root, "peft_type"));
+  if (type && strcmp(type, "LORA"))
+    return zo_error(-ENOTSUP, "%s: peft_type \"%s\": only \"LORA\" adapters are supported", file, type);
+  const json_t *bias = json_object_get(root, "bias");
+  if (bias && !json_is_null(bias) && (!json_is_string(bias) || strcmp(json_string_value(bias), "none")))
+    return zo_error(-ENOTSUP, "%s: bias must be \"none\" (trained biases are not supported)", file);
+  const json_t *fifo = json_object_get(root, "fan_in_fan_out");
+  /* PEFT sets fan_in_fan_out for GPT-2's Conv1D itself (with a warning), so
+   * false is accepted there; true on a Linear model would transpose. */
+  if (json_is_true(fifo) && arch != ZO_ARCH_GPT2)
+    return zo_error(-EINVAL, "%s: fan_in_fan_out = true is for GPT-2's Conv1D weights (in, out); a %s model's "
+                    "projections are Linear (out, in): set it to false", file, zo_model_arch_name(arch));
+  return 0;
+}
+
+/* A config value given that differs from the adapter's is refused. */
+static int conflict(bool given, bool differs, const char *key, const char *ours, const char *theirs,
+                    const char *file) {
+  if (!given || !differs) return 0;
+  return zo_error(-EINVAL, "lora.%s = %s conflicts with %s's %s: the adapter's values win; remove lora.%s from "
+                  "the config or set it to the adapter's value", key, ours, file, theirs, key);
+}
+
+static int number(const json_t *root, const char *key, double def, const char *file, double *out) {
+  const json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) return *out = def, 0;
+  if (!json_is_number(v)) return zo_error(-EINVAL, "%s: %s must be a number", file, key);
+  *out = json_number_value(v);
+  return 0;
+}
+
+/* Reads dir/adapter_config.json into *l (r, alpha, dropout, targets, rslora),
+ * checking the config's given values against it. */
+static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *l) {
+  char file[4096], st[4096], a[64], b[64];
+  snprintf(file, sizeof file, "%s/adapter_config.json", c->init_from);
+  snprintf(st, sizeof st, "%s/adapter_model.safetensors", c->init_from);
+  struct stat sb;
+  if (stat(st, &sb) != 0)
+    return zo_error(-ENOENT, "lora.init_from = \"%s\": no adapter_model.safetensors there (a PEFT adapter "
+                    "directory holds adapter_config.json and adapter_model.safetensors)", c->init_from);
+  json_error_t jerr;
+  json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) return zo_error(-EINVAL, "lora.init_from: %s: %s (line %d)", file, jerr.text, jerr.line);
+  double r = 0;
+  int err = json_is_object(root) ? 0 : zo_error(-EINVAL, "%s: not a JSON object", file);
+  if (!err) err = refuse_features(root, file, arch);
+  if (!err) err = number(root, "r", 8, file, &r);
+  if (!err && (r != floor(r) || r < 1 || r > 65536))
+    err = zo_error(-EINVAL, "%s: r = %g: must be a whole number in [1, 65536]", file, r);
+  if (!err) err = number(root, "lora_alpha", 8, file, &l->alpha);
+  if (!err) err = number(root, "lora_dropout", 0, file, &l->dropout);
+  if (!err && !(l->alpha > 0)) err = zo_error(-EINVAL, "%s: lora_alpha = %g: must be > 0", file, l->alpha);
+  if (!err && !(l->dropout >= 0 && l->dropout < 1))
+    err = zo_error(-EINVAL, "%s: lora_dropout = %g: must be in [0, 1)", file, l->dropout);
+  unsigned t = 0;
+  if (!err) err = adapter_targets(json_object_get(root, "target_modules"), file, &t);
+  l->use_rslora = json_is_true(json_object_get(root, "use_rslora"));
+  json_decref(root);
+  if (err) return err;
+  l->r = (int)r;
+  snprintf(a, sizeof a, "%d", c->r), snprintf(b, sizeof b, "r = %d", l->r);
+  if ((err = conflict(c->r_set, c->r != l->r, "r", a, b, file))) return err;
+  snprintf(a, sizeof a, "%g", c->alpha), snprintf(b, sizeof b, "lora_alpha = %g", l->alpha);
+  if ((err = conflict(c->alpha_set, c->alpha != l->alpha, "alpha", a, b, file))) return err;
+  snprintf(a, sizeof a, "%g", c->dropout), snprintf(b, sizeof b, "lora_dropout = %g", l->dropout);
+  if ((err = conflict(c->dropout_set, c->dropout != l->dropout, "dropout", a, b, file))) return err;
+  snprintf(a, sizeof a, "%s", c->use_rslora ? "true" : "false");
+  snprintf(b, sizeof b, "use_rslora = %s", l->use_rslora ? "true" : "false");
+  if ((err = conflict(c->use_rslora_set, c->use_rslora != l->use_rslora, "use_rslora", a, b, file))) return err;
+  unsigned ours = 0;
+  if ((err = arch_targets(t, arch, file, &l->targets))) return err;
+  if (c->target_modules_set && (err = arch_targets(c->target_modules, arch, "lora.target_modules", &ours)))
+    return err;
+  char tb[256];
+  fmt_targets(l->targets, tb, sizeof tb);
+  if (c->target_modules_set && ours != l->targets)
+    return zo_error(-EINVAL, "lora.target_modules conflicts with %s's target_modules (%s): the adapter's "
+                    "values win; remove lora.target_modules from the config or set it to the adapter's", file, tb);
+  return 0;
+}
+
+int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *out) {
+  memset(out, 0, sizeof *out);
+  const bool from = c->init_from && c->init_from[0];
+  if (!from && c->r == 0) return 0;
+  int err;
+  if (from) {
+    if ((err = read_adapter(c, arch, out))) return err;
+    out->from_adapter = true;
+  } else {
+    out->r = c->r, out->alpha = c->alpha, out->dropout = c->dropout, out->use_rslora = c->use_rslora;
+    if ((err = arch_targets(c->target_modules, arch, "lora.target_modules", &out->targets))) return err;
+  }
+  out->scale = out->use_rslora ? out->alpha / sqrt((double)out->r) : out->alpha / out->r;
+  return 1;
+}
