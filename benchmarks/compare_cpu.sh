@@ -242,7 +242,7 @@ run_one() {
       "$ZOFFLOAD_BIN" bench step "$ROOT/configs/gpt2-124m.json" --set bf16.enabled=true \
         --set train_micro_batch_size_per_gpu="$B" --set data.seq_len="$T" \
         --set engine.device=cpu --json >"$2" 2>&1 || return 1
-      sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$2" | tail -n 1 | awk '{printf "%.1f\n", $1 * 1000}' ;;
+      sed -n 's/.*"step_ms": *\([0-9.eE+-]*\).*/\1/p' "$2" | tail -n 1 ;;
     pytorch|pytorch_tuned|pytorch_bf16|pytorch_tuned_bf16)
       local autocast=off tunables=""
       case "$1" in *_bf16) autocast=bf16 ;; esac
