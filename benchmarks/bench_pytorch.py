@@ -104,6 +104,9 @@ def parse_args():
     p.add_argument("--channels", type=int, default=768)
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="off: fp32 eager (default); bf16: torch.autocast('cpu', bfloat16) "
+                        "around forward and loss (oneDNN's bf16 kernels)")
     a = p.parse_args()
     if min(a.B, a.T, a.steps, a.threads) < 1 or a.warmup < 0 or a.T > a.max_seq_len:
         p.error("need B, T, steps, threads >= 1, warmup >= 0 and T <= max-seq-len")
@@ -123,14 +126,15 @@ def main():
     print(f"pytorch {torch.__version__} threads={torch.get_num_threads()} "
           f"params={n_params} B={a.B} T={a.T} "
           f"attention={'sdpa' if model.h[0].attn.use_sdpa else 'manual'} "
-          f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", flush=True)
+          f"autocast={a.autocast} GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')}", flush=True)
 
     times_ms = []
     for step in range(n_total):
         x, y = tokens[step, :, :-1], tokens[step, :, 1:]
         t0 = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

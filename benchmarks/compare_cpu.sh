@@ -10,19 +10,24 @@
 # step. A missing implementation is skipped with the reason and the fix.
 # Every run gets OMP_NUM_THREADS=THREADS; the first step of each run is warm-up
 # and never counted. --setup-llmc builds the llm.c side (never committed).
+# bf16 rows: zoffload's `bench step` with bf16.enabled (ours_bf16; the same
+# GPT-2 124M shapes, synthetic tokens, its median step) beside PyTorch eager
+# under torch.autocast("cpu", bfloat16) (pytorch_bf16, with the malloc tuning
+# as pytorch_tuned_bf16); their ratio column is against ours_bf16.
 # See benchmarks/README.md for methodology and recorded results.
 set -u
 
 usage() {
   cat <<EOF
 usage: benchmarks/compare_cpu.sh [--rounds R] [--steps N] [--threads P] [--B B] [--T T]
-                                 [--only ours,llmc,pytorch,pytorch_tuned]
+                                 [--only ours,llmc,pytorch,pytorch_tuned,ours_bf16,pytorch_bf16,pytorch_tuned_bf16]
        benchmarks/compare_cpu.sh --setup-llmc
   --rounds R    alternating rounds (default 3)
   --steps N     timed steps per run, after 1 warm-up step (default 3)
   --threads P   OpenMP / torch threads (default 2)
   --B, --T      batch size and sequence length (default 4, 256)
-  --only LIST   comma-separated subset of ours,llmc,pytorch,pytorch_tuned (default all)
+  --only LIST   comma-separated subset of ours,llmc,pytorch,pytorch_tuned,ours_bf16,
+                pytorch_bf16,pytorch_tuned_bf16 (default all)
   --setup-llmc  with llm.c's sources copied into LLMC_DIR, write the benchmark
                 main, build train_gpt2 with llm.c's Makefile flags and generate
                 a random-weight gpt2_124M.bin and token shards (README.md)
@@ -31,7 +36,8 @@ environment: BUILD_DIR (default build/release), LLMC_DIR (default .ref-bench/llm
 EOF
 }
 
-ROUNDS=3 STEPS=3 THREADS=2 B=4 T=256 ONLY="ours,llmc,pytorch,pytorch_tuned" SETUP=0
+ROUNDS=3 STEPS=3 THREADS=2 B=4 T=256 SETUP=0
+ONLY="ours,llmc,pytorch,pytorch_tuned,ours_bf16,pytorch_bf16,pytorch_tuned_bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=${2-}; shift 2 ;;
@@ -56,6 +62,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
 case "$LLMC_DIR" in /*) ;; *) LLMC_DIR="$ROOT/$LLMC_DIR" ;; esac
 OURS_BIN="$BUILD_DIR/benchmarks/bench-train-step"
+ZOFFLOAD_BIN="$BUILD_DIR/zoffload"
 LLMC_BIN="$LLMC_DIR/train_gpt2"
 LLMC_SOURCES="train_gpt2.c llmc/utils.h llmc/tokenizer.h llmc/dataloader.h llmc/rand.h"
 # llm.c's Makefile for train_gpt2 with gcc on Linux, plus -fgnu89-inline: its
@@ -189,7 +196,14 @@ if want llmc; then
          "$LLMC_DIR and run benchmarks/compare_cpu.sh --setup-llmc (README.md, 'llm.c reference')"
   fi
 fi
-for impl in pytorch pytorch_tuned; do
+if want ours_bf16; then
+  if [ -x "$ZOFFLOAD_BIN" ]; then IMPLS="$IMPLS ours_bf16"
+  else
+    echo "skip zoffload bf16: $ZOFFLOAD_BIN not found;" \
+         "build it: cmake --preset release && cmake --build --preset release --target zoffload"
+  fi
+fi
+for impl in pytorch pytorch_tuned pytorch_bf16 pytorch_tuned_bf16; do
   want "$impl" || continue
   if "$PYTHON" -c 'import torch' >/dev/null 2>&1; then IMPLS="$IMPLS $impl"
   else echo "skip $impl: $PYTHON cannot import torch (Debian: apt-get install python3-torch)"
@@ -203,6 +217,9 @@ label() {
     llmc) echo "llm.c train_gpt2.c" ;;
     pytorch) echo "pytorch eager fp32" ;;
     pytorch_tuned) echo "pytorch eager +malloc" ;;
+    ours_bf16) echo "zoffload bf16" ;;
+    pytorch_bf16) echo "pytorch autocast bf16" ;;
+    pytorch_tuned_bf16) echo "pytorch bf16 +malloc" ;;
   esac
 }
 
@@ -220,14 +237,18 @@ run_one() {
       (cd "$LLMC_DIR" && ./train_gpt2 "$B" "$T" $((STEPS + 1))) >"$2" 2>&1 || return 1
       sed -n 's/^step \([0-9]*\): .*took \([0-9.]*\) ms.*/\1 \2/p' "$2" |
         awk '$1 > 0 {print $2}' | median ;;
-    pytorch|pytorch_tuned)
-      if [ "$1" = pytorch_tuned ]; then
-        GLIBC_TUNABLES=$PYTORCH_TUNED_MALLOC "$PYTHON" "$ROOT/benchmarks/bench_pytorch.py" \
-          --B "$B" --T "$T" --steps "$STEPS" --warmup 1 --threads "$THREADS" >"$2" 2>&1 || return 1
-      else
-        "$PYTHON" "$ROOT/benchmarks/bench_pytorch.py" \
-          --B "$B" --T "$T" --steps "$STEPS" --warmup 1 --threads "$THREADS" >"$2" 2>&1 || return 1
-      fi
+    ours_bf16)
+      # bench step: its own warm-up, then the median of its timed rounds
+      "$ZOFFLOAD_BIN" bench step "$ROOT/configs/gpt2-124m.json" --set bf16.enabled=true \
+        --set train_micro_batch_size_per_gpu="$B" --set data.seq_len="$T" \
+        --set engine.device=cpu --json >"$2" 2>&1 || return 1
+      sed -n 's/.*"step_ms": *\([0-9.eE+-]*\).*/\1/p' "$2" | tail -n 1 ;;
+    pytorch|pytorch_tuned|pytorch_bf16|pytorch_tuned_bf16)
+      local autocast=off tunables=""
+      case "$1" in *_bf16) autocast=bf16 ;; esac
+      case "$1" in pytorch_tuned*) tunables=$PYTORCH_TUNED_MALLOC ;; esac
+      GLIBC_TUNABLES=$tunables "$PYTHON" "$ROOT/benchmarks/bench_pytorch.py" --autocast "$autocast" \
+        --B "$B" --T "$T" --steps "$STEPS" --warmup 1 --threads "$THREADS" >"$2" 2>&1 || return 1
       sed -n 's/^pytorch_eager .*ms_per_step=\([0-9.eE+-]*\).*/\1/p' "$2" | tail -n 1 ;;
   esac
 }
@@ -260,13 +281,18 @@ for impl in $IMPLS; do
   [ -s "$LOG_DIR/$impl.ms" ] || { printf '%-22s %14s\n' "$(label "$impl")" "no result"; continue; }
   ms=$(cut -d' ' -f2 "$LOG_DIR/$impl.ms" | median)
   tps=$(awk -v ms="$ms" -v n=$((B * T)) 'BEGIN {printf "%.1f", n * 1000 / ms}')
-  if [ -s "$LOG_DIR/ours.ms" ]; then
+  base=ours
+  case "$impl" in *_bf16) base=ours_bf16 ;; esac
+  if [ -s "$LOG_DIR/$base.ms" ]; then
     ratio=$(awk 'NR == FNR {ours[$1] = $2; next} ($1 in ours) {print $2 / ours[$1]}' \
-              "$LOG_DIR/ours.ms" "$LOG_DIR/$impl.ms" | median)
+              "$LOG_DIR/$base.ms" "$LOG_DIR/$impl.ms" | median)
     ratio=${ratio:-n/a}
   else
     ratio="n/a"
   fi
   printf '%-22s %14s %12s %14s\n' "$(label "$impl")" "$ms" "$tps" "$ratio"
 done
-echo "(ratio = that implementation's ms/step / ours, median over rounds; > 1 means ours is faster)"
+echo "(ratio = that implementation's ms/step / ours (bf16 rows: / zoffload bf16), median over rounds;" \
+     "> 1 means ours is faster)"
+echo "cpu flags (bf16/amx): $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E 'avx512_bf16|amx' | tr '\n' ' ')"
+echo "ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-unset} ZO_CPU_GEMM=${ZO_CPU_GEMM:-unset}"

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
-      libopenblas-openmp-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev libisal-dev
+      libopenblas-openmp-dev libdnnl-dev liburing-dev libhwloc-dev libjansson-dev zlib1g-dev libisal-dev
       libopenmpi-dev openmpi-bin
       libpcre2-dev libutf8proc-dev libprotobuf-c-dev protobuf-c-compiler
       fio

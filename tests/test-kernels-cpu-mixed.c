@@ -474,6 +474,23 @@ static int test_matmul_threads_bitwise(void) {
   return fail;
 }
 
+/* The bf16 GEMM kernel follows ZO_CPU_GEMM and the CPU: forced to the
+ * fallback (ctest's test-kernels-cpu-mixed-fallback runs this binary so),
+ * otherwise oneDNN wherever the CPU has AVX512_BF16 or AMX-BF16. */
+static int test_gemm_kernel_choice(void) {
+  const char *mode = getenv("ZO_CPU_GEMM"), *name = zo_cpu_gemm_kernel();
+  __builtin_cpu_init();
+  const bool forced_fallback = mode && strcmp(mode, "fallback") == 0;
+  const bool bf16_cpu = __builtin_cpu_supports("avx512bf16");
+  const char *want = forced_fallback || (!bf16_cpu && !(mode && strcmp(mode, "onednn") == 0)) ? "fallback" : "oneDNN";
+  printf("  bf16 GEMM kernel: %s (ZO_CPU_GEMM=%s)\n", name, mode ? mode : "unset");
+  if (strncmp(name, want, strlen(want)) != 0) {
+    fprintf(stderr, "  expected a %s kernel, got '%s'\n", want, name);
+    return 1;
+  }
+  return 0;
+}
+
 /* ---- attention -------------------------------------------------------------------- */
 
 /* Forward and backward. */
@@ -735,6 +752,7 @@ int main(void) {
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_threads_bitwise),
+      ZO_TEST(gemm_kernel_choice),
       ZO_TEST(attention),
       ZO_TEST(rope),
       ZO_TEST(gelu),

@@ -27,6 +27,7 @@
 
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
+#include "zo/cpu.h"
 #include "zo/nvme.h"
 #include "zo/topology.h"
 
@@ -123,6 +124,7 @@ static void print_build(FILE *out) {
 static void print_blas(FILE *out) {
   const char *ct = getenv("OPENBLAS_CORETYPE");
   fprintf(out, "BLAS:\n");
+  fprintf(out, "  bf16 GEMM        %s\n", zo_cpu_gemm_kernel());
   if (!openblas_get_config) {
     fprintf(out, "  not OpenBLAS (no openblas_get_config in the linked BLAS)\n");
     return;

@@ -8,8 +8,11 @@
  * summing over the reduction dimension in an fp32 tile that is stored once:
  * rounded to the dtype (out, dinp, bias added before rounding) or added to an
  * fp32 gradient (dweight). Tiles are small enough that re-widening an
- * operand tile for every output tile it meets costs a few percent. */
+ * operand tile for every output tile it meets costs a few percent. bf16
+ * GEMMs go to oneDNN's AMX / AVX512_BF16 kernels instead when the CPU has
+ * them (gemm_onednn.c; ZO_CPU_GEMM=fallback forces the tiles above). */
 #include "cpu.h"
+#include "gemm_onednn.h"
 #include "ops_half.h"
 #include "ops_math.h"
 
@@ -78,6 +81,10 @@ ZO_INLINE void gemm_tile(bool ta, bool tb, int K, const void *A, int lda, const 
 static void gemm_tiled(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
                        int ldb, void *C, int ldc, bool accumulate_f32, const void *bias,
                        enum zo_dtype dt) {
+  if (dt == ZO_BF16 && zo_cpu_gemm_onednn_on()) {
+    zo_cpu_gemm_onednn_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate_f32, bias);
+    return;
+  }
   const int mt = (M + ZO_GEMM_TM - 1) / ZO_GEMM_TM, nt = (N + ZO_GEMM_TN - 1) / ZO_GEMM_TN;
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int i = 0; i < mt; i++) {

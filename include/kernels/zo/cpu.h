@@ -31,6 +31,11 @@ void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, cons
 void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
                              int T, int C, enum zo_dtype dt);
 
+/* The kernel the CPU backend's bf16 GEMMs run on, in words ("oneDNN 2.6.3
+ * matmul, AMX-BF16", or the fallback's fp32 tiles), chosen once per process
+ * from the CPU and ZO_CPU_GEMM (auto, onednn, fallback). */
+const char *zo_cpu_gemm_kernel(void);
+
 #ifdef __cplusplus
 }
 #endif
