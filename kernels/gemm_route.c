@@ -5,10 +5,17 @@ bool zo_gemm_answer_has_algo(int status, int n_results) {
   return status == ZO_GEMM_STATUS_SUCCESS && n_results > 0;
 }
 
-enum zo_gemm_route zo_gemm_route_select(bool has_bias, bool force_tiled, zo_gemm_query_fn query, void *ctx) {
+unsigned zo_gemm_alignment(uintptr_t addr, long long stride_bytes) {
+  uintptr_t bits = addr | (uintptr_t)stride_bytes | 256u;
+  return (unsigned)(bits & (~bits + 1));
+}
+
+enum zo_gemm_route zo_gemm_route_select(bool has_bias, unsigned bias_align, bool force_tiled,
+                                        zo_gemm_query_fn query, void *ctx) {
   if (force_tiled) return ZO_GEMM_ROUTE_TILED;
-  if (query(ctx, has_bias)) return ZO_GEMM_ROUTE_LT;
-  if (has_bias && query(ctx, false)) return ZO_GEMM_ROUTE_LT_BIAS_KERNEL;
+  if (!has_bias) return query(ctx, false) ? ZO_GEMM_ROUTE_LT : ZO_GEMM_ROUTE_TILED;
+  if (bias_align >= ZO_GEMM_BIAS_EPILOGUE_ALIGN && query(ctx, true)) return ZO_GEMM_ROUTE_LT;
+  if (query(ctx, false)) return ZO_GEMM_ROUTE_LT_BIAS_KERNEL;
   return ZO_GEMM_ROUTE_TILED;
 }
 

@@ -12,6 +12,7 @@
 #define ZO_GEMM_ROUTE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,15 +31,28 @@ enum zo_gemm_route {
  * gives an algorithm: SUCCESS and n_results > 0; everything else is "none". */
 bool zo_gemm_answer_has_algo(int status, int n_results);
 
+/* The bias epilogue reads its vector in 16-byte loads and takes no
+ * alignment in the heuristic's preferences: a bias pointer aligned to less
+ * (a view into a packed parameter, an arena offset) takes the bias kernel. */
+#define ZO_GEMM_BIAS_EPILOGUE_ALIGN 16u
+
+/* The alignment in bytes (a power of two, at most 256) that both the address
+ * and every batch stride (stride_bytes; 0 when unbatched) keep. */
+unsigned zo_gemm_alignment(uintptr_t addr, long long stride_bytes);
+
 /* Asks (or looks up in a cache) whether cuBLASLt has an algorithm for the
  * GEMM with or without the bias epilogue. */
 typedef bool (*zo_gemm_query_fn)(void *ctx, bool bias_epilogue);
 
 /* The route of a GEMM with (has_bias) or without a bias: cuBLASLt with the
- * epilogue when it has an algorithm; with a bias and none for the epilogue,
- * cuBLASLt without it when it has one; else the tiled kernel. force_tiled
- * (ZO_CUDA_GEMM=fallback) takes the tiled kernel without asking. */
-enum zo_gemm_route zo_gemm_route_select(bool has_bias, bool force_tiled, zo_gemm_query_fn query, void *ctx);
+ * epilogue when it has an algorithm and the bias pointer's alignment
+ * (bias_align, bytes; from zo_gemm_alignment) is at least
+ * ZO_GEMM_BIAS_EPILOGUE_ALIGN (below it the epilogue is never asked for);
+ * with a bias and no epilogue, cuBLASLt without it when it has an algorithm;
+ * else the tiled kernel. force_tiled (ZO_CUDA_GEMM=fallback) takes the tiled
+ * kernel without asking. */
+enum zo_gemm_route zo_gemm_route_select(bool has_bias, unsigned bias_align, bool force_tiled,
+                                        zo_gemm_query_fn query, void *ctx);
 
 /* "cublaslt", "cublaslt + bias kernel", "tiled". */
 const char *zo_gemm_route_name(enum zo_gemm_route r);

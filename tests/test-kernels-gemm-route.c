@@ -4,7 +4,9 @@
  * results) is "no algorithm", never an abort; a bias GEMM without an
  * epilogue algorithm takes cuBLASLt plus the bias kernel when cuBLASLt has a
  * plain algorithm, else the tiled kernel; a GEMM without a bias never asks
- * for the epilogue; ZO_CUDA_GEMM=fallback asks nothing. */
+ * for the epilogue; a bias pointer aligned to less than 16 bytes never asks
+ * for the epilogue either (it ignores the pointer's alignment) and takes the
+ * bias kernel; ZO_CUDA_GEMM=fallback asks nothing. */
 #include <stdio.h>
 
 #include "../kernels/gemm_route.h"
@@ -30,9 +32,14 @@ static bool mock_query(void *ctx, bool bias_epilogue) {
   return zo_gemm_answer_has_algo(m->ans[bias_epilogue].status, m->ans[bias_epilogue].n_results);
 }
 
-static enum zo_gemm_route route(bool bias, struct answer with, struct answer without, struct mock *m) {
+static enum zo_gemm_route route_aligned(bool bias, unsigned bias_align, struct answer with, struct answer without,
+                                        struct mock *m) {
   *m = (struct mock){.ans = {without, with}};
-  return zo_gemm_route_select(bias, false, mock_query, m);
+  return zo_gemm_route_select(bias, bias_align, false, mock_query, m);
+}
+
+static enum zo_gemm_route route(bool bias, struct answer with, struct answer without, struct mock *m) {
+  return route_aligned(bias, bias ? 256u : 0u, with, without, m);
 }
 
 static int test_answers(void) {
@@ -72,10 +79,40 @@ static int test_plain_routes(void) {
   return 0;
 }
 
+static int test_alignment(void) {
+  ZO_REQUIRE(zo_gemm_alignment(0x1000, 0) == 256);
+  ZO_REQUIRE(zo_gemm_alignment(0x1010, 0) == 16);
+  ZO_REQUIRE(zo_gemm_alignment(0x1008, 0) == 8);
+  ZO_REQUIRE(zo_gemm_alignment(0x1002, 0) == 2);
+  ZO_REQUIRE(zo_gemm_alignment(0x1000, 12) == 4); /* a batch stride of 3 floats */
+  ZO_REQUIRE(zo_gemm_alignment(0x1000, 512) == 256);
+  return 0;
+}
+
+/* The epilogue ignores the bias pointer's alignment: below 16 bytes it is
+ * not asked for even where the heuristic would answer yes for it. */
+static int test_bias_alignment_routes(void) {
+  const struct answer ok = {ST_SUCCESS, 1}, unsup = {ST_NOT_SUPPORTED, 0};
+  const unsigned below[] = {2, 4, 8};
+  struct mock m;
+  for (int i = 0; i < 3; i++) {
+    ZO_REQUIRE(route_aligned(true, below[i], ok, ok, &m) == ZO_GEMM_ROUTE_LT_BIAS_KERNEL);
+    ZO_REQUIRE(m.asked[1] == 0 && m.asked[0] == 1);
+    ZO_REQUIRE(route_aligned(true, below[i], ok, unsup, &m) == ZO_GEMM_ROUTE_TILED && m.asked[1] == 0);
+  }
+  /* 16 bytes and more: the epilogue as before. */
+  ZO_REQUIRE(route_aligned(true, ZO_GEMM_BIAS_EPILOGUE_ALIGN, ok, ok, &m) == ZO_GEMM_ROUTE_LT && m.asked[1] == 1);
+  ZO_REQUIRE(route_aligned(true, 64, ok, ok, &m) == ZO_GEMM_ROUTE_LT && m.asked[0] == 0);
+  /* An fp32 bias at an offset of 6 elements in its buffer: 8-byte aligned. */
+  ZO_REQUIRE(route_aligned(true, zo_gemm_alignment(0x7f0000001000 + 6 * 4, 0), ok, ok, &m) ==
+             ZO_GEMM_ROUTE_LT_BIAS_KERNEL);
+  return 0;
+}
+
 static int test_forced_fallback(void) {
   struct mock m = {.ans = {{ST_SUCCESS, 1}, {ST_SUCCESS, 1}}};
-  ZO_REQUIRE(zo_gemm_route_select(true, true, mock_query, &m) == ZO_GEMM_ROUTE_TILED);
-  ZO_REQUIRE(zo_gemm_route_select(false, true, mock_query, &m) == ZO_GEMM_ROUTE_TILED);
+  ZO_REQUIRE(zo_gemm_route_select(true, 256, true, mock_query, &m) == ZO_GEMM_ROUTE_TILED);
+  ZO_REQUIRE(zo_gemm_route_select(false, 0, true, mock_query, &m) == ZO_GEMM_ROUTE_TILED);
   ZO_REQUIRE(m.asked[0] == 0 && m.asked[1] == 0);
   printf("  routes: %s, %s, %s\n", zo_gemm_route_name(ZO_GEMM_ROUTE_LT),
          zo_gemm_route_name(ZO_GEMM_ROUTE_LT_BIAS_KERNEL), zo_gemm_route_name(ZO_GEMM_ROUTE_TILED));
@@ -87,6 +124,8 @@ int main(void) {
       ZO_TEST(answers),
       ZO_TEST(bias_routes),
       ZO_TEST(plain_routes),
+      ZO_TEST(alignment),
+      ZO_TEST(bias_alignment_routes),
       ZO_TEST(forced_fallback),
   };
   return ZO_TEST_MAIN(tests);

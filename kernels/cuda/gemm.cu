@@ -53,8 +53,7 @@ static size_t gemm_type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2;
 /* Largest power of two (<= 256, cuBLASLt's default assumption) dividing the
  * address of every batch's matrix. */
 static unsigned gemm_alignment(const void *p, long long stride_elems, size_t elem_size) {
-  uintptr_t bits = (uintptr_t)p | (uintptr_t)(stride_elems * (long long)elem_size) | 256u;
-  return (unsigned)(bits & (~bits + 1));
+  return zo_gemm_alignment((uintptr_t)p, stride_elems * (long long)elem_size);
 }
 
 static uint64_t gemm_key_hash(const struct gemm_key *key) {
@@ -340,7 +339,8 @@ void zo_cuda_gemm(const struct zo_gemm *g, zo_stream_t stream) {
   memset(&c, 0, sizeof c);
   c.g = g;
   c.ws_bytes = g->workspace_bytes ? g->workspace_bytes : ZO_CUDA_WORKSPACE_BYTES;
-  switch (zo_gemm_route_select(g->bias != NULL, zo_cuda.gemm_fallback, lt_query, &c)) {
+  const unsigned bias_align = g->bias ? gemm_alignment(g->bias, 0, 1) : 0;
+  switch (zo_gemm_route_select(g->bias != NULL, bias_align, zo_cuda.gemm_fallback, lt_query, &c)) {
   case ZO_GEMM_ROUTE_LT:
     lt_run(&c, g->beta, stream);
     return;
