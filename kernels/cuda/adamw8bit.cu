@@ -38,6 +38,11 @@ static void tables_upload(void) {
   if (n != 255) zo_abort(__FILE__, __LINE__, "unsigned map: %d thresholds, want 255", n);
   memcpy(bits, thr, 255 * sizeof(float));
   ZO_CUDA_CHECK(cudaMemcpyToSymbol(q_thr_unsigned, bits, 255 * sizeof(uint32_t)));
+  /* The copies above run on the legacy stream from pageable memory: they may
+   * return before the tables are in device memory, and the update kernel runs
+   * on a non-blocking stream that does not wait for the legacy one. Wait here,
+   * once, so that no kernel reads a half-written table. */
+  ZO_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 /* Thresholds among thr[0, n) (increasing bits) at or below bits a. */
