@@ -1,5 +1,6 @@
 /* Training on the CUDA backend (skipped, with the reason, where no GPU
- * answers): 20 fp32 steps match the CPU backend's losses to 1e-5 relative;
+ * answers): 20 fp32 steps match the CPU backend's losses, the first 3 to
+ * 1e-5 relative and the rest to 1e-3 (see TIGHT_STEPS);
  * bf16 and fp16 track the CPU's bf16 and fp16 runs; every offload placement
  * (optimizer on cpu and nvme, gradients on the host, parameters streamed
  * from the host, activation checkpointing on the device and in host memory)
@@ -43,11 +44,52 @@ static int train(const char *name, const char *const *sets, int n_sets, struct z
   return zo_etest_train(load, tmpdir, name, sets, n_sets, N_STEPS, NULL, r);
 }
 
-/* Worst relative difference of the two runs' losses. */
-static double worst_rel(const struct zo_etest_run *a, const struct zo_etest_run *b) {
+/* Worst relative difference of the two runs' losses over steps [from, to). */
+static double worst_rel_in(const struct zo_etest_run *a, const struct zo_etest_run *b, int from, int to) {
   double w = 0.0;
-  for (int i = 0; i < N_STEPS; i++) w = fmax(w, fabs(a->losses[i] - b->losses[i]) / fabs(b->losses[i]));
+  for (int i = from; i < to; i++) w = fmax(w, fabs(a->losses[i] - b->losses[i]) / fabs(b->losses[i]));
   return w;
+}
+
+static double worst_rel(const struct zo_etest_run *a, const struct zo_etest_run *b) {
+  return worst_rel_in(a, b, 0, N_STEPS);
+}
+
+/* fp32, GPU against CPU: cuBLASLt and the CUDA reductions sum in other
+ * orders than OpenBLAS and the CPU kernels, so the runs agree to rounding
+ * (about 1e-6 relative at these sizes), not bit for bit. The first
+ * TIGHT_STEPS losses are held to 1e-5: the first is the forward on the same
+ * initial weights, the second and third follow AdamW steps taken before
+ * rounding differences can compound. After that they compound: AdamW moves
+ * an element by up to lr * m / sqrt(v) whatever its gradient's size, so an
+ * element whose gradient sums to within rounding of zero moves by up to
+ * 2 * lr = 6e-3 in a different direction on the two backends (the reference
+ * tests pick their seeds to avoid such elements, see
+ * tests/reference/make_llama_reference.py; this test cannot), and gradient
+ * clipping at 0.5 rescales every element by the slightly different norms.
+ * The later losses are held to LATE_TOL = 1e-3 relative: 1/20 of the bf16
+ * tolerance, and well below one step's progress at lr 3e-3 (the loss falls
+ * by about 1% of itself per step early on), so a wrong gradient or update
+ * that changes the trajectory by a tenth of a step still fails. */
+#define TIGHT_STEPS 3
+#define TIGHT_TOL 1e-5
+#define LATE_TOL 1e-3
+
+static int test_fp32_matches_cpu(void) {
+  struct zo_etest_run gpu, cpu;
+  const char *cpu_set[] = {"engine.device=cpu"};
+  CHECK(train("gpu-fp32", NULL, 0, &gpu) == 0);
+  CHECK(train("cpu-fp32", cpu_set, 1, &cpu) == 0);
+  const double tight = worst_rel_in(&gpu, &cpu, 0, TIGHT_STEPS);
+  const double late = worst_rel_in(&gpu, &cpu, TIGHT_STEPS, N_STEPS);
+  printf("  fp32: worst relative loss difference GPU vs CPU: steps 1-%d %.3g (tolerance %g), steps %d-%d "
+         "%.3g (tolerance %g)\n",
+         TIGHT_STEPS, tight, TIGHT_TOL, TIGHT_STEPS + 1, N_STEPS, late, LATE_TOL);
+  free(gpu.params);
+  free(cpu.params);
+  CHECK(tight <= TIGHT_TOL);
+  CHECK(late <= LATE_TOL);
+  return 0;
 }
 
 static int compare_backends(const char *prec, double tol) {
@@ -69,7 +111,6 @@ static int compare_backends(const char *prec, double tol) {
   return 0;
 }
 
-static int test_fp32_matches_cpu(void) { return compare_backends(NULL, 1e-5); }
 static int test_bf16_tracks_cpu(void) { return compare_backends("bf16.enabled=true", 2e-2); }
 static int test_fp16_tracks_cpu(void) { return compare_backends("fp16.enabled=true", 2e-2); }
 
