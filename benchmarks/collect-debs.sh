@@ -4,27 +4,32 @@
 # so that benchmarks/gpu_check.sh can build on a machine that has only the
 # CUDA toolkit, CMake and Python (it unpacks them into a private prefix).
 # .debs/ is git-ignored: the device call that runs gpu_check.sh names it,
-# carry: [".debs"] (about 15 MB of the call's 64 MiB).
+# carry: [".debs"] (about 40 MB of the call's 64 MiB).
 # Run on a Debian/Ubuntu amd64 machine whose release matches the target's
 # glibc or is older (these are bookworm builds: glibc 2.36).
 #   benchmarks/collect-debs.sh            download what is missing from .debs/
 #   benchmarks/collect-debs.sh --update   apt-get update first
+#   benchmarks/collect-debs.sh --list     print the packages, download nothing
+# The list is benchmarks/debs.txt's (one row per CMake lookup);
+# scripts/check-debs-list.py fails when a lookup has no row there.
 # libgomp1, make and pkgconf are included but gpu_check.sh uses them only
 # where the target lacks them (every gcc install brings a libgomp.so.1).
 # Not included: gcc itself, which nvcc needs anyway.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-pkgs=(
-  libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0 libgomp1  # BLAS (OpenMP build)
-  libjansson-dev libjansson4                                                     # config
-  liburing-dev liburing2                                                         # NVMe tier (optional)
-  libhwloc-dev libhwloc15 libudev1                                               # topology (optional)
-  zlib1g-dev zlib1g                                                              # checkpoints, data
-  libisal-dev libisal2                                                           # NVMe block CRCs
-  make pkgconf pkgconf-bin libpkgconf3                                           # tools, if absent
-)
-
+# The packages: benchmarks/debs.txt's second column (what CMake requires,
+# and what those libraries and protoc-c need at link and run time), each once.
+mapfile -t pkgs < <(sed -e 's/#.*//' benchmarks/debs.txt |
+  awk -F'|' 'NF >= 2 { n = split($2, a, " "); for (i = 1; i <= n; i++) if (a[i] != "-" && !seen[a[i]]++) print a[i] }')
+if ((${#pkgs[@]} == 0)); then
+  echo "collect-debs: no packages in benchmarks/debs.txt" >&2
+  exit 1
+fi
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
 if [[ "${1:-}" == "--update" ]]; then
   apt-get update -qq
 fi

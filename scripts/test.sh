@@ -12,6 +12,11 @@ jobs=$(nproc)
 scripts/check-layers.sh # kernels <- offload <- engine, before anything is built
 scripts/check-cuda-atomics.sh # CUDA reductions in a fixed order: no float atomicAdd
 scripts/check-design-map.sh # docs/DESIGN.md names every source file
+# Every CMake lookup has its Debian packages in benchmarks/debs.txt and in
+# collect-debs.sh's list (gpu_check.sh builds from them); the self-test shows
+# the check fails when a row is removed.
+scripts/check-debs-list.py
+scripts/check-debs-list.py --self-test
 scripts/build.sh release
 scripts/check-cycles.py build/release # no loop of calls between engine folders
 # transformers for the Hugging Face interoperability test (PyPI); without it
