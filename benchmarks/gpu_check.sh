@@ -3,15 +3,22 @@
 # most 9 minutes on a machine that has the CUDA toolkit, CMake, Ninja and
 # Python but none of our Debian libraries (they travel as .debs/, made by
 # benchmarks/collect-debs.sh; the call names carry: [".debs"]):
-#   1. preflight (20 s at most): driver, nvcc, cuBLASLt library and headers, omp.h,
-#      CMake, Ninja, the libraries (.debs/ or the system's), free GPU memory,
+#   1. preflight (20 s at most): driver, nvcc, cuBLASLt library and headers
+#      and the toolkit's library directories, omp.h, CMake, Ninja, the
+#      libraries (.debs/ holding every package benchmarks/debs.txt names,
+#      or the system's), free GPU memory,
 #      torch, CMake's version against CMakeLists.txt's cmake_minimum_required,
 #      glibc against the newest libc6 the carried .debs depend on; stops with
 #      one "PREFLIGHT FAILED:" line when the build cannot work. Without a GPU
 #      it stops there with one "STOP: no GPU" line naming what is missing
 #      (well within 90 s); ZO_CHECK_REHEARSE=1 goes on to build and rehearse
 #      the GPU steps' plumbing instead.
-#   2. unpack .debs/ into a private prefix; configure (sm_90) and build.
+#   2. unpack .debs/ into a private prefix and check that its libraries and
+#      protoc-c resolve there; configure (sm_90) and build with the prefix's
+#      library directories on LD_LIBRARY_PATH (protoc-c runs in the build).
+#      Every run (tests, benchmarks) gets RUN_LD_LIBRARY_PATH: the prefix's
+#      and the toolkit's library directories (the binaries also carry the
+#      toolkit's in their RUNPATH).
 #   3. the GPU op parity tests, first, with ZO_CUDA_SYNC=1 (a failing kernel
 #      is named with its shapes); then test-gpu-train (placements bit-identical
 #      on the GPU, GPU against CPU within tolerance, repeated runs bit-identical)
@@ -146,6 +153,24 @@ print(max(need, key=key) if need else "")
 PY
 }
 
+# cuda_libdirs CUDA_HOME: CUDA_LIBDIRS, the toolkit's library directories
+# (lib64, targets/*/lib) that hold libcublasLt.so.N and libcudart.so.N, joined
+# by ':', and RUN_LD_LIBRARY_PATH with them first.
+CUDA_LIBDIRS=""
+cuda_libdirs() {
+  local d
+  CUDA_LIBDIRS=""
+  for d in "$1"/lib64 "$1"/targets/*/lib; do
+    [[ -d $d ]] || continue
+    d=$(readlink -f "$d")
+    [[ :$CUDA_LIBDIRS: == *":$d:"* ]] && continue
+    compgen -G "$d/libcublasLt.so.[0-9]*" >/dev/null && compgen -G "$d/libcudart.so.[0-9]*" >/dev/null &&
+      CUDA_LIBDIRS=${CUDA_LIBDIRS:+$CUDA_LIBDIRS:}$d
+  done
+  [[ -n $CUDA_LIBDIRS ]] && RUN_LD_LIBRARY_PATH=$CUDA_LIBDIRS${RUN_LD_LIBRARY_PATH:+:$RUN_LD_LIBRARY_PATH}
+  return 0
+}
+
 # ---- 1. preflight ------------------------------------------------------------------------
 GPU=""       # "name, total MiB, driver" when a GPU answers
 NO_GPU=""    # why not, otherwise
@@ -192,9 +217,12 @@ preflight() {
     inc=$(ls "$cuda_home"/include/cublasLt.h "$cuda_home"/targets/*/include/cublasLt.h 2>/dev/null | head -n1)
     lib=$(ls "$cuda_home"/lib64/libcublasLt.so* "$cuda_home"/targets/*/lib/libcublasLt.so* 2>/dev/null | head -n1)
     printf '%-14s header %s, library %s\n' cuBLASLt "${inc:-MISSING}" "${lib:-MISSING}"
+    cuda_libdirs "$cuda_home"
+    printf '%-14s %s\n' "cuda libs" "${CUDA_LIBDIRS:-MISSING}"
     [[ -z $inc ]] && fatal="cublasLt.h not found under $cuda_home (CUDA toolkit without cuBLAS headers)"
     [[ -z $lib ]] && fatal="libcublasLt.so not found under $cuda_home"
-    row "preflight: nvcc, cuBLASLt" "$nvcc_v; ${inc:+header ok}${lib:+, library ok}"
+    [[ -z $CUDA_LIBDIRS ]] && fatal="no directory under $cuda_home (lib64, targets/*/lib) holds both libcublasLt.so.N and libcudart.so.N"
+    row "preflight: nvcc, cuBLASLt" "$nvcc_v; ${inc:+header ok}${lib:+, library ok}; run with ${CUDA_LIBDIRS:-NO library directory}"
   else
     fatal="nvcc not found (PATH, /usr/local/cuda/bin): the CUDA toolkit is needed to build"
   fi
@@ -234,10 +262,15 @@ preflight() {
   n_debs=$(compgen -G ".debs/*.deb" | wc -l)
   if ((n_debs > 0)); then
     printf '%-14s %d packages in .debs/\n' libraries "$n_debs"
-    local p
-    for p in libopenblas0-openmp libopenblas-openmp-dev libjansson-dev libjansson4 zlib1g-dev; do
-      compgen -G ".debs/${p}_*.deb" >/dev/null || fatal=".debs/ lacks $p: rerun benchmarks/collect-debs.sh"
+    local p lack=""
+    for p in $(bash benchmarks/collect-debs.sh --list); do
+      compgen -G ".debs/${p}_*.deb" >/dev/null || lack="$lack $p"
     done
+    if [[ -n $lack ]]; then
+      fatal=".debs/ lacks${lack} (benchmarks/debs.txt names them): rerun benchmarks/collect-debs.sh"
+    else
+      printf '%-14s every package benchmarks/debs.txt names\n' ".debs/"
+    fi
     local libc_have libc_need
     libc_have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
     libc_need=$(debs_libc_need)
@@ -267,7 +300,7 @@ preflight() {
 }
 
 # ---- 2. dependencies, configure, build ---------------------------------------------------------
-RUN_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+RUN_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} # the preflight puts the toolkit's, deps() the prefix's first
 declare -a CMAKE_ARGS=()
 deps() {
   CMAKE_ARGS=(-G "$GEN" -DZO_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release
@@ -281,9 +314,10 @@ deps() {
   local n=0 f
   for f in .debs/*.deb; do
     case $(basename "$f") in
+      # Only where the loader finds one (gcc's own may sit in a directory the
+      # loader never reads, and libdnnl.so.2 needs it at run time).
       # (no `ldconfig -p | grep -q`: under pipefail grep's early exit fails the pipe)
-      libgomp1_*) [[ $(ldconfig -p 2>/dev/null) == *"libgomp.so.1 "* ||
-                     $(gcc -print-file-name=libgomp.so.1 2>/dev/null) == /* ]] && continue ;;
+      libgomp1_*) [[ $(ldconfig -p 2>/dev/null) == *"libgomp.so.1 "* ]] && continue ;;
     esac
     unpack_deb "$f" || { echo "cannot unpack $f"; return 1; }
     n=$((n + 1))
@@ -303,7 +337,9 @@ deps() {
   export PKG_CONFIG_PATH="$PREFIX/$arch_lib/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   local libdirs="$PREFIX/$arch_lib/openblas-openmp:$PREFIX/$arch_lib:$PREFIX/lib/x86_64-linux-gnu"
-  RUN_LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  RUN_LD_LIBRARY_PATH="$libdirs${RUN_LD_LIBRARY_PATH:+:$RUN_LD_LIBRARY_PATH}"
+  deps_resolve "$libdirs" || return 1
+  [[ -x $PREFIX/usr/bin/protoc-c ]] && CMAKE_ARGS+=(-DZO_PROTOC_C="$PREFIX/usr/bin/protoc-c")
   # Pre-set find_path/find_library results: the top-level CMakeLists looks
   # for OpenBLAS only under /usr (NO_DEFAULT_PATH).
   CMAKE_ARGS+=(-DZO_CBLAS_INCLUDE="$PREFIX/usr/include/x86_64-linux-gnu/openblas-openmp"
@@ -329,6 +365,34 @@ deps() {
   return 0
 }
 
+# deps_resolve LIBDIRS: every library zoffload links from the prefix, and
+# protoc-c (which runs in the build), find what they need with LIBDIRS on
+# LD_LIBRARY_PATH (libdnnl.so.2 needs libOpenCL.so.1, protoc-c libprotoc and
+# libprotobuf); protoc-c answers --version. Names what is missing.
+deps_resolve() {
+  local arch_lib=$PREFIX/usr/lib/x86_64-linux-gnu f miss="" out
+  for f in "$PREFIX/usr/bin/protoc-c" "$arch_lib/libdnnl.so.2" "$arch_lib/openblas-openmp/libopenblas.so.0" \
+           "$arch_lib/libjansson.so.4" "$arch_lib/libpcre2-8.so.0" "$arch_lib/libutf8proc.so.2" \
+           "$arch_lib/libprotobuf-c.so.1" "$arch_lib/libisal.so.2" "$PREFIX/lib/x86_64-linux-gnu/libz.so.1"; do
+    if [[ ! -e $f ]]; then
+      miss="$miss ${f#"$PREFIX"/} (absent)"
+      continue
+    fi
+    out=$(LD_LIBRARY_PATH=$1 ldd "$f" 2>&1 | grep 'not found')
+    [[ -n $out ]] && miss="$miss ${f#"$PREFIX"/} ($(awk '{print $1}' <<<"$out" | paste -sd, -) not found)"
+  done
+  if [[ -z $miss ]] && ! out=$(LD_LIBRARY_PATH=$1 "$PREFIX/usr/bin/protoc-c" --version 2>&1); then
+    miss=" protoc-c --version: ${out:0:120}"
+  fi
+  if [[ -n $miss ]]; then
+    echo "the carried libraries do not resolve:$miss"
+    row "dependencies: libraries resolve" "FAILED:$miss"
+    return 1
+  fi
+  echo "the carried libraries and protoc-c resolve in the prefix ($(LD_LIBRARY_PATH=$1 "$PREFIX/usr/bin/protoc-c" --version 2>&1 | head -n1))"
+  return 0
+}
+
 build() {
   say "configure ($BUILD, $GEN)"
   local t0 ok=1 c0
@@ -336,23 +400,26 @@ build() {
   # A fresh build (its logs folder kept) unless a rehearsal asks to reuse one.
   [[ ${ZO_CHECK_KEEP_BUILD:-0} == 1 ]] ||
     find "$BUILD" -mindepth 1 -maxdepth 1 ! -name logs ! -name nvme -exec rm -rf {} + 2>/dev/null
-  timeout "$(step_timeout 120)" cmake -S "$ROOT" -B "$BUILD" "${CMAKE_ARGS[@]}" >"$LOGS/configure.log" 2>&1 || ok=0
+  # The prefix's libraries on the loader path: protoc-c runs during the build.
+  LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 120)" \
+    cmake -S "$ROOT" -B "$BUILD" "${CMAKE_ARGS[@]}" >"$LOGS/configure.log" 2>&1 || ok=0
   tail -n 5 "$LOGS/configure.log"
   if ((!ok)); then
     cp "$BUILD"/CMakeFiles/CMakeConfigureLog.yaml "$LOGS/" 2>/dev/null
     row "configure" "FAILED (configure.log)"
     return 1
   fi
-  grep -E '^(ZO_CBLAS_INCLUDE|ZO_OPENBLAS|ZLIB_LIBRARY[A-Z_]*|CMAKE_CUDA_ARCHITECTURES|ZO_HAVE_NCCL|CMAKE_CUDA_COMPILER):' \
+  grep -E '^(ZO_CBLAS_INCLUDE|ZO_OPENBLAS|ZO_DNNL_LIBRARY|ZO_PROTOC_C|ZLIB_LIBRARY[A-Z_]*|CMAKE_CUDA_ARCHITECTURES|ZO_HAVE_NCCL|CMAKE_CUDA_COMPILER):' \
     "$BUILD/CMakeCache.txt" | sed 's/^/  /'
   say "build: zo-kernels-cuda (timed alone)"
   c0=$(date +%s)
-  timeout "$(step_timeout "$BUILD_MAX")" cmake --build "$BUILD" -j "$(nproc)" --target zo-kernels-cuda >"$LOGS/build-cuda.log" 2>&1 || ok=0
+  LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$BUILD_MAX")" \
+    cmake --build "$BUILD" -j "$(nproc)" --target zo-kernels-cuda >"$LOGS/build-cuda.log" 2>&1 || ok=0
   tail -n 3 "$LOGS/build-cuda.log"
   row "build: CUDA backend (sm_90)" "$( ((ok)) && echo "ok, $(($(date +%s) - c0)) s on $(nproc) cores" || echo "FAILED (build-cuda.log)")"
   if ((ok)); then
     say "build: zoffload, the gpu tests and bench-gpu-gemm"
-    timeout "$(step_timeout "$BUILD_MAX")" cmake --build "$BUILD" -j "$(nproc)" \
+    LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$BUILD_MAX")" cmake --build "$BUILD" -j "$(nproc)" \
       --target zoffload test-gpu-backend-ops test-gpu-train test-gpu-nccl bench-gpu-gemm >"$LOGS/build.log" 2>&1 || ok=0
     tail -n 3 "$LOGS/build.log"
     row "build: zoffload, tests, benchmarks" "$( ((ok)) && echo "ok, $(($(date +%s) - t0)) s with configure" || echo "FAILED (build.log)")"
@@ -360,7 +427,13 @@ build() {
   ((ok)) || return 1
   echo "libraries of zoffload:"
   LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH ldd "$BUILD/zoffload" 2>&1 | sed 's/ (0x[0-9a-f]*)$//' | sort -u |
-    grep -E 'openblas|jansson|uring|hwloc|isal|libz|gomp|cudart|cublas|nccl|not found' | sed 's/^/  /'
+    grep -E 'openblas|dnnl|OpenCL|jansson|pcre2|utf8proc|protobuf|uring|hwloc|isal|libz|gomp|cudart|cublas|nccl|not found' | sed 's/^/  /'
+  local nf
+  nf=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH ldd "$BUILD/zoffload" 2>&1 | grep 'not found' | awk '{print $1}' | paste -sd, -)
+  if [[ -n $nf ]]; then
+    row "build: zoffload's libraries" "FAILED: $nf not found with RUN_LD_LIBRARY_PATH"
+    return 1
+  fi
   return 0
 }
 
@@ -671,7 +744,7 @@ main() {
     return 3
   fi
   if ! deps; then
-    row "dependencies" "FAILED: unpacking .debs/"
+    row "dependencies" "FAILED: unpacking .debs/ or resolving its libraries (gpu_check.log)"
     what_not_run "dependencies failed" "${GPU_STEPS[@]}"
     return 1
   fi
