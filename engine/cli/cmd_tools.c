@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "zo/env.h"
+#include "zo/env_vars.h"
 #include "zo/sample.h"
 #include "zo/trace_file.h"
 #include "zo/train.h"
@@ -31,7 +32,9 @@ int cli_env(int argc, char **argv) {
   int r = cli_parse_args(argc, argv, cli_usage_env, env_opts, POS_NONE, &a);
   if (r) return r == 1 ? 0 : r;
   int err = zo_env_report(stdout, a.nvme_path);
-  return err ? cli_fail(cli_exit_code(err), "env") : 0;
+  if (err) return cli_fail(cli_exit_code(err), "env");
+  /* The report names an invalid variable; the exit code says it too. */
+  return zo_env_vars_check() ? cli_fail(2, "environment") : 0;
 }
 
 int cli_export(int argc, char **argv) {

@@ -28,6 +28,7 @@
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
 #include "zo/cpu.h"
+#include "zo/env_vars.h"
 #include "zo/nvme.h"
 #include "zo/topology.h"
 
@@ -124,7 +125,10 @@ static void print_build(FILE *out) {
 static void print_blas(FILE *out) {
   const char *ct = getenv("OPENBLAS_CORETYPE");
   fprintf(out, "BLAS:\n");
-  fprintf(out, "  bf16 GEMM        %s\n", zo_cpu_gemm_kernel());
+  if (zo_env_var_check("ZO_CPU_GEMM"))
+    fprintf(out, "  bf16 GEMM        none chosen: %s\n", zo_last_error());
+  else
+    fprintf(out, "  bf16 GEMM        %s\n", zo_cpu_gemm_kernel());
   if (!openblas_get_config) {
     fprintf(out, "  not OpenBLAS (no openblas_get_config in the linked BLAS)\n");
     return;
@@ -136,6 +140,17 @@ static void print_blas(FILE *out) {
           openblas_get_corename ? openblas_get_corename() : "unknown", ct && ct[0] ? ct : "unset: detected");
   fprintf(out, "  threading        %s, %d threads\n", p >= 0 && p <= 2 ? par[p] : "unknown",
           openblas_get_num_threads ? openblas_get_num_threads() : 0);
+}
+
+/* The variables zo_env_vars_check validates: the first invalid one is named
+ * here (and `zoffload env` exits 2 after the report). */
+static void print_vars(FILE *out) {
+  fprintf(out, "environment:\n");
+  if (zo_env_vars_check())
+    fprintf(out, "  INVALID          %s\n", zo_last_error());
+  else
+    fprintf(out, "  variables        valid (ZO_CPU_GEMM, ZO_CUDA_GEMM, ZO_CUDA_SYNC, ZO_STREAM_DELAY_US, "
+                 "OMP_NUM_THREADS)\n");
 }
 
 static void print_cpu(FILE *out) {
@@ -321,6 +336,7 @@ int zo_env_report(FILE *out, const char *nvme_path) {
     return zo_error(-errno, "--nvme-path %s: %s", nvme_path, strerror(errno));
   if (nvme_path && !S_ISDIR(st.st_mode)) return zo_error(-ENOTDIR, "--nvme-path %s: not a directory", nvme_path);
   print_build(out);
+  print_vars(out);
   print_blas(out);
   print_cpu(out);
   print_gpu(out, pci, sizeof pci);

@@ -19,6 +19,7 @@
 
 #include "zo/comm.h"
 #include "zo/config.h"
+#include "zo/env_vars.h"
 #include "zo/nvme.h"
 
 #include "cli.h"
@@ -315,6 +316,10 @@ int main(int argc, char **argv) {
     puts("zoffload 0.1.0");
     return 0;
   }
+  if (!strcmp(cmd, "env")) return cli_env(argc - 1, argv + 1); /* reports an invalid variable */
+  /* Before any config is read or a run directory locked: a bad value would
+   * otherwise surface at the first GEMM, mid-run. */
+  if (zo_env_vars_check()) return cli_fail(2, "environment");
   if (!strcmp(cmd, "train")) return cli_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval")) return cli_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "sample")) return cli_sample(argc - 1, argv + 1);
@@ -323,7 +328,6 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 1, argv + 1);
   if (!strcmp(cmd, "trace")) return cli_trace(argc - 1, argv + 1);
-  if (!strcmp(cmd, "env")) return cli_env(argc - 1, argv + 1);
   if (!strcmp(cmd, "export")) return cli_export(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenizer")) return zo_cli_tokenizer(argc - 1, argv + 1);
   fprintf(stderr, "zoffload: unknown command '%s'\n%s", cmd, cli_usage_main);

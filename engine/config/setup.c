@@ -7,26 +7,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "zo/env_vars.h"
 #include "zo/hf.h"
 #include "zo/lora.h"
 
-/* engine.threads and OMP_NUM_THREADS beyond 4x the hardware threads are
- * refused: libgomp crashes on 100000, and no such count helps. */
+/* engine.threads beyond 4x the hardware threads is refused: libgomp crashes
+ * on 100000, and no such count helps. The environment (OMP_NUM_THREADS with
+ * the same bound, ZO_CPU_GEMM, ...) is checked by zo_env_vars_check. */
 int zo_train_check_threads(const struct zo_config *cfg) {
   const long hw = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1, most = 4 * hw;
   if (cfg->engine.threads > most)
     return zo_error(-EINVAL, "engine.threads = %d: more than 4x the %ld hardware threads here; use 0 (one per "
                              "core) or at most %ld", cfg->engine.threads, hw, most);
-  const char *env = getenv("OMP_NUM_THREADS");
-  if (env && env[0]) {
-    char *end;
-    errno = 0;
-    const long n = strtol(env, &end, 10); /* "8" or the first of "8,4" */
-    if (errno || end == env || (*end && *end != ',') || n < 1 || n > most)
-      return zo_error(-EINVAL, "OMP_NUM_THREADS = %s: need a thread count from 1 to %ld (4x the %ld hardware "
-                               "threads here); unset it to use one thread per core", env, most, hw);
-  }
-  return 0;
+  return zo_env_vars_check();
 }
 
 /* engine.device, "auto" taking CUDA when a GPU answers (zo_backend_init

@@ -112,7 +112,7 @@ fi
 expect 2 "more than 4x the" -- train "$tmp/run.json" --set checkpoint.dir="$tmp/ck-t" --set engine.threads=100000
 out=$(OMP_NUM_THREADS=100000 "$bin" train "$tmp/run.json" --set checkpoint.dir="$tmp/ck-t" 2>&1)
 rc=$?
-[[ $rc -eq 2 && "$out" == *"OMP_NUM_THREADS = 100000"* ]] && ok || bad "OMP_NUM_THREADS=100000: exit $rc: $(echo "$out" | tail -1)"
+[[ $rc -eq 2 && "$out" == *"OMP_NUM_THREADS=100000"* ]] && ok || bad "OMP_NUM_THREADS=100000: exit $rc: $(echo "$out" | tail -1)"
 # ulimit -f (in 1 KiB blocks) below a checkpoint's size: EFBIG, reported; no temporary left.
 out=$( (ulimit -f 2000; "$bin" train "$tmp/run.json" --set checkpoint.dir="$tmp/ck-f" --set steps=1 \
   --set zero_optimization.stage=0 --set zero_optimization.offload_optimizer.device=none) 2>&1)

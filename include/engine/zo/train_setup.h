@@ -22,9 +22,10 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
  * machine, OpenMP gets the machine's cores divided among them (each would
  * otherwise start one thread per core). NULL with zo_last_error() set. */
 zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm);
-/* -EINVAL with a message when engine.threads or OMP_NUM_THREADS asks for
- * more than 4x the hardware threads (zo_train_backend and zo_train check
- * it first), else 0. */
+/* -EINVAL with a message when engine.threads asks for more than 4x the
+ * hardware threads or an environment variable is invalid (zo_env_vars_check:
+ * OMP_NUM_THREADS, ZO_CPU_GEMM, ...); zo_train_backend and zo_train check it
+ * first. Else 0. */
 int zo_train_check_threads(const struct zo_config *cfg);
 
 #ifdef __cplusplus
