@@ -558,6 +558,62 @@ out:
   return err;
 }
 
+/* Whether tensors a and b hold the same values: same shape, and the same
+ * bytes (one dtype) or the same fp32 values (compared in pieces). */
+static int same_values(const struct zo_st_tensor *a, const struct zo_st_tensor *b, bool *same) {
+  *same = a->ndim == b->ndim && a->numel == b->numel;
+  for (int k = 0; k < a->ndim && *same; k++) *same = a->shape[k] == b->shape[k];
+  if (!*same) return 0;
+  if (a->dtype == b->dtype) {
+    *same = memcmp(a->data, b->data, a->nbytes) == 0;
+    return 0;
+  }
+  enum { PIECE = 1 << 18 };
+  float *x = malloc(2 * (size_t)PIECE * sizeof *x);
+  if (!x) return zo_error(-ENOMEM, "comparing %s with %s: no memory for 2 MiB", a->name, b->name);
+  int err = 0;
+  for (size_t e = 0; e < a->numel && *same && !err; e += PIECE) {
+    const size_t n = a->numel - e < PIECE ? a->numel - e : PIECE;
+    if (!(err = read_f32_range(a, e, n, x)) && !(err = read_f32_range(b, e, n, x + PIECE)))
+      *same = memcmp(x, x + PIECE, n * sizeof *x) == 0;
+  }
+  free(x);
+  return err;
+}
+
+/* A tied model (config.json's tie_word_embeddings true; GPT-2 always) whose
+ * files also hold an lm_head.weight: transformers 5's rule. The same values
+ * as the embedding: tied, as before. Other values: transformers 5 loads the
+ * two untied (with a warning); a Llama here does the same and says so in one
+ * line, a GPT-2 (tied only here) is refused. (transformers 4.36 loads
+ * lm_head.weight into the shared tensor, so both become the head; 4.54 to
+ * 4.57 reportedly tie after loading, dropping it: transformers PR 42612.) */
+static int tied_head_resolve(const char *path, struct zo_model_config *cfg) {
+  if (!cfg->tie_embeddings) return 0;
+  struct source src;
+  int err = source_open(&src, path);
+  if (err) return err;
+  const bool gpt2 = cfg->arch == ZO_ARCH_GPT2;
+  const struct zo_model m0 = {.arch = gpt2 ? &zo_arch_gpt2 : &zo_arch_llama};
+  const char *emb_name = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  const struct zo_st_tensor *head = source_find(&src, "lm_head.weight"), *emb = find_hf(&m0, &src, emb_name);
+  bool same = true;
+  if (head && emb) err = same_values(head, emb, &same);
+  if (!err && !same && gpt2)
+    err = zo_error(-ENOTSUP, "%s: lm_head.weight differs from %s, and a GPT-2 here always uses the embedding as "
+                             "its head: transformers 5 would load the two untied (4.36 loads lm_head.weight into "
+                             "both): remove lm_head.weight from the file to use the embedding as the head",
+                   head->file, emb->name);
+  if (!err && !same && !gpt2) {
+    cfg->tie_embeddings = false;
+    fprintf(stderr, "zoffload: note: %s: lm_head.weight differs from %s although config.json says "
+                    "tie_word_embeddings: true: loaded untied, the head from lm_head.weight, as transformers 5 does "
+                    "(4.36 would load lm_head.weight into both)\n", head->file, emb->name);
+  }
+  source_close(&src);
+  return err;
+}
+
 int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg) {
   struct stat st;
   if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
@@ -611,5 +667,6 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
     source_close(&src);
   }
   int err = zo_model_config_check(cfg);
-  return err ? zo_error(err, "%s: %s", path, zo_last_error()) : 0;
+  if (err) return zo_error(err, "%s: %s", path, zo_last_error());
+  return tied_head_resolve(path, cfg);
 }

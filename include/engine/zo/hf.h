@@ -19,7 +19,10 @@ extern "C" {
 
 /* Reads the model config of a checkpoint directory's config.json, or of a
  * safetensors file's shapes (n_head cannot be inferred: it is taken from
- * n_head). Returns 0 or -errno with a message. */
+ * n_head). A tied model whose files hold an lm_head.weight with other values
+ * than the embedding: a Llama comes back untied (one note on stderr, as
+ * transformers 5 loads it), a GPT-2 is refused. Returns 0 or -errno with a
+ * message. */
 int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg);
 
 /* Loads a Hugging Face checkpoint of m's architecture (any of the forms
