@@ -350,6 +350,9 @@ deps() {
                -DZO_OPENBLAS_ROOT="$PREFIX/usr"
                -DZLIB_INCLUDE_DIR="$PREFIX/usr/include"
                -DZLIB_LIBRARY="$PREFIX/$arch_lib/libz.so"
+               # gcc searches /usr/include/x86_64-linux-gnu by itself, never the
+               # prefix's: hwloc.h includes hwloc/autogen/config.h from there.
+               "-DCMAKE_C_FLAGS=-isystem $PREFIX/usr/include/x86_64-linux-gnu"
                "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$libdirs")
   # Tools the machine may lack: a wrapper so pkgconf finds its library.
   if [[ -x $PREFIX/usr/bin/pkgconf ]] && { ! command -v pkg-config >/dev/null || [[ ${ZO_CHECK_FORCE_DEB_TOOLS:-0} == 1 ]]; }; then
@@ -764,6 +767,8 @@ main() {
     what_not_run "dependencies failed" "${GPU_STEPS[@]}"
     return 1
   fi
+  # For reruns by hand and benchmarks/rehearse-bare.sh's proof: the loader path every run gets.
+  echo "$RUN_LD_LIBRARY_PATH" >"$LOGS/run-ld-library-path.txt"
   if ! build; then
     what_not_run "the build failed" "${GPU_STEPS[@]}"
     return 1
