@@ -17,6 +17,10 @@ scripts/check-design-map.sh # docs/DESIGN.md names every source file
 # the check fails when a row is removed.
 scripts/check-debs-list.py
 scripts/check-debs-list.py --self-test
+# The bare-machine rehearsal needs root, network and minutes (run by hand,
+# benchmarks/README.md): here only its syntax, and shellcheck where installed.
+bash -n benchmarks/rehearse-bare.sh
+if command -v shellcheck >/dev/null; then shellcheck benchmarks/rehearse-bare.sh; fi
 scripts/build.sh release
 scripts/check-cycles.py build/release # no loop of calls between engine folders
 # transformers for the Hugging Face interoperability test (PyPI); without it
