@@ -12,7 +12,9 @@
 #      one "PREFLIGHT FAILED:" line when the build cannot work. Without a GPU
 #      it stops there with one "STOP: no GPU" line naming what is missing
 #      (well within 90 s); ZO_CHECK_REHEARSE=1 goes on to build and rehearse
-#      the GPU steps' plumbing instead.
+#      the GPU steps' plumbing instead, and runs the CPU tests that use the
+#      carried libraries at run time (REHEARSE_CPU_TESTS below; what
+#      benchmarks/rehearse-bare.sh runs in a clean Debian root).
 #   2. unpack .debs/ into a private prefix and check that its libraries and
 #      protoc-c resolve there; configure (sm_90) and build with the prefix's
 #      library directories on LD_LIBRARY_PATH (protoc-c runs in the build).
@@ -723,19 +725,51 @@ GPU_STEPS=("gpu op parity (ZO_CUDA_SYNC=1)" "gpu training tests" "gpu nccl test 
            "zoffload Llama 1B, params + optimizer on cpu" "zoffload GPT-2 124M, optimizer on nvme"
            "gemm bf16 peak (bench-gpu-gemm)")
 
-# Without a GPU: what can be checked of the GPU steps' plumbing (the tests
+# The CPU tests that use each carried library at run time: jansson
+# (config), PCRE2 and utf8proc (tokenizer), ISA-L and liburing (NVMe),
+# OpenBLAS and oneDNN (bf16 GEMMs).
+REHEARSE_CPU_TESTS=(test-engine-config test-engine-tokenizer test-offload-nvme test-kernels-cpu-mixed)
+rehearse_cpu_tests() {
+  local label="rehearsal: CPU tests on the carried libraries" out
+  say "build and run ${REHEARSE_CPU_TESTS[*]}"
+  if ! LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout "$BUILD_MAX")" \
+      cmake --build "$BUILD" -j "$(nproc)" --target "${REHEARSE_CPU_TESTS[@]}" >"$LOGS/build-cpu-tests.log" 2>&1; then
+    tail -n 5 "$LOGS/build-cpu-tests.log"
+    row "$label" "FAIL: build (build-cpu-tests.log)"
+    return 1
+  fi
+  local regex
+  regex="^($(IFS='|'; echo "${REHEARSE_CPU_TESTS[*]}"))\$"
+  out=$(cd "$BUILD" && LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 300)" \
+    ctest -R "$regex" --output-on-failure --timeout 280 2>&1)
+  echo "$out" | tee "$LOGS/rehearsal-ctest-cpu.log" | tail -n 8
+  keep_lasttest "rehearsal-ctest-cpu"
+  if grep -q "100% tests passed, 0 tests failed out of ${#REHEARSE_CPU_TESTS[@]}\$" <<<"$out"; then
+    local skipped
+    skipped=$(grep -oE '[a-z0-9-]+ \(Skipped\)' <<<"$out" | awk '{print $1}' | paste -sd' ' -)
+    row "$label" "PASS (${#REHEARSE_CPU_TESTS[@]}: ${REHEARSE_CPU_TESTS[*]}${skipped:+; skipped: $skipped})"
+    return 0
+  fi
+  row "$label" "FAIL (rehearsal-ctest-cpu.log)"
+  return 1
+}
+
+# Without a GPU: the CPU tests above, then what can be checked of the GPU steps' plumbing (the tests
 # skip with their reason, LastTest.log is kept, the peer says why it cannot
 # run, bench step's JSON parses on the CPU backend), then stop.
 rehearse() {
   local status=0 out why
+  rehearse_cpu_tests || status=1
   say "rehearsal: the gpu tests skip without a GPU (ctest, LastTest.log kept)"
   out=$(cd "$BUILD" && LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH timeout "$(step_timeout 60)" \
     ctest -R '^test-gpu-' --output-on-failure --timeout 50 2>&1)
   echo "$out" | tee "$LOGS/rehearsal-ctest-gpu.log" | tail -n 8
   keep_lasttest "rehearsal-ctest-gpu"
   why=$(LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH "$BUILD/tests/test-gpu-backend-ops" 2>&1 | grep -m1 '^SKIP')
-  if [[ $(grep -c "(Skipped)" <<<"$out") -ge 3 ]]; then
-    row "rehearsal: ctest -R test-gpu-" "3 tests skipped as they must without a GPU (${why:-no reason printed})"
+  local n_skip
+  n_skip=$(grep -c "(Skipped)" <<<"$out")
+  if ((n_skip >= 3)); then
+    row "rehearsal: ctest -R test-gpu-" "$n_skip tests skipped as they must without a GPU (${why:-no reason printed})"
   else
     row "rehearsal: ctest -R test-gpu-" "FAIL: expected 3 skips (rehearsal-ctest-gpu.log)"
     status=1

@@ -16,17 +16,19 @@
 # nothing is left mounted even when the rehearsal is killed) and its own
 # network namespace (no network, as on a lent machine). Afterwards, in the
 # root, it proves the system's packages were not used: dpkg lists none of
-# debs.txt's development packages nor protoc-c's, zoffload does not find
-# libdnnl, libopenblas or libprotobuf-c without the prefix on the loader
-# path, and with it every carried library resolves under the prefix.
+# debs.txt's development packages nor protoc-c's or pkgconf's, every
+# library and include path configure found lies under the prefix (or the
+# toolkit), and with the runs' loader path every carried library of
+# zoffload resolves under the prefix.
 # Prints the timings and .debs/'s size; exits 0 only when the build and the
 # CPU steps are green and the proof holds, 1 otherwise, 2 when it cannot run
 # here (not root, no mmdebstrap/unshare/chroot).
 #   benchmarks/rehearse-bare.sh      needs root and Debian's mirrors (network)
-# Not part of scripts/test.sh: it needs the network and about 15 minutes on
-# 2 cores. The root's base is cached as .rehearse/base-bookworm.tar
-# (git-ignored; remade when the package list below changes); every run
-# unpacks it afresh into .rehearse/root. Environment:
+# Not part of scripts/test.sh: it needs the network and about 5 minutes on
+# 2 cores (2 when .debs/ and the base are cached). The root's base is cached
+# as .rehearse/base-bookworm.tar (git-ignored; remade when the package list
+# below changes); every run unpacks it afresh into .rehearse/root.
+# Environment:
 # ZO_REHEARSE_MIRROR (default http://deb.debian.org/debian),
 # ZO_REHEARSE_BUDGET (gpu_check.sh's ZO_CHECK_BUDGET inside, default 2400 s:
 # this machine has 2 cores, a lent one 16).
@@ -66,38 +68,44 @@ inside_before() {
   return 0
 }
 
-# inside_after BUILD: zoffload needs the prefix (without it the carried
-# libraries are not found), and with the prefix on the loader path every
-# carried library resolves under the prefix, none elsewhere.
+# inside_after BUILD: what configure found (every library and include
+# directory of zoffload's own lookups, pkg-config's included) lies under the
+# prefix or the toolkit; with the runs' loader path every carried library of
+# zoffload resolves under the prefix, none elsewhere, none missing.
 inside_after() {
-  local build=$1 prefix=$1-deps zo=$1/zoffload path out bad="" carried
+  local build=$1 prefix=$1-deps zo=$1/zoffload path key val n=0 bad="" carried
   carried='openblas|dnnl|OpenCL|jansson|pcre2|utf8proc|protobuf|uring|hwloc|isal|gfortran|quadmath|udev|libz\.'
-  say "proof: zoffload's libraries"
-  path=$(cat "$build/logs/run-ld-library-path.txt" 2>/dev/null) || {
-    echo "no $build/logs/run-ld-library-path.txt (gpu_check.sh did not get past its dependencies)"
-    return 1
-  }
+  say "proof: what configure found, and zoffload's libraries"
   if [[ ! -x $zo ]]; then
     echo "no $zo (the build did not make it): nothing to prove"
     return 1
   fi
-  out=$(env -u LD_LIBRARY_PATH ldd "$zo" 2>&1 | grep 'not found' | awk '{print $1}' | paste -sd' ' -)
-  echo "without the prefix on LD_LIBRARY_PATH, not found: ${out:-nothing}"
-  # (libjansson.so.4 and libpcre2-8.so.0 are in the base: binutils and libselinux1 need them)
-  [[ $out == *libdnnl.so* && $out == *libopenblas.so* && $out == *libprotobuf-c.so* ]] ||
-    bad="$bad; without the prefix zoffload found libdnnl, libopenblas or libprotobuf-c elsewhere"
+  while IFS='=' read -r key val; do
+    n=$((n + 1))
+    case $val in
+      "$prefix"/* | /usr/local/cuda/*) ;;
+      *) bad="$bad; configure took ${key%%:*}=$val, outside the prefix" ;;
+    esac
+  done < <(grep -E '^(pkgcfg_lib_[A-Za-z0-9_]+|ZO_[A-Z0-9_]+|ZLIB_[A-Z_]+):(FILEPATH|PATH|UNINITIALIZED)=/' \
+             "$build/CMakeCache.txt" | grep -v -- '-NOTFOUND$')
+  echo "configure: $n library and include paths (pkg-config's, ZO_*, ZLIB_*), each under the prefix or /usr/local/cuda"
+  path=$(cat "$build/logs/run-ld-library-path.txt" 2>/dev/null) || {
+    echo "no $build/logs/run-ld-library-path.txt (gpu_check.sh did not get past its dependencies)"
+    return 1
+  }
   while read -r lib _ where _; do
     [[ $lib =~ $carried ]] || continue
-    printf '  %-28s %s\n' "$lib" "$where"
+    printf '  %-20s %-80s system copy: %s\n' "$lib" "$where" \
+      "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}' | grep . || echo none)"
     [[ $where == "$prefix"/* ]] || bad="$bad; $lib resolves to $where, not under $prefix"
   done < <(LD_LIBRARY_PATH=$path ldd "$zo" 2>&1)
-  out=$(LD_LIBRARY_PATH=$path ldd "$zo" 2>&1 | grep 'not found')
-  [[ -z $out ]] || bad="$bad; not found with the prefix: $out"
+  val=$(LD_LIBRARY_PATH=$path ldd "$zo" 2>&1 | grep 'not found')
+  [[ -z $val ]] || bad="$bad; not found with the runs' loader path: $val"
   if [[ -n $bad ]]; then
     echo "PROOF FAILED${bad}"
     return 1
   fi
-  echo "every carried library of zoffload resolves under $prefix"
+  echo "every carried library of zoffload resolves under $prefix (the system copies are runtime libraries of the root's base)"
   return 0
 }
 
@@ -223,6 +231,8 @@ in_root() {
     mount --make-rprivate /
     mount -t proc proc "$R/proc"
     mount --rbind /dev "$R/dev"
+    mount --rbind /sys "$R/sys"
+    mount -o remount,bind,ro "$R/sys"
     mount -t tmpfs tmpfs "$R/tmp"
     if [[ -n $CUDA ]]; then
       mount --bind "$CUDA" "$R$CUDA"
