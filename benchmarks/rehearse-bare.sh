@@ -168,8 +168,9 @@ base() {
     echo "cached: .rehearse/base-bookworm.tar"
   else
     how=mmdebstrap
-    rm -f "$CACHE/base-bookworm.tar" "$CACHE/base-bookworm.stamp"
-    if ! nice mmdebstrap --variant=minbase --include="$BASE_PKGS" bookworm "$CACHE/base-bookworm.tar.part" \
+    rm -rf "$CACHE/base-bookworm.tar" "$CACHE/base-bookworm.tar.part" "$CACHE/base-bookworm.stamp"
+    # --format=tar: the .part name has no extension mmdebstrap would read a format from.
+    if ! nice mmdebstrap --format=tar --variant=minbase --include="$BASE_PKGS" bookworm "$CACHE/base-bookworm.tar.part" \
         "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" \
         "deb ${MIRROR%/debian}/debian-security bookworm-security main" >"$CACHE/mmdebstrap.log" 2>&1; then
       tail -n 5 "$CACHE/mmdebstrap.log"
