@@ -96,7 +96,7 @@ inside_after() {
   while read -r lib _ where _; do
     [[ $lib =~ $carried ]] || continue
     printf '  %-20s %-80s system copy: %s\n' "$lib" "$where" \
-      "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}' | grep . || echo none)"
+      "$(ldconfig -p | awk -v l="$lib" '$1 == l && !n {print $NF; n = 1} END {if (!n) print "none"}')"
     [[ $where == "$prefix"/* ]] || bad="$bad; $lib resolves to $where, not under $prefix"
   done < <(LD_LIBRARY_PATH=$path ldd "$zo" 2>&1)
   val=$(LD_LIBRARY_PATH=$path ldd "$zo" 2>&1 | grep 'not found')
