@@ -353,11 +353,28 @@ static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt)
   cpu->layernorm_forward(out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, N, C, dt, NULL);
   tb_upload(&mean), tb_upload(&rstd);
   tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1), tb_random(&db, -1, 1); /* all += */
+  unsigned char *dinp0 = zo_test_xmalloc(dinp.n * dinp.es), *full = zo_test_xmalloc(tb_bytes(&dinp));
+  memcpy(dinp0, dinp.ref, dinp.n * dinp.es);
   cpu->layernorm_backward(dinp.ref, dw.ref, db.ref, dout.ref, inp.ref, w.ref, mean.ref, rstd.ref, N,
                           C, dt, NULL);
   gpu->layernorm_backward(D(&dinp), D(&dw), D(&db), D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N,
                           C, dt, gstream);
   int fail = tb_check("dinp", &dinp) | tb_check("dweight", &dw) | tb_check("dbias", &db);
+  /* A frozen norm (dweight, dbias NULL): the GPU's dinp is its full
+   * backward's bits; dweight and dbias are not touched. */
+  memcpy(full, dinp.got, tb_bytes(&dinp));
+  memcpy(dinp.ref, dinp0, dinp.n * dinp.es);
+  tb_upload(&dinp);
+  cpu->layernorm_backward(dinp.ref, NULL, NULL, dout.ref, inp.ref, w.ref, mean.ref, rstd.ref, N, C, dt, NULL);
+  gpu->layernorm_backward(D(&dinp), NULL, NULL, D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N, C, dt,
+                          gstream);
+  fail |= tb_check("dinp (frozen)", &dinp) | tb_check("dweight (frozen: untouched)", &dw) |
+          tb_check("dbias (frozen: untouched)", &db);
+  if (!fail && memcmp(full, dinp.got, tb_bytes(&dinp)) != 0) {
+    fprintf(stderr, "  layernorm_backward with dweight, dbias NULL: dinp is not the full backward's bits\n");
+    fail = 1;
+  }
+  free(dinp0), free(full);
   tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
   tb_free(&b), tb_free(&out), tb_free(&mean), tb_free(&rstd);
   return fail;
@@ -397,6 +414,8 @@ static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
   cpu->rmsnorm_forward(out.ref, rstd.ref, inp.ref, w.ref, c->eps, N, C, dt, NULL);
   tb_upload(&rstd); /* the same saved statistic on both sides */
   tb_random(&dinp, -1, 1), tb_random(&dw, -1, 1);
+  float *dinp0 = zo_test_xmalloc(dinp.n * sizeof(float)); /* the pre-fill, widened (exact) */
+  zo_cpu_cast(dinp0, ZO_F32, dinp.ref, dt, dinp.n);
   float *dw0 = zo_test_xmalloc((size_t)C * sizeof(float));
   memcpy(dw0, dw.ref, (size_t)C * sizeof(float));
   cpu->rmsnorm_backward(dinp.ref, dw.ref, dout.ref, inp.ref, w.ref, rstd.ref, N, C, dt, NULL);
@@ -412,7 +431,26 @@ static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
     fprintf(stderr, "  rmsnorm dweight: a second run from the same inputs gives other bits\n");
     fail = 1;
   }
-  free(first), free(dw0);
+  /* A frozen norm (dweight NULL): from the same pre-fill of dinp, the
+   * full backward's dinp bits, and dweight untouched. */
+  if (!fail) {
+    unsigned char *full = zo_test_xmalloc(tb_bytes(&dinp)), *dw_before = zo_test_xmalloc(tb_bytes(&dw));
+    tb_set(&dinp, dinp0);
+    gpu->rmsnorm_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+    fail |= tb_read("rmsnorm dinp (full, again)", &dinp);
+    memcpy(full, dinp.got, tb_bytes(&dinp));
+    fail |= tb_read("rmsnorm dweight (after the full run)", &dw);
+    memcpy(dw_before, dw.got, tb_bytes(&dw));
+    tb_set(&dinp, dinp0);
+    gpu->rmsnorm_backward(D(&dinp), NULL, D(&dout), D(&inp), D(&w), D(&rstd), N, C, dt, gstream);
+    fail |= tb_read("rmsnorm dinp (frozen)", &dinp) | tb_read("rmsnorm dweight (frozen)", &dw);
+    if (!fail && (memcmp(full, dinp.got, tb_bytes(&dinp)) != 0 || memcmp(dw_before, dw.got, tb_bytes(&dw)) != 0)) {
+      fprintf(stderr, "  rmsnorm_backward with dweight NULL: dinp not the full backward's bits, or dweight touched\n");
+      fail = 1;
+    }
+    free(full), free(dw_before);
+  }
+  free(first), free(dw0), free(dinp0);
   tb_free(&dinp), tb_free(&dw), tb_free(&dout), tb_free(&inp), tb_free(&w), tb_free(&out);
   tb_free(&rstd);
   return fail;
@@ -681,6 +719,25 @@ static int residual_case(const struct zo_op_case *c, enum zo_dtype dt) {
 }
 
 static int test_residual(void) { return RUN_CASES(zo_residual_cases, residual_case); }
+
+/* y[:, col0:col0+M] += s * v against the CPU's; then, from fresh y (dy),
+ * dv = s * dy[:, col0:col0+M]: one rounding of a product, the same bits. */
+static int scaled_add_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, M = c->M, ld = c->ld, col0 = c->col0;
+  struct tbuf y = tb_new((size_t)N * ld, dt), v = tb_new((size_t)N * M, dt), dv = tb_new((size_t)N * M, dt);
+  tb_random(&y, -1, 1), tb_random(&v, -1, 1), tb_poison(&dv);
+  cpu->scaled_add_forward(y.ref, v.ref, c->scale, N, M, ld, col0, dt, NULL);
+  gpu->scaled_add_forward(D(&y), D(&v), c->scale, N, M, ld, col0, dt, gstream);
+  int fail = tb_check("scaled_add y", &y);
+  tb_random(&y, -1, 1);
+  cpu->scaled_add_backward(dv.ref, y.ref, c->scale, N, M, ld, col0, dt, NULL);
+  gpu->scaled_add_backward(D(&dv), D(&y), c->scale, N, M, ld, col0, dt, gstream);
+  fail |= tb_check_exact("scaled_add dv", &dv) | tb_check_exact("scaled_add dy (untouched)", &y);
+  tb_free(&y), tb_free(&v), tb_free(&dv);
+  return fail;
+}
+
+static int test_scaled_add(void) { return RUN_CASES(zo_scaled_add_cases, scaled_add_case); }
 
 /* mode 0: dlogits separate; 1: dlogits NULL; 2: dlogits aliases logits. */
 static int crossentropy_mode(const struct zo_op_case *c, int mode, enum zo_dtype dt) {
@@ -1282,6 +1339,7 @@ int main(void) {
       ZO_TEST(gelu),
       ZO_TEST(swiglu),
       ZO_TEST(residual),
+      ZO_TEST(scaled_add),
       ZO_TEST(crossentropy),
       ZO_TEST(crossentropy_inf_rows),
       ZO_TEST(cast),

@@ -369,10 +369,19 @@ static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt,
   float *dw = falloc_rand(b, C, -1, 1), *db = falloc_rand(b, C, -1, 1);
   be->layernorm_forward(out, mean, rstd, in.xd, in.wd, in.bd, N, C, dt, NULL);
   double *rdinp = widen64(b, in.dinp0, n), *rdw = widen64(b, dw, C), *rdb = widen64(b, db, C);
+  void *dinp2 = dalloc(b, n, dt);
+  memcpy(dinp2, in.dinpd, n * zo_dtype_size(dt));
   be->layernorm_backward(in.dinpd, dw, db, in.doutd, in.xd, in.wd, mean, rstd, N, C, dt, NULL);
   layernorm_backward64(rdinp, rdw, rdb, widen64(b, in.dout, n), widen64(b, in.x, n), widen64(b, in.w, C), N, C);
-  return check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
-         check_f32("dbias", db, C, rdb, 1e-5, 1e-5);
+  int fail = check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5) |
+             check_f32("dbias", db, C, rdb, 1e-5, 1e-5);
+  /* A frozen norm (dweight, dbias NULL): dinp the full backward's bits. */
+  be->layernorm_backward(dinp2, NULL, NULL, in.doutd, in.xd, in.wd, mean, rstd, N, C, dt, NULL);
+  if (memcmp(dinp2, in.dinpd, n * zo_dtype_size(dt)) != 0) {
+    fprintf(stderr, "  layernorm_backward with dweight, dbias NULL: dinp is not the full backward's bits\n");
+    fail = 1;
+  }
+  return fail | dguard("dinp (frozen)", dinp2, n, dt);
 }
 
 static int test_layernorm_backward(void) { return RUN_CASES(zo_layernorm_backward_cases, layernorm_backward_case); }
@@ -401,9 +410,18 @@ static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, s
   float *rstd = dalloc(b, N, ZO_F32), *dw = falloc_rand(b, C, -1, 1);
   be->rmsnorm_forward(out, rstd, in.xd, in.wd, c->eps, N, C, dt, NULL);
   double *rdinp = widen64(b, in.dinp0, n), *rdw = widen64(b, dw, C);
+  void *dinp2 = dalloc(b, n, dt);
+  memcpy(dinp2, in.dinpd, n * zo_dtype_size(dt));
   be->rmsnorm_backward(in.dinpd, dw, in.doutd, in.xd, in.wd, rstd, N, C, dt, NULL);
   rmsnorm_backward64(rdinp, rdw, widen64(b, in.dout, n), widen64(b, in.x, n), widen64(b, in.w, C), c->eps, N, C);
-  return check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+  int fail = check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, C, rdw, 1e-5, 1e-5);
+  /* A frozen norm (dweight NULL): dinp the full backward's bits. */
+  be->rmsnorm_backward(dinp2, NULL, in.doutd, in.xd, in.wd, rstd, N, C, dt, NULL);
+  if (memcmp(dinp2, in.dinpd, n * zo_dtype_size(dt)) != 0) {
+    fprintf(stderr, "  rmsnorm_backward with dweight NULL: dinp is not the full backward's bits\n");
+    fail = 1;
+  }
+  return fail | dguard("dinp (frozen)", dinp2, n, dt);
 }
 
 static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
@@ -674,6 +692,39 @@ static int residual_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo
 
 static int test_residual(void) { return RUN_CASES(zo_residual_cases, residual_case); }
 
+/* y[:, col0:col0+M] += s * v, each element rounded once, the other
+ * columns the same bits; then dv = s * dy[:, col0:col0+M] rounded once. */
+static int scaled_add_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, M = c->M, ld = c->ld, col0 = c->col0;
+  const size_t ny = (size_t)N * ld, nv = (size_t)N * M, es = zo_dtype_size(dt);
+  float *y, *v;
+  void *yd = dalloc_rand(b, ny, -1, 1, dt, &y), *vd = dalloc_rand(b, nv, -1, 1, dt, &v), *y0 = dalloc(b, ny, dt);
+  memcpy(y0, yd, ny * es);
+  double *ref = widen64(b, y, ny), *rdv = d64alloc(b, nv);
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < M; j++) ref[(size_t)n * ld + col0 + j] += (double)c->scale * v[(size_t)n * M + j];
+  be->scaled_add_forward(yd, vd, c->scale, N, M, ld, col0, dt, NULL);
+  int fail = check_dt("scaled_add y", yd, ny, dt, ref, 1e-6);
+  for (int n = 0; n < N && !fail; n++)
+    for (int j = 0; j < ld; j++) {
+      const size_t i = (size_t)n * ld + j;
+      if ((j < col0 || j >= col0 + M) && memcmp((uint8_t *)yd + i * es, (uint8_t *)y0 + i * es, es)) {
+        fprintf(stderr, "  y[%d, %d], outside columns [%d, %d), changed\n", n, j, col0, col0 + M);
+        fail = 1;
+        break;
+      }
+    }
+  void *dv = dalloc_nan(b, nv, dt); /* dy: y's storage, now random again */
+  rand_dt(y, yd, ny, -1, 1, dt);
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < M; j++) rdv[(size_t)n * M + j] = (double)c->scale * y[(size_t)n * ld + col0 + j];
+  be->scaled_add_backward(dv, yd, c->scale, N, M, ld, col0, dt, NULL);
+  /* atol: half of fp16's subnormal spacing 2^-24 (small products round there). */
+  return fail | check_dt("scaled_add dv", dv, nv, dt, rdv, 0x1p-25) | dguard("dy", yd, ny, dt);
+}
+
+static int test_scaled_add(void) { return RUN_CASES(zo_scaled_add_cases, scaled_add_case); }
+
 /* SwiGLU on dt rows [gate | up]: out and dinp each rounded once. */
 static int swiglu_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
   const size_t N = (size_t)c->N;
@@ -757,6 +808,7 @@ int main(void) {
       ZO_TEST(rope),
       ZO_TEST(gelu),
       ZO_TEST(residual),
+      ZO_TEST(scaled_add),
       ZO_TEST(swiglu),
       ZO_TEST(crossentropy),
       ZO_TEST(fp16_overflow_is_inf),

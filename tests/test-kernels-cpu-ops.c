@@ -265,10 +265,38 @@ static int layernorm_backward_case(const struct zo_op_case *c, struct zo_test_bu
   float *db = galloc_random(b, C, -1, 1);
   be->layernorm_forward(out, mean, rstd, inp, w, bias, N, C, ZO_F32, NULL);
   double *ref_dinp = widen(b, dinp, n), *ref_dw = widen(b, dw, C), *ref_db = widen(b, db, C);
+  float *dinp0 = galloc(b, n), *dw0 = galloc(b, C), *db0 = galloc(b, C);
+  memcpy(dinp0, dinp, n * sizeof(float));
+  memcpy(dw0, dw, C * sizeof(float));
+  memcpy(db0, db, C * sizeof(float));
   be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ZO_F32, NULL);
   layernorm_backward64(ref_dinp, ref_dw, ref_db, widen(b, dout, n), widen(b, inp, n), widen(b, w, C), N, C);
-  return check_output("dinp", dinp, ref_dinp, n, 1e-5, 1e-5) | check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5) |
-         check_output("dbias", db, ref_db, C, 1e-5, 1e-5);
+  int fail = check_output("dinp", dinp, ref_dinp, n, 1e-5, 1e-5) | check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5) |
+             check_output("dbias", db, ref_db, C, 1e-5, 1e-5);
+  /* A frozen norm (dweight, dbias NULL; or one of them): dinp the same bits,
+   * the gradient given the same bits, the one not given untouched. */
+  const struct {
+    bool w, bias;
+  } frozen[] = {{false, false}, {true, false}, {false, true}};
+  for (size_t k = 0; k < ZO_ARRAY_LEN(frozen); k++) {
+    float *dinp2 = galloc(b, n), *dw2 = galloc(b, C), *db2 = galloc(b, C);
+    memcpy(dinp2, dinp0, n * sizeof(float));
+    memcpy(dw2, dw0, C * sizeof(float));
+    memcpy(db2, db0, C * sizeof(float));
+    be->layernorm_backward(dinp2, frozen[k].w ? dw2 : NULL, frozen[k].bias ? db2 : NULL, dout, inp, w, mean, rstd,
+                           N, C, ZO_F32, NULL);
+    const bool bad = memcmp(dinp2, dinp, n * sizeof(float)) != 0 ||
+                     memcmp(dw2, frozen[k].w ? dw : dw0, C * sizeof(float)) != 0 ||
+                     memcmp(db2, frozen[k].bias ? db : db0, C * sizeof(float)) != 0;
+    if (bad) {
+      fprintf(stderr, "  layernorm_backward with dweight %s, dbias %s: not the full backward's bits\n",
+              frozen[k].w ? "given" : "NULL", frozen[k].bias ? "given" : "NULL");
+      fail = 1;
+    }
+    fail |= guard_broken("dinp (frozen)", dinp2, n) | guard_broken("dweight (frozen)", dw2, C) |
+            guard_broken("dbias (frozen)", db2, C);
+  }
+  return fail;
 }
 
 static int test_layernorm_backward(void) {
@@ -341,6 +369,15 @@ static int rmsnorm_backward_case(const struct zo_op_case *c, struct zo_test_bufs
   rmsnorm_backward64(ref_dinp, ref_dw, widen(b, dout, n), widen(b, inp, n), widen(b, w, C), eps, N, C);
   int fail = check_output("dinp", dinp, ref_dinp, n, 1e-5, 1e-5) |
              check_output("dweight", dw, ref_dw, C, 1e-5, 1e-5);
+  /* A frozen norm (dweight NULL): dinp the same bits as the full backward's. */
+  float *dinp3 = galloc(b, n);
+  memcpy(dinp3, dinp2, n * sizeof(float));
+  be->rmsnorm_backward(dinp3, NULL, dout, inp, w, rstd, N, C, ZO_F32, NULL);
+  if (memcmp(dinp3, dinp, n * sizeof(float)) != 0) {
+    fprintf(stderr, "  rmsnorm_backward with dweight NULL: dinp is not the full backward's bits\n");
+    fail = 1;
+  }
+  fail |= guard_broken("dinp (frozen)", dinp3, n);
 #if !defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
   /* Deterministic: the same bits with one thread as with two. */
   const int threads = omp_get_max_threads();
@@ -1113,6 +1150,80 @@ static int test_crossentropy_fd(void) {
   return fail;
 }
 
+/* ---- scaled_add ------------------------------------------------------------ */
+
+/* y[:, col0:col0+M] += s * v: each element y + s * v rounded once; the
+ * other columns of y the same bits. */
+static int scaled_add_forward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const int N = c->N, M = c->M, ld = c->ld, col0 = c->col0;
+  const size_t ny = (size_t)N * ld, nv = (size_t)N * M;
+  float *y = galloc_random(b, ny, -1, 1), *v = galloc_random(b, nv, -1, 1), *y0 = galloc(b, ny);
+  memcpy(y0, y, ny * sizeof(float));
+  double *ref = widen(b, y, ny);
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < M; j++) ref[(size_t)n * ld + col0 + j] += (double)c->scale * v[(size_t)n * M + j];
+  be->scaled_add_forward(y, v, c->scale, N, M, ld, col0, ZO_F32, NULL);
+  int fail = check_output("y", y, ref, ny, 1e-6, 1e-6) | guard_broken("v", v, nv);
+  for (int n = 0; n < N && !fail; n++)
+    for (int j = 0; j < ld; j++) {
+      const size_t i = (size_t)n * ld + j;
+      if ((j < col0 || j >= col0 + M) && memcmp(&y[i], &y0[i], sizeof(float))) {
+        fprintf(stderr, "  y[%d, %d], outside columns [%d, %d), changed\n", n, j, col0, col0 + M);
+        fail = 1;
+        break;
+      }
+    }
+  return fail;
+}
+
+static int test_scaled_add_forward(void) { return RUN_CASES(zo_scaled_add_cases, scaled_add_forward_case); }
+
+/* dv = s * dy[:, col0:col0+M], overwritten (dv poisoned with NaN). */
+static int scaled_add_backward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const int N = c->N, M = c->M, ld = c->ld, col0 = c->col0;
+  const size_t ny = (size_t)N * ld, nv = (size_t)N * M;
+  float *dy = galloc_random(b, ny, -1, 1), *dv = galloc_nan(b, nv);
+  double *ref = dalloc(b, nv);
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < M; j++) ref[(size_t)n * M + j] = (double)c->scale * dy[(size_t)n * ld + col0 + j];
+  be->scaled_add_backward(dv, dy, c->scale, N, M, ld, col0, ZO_F32, NULL);
+  return check_output("dv", dv, ref, nv, 0, 1e-7) | guard_broken("dy", dy, ny);
+}
+
+static int test_scaled_add_backward(void) { return RUN_CASES(zo_scaled_add_cases, scaled_add_backward_case); }
+
+struct scaled_add_fd {
+  double *y, *v, *g, *out;
+  double s;
+  int N, M, ld, col0;
+};
+
+static double scaled_add_fd_loss(void *p) {
+  struct scaled_add_fd *c = p;
+  const size_t ny = (size_t)c->N * c->ld;
+  memcpy(c->out, c->y, ny * sizeof(double));
+  for (int n = 0; n < c->N; n++)
+    for (int j = 0; j < c->M; j++) c->out[(size_t)n * c->ld + c->col0 + j] += c->s * c->v[(size_t)n * c->M + j];
+  return dot64(c->g, c->out, ny);
+}
+
+static int test_scaled_add_backward_fd(void) {
+  enum { N = 3, M = 2, LD = 7, COL0 = 3 };
+  const float s = 0.75f;
+  zo_rng_seed(59);
+  float y[N * LD], v[N * M], g[N * LD], dv[N * M];
+  fill_random(y, N * LD, -1, 1);
+  fill_random(v, N * M, -1, 1);
+  fill_random(g, N * LD, -1, 1);
+  be->scaled_add_backward(dv, g, s, N, M, LD, COL0, ZO_F32, NULL);
+  struct zo_test_bufs b = {0};
+  struct scaled_add_fd c = {widen(&b, y, N * LD), widen(&b, v, N * M), widen(&b, g, N * LD), dalloc(&b, N * LD),
+                            s, N, M, LD, COL0};
+  int fail = check_fd("dv", c.v, N * M, dv, scaled_add_fd_loss, &c);
+  zo_test_bufs_free(&b);
+  return fail;
+}
+
 /* ---- the table, memory, streams ------------------------------------------- */
 
 static int test_backend_table(void) {
@@ -1135,6 +1246,7 @@ static int test_backend_table(void) {
       (const void *)be->attention_window_forward,
       (const void *)be->gelu_forward,     (const void *)be->gelu_backward,
       (const void *)be->residual_forward, (const void *)be->residual_backward,
+      (const void *)be->scaled_add_forward, (const void *)be->scaled_add_backward,
       (const void *)be->crossentropy_forward, (const void *)be->adamw_update, (const void *)be->adamw8bit_update, (const void *)be->cast,
       (const void *)be->sumsq,            (const void *)be->dropout,
   };
@@ -1404,6 +1516,9 @@ int main(void) {
       ZO_TEST(residual_forward),
       ZO_TEST(residual_backward),
       ZO_TEST(residual_backward_fd),
+      ZO_TEST(scaled_add_forward),
+      ZO_TEST(scaled_add_backward),
+      ZO_TEST(scaled_add_backward_fd),
       ZO_TEST(crossentropy_forward),
       ZO_TEST(crossentropy_inf_rows),
       ZO_TEST(crossentropy_fd),

@@ -36,6 +36,8 @@ struct zo_op_case {
   float eps;             /* rmsnorm */
   float shift;           /* crossentropy: added to every logit (the max subtraction must absorb it) */
   float p;               /* dropout probability */
+  int M, ld, col0;       /* scaled_add: v's columns, y's row length, y's first column */
+  float scale;           /* scaled_add: s */
   unsigned flags;        /* ZO_OPC_* */
   uint64_t seed;
 };
@@ -246,6 +248,23 @@ static const struct zo_op_case zo_residual_cases[] = {
     {.N = 7993, .flags = ZO_OPC_NULL_STREAM, .seed = 10},
 };
 
+/* scaled_add forward (y[:, col0:col0+M] += s * v) and backward (dv = s *
+ * dy[:, col0:col0+M]): a column range inside the row, at its start, at its
+ * end and the whole row; M odd and not a multiple of any vector width; q, k
+ * and v of a fused qkv output (GQA: v narrower than q), gate and up; N * M
+ * past the CPU's parallel threshold (16384) and the GPU's grid. */
+static const struct zo_op_case zo_scaled_add_cases[] = {
+    {.N = 13, .M = 37, .ld = 150, .col0 = 50, .scale = 0.5f, .seed = 51},
+    {.N = 7, .M = 33, .ld = 33, .col0 = 0, .scale = 2.0f, .seed = 52},
+    {.N = 1, .M = 5, .ld = 17, .col0 = 12, .scale = -1.25f, .seed = 53},
+    {.N = 5, .M = 1, .ld = 3, .col0 = 1, .scale = 0.3f, .seed = 54},
+    {.N = 300, .M = 96, .ld = 160, .col0 = 0, .scale = 0.125f, .seed = 55},
+    {.N = 300, .M = 32, .ld = 160, .col0 = 128, .scale = 0.125f, .seed = 55},
+    {.N = 9, .M = 1001, .ld = 2002, .col0 = 1001, .scale = 1.5f, .seed = 56},
+    {.N = 2000, .M = 35, .ld = 107, .col0 = 36, .scale = 0.0625f, .seed = 57},
+    {.N = 111, .M = 72, .ld = 216, .col0 = 72, .scale = 4.0f, .flags = ZO_OPC_NULL_STREAM, .seed = 58},
+};
+
 /* dropout (the same op forward and backward): N odd and past the CPU's
  * 16384-element chunks, p from 0 (identity) to 0.9; the seed doubles as the
  * dropout seed and site. */
@@ -318,7 +337,8 @@ static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *
     const char *name;
     int v;
   } f[] = {{"N", c->N}, {"C", c->C}, {"OC", c->OC}, {"B", c->B}, {"T", c->T}, {"NH", c->NH}, {"NKV", c->NKV},
-           {"hs", c->hs}, {"V", c->V}, {"Vp", c->Vp}, {"maxT", c->maxT}, {"I", c->I}};
+           {"hs", c->hs}, {"V", c->V}, {"Vp", c->Vp}, {"maxT", c->maxT}, {"I", c->I}, {"M", c->M},
+           {"ld", c->ld}, {"col0", c->col0}};
   size_t len = 0;
   buf[0] = '\0';
   for (size_t i = 0; i < ZO_ARRAY_LEN(f) && len < cap; i++)
@@ -326,6 +346,7 @@ static inline const char *zo_op_case_describe(const struct zo_op_case *c, char *
   if (len < cap && (c->flags & ZO_OPC_BIAS)) len += (size_t)snprintf(buf + len, cap - len, " bias");
   if (len < cap && (c->flags & ZO_OPC_DINP)) len += (size_t)snprintf(buf + len, cap - len, " dinp");
   if (len < cap && c->eps != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " eps=%g", (double)c->eps);
+  if (len < cap && c->scale != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " s=%g", (double)c->scale);
   if (len < cap && c->shift != 0.0f) len += (size_t)snprintf(buf + len, cap - len, " shift=%g", (double)c->shift);
   if (len < cap) snprintf(buf + len, cap - len, ", seed %llu", (unsigned long long)c->seed);
   return buf;

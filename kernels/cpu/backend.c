@@ -223,6 +223,10 @@ CPU_OP(residual_forward, (void *, out), (const void *, inp1), (const void *, inp
        (enum zo_dtype, dt))
 CPU_OP(residual_backward, (void *, dinp1), (void *, dinp2), (const void *, dout), (size_t, N),
        (enum zo_dtype, dt))
+CPU_OP(scaled_add_forward, (void *, y), (const void *, v), (float, s), (int, N), (int, M), (int, ld_y),
+       (int, col0), (enum zo_dtype, dt))
+CPU_OP(scaled_add_backward, (void *, dv), (const void *, dy), (float, s), (int, N), (int, M), (int, ld_y),
+       (int, col0), (enum zo_dtype, dt))
 CPU_OP(dropout, (void *, out), (const void *, inp), (size_t, N), (float, p), (uint64_t, seed), (uint64_t, site),
        (enum zo_dtype, dt))
 CPU_OP(crossentropy_forward, (float *, losses), (void *, dlogits), (const void *, logits),
@@ -290,6 +294,8 @@ static const struct zo_backend cpu_backend = {
     .swiglu_backward = cpu_swiglu_backward,
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
+    .scaled_add_forward = cpu_scaled_add_forward,
+    .scaled_add_backward = cpu_scaled_add_backward,
     .dropout = cpu_dropout,
     .crossentropy_forward = cpu_crossentropy_forward,
     .cast = cpu_cast,

@@ -44,6 +44,10 @@ void zo_cpu_swiglu_backward(void *dinp, const void *inp, const void *dout, size_
 void zo_cpu_residual_forward(void *out, const void *inp1, const void *inp2, size_t N,
                              enum zo_dtype dt);
 void zo_cpu_residual_backward(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt);
+void zo_cpu_scaled_add_forward(void *y, const void *v, float s, int N, int M, int ld_y, int col0,
+                               enum zo_dtype dt);
+void zo_cpu_scaled_add_backward(void *dv, const void *dy, float s, int N, int M, int ld_y, int col0,
+                                enum zo_dtype dt);
 void zo_cpu_crossentropy_forward(float *losses, void *dlogits, const void *logits,
                                  const int32_t *targets, float dloss, int N, int V, int Vp,
                                  enum zo_dtype dt);

@@ -1,5 +1,6 @@
 /* Elementwise ops: GELU (tanh approximation), SwiGLU, the residual add,
- * forward and backward, and dtype casts, over fp32, bf16 or fp16 storage
+ * the strided scaled add (y[:, col0:col0+M] += s * v, LoRA's adapter output
+ * into a fused projection's columns), forward and backward, and dtype casts, over fp32, bf16 or fp16 storage
  * with fp32 arithmetic. GELU uses 0.5 (1 + tanh(u)) = sigmoid(2u), so it
  * needs one vectorized exp and no tanh (gcc keeps tanhf scalar) and never
  * cancels; SwiGLU's silu is x sigmoid(x) with the same exp.
@@ -172,4 +173,35 @@ void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype
 #pragma omp parallel for schedule(static) if (n >= 4 * ZO_EW_CHUNK)
   for (size_t k = 0; k < ZO_EW_CHUNKS(n); k++)
     ZO_DT_DISPATCH(src_dt, cast_t, dst, dst_dt, src, k * ZO_EW_CHUNK, ZO_EW_END(k * ZO_EW_CHUNK, n));
+}
+
+/* The strided scaled add over rows: row n of v (M) into columns
+ * [col0, col0 + M) of row n of y (ld_y), and its backward. One task a row
+ * (each element is written by one thread; no order to keep). */
+ZO_INLINE void scaled_add_forward_t(void *y, const void *v, float s, size_t n, int M, int ld_y, int col0,
+                                    enum zo_dtype dt) {
+  const size_t yr = n * (size_t)ld_y + (size_t)col0, vr = n * (size_t)M;
+#pragma omp simd
+  for (int j = 0; j < M; j++) zo_st(y, yr + j, zo_ld(y, yr + j, dt) + s * zo_ld(v, vr + j, dt), dt);
+}
+
+ZO_INLINE void scaled_add_backward_t(void *dv, const void *dy, float s, size_t n, int M, int ld_y, int col0,
+                                     enum zo_dtype dt) {
+  const size_t yr = n * (size_t)ld_y + (size_t)col0, vr = n * (size_t)M;
+#pragma omp simd
+  for (int j = 0; j < M; j++) zo_st(dv, vr + j, s * zo_ld(dy, yr + j, dt), dt);
+}
+
+void zo_cpu_scaled_add_forward(void *y, const void *v, float s, int N, int M, int ld_y, int col0,
+                               enum zo_dtype dt) {
+  ZO_ASSERT(N >= 0 && M >= 0 && col0 >= 0 && (long)col0 + M <= ld_y);
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)M >= ZO_EW_CHUNK)
+  for (int n = 0; n < N; n++) ZO_DT_DISPATCH(dt, scaled_add_forward_t, y, v, s, (size_t)n, M, ld_y, col0);
+}
+
+void zo_cpu_scaled_add_backward(void *dv, const void *dy, float s, int N, int M, int ld_y, int col0,
+                                enum zo_dtype dt) {
+  ZO_ASSERT(N >= 0 && M >= 0 && col0 >= 0 && (long)col0 + M <= ld_y);
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)M >= ZO_EW_CHUNK)
+  for (int n = 0; n < N; n++) ZO_DT_DISPATCH(dt, scaled_add_backward_t, dv, dy, s, (size_t)n, M, ld_y, col0);
 }

@@ -4,7 +4,8 @@
  * fp32. Statistics use two passes (mean, then centred squares): no E[x^2] -
  * E[x]^2 cancellation. Backward makes one pass over rows for dinp and one
  * over column blocks for dweight/dbias, so threads never share an
- * accumulator. The row and column workers are instantiated per dtype inside
+ * accumulator; dweight and dbias NULL (a frozen norm) skip the column pass,
+ * and either alone skips its own sum. The row and column workers are instantiated per dtype inside
  * the parallel loops (ZO_DT_DISPATCH), never around them: OpenMP outlines a
  * region before inlining, which would leave the dtype a run-time value. */
 #include "cpu.h"
@@ -80,10 +81,13 @@ ZO_INLINE void ln_backward_cols(float *dweight, float *dbias, const void *dout, 
       db[c] += d;
     }
   }
+  if (dweight) {
 #pragma omp simd
-  for (int c = 0; c < width; c++) {
-    dweight[c0 + c] += dw[c];
-    dbias[c0 + c] += db[c];
+    for (int c = 0; c < width; c++) dweight[c0 + c] += dw[c];
+  }
+  if (dbias) {
+#pragma omp simd
+    for (int c = 0; c < width; c++) dbias[c0 + c] += db[c];
   }
 }
 
@@ -96,7 +100,8 @@ void zo_cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const v
     for (int n = 0; n < N; n++)
       ZO_DT_DISPATCH(dt, ln_backward_row, dinp, dout, inp, weight, mean[n], rstd[n], n, C);
 
-    int n_blocks = (C + ZO_COL_BLOCK - 1) / ZO_COL_BLOCK;
+    /* dweight and dbias NULL: a frozen norm, no column pass. */
+    int n_blocks = dweight || dbias ? (C + ZO_COL_BLOCK - 1) / ZO_COL_BLOCK : 0;
 #pragma omp for schedule(static)
     for (int blk = 0; blk < n_blocks; blk++) {
       int c0 = blk * ZO_COL_BLOCK;

@@ -78,7 +78,8 @@ void zo_cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const
     for (int n = 0; n < N; n++)
       ZO_DT_DISPATCH(dt, rms_backward_row, dinp, dout, inp, weight, rstd[n], n, C);
 
-    int n_blocks = (C + ZO_COL_BLOCK - 1) / ZO_COL_BLOCK;
+    /* dweight NULL: a frozen norm, no column pass. */
+    int n_blocks = dweight ? (C + ZO_COL_BLOCK - 1) / ZO_COL_BLOCK : 0;
 #pragma omp for schedule(static)
     for (int blk = 0; blk < n_blocks; blk++) {
       int c0 = blk * ZO_COL_BLOCK;

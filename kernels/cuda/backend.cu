@@ -31,6 +31,7 @@
 #include "residual.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
+#include "scaled_add.cuh"
 #include "sumsq.cuh"
 #include "swiglu.cuh"
 
@@ -536,6 +537,22 @@ static void w_residual_backward(void *dinp1, void *dinp2, const void *dout, size
   op_done("residual_backward", stream, "N=%zu %s", N, DT(dt));
 }
 
+static void w_scaled_add_forward(void *y, const void *v, float s, int N, int M, int ld_y, int col0,
+                                 enum zo_dtype dt, zo_stream_t stream) {
+  guard("scaled_add_forward");
+  zo_cuda_scaled_add_forward(y, v, s, N, M, ld_y, col0, dt, stream);
+  op_done("scaled_add_forward", stream, "N=%d M=%d ld_y=%d col0=%d s=%g %s", N, M, ld_y, col0, (double)s,
+          DT(dt));
+}
+
+static void w_scaled_add_backward(void *dv, const void *dy, float s, int N, int M, int ld_y, int col0,
+                                  enum zo_dtype dt, zo_stream_t stream) {
+  guard("scaled_add_backward");
+  zo_cuda_scaled_add_backward(dv, dy, s, N, M, ld_y, col0, dt, stream);
+  op_done("scaled_add_backward", stream, "N=%d M=%d ld_y=%d col0=%d s=%g %s", N, M, ld_y, col0, (double)s,
+          DT(dt));
+}
+
 static void w_crossentropy_forward(float *losses, void *dlogits, const void *logits,
                                    const int32_t *targets, float dloss, int N, int V, int Vp,
                                    enum zo_dtype dt, zo_stream_t stream) {
@@ -628,6 +645,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->swiglu_backward = w_swiglu_backward;
   t->residual_forward = w_residual_forward;
   t->residual_backward = w_residual_backward;
+  t->scaled_add_forward = w_scaled_add_forward;
+  t->scaled_add_backward = w_scaled_add_backward;
   t->crossentropy_forward = w_crossentropy_forward;
   t->cast = w_cast;
   t->adamw_update = w_adamw_update;

@@ -9,7 +9,8 @@
  * and writes its partials to the stream's cuBLASLt workspace (stream order
  * keeps GEMMs out of it, common.cuh), then one thread per column adds them in
  * chunk order. The chunk count depends only on N, C and the device. No
- * atomics. */
+ * atomics. dweight and dbias NULL (a frozen norm) skip the column kernels;
+ * either alone is not written. */
 #include "layernorm.cuh"
 
 #define LN_WARPS 8     /* rows (warps) per block in the row kernels */
@@ -115,8 +116,8 @@ static __global__ void layernorm_backward_reduce_kernel(float *dweight, float *d
     w += partial_w[(size_t)k * C + c];
     b += partial_b[(size_t)k * C + c];
   }
-  dweight[c] += w;
-  dbias[c] += b;
+  if (dweight) dweight[c] += w;
+  if (dbias) dbias[c] += b;
 }
 
 template <typename scalar_t>
@@ -141,6 +142,7 @@ static void layernorm_backward(void *dinp, float *dweight, float *dbias, const v
       (scalar_t *)dinp, (const scalar_t *)dout, (const scalar_t *)inp, (const scalar_t *)weight,
       mean, rstd, N, C);
   ZO_CUDA_CHECK_LAUNCH();
+  if (!dweight && !dbias) return; /* a frozen norm: no column reduction */
 
   unsigned col_blocks = zo_ceil_div((size_t)C, ZO_WARP);
   unsigned want = 2u * (unsigned)zo_cuda.prop.multiProcessorCount;

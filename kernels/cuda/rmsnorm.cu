@@ -6,7 +6,8 @@
  * each block sums a chunk of rows for 32 columns in a fixed order and writes
  * its partial to the stream's cuBLASLt workspace (stream order keeps GEMMs
  * out of it, common.cuh), then one thread per column adds the partials in
- * chunk order. The chunk count depends only on N, C and the device. */
+ * chunk order. The chunk count depends only on N, C and the device.
+ * dweight NULL (a frozen norm) skips the column kernels. */
 #include "rmsnorm.cuh"
 
 #define RMS_WARPS 8     /* rows (warps) per block in the row kernels */
@@ -109,6 +110,7 @@ static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const
       (scalar_t *)dinp, (const scalar_t *)dout, (const scalar_t *)inp, (const scalar_t *)weight,
       rstd, N, C);
   ZO_CUDA_CHECK_LAUNCH();
+  if (!dweight) return; /* a frozen norm: no column reduction */
 
   unsigned col_blocks = zo_ceil_div((size_t)C, ZO_WARP);
   unsigned want = 2u * (unsigned)zo_cuda.prop.multiProcessorCount;

@@ -141,7 +141,9 @@ struct zo_backend {
                             const void *weight, const void *bias, int N, int C, enum zo_dtype dt,
                             zo_stream_t stream);
   /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
-   * dweight, dbias (C) +=. */
+   * dweight, dbias (C) +=. dweight NULL and/or dbias NULL skips that sum (a
+   * frozen norm: with both NULL no column reduction runs at all); dinp is
+   * the same bits whichever are NULL. */
   void (*layernorm_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
                              const void *inp, const void *weight, const float *mean,
                              const float *rstd, int N, int C, enum zo_dtype dt,
@@ -154,7 +156,9 @@ struct zo_backend {
                           int N, int C, enum zo_dtype dt, zo_stream_t stream);
   /* dinp (N,C) += (accumulates: it is the residual stream's gradient);
    * dweight (C) +=, summed in an order that does not depend on the thread
-   * count or the run (deterministic). rstd as saved by rmsnorm_forward. */
+   * count or the run (deterministic). rstd as saved by rmsnorm_forward.
+   * dweight NULL skips the column reduction (a frozen norm); dinp is the
+   * same bits either way. */
   void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
                            const void *weight, const float *rstd, int N, int C, enum zo_dtype dt,
                            zo_stream_t stream);
@@ -222,6 +226,18 @@ struct zo_backend {
   /* dinp1 += dout; dinp2 += dout. */
   void (*residual_backward)(void *dinp1, void *dinp2, const void *dout, size_t N, enum zo_dtype dt,
                             zo_stream_t stream);
+  /* Strided scaled add (a LoRA adapter's output into its projection's
+   * columns of a fused output): y (N, ld_y) columns [col0, col0 + M) +=
+   * s * v (N, M), i.e. y[:, col0:col0+M] += s * v. Each element is
+   * y + s * v in fp32, rounded once to dt; other columns of y are not
+   * touched. 0 <= col0, col0 + M <= ld_y; y and v must not overlap. */
+  void (*scaled_add_forward)(void *y, const void *v, float s, int N, int M, int ld_y, int col0,
+                             enum zo_dtype dt, zo_stream_t stream);
+  /* Its backward: dv (N, M) = s * dy (N, ld_y) columns [col0, col0 + M),
+   * overwritten (an activation gradient), each s * dy in fp32 rounded once
+   * to dt. dv and dy must not overlap. */
+  void (*scaled_add_backward)(void *dv, const void *dy, float s, int N, int M, int ld_y, int col0,
+                              enum zo_dtype dt, zo_stream_t stream);
   /* Inverted dropout over N elements: out[i] = inp[i] / (1 - p) when element
    * i is kept, else 0; kept when draw i of zo_philox_dropout_draws(seed,
    * site) (zo/philox.h: Philox4x32-10, counter (i / 4, site), key seed) is
