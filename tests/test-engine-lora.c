@@ -279,6 +279,45 @@ static int test_table_gpt2(void) {
   return zo_test_expect_failed_since(before);
 }
 
+/* A Llama whose head_dim (12) is not n_embd / n_head (8), with GQA: every
+ * projection's shape and fused rows as Hugging Face's (q (NH hd, C), k and
+ * v (NKV hd, C) after q in the fused qkv, o (C, NH hd)), computed here from
+ * the config, not from the model's tensor map. */
+static int test_table_head_dim(void) {
+  const int before = zo_test_n_expect_failed;
+  enum { L = 2, NH = 4, NKV = 2, C = 32, I = 48, HD = 12, R = 4 };
+  struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C,
+                               .intermediate_size = I, .head_dim = HD, .vocab_size = 64, .max_seq_len = 16,
+                               .rope_theta = 1e4};
+  EXPECT(zo_model_config_check(&mc) == 0);
+  struct zo_lora l = {.r = R, .alpha = 8, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == L * 7);
+  const struct {
+    const char *path;
+    int in, out, row0;
+  } want[7] = {{"self_attn.q_proj", C, NH * HD, 0},         {"self_attn.k_proj", C, NKV * HD, NH * HD},
+               {"self_attn.v_proj", C, NKV * HD, (NH + NKV) * HD}, {"self_attn.o_proj", NH * HD, C, 0},
+               {"mlp.gate_proj", C, I, 0},                  {"mlp.up_proj", C, I, I},
+               {"mlp.down_proj", I, C, 0}};
+  size_t numel = 0;
+  for (int i = 0; i < t.n_modules && i < L * 7; i++) {
+    const struct zo_lora_module *m = &t.modules[i];
+    char base[ZO_LORA_NAME_MAX];
+    snprintf(base, sizeof base, "model.layers.%d.%s.weight", i / 7, want[i % 7].path);
+    EXPECT(!strcmp(m->base, base) && m->layer == i / 7);
+    EXPECT(m->in == want[i % 7].in && m->out == want[i % 7].out && m->row0 == want[i % 7].row0);
+    if (m->in != want[i % 7].in || m->out != want[i % 7].out || m->row0 != want[i % 7].row0)
+      fprintf(stderr, "    %s: in %d out %d row0 %d, want %d %d %d\n", m->base, m->in, m->out, m->row0,
+              want[i % 7].in, want[i % 7].out, want[i % 7].row0);
+    EXPECT(m->a_off == numel && m->b_off == numel + (size_t)R * (size_t)m->in);
+    numel += (size_t)R * (size_t)(want[i % 7].in + want[i % 7].out);
+  }
+  EXPECT(t.numel == numel);
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
 /* A: uniform in [-1/sqrt(in), 1/sqrt(in)] (mean 0, variance bound^2 / 3), by seed; B: zero. */
 static int test_init(void) {
   const int before = zo_test_n_expect_failed;
@@ -357,22 +396,23 @@ static int test_save_load(void) {
 }
 
 /* tests/hf/test_peft_adapter.py's converter: reads the PEFT adapter SRC
- * (lora.init_from) for a model of ARCH L NH NKV C I and writes it back with
- * zo_lora_save to DST. */
+ * (lora.init_from) for a model of ARCH L NH NKV C I HEAD_DIM (0: C / NH)
+ * and writes it back with zo_lora_save to DST. */
 static int roundtrip(char **argv) {
   const bool gpt2 = !strcmp(argv[2], "gpt2");
   struct zo_model_config mc = {.arch = gpt2 ? ZO_ARCH_GPT2 : ZO_ARCH_LLAMA, .n_layer = atoi(argv[3]),
                                .n_head = atoi(argv[4]), .n_kv_head = atoi(argv[5]), .n_embd = atoi(argv[6]),
-                               .intermediate_size = atoi(argv[7]), .vocab_size = 64, .max_seq_len = 16};
-  struct zo_config_lora c = {.init_from = argv[8], .alpha = 8};
+                               .intermediate_size = atoi(argv[7]), .head_dim = atoi(argv[8]), .vocab_size = 64,
+                               .max_seq_len = 16};
+  struct zo_config_lora c = {.init_from = argv[9], .alpha = 8};
   struct zo_lora l;
   struct zo_lora_table t;
   int err = zo_model_config_check(&mc);
   if (!err) err = zo_lora_resolve(&c, mc.arch, &l) == 1 ? 0 : -EINVAL;
   if (!err) err = zo_lora_table_build(&mc, &l, &t);
   float *p = err ? NULL : zo_test_xmalloc(t.numel * sizeof *p);
-  if (!err) err = zo_lora_load(&t, argv[8], p);
-  if (!err) err = zo_lora_save(&t, p, "tiny", argv[9]);
+  if (!err) err = zo_lora_load(&t, argv[9], p);
+  if (!err) err = zo_lora_save(&t, p, "tiny", argv[10]);
   if (err) fprintf(stderr, "roundtrip: %s\n", zo_last_error());
   else printf("r %d scale %.17g modules %d numel %zu\n", l.r, l.scale, t.n_modules, t.numel);
   free(p);
@@ -381,11 +421,12 @@ static int roundtrip(char **argv) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 10 && !strcmp(argv[1], "--roundtrip")) return roundtrip(argv);
+  if (argc == 11 && !strcmp(argv[1], "--roundtrip")) return roundtrip(argv);
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "lora")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
-      ZO_TEST(train_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2), ZO_TEST(init), ZO_TEST(save_load),
+      ZO_TEST(train_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
+      ZO_TEST(table_head_dim), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
   zo_test_rmtree(tmpdir);

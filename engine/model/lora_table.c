@@ -1,7 +1,11 @@
 /* The adapters' tensor table (zo/lora.h): one module per targeted Hugging
- * Face module, PEFT's names and shapes; PEFT's initialisation. The files:
- * engine/store/lora_io.c. */
+ * Face module, PEFT's names, its shapes and fused row ranges read from the
+ * architecture's Hugging Face tensor map (zo_arch's hf_tensors: head_dim,
+ * GQA, Conv1D's transpose as the checkpoint has them); PEFT's
+ * initialisation. The files: engine/store/lora_io.c. */
 #include "zo/lora.h"
+
+#include "arch.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,58 +13,91 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* (target, Hugging Face module path after the layer prefix, in, out, row0) of one layer. */
+/* (target, Hugging Face module path after the layer prefix) of one layer;
+ * shapes and fused row ranges come from the architecture's tensor map. */
 struct slot {
   enum zo_lora_target target;
   const char *path;
-  int in, out, row0;
 };
 
-static int arch_slots(const struct zo_model_config *c, struct slot *s) {
-  const int C = c->n_embd, I = c->intermediate_size;
-  if (c->arch == ZO_ARCH_GPT2) {
-    const struct slot g[] = {{ZO_LORA_C_ATTN, "attn.c_attn", C, 3 * C, 0},
-                             {ZO_LORA_C_PROJ, "attn.c_proj", C, C, 0},
-                             {ZO_LORA_C_FC, "mlp.c_fc", C, I, 0},
-                             {ZO_LORA_C_PROJ, "mlp.c_proj", I, C, 0}};
-    memcpy(s, g, sizeof g);
-    return 4;
+static const struct slot gpt2_slots[] = {{ZO_LORA_C_ATTN, "attn.c_attn"},
+                                         {ZO_LORA_C_PROJ, "attn.c_proj"},
+                                         {ZO_LORA_C_FC, "mlp.c_fc"},
+                                         {ZO_LORA_C_PROJ, "mlp.c_proj"}};
+static const struct slot llama_slots[] = {{ZO_LORA_Q_PROJ, "self_attn.q_proj"}, {ZO_LORA_K_PROJ, "self_attn.k_proj"},
+                                          {ZO_LORA_V_PROJ, "self_attn.v_proj"}, {ZO_LORA_O_PROJ, "self_attn.o_proj"},
+                                          {ZO_LORA_GATE_PROJ, "mlp.gate_proj"}, {ZO_LORA_UP_PROJ, "mlp.up_proj"},
+                                          {ZO_LORA_DOWN_PROJ, "mlp.down_proj"}};
+
+/* The Hugging Face tensor map of mc's architecture (zo_arch's hf_tensors,
+ * the one place that knows our fused row ranges, over a model that holds
+ * only mc and its table), allocated into *out (free it). Returns 0 or -errno. */
+static int hf_map(const struct zo_model_config *mc, struct zo_hf_tensor **out, int *n) {
+  struct zo_model m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *mc;
+  m.arch = zo_arch_of(mc->arch);
+  int err = zo_model_build_table(&m.cfg, &m.table);
+  if (err) return err;
+  *n = m.arch->hf_tensors(&m, NULL);
+  *out = calloc((size_t)*n + 1, sizeof **out);
+  if (!*out) err = zo_error(-ENOMEM, "lora: out of memory for the model's tensor map");
+  else m.arch->hf_tensors(&m, *out);
+  zo_tensor_table_free(&m.table);
+  return err;
+}
+
+/* Module m's shape and rows from the map's entry for its base weight: in and
+ * out as the Linear PEFT wraps (Conv1D's weight is (in, out)), row0 within
+ * our fused tensor. Returns 0 or -EINVAL when the map lacks it. */
+static int module_from_map(const struct zo_hf_tensor *map, int n, struct zo_lora_module *m) {
+  for (int i = 0; i < n; i++) {
+    const struct zo_hf_tensor *h = &map[i];
+    if (strcmp(h->name, m->base) != 0) continue;
+    if (h->ndim != 2)
+      return zo_error(-EINVAL, "lora: %s is %d-D in the tensor map: a projection's weight is 2-D", m->base, h->ndim);
+    m->in = (int)(h->transpose ? h->shape[0] : h->shape[1]);
+    m->out = (int)(h->transpose ? h->shape[1] : h->shape[0]);
+    m->row0 = h->row0;
+    return 0;
   }
-  const int hs = C / c->n_head, q = c->n_head * hs, kv = (c->n_kv_head ? c->n_kv_head : c->n_head) * hs;
-  const struct slot l[] = {{ZO_LORA_Q_PROJ, "self_attn.q_proj", C, q, 0},
-                           {ZO_LORA_K_PROJ, "self_attn.k_proj", C, kv, q},
-                           {ZO_LORA_V_PROJ, "self_attn.v_proj", C, kv, q + kv},
-                           {ZO_LORA_O_PROJ, "self_attn.o_proj", q, C, 0},
-                           {ZO_LORA_GATE_PROJ, "mlp.gate_proj", C, I, 0},
-                           {ZO_LORA_UP_PROJ, "mlp.up_proj", C, I, I},
-                           {ZO_LORA_DOWN_PROJ, "mlp.down_proj", I, C, 0}};
-  memcpy(s, l, sizeof l);
-  return 7;
+  return zo_error(-EINVAL, "lora: the model's tensor map has no %s for the adapter %s", m->base, m->peft);
 }
 
 int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *l, struct zo_lora_table *t) {
   memset(t, 0, sizeof *t);
   if ((l->targets & ~zo_lora_arch_targets(mc->arch)) || l->r < 1)
     return zo_error(-EINVAL, "lora: targets or rank invalid for a %s model", zo_model_arch_name(mc->arch));
-  struct slot s[8];
-  const int ns = arch_slots(mc, s);
-  const char *prefix = mc->arch == ZO_ARCH_GPT2 ? "transformer.h" : "model.layers";
+  const bool gpt2 = mc->arch == ZO_ARCH_GPT2;
+  const struct slot *s = gpt2 ? gpt2_slots : llama_slots;
+  const int ns = gpt2 ? (int)(sizeof gpt2_slots / sizeof *gpt2_slots)
+                      : (int)(sizeof llama_slots / sizeof *llama_slots);
+  const char *prefix = gpt2 ? "transformer.h" : "model.layers";
+  struct zo_hf_tensor *map;
+  int n_map;
+  int err = hf_map(mc, &map, &n_map);
+  if (err) return err;
   t->modules = calloc((size_t)mc->n_layer * (size_t)ns, sizeof *t->modules);
-  if (!t->modules) return zo_error(-ENOMEM, "lora: out of memory for the adapter table");
+  if (!t->modules) {
+    free(map);
+    return zo_error(-ENOMEM, "lora: out of memory for the adapter table");
+  }
   t->lora = *l;
-  for (int layer = 0; layer < mc->n_layer; layer++)
-    for (int i = 0; i < ns; i++) {
+  for (int layer = 0; layer < mc->n_layer && !err; layer++)
+    for (int i = 0; i < ns && !err; i++) {
       if (!(l->targets & (1u << s[i].target))) continue;
       struct zo_lora_module *m = &t->modules[t->n_modules++];
       snprintf(m->base, sizeof m->base, "%s.%d.%s.weight", prefix, layer, s[i].path);
       snprintf(m->peft, sizeof m->peft, "base_model.model.%s.%d.%s", prefix, layer, s[i].path);
       m->layer = layer, m->target = s[i].target;
-      m->in = s[i].in, m->out = s[i].out, m->row0 = s[i].row0;
+      err = module_from_map(map, n_map, m);
       m->a_off = t->numel;
       m->b_off = m->a_off + (size_t)l->r * (size_t)m->in;
       t->numel = m->b_off + (size_t)m->out * (size_t)l->r;
     }
-  return 0;
+  free(map);
+  if (err) zo_lora_table_free(t);
+  return err;
 }
 
 void zo_lora_table_free(struct zo_lora_table *t) {

@@ -67,8 +67,11 @@ struct zo_lora_table {
   size_t numel;                  /* fp32 elements of every A and B */
 };
 
-/* Builds the table of l's targets for mc (zo_model_config_check'd).
- * Returns 0, -ENOMEM or -EINVAL (a target mc's arch lacks). */
+/* Builds the table of l's targets for mc (zo_model_config_check'd): each
+ * module's in, out and row0 from the architecture's Hugging Face tensor map
+ * (the entry of its base weight: head_dim, GQA and Conv1D's transpose as the
+ * checkpoint has them). Returns 0, -ENOMEM or -EINVAL (a target mc's arch
+ * lacks). */
 int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *l, struct zo_lora_table *t);
 void zo_lora_table_free(struct zo_lora_table *t);
 
