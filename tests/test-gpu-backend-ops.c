@@ -374,6 +374,18 @@ static int layernorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt)
     fprintf(stderr, "  layernorm_backward with dweight, dbias NULL: dinp is not the full backward's bits\n");
     fail = 1;
   }
+  /* One of them NULL: the other accumulates as the CPU's, the NULL one untouched. */
+  for (int k = 0; k < 2 && !fail; k++) {
+    memcpy(dinp.ref, dinp0, dinp.n * dinp.es);
+    tb_upload(&dinp);
+    float *cw = k == 0 ? dw.ref : NULL, *cb = k == 1 ? db.ref : NULL;
+    float *gw = k == 0 ? D(&dw) : NULL, *gb = k == 1 ? D(&db) : NULL;
+    cpu->layernorm_backward(dinp.ref, cw, cb, dout.ref, inp.ref, w.ref, mean.ref, rstd.ref, N, C, dt, NULL);
+    gpu->layernorm_backward(D(&dinp), gw, gb, D(&dout), D(&inp), D(&w), D(&mean), D(&rstd), N, C, dt, gstream);
+    fail |= tb_check(k == 0 ? "dinp (dbias NULL)" : "dinp (dweight NULL)", &dinp) |
+            tb_check(k == 0 ? "dweight (dbias NULL)" : "dweight (NULL: untouched)", &dw) |
+            tb_check(k == 0 ? "dbias (NULL: untouched)" : "dbias (dweight NULL)", &db);
+  }
   free(dinp0), free(full);
   tb_free(&dinp), tb_free(&dw), tb_free(&db), tb_free(&dout), tb_free(&inp), tb_free(&w);
   tb_free(&b), tb_free(&out), tb_free(&mean), tb_free(&rstd);
