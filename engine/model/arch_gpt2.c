@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "linear.h"
 
 /* Block tensors, in table order. */
 enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, N_BLOCK };
@@ -135,21 +136,22 @@ static void gpt2_block_forward(struct zo_model *m, int l, int B, int T, bool out
   const size_t nbt = (size_t)BT;
   const enum zo_dtype dt = m->dtype;
   const void *residual = zo_model_block_input(m, l);
-  void *const *w = m->pv + zo_arch_block_tensor(&m->table, l, 0);
+  const int first = zo_arch_block_tensor(&m->table, l, 0);
+  void *const *w = m->pv + first;
   void **a = m->acts[l];
   be->layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], residual, w[LN1W], w[LN1B], BT, C, dt, s);
-  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKVW], w[QKVB], BT, C, 3 * C, dt, s);
+  zo_model_linear_forward(m, first + QKVW, first + QKVB, a[A_QKV], a[A_LN1], BT, C, 3 * C, s);
   be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NH, C / NH, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
   zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
-  be->matmul_forward(a[A_RES2], a[A_ATTY], w[ATTPROJW], w[ATTPROJB], BT, C, C, dt, s);
+  zo_model_linear_forward(m, first + ATTPROJW, first + ATTPROJB, a[A_RES2], a[A_ATTY], BT, C, C, s);
   zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], residual, nbt * (size_t)C, dt, s);
   be->layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2W], w[LN2B], BT, C, dt, s);
-  be->matmul_forward(a[A_FCH], a[A_LN2], w[FCW], w[FCB], BT, C, 4 * C, dt, s);
+  zo_model_linear_forward(m, first + FCW, first + FCB, a[A_FCH], a[A_LN2], BT, C, 4 * C, s);
   be->gelu_forward(a[A_FCH_GELU], a[A_FCH], nbt * 4 * (size_t)C, dt, s);
   if (!output) return;
-  be->matmul_forward(a[A_RES3], a[A_FCH_GELU], w[FCPROJW], w[FCPROJB], BT, 4 * C, C, dt, s);
+  zo_model_linear_forward(m, first + FCPROJW, first + FCPROJB, a[A_RES3], a[A_FCH_GELU], BT, 4 * C, C, s);
   zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
   be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
 }
@@ -169,17 +171,17 @@ static void gpt2_block_backward(struct zo_model *m, int l, int B, int T, zo_stre
    * A branch's dropout sends its mask through a copy (the free (B,T,C) or
    * qkv scratch): dresidual itself goes on undropped. */
   const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
-  be->matmul_backward(sc[S_DFCH], dw[FCPROJW], dw[FCPROJB], dmlp, a[A_FCH_GELU], w[FCPROJW], BT, 4 * C, C, dt, s);
+  zo_model_linear_backward(m, first + FCPROJW, first + FCPROJB, sc[S_DFCH], dmlp, a[A_FCH_GELU], BT, 4 * C, C, s);
   be->gelu_backward(sc[S_DFCH], a[A_FCH], sc[S_DFCH], nbt * 4 * (size_t)C, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[FCW], dw[FCB], sc[S_DFCH], a[A_LN2], w[FCW], BT, C, 4 * C, dt, s);
+  zo_model_linear_backward(m, first + FCW, first + FCB, sc[S_DBTC], sc[S_DFCH], a[A_LN2], BT, C, 4 * C, s);
   be->layernorm_backward(sc[S_DRESIDUAL], dw[LN2W], dw[LN2B], sc[S_DBTC], a[A_RES2], w[LN2W], a[A_LN2_MEAN],
                          a[A_LN2_RSTD], BT, C, dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(residual_in). */
   const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
-  be->matmul_backward(sc[S_DBTC], dw[ATTPROJW], dw[ATTPROJB], dattn, a[A_ATTY], w[ATTPROJW], BT, C, C, dt, s);
+  zo_model_linear_backward(m, first + ATTPROJW, first + ATTPROJB, sc[S_DBTC], dattn, a[A_ATTY], BT, C, C, s);
   zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)C, ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NH, C / NH, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[QKVW], dw[QKVB], sc[S_DQKV], a[A_LN1], w[QKVW], BT, C, 3 * C, dt, s);
+  zo_model_linear_backward(m, first + QKVW, first + QKVB, sc[S_DBTC], sc[S_DQKV], a[A_LN1], BT, C, 3 * C, s);
   be->layernorm_backward(sc[S_DRESIDUAL], dw[LN1W], dw[LN1B], sc[S_DBTC], residual_in, w[LN1W], a[A_LN1_MEAN],
                          a[A_LN1_RSTD], BT, C, dt, s);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "linear.h"
 
 /* Block tensors, in table order; QKV_BIAS (Qwen2) only with cfg->qkv_bias. */
 enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_BLOCK_MAX };
@@ -209,10 +210,11 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   const size_t nbt = (size_t)BT;
   const enum zo_dtype dt = m->dtype;
   const void *x = zo_model_block_input(m, l);
-  void *const *w = m->pv + zo_arch_block_tensor(&m->table, l, 0);
+  const int first = zo_arch_block_tensor(&m->table, l, 0);
+  void *const *w = m->pv + first;
   void **a = m->acts[l];
   be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
-  be->matmul_forward(a[A_QKV], a[A_LN1], w[QKV], c->qkv_bias ? w[QKV_BIAS] : NULL, BT, C, Q, dt, s);
+  zo_model_linear_forward(m, first + QKV, c->qkv_bias ? first + QKV_BIAS : -1, a[A_QKV], a[A_LN1], BT, C, Q, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
     be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
@@ -220,14 +222,14 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
     be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
   zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
-  be->matmul_forward(a[A_RES2], a[A_ATTY], w[O_PROJ], NULL, BT, att_width(c), C, dt, s);
+  zo_model_linear_forward(m, first + O_PROJ, -1, a[A_RES2], a[A_ATTY], BT, att_width(c), C, s);
   zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
   be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
-  be->matmul_forward(a[A_GU], a[A_LN2], w[GATE_UP], NULL, BT, C, 2 * I, dt, s);
+  zo_model_linear_forward(m, first + GATE_UP, -1, a[A_GU], a[A_LN2], BT, C, 2 * I, s);
   be->swiglu_forward(a[A_ACT], a[A_GU], nbt, I, dt, s);
   if (!output) return;
-  be->matmul_forward(a[A_RES3], a[A_ACT], w[DOWN], NULL, BT, I, C, dt, s);
+  zo_model_linear_forward(m, first + DOWN, -1, a[A_RES3], a[A_ACT], BT, I, C, s);
   zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
   be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
 }
@@ -249,19 +251,19 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
    * branch's dropout sends its mask through a copy (the free (B,T,C) or qkv
    * scratch): dresidual itself goes on undropped. */
   const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
-  be->matmul_backward(sc[S_DACT], dw[DOWN], NULL, dmlp, a[A_ACT], w[DOWN], BT, I, C, dt, s);
+  zo_model_linear_backward(m, first + DOWN, -1, sc[S_DACT], dmlp, a[A_ACT], BT, I, C, s);
   be->swiglu_backward(sc[S_DGU], a[A_GU], sc[S_DACT], nbt, I, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[GATE_UP], NULL, sc[S_DGU], a[A_LN2], w[GATE_UP], BT, C, 2 * I, dt, s);
+  zo_model_linear_backward(m, first + GATE_UP, -1, sc[S_DBTC], sc[S_DGU], a[A_LN2], BT, C, 2 * I, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[POST_NORM], sc[S_DBTC], a[A_RES2], w[POST_NORM], a[A_LN2_RSTD], BT, C,
                        dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(x). */
   const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
-  be->matmul_backward(sc[S_DBTC], dw[O_PROJ], NULL, dattn, a[A_ATTY], w[O_PROJ], BT, att_width(c), C, dt, s);
+  zo_model_linear_backward(m, first + O_PROJ, -1, sc[S_DBTC], dattn, a[A_ATTY], BT, att_width(c), C, s);
   zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  be->matmul_backward(sc[S_DBTC], dw[QKV], c->qkv_bias ? dw[QKV_BIAS] : NULL, sc[S_DQKV], a[A_LN1], w[QKV], BT,
-                      C, Q, dt, s);
+  zo_model_linear_backward(m, first + QKV, c->qkv_bias ? first + QKV_BIAS : -1, sc[S_DBTC], sc[S_DQKV], a[A_LN1], BT,
+                           C, Q, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[IN_NORM], sc[S_DBTC], x, w[IN_NORM], a[A_LN1_RSTD], BT, C, dt, s);
 }
 

@@ -4,8 +4,10 @@
  * y = W x + scale B A dropout(x), scale = alpha / r (alpha / sqrt(r) with
  * use_rslora), A (r, in), B (out, r), as in PEFT.
  * Built so far: this resolution (config, adapter_config.json, targets per
- * arch). Training with adapters is not built: zo_train_model_config refuses a
- * config with LoRA on (-ENOTSUP) after resolving it. */
+ * arch), the table, PEFT's files, and the projections' arithmetic
+ * (engine/model/linear.h). Applying adapters in a model is not built:
+ * zo_train_model_config (training) refuses a config with LoRA on (-ENOTSUP)
+ * after resolving it. */
 #ifndef ZO_LORA_H
 #define ZO_LORA_H
 

@@ -230,6 +230,8 @@ struct zo_model_hooks {
 
 struct zo_arch;
 
+struct zo_model_adapters; /* engine/model/linear.h */
+
 struct zo_model {
   struct zo_model_config cfg;
   const struct zo_arch *arch;   /* the architecture's description */
@@ -268,6 +270,8 @@ struct zo_model {
   float **grad_slots;           /* (layout.grad_slots) device, layer_numel each */
   float *adam_m, *adam_v;       /* device (table.numel) when layout.optimizer */
   const struct zo_model_hooks *hooks; /* NULL: no hooks */
+  const struct zo_model_adapters *adapters; /* LoRA on the projections (engine/model/linear.h);
+                                 * NULL: none */
   /* Views, by table index: pv[i] tensor i's parameters (working dtype), gv[i]
    * its gradient (fp32); a block's entries follow zo_model_bind_block. */
   void **pv;                    /* (table.n_tensors) */
