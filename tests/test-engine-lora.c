@@ -3,8 +3,12 @@
  * defaults), the scale (rsLoRA), lora.init_from's adapter_config.json winning
  * and a conflicting config value refused, PEFT features not built refused by
  * name, the dump round trip, and training refusing LoRA until it is built. */
+#include "zo/backend.h"
 #include "zo/config.h"
+#include "zo/hf.h"
 #include "zo/lora.h"
+#include "zo/model.h"
+#include "zo/sample.h"
 #include "zo/train_setup.h"
 
 #include <errno.h>
@@ -233,6 +237,45 @@ static int test_train_refuses(void) {
   return zo_test_expect_failed_since(before);
 }
 
+/* eval and sample with a lora section: refused by name, not the base model
+ * run alone in the adapter's name (before: the base's loss, silently). The
+ * weights come from a Hugging Face directory zoffload wrote (zeros: the
+ * refusal comes before any pass). */
+static int test_eval_refuses(void) {
+  const int before = zo_test_n_expect_failed;
+  const struct zo_model_config mc0 = {.arch = ZO_ARCH_GPT2, .n_layer = 2, .n_head = 2, .n_embd = 16,
+                                      .vocab_size = 64, .max_seq_len = 16};
+  struct zo_model_config mc = mc0;
+  EXPECT(zo_model_config_check(&mc) == 0);
+  struct zo_model *m = zo_model_init(&mc, zo_backend_cpu(), 1, 8);
+  EXPECT(m != NULL);
+  if (!m) return zo_test_expect_failed_since(before);
+  float *zeros = calloc(m->table.numel, sizeof *zeros);
+  char model[512], cfgtext[2048];
+  snprintf(model, sizeof model, "%s/base", tmpdir);
+  EXPECT(zeros && zo_model_save_pretrained(model, m, zeros) == 0);
+  free(zeros);
+  zo_model_free(m);
+  const char *ad = adapter("eval-adapter", "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+                                           "\"target_modules\": [\"c_attn\"], \"fan_in_fan_out\": true}", true);
+  EXPECT(ad != NULL);
+  const char *const lora[2] = {"\"r\": 4", "\"init_from\": \"%s\""};
+  for (int k = 0; k < 2 && ad; k++) {
+    char section[700];
+    snprintf(section, sizeof section, lora[k], ad);
+    snprintf(cfgtext, sizeof cfgtext, "{\"data\": {\"train\": \"%s/none.bin\", \"seq_len\": 8}, "
+             "\"engine\": {\"device\": \"cpu\"}, \"lora\": {%s}}", tmpdir, section);
+    struct zo_config c;
+    EXPECT(load(&c, cfgtext) == 0);
+    struct zo_eval_result r;
+    EXPECT(zo_eval(&c, model, 1, &r) != 0 && says("LoRA adapter") && says("not built"));
+    struct zo_sample_opts o = {.checkpoint = model, .prompt = "1 2", .n_tokens = 1, .temperature = 1.0, .top_k = 1};
+    EXPECT(zo_sample(&c, &o, stdout) != 0 && says("LoRA adapter") && says("not built"));
+    zo_config_free(&c);
+  }
+  return zo_test_expect_failed_since(before);
+}
+
 static struct zo_model_config llama(int L, int NH, int NKV, int C, int I, int V) {
   struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C,
                                .intermediate_size = I, .vocab_size = V, .max_seq_len = 64, .rope_theta = 5e5};
@@ -425,7 +468,7 @@ int main(int argc, char **argv) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "lora")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
-      ZO_TEST(train_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
+      ZO_TEST(train_refuses), ZO_TEST(eval_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
       ZO_TEST(table_head_dim), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));

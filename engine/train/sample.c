@@ -25,6 +25,7 @@
 #include "zo/data.h"
 #include "zo/fsutil.h"
 #include "zo/hf.h"
+#include "zo/lora.h"
 #include "zo/model.h"
 #include "zo/run_tokenizer.h"
 #include "zo/state.h"
@@ -334,6 +335,18 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   if (path[0]) {
     if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else if (zo_train_model_config(cfg, &mc)) {
+    return NULL;
+  }
+  /* The lora section (lora.r, lora.init_from): checked against the loaded
+   * model's arch, then refused until eval and sample apply adapters, never
+   * the base alone in the adapter's name. */
+  struct zo_lora lora;
+  const int lerr = zo_lora_resolve(&cfg->lora, mc.arch, &lora);
+  if (lerr < 0) return NULL;
+  if (lerr > 0) {
+    zo_error(-ENOTSUP, "lora: eval and sample with a LoRA adapter (lora.r = %d, lora.init_from = \"%s\") are not "
+                       "built yet: remove the lora section to evaluate or sample the base model alone",
+             cfg->lora.r, cfg->lora.init_from ? cfg->lora.init_from : "");
     return NULL;
   }
   if (T > mc.max_seq_len) T = mc.max_seq_len;

@@ -6,8 +6,8 @@
  * Built so far: this resolution (config, adapter_config.json, targets per
  * arch), the table, PEFT's files, and the projections' arithmetic
  * (engine/model/linear.h). Applying adapters in a model is not built:
- * zo_train_model_config (training) refuses a config with LoRA on (-ENOTSUP)
- * after resolving it. */
+ * zo_train_model_config (training) and eval / sample refuse a config with
+ * LoRA on (-ENOTSUP) after resolving it. */
 #ifndef ZO_LORA_H
 #define ZO_LORA_H
 
