@@ -253,11 +253,53 @@ struct source {
   int n;
   struct zo_st_file *files[MAX_SHARDS];
   char where[PATH_MAX]; /* for messages: the file or the index */
+  char dir[PATH_MAX];   /* of the index's shards */
+  json_t *map;          /* the index's weight_map (a reference), or NULL for one file */
 };
 
 static void source_close(struct source *src) {
   for (int i = 0; i < src->n; i++) zo_st_close(src->files[i]);
   src->n = 0;
+  json_decref(src->map);
+  src->map = NULL;
+}
+
+/* The shard opened for a weight_map file name, or NULL. */
+static const struct zo_st_file *source_shard(const struct source *src, const char *file) {
+  char p[PATH_MAX];
+  if (join(p, sizeof p, src->dir, file)) return NULL;
+  for (int i = 0; i < src->n; i++)
+    if (strcmp(zo_st_path(src->files[i]), p) == 0) return src->files[i];
+  return NULL;
+}
+
+/* The index is the truth: each tensor of a shard is the one the weight_map
+ * assigns to that shard (a tensor present in two shards is in one it is not
+ * assigned to), and each tensor the weight_map assigns is in its shard. */
+static int check_index(const struct source *src) {
+  for (int k = 0; k < src->n; k++) {
+    const struct zo_st_file *f = src->files[k];
+    for (int i = 0; i < zo_st_n_tensors(f); i++) {
+      const char *name = zo_st_tensor_at(f, i)->name;
+      const char *want = json_string_value(json_object_get(src->map, name));
+      if (!want)
+        return zo_error(-EINVAL, "%s: tensor %s is in %s, but the weight_map does not list it", src->where, name,
+                        zo_st_path(f));
+      if (source_shard(src, want) != f)
+        return zo_error(-EINVAL, "%s: tensor %s is in %s, but the weight_map assigns it to %s/%s (the index is "
+                                 "the truth: a tensor belongs in one shard, the one the index names)",
+                        src->where, name, zo_st_path(f), src->dir, want);
+    }
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(src->map, key, v) {
+    const struct zo_st_file *f = source_shard(src, json_string_value(v));
+    if (!f || !zo_st_find(f, key))
+      return zo_error(-EINVAL, "%s: the weight_map assigns tensor %s to %s/%s, which does not hold it",
+                      src->where, key, src->dir, json_string_value(v));
+  }
+  return 0;
 }
 
 static int source_add(struct source *src, const char *path) {
@@ -268,6 +310,61 @@ static int source_add(struct source *src, const char *path) {
   if (!f) return zo_error(-EINVAL, "%s", zo_last_error());
   src->files[src->n++] = f;
   return 0;
+}
+
+/* The index p's text, in a malloc'd string (NULL on failure, the error set). */
+static char *read_text(const char *p) {
+  FILE *f = fopen(p, "rb");
+  if (!f) return zo_error(-errno, "cannot open %s: %s", p, strerror(errno)), NULL;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      char *b = realloc(buf, cap = 2 * cap + 4096 + 1);
+      if (!b) break;
+      buf = b;
+    }
+    const size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  const bool bad = ferror(f) || !buf;
+  if (fclose(f) != 0 || bad) {
+    free(buf);
+    return zo_error(-EIO, "cannot read %s", p), NULL;
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+/* jansson refused the index p for a key listed twice (JSON_REJECT_DUPLICATES,
+ * stopped at byte pos, just past the key): the refusal, naming the tensor and
+ * the files each of its entries names. */
+static int duplicate_entry(const char *p, int line, size_t pos) {
+  char *text = read_text(p);
+  if (!text) return -EINVAL;
+  size_t end = pos < strlen(text) ? pos : strlen(text);
+  while (end > 0 && text[end - 1] != '"') end--;
+  size_t start = end ? end - 1 : 0;
+  while (start > 0 && text[start - 1] != '"') start--;
+  char name[ZO_TENSOR_NAME_MAX + 32] = "", files[2 * PATH_MAX] = "";
+  if (end > start) snprintf(name, sizeof name, "%.*s", (int)(end - 1 - start), text + start);
+  /* Each entry "name": "file" of the text. */
+  char quoted[sizeof name + 2];
+  snprintf(quoted, sizeof quoted, "\"%s\"", name);
+  for (const char *q = strstr(text, quoted); name[0] && q; q = strstr(q + 1, quoted)) {
+    const char *v = q + strlen(quoted);
+    while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
+    if (*v++ != ':') continue;
+    while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
+    const char *close = *v == '"' ? strchr(v + 1, '"') : NULL;
+    if (!close) continue;
+    const size_t used = strlen(files);
+    snprintf(files + used, sizeof files - used, "%s%.*s", used ? " and " : "", (int)(close - v - 1), v + 1);
+  }
+  free(text);
+  return zo_error(-EINVAL, "%s:%d: the weight_map lists tensor %s twice (%s): a tensor belongs in one shard",
+                  p, line, name[0] ? name : "(unknown)", files[0] ? files : "files unknown");
 }
 
 /* path: a .safetensors file, or a directory holding model.safetensors or
@@ -288,8 +385,11 @@ static int source_open(struct source *src, const char *path) {
   }
   if ((err = join(p, sizeof p, path, "model.safetensors.index.json"))) return err;
   snprintf(src->where, sizeof src->where, "%s", p);
+  snprintf(src->dir, sizeof src->dir, "%s", path);
   json_error_t je;
-  json_t *j = json_load_file(p, 0, &je);
+  /* A tensor listed twice is refused: jansson names the key. */
+  json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+  if (!j && strstr(je.text, "duplicate object key")) return duplicate_entry(p, je.line, (size_t)je.position);
   if (!j && je.line < 0)
     return zo_error(-ENOENT, "%s holds neither model.safetensors nor a readable model.safetensors.index.json "
                              "(%s)", path, je.text);
@@ -312,18 +412,20 @@ static int source_open(struct source *src, const char *path) {
     }
     if ((err = join(sp, sizeof sp, path, file)) || (err = source_add(src, sp))) break;
   }
+  src->map = json_incref(map);
   json_decref(j);
   if (!err && src->n == 0) err = zo_error(-EINVAL, "%s: the weight_map is empty", p);
+  if (!err) err = check_index(src);
   if (err) source_close(src);
   return err;
 }
 
+/* name from its one file, or from the shard the index assigns it to. */
 static const struct zo_st_tensor *source_find(const struct source *src, const char *name) {
-  for (int i = 0; i < src->n; i++) {
-    const struct zo_st_tensor *t = zo_st_find(src->files[i], name);
-    if (t) return t;
-  }
-  return NULL;
+  if (!src->map) return src->n ? zo_st_find(src->files[0], name) : NULL;
+  const char *file = json_string_value(json_object_get(src->map, name));
+  const struct zo_st_file *f = file ? source_shard(src, file) : NULL;
+  return f ? zo_st_find(f, name) : NULL;
 }
 
 /* name, or the architecture's other spelling of it. */
