@@ -131,6 +131,13 @@ void zo_arch_table_add(struct zo_tensor_table *t, size_t *offset, const char *na
 int zo_arch_table_alloc(struct zo_tensor_table *t, int n_tensors, int n_layer);
 /* Reads the integer key of j (path for the message). Returns 0 or -EINVAL. */
 int zo_arch_json_int(json_t *j, const char *key, const char *path, long *out);
+/* Reads the required key of j, a positive integer that fits an int, into
+ * *out. Returns 0 or -EINVAL naming key, value and file. */
+int zo_arch_json_size(json_t *j, const char *key, const char *path, long *out);
+/* Reads key of j, a positive finite JSON number, into *out; absent or null:
+ * def (NAN: the key is required). Returns 0 or -EINVAL naming key, value and
+ * file. */
+int zo_arch_json_positive(json_t *j, const char *key, const char *path, double def, double *out);
 /* Reads the optional dropout probability key of j into *out (absent or
  * null: 0). Returns 0 or -EINVAL outside [0, 1). */
 int zo_arch_json_prob(json_t *j, const char *key, const char *path, float *out);

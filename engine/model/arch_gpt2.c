@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
@@ -277,13 +278,52 @@ static json_t *gpt2_hf_config(const struct zo_model_config *c) {
                    0.02, "tie_word_embeddings", 1, "torch_dtype", "float32", "zoffload_version", "0.1.0");
 }
 
+/* GPT2Config's key or its attribute_map alias (hidden_size for n_embd and
+ * the like): transformers takes either; both given must agree. */
+static int gpt2_size(json_t *j, const char *key, const char *alias, const char *p, long *out) {
+  json_t *a = json_object_get(j, key), *b = json_object_get(j, alias);
+  if (a && b && !json_equal(a, b)) {
+    char *x = json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT), *y = json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT);
+    int err = zo_error(-EINVAL, "%s: %s = %s and %s = %s disagree (two spellings of one GPT2Config setting)", p, key,
+                       x ? x : "?", alias, y ? y : "?");
+    free(x);
+    free(y);
+    return err;
+  }
+  return zo_arch_json_size(j, a || !b ? key : alias, p, out);
+}
+
+/* The keys of GPT2Config whose other values change the mathematics: the
+ * engine's LayerNorm epsilon 1e-5, GELU's tanh approximation, an MLP four
+ * times the width. */
+static int gpt2_fixed_keys(json_t *j, const char *p, long C) {
+  double eps = 1e-5;
+  int err = zo_arch_json_positive(j, "layer_norm_epsilon", p, eps, &eps);
+  if (err) return err;
+  if (eps != 1e-5) return zo_error(-ENOTSUP, "%s: layer_norm_epsilon = %g: only 1e-05 is implemented", p, eps);
+  json_t *act = json_object_get(j, "activation_function");
+  const char *a = json_string_value(act);
+  if (act && !json_is_null(act) && (!a || (strcmp(a, "gelu_new") != 0 && strcmp(a, "gelu_pytorch_tanh") != 0)))
+    return zo_error(-ENOTSUP, "%s: activation_function = %s: \"gelu_new\" (GELU, tanh approximation) is "
+                              "implemented", p, a ? a : "(not a string)");
+  json_t *inner = json_object_get(j, "n_inner");
+  if (inner && !json_is_null(inner) && (!json_is_integer(inner) || json_integer_value(inner) != 4 * C)) {
+    char *v = json_dumps(inner, JSON_ENCODE_ANY | JSON_COMPACT);
+    err = zo_error(-ENOTSUP, "%s: n_inner = %s: null or %ld (4 x n_embd) is needed, other MLP widths are not "
+                             "implemented", p, v ? v : "?", 4 * C);
+    free(v);
+  }
+  return err;
+}
+
 static int gpt2_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
   long L = 0, NH = 0, C = 0, V = 0, maxT = 0;
-  int err = zo_arch_json_int(j, "n_layer", p, &L);
-  if (!err) err = zo_arch_json_int(j, "n_head", p, &NH);
-  if (!err) err = zo_arch_json_int(j, "n_embd", p, &C);
-  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
-  if (!err) err = zo_arch_json_int(j, "n_positions", p, &maxT);
+  int err = gpt2_size(j, "n_layer", "num_hidden_layers", p, &L);
+  if (!err) err = gpt2_size(j, "n_head", "num_attention_heads", p, &NH);
+  if (!err) err = gpt2_size(j, "n_embd", "hidden_size", p, &C);
+  if (!err) err = zo_arch_json_size(j, "vocab_size", p, &V);
+  if (!err) err = gpt2_size(j, "n_positions", "max_position_embeddings", p, &maxT);
+  if (!err) err = gpt2_fixed_keys(j, p, C);
   if (err) return err;
   *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .n_layer = (int)L, .n_head = (int)NH, .n_embd = (int)C,
                                   .vocab_size = (int)V, .max_seq_len = (int)maxT};

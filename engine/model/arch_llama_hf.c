@@ -11,6 +11,7 @@
  * each with its reason; any other key is refused by name: a new
  * transformers field must be looked at before it can be trained past. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,9 +98,53 @@ static int check_keys(json_t *j, const char *p) {
   return 0;
 }
 
-static double real_or(json_t *j, const char *key, double def) {
+/* key of j: true, false, or absent or null (false). */
+static int json_flag(json_t *j, const char *key, const char *p, bool *out) {
   json_t *v = json_object_get(j, key);
-  return json_is_number(v) ? json_number_value(v) : def;
+  char val[96];
+  if (v && !json_is_null(v) && !json_is_boolean(v))
+    return zo_error(-EINVAL, "%s: %s = %s: true, false or null is needed", p, key, json_brief(v, val, sizeof val));
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* The scaling type of a rotary object (rope_type, or 4.x's older "type"; both
+ * must agree), "default" when neither is given. */
+static int rope_type_of(json_t *o, const char *p, const char *where, const char **out) {
+  json_t *a = json_object_get(o, "rope_type"), *b = json_object_get(o, "type");
+  char val[96];
+  const bool bad_a = a && !json_is_string(a);
+  if (bad_a || (b && !json_is_string(b)))
+    return zo_error(-EINVAL, "%s: %s.%s = %s: a string is needed", p, where, bad_a ? "rope_type" : "type",
+                    json_brief(bad_a ? a : b, val, sizeof val));
+  if (a && b && strcmp(json_string_value(a), json_string_value(b)) != 0)
+    return zo_error(-EINVAL, "%s: %s.rope_type \"%s\" and %s.type \"%s\" disagree", p, where,
+                    json_string_value(a), where, json_string_value(b));
+  *out = a ? json_string_value(a) : b ? json_string_value(b) : "default";
+  return 0;
+}
+
+/* 4.x's rope_scaling and 5.x's rope_parameters in one file: two spellings of
+ * one setting, which must agree (type and every scaling key either has). */
+static int rope_agree(json_t *rp, json_t *rs, const char *p) {
+  const char *tp, *ts;
+  int err = rope_type_of(rp, p, "rope_parameters", &tp);
+  if (!err) err = rope_type_of(rs, p, "rope_scaling", &ts);
+  if (err) return err;
+  char a[96], b[96];
+  if (strcmp(tp, ts) != 0)
+    return zo_error(-EINVAL, "%s: rope_parameters says rope_type \"%s\" and rope_scaling says \"%s\": two spellings "
+                             "of one setting must agree", p, tp, ts);
+  static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                     "original_max_position_embeddings", "partial_rotary_factor"};
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    json_t *x = json_object_get(rp, keys[i]), *y = json_object_get(rs, keys[i]);
+    if ((x || y) && !json_equal(x, y) &&
+        !(json_is_number(x) && json_is_number(y) && json_number_value(x) == json_number_value(y)))
+      return zo_error(-EINVAL, "%s: rope_parameters.%s = %s and rope_scaling.%s = %s disagree", p, keys[i],
+                      json_brief(x, a, sizeof a), keys[i], json_brief(y, b, sizeof b));
+  }
+  return 0;
 }
 
 /* A key whose value must be v_ok (or absent, or null) for the engine's mathematics. */
@@ -123,22 +168,34 @@ static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
   if (json_is_object(rp) && json_object_get(rp, "full_attention"))
     return zo_error(-ENOTSUP, "%s: rope_parameters per layer type (%s): one set of rotary settings for every "
                               "layer is supported", p, json_brief(rp, val, sizeof val));
+  if (json_is_object(rp) && json_is_object(rs)) {
+    int err = rope_agree(rp, rs, p);
+    if (err) return err;
+  }
   json_t *src = json_is_object(rp) ? rp : json_is_object(rs) ? rs : NULL;
-  double theta = json_is_object(rp) ? real_or(rp, "rope_theta", NAN) : NAN;
-  if (isnan(theta)) theta = real_or(j, "rope_theta", 10000.0);
-  if (json_is_number(top_theta) && json_number_value(top_theta) != theta)
-    return zo_error(-EINVAL, "%s: rope_theta %g and rope_parameters.rope_theta %g disagree", p,
-                    json_number_value(top_theta), theta);
-  cfg->rope_theta = theta;
-  if (!src) return 0;
-  const char *type = json_string_value(json_object_get(src, "rope_type"));
-  if (!type) type = json_string_value(json_object_get(src, "type"));
   const char *where = src == rp ? "rope_parameters" : "rope_scaling";
-  const double prf = real_or(src, "partial_rotary_factor", 1.0);
+  char where_p[PATH_MAX + 32];
+  snprintf(where_p, sizeof where_p, "%s: %s", p, where);
+  double theta = 10000.0, inner = NAN;
+  int err = zo_arch_json_positive(j, "rope_theta", p, theta, &theta);
+  json_t *rp_theta = json_is_object(rp) ? json_object_get(rp, "rope_theta") : NULL;
+  if (!err && rp_theta && !json_is_null(rp_theta))
+    err = zo_arch_json_positive(rp, "rope_theta", where_p, NAN, &inner);
+  if (err) return err;
+  if (!isnan(inner) && json_is_number(top_theta) && json_number_value(top_theta) != inner)
+    return zo_error(-EINVAL, "%s: rope_theta %g and rope_parameters.rope_theta %g disagree", p,
+                    json_number_value(top_theta), inner);
+  cfg->rope_theta = isnan(inner) ? theta : inner;
+  if (!src) return 0;
+  const char *type;
+  double prf = 1.0;
+  if ((err = rope_type_of(src, p, where, &type)) ||
+      (err = zo_arch_json_positive(src, "partial_rotary_factor", where_p, 1.0, &prf)))
+    return err;
   if (prf != 1.0)
     return zo_error(-ENOTSUP, "%s: %s.partial_rotary_factor = %g: rotary embedding over the whole head only", p,
                     where, prf);
-  if (!type || strcmp(type, "default") == 0) return 0; /* plain RoPE */
+  if (strcmp(type, "default") == 0) return 0; /* plain RoPE */
   if (strcmp(type, "llama3") != 0)
     return zo_error(-ENOTSUP, "%s: %s type \"%s\" is not implemented: \"default\" and \"llama3\" are (linear, "
                               "dynamic, yarn, longrope and the rest are refused)", p, where, type);
@@ -154,12 +211,21 @@ static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
       return zo_error(-ENOTSUP, "%s: %s.%s = %s: not a key of the \"llama3\" scaling", p, where, key,
                       json_brief(v, val, sizeof val));
   }
+  /* The llama3 scaling's four settings have no defaults (transformers
+   * requires them): a missing one is refused naming it. */
   long old = 0;
-  int err = zo_arch_json_int(src, "original_max_position_embeddings", p, &old);
-  if (err) return err;
-  cfg->rope_scaling_factor = real_or(src, "factor", 8.0);
-  cfg->rope_low_freq_factor = real_or(src, "low_freq_factor", 1.0);
-  cfg->rope_high_freq_factor = real_or(src, "high_freq_factor", 4.0);
+  double factor, lo, hi;
+  if ((err = zo_arch_json_positive(src, "factor", where_p, NAN, &factor)) ||
+      (err = zo_arch_json_positive(src, "low_freq_factor", where_p, NAN, &lo)) ||
+      (err = zo_arch_json_positive(src, "high_freq_factor", where_p, NAN, &hi)) ||
+      (err = zo_arch_json_size(src, "original_max_position_embeddings", where_p, &old)))
+    return err;
+  if (!(hi > lo))
+    return zo_error(-EINVAL, "%s: %s.high_freq_factor %g must exceed low_freq_factor %g (the scaling divides by "
+                             "their difference)", p, where, hi, lo);
+  cfg->rope_scaling_factor = factor;
+  cfg->rope_low_freq_factor = lo;
+  cfg->rope_high_freq_factor = hi;
   cfg->rope_original_max_seq_len = (int)old;
   return 0;
 }
@@ -184,12 +250,15 @@ static int parse_windows(json_t *j, const char *p, const char *type, long maxT, 
     }
   }
   *window = 0;
+  bool use_sw = false;
+  int err = json_flag(j, "use_sliding_window", p, &use_sw);
+  if (err) return err;
   if (!sw || json_is_null(sw)) return 0;
   if (!json_is_integer(sw) || json_integer_value(sw) < 1)
     return zo_error(-EINVAL, "%s: sliding_window = %s: a positive integer or null is needed", p,
                     json_brief(sw, val, sizeof val));
   /* Qwen2 carries the key without using it unless told to, Llama never. */
-  if (json_is_true(json_object_get(j, "use_sliding_window")) && json_integer_value(sw) < maxT)
+  if (use_sw && json_integer_value(sw) < maxT)
     return zo_error(-ENOTSUP, "%s: use_sliding_window = true with sliding_window = %lld: Qwen2's per-layer "
                               "windows (max_window_layers) are not implemented", p, (long long)json_integer_value(sw));
   if (strcmp(type, "mistral") == 0 && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
@@ -197,23 +266,26 @@ static int parse_windows(json_t *j, const char *p, const char *type, long maxT, 
 }
 
 int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
-  const char *type = json_string_value(json_object_get(j, "model_type"));
-  if (!type) type = "llama";
+  json_t *mt = json_object_get(j, "model_type");
+  char mval[96];
+  if (mt && !json_is_string(mt))
+    return zo_error(-EINVAL, "%s: model_type = %s: a string is needed", p, json_brief(mt, mval, sizeof mval));
+  const char *type = mt ? json_string_value(mt) : "llama";
   if (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0 && strcmp(type, "qwen2") != 0)
     return zo_error(-ENOTSUP, "%s: model_type \"%s\" is not implemented by the Llama loader (\"llama\", "
                               "\"mistral\", \"qwen2\")", p, type);
   int err = check_keys(j, p);
   if (err) return err;
   long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
-  if (!err) err = zo_arch_json_int(j, "num_hidden_layers", p, &L);
-  if (!err) err = zo_arch_json_int(j, "num_attention_heads", p, &NH);
-  if (!err) err = zo_arch_json_int(j, "hidden_size", p, &C);
-  if (!err) err = zo_arch_json_int(j, "intermediate_size", p, &I);
-  if (!err) err = zo_arch_json_int(j, "vocab_size", p, &V);
-  if (!err) err = zo_arch_json_int(j, "max_position_embeddings", p, &maxT);
+  if (!err) err = zo_arch_json_size(j, "num_hidden_layers", p, &L);
+  if (!err) err = zo_arch_json_size(j, "num_attention_heads", p, &NH);
+  if (!err) err = zo_arch_json_size(j, "hidden_size", p, &C);
+  if (!err) err = zo_arch_json_size(j, "intermediate_size", p, &I);
+  if (!err) err = zo_arch_json_size(j, "vocab_size", p, &V);
+  if (!err) err = zo_arch_json_size(j, "max_position_embeddings", p, &maxT);
   if (err) return err;
   json_t *nkv = json_object_get(j, "num_key_value_heads");
-  if (nkv && !json_is_null(nkv) && (err = zo_arch_json_int(j, "num_key_value_heads", p, &NKV))) return err;
+  if (nkv && !json_is_null(nkv) && (err = zo_arch_json_size(j, "num_key_value_heads", p, &NKV))) return err;
   if (!nkv || json_is_null(nkv)) NKV = NH;
   /* head_dim apart from hidden_size / num_attention_heads: q, k, v and
    * o_proj's input are num_attention_heads x head_dim wide. */
@@ -232,7 +304,8 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   json_t *ph = json_object_get(j, "pruned_heads");
   if (ph && !json_is_null(ph) && !(json_is_object(ph) && json_object_size(ph) == 0))
     return zo_error(-ENOTSUP, "%s: pruned_heads: models with pruned attention heads are not implemented", p);
-  const double prf = real_or(j, "partial_rotary_factor", 1.0);
+  double prf = 1.0;
+  if ((err = zo_arch_json_positive(j, "partial_rotary_factor", p, 1.0, &prf))) return err;
   if (prf != 1.0)
     return zo_error(-ENOTSUP, "%s: partial_rotary_factor = %g: rotary embedding over the whole head only", p, prf);
   const char *act = json_string_value(json_object_get(j, "hidden_act"));
@@ -249,8 +322,13 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
-  cfg->rms_norm_eps = real_or(j, "rms_norm_eps", 1e-5);
-  cfg->tie_embeddings = json_is_true(json_object_get(j, "tie_word_embeddings"));
+  double eps = 1e-5;
+  bool tie = false;
+  if ((err = zo_arch_json_positive(j, "rms_norm_eps", p, eps, &eps)) ||
+      (err = json_flag(j, "tie_word_embeddings", p, &tie)))
+    return err;
+  cfg->rms_norm_eps = eps;
+  cfg->tie_embeddings = tie;
   return parse_rope(j, p, cfg);
 }
 

@@ -15,6 +15,7 @@
 #include "zo/model.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -667,14 +668,49 @@ void zo_arch_table_add(struct zo_tensor_table *t, size_t *offset, const char *na
   *offset += ti->numel;
 }
 
+/* v rendered for a message into buf. */
+static const char *json_value_str(json_t *v, char *buf, size_t size) {
+  char *d = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+  snprintf(buf, size, "%s", d ? d : "(missing)");
+  free(d);
+  return buf;
+}
+
 int zo_arch_json_prob(json_t *j, const char *key, const char *path, float *out) {
   json_t *v = json_object_get(j, key);
   *out = 0.0f;
   if (!v || json_is_null(v)) return 0;
   const double p = json_is_number(v) ? json_number_value(v) : -1.0;
+  char val[64];
   if (!(p >= 0.0 && p < 1.0))
-    return zo_error(-EINVAL, "%s: \"%s\" must be a probability in [0, 1)", path, key);
+    return zo_error(-EINVAL, "%s: \"%s\" = %s: a probability in [0, 1) (a JSON number) is needed", path, key,
+                    json_value_str(v, val, sizeof val));
   *out = (float)p;
+  return 0;
+}
+
+int zo_arch_json_size(json_t *j, const char *key, const char *path, long *out) {
+  json_t *v = json_object_get(j, key);
+  char val[64];
+  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
+    return zo_error(-EINVAL, "%s: \"%s\" = %s: a positive integer (a JSON number, at most %d) is needed", path,
+                    key, json_value_str(v, val, sizeof val), INT_MAX);
+  *out = (long)json_integer_value(v);
+  return 0;
+}
+
+int zo_arch_json_positive(json_t *j, const char *key, const char *path, double def, double *out) {
+  json_t *v = json_object_get(j, key);
+  char val[64];
+  if ((!v || json_is_null(v)) && !isnan(def)) {
+    *out = def;
+    return 0;
+  }
+  const double x = json_is_number(v) ? json_number_value(v) : NAN;
+  if (!(x > 0.0 && isfinite(x)))
+    return zo_error(-EINVAL, "%s: \"%s\" = %s: a positive finite JSON number is needed%s", path, key,
+                    json_value_str(v, val, sizeof val), isnan(def) ? " (it has no default)" : "");
+  *out = x;
   return 0;
 }
 

@@ -730,9 +730,15 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
     json_t *j = json_load_file(p, 0, &je);
     if (!j && je.line < 0) return zo_error(-EINVAL, "%s: %s", path, je.text);
     if (!j) return zo_error(-EINVAL, "%s:%d:%d: %s", p, je.line, je.column, je.text);
-    const char *type = json_string_value(json_object_get(j, "model_type"));
+    json_t *mt = json_object_get(j, "model_type");
+    const char *type = json_string_value(mt);
     int err = 0;
-    if (!type || strcmp(type, "gpt2") == 0)
+    if (mt && !type) {
+      char *v = json_dumps(mt, JSON_ENCODE_ANY | JSON_COMPACT);
+      err = zo_error(-EINVAL, "%s: model_type = %s: a string (\"gpt2\", \"llama\", \"mistral\" or \"qwen2\") is "
+                              "needed", p, v ? v : "(not a string)");
+      free(v);
+    } else if (!type || strcmp(type, "gpt2") == 0)
       err = zo_arch_gpt2.hf_config_parse(j, p, cfg);
     else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 || strcmp(type, "qwen2") == 0)
       err = zo_arch_llama.hf_config_parse(j, p, cfg);

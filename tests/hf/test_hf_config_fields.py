@@ -25,6 +25,16 @@ ZO_HF_PYTHON; see docs/models.md).
      Qwen2's use_sliding_window is refused by name (Mistral's
      sliding_window and Qwen2's biases are implemented:
      test_transformers_families.py).
+  5. Invalid and disagreeing values (issue 52, class 1): a transformers-made
+     directory's config.json tampered (rope_scaling llama3 with
+     rope_parameters default, rope_theta 0 or "1e4", rms_norm_eps "0.1",
+     llama3 scaling without each of its four factors, and other wrong types
+     and ranges) is refused, nonzero exit, naming the key, its value and the
+     file; both spellings given and agreeing load to the one-spelling loss.
+     GPT-2: n_embd and its alias hidden_size (and the other attribute_map
+     pairs) must agree, the alias alone loads to transformers' loss;
+     layer_norm_epsilon, activation_function and n_inner other than the
+     engine's are refused by name.
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_hf_config_fields.py
 """
@@ -290,5 +300,127 @@ def dialects(binary, tmp):
               f"model: loss {got:.6f} vs {want:.6f}")
 
 
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 16}
+
+
+def without(d, key):
+    return {k: v for k, v in d.items() if k != key}
+
+
+# (what, edit of the 4.x-dialect config.json dict, the texts the refusal must hold besides "config.json").
+INVALID = [
+    ("rope_scaling llama3, rope_parameters default",
+     lambda j: j.update(rope_parameters={"rope_type": "default", "rope_theta": j["rope_theta"]}),
+     ["rope_parameters", "rope_scaling", "\"default\"", "\"llama3\""]),
+    ("rope_scaling llama3, rope_parameters llama3 with another factor",
+     lambda j: j.update(rope_parameters=dict(LLAMA3_SCALING, factor=4.0, rope_theta=j["rope_theta"])),
+     ["rope_parameters.factor", "rope_scaling.factor", "4.0", "8.0"]),
+    ("rope_type and type disagree", lambda j: j["rope_scaling"].update(type="linear"),
+     ["rope_type", "type", "\"llama3\"", "\"linear\""]),
+    ("rope_theta 0", lambda j: j.update(rope_theta=0), ["rope_theta", "= 0"]),
+    ("rope_theta -1", lambda j: j.update(rope_theta=-1.0), ["rope_theta", "= -1"]),
+    ("rope_theta a string", lambda j: j.update(rope_theta="1e4"), ["rope_theta", '"1e4"']),
+    ("rope_parameters.rope_theta a string",
+     lambda j: j.update(rope_parameters=dict(j["rope_scaling"], rope_theta="1e4")),
+     ["rope_parameters", "rope_theta", '"1e4"']),
+    ("rms_norm_eps a string", lambda j: j.update(rms_norm_eps="0.1"), ["rms_norm_eps", '"0.1"']),
+    ("rms_norm_eps 0", lambda j: j.update(rms_norm_eps=0), ["rms_norm_eps", "= 0"]),
+    ("llama3 high_freq_factor not above low_freq_factor",
+     lambda j: j["rope_scaling"].update(high_freq_factor=1.0), ["high_freq_factor", "low_freq_factor"]),
+    ("llama3 factor a string", lambda j: j["rope_scaling"].update(factor="8"), ["factor", '"8"']),
+    ("num_hidden_layers 0", lambda j: j.update(num_hidden_layers=0), ["num_hidden_layers", "= 0"]),
+    ("hidden_size 32.0", lambda j: j.update(hidden_size=32.0), ["hidden_size", "32.0"]),
+    ("max_position_embeddings a string", lambda j: j.update(max_position_embeddings="48"),
+     ["max_position_embeddings", '"48"']),
+    ("tie_word_embeddings a string", lambda j: j.update(tie_word_embeddings="true"),
+     ["tie_word_embeddings", '"true"']),
+    ("partial_rotary_factor a string", lambda j: j.update(partial_rotary_factor="0.5"),
+     ["partial_rotary_factor", '"0.5"']),
+    ("attention_dropout a string", lambda j: j.update(attention_dropout="0.1"), ["attention_dropout", '"0.1"']),
+    ("model_type a number", lambda j: j.update(model_type=5), ["model_type = 5"]),
+] + [(f"llama3 scaling without {k}", lambda j, k=k: j.update(rope_scaling=without(j["rope_scaling"], k)),
+      [f"rope_scaling: \"{k}\"", "(missing)"])
+     for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")]
+
+
+def invalid_values(binary, tmp):
+    print("== invalid and disagreeing config.json values (issue 52, class 1)")
+    from transformers import LlamaConfig
+    _, _, tok_path = random_tokens(tmp, V, NB * B * T + 1)
+    config = eval_config(tmp, tok_path)
+    d = os.path.join(tmp, "invalid-base")
+    make_model(LlamaConfig, d, rope_theta=500000.0)
+    edit_config(d, lambda j: j.update(rope_theta=500000.0, rope_scaling=dict(LLAMA3_SCALING)))
+    edit_config(d, lambda j: (j.pop("rope_parameters", None), to_dialect(j, False)))
+    base, msg = zo_eval(binary, config, d)
+    check(base is not None, f"the untampered llama3 config.json (4.x dialect) loads: {msg or base}")
+    both = os.path.join(tmp, "invalid-both-agree")
+    shutil.copytree(d, both)
+    edit_config(both, lambda j: j.update(rope_parameters=dict(j["rope_scaling"], rope_theta=j["rope_theta"])))
+    got, msg = zo_eval(binary, config, both)
+    check(got is not None and base is not None and rel(got, base) <= 1e-7,
+          f"both spellings given and agreeing: loss {got} equals the one-spelling loss {base} {msg or ''}")
+    for i, (what, edit, needles) in enumerate(INVALID):
+        dd = os.path.join(tmp, f"invalid-{i}")
+        shutil.copytree(d, dd)
+        edit_config(dd, edit)
+        r = subprocess.run([binary, "eval", config, "--checkpoint", dd, "--batches", str(NB)], capture_output=True)
+        out = (r.stdout + r.stderr).decode(errors="replace").strip()
+        want = needles + [os.path.join(dd, "config.json")]
+        missing = [n for n in want if n not in out]
+        check(r.returncode != 0 and not missing and "val loss" not in out,
+              f"{what}: refused (exit {r.returncode}) naming {', '.join(needles)} and the file"
+              f"{' (missing: ' + ', '.join(missing) + ')' if missing else ''}: {out[-300:]}")
+
+
+GPT2_INVALID = [
+    ("hidden_size disagreeing with n_embd", lambda j: j.update(hidden_size=64), ["n_embd = 32", "hidden_size = 64"]),
+    ("num_hidden_layers disagreeing with n_layer", lambda j: j.update(num_hidden_layers=3),
+     ["n_layer = 1", "num_hidden_layers = 3"]),
+    ("n_layer a string", lambda j: j.update(n_layer="1"), ['n_layer', '"1"']),
+    ("n_head 0", lambda j: j.update(n_head=0), ["n_head", "= 0"]),
+    ("layer_norm_epsilon 1e-3", lambda j: j.update(layer_norm_epsilon=1e-3), ["layer_norm_epsilon", "0.001"]),
+    ("layer_norm_epsilon a string", lambda j: j.update(layer_norm_epsilon="1e-5"), ["layer_norm_epsilon", '"1e-5"']),
+    ("activation_function relu", lambda j: j.update(activation_function="relu"), ["activation_function", "relu"]),
+    ("n_inner 7", lambda j: j.update(n_inner=7), ["n_inner = 7"]),
+    ("resid_pdrop a string", lambda j: j.update(resid_pdrop="0.1"), ["resid_pdrop", '"0.1"']),
+]
+
+
+def gpt2_invalid(binary, tmp):
+    print("== GPT-2 config.json: aliases and fixed settings (issue 52, class 1)")
+    from transformers import GPT2Config, GPT2LMHeadModel
+    _, tokens, tok_path = random_tokens(tmp, V, NB * B * T + 1)
+    config = eval_config(tmp, tok_path)
+    with open(config) as f:
+        j = json.load(f)
+    j["model"]["arch"] = "gpt2"
+    with open(config, "w") as f:
+        json.dump(j, f)
+    torch.manual_seed(12)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=C, n_layer=1, n_head=NH, n_positions=TMAX)).eval()
+    d = os.path.join(tmp, "gpt2-base")
+    model.save_pretrained(d, safe_serialization=True)
+    want = hf_mean_loss(model.double(), tokens, NB, B, T)
+    alias = os.path.join(tmp, "gpt2-alias")
+    shutil.copytree(d, alias)
+    edit_config(alias, lambda j: j.update(hidden_size=j.pop("n_embd"), num_hidden_layers=j.pop("n_layer")))
+    for label, dd in (("untampered", d), ("hidden_size and num_hidden_layers for n_embd and n_layer", alias)):
+        got, msg = zo_eval(binary, config, dd)
+        check(got is not None and rel(got, want) <= LOSS_RTOL,
+              f"GPT-2 {label}: zoffload eval {got} equals transformers' {want:.6f} {msg or ''}")
+    for i, (what, edit, needles) in enumerate(GPT2_INVALID):
+        dd = os.path.join(tmp, f"gpt2-invalid-{i}")
+        shutil.copytree(d, dd)
+        edit_config(dd, edit)
+        r = subprocess.run([binary, "eval", config, "--checkpoint", dd, "--batches", str(NB)], capture_output=True)
+        out = (r.stdout + r.stderr).decode(errors="replace").strip()
+        missing = [n for n in needles + [os.path.join(dd, "config.json")] if n not in out]
+        check(r.returncode != 0 and not missing and "val loss" not in out,
+              f"GPT-2 {what}: refused (exit {r.returncode}) naming {', '.join(needles)} and the file"
+              f"{' (missing: ' + ', '.join(missing) + ')' if missing else ''}: {out[-300:]}")
+
+
 if __name__ == "__main__":
-    sys.exit(main(__doc__, (walk, dialects)))
+    sys.exit(main(__doc__, (walk, dialects, invalid_values, gpt2_invalid)))
