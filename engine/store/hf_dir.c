@@ -315,7 +315,10 @@ static int source_add(struct source *src, const char *path) {
 /* The index p's text, in a malloc'd string (NULL on failure, the error set). */
 static char *read_text(const char *p) {
   FILE *f = fopen(p, "rb");
-  if (!f) return zo_error(-errno, "cannot open %s: %s", p, strerror(errno)), NULL;
+  if (!f) {
+    zo_error(-errno, "cannot open %s: %s", p, strerror(errno));
+    return NULL;
+  }
   char *buf = NULL;
   size_t n = 0, cap = 0;
   for (;;) {
@@ -331,7 +334,8 @@ static char *read_text(const char *p) {
   const bool bad = ferror(f) || !buf;
   if (fclose(f) != 0 || bad) {
     free(buf);
-    return zo_error(-EIO, "cannot read %s", p), NULL;
+    zo_error(-EIO, "cannot read %s", p);
+    return NULL;
   }
   buf[n] = 0;
   return buf;
@@ -387,7 +391,8 @@ static int source_open(struct source *src, const char *path) {
   snprintf(src->where, sizeof src->where, "%s", p);
   snprintf(src->dir, sizeof src->dir, "%s", path);
   json_error_t je;
-  /* A tensor listed twice is refused: jansson names the key. */
+  /* A tensor listed twice is refused (jansson stops just past the second
+   * key; duplicate_entry names it and both its files). */
   json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
   if (!j && strstr(je.text, "duplicate object key")) return duplicate_entry(p, je.line, (size_t)je.position);
   if (!j && je.line < 0)
