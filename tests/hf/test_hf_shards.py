@@ -31,7 +31,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zo_hf import check, hf_mean_loss, main, random_tokens, rel  # noqa: E402
+from zo_hf import check, hf_mean_loss, main, random_tokens, rel, tiny_llama  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -44,15 +44,7 @@ VICTIM = "model.layers.0.self_attn.q_proj.weight"
 
 
 def sharded_dir(tmp):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(7)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L,
-                      num_attention_heads=NH, num_key_value_heads=NH, max_position_embeddings=TMAX,
-                      rms_norm_eps=1e-6, tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.add_(torch.randn_like(p) * (0.1 if "norm" in n else 0.2))
+    model = tiny_llama(7, False, V, C, I, L, NH, TMAX)
     d = os.path.join(tmp, "sharded")
     model.save_pretrained(d, safe_serialization=True, max_shard_size="20KB")
     return d

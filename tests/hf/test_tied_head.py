@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zo_hf import check, hf_mean_loss, main, random_tokens, rel  # noqa: E402
+from zo_hf import check, hf_mean_loss, main, random_tokens, rel, tiny_llama  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -51,15 +51,7 @@ def with_head(d, head_of):
 
 
 def llama_dir(tmp, name):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(3)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L,
-                      num_attention_heads=NH, num_key_value_heads=NH, max_position_embeddings=TMAX,
-                      rms_norm_eps=1e-6, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.add_(torch.randn_like(p) * (0.1 if "norm" in n else 0.2))
+    model = tiny_llama(3, True, V, C, I, L, NH, TMAX)
     d = os.path.join(tmp, name)
     model.save_pretrained(d, safe_serialization=True)
     return d

@@ -191,6 +191,21 @@ def check_greedy_sample(binary, config, ck, model, prompt, n_new, max_seq_len):
           f"zoffload sample --top-k 1 generates transformers' greedy continuation ({upto - len(prompt)} tokens)")
 
 
+
+def tiny_llama(seed, tie, V, C, I, L, NH, TMAX):
+    """A transformers LlamaForCausalLM with seeded random weights moved off
+    their init (norms by 0.1, the rest by 0.2 standard deviations)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L,
+                      num_attention_heads=NH, num_key_value_heads=NH, max_position_embeddings=TMAX,
+                      rms_norm_eps=1e-6, tie_word_embeddings=tie)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.add_(torch.randn_like(p) * (0.1 if "norm" in n else 0.2))
+    return model
+
 def random_tokens(tmp, vocab_size, n):
     """n uniform random token ids below vocab_size (numpy seed 5), written to
     tmp/hf-tokens.bin as u16; returns (the generator, the ids, the path)."""
