@@ -58,7 +58,10 @@ int cli_plan(int argc, char **argv) {
   struct zo_plan plan;
   int err = zo_train_model_config(&cfg, &mc);
   if (!err) err = zo_train_check_threads(&cfg);
-  zo_backend_t be = err ? NULL : zo_backend_init(zo_device_name(cfg.engine.device), cfg.engine.threads);
+  /* plan --auto --backend X plans for X: only X is tried here (a CUDA plan
+   * made without a GPU does not announce the CPU backend). */
+  const char *dev = a.autoplan && a.backend ? a.backend : zo_device_name(cfg.engine.device);
+  zo_backend_t be = err ? NULL : zo_backend_init(dev, cfg.engine.threads);
   if (!err && !a.autoplan && (a.nvme_free || a.backend)) {
     zo_config_free(&cfg);
     return cli_bad_usage(cli_usage_plan, "%s is an option of plan --auto", a.backend ? "--backend" : "--nvme-free");

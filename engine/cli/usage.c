@@ -62,7 +62,9 @@ const char *const cli_usage_sample =
     "                       [--tokens N] [--temperature T] [--top-k K] [--seed S] [--random-init]\n"
     "  --checkpoint DIR, --random-init: as for eval (the weights used are named on stderr)\n"
     "  defaults: --tokens 256 --temperature 0.8 --top-k 40 --seed engine.seed\n"
-    "  for vocabularies other than 256 bytes, --prompt is comma-separated token ids\n";
+    "  --prompt TEXT is encoded with the model's tokenizer (the tokenizer.json beside the weights,\n"
+    "  or model.tokenizer); a 256-byte vocabulary takes its bytes; with neither, TEXT is\n"
+    "  comma-separated token ids\n";
 
 const char *const cli_usage_plan =
     "usage: zoffload plan CONFIG [--set key=value]... [--ranks N] [--placements [--host-ram 24GiB,128GiB]]\n"

@@ -27,6 +27,16 @@ static const struct zo_autoplan_candidate *autoplan_pick(const struct zo_autopla
   return NULL;
 }
 
+/* What is "auto" in cfg, as the config names it, for messages. */
+static const char *auto_what(const struct zo_config *cfg, char *buf, size_t size) {
+  snprintf(buf, size, "%s%s%s%s%s = \"auto\"", cfg->engine.placement == ZO_PLACEMENT_AUTO ? "engine.placement" : "",
+           cfg->engine.placement == ZO_PLACEMENT_AUTO && cfg->micro_batch_auto ? ", " : "",
+           cfg->micro_batch_auto ? "train_micro_batch_size_per_gpu" : "",
+           (cfg->engine.placement == ZO_PLACEMENT_AUTO || cfg->micro_batch_auto) && cfg->grad_accum_auto ? ", " : "",
+           cfg->grad_accum_auto ? "gradient_accumulation_steps" : "");
+  return buf;
+}
+
 /* The effective config on out and in checkpoint.dir/auto-config.json (a
  * warning on stderr when it cannot be written there). */
 static void autoplan_write_config(const struct zo_config *cfg, FILE *out) {
@@ -84,9 +94,9 @@ int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts
   struct zo_autoplan ap;
   int err = zo_autoplan_search(&so, &ap);
   if (err) {
-    char why[1024];
+    char why[1024], what[128];
     snprintf(why, sizeof why, "%s", zo_last_error());
-    return zo_error(err, "engine.placement = \"auto\": %s", why);
+    return zo_error(err, "planning %s: %s", auto_what(cfg, what, sizeof what), why);
   }
   const struct zo_autoplan_candidate *found = autoplan_pick(&ap, placement);
   if (!found) {

@@ -749,8 +749,9 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
       err = zo_arch_llama.hf_config_parse(j, p, cfg);
     else
       err = zo_error(-ENOTSUP, "%s: model_type \"%s\" is not supported: \"gpt2\", \"llama\", \"mistral\" or "
-                               "\"qwen2\" (\"qwen3\": per-head q/k norms and head_dim apart from the width, "
-                               "\"phi3\": fused projections and its rotary scalings are not implemented yet)", p, type);
+                               "\"qwen2\" (\"qwen3\": its per-head RMSNorm of q and k (q_norm, k_norm) is not implemented yet, "
+                               "its head_dim apart from the width is; \"phi3\": fused projections and its rotary "
+                               "scalings are not implemented yet)", p, type);
     json_decref(j);
     if (err) return err;
   } else {

@@ -55,7 +55,7 @@ val_loss() {
 
 ck=$tmp/ck
 resumed=(--set checkpoint.dir="$ck" --set log.metrics_path="$ck/metrics.jsonl")
-expect 0 "model: Llama 4 layers, 6 heads, width 192, vocab 256 (padded 256), 2 key/value heads, MLP 512, untied head" \
+expect 0 "model: Llama, 4 layers, 6 heads, width 192, vocab 256 (padded 256), 2 key/value heads, MLP 512, untied head" \
   train12 train "$config" "${resumed[@]}" --set steps=12
 if grep -q "^saved $ck/checkpoint-12$" "$tmp/train12.out"; then ok; else bad "train did not save checkpoint-12"; fi
 if grep -q "unclassified" "$tmp/train12.out"; then bad "memory report has unclassified bytes"; else ok; fi
