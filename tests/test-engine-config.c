@@ -419,6 +419,12 @@ static const struct bad_case bad_cases[] = {
   {"set-section-unknown", "{}", {"optimizer={\"lr\": 1}"}, -EINVAL,
    "--set: unknown key \"optimizer.lr\"; did you mean \"optimizer.params.lr\"?", true},
   {"set-later-wins", "{}", {"steps=5", "steps=-1"}, -EINVAL, "steps = -1", true},
+  /* a key of an existing section is looked for in that section only (not
+   * engine.trace.path, whose leaf is the same), else its keys are listed */
+  {"set-in-section", "{}", {"lora.path=x"}, -EINVAL,
+   "--set: unknown key \"lora.path\" (no key of lora is close to it; its keys: r, alpha, dropout", true},
+  {"unknown-in-section", "{\"lora\": {\"init_frm\": \"x\"}}", {0}, -EINVAL,
+   "unknown key \"lora.init_frm\"; did you mean \"lora.init_from\"?", false},
 };
 
 static int test_malformed(void) {

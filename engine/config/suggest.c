@@ -36,8 +36,38 @@ static bool is_close(int d, size_t n) {
   return 3 * (size_t)d <= n + 2;
 }
 
+/* The length of path's parent when the schema has it as a section (the
+ * "lora" of "lora.path"), else 0. */
+static size_t section_len(const char *path) {
+  const size_t plen = zo_config_key_parent_len(path);
+  for (size_t i = 0; plen && i < zo_config_n_keys; i++) {
+    const char *cand = zo_config_schema[i].path;
+    if (zo_config_schema[i].type == KEY_SECTION && strlen(cand) == plen && !strncmp(cand, path, plen)) return plen;
+  }
+  return 0;
+}
+
+/* The message's end for a key without a close valid one: the keys of its
+ * section when it names one, else where the keys are listed. */
+static const char *no_near(const char *path, char *buf, size_t size) {
+  const size_t plen = section_len(path);
+  if (!plen) return " (no valid key is close to it; docs/config.md lists them)";
+  int n = snprintf(buf, size, " (no key of %.*s is close to it; its keys:", (int)plen, path);
+  bool first = true;
+  for (size_t i = 0; i < zo_config_n_keys && n > 0 && (size_t)n < size; i++) {
+    const char *cand = zo_config_schema[i].path;
+    if (zo_config_key_parent_len(cand) != plen || strncmp(cand, path, plen) || cand[plen] != '.') continue;
+    n += snprintf(buf + n, size - (size_t)n, "%s%s", first ? " " : ", ", cand + plen + 1);
+    first = false;
+  }
+  if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "; docs/config.md)");
+  return buf;
+}
+
 /* Nearest schema path to an unknown one: by the whole path, or by the last
- * component alone (a key put in the wrong section), siblings first on ties.
+ * component alone (a key put in the wrong section), siblings first on ties;
+ * only in its own section when the path names one ("lora.path" is not
+ * "engine.trace.path").
  * NULL when even the nearest is not close (is_close on the last component,
  * or on the part of the path after what both share); a valid leaf the path
  * continues ("optimizer.params.lr.x") is always close. */
@@ -47,8 +77,10 @@ static const char *nearest_key(const char *path) {
   bool best_close = false;
   const char *leaf = zo_config_key_leaf(path);
   size_t plen = zo_config_key_parent_len(path), n = strlen(path);
+  const size_t section = section_len(path);
   for (size_t i = 0; i < zo_config_n_keys; i++) {
     const char *cand = zo_config_schema[i].path;
+    if (section && (strncmp(cand, path, section) || cand[section] != '.')) continue;
     size_t clen = strlen(cand), common = 0;
     while (common < n && common < clen && tolower((unsigned char)path[common]) ==
                                               tolower((unsigned char)cand[common]))
@@ -69,9 +101,8 @@ static const char *nearest_key(const char *path) {
 
 int zo_config_unknown_key(const char *src, const char *path) {
   const char *near = nearest_key(path);
-  if (!near)
-    return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
-                    "lists them)", src, path);
+  char keys[1024];
+  if (!near) return zo_error(-EINVAL, "%s: unknown key \"%s\"%s", src, path, no_near(path, keys, sizeof keys));
   return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", src, path, near);
 }
 
@@ -98,9 +129,10 @@ void zo_config_unknown_add(struct load_ctx *ctx, const char *src, const char *pa
 /* The one error for every unknown key check_keys found. */
 int zo_config_unknown_report(const struct load_ctx *ctx) {
   if (ctx->n_unknown == 1) {
+    char keys[1024];
     if (!ctx->unknown_first_near)
-      return zo_error(-EINVAL, "%s: unknown key \"%s\" (no valid key is close to it; docs/config.md "
-                      "lists them)", ctx->unknown_src, ctx->unknown_first);
+      return zo_error(-EINVAL, "%s: unknown key \"%s\"%s", ctx->unknown_src, ctx->unknown_first,
+                      no_near(ctx->unknown_first, keys, sizeof keys));
     return zo_error(-EINVAL, "%s: unknown key \"%s\"; did you mean \"%s\"?", ctx->unknown_src,
                     ctx->unknown_first, ctx->unknown_first_near);
   }

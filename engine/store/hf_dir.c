@@ -723,13 +723,24 @@ static int tied_head_resolve(const char *path, struct zo_model_config *cfg) {
   return err;
 }
 
+/* A directory with a PEFT adapter (adapter_config.json) and no config.json
+ * is an adapter, not a model: said so, with how it is used. 0 otherwise. */
+static int refuse_adapter_dir(const char *path) {
+  char c[PATH_MAX], a[PATH_MAX];
+  if (join(c, sizeof c, path, "config.json") || join(a, sizeof a, path, "adapter_config.json")) return 0;
+  if (access(c, F_OK) == 0 || access(a, F_OK) != 0) return 0;
+  return zo_error(-EINVAL, "%s is a PEFT adapter (adapter_config.json, no config.json), not a model: give it as "
+                           "lora.init_from with its base model as model.init_from (docs/finetune.md)", path);
+}
+
 int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg) {
   struct stat st;
   if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
   memset(cfg, 0, sizeof *cfg);
   if (S_ISDIR(st.st_mode)) {
     char p[PATH_MAX];
-    int jerr = join(p, sizeof p, path, "config.json");
+    int jerr = refuse_adapter_dir(path);
+    if (!jerr) jerr = join(p, sizeof p, path, "config.json");
     if (jerr) return jerr;
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);

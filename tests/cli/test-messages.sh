@@ -7,7 +7,9 @@
 # backend; sample --help says how --prompt is encoded; the model line reads
 # "GPT-2, 4 layers" (not "GPT-2 4 layers", which reads as a model name); and
 # the keys docs/config.md lists as without effect are left out of
-# `zoffload config`'s output but for the exceptions the doc names.
+# `zoffload config`'s output but for the exceptions the doc names. Item 2:
+# a PEFT adapter directory given as a model is named as one; lora.path is
+# not "did you mean engine.trace.path".
 # Usage: test-messages.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -84,5 +86,18 @@ sys.exit(1 if not keys or shown else 0)
 PY
 keys_rc=$?
 if [[ $keys_rc -eq 0 ]]; then ok; else bad "config-leaves-out: $(cat "$tmp/keys.out")"; fi
+
+# Item 2: a PEFT adapter directory where a model is expected is named as one,
+# with how to use it; an unknown key of the lora section is not sent to
+# another section's key of the same leaf (engine.trace.path).
+mkdir -p "$tmp/adapter"
+echo '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}' >"$tmp/adapter/adapter_config.json"
+adapter_msg="$tmp/adapter is a PEFT adapter (adapter_config.json, no config.json), not a model: give it as lora.init_from"
+expect 2 "$adapter_msg" -- eval "$repo/configs/tiny.json" --checkpoint "$tmp/adapter"
+expect 2 "$adapter_msg" -- eval "$repo/configs/tiny.json" --set model.init_from="$tmp/adapter"
+expect 2 "$adapter_msg" -- export "$tmp/adapter" --out "$tmp/adapter-export"
+expect 2 "unknown key \"lora.path\" (no key of lora is close to it; its keys: r, alpha" lorapath -- \
+  eval "$repo/configs/tiny.json" --set lora.path=x
+has_not lorapath "engine.trace.path"
 
 cli_report messages
