@@ -32,7 +32,7 @@ enum opt {
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
-  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE,
+  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW,
 };
 
 enum positional { POS_CONFIG, POS_FILES, POS_NONE };
@@ -56,6 +56,8 @@ struct args {
   const char *const *inputs; /* (n_inputs) text files for prepare */
   const char *tokenizer, *field, *prompt_field, *completion_field, *messages_field, *separator, *format;
   int n_inputs;
+  const char *resume_allow[64]; /* train --resume-allow KEY (repeatable) */
+  int n_resume_allow;
 };
 
 /* Parses argv[1..argc) with getopt_long, allowing the options listed in

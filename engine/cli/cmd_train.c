@@ -11,7 +11,7 @@
 #include "cli.h"
 
 static const int train_opts[] = {OPT_SET, OPT_RESUME, OPT_OVERWRITE, OPT_SAMPLE, OPT_MEMORY_REPORT, OPT_TRACE,
-                                 OPT_ALLOW_DATA_CHANGE, OPT_END};
+                                 OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW, OPT_END};
 static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
@@ -37,6 +37,12 @@ int cli_train(int argc, char **argv) {
     zo_config_free(&cfg);
     return 1;
   }
+  if (a.n_resume_allow && !a.resume) {
+    zo_config_free(&cfg);
+    zo_comm_free(comm);
+    return cli_bad_usage(cli_usage_train, "--resume-allow %s allows a change on resume: it needs --resume",
+                         a.resume_allow[0]);
+  }
   if (a.overwrite && a.resume) {
     zo_config_free(&cfg);
     zo_comm_free(comm);
@@ -45,7 +51,8 @@ int cli_train(int argc, char **argv) {
   int sig = 0;
   struct zo_train_opts opts = {.resume = a.resume, .sample_tokens = (int)a.sample,
                                .memory_report = a.memory_report, .comm = comm, .overwrite = a.overwrite,
-                               .allow_data_change = a.allow_data_change, .stop_signal = &sig};
+                               .allow_data_change = a.allow_data_change, .resume_allow = a.resume_allow,
+                               .n_resume_allow = a.n_resume_allow, .stop_signal = &sig};
   err = zo_train(&cfg, &opts);
   zo_config_free(&cfg);
   if (err && sig) {

@@ -115,6 +115,7 @@ static const struct option all_options[] = {
     {"trace", required_argument, NULL, OPT_TRACE},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
     {"allow-data-change", no_argument, NULL, OPT_ALLOW_DATA_CHANGE},
+    {"resume-allow", required_argument, NULL, OPT_RESUME_ALLOW},
     {"random-init", no_argument, NULL, OPT_RANDOM_INIT},
     {"nvme-path", required_argument, NULL, OPT_NVME_PATH},
     {"out", required_argument, NULL, OPT_OUT},
@@ -173,6 +174,11 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
   case OPT_ALLOW_DATA_CHANGE: a->allow_data_change = true; return 0;
+  case OPT_RESUME_ALLOW:
+    if (a->n_resume_allow == (int)(sizeof a->resume_allow / sizeof a->resume_allow[0]))
+      return cli_bad_usage(usage, "too many --resume-allow options (max %s)", "64");
+    a->resume_allow[a->n_resume_allow++] = v;
+    return 0;
   case OPT_RANDOM_INIT: a->random_init = true; return 0;
   case OPT_JSON: a->json = true; return 0;
   case OPT_PLACEMENTS: a->placements = true; return 0;

@@ -23,6 +23,7 @@
 #include "zo/adamw8bit.h"
 #include "zo/fsutil.h"
 #include "zo/run_tokenizer.h"
+#include "zo/run_settings.h"
 #include "zo/hf.h"
 #include "zo/safetensors.h"
 #include "zo/state.h"
@@ -453,6 +454,25 @@ int zo_checkpoint_write_optimizer(const struct zo_checkpoint_txn *x, const struc
   return err ? txn_fail(x, err) : 0;
 }
 
+/* trainer_state.json's "settings": each recorded key's value string. */
+static int add_settings(json_t *j, const struct zo_run_settings *s) {
+  json_t *o = json_object();
+  int bad = !o;
+  for (int i = 0; i < zo_run_settings_n() && !bad; i++) {
+    const char *v = zo_run_settings_value(s, i);
+    json_t *js = v ? json_string(v) : NULL;
+    if (v && !js && o) {
+      json_decref(o);
+      return zo_error(-EINVAL, "%s = %s: not UTF-8, and trainer_state.json records it as a string: give a path in "
+                               "UTF-8", zo_run_settings_key(i), v);
+    }
+    if (v) bad = json_object_set_new(o, zo_run_settings_key(i), js);
+  }
+  if (!bad) bad = json_object_set_new(j, "settings", o);
+  else json_decref(o);
+  return bad ? zo_error(-ENOMEM, "out of memory building trainer_state.json's settings") : 0;
+}
+
 int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_train_state *state, int n_shards,
                          const uint32_t *shard_crcs, const struct zo_checkpoint_opts *o, char *out_path,
                          size_t out_size) {
@@ -503,6 +523,10 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
                     : NULL;
   if (!j) return txn_fail(x, zo_error(-ENOMEM, "out of memory building trainer_state.json"));
   if (n_shards < 0) json_object_set_new(j, "weights_only", json_true());
+  if (o->settings && (err = add_settings(j, o->settings))) {
+    json_decref(j);
+    return txn_fail(x, err);
+  }
   const struct zo_run_inputs *in = &state->inputs;
   if (in->data_known)
     json_object_set_new(j, "data_train", json_pack("{s:s, s:I, s:I}", "path", in->data_path, "bytes",

@@ -62,7 +62,8 @@ static int save_sharded(const struct zo_run_saver *t, const struct zo_train_stat
       if (!crcs) err = zo_error(-ENOMEM, "out of host memory saving a checkpoint");
       for (int r = 0; crcs && r < t->n_ranks; r++) crcs[r] = all[r].crc;
       if (crcs) {
-        const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer};
+        const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer,
+                                            .settings = t->settings};
         err = zo_checkpoint_commit(&x, st, t->n_ranks, crcs, &o, out, out_size);
       }
       free(crcs);
@@ -118,7 +119,8 @@ int zo_run_save(const struct zo_run_saver *t, const struct zo_train_state *st) {
   } else if (t->lead) {
     /* Rank 0 writes the checkpoint: every rank holds the same state. */
     const struct zo_model *m = zo_sched_model(t->sched);
-    const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer};
+    const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer,
+                                            .settings = t->settings};
     err = zo_checkpoint_save_opts(cfg->checkpoint.dir, m, weights_only ? NULL : &pl->opt, t->io, st, &o, path,
                                   sizeof path);
     const int done = zo_sched_state_done(t->sched);

@@ -26,6 +26,7 @@ struct zo_run_saver {
   const struct zo_state_io *io;   /* the scheduler's state I/O */
   const struct zo_placement *pl;  /* the optimizer's format and sharding */
   const char *tokenizer;          /* the run's tokenizer.json, "" none */
+  const struct zo_run_settings *settings; /* recorded in every checkpoint (zo/run_settings.h) */
 };
 
 /* Saves checkpoint-<st->step> under checkpoint.dir (weights only at the

@@ -48,6 +48,7 @@
 #include "zo/lr_schedule.h"
 #include "zo/model.h"
 #include "zo/plan.h"
+#include "zo/run_settings.h"
 #include "zo/run_tokenizer.h"
 #include "zo/sample.h"
 #include "zo/sched.h"
@@ -80,6 +81,7 @@ struct trainer {
   char tokenizer[PATH_MAX];        /* the run's tokenizer.json (zo/run_tokenizer.h), "" none */
   bool tokenizer_from_ckpt;        /* taken from the resumed checkpoint: follows the newest save */
   struct zo_run_inputs inputs;     /* data.train and the tokenizer, as checkpoints record them */
+  struct zo_run_settings *settings; /* what the mathematics depends on, as checkpoints record it */
   struct zo_train_state st;        /* what a checkpoint records */
   struct zo_adamw_hparams hp0;     /* AdamW's constants; the rate is the schedule's */
   struct zo_tracer tracer;         /* engine.trace: rank 0's timeline of the configured steps */
@@ -87,6 +89,7 @@ struct trainer {
 };
 
 static void trainer_free(struct trainer *t) {
+  zo_run_settings_free(t->settings);
   zo_run_log_close(&t->log);
   zo_data_close(t->train);
   zo_data_close(t->val);
@@ -205,11 +208,14 @@ static int open_data(struct trainer *t) {
   return 0;
 }
 
-/* data.train's and the tokenizer's fingerprints, recorded in every checkpoint. */
+/* data.train's and the tokenizer's fingerprints and the run's settings,
+ * recorded in every checkpoint. */
 static int record_inputs(struct trainer *t) {
   struct zo_run_inputs *in = &t->inputs;
   uint64_t bytes;
-  int err = zo_file_fingerprint(t->cfg->data.train, false, &in->data_bytes, &in->data_crc);
+  int err = zo_run_settings_of_run(t->cfg, &t->mc, t->n_ranks, &t->settings);
+  if (err) return err;
+  err = zo_file_fingerprint(t->cfg->data.train, false, &in->data_bytes, &in->data_crc);
   if (err) return zo_error(err, "data.train: %s", zo_last_error());
   in->data_known = true;
   snprintf(in->data_path, sizeof in->data_path, "%s", t->cfg->data.train);
@@ -262,11 +268,22 @@ static int check_inputs(struct trainer *t, const char *path, const struct zo_run
 
 /* ---- load: resume > model.init_from > seeded init ---------------------------- */
 
+/* The checkpoint's settings against this run's (zo/run_settings.h), before
+ * anything of it is loaded. */
+static int check_settings(struct trainer *t, const char *path) {
+  struct zo_run_settings *was;
+  int err = zo_run_settings_of_checkpoint(path, t->mc.n_head, &was);
+  if (err) return err;
+  err = zo_run_settings_compare(was, t->settings, path, t->opts->resume_allow, t->opts->n_resume_allow,
+                                t->lead ? stdout : NULL);
+  zo_run_settings_free(was);
+  return err;
+}
+
 /* opts->resume's checkpoint ("auto": rank 0's latest, so that every rank
  * loads the same one) into the scheduler, the data position restored. */
 static int resume(struct trainer *t, char *path, size_t size) {
   const struct zo_config *cfg = t->cfg;
-  const int B = t->B, N = t->n_ranks;
   struct zo_train_state *st = &t->st;
   int err;
   if (strcmp(t->opts->resume, "auto") == 0) {
@@ -277,6 +294,7 @@ static int resume(struct trainer *t, char *path, size_t size) {
   } else {
     snprintf(path, size, "%s", t->opts->resume);
   }
+  if ((err = zo_checkpoint_refuse_unchecked(path)) || (err = check_settings(t, path))) return err;
   if ((err = zo_checkpoint_load_io(path, t->m, &t->plan.placement.opt, &t->io, true, st))) return err;
   if ((err = check_inputs(t, path, &st->inputs))) return err;
   if (st->seed != cfg->engine.seed)
@@ -289,11 +307,6 @@ static int resume(struct trainer *t, char *path, size_t size) {
   if (st->step >= cfg->steps)
     say(t, "nothing to train: the checkpoint is at step %ld and steps = %ld; raise steps (--set steps=N, N > "
            "%ld) to train further\n", st->step, cfg->steps, st->step);
-  if (st->batch_rows && st->batch_rows != (long)B * N)
-    say(t, "warning: the checkpoint was saved with global micro-batches of %ld rows (%d rank%s), this run has "
-           "%d (%d rank%s x train_micro_batch_size_per_gpu %d): its data position counts micro-batches, so "
-           "the data order differs from the saved run's\n",
-        st->batch_rows, st->world_size, st->world_size == 1 ? "" : "s", B * N, N, N == 1 ? "" : "s", B);
   return 0;
 }
 
@@ -545,7 +558,8 @@ static int evaluate(struct trainer *t, long step) {
 static int save(struct trainer *t) {
   const struct zo_run_saver s = {.cfg = t->cfg, .comm = t->comm, .rank = t->rank, .n_ranks = t->n_ranks,
                                  .lead = t->lead, .tty = t->tty, .sched = t->sched, .io = &t->io,
-                                 .pl = &t->plan.placement, .tokenizer = t->tokenizer};
+                                 .pl = &t->plan.placement, .tokenizer = t->tokenizer,
+                                 .settings = t->settings};
   int err = zo_run_save(&s, &t->st);
   /* The checkpoint's tokenizer, taken at resume, is read from the newest
    * save from now on: retention may remove the one resumed from. */

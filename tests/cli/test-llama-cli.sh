@@ -104,9 +104,9 @@ run greedy2 sample "$config" "${resumed[@]}" --prompt "The " --tokens 30 --top-k
 if cmp -s "$tmp/greedy1.out" "$tmp/greedy2.out"; then ok; else bad "greedy samples depend on the seed"; fi
 
 # A checkpoint of another model is refused as a config error (exit 2), naming both.
-expect 2 "differs from the config's" kv3 train "$config" "${resumed[@]}" --set steps=20 --resume auto \
+expect 2 "model.num_key_value_heads: the checkpoint's" kv3 train "$config" "${resumed[@]}" --set steps=20 --resume auto \
   --set model.num_key_value_heads=3
-expect 2 "differs from the config's" tied train "$config" "${resumed[@]}" --set steps=20 --resume auto \
+expect 2 "model.tie_word_embeddings: the checkpoint's false, this run's true" tied train "$config" "${resumed[@]}" --set steps=20 --resume auto \
   --set model.tie_word_embeddings=true
 # Llama 3's context: sampling plans the text's length, not 131072 positions.
 expect 0 "The " long sample "$config" --set checkpoint.dir="$tmp/none" --set model.max_seq_len=131072 \

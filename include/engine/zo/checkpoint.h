@@ -11,8 +11,9 @@
  *                         below min_8bit_size), each concatenated in table
  *                         order; metadata "optimizer" ("AdamW" or
  *                         "AdamW8bit"), "block_size", "min_8bit_size"
- *   trainer_state.json    step, data position, schedule, and the CRC32 of every
- *                         other file, written last
+ *   trainer_state.json    step, data position, schedule, the settings the run's
+ *                         mathematics depends on ("settings", zo/run_settings.h),
+ *                         and the CRC32 of every other file, written last
  * A save writes a temporary directory, fsyncs every file, renames it into
  * place and fsyncs the parent, so a crash leaves the last checkpoint intact. A
  * load verifies every checksum first: a truncated or corrupt checkpoint is
@@ -93,6 +94,8 @@ int zo_checkpoint_save_io(const char *dir, const struct zo_model *m, const struc
 int zo_checkpoint_save_weights_io(const char *dir, const struct zo_model *m, const struct zo_state_io *io,
                                   const struct zo_train_state *state, int keep, char *out_path, size_t out_size);
 
+struct zo_run_settings;
+
 /* What a save writes beside the state, and what it keeps. */
 struct zo_checkpoint_opts {
   int keep;              /* checkpoints kept, the oldest beyond removed (0: all) */
@@ -100,6 +103,8 @@ struct zo_checkpoint_opts {
                           * (zo_tokenizer_files) are copied in and listed with their checksums in
                           * trainer_state.json, so that the checkpoint is a whole Hugging Face model
                           * directory; NULL or "": none */
+  const struct zo_run_settings *settings; /* recorded as trainer_state.json's "settings", which a
+                                           * resume compares (zo/run_settings.h); NULL: none */
 };
 /* zo_checkpoint_save_io with options o; opt NULL: weights only, as
  * zo_checkpoint_save_weights_io. */

@@ -29,6 +29,9 @@ struct zo_train_opts {
                         * non-empty log.metrics_path) removes them first instead of refusing */
   bool allow_data_change; /* a resume on another data.train or tokenizer than the checkpoint's goes on
                            * (said) instead of being refused */
+  const char *const *resume_allow; /* keys of zo/run_settings.h whose change a resume allows (said) instead
+                                    * of refusing (--resume-allow KEY) */
+  int n_resume_allow;
   int *stop_signal;    /* receives SIGINT or SIGTERM when one stopped the run (it returns -EINTR),
                         * else 0 (may be NULL) */
   zo_backend_t backend; /* the backend to run on, borrowed (NULL: engine.device's, zo_train_backend);
