@@ -372,7 +372,8 @@ static int test_apply(void) {
   ZO_REQUIRE(res.chosen && !cfg.micro_batch_auto && !cfg.grad_accum_auto);
   ZO_REQUIRE(cfg.micro_batch * cfg.grad_accum == 16 && cfg.zero.offload_optimizer.device == ZO_OFFLOAD_NONE);
   snprintf(want, sizeof want, "--set train_micro_batch_size_per_gpu=%d\n", cfg.micro_batch);
-  if (!strstr(text, "auto plan (\"auto\" micro-batch)") || (cfg.micro_batch != 16 && !strstr(text, want)) ||
+  if (!strstr(text, "auto plan (train_micro_batch_size_per_gpu, gradient_accumulation_steps = \"auto\") for GPT-2, 4 "
+                    "layers") || !strstr(text, "16 sequences a step (train_batch_size)") || (cfg.micro_batch != 16 && !strstr(text, want)) ||
       !strstr(text, path)) {
     zo_test_fail("the choice is not printed as expected (want \"%s\", %s):\n%s", want, path, text);
     return 1;

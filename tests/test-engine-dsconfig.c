@@ -179,7 +179,8 @@ static int test_hf_examples(void) {
   char *printed;
   EXPECT(load(&c, "ds_config_zero2", ds_config_zero2, NULL, 0, &printed) == 0);
   EXPECT(c.zero.stage == 2 && c.zero.offload_optimizer.device == ZO_OFFLOAD_CPU);
-  EXPECT(!c.fp16.enabled && !c.bf16 && c.micro_batch == 1 && c.grad_accum == 1 && c.train_batch_size == 0);
+  /* "auto" micro-batch: the Trainer's per_device_train_batch_size default, 8 */
+  EXPECT(!c.fp16.enabled && !c.bf16 && c.micro_batch == 8 && c.grad_accum == 1 && c.train_batch_size == 0);
   EXPECT(c.optimizer.lr == 1e-3 && c.optimizer.betas[0] == 0.9 && c.optimizer.betas[1] == 0.999 &&
          c.optimizer.eps == 1e-8 && c.optimizer.weight_decay == 0.01 && c.gradient_clipping == 0);
   EXPECT(c.scheduler.type == ZO_SCHEDULER_WARMUP_LR && c.scheduler.warmup_min_lr == 0 &&

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "zo/autoplan.h"
+#include "zo/host_check.h"
 #include "zo/sample.h"
 #include "zo/train.h"
 
@@ -22,12 +23,18 @@ int cli_train(int argc, char **argv) {
   if (r) return r == 1 ? 0 : r;
   struct zo_config cfg;
   if ((r = cli_load_config(&a, &cfg))) return r;
+  /* The data before anything (the planner's search included). */
+  int err = zo_host_check_data(&cfg);
+  if (err) {
+    zo_config_free(&cfg);
+    return cli_fail(cli_exit_code(err), "train");
+  }
   /* engine.placement = "auto", DeepSpeed's "auto" micro-batch or accumulation:
    * the planner's choice replaces cfg (printed, and written to the run directory). */
   const struct zo_autoplan_apply_opts ao = {.config_path = a.config, .sets = a.sets, .n_sets = a.n_sets,
                                             .out = stdout, .err = stderr};
   struct zo_autoplan_applied applied;
-  int err = zo_autoplan_apply(&cfg, &ao, &applied);
+  err = zo_autoplan_apply(&cfg, &ao, &applied);
   if (err) {
     zo_config_free(&cfg);
     return applied.reload_failed ? cli_fail(2, NULL) : cli_fail(cli_exit_code(err), "train");

@@ -74,7 +74,8 @@ _Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
    RANGE(1, 1024), .def = nbuf}
 
 const struct zo_config_key zo_config_schema[] = {
-  {KEY("train_micro_batch_size_per_gpu", KEY_INT, micro_batch), ATLEAST(1), .def = "1"},
+  /* "auto": the Hugging Face Trainer's per_device_train_batch_size default */
+  {KEY("train_micro_batch_size_per_gpu", KEY_INT, micro_batch), ATLEAST(1), .def = "1", .auto_def = "8"},
   {KEY("gradient_accumulation_steps", KEY_INT, grad_accum), ATLEAST(1), .def = "1"},
   {KEY("steps", KEY_INT, steps), ATLEAST(1), .def = "1000"},
   {KEY("train_batch_size", KEY_INT, train_batch_size), ATLEAST(0), .def = "0"},

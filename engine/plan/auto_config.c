@@ -14,17 +14,11 @@
 #include "zo/autoplan.h"
 #include "zo/launcher.h"
 
-/* The fastest fitting candidate train may take: any one with engine.placement
- * = "auto", else one that changes only the batch split. NULL when none. */
-static const struct zo_autoplan_candidate *autoplan_pick(const struct zo_autoplan *ap, bool placement) {
-  for (int i = 0; i < ap->n_fit; i++) {
-    bool batch_only = true;
-    for (int k = 0; k < ap->fit[i].n_sets; k++)
-      batch_only = batch_only && (!strncmp(ap->fit[i].sets[k], "train_micro_batch_size_per_gpu=", 31) ||
-                                  !strncmp(ap->fit[i].sets[k], "gradient_accumulation_steps=", 28));
-    if (placement || batch_only) return &ap->fit[i];
-  }
-  return NULL;
+/* The fastest fitting candidate: with engine.placement = "auto" any one,
+ * else the search held the config's placement and varied only the split
+ * (zo_autoplan_opts.split_only). NULL when none. */
+static const struct zo_autoplan_candidate *autoplan_pick(const struct zo_autoplan *ap) {
+  return ap->n_fit ? &ap->fit[0] : NULL;
 }
 
 /* What is "auto" in cfg, as the config names it, for messages. */
@@ -90,7 +84,8 @@ int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts
   FILE *out = lead ? o->out : NULL;
   const struct zo_autoplan_opts so = {.config_path = o->config_path, .sets = o->sets, .n_sets = o->n_sets,
                                       .backend = ranks ? NULL : be, .profile = &prof,
-                                      .host_limit = ranks ? 0 : hl.limit, .cpu_backend = cpu};
+                                      .host_limit = ranks ? 0 : hl.limit, .cpu_backend = cpu,
+                                      .split_only = !placement};
   struct zo_autoplan ap;
   int err = zo_autoplan_search(&so, &ap);
   if (err) {
@@ -98,16 +93,21 @@ int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts
     snprintf(why, sizeof why, "%s", zo_last_error());
     return zo_error(err, "planning %s: %s", auto_what(cfg, what, sizeof what), why);
   }
-  const struct zo_autoplan_candidate *found = autoplan_pick(&ap, placement);
+  const struct zo_autoplan_candidate *found = autoplan_pick(&ap);
   if (!found) {
     zo_autoplan_print(&ap, &prof, 5, o->err);
     zo_autoplan_free(&ap);
     return zo_error(-ENOSPC, "no candidate of the planner fits (above)");
   }
+  char what[128], model[512];
   if (out)
-    fprintf(out, "auto plan (%s): %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s)\n",
-            placement ? "engine.placement = \"auto\"" : "\"auto\" micro-batch", found->what,
-            found->cost.step_s * 1e3, found->tokens_per_s, prof.measured ? prof.source : "defaults");
+    fprintf(out, "auto plan (%s) for %s: %s, predicted %.1f ms per step, %.0f tokens/s (rates: %s); %d sequences a "
+                 "step (%s)\n",
+            auto_what(cfg, what, sizeof what), zo_model_describe(&ap.model, model, sizeof model), found->what,
+            found->cost.step_s * 1e3, found->tokens_per_s,
+            prof.measured ? prof.source : "defaults", ap.global_batch,
+            cfg->train_batch_size ? "train_batch_size"
+                                  : "micro-batch x accumulation; \"auto\" is 8 x 1, the Hugging Face Trainer's defaults");
   /* The chosen overrides after the user's, and the placement fixed. */
   for (int k = 0; k < found->n_sets && out; k++) fprintf(out, "  --set %s\n", found->sets[k]);
   err = autoplan_reload(cfg, o, found, placement);

@@ -195,6 +195,27 @@ static int try_gslots(struct search *S, struct cand_spec *s, struct zo_autoplan_
   return try_spec(S, s, c);
 }
 
+/* zo_autoplan_opts.split_only: each micro-batch of mbs with the config's
+ * placement, precision and checkpointing. */
+static int search_split(struct search *S, const int *mbs, int n_mb) {
+  const struct zo_config *b = S->base;
+  struct zo_autoplan *a = S->a;
+  const int ckpt = !b->activation_checkpointing.enabled ? 0 : b->activation_checkpointing.cpu_checkpointing ? 2 : 1;
+  for (int i = 0; i < n_mb; i++) {
+    if (a->global_batch % mbs[i]) continue;
+    struct cand_spec s = {.B = mbs[i], .K = a->global_batch / mbs[i], .ckpt = ckpt,
+                          .opt = b->zero.offload_optimizer.device, .param = b->zero.offload_param.device,
+                          .slots = b->zero.offload_param.buffer_count};
+    struct zo_autoplan_candidate c;
+    const int r = try_spec(S, &s, &c);
+    if (r < 0) continue;
+    int err = r == 1 ? add(&a->fit, &a->n_fit, &S->cap_fit, &c) : 0;
+    if (r != 1) consider_closest(S, &c);
+    if (err) return err;
+  }
+  return 0;
+}
+
 static int search_all(struct search *S, bool eightbit) {
   const struct zo_config *b = S->base;
   struct zo_autoplan *a = S->a;
@@ -205,6 +226,7 @@ static int search_all(struct search *S, bool eightbit) {
   bool have = false;
   for (int i = 0; i < n_mb; i++) have = have || mbs[i] == b->micro_batch;
   if (!have) mbs[n_mb++] = b->micro_batch;
+  if (S->o->split_only) return search_split(S, mbs, n_mb);
   const bool nv = a->nvme_dir[0] != '\0';
   const int n_half = !b->bf16 && !b->fp16.enabled && S->o->profile->half_ok ? 2 : 1;
   static const enum zo_offload_device places[][2] = {
@@ -306,7 +328,7 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   }
   struct search S = {.o = o, .base = &base, .a = a};
   if ((err = search_all(&S, false))) goto out;
-  if (base.optimizer.type != ZO_OPTIMIZER_ADAMW8BIT && (err = search_all(&S, true))) goto out;
+  if (base.optimizer.type != ZO_OPTIMIZER_ADAMW8BIT && !o->split_only && (err = search_all(&S, true))) goto out;
   if (a->n_fit) qsort(a->fit, (size_t)a->n_fit, sizeof *a->fit, cmp_cand);
   if (a->n_suggest) qsort(a->suggest, (size_t)a->n_suggest, sizeof *a->suggest, cmp_cand);
   /* Suggestions worth a user's thought: faster than the best plan, or the

@@ -75,9 +75,15 @@ static int check_readable(const char *key, const char *path) {
   return 0;
 }
 
-int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend) {
+int zo_host_check_data(const struct zo_config *cfg) {
+  if (!cfg->data.train || !cfg->data.train[0])
+    return zo_error(-EINVAL, "data.train: no training data given (a token file path)");
   int err = check_readable("data.train", cfg->data.train);
-  if (!err) err = check_readable("data.val", cfg->data.val);
+  return err ? err : check_readable("data.val", cfg->data.val);
+}
+
+int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend) {
+  int err = zo_host_check_data(cfg);
   return err ? err : zo_host_machine_check(cfg, p, cpu_backend);
 }
 

@@ -130,7 +130,7 @@ expect 0 'auto plan (engine.placement = "auto")' trainauto -- train "$repo/confi
 check auto-config "[[ -s '$tmp/run/auto-config.json' ]] && grep -q '\"placement\": \"config\"' '$tmp/run/auto-config.json'"
 expect 0 '"train_micro_batch_size_per_gpu"' reload -- config "$tmp/run/auto-config.json"
 # DeepSpeed's "auto" micro-batch with train_batch_size: only the split is chosen, product kept.
-expect 0 '"auto" micro-batch' mbauto -- train "$repo/configs/tiny.json" --set train_micro_batch_size_per_gpu=auto \
+expect 0 'auto plan (train_micro_batch_size_per_gpu, gradient_accumulation_steps = "auto")' mbauto -- train "$repo/configs/tiny.json" --set train_micro_batch_size_per_gpu=auto \
   --set gradient_accumulation_steps=auto --set train_batch_size=16 --set steps=1 --set engine.device=cpu \
   --set data.train="$tmp/text.txt" --set data.format=text --set data.val= --set checkpoint.dir= --set log.metrics_path=
 check mbauto-product "grep -Eq 'micro-batch (1 x 16|2 x 8|4 x 4|8 x 2|16 x 1)' '$tmp/mbauto.out' && ! grep -q 'offload_optimizer.device=' '$tmp/mbauto.out'"

@@ -16,6 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1
 repo=$2
 cli_init messages
+cli_prepare_text
 
 # has_not NAME TEXT: $tmp/NAME.out does not hold TEXT.
 has_not() {
@@ -34,7 +35,7 @@ has_not qwen3 "q/k norms and head_dim apart from the width"
 cat >"$tmp/ds.json" <<JSON
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
- "model": {"init_from": "$tmp/no-such-model"}, "data": {"train": "$tmp/no-such.bin"}}
+ "model": {"init_from": "$tmp/no-such-model"}, "data": {"train": "$tmp/train.bin"}}
 JSON
 expect 1 "planning train_micro_batch_size_per_gpu, gradient_accumulation_steps = \"auto\": model.init_from: $tmp/no-such-model" \
   dsauto -- train "$tmp/ds.json"

@@ -139,6 +139,9 @@ struct zo_autoplan_opts {
                                    * plan --auto --nvme-free: another machine's); given, the directory
                                    * need not exist here */
   bool host_given;                /* host_limit is another machine's (plan --auto --host-ram) */
+  bool split_only;                /* only the split of the global batch (micro-batch x accumulation),
+                                   * with the config's placement, precision and checkpointing: what
+                                   * DeepSpeed's "auto" batch keys let train choose */
 };
 
 struct zo_autoplan_candidate {

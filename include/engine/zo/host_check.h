@@ -35,6 +35,10 @@ int zo_host_limit_read(struct zo_host_limit *h);
  * Returns 0 or -errno. */
 int zo_host_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
 
+/* The data half of zo_host_check: data.train given, it and data.val (when
+ * set) readable. train's "auto" settings run it before the planner's search. */
+int zo_host_check_data(const struct zo_config *cfg);
+
 /* The memory half of zo_host_check (plan runs it: no data files needed). */
 int zo_host_machine_check(const struct zo_config *cfg, const struct zo_plan *p, bool cpu_backend);
 
