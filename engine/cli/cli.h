@@ -32,7 +32,7 @@ enum opt {
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
-  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW,
+  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW, OPT_VERBOSE,
 };
 
 enum positional { POS_CONFIG, POS_FILES, POS_NONE };
@@ -46,7 +46,7 @@ struct args {
   size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
-  bool memory_report, seed_given, json, placements, overwrite, random_init, autoplan, allow_data_change;
+  bool memory_report, verbose, seed_given, json, placements, overwrite, random_init, autoplan, allow_data_change;
   size_t host_ram[8]; /* --host-ram sizes */
   size_t nvme_free;   /* plan --auto --nvme-free, bytes */
   const char *backend; /* plan --auto --backend cpu|cuda */

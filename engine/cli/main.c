@@ -89,6 +89,7 @@ static const struct option all_options[] = {
     {"resume", required_argument, NULL, OPT_RESUME},
     {"sample", required_argument, NULL, OPT_SAMPLE},
     {"memory-report", no_argument, NULL, OPT_MEMORY_REPORT},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"prompt", required_argument, NULL, OPT_PROMPT},
@@ -172,6 +173,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
   case OPT_SEPARATOR: a->separator = v; return 0;
   case OPT_FORMAT: a->format = v; return 0;
   case OPT_MEMORY_REPORT: a->memory_report = true; return 0;
+  case OPT_VERBOSE: a->verbose = true; return 0;
   case OPT_OVERWRITE: a->overwrite = true; return 0;
   case OPT_ALLOW_DATA_CHANGE: a->allow_data_change = true; return 0;
   case OPT_RESUME_ALLOW:

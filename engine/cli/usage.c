@@ -24,7 +24,7 @@ const char *const cli_usage_main =
 
 const char *const cli_usage_train =
     "usage: zoffload train CONFIG [--set key=value]... [--resume DIR|auto] [--overwrite] [--sample N]\n"
-    "                      [--memory-report] [--trace FILE]\n"
+    "                      [--memory-report] [--verbose] [--trace FILE]\n"
     "  --set key=value   override a config key (JSON value, or a plain string)\n"
     "  --resume DIR      continue exactly from checkpoint directory DIR; 'auto' takes the\n"
     "                    latest checkpoint-<step> under checkpoint.dir\n"
@@ -38,8 +38,9 @@ const char *const cli_usage_train =
     "                    such a run is refused; a checkpoint.dir is locked by the run writing to it\n"
     "  SIGINT / SIGTERM  finish the step, save a checkpoint, exit 130 / 143; a second one exits at once\n"
     "  --sample N        generate N tokens after training (byte-level models print text)\n"
-    "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated;\n"
-    "                    every run ends with the memory report (planned, peak, current)\n"
+    "  --memory-report   print the memory plan (device, host, nvme) before anything is allocated,\n"
+    "                    and the memory report (planned, peak, current per category) at the end\n"
+    "  --verbose         the memory report at the end (every run ends with its one summary line)\n"
     "  --set engine.placement=auto  train the best plan of `zoffload plan CONFIG --auto` (DeepSpeed's\n"
     "                    \"auto\" micro-batch or accumulation: only their split); the chosen --set lines\n"
     "                    and the effective config are printed and written to checkpoint.dir/auto-config.json\n"

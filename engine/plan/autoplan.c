@@ -280,9 +280,18 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   if ((err = zo_train_model_config(&base, &a->model))) goto out;
   a->global_batch = base.micro_batch * base.grad_accum;
   a->T = base.data.seq_len;
+  a->steps = base.data.epochs > 0 ? 0 : base.steps;
   a->memlock = o->memlock;
   size_t free_b = 0, total_b = 0;
-  if (base.engine.gpu_memory_budget) {
+  if (base.engine.gpu_memory_budget && !o->cpu_backend && base.engine.gpu_memory_budget > ZO_CUDA_CONTEXT_MARGIN) {
+    /* A GPU's size given as the budget: the CUDA context (and cuBLASLt's
+     * handle, the kernels' modules) takes its part before the arena. */
+    char m[32];
+    a->budget[ZO_TIER_DEVICE] = base.engine.gpu_memory_budget - ZO_CUDA_CONTEXT_MARGIN;
+    snprintf(a->budget_src[ZO_TIER_DEVICE], sizeof a->budget_src[0],
+             "engine.gpu_memory_budget less %s for the CUDA context (docs/offload.md)",
+             zo_format_bytes(ZO_CUDA_CONTEXT_MARGIN, m));
+  } else if (base.engine.gpu_memory_budget) {
     a->budget[ZO_TIER_DEVICE] = base.engine.gpu_memory_budget;
     snprintf(a->budget_src[ZO_TIER_DEVICE], sizeof a->budget_src[0], "engine.gpu_memory_budget");
   } else if (o->backend && o->backend->mem_info(&free_b, &total_b) == 0) {
@@ -383,6 +392,18 @@ static void print_schedule(const struct zo_autoplan *a, const struct zo_autoplan
           zo_format_bytes(need, b[1]), !a->budget[t] || need <= a->budget[t] ? "fits" : "over budget");
 }
 
+/* The whole run's predicted time for candidate c: steps x its step. */
+static void print_run_time(const struct zo_autoplan *a, const struct zo_autoplan_candidate *c, FILE *out) {
+  if (a->steps <= 0) {
+    fprintf(out, "  the run's length: data.epochs sets its steps at start-up (from data.train's size)\n");
+    return;
+  }
+  const double s = c->cost.step_s * (double)a->steps;
+  if (s < 120) fprintf(out, "  #1 for the config's %ld steps: %.1f s predicted\n", a->steps, s);
+  else if (s < 7200) fprintf(out, "  #1 for the config's %ld steps: %.1f min predicted\n", a->steps, s / 60);
+  else fprintf(out, "  #1 for the config's %ld steps: %.1f h predicted\n", a->steps, s / 3600);
+}
+
 void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile *r, int top, FILE *out) {
   char desc[200], b[3][32];
   const bool cpu = r->shared_cores;
@@ -405,6 +426,7 @@ void zo_autoplan_print(const struct zo_autoplan *a, const struct zo_cost_profile
     const int n = top > 0 && top < a->n_fit ? top : a->n_fit;
     for (int i = 0; i < n; i++) print_row(&a->fit[i], i + 1, cpu, out);
     if (n < a->n_fit) fprintf(out, "  ... %d more (--json lists all)\n", a->n_fit - n);
+    print_run_time(a, &a->fit[0], out);
     print_schedule(a, &a->fit[0], out);
   } else if (a->have_closest) {
     const struct zo_autoplan_candidate *c = &a->closest;

@@ -182,7 +182,14 @@ int zo_sample_generate_text(struct zo_model *m, zo_stream_t s, int32_t *ctx, int
       goto out;
     zo_cpu_cast(row, ZO_F32, raw, m->dtype, (size_t)Vp);
     int tok = sample_token(row, V, temperature, top_k, scratch, &rng);
-    if (stop_at_eos && tok == eos) break;
+    if (stop_at_eos && tok == eos) {
+      /* Said on stderr after the text (stdout holds the text alone). */
+      if (tk && (err = write_text(tk, ctx + n_ctx0, (size_t)(n_ctx - n_ctx0), true, true, &done, out))) goto out;
+      fputc('\n', out);
+      fflush(out);
+      fprintf(stderr, "sample: stopped at the end-of-text token (id %d) after %d of %d tokens\n", eos, i, n_new);
+      goto out;
+    }
     ctx[n_ctx++] = tok;
     if (tk && tok == eos) {
       /* Going on past the end of a document: a blank line, then the next. */

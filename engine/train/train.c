@@ -11,9 +11,11 @@
  * it counts as a step (data consumed, logged with "skipped": true) but not
  * as an AdamW step or LR-schedule step, as in DeepSpeed. Parameters on NVMe
  * are refused with -ENOTSUP. Activation checkpointing and the chunked LM
- * head live in the model and the scheduler. Every run ends with the memory report
- * (planned, peak and current bytes per tier and category, measured in the
- * allocators); --memory-report prints the plan before anything is allocated.
+ * head live in the model and the scheduler. Every run ends with one line of
+ * planned and peak bytes per tier, and with --verbose or --memory-report the
+ * memory report (planned, peak and current bytes per tier and category,
+ * measured in the allocators); --memory-report also prints the plan before
+ * anything is allocated.
  * Data parallel (zo_train_opts.comm over several ranks): each rank trains its
  * rows of the global micro-batch; at ZeRO stage 0 every rank holds the whole
  * state and the scheduler sums the gradients, at stage >= 1 each rank owns
@@ -669,7 +671,8 @@ static int trainer_finish(struct trainer *t) {
   zo_sched_stats(t->sched, &s1);
   if (t->lead) print_peaks(&s1, stdout);
   if ((err = zo_sched_memory(t->sched, &mem))) return err;
-  if (t->lead) zo_plan_report_print(&t->plan, &mem, stdout);
+  /* The summary line is print_peaks'; the report per category on request. */
+  if (t->lead && (opts->verbose || opts->memory_report)) zo_plan_report_print(&t->plan, &mem, stdout);
   if (opts->stats) *opts->stats = s1;
   if (opts->final_params && (err = zo_sched_get_state(t->sched, opts->final_params, NULL, NULL))) return err;
   return sample(t);

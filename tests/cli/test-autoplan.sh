@@ -97,6 +97,9 @@ w8=(plan "$repo/configs/llama-8b.json" --auto --set engine.gpu_memory_budget=10G
 expect 0 "given free space under $tmp/absent/zo" whatif -- "${w8[@]}" --set engine.host_memory_budget=32GiB \
   --host-ram 32GiB
 check whatif-ranked "grep -q '^    1 ' '$tmp/whatif.out' && grep -q 'defaults for the cuda backend' '$tmp/whatif.out'"
+# A card's size as the budget: the CUDA context's margin is left out of it; the run's time is printed.
+check whatif-context "grep -q 'device budget 9.50 GiB engine.gpu_memory_budget less 512.00 MiB for the CUDA context' '$tmp/whatif.out'"
+check whatif-runtime "grep -Eq '^  #1 for the config.s [0-9]+ steps: [0-9.]+ (s|min|h) predicted$' '$tmp/whatif.out'"
 check whatif-untouched "[[ ! -e '$tmp/absent' ]]"
 # 10 GiB of host leaves the parameters on NVMe only (Llama-3-8B's bf16 working copy is 15 GiB;
 # the untied embedding's and the streamed LM head's, 0.98 GiB each, are in the host pool: 9 GiB fits nothing).

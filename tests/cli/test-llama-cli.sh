@@ -56,9 +56,10 @@ val_loss() {
 ck=$tmp/ck
 resumed=(--set checkpoint.dir="$ck" --set log.metrics_path="$ck/metrics.jsonl")
 expect 0 "model: Llama, 4 layers, 6 heads, width 192, vocab 256 (padded 256), 2 key/value heads, MLP 512, untied head" \
-  train12 train "$config" "${resumed[@]}" --set steps=12
+  train12 train "$config" "${resumed[@]}" --set steps=12 --verbose
 if grep -q "^saved $ck/checkpoint-12$" "$tmp/train12.out"; then ok; else bad "train did not save checkpoint-12"; fi
 if grep -q "unclassified" "$tmp/train12.out"; then bad "memory report has unclassified bytes"; else ok; fi
+grep -q "^memory report (planned before start-up" "$tmp/train12.out" && ok || bad "train --verbose printed no memory report"
 expect 0 "resumed from $ck/checkpoint-12 at step 12" resume train "$config" "${resumed[@]}" --set steps=18 --resume auto
 if [[ -d $ck/checkpoint-18 && -d $ck/checkpoint-12 && ! -d $ck/checkpoint-6 ]]; then ok; else
   bad "after the resume $ck holds $(ls "$ck" | tr '\n' ' ')(want checkpoint-12, checkpoint-18: keep 2)"

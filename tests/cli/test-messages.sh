@@ -9,7 +9,9 @@
 # the keys docs/config.md lists as without effect are left out of
 # `zoffload config`'s output but for the exceptions the doc names. Item 2:
 # a PEFT adapter directory given as a model is named as one; lora.path is
-# not "did you mean engine.trace.path".
+# not "did you mean engine.trace.path". Item 5: eval says bf16, train's
+# memory report behind --verbose (test-autoplan: the run's time, the CUDA
+# context's margin; hf-finetune: sample's end-of-text note).
 # Usage: test-messages.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -100,5 +102,22 @@ expect 2 "$adapter_msg" -- export "$tmp/adapter" --out "$tmp/adapter-export"
 expect 2 "unknown key \"lora.path\" (no key of lora is close to it; its keys: r, alpha" lorapath -- \
   eval "$repo/configs/tiny.json" --set lora.path=x
 has_not lorapath "engine.trace.path"
+
+# Item 5: eval says when it ran in half precision; train's memory report per
+# category is behind --verbose (or --memory-report), its one summary line
+# always there.
+cat >"$tmp/small.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps": 2,
+ "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "max_seq_len": 32},
+ "data": {"train": "$tmp/train.bin", "val": "$tmp/val.bin", "format": "u16", "seq_len": 16},
+ "engine": {"device": "cpu"}, "checkpoint": {"dir": ""}, "log": {"every": 1}}
+JSON
+expect 0 "ran in bf16 (bf16.enabled): weights and activations in bf16, sums in fp32" evalbf16 -- \
+  eval "$tmp/small.json" --random-init --set bf16.enabled=true --batches 2
+expect 0 "val loss" evalfp32 -- eval "$tmp/small.json" --random-init --batches 2
+has_not evalfp32 "ran in"
+expect 0 "memory: device arena" trainquiet -- train "$tmp/small.json"
+has_not trainquiet "memory report (planned before start-up"
+expect 0 "memory report (planned before start-up" trainverbose -- train "$tmp/small.json" --verbose
 
 cli_report messages

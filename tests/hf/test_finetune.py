@@ -269,8 +269,18 @@ def finetune(binary, tmp, arch, tok_dir, tok, docs):
           "the export holds the weights, config.json and the tokenizer files")
     prompt_ids = hf_tok(PROMPT)["input_ids"]
     gen, tie_at = zo_hf.hf_greedy(model, prompt_ids, N_NEW, T)
-    if hf_tok.eos_token_id in gen:
+    hit_eos = hf_tok.eos_token_id in gen
+    if hit_eos:
         gen = gen[:gen.index(hf_tok.eos_token_id)]
+    if tie_at is None:
+        # sample says on stderr when it stopped at the end-of-text token (and only then)
+        r = subprocess.run([binary, "sample", config, "--checkpoint", ckpt, "--prompt", PROMPT, "--tokens",
+                            str(N_NEW), "--top-k", "1"], capture_output=True)
+        note = [ln for ln in r.stderr.decode(errors="replace").splitlines() if "stopped at the end-of-text" in ln]
+        check(len(note) == (1 if hit_eos else 0) and (not hit_eos or
+              f"(id {hf_tok.eos_token_id}) after {len(gen)} of {N_NEW} tokens" in note[0]),
+              f"sample says it stopped at the end-of-text token exactly when greedy decoding met it "
+              f"(transformers: {'at token ' + str(len(gen)) if hit_eos else 'not within ' + str(N_NEW)}): {note}")
     n_cmp = len(gen) if tie_at is None else tie_at
     want = PROMPT + hf_tok.decode(gen[:n_cmp], skip_special_tokens=True, clean_up_tokenization_spaces=False)
     check(text.startswith(want) and (tie_at is not None or text == PROMPT + hf_tok.decode(

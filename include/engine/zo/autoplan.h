@@ -123,6 +123,13 @@ void zo_cost_step(const struct zo_cost_profile *r, const struct zo_plan *p, stru
 #define ZO_AUTOPLAN_MAX_SETS 14
 #define ZO_AUTOPLAN_SET_LEN 600 /* one "key=value", an nvme_path included */
 
+/* What plan --auto leaves out of a CUDA device budget given as
+ * engine.gpu_memory_budget (a card's size) for the CUDA context, cuBLASLt's
+ * handle and the kernels' modules: a documented margin, not yet measured on
+ * a GPU (a budget read from the device's free memory has the context out
+ * already). */
+#define ZO_CUDA_CONTEXT_MARGIN ((size_t)512 << 20)
+
 struct zo_autoplan_opts {
   const char *config_path;        /* the config file */
   const char *const *sets;        /* the user's --set overrides, applied first */
@@ -171,6 +178,7 @@ struct zo_autoplan {
   size_t memlock;                        /* from the options */
   struct zo_model_config model;
   int T;
+  long steps;                            /* the config's steps (0: data.epochs sets them at start-up) */
 };
 
 /* Searches the candidates of o's config. Returns 0 (a->n_fit may be 0) or

@@ -21,7 +21,8 @@ extern "C" {
 struct zo_train_opts {
   const char *resume;  /* NULL: fresh run; "auto": latest under checkpoint.dir; else a checkpoint dir */
   int sample_tokens;   /* generate this many tokens after training (0 = none) */
-  bool memory_report;  /* print the memory plan before the first step too */
+  bool memory_report;  /* print the memory plan before the first step, and the memory report at the end */
+  bool verbose;        /* the memory report per tier and category at the end (else its one summary line) */
   struct zo_sched_stats *stats; /* receives the planned and peak bytes per tier (may be NULL) */
   float *final_params; /* receives the final parameters, table order (may be NULL) */
   zo_comm_t comm;      /* data-parallel ranks, borrowed (NULL: one process); see zo_train */
