@@ -181,11 +181,19 @@ static int test_hf_examples(void) {
   EXPECT(c.zero.stage == 2 && c.zero.offload_optimizer.device == ZO_OFFLOAD_CPU);
   /* "auto" micro-batch: the Trainer's per_device_train_batch_size default, 8 */
   EXPECT(!c.fp16.enabled && !c.bf16 && c.micro_batch == 8 && c.grad_accum == 1 && c.train_batch_size == 0);
-  EXPECT(c.optimizer.lr == 1e-3 && c.optimizer.betas[0] == 0.9 && c.optimizer.betas[1] == 0.999 &&
-         c.optimizer.eps == 1e-8 && c.optimizer.weight_decay == 0.01 && c.gradient_clipping == 0);
+  /* the other "auto" values: the Trainer's TrainingArguments defaults (learning_rate 5e-5,
+   * adam betas (0.9, 0.999), eps 1e-8, weight_decay 0, max_grad_norm 1.0, warmup 0) */
+  EXPECT(c.optimizer.lr == 5e-5 && c.optimizer.betas[0] == 0.9 && c.optimizer.betas[1] == 0.999 &&
+         c.optimizer.eps == 1e-8 && c.optimizer.weight_decay == 0 && c.gradient_clipping == 1.0);
   EXPECT(c.scheduler.type == ZO_SCHEDULER_WARMUP_LR && c.scheduler.warmup_min_lr == 0 &&
-         c.scheduler.warmup_max_lr == 1e-3 && c.scheduler.warmup_num_steps == 0);
-  EXPECT(count_lines(printed) == 1 && strstr(printed, "ds_config_zero2.json: 7 DeepSpeed keys are accepted") &&
+         c.scheduler.warmup_max_lr == 5e-5 && c.scheduler.warmup_num_steps == 0);
+  /* one line says what each "auto" became */
+  EXPECT(strstr(printed, "ds_config_zero2.json: \"auto\" as the Hugging Face Trainer's defaults: "
+                         "train_micro_batch_size_per_gpu = 8, gradient_accumulation_steps = 1, train_batch_size = "
+                         "micro-batch x accumulation, optimizer.params.lr = 5e-05, ") &&
+         strstr(printed, "optimizer.params.weight_decay = 0.0, ") && strstr(printed, "gradient_clipping = 1.0, ") &&
+         strstr(printed, "fp16.enabled = false (train chooses the split of micro-batch x accumulation)\n"));
+  EXPECT(count_lines(printed) == 2 && strstr(printed, "ds_config_zero2.json: 7 DeepSpeed keys are accepted") &&
          strstr(printed, "zero_optimization.allgather_bucket_size = 200000000.0") &&
          strstr(printed, "zero_optimization.contiguous_gradients = true") &&
          strstr(printed, "steps_per_print = 2000") && strstr(printed, "wall_clock_breakdown = false") &&
@@ -197,7 +205,7 @@ static int test_hf_examples(void) {
   EXPECT(load(&c, "ds_config_zero3", ds_config_zero3, NULL, 0, &printed) == 0);
   EXPECT(c.zero.stage == 3 && c.zero.offload_optimizer.device == ZO_OFFLOAD_CPU &&
          c.zero.offload_param.device == ZO_OFFLOAD_CPU && c.zero.offload_param.pin_memory);
-  EXPECT(count_lines(printed) == 1 && strstr(printed, "ds_config_zero3.json: 10 DeepSpeed keys are accepted") &&
+  EXPECT(count_lines(printed) == 2 && strstr(printed, "ds_config_zero3.json: 10 DeepSpeed keys are accepted") &&
          strstr(printed, "zero_optimization.stage3_prefetch_bucket_size = \"auto\"") &&
          strstr(printed, "zero_optimization.stage3_gather_16bit_weights_on_model_save = true") &&
          strstr(printed, "zero_optimization.sub_group_size = 1000000000.0")); /* no NVMe: unused */

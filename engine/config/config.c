@@ -83,12 +83,14 @@ const struct zo_config_key zo_config_schema[] = {
   SECTION("optimizer"),
   {KEY("optimizer.type", KEY_ENUM, optimizer.type), .names = optimizer_names, .def = "\"AdamW\""},
   SECTION("optimizer.params"),
-  {KEY("optimizer.params.lr", KEY_REAL, optimizer.lr), ABOVE(0), .def = "1e-3"},
+  /* "auto": the Hugging Face Trainer's TrainingArguments defaults (learning_rate
+   * 5e-5, weight_decay 0, max_grad_norm 1.0; betas and eps are the same) */
+  {KEY("optimizer.params.lr", KEY_REAL, optimizer.lr), ABOVE(0), .def = "1e-3", .auto_def = "5e-5"},
   {KEY("optimizer.params.betas", KEY_PAIR, optimizer.betas), .min = 0, .max = 1,
    .flags = HAS_MIN | HAS_MAX | MAX_OPEN, .def = "[0.9, 0.999]"},
   {KEY("optimizer.params.eps", KEY_REAL, optimizer.eps), ABOVE(0), .def = "1e-8"},
   {KEY("optimizer.params.weight_decay", KEY_REAL, optimizer.weight_decay), ATLEAST(0),
-   .def = "0.01"},
+   .def = "0.01", .auto_def = "0"},
   /* AdamW8bit only (AdamW ignores them): DeepSpeed has no 8-bit AdamW, these
    * follow bitsandbytes (block size 256, min_8bit_size 4096). */
   {KEY("optimizer.params.block_size", KEY_INT, optimizer.block_size), RANGE(1, ZO_ADAMW8BIT_BLOCK_MAX),
@@ -113,7 +115,7 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("scheduler.params.cos_min_ratio", KEY_REAL, scheduler.cos_min_ratio), RANGE(0, 1),
    .def = "1e-4", .sched = S_WCL},
 
-  {KEY("gradient_clipping", KEY_REAL, gradient_clipping), ATLEAST(0), .def = "0"},
+  {KEY("gradient_clipping", KEY_REAL, gradient_clipping), ATLEAST(0), .def = "0", .auto_def = "1.0"},
 
   SECTION("bf16"),
   {KEY("bf16.enabled", KEY_BOOL, bf16), .def = "false"},
@@ -720,6 +722,7 @@ static int load(struct zo_config *cfg, const char *path, const char *const *sets
   err = zo_config_check_cross(&ctx, cfg);
   if (err) goto out_free;
   if (!quiet) zo_config_warn_ignored(&ctx, cfg, root);
+  if (!quiet) zo_config_note_auto(&ctx, cfg);
   if (cfg->data.epochs == 0 && !quiet)
     zo_config_warn_total_steps(cfg, zo_config_source2(&ctx, "scheduler.params.total_num_steps", "steps"));
   json_decref(root);

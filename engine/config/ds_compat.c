@@ -21,6 +21,7 @@ static bool is_auto(const struct zo_config_key *k, const json_t *v) {
 int zo_config_auto(struct load_ctx *ctx, struct zo_config *cfg, const struct zo_config_key *k, json_t **v) {
   if (!is_auto(k, *v)) return 0;
   ctx->any_auto = true;
+  ctx->is_auto[key_index(k)] = true;
   /* train chooses these two with the planner (zo/autoplan.h) */
   if (!strcmp(k->path, "train_micro_batch_size_per_gpu")) cfg->micro_batch_auto = true;
   if (!strcmp(k->path, "gradient_accumulation_steps")) cfg->grad_accum_auto = true;
@@ -113,6 +114,33 @@ void zo_config_warn_ignored(const struct load_ctx *ctx, const struct zo_config *
   fprintf(stderr, "zoffload: warning: %s: %d DeepSpeed keys are accepted and have no effect here: %s%s%.0d%s "
                   "(docs/config.md says why for each)\n",
           ctx->file, n, list, n_unlisted ? " and " : "", n_unlisted, n_unlisted ? " more" : "");
+}
+
+/* One line on stderr naming what each "auto" became (the Hugging Face
+ * Trainer's defaults; the batch split is train's to choose). */
+void zo_config_note_auto(const struct load_ctx *ctx, const struct zo_config *cfg) {
+  if (!ctx->any_auto) return;
+  char list[1400];
+  size_t used = 0;
+  int n = 0;
+  for (size_t i = 0; i < zo_config_n_keys; i++) {
+    const struct zo_config_key *k = &zo_config_schema[i];
+    if (!ctx->is_auto[i]) continue;
+    char val[96], item[PATH_MAX_LEN + 112];
+    zo_config_fmt_value(cfg, k, val, sizeof val);
+    if (!strcmp(k->path, "train_batch_size") && !strcmp(val, "0")) snprintf(val, sizeof val, "micro-batch x accumulation");
+    snprintf(item, sizeof item, "%s%s = %s", n++ ? ", " : "", k->path, val);
+    if (used + strlen(item) + 8 < sizeof list) {
+      memcpy(list + used, item, strlen(item) + 1);
+      used += strlen(item);
+    } else if (used + 8 < sizeof list) {
+      memcpy(list + used, ", ...", 6);
+      used += 5;
+    }
+  }
+  const bool split = cfg->micro_batch_auto || cfg->grad_accum_auto;
+  fprintf(stderr, "zoffload: note: %s: \"auto\" as the Hugging Face Trainer's defaults: %s%s\n", ctx->file, list,
+          split ? " (train chooses the split of micro-batch x accumulation)" : "");
 }
 
 /* Hugging Face's and DeepSpeed's shorthands: "bf16": true and "fp16": true

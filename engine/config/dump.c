@@ -168,6 +168,16 @@ static void dump_leaf(const struct zo_config *cfg, const struct zo_config_key *k
   }
 }
 
+void zo_config_fmt_value(const struct zo_config *cfg, const struct zo_config_key *k, char *buf, size_t cap) {
+  FILE *f = fmemopen(buf, cap, "w");
+  if (!f) {
+    snprintf(buf, cap, "?");
+    return;
+  }
+  dump_leaf(cfg, k, f);
+  if (fclose(f) != 0) snprintf(buf, cap, "?");
+}
+
 /* Writes the members of the section at prefix ("" = top level) in table order. */
 static void dump_section(const struct zo_config *cfg, const char *prefix, int depth, FILE *out) {
   size_t plen = strlen(prefix);

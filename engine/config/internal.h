@@ -72,6 +72,7 @@ struct load_ctx {
   int n_sets;
   bool given[ZO_CONFIG_MAX_KEYS];     /* the tree set the key (not null, not "auto") */
   bool any_auto;           /* some key said "auto" */
+  bool is_auto[ZO_CONFIG_MAX_KEYS];   /* the tree said "auto" for the key */
   /* unknown keys, reported together */
   int n_unknown;
   char unknown_src[PATH_MAX_LEN];
@@ -126,6 +127,7 @@ int zo_config_apply_aliases(const struct load_ctx *ctx, json_t *root);
 int zo_config_auto(struct load_ctx *ctx, struct zo_config *cfg, const struct zo_config_key *k, json_t **v);
 int zo_config_batch_rule(const struct load_ctx *ctx, struct zo_config *cfg);
 void zo_config_warn_ignored(const struct load_ctx *ctx, const struct zo_config *cfg, json_t *root);
+void zo_config_note_auto(const struct load_ctx *ctx, const struct zo_config *cfg);
 
 /* ---- rules.c -------------------------------------------------------------- */
 
@@ -136,6 +138,8 @@ void zo_config_warn_total_steps(const struct zo_config *cfg, const char *src);
 
 void zo_config_fmt_real(double x, char *buf, size_t cap);
 void zo_config_fmt_json(const json_t *v, char *buf, size_t cap);
+/* Key k's value in cfg as zo_config_dump writes it. */
+void zo_config_fmt_value(const struct zo_config *cfg, const struct zo_config_key *k, char *buf, size_t cap);
 void zo_config_fmt_bytes(size_t n, char *buf, size_t cap, bool quote);
 
 #endif /* ZO_ENGINE_CONFIG_INTERNAL_H */
