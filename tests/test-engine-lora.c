@@ -4,6 +4,7 @@
  * and a conflicting config value refused, PEFT features not built refused by
  * name, the dump round trip, and training refusing LoRA until it is built. */
 #include "zo/backend.h"
+#include "zo/cpu.h"
 #include "zo/config.h"
 #include "zo/hf.h"
 #include "zo/lora.h"
@@ -18,6 +19,8 @@
 #include <string.h>
 
 #include "zo_test.h"
+
+#include "../engine/model/lora_attach.h"
 
 #define EXPECT(cond) ZO_EXPECT(cond)
 #define BIT(t) (1u << (t))
@@ -276,6 +279,69 @@ static int test_eval_refuses(void) {
   return zo_test_expect_failed_since(before);
 }
 
+/* Adapters attached to a model: every module on the tensor the
+ * architecture's map fuses it into (q, k, v on qkv at rows 0, NH hd,
+ * (NH + NKV) hd; gate, up on gate_up at 0, I), A and B at the table's
+ * offsets of the device buffer holding the uploaded values, the scale;
+ * the adapters' arena peak is zo_lora_device_plan's bytes (fp32 and bf16
+ * models); detach clears m->adapters. */
+static int test_attach(void) {
+  const int before = zo_test_n_expect_failed;
+  enum { L = 2, NH = 4, NKV = 2, C = 32, I = 48, HD = 12, R = 3, B = 2, T = 8 };
+  struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C,
+                               .intermediate_size = I, .head_dim = HD, .vocab_size = 64, .max_seq_len = 16,
+                               .rope_theta = 1e4};
+  EXPECT(zo_model_config_check(&mc) == 0);
+  struct zo_lora l = {.r = R, .alpha = 6, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
+  float *p = zo_test_xmalloc(t.numel * sizeof *p);
+  for (size_t i = 0; i < t.numel; i++) p[i] = (float)i * 0.25f; /* exact in bf16 below 256 */
+  for (int bf = 0; bf < 2; bf++) {
+    const struct zo_model_layout lo = {.training = false, .dtype = bf ? ZO_BF16 : ZO_F32};
+    struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), B, T, &lo);
+    EXPECT(m != NULL);
+    if (!m) break;
+    struct zo_lora_device *d = NULL;
+    EXPECT(zo_lora_attach(m, &t, p, &d) == 0 && m->adapters == &d->ad);
+    if (!d) {
+      zo_model_free(m);
+      break;
+    }
+    EXPECT(d->arena.peak == zo_lora_device_plan(&t, B * T, lo.dtype) && d->arena.peak == d->arena.capacity);
+    int seen = 0;
+    for (int k = 0; k < m->table.n_tensors; k++) {
+      const char *name = m->table.tensors[k].name;
+      for (int a = d->ad.first[k]; a < d->ad.first[k + 1]; a++, seen++) {
+        const struct zo_linear_adapter *x = &d->ad.list[a];
+        const int j = a - d->ad.first[k];
+        const struct zo_lora_module *mod = NULL;
+        for (int q = 0; q < t.n_modules; q++)
+          if ((char *)x->a == (char *)d->wparams + t.modules[q].a_off * m->esize) mod = &t.modules[q];
+        EXPECT(mod && x->b == (char *)d->wparams + mod->b_off * m->esize && x->out == mod->out &&
+               x->row0 == mod->row0 && x->r == R && x->scale == 2.0f);
+        if (strstr(name, "qkv")) EXPECT(x->row0 == (j == 0 ? 0 : j == 1 ? NH * HD : (NH + NKV) * HD));
+        else if (strstr(name, "gate_up")) EXPECT(x->row0 == (j == 0 ? 0 : I));
+        else EXPECT(x->row0 == 0 && d->ad.first[k + 1] - d->ad.first[k] == 1);
+        if (mod && bf) {
+          float back;
+          zo_cpu_cast(&back, ZO_F32, x->b, ZO_BF16, 1);
+          EXPECT(back == p[mod->b_off]);
+        } else if (mod) {
+          EXPECT(memcmp(x->a, p + mod->a_off, (size_t)R * (size_t)mod->in * sizeof *p) == 0);
+        }
+      }
+    }
+    EXPECT(seen == t.n_modules && d->ad.frozen_base);
+    zo_lora_detach(m, d);
+    EXPECT(m->adapters == NULL);
+    zo_model_free(m);
+  }
+  free(p);
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
 static struct zo_model_config llama(int L, int NH, int NKV, int C, int I, int V) {
   struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C,
                                .intermediate_size = I, .vocab_size = V, .max_seq_len = 64, .rope_theta = 5e5};
@@ -468,7 +534,7 @@ int main(int argc, char **argv) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "lora")) return 1;
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
-      ZO_TEST(train_refuses), ZO_TEST(eval_refuses), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
+      ZO_TEST(train_refuses), ZO_TEST(eval_refuses), ZO_TEST(attach), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
       ZO_TEST(table_head_dim), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
