@@ -32,7 +32,7 @@ enum opt {
   OPT_QUEUE_DEPTH, OPT_PLACEMENTS, OPT_HOST_RAM, OPT_RANKS, OPT_TRACE, OPT_OVERWRITE, OPT_RANDOM_INIT,
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
-  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW, OPT_VERBOSE,
+  OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW, OPT_VERBOSE, OPT_ADAPTER,
 };
 
 enum positional { POS_CONFIG, POS_FILES, POS_NONE };
@@ -41,7 +41,7 @@ struct args {
   const char *config;
   const char *sets[MAX_SETS];
   int n_sets;
-  const char *resume, *checkpoint, *prompt, *out_train, *out_val, *optimizer, *path, *nvme_path, *out;
+  const char *resume, *checkpoint, *adapter, *prompt, *out_train, *out_val, *optimizer, *path, *nvme_path, *out;
   enum zo_dtype dtype;   /* export --dtype */
   size_t max_shard_size; /* export --max-shard-size, bytes */
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;

@@ -14,7 +14,7 @@
 static const int train_opts[] = {OPT_SET,         OPT_RESUME,     OPT_OVERWRITE,         OPT_SAMPLE,
                                  OPT_MEMORY_REPORT, OPT_VERBOSE, OPT_TRACE, OPT_ALLOW_DATA_CHANGE,
                                  OPT_RESUME_ALLOW, OPT_END};
-static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
+static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_ADAPTER, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
 static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
                                   OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
 
@@ -83,7 +83,7 @@ int cli_eval(int argc, char **argv) {
   struct zo_eval_result res;
   const struct zo_weights w = {.checkpoint = a.checkpoint,
                                .init_from_explicit = cli_set_on_command_line(&a, "model.init_from"),
-                               .random_init = a.random_init};
+                               .random_init = a.random_init, .adapter = a.adapter};
   /* Without data.val the loss is measured on data.train: the line says so. */
   const bool on_train = !cfg.data.val || !cfg.data.val[0];
   /* A half-precision evaluation says so: its loss differs from fp32 in the third digit. */

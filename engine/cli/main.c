@@ -91,6 +91,7 @@ static const struct option all_options[] = {
     {"memory-report", no_argument, NULL, OPT_MEMORY_REPORT},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"adapter", required_argument, NULL, OPT_ADAPTER},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"prompt", required_argument, NULL, OPT_PROMPT},
     {"tokens", required_argument, NULL, OPT_TOKENS},
@@ -150,6 +151,7 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
     a->sets[a->n_sets++] = a->trace_set;
     return 0;
   case OPT_CHECKPOINT: a->checkpoint = v; return 0;
+  case OPT_ADAPTER: a->adapter = v; return 0;
   case OPT_PROMPT: a->prompt = v; return 0;
   case OPT_OUT_TRAIN: a->out_train = v; return 0;
   case OPT_OUT_VAL: a->out_val = v; return 0;

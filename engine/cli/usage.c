@@ -54,11 +54,15 @@ const char *const cli_usage_train =
     "  and saves the rest\n";
 
 const char *const cli_usage_eval =
-    "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--batches N] [--random-init]\n"
+    "usage: zoffload eval CONFIG [--set key=value]... [--checkpoint DIR] [--adapter DIR] [--batches N]\n"
+    "                     [--random-init]\n"
     "  --checkpoint DIR  checkpoint directory or safetensors file (default: --set model.init_from=FILE\n"
     "                    when given, else the latest under checkpoint.dir, else the config's\n"
     "                    model.init_from); the weights used are named on stderr\n"
     "  --random-init     with none of those, use the seeded random initialisation (else refused)\n"
+    "  --adapter DIR     apply the PEFT LoRA adapter directory DIR (adapter_config.json and\n"
+    "                    adapter_model.safetensors) to those weights: lora.init_from for this run,\n"
+    "                    replacing the config's (a note says so); its base model is checked\n"
     "  --batches N       micro-batches of data.val to average (default: up to 20)\n";
 
 const char *const cli_usage_sample =

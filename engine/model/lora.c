@@ -153,6 +153,8 @@ static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch,
   unsigned t = 0;
   if (!err) err = adapter_targets(json_object_get(root, "target_modules"), file, &t);
   l->use_rslora = json_is_true(json_object_get(root, "use_rslora"));
+  const char *base = json_string_value(json_object_get(root, "base_model_name_or_path"));
+  if (base && strlen(base) < sizeof l->base_model) snprintf(l->base_model, sizeof l->base_model, "%s", base);
   json_decref(root);
   if (err) return err;
   l->r = (int)r;
@@ -191,4 +193,37 @@ int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, str
   }
   out->scale = out->use_rslora ? out->alpha / sqrt((double)out->r) : out->alpha / out->r;
   return 1;
+}
+
+/* The last path component of s, trailing slashes ignored: its start in *at,
+ * its length returned. */
+static size_t last_component(const char *s, const char **at) {
+  size_t n = strlen(s);
+  while (n > 1 && s[n - 1] == '/') n--;
+  size_t i = n;
+  while (i > 0 && s[i - 1] != '/') i--;
+  *at = s + i;
+  return n - i;
+}
+
+static bool same_model(const char *a, const char *b) {
+  const char *x, *y;
+  const size_t nx = last_component(a, &x), ny = last_component(b, &y);
+  return !strcmp(a, b) || (nx > 0 && nx == ny && !strncmp(x, y, nx));
+}
+
+int zo_lora_check_base(const struct zo_lora *l, const char *adapter_dir, const char *weights) {
+  if (!l->base_model[0] || !weights || !weights[0] || same_model(l->base_model, weights)) return 0;
+  char file[4096], name[512] = "";
+  snprintf(file, sizeof file, "%s/config.json", weights);
+  json_t *root = json_load_file(file, 0, NULL); /* absent or unreadable: no second name */
+  const char *s = json_string_value(json_object_get(root, "_name_or_path"));
+  if (s) snprintf(name, sizeof name, "%s", s);
+  json_decref(root);
+  if (name[0] && same_model(l->base_model, name)) return 0;
+  return zo_error(-EINVAL, "%s/adapter_config.json: base_model_name_or_path = \"%s\" is not the model being run "
+                  "(%s%s%s%s): an adapter applies to the base it was trained from; load that base, or set "
+                  "base_model_name_or_path to null there if this is the same model under another name",
+                  adapter_dir, l->base_model, weights, name[0] ? ", whose config.json names \"" : "", name,
+                  name[0] ? "\"" : "");
 }

@@ -4,7 +4,8 @@
  * gradients, one block's activations shared by all blocks) loaded from a
  * checkpoint, a Hugging Face directory or, only when asked for
  * (--random-init), the seeded init, in the config's precision; which one is
- * said on stderr. Nothing here trains or offloads; the generation loop is also
+ * said on stderr. Eval applies the lora section's PEFT adapter
+ * (lora.init_from, --adapter) to it; sample refuses a lora section. Nothing here trains or offloads; the generation loop is also
  * what `train --sample N` runs on the trained model (engine/train/train.c). Export
  * (zo_export) checks a checkpoint as a load does and streams its tensors to
  * a Hugging Face directory without building a model (engine/store/hf_dir.c). */
@@ -33,6 +34,7 @@
 #include "zo/train_setup.h"
 
 #include "../model/arch.h"
+#include "../model/lora_attach.h"
 
 /* Bytes of text the trained targets of tg stand for: their decoding with
  * tk (special tokens skipped), one byte each for byte-level data (tk NULL,
@@ -333,37 +335,60 @@ static int load_path(const char *path, const struct zo_model *m, const struct zo
   return zo_model_load_safetensors_io(access(file, F_OK) == 0 ? file : path, m, io);
 }
 
-/* A forward-only model loaded from the weights choose_weights picks. */
-static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
-                                      zo_backend_t *be_out, char *path) {
-  struct zo_model_config mc;
-  path[0] = '\0';
-  if (choose_weights(cfg, w, path, PATH_MAX)) return NULL;
-  if (path[0]) {
-    if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
-  } else if (zo_train_model_config(cfg, &mc)) {
-    return NULL;
-  }
-  /* The lora section (lora.r, lora.init_from): checked against the loaded
-   * model's arch, then refused until eval and sample apply adapters, never
-   * the base alone in the adapter's name. */
-  struct zo_lora lora;
-  const int lerr = zo_lora_resolve(&cfg->lora, mc.arch, &lora);
-  if (lerr < 0) return NULL;
-  if (lerr > 0) {
-    zo_error(-ENOTSUP, "lora: eval and sample with a LoRA adapter (lora.r = %d, lora.init_from = \"%s\") are not "
-                       "built yet: remove the lora section to evaluate or sample the base model alone",
-             cfg->lora.r, cfg->lora.init_from ? cfg->lora.init_from : "");
-    return NULL;
-  }
-  if (T > mc.max_seq_len) T = mc.max_seq_len;
-  zo_backend_t be = zo_train_backend(cfg, NULL);
-  if (!be) return NULL;
-  /* Inference runs in the config's precision, like training would. */
-  const struct zo_model_layout lo = {
-      .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
-  struct zo_model *m = zo_model_init_layout(&mc, be, B, T, &lo);
-  if (!m) return NULL;
+/* The run's lora section: the config's, with lora.init_from replaced by
+ * w->adapter (eval --adapter DIR; a different config value is named in a
+ * note). */
+static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct zo_weights *w) {
+  struct zo_config_lora lc = cfg->lora;
+  if (!w->adapter) return lc;
+  if (lc.init_from && lc.init_from[0] && strcmp(lc.init_from, w->adapter))
+    fprintf(stderr, "note: --adapter %s replaces the config's lora.init_from = %s\n", w->adapter, lc.init_from);
+  lc.init_from = (char *)w->adapter;
+  return lc;
+}
+
+/* The lora section checked against the loaded model's arch: 0 (off) or 1
+ * with *l (eval with a PEFT adapter directory), else refused: sample with
+ * any adapter (not built), eval with a fresh adapter (lora.r without
+ * lora.init_from: PEFT's init has B = 0, the base model exactly, which is
+ * never what an eval of an adapter means). */
+static int resolve_lora(const struct zo_config_lora *lc, enum zo_model_arch arch, bool eval, struct zo_lora *l) {
+  const int err = zo_lora_resolve(lc, arch, l);
+  if (err <= 0) return err;
+  if (!eval)
+    return zo_error(-ENOTSUP, "lora: sample with a LoRA adapter (lora.r = %d, lora.init_from = \"%s\") is not "
+                              "built yet: remove the lora section to sample the base model alone (zoffload eval "
+                              "applies the adapter)", lc->r, lc->init_from ? lc->init_from : "");
+  if (!l->from_adapter)
+    return zo_error(-EINVAL, "lora.r = %d without lora.init_from: eval would apply a freshly initialised adapter "
+                             "(lora_B = 0: the base model exactly); give the adapter to evaluate with "
+                             "--adapter DIR or lora.init_from = a PEFT adapter directory, or remove the lora "
+                             "section to evaluate the base", lc->r);
+  return 1;
+}
+
+/* The adapter of lc.init_from read for m (its tensors' names and shapes
+ * checked against the table m's config gives, its base against the weights
+ * at path) and attached. */
+static int attach_adapter(struct zo_model *m, const struct zo_lora *l, const char *dir, const char *path,
+                          struct zo_lora_device **out) {
+  struct zo_lora_table t;
+  int err = zo_lora_check_base(l, dir, path);
+  if (!err) err = zo_lora_table_build(&m->cfg, l, &t);
+  if (err) return err;
+  float *host = malloc((t.numel ? t.numel : 1) * sizeof *host);
+  err = host ? zo_lora_load(&t, dir, host) : zo_error(-ENOMEM, "out of host memory for the adapter");
+  if (!err) err = zo_lora_attach(m, &t, host, out);
+  if (!err)
+    fprintf(stderr, "adapter: %s (r %d, scale %g, %d modules, %zu parameters)\n", dir, l->r, l->scale,
+            t.n_modules, t.numel);
+  free(host);
+  zo_lora_table_free(&t);
+  return err;
+}
+
+/* The model's weights from path, or the seeded init, through a staging io. */
+static int load_weights(const struct zo_config *cfg, struct zo_model *m, const char *path) {
   /* Parameters stream into the device through a small staging buffer
    * (rounded to the working dtype on the way): no host copy of the model,
    * and the device is never written from the host. */
@@ -385,6 +410,38 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   if (!err)
     say_weights(path, &st, is_checkpoint, cfg->engine.seed, m->table.numel * sizeof(float), zo_time_s() - t0);
   zo_state_io_free(&io);
+  return err;
+}
+
+/* A forward-only model loaded from the weights choose_weights picks, with
+ * the lora section's adapter attached (*lora, NULL when none; eval only). */
+static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
+                                      bool eval, zo_backend_t *be_out, char *path, struct zo_lora_device **lora) {
+  struct zo_model_config mc;
+  path[0] = '\0';
+  *lora = NULL;
+  if (choose_weights(cfg, w, path, PATH_MAX)) return NULL;
+  const struct zo_config_lora lc = run_lora(cfg, w);
+  if (path[0]) {
+    if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
+  } else {
+    struct zo_config base = *cfg; /* shallow: the lora section is checked below, against mc's arch */
+    memset(&base.lora, 0, sizeof base.lora);
+    if (zo_train_model_config(&base, &mc)) return NULL;
+  }
+  struct zo_lora l;
+  const int on = resolve_lora(&lc, mc.arch, eval, &l);
+  if (on < 0) return NULL;
+  if (T > mc.max_seq_len) T = mc.max_seq_len;
+  zo_backend_t be = zo_train_backend(cfg, NULL);
+  if (!be) return NULL;
+  /* Inference runs in the config's precision, like training would. */
+  const struct zo_model_layout lo = {
+      .training = false, .dtype = cfg->bf16 ? ZO_BF16 : cfg->fp16.enabled ? ZO_F16 : ZO_F32};
+  struct zo_model *m = zo_model_init_layout(&mc, be, B, T, &lo);
+  if (!m) return NULL;
+  int err = load_weights(cfg, m, path);
+  if (!err && on) err = attach_adapter(m, &l, lc.init_from, path, lora);
   if (err) {
     zo_model_free(m);
     return NULL;
@@ -433,7 +490,8 @@ int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int
   zo_backend_t be;
   const int B = cfg->micro_batch, T = cfg->data.seq_len;
   char wpath[PATH_MAX];
-  struct zo_model *m = load_inference(cfg, w, B, T, &be, wpath);
+  struct zo_lora_device *lora;
+  struct zo_model *m = load_inference(cfg, w, B, T, true, &be, wpath, &lora);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   struct zo_tokenizer *tk = NULL;
   int err = load_tokenizer(cfg, wpath, &tk);
@@ -456,7 +514,7 @@ int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int
   if (n_batches <= 0) n_batches = zo_eval_n_batches(d, B, m->T);
   out->n_batches = n_batches;
   if ((err = eval_loss(m, d, n_batches, in, tg, s, tk, out))) goto out;
-  out->device_bytes = m->arena.peak;
+  out->device_bytes = m->arena.peak + (lora ? lora->arena.peak : 0);
   out->train_device_bytes = zo_model_device_bytes(&m->cfg, B, m->T, true);
 out:
   if (s) be->stream_destroy(s);
@@ -464,6 +522,7 @@ out:
   free(in);
   free(tg);
   zo_tokenizer_free(tk);
+  zo_lora_detach(m, lora);
   zo_model_free(m);
   return err;
 }
@@ -480,7 +539,8 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
   const struct zo_weights w = {.checkpoint = opts->checkpoint, .init_from_explicit = opts->init_from_explicit,
                                .random_init = opts->random_init};
   char wpath[PATH_MAX];
-  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, &be, wpath);
+  struct zo_lora_device *lora; /* always NULL: sample refuses a lora section (resolve_lora) */
+  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, false, &be, wpath, &lora);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   struct zo_tokenizer *tk = NULL;
   int err = load_tokenizer(cfg, wpath, &tk), n_ctx = 0;
@@ -506,6 +566,7 @@ out:
   if (s) be->stream_destroy(s);
   free(ctx);
   zo_tokenizer_free(tk);
+  zo_lora_detach(m, lora);
   zo_model_free(m);
   return err;
 }

@@ -4,10 +4,10 @@
  * y = W x + scale B A dropout(x), scale = alpha / r (alpha / sqrt(r) with
  * use_rslora), A (r, in), B (out, r), as in PEFT.
  * Built so far: this resolution (config, adapter_config.json, targets per
- * arch), the table, PEFT's files, and the projections' arithmetic
- * (engine/model/linear.h). Applying adapters in a model is not built:
- * zo_train_model_config (training) and eval / sample refuse a config with
- * LoRA on (-ENOTSUP) after resolving it. */
+ * arch), the table, PEFT's files, the projections' arithmetic
+ * (engine/model/linear.h) and adapters attached to a forward-only model for
+ * eval (engine/model/lora_attach.h). zo_train_model_config (training, plan)
+ * and sample refuse a config with LoRA on (-ENOTSUP) after resolving it. */
 #ifndef ZO_LORA_H
 #define ZO_LORA_H
 
@@ -26,6 +26,7 @@ struct zo_lora {
                         * all-linear and PEFT's default expanded (never ZO_LORA_ALL_LINEAR) */
   double scale;        /* alpha / r, or alpha / sqrt(r) with use_rslora */
   bool from_adapter;   /* the values came from lora.init_from's adapter_config.json */
+  char base_model[512]; /* its base_model_name_or_path ("" when absent, null or too long) */
 };
 
 /* Resolves c for a model of arch. With c->init_from, reads
@@ -39,6 +40,14 @@ struct zo_lora {
  * off (lora.r = 0, no init_from), -EINVAL / -ENOTSUP / -ENOENT with a message
  * naming the key, the value and what would be valid. */
 int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *out);
+
+/* The adapter's base (l->base_model, from adapter_config.json) against the
+ * model the run loads from weights (a directory or file; "" for the seeded
+ * init): they agree when either has no name, when they are equal, when they
+ * end in the same path component (a hub id "org/name" and a local
+ * ".../name", trailing slashes ignored), or when weights/config.json's
+ * _name_or_path agrees so. Otherwise -EINVAL naming both and the file. */
+int zo_lora_check_base(const struct zo_lora *l, const char *adapter_dir, const char *weights);
 
 /* The targets an arch has (its Linear layers but the LM head: "all-linear"),
  * and PEFT's default when target_modules is not given (Llama q_proj, v_proj;

@@ -43,6 +43,8 @@ struct zo_weights {
   const char *checkpoint;  /* checkpoint directory or model file, NULL: see above */
   bool init_from_explicit; /* model.init_from came from the command line */
   bool random_init;        /* the seeded init is allowed when nothing else is there */
+  const char *adapter;     /* eval --adapter DIR: a PEFT adapter directory, lora.init_from for this
+                            * run (it wins over the config's, with a note on stderr); NULL: none */
 };
 
 /* Validation loss of the weights w picks over n_batches micro-batches of
