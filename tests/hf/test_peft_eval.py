@@ -9,6 +9,8 @@ is saved with PEFT's save_pretrained. Then:
      relative; the base's own loss is another (so the check sees the
      adapter), and zoffload eval of the base alone gives it.
   2. The same through the config: lora.init_from = ADAPTER.
+  3. In bf16 (bf16.enabled) the loss is nearer PeftModel's than a quarter
+     of the way to the base's: the adapter's working-dtype copy applies.
 Models: a Llama with GQA (attention and MLP projections), the same with an
 rsLoRA adapter, a Qwen2 (q/k/v biases; transformers 4.36 has no Qwen2, so a
 Llama whose q/k/v carry biases is saved as model_type "qwen2": the same
@@ -172,6 +174,11 @@ def exact(binary, tmp):
         got_base, out = zo_eval(binary, config, "--checkpoint", base_dir)
         check(got_base is not None and rel(got_base, want_base) <= LOSS_RTOL,
               f"{what}: without the adapter zoffload gives the base's loss ({got_base} vs {want_base:.6f})")
+        got_bf, out = zo_eval(binary, config, "--checkpoint", base_dir, "--adapter", ad_dir,
+                              "--set", "bf16.enabled=true")
+        check(got_bf is not None and abs(got_bf - want) < abs(want_base - want) / 4,
+              f"{what}: in bf16 the adapter applies too ({got_bf}: nearer PEFT's {want:.6f} than a quarter of the "
+              f"way to the base's {want_base:.6f})")
         cfg2 = write_config(tmp, tok_path, f"lora-{i}", {"init_from": ad_dir})
         got2, out = zo_eval(binary, cfg2, "--checkpoint", base_dir)
         check(got2 == got, f"{what}: lora.init_from gives the same loss as --adapter ({got2} vs {got})")
