@@ -66,7 +66,11 @@ int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
                     SRC2("model.n_embd", "model.n_head"),
                     m->n_embd, m->n_head, lo > 0 ? lo : m->n_head, lo + m->n_head, m->n_embd);
   }
-  if (cfg->data.seq_len > m->max_seq_len)
+  /* With model.init_from the model's own length (max_position_embeddings)
+   * is the limit, checked once it is read (zo_train_model_config); the
+   * config's default 1024 is not the model's. */
+  const bool from_model = cfg->model.init_from && cfg->model.init_from[0] && !zo_config_given(ctx, "model.max_seq_len");
+  if (!from_model && cfg->data.seq_len > m->max_seq_len)
     return zo_error(-EINVAL, "%s: data.seq_len = %d exceeds model.max_seq_len = %d: lower "
                     "data.seq_len or raise model.max_seq_len",
                     SRC2("data.seq_len", "model.max_seq_len"),

@@ -44,8 +44,9 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
                              "and model.init_from is not set: set it, or set model.dropout");
   if (!cfg->model.hf_dropout) mc->embd_pdrop = mc->attn_pdrop = mc->resid_pdrop = (float)cfg->model.dropout;
   if (cfg->data.seq_len > mc->max_seq_len)
-    return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d", cfg->data.seq_len,
-                    mc->max_seq_len);
+    return zo_error(-EINVAL, "data.seq_len = %d exceeds the model's max_seq_len = %d%s%s%s: lower data.seq_len",
+                    cfg->data.seq_len, mc->max_seq_len, init ? " (the length of model.init_from " : "",
+                    init ? cfg->model.init_from : "", init ? ")" : "");
   int err = zo_model_config_check(mc);
   if (err) return err;
   /* LoRA: resolved (the adapter directory and targets checked), then refused

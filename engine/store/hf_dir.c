@@ -730,7 +730,8 @@ static int refuse_adapter_dir(const char *path) {
   if (join(c, sizeof c, path, "config.json") || join(a, sizeof a, path, "adapter_config.json")) return 0;
   if (access(c, F_OK) == 0 || access(a, F_OK) != 0) return 0;
   return zo_error(-EINVAL, "%s is a PEFT adapter (adapter_config.json, no config.json), not a model: give it as "
-                           "lora.init_from with its base model as model.init_from (docs/finetune.md)", path);
+                           "lora.init_from (or eval --adapter DIR) with its base model as model.init_from (docs/finetune.md)",
+                  path);
 }
 
 int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg) {
