@@ -1,4 +1,5 @@
-/* engine/text/tokenizer.c: refusals by name, a hand-made BPE, invalid UTF-8; and,
+/* engine/text/tokenizer.c: refusals by name, a hand-made BPE, invalid UTF-8, the
+ * Digits pre-tokenizer; and,
  * with --cases FILE (written by tests/hf/test_tokenizer_exact.py from the
  * reference tokenizers library), exactness: ids with and without special
  * tokens, decodes with and without skipping them, round trips, also encoded
@@ -132,6 +133,52 @@ static int test_model_options(void) {
                         "merged token \"ac\"");
   bad += expect_refusal("{\"model\": {\"vocab\": {\"a\": 0, \"ac\": 1}, \"merges\": [\"a cz\"]}}", "model.merges",
                         "\"cz\" is not in model.vocab");
+  return bad;
+}
+
+/* The Digits pre-tokenizer over a vocabulary whose merges would join across
+ * its boundaries: "a1" and "12" are tokens, so "a12" is a + 1 + 2 with
+ * individual_digits, a + 12 without (a run of numeric characters is one
+ * piece), a1 + 2 with no pre-tokenizer. Numeric is Rust's char::is_numeric:
+ * Arabic-Indic U+0663 and full-width U+FF15 (Nd), U+2167 (Nl), U+00BD (No)
+ * split off; U+00AA (a letter, Lo) does not. The ids are tokenizers 0.15.2's
+ * for the same file. Refusals name the key. */
+static int test_digits(void) {
+  static const char *const model =
+      "\"model\": {\"type\": \"BPE\", \"unk_token\": \"?\", \"vocab\": {\"?\": 0, \"a\": 1, \"1\": 2, \"2\": 3,"
+      " \"a1\": 4, \"12\": 5, \"\xd9\xa3\": 6, \"\xef\xbc\x95\": 7, \"\xd9\xa3\xef\xbc\x95\": 8, \"\xc2\xaa\": 9,"
+      " \"a\xc2\xaa\": 10}, \"merges\": [\"a 1\", \"1 2\", \"\xd9\xa3 \xef\xbc\x95\", \"a \xc2\xaa\"]}";
+  static const char *const pres[3] = {"null", "{\"type\": \"Digits\", \"individual_digits\": true}",
+                                      "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", "
+                                      "\"individual_digits\": false}]}"};
+  /* "a12", "a\u0663\uFF15", "\u2167\u00BD" (no tokens: unk each), "a\u00AA1" */
+  static const char *const text[4] = {"a12", "a\xd9\xa3\xef\xbc\x95", "\xe2\x85\xa7\xc2\xbd", "a\xc2\xaa" "1"};
+  static const int32_t want[3][4][4] = {
+      {{4, 3}, {1, 8}, {0, 0}, {10, 2}},      /* no pre-tokenizer: a1 2, a U+0663U+FF15, two unks, aª 1 */
+      {{1, 2, 3}, {1, 6, 7}, {0, 0}, {10, 2}}, /* individual: every numeric character alone */
+      {{1, 5}, {1, 8}, {0, 0}, {10, 2}},      /* runs: 12 and U+0663U+FF15 one piece each; Nl then No two unks */
+  };
+  static const size_t n_want[3][4] = {{2, 2, 2, 2}, {3, 3, 2, 2}, {2, 2, 2, 2}};
+  int bad = 0;
+  for (int k = 0; k < 3; k++) {
+    char json[2048], path[512];
+    snprintf(json, sizeof json, "{\"pre_tokenizer\": %s, %s}", pres[k], model);
+    if (write_json("digits.json", json, path, sizeof(path))) return 1;
+    struct zo_tokenizer *tk;
+    if (zo_tokenizer_load(path, &tk)) {
+      fprintf(stderr, "  %s\n", zo_last_error());
+      return 1;
+    }
+    for (int i = 0; i < 4; i++) bad += encode_eq(tk, text[i], strlen(text[i]), want[k][i], n_want[k][i]);
+    zo_tokenizer_free(tk);
+  }
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Digits\"}, " TINY_MODEL "}", "pre_tokenizer",
+                        "\"individual_digits\" must be true or false");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Digits\", \"individual_digits\": 1}, " TINY_MODEL "}",
+                        "pre_tokenizer", "\"individual_digits\" must be true or false");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"},"
+                        " {\"type\": \"Digits\", \"individual_digits\": true, \"min_run\": 2}]}, " TINY_MODEL "}",
+                        "pre_tokenizer.pretokenizers[1]", "key \"min_run\" is not supported");
   return bad;
 }
 
@@ -337,6 +384,7 @@ int main(int argc, char **argv) {
       ZO_TEST(refusals),
       ZO_TEST(tiny_bpe),
       ZO_TEST(model_options),
+      ZO_TEST(digits),
       ZO_TEST(directory_config),
   };
   const int rc = ZO_TEST_MAIN(tests);

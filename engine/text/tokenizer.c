@@ -360,10 +360,33 @@ static int normalize_piece(const struct zo_tokenizer *tk, struct tls *t, size_t 
   return 0;
 }
 
-/* Split with a behaviour, as NormalizedString::split; empty pieces dropped. */
+/* Each numeric character of buf[off, off + n) as a match of its own, as
+ * tokenizers' Pattern for a char predicate (Digits: char::is_numeric). */
+static int numeric_matches(const struct tls *t, size_t off, size_t n, struct match **m, size_t *nm, size_t *cap) {
+  *nm = 0;
+  for (size_t i = 0; i < n;) {
+    const size_t l = zo_tk_utf8_len((uint8_t)t->buf[off + i]);
+    if (zo_tk_is_numeric(zo_tk_utf8_cp(t->buf + off + i, l))) {
+      if (*nm == *cap) {
+        const size_t c = *cap ? *cap * 2 : 64;
+        struct match *p = realloc(*m, c * sizeof(*p));
+        if (!p) return -ENOMEM;
+        *m = p;
+        *cap = c;
+      }
+      (*m)[(*nm)++] = (struct match){i, i + l};
+    }
+    i += l;
+  }
+  return 0;
+}
+
+/* Split with a behaviour, as NormalizedString::split; empty pieces dropped.
+ * The matches are p's pattern's, or for Digits its numeric characters. */
 static int split_piece(struct tls *t, const struct pre *p, struct piece pc, struct match **m, size_t *mcap) {
   size_t nm;
-  const int err = find_matches(t, p->re, pc.off, pc.len, m, &nm, mcap);
+  const int err = p->kind == PRE_DIGITS ? numeric_matches(t, pc.off, pc.len, m, &nm, mcap)
+                                        : find_matches(t, p->re, pc.off, pc.len, m, &nm, mcap);
   if (err) return err;
   if (t->seg_cap < 2 * nm + 1) {
     struct seg *sg = realloc(t->seg, (2 * nm + 1) * sizeof(*sg));
@@ -460,7 +483,7 @@ static int pre_tokenize(const struct zo_tokenizer *tk, struct tls *t, struct mat
         pc.len++;
         t->buf_n += pc.len;
       }
-      if (p->re) {
+      if (p->re || p->kind == PRE_DIGITS) {
         const int err = split_piece(t, p, pc, m, mcap);
         if (err) return err;
       } else if (pc.len && plist_push(&t->b, pc.off, pc.len, -1)) {

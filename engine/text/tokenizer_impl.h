@@ -20,7 +20,7 @@ struct norm {
 };
 
 enum split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
-enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE };
+enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE, PRE_DIGITS };
 enum prepend_scheme { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 struct pre {
   enum pre_kind kind;
@@ -28,7 +28,7 @@ struct pre {
   size_t rep_len;
   enum prepend_scheme scheme;
   pcre2_code *re;   /* Split's pattern; ByteLevel's GPT-2 pattern when use_regex */
-  enum split_behavior behavior;
+  enum split_behavior behavior; /* Digits: Isolated (individual_digits) or Contiguous */
   bool invert;
   bool add_prefix_space;
 };

@@ -237,7 +237,19 @@ static int load_pre_tokenizer(const struct ld *L, json_t *o, const char *where) 
     if (!(p->re = zo_tk_regex_compile(p->rep, true, where))) return -ENOTSUP;
     return 0;
   }
-  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Split, Metaspace)", t);
+  if (!strcmp(t, "Digits")) {
+    /* tokenizers 0.15 needs individual_digits (no default) and ignores other keys; we refuse them. */
+    if ((err = check_keys(L, o, where, (const char *const[]){"type", "individual_digits", NULL}))) return err;
+    json_t *ind = json_object_get(o, "individual_digits");
+    if (!json_is_boolean(ind))
+      return refuse(L, where, "\"individual_digits\" must be true or false (tokenizers has no default for it)");
+    if (grow((void **)&tk->pres, &tk->n_pres, sizeof(*tk->pres))) return -ENOMEM;
+    struct pre *p = &tk->pres[tk->n_pres - 1];
+    p->kind = PRE_DIGITS;
+    p->behavior = json_is_true(ind) ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
+    return 0;
+  }
+  return refuse(L, where, "type \"%s\" is not supported (supported: Sequence, ByteLevel, Split, Metaspace, Digits)", t);
 }
 
 static int load_decoder(const struct ld *L, json_t *o, const char *where) {

@@ -1,7 +1,7 @@
 /* Internals shared by engine/text/tokenizer.c (load, encode, decode) and
  * engine/text/tokenizer_train.c (the byte-level BPE trainer): a string -> int32
  * hash map, the GPT-2 byte <-> unicode table, UTF-8 repair as Rust's
- * String::from_utf8_lossy does it, and PCRE2 compilation of a split pattern
+ * String::from_utf8_lossy does it, Rust's char::is_numeric, and PCRE2 compilation of a split pattern
  * written for Oniguruma (the regex engine of the tokenizers wheels). */
 #ifndef ZO_TOKENIZER_UTIL_H
 #define ZO_TOKENIZER_UTIL_H
@@ -67,6 +67,21 @@ size_t zo_tk_utf8_invalid_len(const char *s, size_t n);
 static inline size_t zo_tk_utf8_len(uint8_t c) {
   return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
+
+/* The code point of the valid UTF-8 character s[0, l) (l = zo_tk_utf8_len(s[0])). */
+static inline uint32_t zo_tk_utf8_cp(const char *str, size_t l) {
+  const uint8_t *s = (const uint8_t *)str;
+  if (l == 1) return s[0];
+  if (l == 2) return (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
+  if (l == 3) return (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+  return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+}
+
+/* Rust's char::is_numeric (general category Nd, Nl or No) with the Unicode
+ * 15.0 tables of the Rust that built tokenizers 0.15.2: the Digits
+ * pre-tokenizer's test. Not PCRE2's \p{N} (10.42 has Unicode 14.0, 40 code
+ * points fewer). */
+bool zo_tk_is_numeric(uint32_t cp);
 
 /* Compiles an Oniguruma-syntax split pattern (or a literal when literal) for
  * PCRE2 with UTF, UCP and JIT. Oniguruma's \s is Unicode White_Space, which
