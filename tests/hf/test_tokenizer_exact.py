@@ -17,6 +17,23 @@ held out), in the shapes real checkpoints use:
   spm       SentencePiece-style BPE (Llama 2, TinyLlama, Mistral): Prepend and
             Replace normalizers, no pre-tokenizer, byte fallback, <unk>,
             the Replace/ByteFallback/Fuse/Strip decoder, BOS template
+  deepseek, deepseek-runs
+            DeepSeek LLM/Coder/V2's layout: an empty normalizer Sequence; a
+            Sequence of five Splits (newlines, Latin-like letters, ASCII and
+            CJK punctuation, trailing spaces, CJK/Hangul), Digits
+            (individual_digits true; -runs: false) and ByteLevel(use_regex
+            false); the BOS template. Trained with runs of digits (and seeded
+            numbers in five digit scripts), so that merges would join digits
+            wherever a split differs from tokenizers'
+  digits, digits-runs
+            the Digits pre-tokenizer alone (true; false), character-level
+            BPE with unk, trained the same way
+  numeric-all
+            every code point but the surrogates, each between two "a"s, through
+            Digits(true) + ByteLevel and a hand-made vocabulary that merges "a"
+            with any byte next to it: a character's ids show whether it was
+            split off, so the ids agree only if char::is_numeric does (on its
+            own texts, not the common ones)
   zoffload  the directory `zoffload tokenizer train` writes (when the zoffload
             binary is given): loaded by the reference and by transformers'
             AutoTokenizer, whose ids must equal the reference's
@@ -80,6 +97,9 @@ HANDWRITTEN = [
     "      leading and trailing      ",
     "\n\n\n",
     "digits 0 12 345 6789 1234567890 3.14159 1,000,000 ٣٤٥ ১২৩ ⅷ ½ ²³",
+    "numbers: $1,234.56 and €99,99; 2024-01-15T12:30:45Z v1.2.3 0x1F 1e-10 3rd 21st 007 -42 +7 10% 1/2 3:45pm",
+    "non-ASCII digits: ٠١٢٣٤٥٦٧٨٩ ۰۱۲۳۴ ０１２３４５６７８９ १२३४ ๑๒๓ ᠑᠒᠓ 𝟎𝟏𝟐𝟗 ①②⑳ ⅠⅡⅫ ¼½¾ ¹²³ 〇〡〢 𐄇𐄈 𑽐𑽑 𝋀𝋁",
+    "mixed scripts: abc١٢٣def ٣٤abc 中文123日本語４５６ 한국어2024년 Ελληνικά42 рубль99 x²+y³ H₂O 第3章 ３月１４日",
     "contractions: don't won't can't I'm you're they've we'd he'll O'Neil 'quoted' ſ'S",
     "odd spaces:\u00a0nbsp\u2003em\u3000ideographic\u180emongolian\u200bzwsp\u2028ls\u2029ps\u0085nel\u000bvt\u000cff",
     "specials: <|endoftext|> in the middle<|endoftext|>and<|endoftext|><|endoftext|> <s> </s> <unk> <|begin_of_text|>",
@@ -112,7 +132,7 @@ POOL = list("aAzZ019 '\t\n\r.,!?-_<>|/sStTdDmMlLvVrReE") + [
     "é", "ß", "ſ", "K", "Ω", "Ж", "中", "日", "한", "ع", "ש", "न", "ि", "ก", "😀", "👍", "🏽", "\u200d", "\u0301",
     "\u00a0", "\u3000", "\u180e", "\u2028", "\u0085", "\u000b", "▁", "ﬁ", "①", "½", "٣", "  ", "\n\n", "'s", "'LL",
     "<|endoftext|>", "<s>", "</s>", "<|begin_of_text|>", "<|eot_id|>", "\U0001F1EB", "\U0001F1F7", "\ufffd",
-    "\x00", "\x7f", "\u2003", "<mask>", "[R]", "<both>",
+    "\x00", "\x7f", "\u2003", "<mask>", "[R]", "<both>", "５", "𝟙", "ⅷ", "²", "٤", "०", "𑽑", "123", "3.5",
 ]
 
 
@@ -236,6 +256,107 @@ def train_spm(files, vocab, tmp):
     return Tokenizer.from_file(path)
 
 
+# DeepSeek LLM / Coder / V2's pre-tokenizer, reproduced from memory of their tokenizer.json (the letter class
+# as remembered; characters that NFC would change written as escapes), with Digits(individual_digits) before ByteLevel.
+DEEPSEEK_LETTERS = ("\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚ"
+                    "Ḁ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1f7dᾀ-ᾴᾶ-ᾼ\u1fbeῂ-ῄῆ-ῌῐ-\u1fd3ῖ-\u1fdbῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212a-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳ"
+                    "Ꙁ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+")
+DEEPSEEK_SPLITS = ["[\r\n]", DEEPSEEK_LETTERS, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+"]
+DEEPSEEK_SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"]
+
+
+def numbers_file(tmp):
+    """Seeded lines of numbers in five digit scripts, so that a vocabulary learns merges of digits."""
+    rng = random.Random(5)
+    zeros = [0x30, 0x660, 0x6F0, 0x966, 0xFF10]
+    lines = []
+    for _ in range(3000):
+        z = rng.choice(zeros)
+        nums = ["".join(chr(z + rng.randrange(10)) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 5))]
+        lines.append(rng.choice([" ", ", ", " and ", "-", "."]).join(nums))
+    path = os.path.join(tmp, "numbers.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def with_individual_digits(tk, individual, path):
+    """tk saved to path with every Digits' individual_digits set, and read back. Trained with runs of digits,
+    the vocabulary has merges that would join digits: a split that is not tokenizers' shows in the ids."""
+    j = json.loads(tk.to_str())
+    pre = j["pre_tokenizer"]
+    for p in pre["pretokenizers"] if pre["type"] == "Sequence" else [pre]:
+        if p["type"] == "Digits":
+            p["individual_digits"] = individual
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
+def train_deepseek(files, vocab, individual, tmp):
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.Sequence([])  # as DeepSeek's files have it
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in DEEPSEEK_SPLITS] +
+        [pre_tokenizers.Digits(individual_digits=False),
+         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=DEEPSEEK_SPECIALS,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train(files + [numbers_file(tmp)], tr)
+    bos = tk.token_to_id(DEEPSEEK_SPECIALS[0])
+    tk.post_processor = processors.TemplateProcessing(single=DEEPSEEK_SPECIALS[0] + " $A",
+                                                      pair=DEEPSEEK_SPECIALS[0] + " $A $B:1",
+                                                      special_tokens=[(DEEPSEEK_SPECIALS[0], bos)])
+    return with_individual_digits(tk, individual, os.path.join(tmp, "deepseek-%s.json" % individual))
+
+
+def train_digits(files, vocab, individual, tmp):
+    """The Digits pre-tokenizer alone: character-level BPE (a run of digits one piece, or each digit). Spaces
+    become ▁ first: tokenizers 0.15 writes a merge as "a b", which a token holding a space would break."""
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.normalizer = normalizers.Replace(" ", "▁")
+    tk.pre_tokenizer = pre_tokenizers.Digits(individual_digits=False)
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>"], limit_alphabet=150, show_progress=False)
+    tk.train(files + [numbers_file(tmp)], tr)
+    return with_individual_digits(tk, individual, os.path.join(tmp, "digits-%s.json" % individual))
+
+
+def numeric_all(tmp):
+    """Digits + ByteLevel over a vocabulary of the 256 byte characters and "a" merged with each of them on
+    either side, and texts holding every code point but the surrogates between "a"s. A character that is
+    not numeric stays in one piece with its "a"s and merges with them; a numeric one is a piece alone."""
+    bl = pre_tokenizers.ByteLevel.alphabet()
+    chars = sorted(bl)
+    tokens = list(chars)
+    merges = []
+    for left in (True, False):
+        for c in chars:
+            pair = ("a", c) if left else (c, "a")
+            if "".join(pair) not in tokens:
+                tokens.append("".join(pair))
+                merges.append(" ".join(pair))
+    j = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+             {"type": "Digits", "individual_digits": True},
+             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+         "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                             "use_regex": False},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
+    path = os.path.join(tmp, "numeric-all.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    tk = Tokenizer.from_file(path)
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    texts = ["a" + "a".join(chr(c) for c in cps[i:i + 4096]) + "a" for i in range(0, len(cps), 4096)]
+    # Every numeric character must come out alone: ids show it (a numeric one is split off, merging with nothing).
+    numeric = sum(1 for t in texts for p, _ in pre_tokenizers.Digits(individual_digits=True).pre_tokenize_str(t)
+                  if "a" not in p)
+    return tk, [t.encode("utf-8") for t in texts], numeric
+
+
 def train_zoffload(zoffload, files, vocab, tmp):
     out = os.path.join(tmp, "zoffload-trained")
     subprocess.run([zoffload, "tokenizer", "train", "--vocab-size", str(vocab), "--out", out,
@@ -274,7 +395,15 @@ def main():
             "variety": train_variety(train, 800),
             "metaspace-first": train_metaspace(train, 700, "first"),
             "metaspace-never": train_metaspace(train, 700, "never"),
+            "deepseek": train_deepseek(train, 2000, True, tmp),
+            "deepseek-runs": train_deepseek(train, 2000, False, tmp),
+            # Unsplit lines make BPE training slow: the licenses and the first fortune files suffice here.
+            "digits": train_digits(train[:16], 800, True, tmp),
+            "digits-runs": train_digits(train[:16], 800, False, tmp),
         }
+        own_texts = {}
+        kinds["numeric-all"], own_texts["numeric-all"], n_numeric = numeric_all(tmp)
+        print(f"numeric-all: {n_numeric} numeric code points by tokenizers' Digits", flush=True)
         auto = None
         if zoffload:
             from transformers import AutoTokenizer
@@ -295,7 +424,7 @@ def main():
                 shutil.copy(os.path.join(tmp, "zoffload-trained", "tokenizer_config.json"), d)
                 entry.update(eos=auto.eos_token_id, bos=auto.bos_token_id)
             cases = []
-            for raw in texts:
+            for raw in own_texts.get(name, texts):
                 text = raw.decode("utf-8", "replace")
                 ids = tk.encode(text, add_special_tokens=False).ids
                 ids_sp = tk.encode(text, add_special_tokens=True).ids
