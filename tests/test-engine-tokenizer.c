@@ -173,9 +173,11 @@ static int test_digits(void) {
     zo_tokenizer_free(tk);
   }
   bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Digits\"}, " TINY_MODEL "}", "pre_tokenizer",
-                        "\"individual_digits\" must be true or false");
+                        "\"individual_digits\" is missing; it must be true or false");
   bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Digits\", \"individual_digits\": 1}, " TINY_MODEL "}",
-                        "pre_tokenizer", "\"individual_digits\" must be true or false");
+                        "pre_tokenizer", "\"individual_digits\" is 1; it must be true or false");
+  bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Digits\", \"individual_digits\": \"yes\"}, " TINY_MODEL "}",
+                        "pre_tokenizer", "\"individual_digits\" is \"yes\"; it must be true or false");
   bad += expect_refusal("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"},"
                         " {\"type\": \"Digits\", \"individual_digits\": true, \"min_run\": 2}]}, " TINY_MODEL "}",
                         "pre_tokenizer.pretokenizers[1]", "key \"min_run\" is not supported");

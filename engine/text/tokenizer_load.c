@@ -241,8 +241,13 @@ static int load_pre_tokenizer(const struct ld *L, json_t *o, const char *where) 
     /* tokenizers 0.15 needs individual_digits (no default) and ignores other keys; we refuse them. */
     if ((err = check_keys(L, o, where, (const char *const[]){"type", "individual_digits", NULL}))) return err;
     json_t *ind = json_object_get(o, "individual_digits");
-    if (!json_is_boolean(ind))
-      return refuse(L, where, "\"individual_digits\" must be true or false (tokenizers has no default for it)");
+    if (!json_is_boolean(ind)) {
+      char *v = ind ? json_dumps(ind, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+      err = refuse(L, where, "\"individual_digits\" is %.40s; it must be true or false (tokenizers has no default for it)",
+                   !ind ? "missing" : v ? v : "not a boolean");
+      free(v);
+      return err;
+    }
     if (grow((void **)&tk->pres, &tk->n_pres, sizeof(*tk->pres))) return -ENOMEM;
     struct pre *p = &tk->pres[tk->n_pres - 1];
     p->kind = PRE_DIGITS;
