@@ -203,6 +203,20 @@ static int test_init_from_refused(void) {
       {"{\"r\": 2.5, \"target_modules\": [\"q_proj\"]}", true, -EINVAL, "r = 2.5"},
       {"{\"r\": 4, \"peft_type\": \"IA3\", \"target_modules\": [\"q_proj\"]}", true, -ENOTSUP, "IA3"},
       {"[1]", true, -EINVAL, "not a JSON object"},
+      /* issue 52, class 5: every key of the file known, the features not built refused */
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"made_up\": 1}", true, -EINVAL,
+       "\"made_up\" is not a key of PEFT's LoraConfig"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"lora_bias\": true}", true, -ENOTSUP, "lora_bias"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"exclude_modules\": [\"k_proj\"]}", true, -ENOTSUP,
+       "exclude_modules"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"target_parameters\": [\"w\"]}", true, -ENOTSUP,
+       "target_parameters"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"trainable_token_indices\": [3]}", true, -ENOTSUP,
+       "trainable_token_indices"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"use_qalora\": true}", true, -ENOTSUP, "use_qalora"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"init_lora_weights\": \"pissa\"}", true, -ENOTSUP,
+       "init_lora_weights = \"pissa\" changes the base weights"},
+      {"{\"r\": 4, \"target_modules\": [\"q_proj\"], \"task_type\": \"SEQ_CLS\"}", true, -ENOTSUP, "SEQ_CLS"},
   };
   for (size_t i = 0; i < ZO_ARRAY_LEN(cases); i++) {
     char name[32], text[1024];
@@ -504,6 +518,11 @@ static int test_save_load(void) {
   EXPECT(zo_lora_table_build(&mc, &l2, &u) == 0);
   EXPECT(zo_lora_load(&u, dir, q) == -ENOTSUP && says("down_proj"));
   zo_lora_table_free(&u);
+  /* a non-finite weight: refused naming the tensor and the element (issue 52, class 5) */
+  p[t.modules[1].b_off + 5] = NAN;
+  EXPECT(zo_lora_save(&t, p, "tiny-llama", dir) == 0);
+  EXPECT(zo_lora_load(&t, dir, q) == -EINVAL && says(".lora_B.weight[") && says("] = nan: an adapter's weights must "
+                                                                                  "be finite"));
   free(p), free(q);
   zo_lora_table_free(&t);
   return zo_test_expect_failed_since(before);

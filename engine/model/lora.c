@@ -87,14 +87,72 @@ static int refuse_feature(const json_t *root, const char *key, const char *file)
                   "without it", file, key, key);
 }
 
+/* Every key of PEFT's LoraConfig (and PeftConfig), read with an
+ * allow-list like config.json: used here, without effect on the arithmetic
+ * (why), or a feature not built (refused unless neutral). A key PEFT does
+ * not have is refused naming it. */
+static const char *const lora_used[] = {"peft_type", "r", "lora_alpha", "lora_dropout", "target_modules",
+                                        "use_rslora", "fan_in_fan_out", "bias", "base_model_name_or_path"};
+static const struct {
+  const char *key, *why;
+} lora_no_effect[] = {
+    {"task_type", "the head is the model's own (a task_type with its own head brings modules_to_save, refused)"},
+    {"revision", "the hub revision of the base, where it was downloaded from"},
+    {"inference_mode", "whether PEFT trains the adapter; eval and sample never do"},
+    {"auto_mapping", "PEFT's class mapping for custom models"},
+    {"peft_version", "the PEFT version that wrote the file"},
+    {"init_lora_weights", "how PEFT initialised the adapter (true, false, \"gaussian\", \"eva\", \"orthogonal\"); the "
+                          "methods that also change the base weights are refused"},
+    {"eva_config", "an initialisation method; this adapter's weights are read from its file"},
+    {"corda_config", "an initialisation method; this adapter's weights are read from its file"},
+    {"runtime_config", "PEFT's runtime options (ephemeral GPU offload)"},
+    {"megatron_core", "used with megatron_config only (refused when set)"},
+    {"layers_pattern", "used with layers_to_transform only (refused when set)"},
+    {"qalora_group_size", "used with use_qalora only (refused when set)"},
+    {"ensure_weight_tying", "used with modules_to_save / trainable_token_indices only (refused when set)"},
+};
+static const char *const lora_refused[] = {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
+                                           "layers_to_transform", "megatron_config", "loftq_config",
+                                           "layer_replication", "lora_bias", "exclude_modules", "target_parameters",
+                                           "trainable_token_indices", "use_qalora", "alora_invocation_tokens",
+                                           /* PEFT 0.22's */
+                                           "arrow_config", "astra_config", "kasa_config", "lora_ga_config",
+                                           "monteclora_config", "use_bdlora", "velora_config"};
+
+static bool in_list(const char *const *list, size_t n, const char *key) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(list[i], key)) return true;
+  return false;
+}
+
 static int refuse_features(const json_t *root, const char *file, enum zo_model_arch arch) {
-  static const char *const keys[] = {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
-                                     "layers_to_transform", "layers_pattern", "megatron_config",
-                                     "loftq_config", "layer_replication"};
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-    int err = refuse_feature(root, keys[i], file);
-    if (err) return err;
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)root, key, value) {
+    bool known = in_list(lora_used, sizeof lora_used / sizeof lora_used[0], key);
+    for (size_t i = 0; !known && i < sizeof lora_no_effect / sizeof lora_no_effect[0]; i++)
+      known = !strcmp(lora_no_effect[i].key, key);
+    if (in_list(lora_refused, sizeof lora_refused / sizeof lora_refused[0], key)) {
+      int err = refuse_feature(root, key, file);
+      if (err) return err;
+      known = true;
+    }
+    if (!known)
+      return zo_error(-EINVAL, "%s: \"%s\" is not a key of PEFT's LoraConfig that zoffload knows (a newer PEFT, or "
+                      "a mistyped file?): its effect on the adapter's arithmetic is unknown, so the adapter is "
+                      "refused; docs/finetune.md lists the keys read", file, key);
   }
+  /* PiSSA, OLoRA, CorDA and LoftQ subtract the adapter's start from the
+   * base weights: the adapter alone on the original base is another model. */
+  const char *init = json_string_value(json_object_get(root, "init_lora_weights"));
+  if (init && strcmp(init, "gaussian") && strcmp(init, "eva") && strcmp(init, "orthogonal"))
+    return zo_error(-ENOTSUP, "%s: init_lora_weights = \"%s\" changes the base weights when the adapter is made "
+                    "(PiSSA, OLoRA, CorDA, LoftQ): on the original base it is another model; convert it with PEFT "
+                    "(path_initial_model_for_weight_conversion) into a plain LoRA adapter", file, init);
+  const char *task = json_string_value(json_object_get(root, "task_type"));
+  if (task && strcmp(task, "CAUSAL_LM"))
+    return zo_error(-ENOTSUP, "%s: task_type \"%s\": only \"CAUSAL_LM\" adapters (a language model's own head) are "
+                    "supported", file, task);
   const char *type = json_string_value(json_object_get(root, "peft_type"));
   if (type && strcmp(type, "LORA"))
     return zo_error(-ENOTSUP, "%s: peft_type \"%s\": only \"LORA\" adapters are supported", file, type);

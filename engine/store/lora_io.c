@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,13 @@ static int load_factor(const struct zo_st_file *f, const char *module, const cha
                     st->ndim > 0 ? (long long)st->shape[0] : -1LL, st->ndim > 1 ? (long long)st->shape[1] : -1LL,
                     (long long)rows, (long long)cols);
   int err = zo_st_read_f32(st, out, (size_t)(rows * cols));
-  return err ? zo_error(err, "%s: %s: %s", zo_st_path(f), name, zo_last_error()) : 0;
+  if (err) return zo_error(err, "%s: %s: %s", zo_st_path(f), name, zo_last_error());
+  /* A NaN or infinity would make every output it touches one: refused. */
+  for (size_t i = 0; i < (size_t)(rows * cols); i++)
+    if (!isfinite(out[i]))
+      return zo_error(-EINVAL, "%s: %s[%zu, %zu] = %g: an adapter's weights must be finite (a diverged or damaged "
+                      "adapter)", zo_st_path(f), name, i / (size_t)cols, i % (size_t)cols, (double)out[i]);
+  return 0;
 }
 
 int zo_lora_load(const struct zo_lora_table *t, const char *dir, float *params) {
