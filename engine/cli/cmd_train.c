@@ -15,8 +15,8 @@ static const int train_opts[] = {OPT_SET,         OPT_RESUME,     OPT_OVERWRITE,
                                  OPT_MEMORY_REPORT, OPT_VERBOSE, OPT_TRACE, OPT_ALLOW_DATA_CHANGE,
                                  OPT_RESUME_ALLOW, OPT_END};
 static const int eval_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_ADAPTER, OPT_BATCHES, OPT_RANDOM_INIT, OPT_END};
-static const int sample_opts[] = {OPT_SET, OPT_CHECKPOINT, OPT_PROMPT, OPT_TOKENS, OPT_TEMPERATURE,
-                                  OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
+static const int sample_opts[] = {OPT_SET,   OPT_CHECKPOINT, OPT_ADAPTER,     OPT_PROMPT, OPT_TOKENS,
+                                  OPT_TEMPERATURE, OPT_TOP_K, OPT_SEED, OPT_RANDOM_INIT, OPT_END};
 
 int cli_train(int argc, char **argv) {
   struct args a = {0};
@@ -118,7 +118,7 @@ int cli_sample(int argc, char **argv) {
                              .temperature = a.temperature, .top_k = (int)a.top_k,
                              .seed = a.seed_given ? (uint64_t)a.seed : cfg.engine.seed,
                              .init_from_explicit = cli_set_on_command_line(&a, "model.init_from"),
-                             .random_init = a.random_init};
+                             .random_init = a.random_init, .adapter = a.adapter};
   int err = zo_sample(&cfg, &o, stdout);
   zo_config_free(&cfg);
   return err ? cli_fail(cli_exit_code(err), "sample") : 0;

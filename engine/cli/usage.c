@@ -66,9 +66,12 @@ const char *const cli_usage_eval =
     "  --batches N       micro-batches of data.val to average (default: up to 20)\n";
 
 const char *const cli_usage_sample =
-    "usage: zoffload sample CONFIG [--set key=value]... [--checkpoint DIR] [--prompt TEXT]\n"
-    "                       [--tokens N] [--temperature T] [--top-k K] [--seed S] [--random-init]\n"
+    "usage: zoffload sample CONFIG [--set key=value]... [--checkpoint DIR] [--adapter DIR]\n"
+    "                       [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                       [--random-init]\n"
     "  --checkpoint DIR, --random-init: as for eval (the weights used are named on stderr)\n"
+    "  --adapter DIR: as for eval, the PEFT LoRA adapter applied to those weights (lora.init_from\n"
+    "  for this run); --top-k 1 then generates what PeftModel's greedy generate does\n"
     "  defaults: --tokens 256 --temperature 0.8 --top-k 40 --seed engine.seed\n"
     "  --prompt TEXT is encoded with the model's tokenizer (the tokenizer.json beside the weights,\n"
     "  or model.tokenizer); a 256-byte vocabulary takes its bytes; with neither, TEXT is\n"

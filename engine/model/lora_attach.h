@@ -2,7 +2,7 @@
  * arena (fp32, plus a working-dtype copy when the model's dtype is not fp32),
  * the linear entry's workspace, and the table's modules mapped onto the
  * model's tensors (struct zo_model_adapters, engine/model/linear.h). The base
- * is frozen. Forward-only so far (eval): no adapter gradients are carved.
+ * is frozen. Forward-only so far (eval, sample): no adapter gradients are carved.
  * Private to the engine. */
 #ifndef ZO_ENGINE_LORA_ATTACH_H
 #define ZO_ENGINE_LORA_ATTACH_H

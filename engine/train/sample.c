@@ -4,9 +4,10 @@
  * gradients, one block's activations shared by all blocks) loaded from a
  * checkpoint, a Hugging Face directory or, only when asked for
  * (--random-init), the seeded init, in the config's precision; which one is
- * said on stderr. Eval applies the lora section's PEFT adapter
- * (lora.init_from, --adapter) to it; sample refuses a lora section. Nothing here trains or offloads; the generation loop is also
- * what `train --sample N` runs on the trained model (engine/train/train.c). Export
+ * said on stderr. Eval and sample apply the lora section's PEFT adapter
+ * (lora.init_from, --adapter) to it. Nothing here trains or offloads; the
+ * generation loop is also what `train --sample N` runs on the trained model
+ * (engine/train/train.c). Export
  * (zo_export) checks a checkpoint as a load does and streams its tensors to
  * a Hugging Face directory without building a model (engine/store/hf_dir.c). */
 #include "zo/sample.h"
@@ -336,8 +337,8 @@ static int load_path(const char *path, const struct zo_model *m, const struct zo
 }
 
 /* The run's lora section: the config's, with lora.init_from replaced by
- * w->adapter (eval --adapter DIR; a different config value is named in a
- * note). */
+ * w->adapter (eval or sample --adapter DIR; a different config value is
+ * named in a note). */
 static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct zo_weights *w) {
   struct zo_config_lora lc = cfg->lora;
   if (!w->adapter) return lc;
@@ -348,22 +349,19 @@ static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct 
 }
 
 /* The lora section checked against the loaded model's arch: 0 (off) or 1
- * with *l (eval with a PEFT adapter directory), else refused: sample with
- * any adapter (not built), eval with a fresh adapter (lora.r without
- * lora.init_from: PEFT's init has B = 0, the base model exactly, which is
- * never what an eval of an adapter means). */
-static int resolve_lora(const struct zo_config_lora *lc, enum zo_model_arch arch, bool eval, struct zo_lora *l) {
+ * with *l (a PEFT adapter directory to apply), else refused: a fresh
+ * adapter (lora.r without lora.init_from: PEFT's init has B = 0, the base
+ * model exactly, which is never what an eval or a sample of an adapter
+ * means). cmd names the command ("eval", "sample") in the refusal. */
+static int resolve_lora(const struct zo_config_lora *lc, enum zo_model_arch arch, const char *cmd,
+                        struct zo_lora *l) {
   const int err = zo_lora_resolve(lc, arch, l);
   if (err <= 0) return err;
-  if (!eval)
-    return zo_error(-ENOTSUP, "lora: sample with a LoRA adapter (lora.r = %d, lora.init_from = \"%s\") is not "
-                              "built yet: remove the lora section to sample the base model alone (zoffload eval "
-                              "applies the adapter)", lc->r, lc->init_from ? lc->init_from : "");
   if (!l->from_adapter)
-    return zo_error(-EINVAL, "lora.r = %d without lora.init_from: eval would apply a freshly initialised adapter "
-                             "(lora_B = 0: the base model exactly); give the adapter to evaluate with "
-                             "--adapter DIR or lora.init_from = a PEFT adapter directory, or remove the lora "
-                             "section to evaluate the base", lc->r);
+    return zo_error(-EINVAL, "lora.r = %d without lora.init_from: %s would apply a freshly initialised adapter "
+                             "(lora_B = 0: the base model exactly); give the adapter with --adapter DIR or "
+                             "lora.init_from = a PEFT adapter directory, or remove the lora section to %s the base",
+                    lc->r, cmd, cmd);
   return 1;
 }
 
@@ -414,9 +412,11 @@ static int load_weights(const struct zo_config *cfg, struct zo_model *m, const c
 }
 
 /* A forward-only model loaded from the weights choose_weights picks, with
- * the lora section's adapter attached (*lora, NULL when none; eval only). */
+ * the lora section's adapter attached (*lora, NULL when none); cmd names the
+ * command in messages. */
 static struct zo_model *load_inference(const struct zo_config *cfg, const struct zo_weights *w, int B, int T,
-                                      bool eval, zo_backend_t *be_out, char *path, struct zo_lora_device **lora) {
+                                      const char *cmd, zo_backend_t *be_out, char *path,
+                                      struct zo_lora_device **lora) {
   struct zo_model_config mc;
   path[0] = '\0';
   *lora = NULL;
@@ -430,7 +430,7 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
     if (zo_train_model_config(&base, &mc)) return NULL;
   }
   struct zo_lora l;
-  const int on = resolve_lora(&lc, mc.arch, eval, &l);
+  const int on = resolve_lora(&lc, mc.arch, cmd, &l);
   if (on < 0) return NULL;
   if (T > mc.max_seq_len) T = mc.max_seq_len;
   zo_backend_t be = zo_train_backend(cfg, NULL);
@@ -491,7 +491,7 @@ int zo_eval_weights(const struct zo_config *cfg, const struct zo_weights *w, int
   const int B = cfg->micro_batch, T = cfg->data.seq_len;
   char wpath[PATH_MAX];
   struct zo_lora_device *lora;
-  struct zo_model *m = load_inference(cfg, w, B, T, true, &be, wpath, &lora);
+  struct zo_model *m = load_inference(cfg, w, B, T, "eval", &be, wpath, &lora);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   struct zo_tokenizer *tk = NULL;
   int err = load_tokenizer(cfg, wpath, &tk);
@@ -537,10 +537,10 @@ int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FI
    * probabilities, hundreds of GiB, for a few tokens. load_inference clamps
    * to the loaded model's max_seq_len (the checkpoint's, not the config's). */
   const struct zo_weights w = {.checkpoint = opts->checkpoint, .init_from_explicit = opts->init_from_explicit,
-                               .random_init = opts->random_init};
+                               .random_init = opts->random_init, .adapter = opts->adapter};
   char wpath[PATH_MAX];
-  struct zo_lora_device *lora; /* always NULL: sample refuses a lora section (resolve_lora) */
-  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, false, &be, wpath, &lora);
+  struct zo_lora_device *lora;
+  struct zo_model *m = load_inference(cfg, &w, 1, cap < INT_MAX ? (int)cap : INT_MAX, "sample", &be, wpath, &lora);
   if (!m) return zo_last_error()[0] && strstr(zo_last_error(), "no weights to use") ? -ENOENT : -EINVAL;
   struct zo_tokenizer *tk = NULL;
   int err = load_tokenizer(cfg, wpath, &tk), n_ctx = 0;

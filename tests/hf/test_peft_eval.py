@@ -11,6 +11,12 @@ is saved with PEFT's save_pretrained. Then:
   2. The same through the config: lora.init_from = ADAPTER.
   3. In bf16 (bf16.enabled) the loss is nearer PeftModel's than a quarter
      of the way to the base's: the adapter's working-dtype copy applies.
+  4. `zoffload sample --top-k 1 --adapter ADAPTER` (token ids: no
+     tokenizer) generates what PeftModel's greedy `generate` does, up to the
+     first near-tie of its top two logits (fp32 may pick either there); the
+     base's greedy generation is another within that span (so the check
+     sees the adapter), sample without the adapter generates the base's,
+     and lora.init_from generates what --adapter does.
 Models: a Llama with GQA (attention and MLP projections), the same with an
 rsLoRA adapter, a Qwen2 (q/k/v biases; transformers 4.36 has no Qwen2, so a
 Llama whose q/k/v carry biases is saved as model_type "qwen2": the same
@@ -21,8 +27,7 @@ widen_heads).
 Refusals, each naming what is wrong: an adapter whose tensors have another r
 than its config, one naming a target module the model lacks (gate_proj on a
 GPT-2), one made for a wider model, one whose base_model_name_or_path names
-another model; eval with lora.r and no adapter; sample with an adapter (not
-built yet).
+another model; eval and sample with lora.r and no adapter.
 Eval has one placement (every parameter on the device, forward only): there
 is no other placement to compare.
 
@@ -36,7 +41,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zo_hf import check, hf_mean_loss, main, random_tokens, rel  # noqa: E402
+from zo_hf import check, default_dtype, hf_greedy, hf_mean_loss, main, random_tokens, rel  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -51,6 +56,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 LOSS_RTOL = 1e-5
 V, C, NH, NKV, I, L, TMAX, HEAD_DIM = 97, 32, 4, 2, 40, 2, 32, 12
 B, T, NB = 2, 16, 3
+PROMPT, N_NEW = [5, 17, 42, 3, 88, 61], 20  # within TMAX: generate's context never slides
 ALL_LLAMA = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -122,6 +128,55 @@ def zo_eval(binary, config, *extra):
     return (float(m.group(1)) if r.returncode == 0 and m else None), out
 
 
+def zo_sample(binary, config, *extra):
+    """(the generated token ids or None, the whole output) of greedy
+    `zoffload sample` from PROMPT."""
+    r = subprocess.run([binary, "sample", config, "--prompt", ",".join(map(str, PROMPT)), "--tokens", str(N_NEW),
+                        "--top-k", "1", "--temperature", "1", "--seed", "1", *extra], capture_output=True)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    if r.returncode != 0:
+        return None, out
+    return [int(x) for x in r.stdout.decode().strip().split(",") if x], out
+
+
+def peft_generate(pm):
+    """PeftModel's greedy generate from PROMPT, N_NEW tokens (no end-of-text
+    stop: zoffload without a tokenizer has none)."""
+    with torch.no_grad(), default_dtype(next(pm.parameters()).dtype):
+        out = pm.generate(input_ids=torch.tensor([PROMPT]), max_new_tokens=N_NEW, do_sample=False,
+                          eos_token_id=V, pad_token_id=0)
+    return [int(x) for x in out[0, len(PROMPT):]]
+
+
+def greedy(binary, what, config, cfg_lora, base_dir, ad_dir, pm):
+    """Check 4 of the docstring for one model (pm: its PeftModel, float64)."""
+    want = peft_generate(pm)
+    loop, tie = hf_greedy(pm, PROMPT, N_NEW, TMAX)
+    with pm.disable_adapter():
+        want_base = peft_generate(pm)
+        _, tie_base = hf_greedy(pm, PROMPT, N_NEW, TMAX)
+    upto = N_NEW if tie is None else tie
+    upto_base = N_NEW if tie_base is None else tie_base
+    check(len(want) == N_NEW and loop[:upto] == want[:upto],
+          f"{what}: PeftModel's generate is the greedy loop of hf_greedy ({want} vs {loop})")
+    span = min(upto, upto_base)
+    check(want[:span] != want_base[:span],
+          f"{what}: the adapter changes PEFT's greedy generation within the {span} tokens compared "
+          f"({want_base} -> {want}): the check sees it")
+    got, out = zo_sample(binary, config, "--checkpoint", base_dir, "--adapter", ad_dir)
+    print(f"     greedy: zoffload {got}\n             PEFT     {want}" +
+          ("" if tie is None else f" (near-tie at {tie})"))
+    check(got is not None and got[:upto] == want[:upto],
+          f"{what}: zoffload sample --top-k 1 --adapter generates PeftModel's greedy generate ({upto} tokens)"
+          f"{'' if got is not None else ': ' + out.strip()[-400:]}")
+    check("adapter: " + ad_dir in out, f"{what}: sample names the adapter on stderr")
+    got_base, out = zo_sample(binary, config, "--checkpoint", base_dir)
+    check(got_base is not None and got_base[:upto_base] == want_base[:upto_base],
+          f"{what}: sample without the adapter generates the base's ({got_base} vs {want_base})")
+    got2, out = zo_sample(binary, cfg_lora, "--checkpoint", base_dir)
+    check(got2 is not None and got2 == got, f"{what}: sample with lora.init_from generates --adapter's ({got2})")
+
+
 def write_config(tmp, tok_path, name, lora=None):
     config = os.path.join(tmp, f"eval-{name}.json")
     cfg = {"train_micro_batch_size_per_gpu": B, "data": {"train": tok_path, "val": tok_path, "format": "u16",
@@ -182,6 +237,7 @@ def exact(binary, tmp):
         cfg2 = write_config(tmp, tok_path, f"lora-{i}", {"init_from": ad_dir})
         got2, out = zo_eval(binary, cfg2, "--checkpoint", base_dir)
         check(got2 == got, f"{what}: lora.init_from gives the same loss as --adapter ({got2} vs {got})")
+        greedy(binary, what, config, cfg2, base_dir, ad_dir, pm)
 
 
 def rewrite(src, dst, config=None, tensors=None):
@@ -257,13 +313,18 @@ def refusals(binary, tmp):
     got, out = zo_eval(binary, cfg_other, "--checkpoint", base_dir, "--adapter", ad_dir)
     check(got is not None and f"--adapter {ad_dir} replaces the config's lora.init_from = {wide_dir}" in out,
           f"--adapter wins over lora.init_from, with a note {'' if got is not None else out.strip()[-300:]}")
-    # sample with an adapter: not built yet
-    r = subprocess.run([binary, "sample", cfg_other, "--checkpoint", base_dir, "--prompt", "1,2", "--tokens", "1"],
-                       capture_output=True)
+    # sample with lora.r and no adapter: refused as eval is, naming sample
+    r = subprocess.run([binary, "sample", write_config(tmp, tok_path, "fresh-sample", {"r": 4}), "--checkpoint",
+                        base_dir, "--prompt", "1,2", "--tokens", "1"], capture_output=True)
     out = (r.stdout + r.stderr).decode(errors="replace")
-    check(r.returncode != 0 and "sample with a LoRA adapter" in out and "not built" in out,
-          f"sample with lora.init_from refused by name: {out.strip()[-300:]}")
-
+    check(r.returncode != 0 and "lora.r = 4 without lora.init_from: sample" in out and "--adapter" in out,
+          f"sample with lora.r and no adapter refused by name: {out.strip()[-300:]}")
+    # sample's --adapter replaces the config's lora.init_from too, with the note
+    r = subprocess.run([binary, "sample", cfg_other, "--checkpoint", base_dir, "--adapter", ad_dir, "--prompt", "1,2",
+                        "--tokens", "1"], capture_output=True)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    check(r.returncode == 0 and f"--adapter {ad_dir} replaces the config's lora.init_from = {wide_dir}" in out,
+          f"sample --adapter wins over lora.init_from, with a note: {out.strip()[-300:]}")
 
 if __name__ == "__main__":
     sys.exit(main(__doc__, (exact, refusals)))

@@ -43,7 +43,7 @@ struct zo_weights {
   const char *checkpoint;  /* checkpoint directory or model file, NULL: see above */
   bool init_from_explicit; /* model.init_from came from the command line */
   bool random_init;        /* the seeded init is allowed when nothing else is there */
-  const char *adapter;     /* eval --adapter DIR: a PEFT adapter directory, lora.init_from for this
+  const char *adapter;     /* --adapter DIR: a PEFT adapter directory, lora.init_from for this
                             * run (it wins over the config's, with a note on stderr); NULL: none */
 };
 
@@ -60,6 +60,7 @@ struct zo_sample_opts {
   const char *checkpoint; /* as struct zo_weights's */
   bool init_from_explicit; /* as struct zo_weights's */
   bool random_init;        /* as struct zo_weights's */
+  const char *adapter;     /* as struct zo_weights's */
   const char *prompt;     /* text, encoded with the tokenizer beside the weights or the run's
                              (model.tokenizer, model.init_from's); without one byte-level text for
                              vocab 256, else comma-separated token ids */
@@ -70,7 +71,9 @@ struct zo_sample_opts {
 };
 
 /* Generates text (vocab 256: bytes written as text; otherwise token ids) to
- * out. Returns 0 or -errno. */
+ * out from the weights opts picks, with the lora section's PEFT adapter
+ * (lora.init_from, or opts->adapter) applied when there is one. Returns 0
+ * or -errno. */
 int zo_sample(const struct zo_config *cfg, const struct zo_sample_opts *opts, FILE *out);
 
 /* Micro-batches of B x T tokens a validation pass averages over d (B: the
