@@ -118,8 +118,7 @@ static int trainer_open(struct trainer *t) {
   const struct zo_train_opts *opts = t->opts;
   int err;
   if ((err = zo_train_check_threads(cfg)) || (err = zo_train_model_config(cfg, &t->mc))) return err;
-  if (!cfg->data.train || !cfg->data.train[0])
-    return zo_error(-EINVAL, "data.train: no training data given (a token file path)");
+  if ((err = zo_host_check_data(cfg))) return err;
   /* B rows per rank; a step is K global micro-batches of N*B rows. */
   const int B = t->B = cfg->micro_batch, K = t->K = cfg->grad_accum, N = t->n_ranks;
   t->T = cfg->data.seq_len;
