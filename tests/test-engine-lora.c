@@ -331,7 +331,7 @@ static int test_attach(void) {
       zo_model_free(m);
       break;
     }
-    EXPECT(d->arena.peak == zo_lora_device_plan(&t, B * T, lo.dtype) && d->arena.peak == d->arena.capacity);
+    EXPECT(d->arena.peak == zo_lora_device_plan(&t, B * T, lo.dtype, false, NULL) && d->arena.peak == d->arena.capacity);
     int seen = 0;
     for (int k = 0; k < m->table.n_tensors; k++) {
       const char *name = m->table.tensors[k].name;

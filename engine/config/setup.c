@@ -32,7 +32,8 @@ zo_backend_t zo_train_backend(const struct zo_config *cfg, zo_comm_t comm) {
   return zo_backend_init(zo_device_name(cfg->engine.device), per >= 1 ? (int)per : 1);
 }
 
-int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
+int zo_train_model_config_lora(const struct zo_config *cfg, struct zo_model_config *mc, bool *lora_on) {
+  if (lora_on) *lora_on = false;
   *mc = cfg->model.spec;
   const bool init = cfg->model.init_from && cfg->model.init_from[0];
   if (init) {
@@ -49,14 +50,18 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
                     init ? cfg->model.init_from : "", init ? ")" : "");
   int err = zo_model_config_check(mc);
   if (err) return err;
-  /* LoRA: resolved (the adapter directory and targets checked), then refused
-   * until training with adapters is built (zo/lora.h). */
+  /* LoRA: resolved (the adapter directory and targets checked). */
   struct zo_lora lora;
   err = zo_lora_resolve(&cfg->lora, mc->arch, &lora);
   if (err < 0) return err;
-  if (err > 0)
-    return zo_error(-ENOTSUP, "lora: training, planning and sampling with LoRA adapters are not built yet (the "
-                              "config section and lora.init_from are read and checked): remove the lora section "
-                              "to fine-tune every weight");
+  if (lora_on) *lora_on = err > 0;
   return 0;
+}
+
+int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc) {
+  bool on;
+  const int err = zo_train_model_config_lora(cfg, mc, &on);
+  if (err || !on) return err;
+  return zo_error(-ENOTSUP, "lora: plan --auto, bench and calibrate with LoRA adapters are not built yet "
+                            "(zoffload train and zoffload plan are): remove the lora section here");
 }

@@ -25,9 +25,23 @@ static size_t work_bytes(const struct zo_lora_table *t, int N, enum zo_dtype dt)
   return zo_linear_work_numel(N, in_max, t->lora.r, out_max) * zo_dtype_size(dt);
 }
 
-size_t zo_lora_device_plan(const struct zo_lora_table *t, int N, enum zo_dtype dt) {
-  size_t bytes = zo_arena_round(t->numel * sizeof(float)) + zo_arena_round(work_bytes(t, N, dt));
-  if (dt != ZO_F32) bytes += zo_arena_round(t->numel * zo_dtype_size(dt));
+size_t zo_lora_device_plan(const struct zo_lora_table *t, int N, enum zo_dtype dt, bool training,
+                           size_t by_category[ZO_MEM_N_CATEGORIES]) {
+  const size_t f32 = zo_arena_round(t->numel * sizeof(float));
+  size_t cat[ZO_MEM_N_CATEGORIES] = {0};
+  cat[dt != ZO_F32 && training ? ZO_MEM_MASTER : ZO_MEM_PARAMS] += f32;
+  if (dt != ZO_F32) cat[ZO_MEM_PARAMS] += zo_arena_round(t->numel * zo_dtype_size(dt));
+  if (training) {
+    cat[ZO_MEM_GRADS] += f32 + zo_arena_round(sizeof(double));
+    cat[ZO_MEM_ADAM_M] += f32;
+    cat[ZO_MEM_ADAM_V] += f32;
+  }
+  cat[ZO_MEM_WORKSPACE] += zo_arena_round(work_bytes(t, N, dt));
+  size_t bytes = 0;
+  for (int c = 0; c < ZO_MEM_N_CATEGORIES; c++) {
+    bytes += cat[c];
+    if (by_category) by_category[c] += cat[c];
+  }
   return bytes;
 }
 
@@ -78,6 +92,8 @@ static int map_adapters(const struct zo_model *m, const struct zo_lora_table *t,
     a->a = (char *)d->wparams + mod->a_off * es;
     a->b = (char *)d->wparams + mod->b_off * es;
     a->r = t->lora.r, a->out = mod->out, a->row0 = mod->row0;
+    a->da = d->grads ? d->grads + mod->a_off : NULL;
+    a->db = d->grads ? d->grads + mod->b_off : NULL;
     a->scale = (float)t->lora.scale;
   }
   free(fill);
@@ -88,8 +104,11 @@ static int map_adapters(const struct zo_model *m, const struct zo_lora_table *t,
 /* host_params into d->params, and rounded into d->wparams when they differ. */
 static int upload(zo_backend_t be, const struct zo_lora_table *t, const float *host_params,
                   struct zo_lora_device *d, enum zo_dtype dt) {
-  int err = be->memcpy_async(d->params, host_params, t->numel * sizeof(float), ZO_COPY_H2D, NULL);
+  const size_t f32 = t->numel * sizeof(float);
+  int err = be->memcpy_async(d->params, host_params, f32, ZO_COPY_H2D, NULL);
   if (!err && dt != ZO_F32) be->cast(d->wparams, dt, d->params, ZO_F32, t->numel, NULL);
+  for (int i = 0; i < 3 && !err && d->grads; i++)
+    err = be->memset_async(i == 0 ? d->grads : i == 1 ? d->adam_m : d->adam_v, 0, f32, NULL);
   if (!err) err = be->stream_synchronize(NULL);
   return err ? zo_error(err, "lora: copying the adapter tensors to the device failed") : 0;
 }
@@ -103,13 +122,24 @@ int zo_lora_attach(struct zo_model *m, const struct zo_lora_table *t, const floa
   struct zo_lora_device *d = calloc(1, sizeof *d);
   if (!d) return zo_error(-ENOMEM, "lora: out of memory");
   const int N = m->B * m->T;
-  int err = zo_arena_init(&d->arena, m->backend, zo_lora_device_plan(t, N, m->dtype), "device (LoRA adapters)");
-  if (!err) err = zo_arena_alloc(&d->arena, t->numel * sizeof(float), "lora adapters (fp32)", (void **)&d->params);
+  const bool train = m->training, mixed = m->dtype != ZO_F32;
+  /* Group names the memory report classifies (zo_sched_device_category). */
+  int err = zo_arena_init(&d->arena, m->backend, zo_lora_device_plan(t, N, m->dtype, train, NULL),
+                          "device (LoRA adapters)");
+  const size_t f32 = t->numel * sizeof(float);
+  if (!err)
+    err = zo_arena_alloc(&d->arena, f32, train && mixed ? "master weights (LoRA adapters)" : "parameters (LoRA adapters)",
+                         (void **)&d->params);
   d->wparams = d->params;
-  if (!err && m->dtype != ZO_F32)
-    err = zo_arena_alloc(&d->arena, t->numel * zo_dtype_size(m->dtype), "lora adapters (working dtype)",
+  if (!err && mixed)
+    err = zo_arena_alloc(&d->arena, t->numel * zo_dtype_size(m->dtype), "parameters (LoRA adapters, working dtype)",
                          &d->wparams);
-  if (!err) err = zo_arena_alloc(&d->arena, work_bytes(t, N, m->dtype), "lora workspace", &d->ad.work);
+  if (!err && train) err = zo_arena_alloc(&d->arena, f32, "gradients (LoRA adapters)", (void **)&d->grads);
+  if (!err && train)
+    err = zo_arena_alloc(&d->arena, sizeof(double), "gradients (LoRA adapters: sum of squares)", (void **)&d->sumsq);
+  if (!err && train) err = zo_arena_alloc(&d->arena, f32, "AdamW m (LoRA adapters)", (void **)&d->adam_m);
+  if (!err && train) err = zo_arena_alloc(&d->arena, f32, "AdamW v (LoRA adapters)", (void **)&d->adam_v);
+  if (!err) err = zo_arena_alloc(&d->arena, work_bytes(t, N, m->dtype), "workspace (LoRA)", &d->ad.work);
   if (!err) err = upload(m->backend, t, host_params, d, m->dtype);
   if (!err) err = map_adapters(m, t, d);
   if (err) {

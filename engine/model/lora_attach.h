@@ -2,8 +2,10 @@
  * arena (fp32, plus a working-dtype copy when the model's dtype is not fp32),
  * the linear entry's workspace, and the table's modules mapped onto the
  * model's tensors (struct zo_model_adapters, engine/model/linear.h). The base
- * is frozen. Forward-only so far (eval, sample): no adapter gradients are carved.
- * Private to the engine. */
+ * is frozen. Attached to a training model the arena also holds the
+ * adapters' fp32 gradients (the linear entry accumulates dA, dB into them)
+ * and AdamW's m and v: the trained set, updated by the scheduler
+ * (engine/sched/lora_step.c). Private to the engine. */
 #ifndef ZO_ENGINE_LORA_ATTACH_H
 #define ZO_ENGINE_LORA_ATTACH_H
 
@@ -15,16 +17,17 @@
 struct zo_lora_device {
   struct zo_arena arena;         /* owns the buffers below */
   struct zo_model_adapters ad;   /* what m->adapters points at while attached */
-  float *params;                 /* (table numel) fp32, device */
+  float *params;                 /* (table numel) fp32, device: the master when training */
   void *wparams;                 /* (table numel) working dtype: params itself for fp32 */
+  float *grads;                  /* (table numel) fp32, training only (else NULL) */
+  float *adam_m, *adam_v;        /* (table numel) fp32, training only (else NULL) */
+  double *sumsq;                 /* (1) the gradients' sum of squares, training only */
 };
 
-/* Device bytes zo_lora_attach carves for table t on a model of working
- * dtype dt running N = B * T rows: exactly its arena's peak. */
-size_t zo_lora_device_plan(const struct zo_lora_table *t, int N, enum zo_dtype dt);
-
 /* Attaches t's adapters, host_params (t->numel fp32, zo_lora_load's) copied
- * to the device, to m (whose cfg t was built for): sets m->adapters. Returns
+ * to the device, to m (whose cfg t was built for): sets m->adapters. A
+ * training m (m->training) gets the trained set too: gradients zeroed, each
+ * adapter's da, db pointing into them, m and v zeroed. Returns
  * 0 with *out (free with zo_lora_detach) or -errno with a message. */
 int zo_lora_attach(struct zo_model *m, const struct zo_lora_table *t, const float *host_params,
                    struct zo_lora_device **out);

@@ -178,8 +178,8 @@ static void layout(struct zo_model *m, const struct zo_model_config *cfg, const 
     void *p = carve(c, t->layer_numel * e, "parameter slot", ZO_MEM_BUFFERS);
     if (m->param_slots) m->param_slots[k] = p;
   }
-  if (training && lo->master) m->master = carve(c, n_params * f, "master weights", ZO_MEM_MASTER);
-  if (training) {
+  if (training && lo->master && !lo->frozen) m->master = carve(c, n_params * f, "master weights", ZO_MEM_MASTER);
+  if (training && !lo->frozen) {
     const size_t res_g = resident - streamed - (zo_model_embed_grads_host(t, lo) ? t->layer_offset[0] : 0);
     m->grads = carve(c, (lo->grad_slots ? res_g : n_params) * f, "gradients", ZO_MEM_GRADS);
     if (lo->grad_accum) m->grads_acc = carve(c, n_params * f, "gradient accumulator", ZO_MEM_GRADS);
@@ -317,6 +317,7 @@ void zo_model_bind_resident_grads(struct zo_model *m, float *head, float *tail) 
 }
 
 size_t zo_model_grads_numel(const struct zo_model *m) {
+  if (m->layout.frozen) return 0;
   return m->layout.grad_slots ? m->res_ghead + m->res_tail : m->table.numel;
 }
 
@@ -405,7 +406,7 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
     for (int l = 0; l < L; l++) block_views(&m->table, m->pv, m->params, 0, m->esize, l);
   if (backend->memset_async(m->params, 0, n_par * m->esize, NULL)) goto out_free;
   if (m->master && backend->memset_async(m->master, 0, m->table.numel * sizeof(float), NULL)) goto out_free;
-  if (training) {
+  if (training && !m->layout.frozen) {
     const size_t n_grad = zo_model_grads_numel(m);
     zo_model_bind_resident_grads(m, m->res_ghead || !gslots ? m->grads : NULL,
                                  m->grads + (gslots ? m->res_ghead : tail_off));
@@ -603,6 +604,7 @@ void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int
 
 void zo_model_zero_grad(struct zo_model *m, zo_stream_t s) {
   ZO_ASSERT(m->training);
+  if (m->layout.frozen) return;
   ZO_ASSERT(m->backend->memset_async(m->grads, 0, zo_model_grads_numel(m) * sizeof(float), s) == 0);
 }
 
@@ -620,7 +622,7 @@ void zo_model_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_
     hook_end(m, l, ZO_MODEL_BACKWARD, s);
   }
   hook_begin(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
-  m->arch->embed_backward(m, B, T, s);
+  if (!m->layout.frozen) m->arch->embed_backward(m, B, T, s); /* a frozen embedding has nothing to learn */
   hook_end(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
 }
 

@@ -7,6 +7,7 @@
 #include "zo/plan.h"
 
 #include "zo/fsutil.h"
+#include "zo/lora.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -50,6 +51,24 @@ static int plan_schedule(const struct zo_config *cfg, struct zo_plan *p) {
   return 0;
 }
 
+/* LoRA (the config's lora section on): the base frozen (placement.frozen,
+ * checked by zo_placement_check_lora) and the adapters' device bytes by
+ * category into lora. */
+static int plan_lora(const struct zo_config *cfg, const struct zo_model_config *mc, struct zo_plan *p,
+                     size_t lora[ZO_MEM_N_CATEGORIES]) {
+  struct zo_lora l;
+  const int on = zo_lora_resolve(&cfg->lora, mc->arch, &l);
+  if (on <= 0) return on;
+  p->placement.frozen = true;
+  int err = zo_placement_check_lora(&p->placement);
+  struct zo_lora_table lt;
+  if (err || (err = zo_lora_table_build(mc, &l, &lt))) return err;
+  p->lora_numel = lt.numel;
+  zo_lora_device_plan(&lt, p->B * p->T, p->placement.dtype, true, lora);
+  zo_lora_table_free(&lt);
+  return 0;
+}
+
 int zo_plan_build(const struct zo_config *cfg, const struct zo_model_config *mc, zo_backend_t backend,
                   struct zo_plan *p) {
   return zo_plan_build_rank(cfg, mc, backend, 0, 1, p);
@@ -68,7 +87,16 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
   p->placement.stream_workspace = backend ? backend->stream_workspace_bytes : 0;
   struct zo_tensor_table t;
   if ((err = zo_model_build_table(mc, &t))) return err;
+  size_t lora[ZO_MEM_N_CATEGORIES] = {0};
+  if ((err = plan_lora(cfg, mc, p, lora))) {
+    zo_tensor_table_free(&t);
+    return err;
+  }
   p->total[ZO_TIER_DEVICE] = zo_sched_device_plan(&p->placement, mc, p->B, p->T, p->bytes[ZO_TIER_DEVICE]);
+  for (int c = 0; c < ZO_MEM_N_CATEGORIES; c++) {
+    p->bytes[ZO_TIER_DEVICE][c] += lora[c];
+    p->total[ZO_TIER_DEVICE] += lora[c];
+  }
   p->total[ZO_TIER_HOST] = zo_sched_host_plan(&p->placement, &t, p->B, p->T, p->bytes[ZO_TIER_HOST]);
   p->total[ZO_TIER_NVME] = zo_sched_nvme_plan(&p->placement, &t, p->bytes[ZO_TIER_NVME]);
   zo_tensor_table_free(&t);

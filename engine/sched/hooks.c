@@ -252,8 +252,10 @@ void sched_hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase 
     }
     return;
   }
-  /* Backward: each micro-batch's gradients go into zeroed buffers. */
+  /* Backward: each micro-batch's gradients go into zeroed buffers. A frozen
+   * base has none (the adapters' accumulate where lora.c zeroes them). */
   if (l == L) {
+    if (s->pl.frozen) return;
     if (s->pl.grads_on_host) {
       CHECK_Q(be->stream_wait_event(cs, s->res_free));
       CHECK_Q(be->memset_async(m->grads, 0, zo_model_grads_numel(m) * sizeof(float), cs));
@@ -273,6 +275,7 @@ void sched_hook_begin(void *ctx, struct zo_model *m, int l, enum zo_model_phase 
     CHECK_Q(be->stream_wait_event(cs, s->ck_ready[l % 2]));
     if (l > 0) ck_load(s, m, l - 1);
   }
+  if (s->pl.frozen) return;
   if (s->pl.grads_on_host) {
     const int g = l % s->pl.grad_slots;
     CHECK_Q(be->stream_wait_event(cs, s->gslot_free[g]));
@@ -349,7 +352,7 @@ void sched_hook_end(void *ctx, struct zo_model *m, int l, enum zo_model_phase ph
     if (last) CHECK_Q(be->event_record(s->grads_ready, s->d2h));
     return;
   }
-  if (s->k > 0) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
+  if (s->k > 0 && !s->pl.frozen) be->residual_forward(s->acc, s->acc, s->micro, s->t->numel, ZO_F32, cs);
   if (!last) return;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     CHECK_Q(be->event_record(s->grads_ready, cs));

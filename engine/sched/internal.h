@@ -13,7 +13,8 @@
  *   tier.c        the Infinity tier: the blocks' parameters and gradients on NVMe
  *   collective.c  every collective across ranks, and init's ranks stage
  *   state.c       state I/O and the rank-0 serving protocol
- *   stats.c       counters, the memory report, the I/O timing */
+ *   stats.c       counters, the memory report, the I/O timing
+ *   lora_step.c   the trained set of a frozen base: LoRA adapters' step */
 #ifndef ZO_ENGINE_SCHED_INTERNAL_H
 #define ZO_ENGINE_SCHED_INTERNAL_H
 
@@ -285,6 +286,9 @@ struct zo_sched {
   struct zo_arena opt_arena;       /* device, optimizer on the device: norm partials, 8-bit m, v */
   double *norm_dev;                /* (n_tensors) device: per-tensor sums of squares of the gradients */
   double *norm_host;               /* (n_tensors) their host copy, summed in table order */
+  struct zo_lora_device *lora;     /* pl.frozen: the adapters, the trained set (lora_step.c); else NULL */
+  size_t lora_numel;               /* their elements */
+  double lora_sumsq;               /* their gradients' sum of squares, copied from the device */
   /* events: "recorded when ..." */
   zo_event_t *param_ready;         /* (U) unit's device (or host, for slotted blocks) copy updated */
   zo_event_t *opt_done;            /* (U) unit's update finished (optim) */
@@ -446,6 +450,12 @@ static inline int error_prefixed(int err, const char *prefix) {
 static inline uint64_t ns_since(double t0) { return (uint64_t)((zo_time_s() - t0) * 1e9); }
 
 #define CHECK_Q(call) ZO_ASSERT((call) == 0) /* queueing on a live stream cannot fail */
+
+/* lora_step.c: the adapters attached to s->m (after init_model), freed with s;
+ * the step's norm and AdamW over them, queued instead of the base's. */
+int sched_lora_attach(struct zo_sched *s, const struct zo_sched_config *c);
+void sched_lora_free(struct zo_sched *s);
+int sched_lora_queue_optimizer(struct zo_sched *s);
 
 /* be->memcpy_async, counting host <-> device bytes as they are queued. */
 static inline int sched_copy(struct zo_sched *s, void *dst, const void *src, size_t nbytes, enum zo_copy_kind k,

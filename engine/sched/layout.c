@@ -108,7 +108,7 @@ size_t zo_sched_device_plan(const struct zo_placement *pl, const struct zo_model
                             size_t by_category[ZO_MEM_N_CATEGORIES]) {
   const struct zo_model_layout lo = zo_placement_layout(pl);
   size_t total = zo_model_device_plan(mc, B, T, &lo, by_category);
-  if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE) return total;
+  if (total == 0 || pl->optimizer != ZO_OFFLOAD_NONE || pl->frozen) return total; /* frozen: no base optimizer */
   struct zo_model_config c = *mc;
   struct zo_tensor_table t;
   if (zo_model_config_check(&c) || zo_model_build_table(&c, &t)) return 0;

@@ -204,6 +204,11 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
              : pl->grads_on_host && pl->overlap_comm ? " (gradients reduce-scattered block by block during the backward)"
                                                      : " (gradients reduce-scattered)");
   }
+  if (pl->frozen) {
+    snprintf(buf, size, "LoRA: the base frozen on the device (no gradients or optimizer state), the adapters' "
+             "gradients, fp32 master, m and v on the device%s%s", ck, prec);
+    return buf;
+  }
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",
            dev[pl->optimizer], pl->grads_nvme ? "nvme" : pl->grads_on_host ? "host" : "device", slots, fmt, ck, prec, dp);
   return buf;
@@ -212,8 +217,9 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
 struct zo_model_layout zo_placement_layout(const struct zo_placement *pl) {
   return (struct zo_model_layout){
       .dtype = pl->dtype,
-      .master = pl->dtype != ZO_F32 && pl->optimizer == ZO_OFFLOAD_NONE,
+      .master = pl->dtype != ZO_F32 && pl->optimizer == ZO_OFFLOAD_NONE && !pl->frozen,
       .training = true,
+      .frozen = pl->frozen,
       .param_slots = pl->param_slots,
       .grad_slots = pl->grads_on_host ? pl->grad_slots : 0,
       /* One process: over ranks the resident gradients are reduced whole. */

@@ -92,6 +92,7 @@ static int init_optimizer(struct zo_sched *s, const struct zo_sched_config *c) {
     return 0;
   }
   if (s->pl.optimizer != ZO_OFFLOAD_NONE) return 0;
+  if (s->pl.frozen) return sched_lora_attach(s, c); /* the base has no optimizer state */
   /* Optimizer on the device: an arena of the scheduler's own (planned by
    * zo_sched_device_plan) for the per-tensor norm partials and, for 8-bit
    * states, m and v, since the model's arena carves fp32 m, v only. */
@@ -232,6 +233,10 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
                        "set the stage to 3 or run one process", n_ranks, c->placement.zero_stage);
     return NULL;
   }
+  if (c->placement.frozen != (c->lora != NULL)) {
+    zo_error(-EINVAL, "zo_sched_init: placement.frozen and the LoRA table go together");
+    return NULL;
+  }
   /* The duplicate first: it is collective, and every rank reaches it. */
   zo_comm_t grad_comm = NULL;
   if (n_ranks > 1 && zo_comm_dup(c->comm, &grad_comm)) return NULL;
@@ -311,6 +316,7 @@ void zo_sched_free(struct zo_sched *s) {
     events_destroy(be, ck, 5);
   }
   zo_nvme_free(s->nv);
+  sched_lora_free(s);
   zo_host_pool_free(&s->pool);
   zo_arena_free(&s->opt_arena);
   zo_model_free(s->m);

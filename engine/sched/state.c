@@ -24,6 +24,7 @@
 static const char *const part_names[ZO_STATE_N_PARTS] = {"parameters", "exp_avg", "exp_avg_sq"};
 
 static size_t part_nbytes(const struct zo_sched *s, enum zo_state_part p) {
+  if (s->pl.frozen && p != ZO_STATE_PARAMS) return 0; /* a frozen base has no m, v */
   return p == ZO_STATE_PARAMS ? s->t->numel * sizeof(float) : zo_optim_state_nbytes(&s->pl.opt, s->t);
 }
 
@@ -60,13 +61,35 @@ static int state_enter(struct zo_sched *s) {
   return 0;
 }
 
+/* A frozen base in mixed precision has no fp32 master: its parameters'
+ * bytes [off, off + n) of the fp32 state are the device's working copy,
+ * rounded on the way in and widened on the way out through a host buffer. */
+static int frozen_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n, bool write) {
+  ZO_ASSERT(off % sizeof(float) == 0 && n % sizeof(float) == 0);
+  const size_t k = n / sizeof(float), e = s->m->esize;
+  void *tmp = malloc(k * e + 1);
+  if (!tmp) return sched_no_memory();
+  uint8_t *dev = zo_model_at(s->m, s->m->params, off / sizeof(float));
+  int err = 0;
+  if (write) {
+    zo_cpu_cast(tmp, s->m->dtype, buf, ZO_F32, k);
+    err = sched_copy_sync(s, dev, tmp, k * e, ZO_COPY_H2D);
+  } else if (!(err = sched_copy_sync(s, tmp, dev, k * e, ZO_COPY_D2H))) {
+    zo_cpu_cast(buf, ZO_F32, tmp, s->m->dtype, k);
+  }
+  free(tmp);
+  return err;
+}
+
 /* Bytes of this rank's shard, where they live. */
 static int local_access(struct zo_sched *s, enum zo_state_part p, size_t off, uint8_t *buf, size_t n, bool write) {
   bool dev;
   size_t first;
   uint8_t *base = part_base(s, p, &dev, &first);
   int err = 0;
-  if (!base) {
+  if (s->pl.frozen && s->pl.dtype != ZO_F32) {
+    err = frozen_access(s, off, buf, n, write);
+  } else if (!base) {
     err = sched_nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
   } else {
     ZO_ASSERT(off >= first);
@@ -224,7 +247,7 @@ static int working_copies_sync(struct zo_sched *s) {
   const bool mixed = s->pl.dtype != ZO_F32, after = s->sharded && s->h.params && !s->pshard;
   int err = 0;
   if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
-    if (mixed && hi > lo)
+    if (mixed && hi > lo && !s->pl.frozen) /* frozen: written rounded (frozen_access) */
       s->be->cast(zo_model_at(s->m, s->m->params, lo), s->m->dtype, s->m->master + lo, ZO_F32, hi - lo, s->compute);
     err = s->be->stream_synchronize(s->compute);
   } else if (s->pl.optimizer == ZO_OFFLOAD_CPU) {

@@ -4,13 +4,15 @@
  * step's copies and NVMe traffic (zo_sched_time_io). */
 #include "internal.h"
 
+#include "../model/lora_attach.h"
+
 #include <errno.h>
 #include <sys/stat.h>
 
 void zo_sched_stats(const struct zo_sched *s, struct zo_sched_stats *out) {
   memset(out, 0, sizeof *out);
-  out->device_planned = s->m->arena.capacity + s->opt_arena.capacity;
-  out->device_peak = s->m->arena.peak + s->opt_arena.peak;
+  out->device_planned = s->m->arena.capacity + s->opt_arena.capacity + (s->lora ? s->lora->arena.capacity : 0);
+  out->device_peak = s->m->arena.peak + s->opt_arena.peak + (s->lora ? s->lora->arena.peak : 0);
   out->host_planned = s->pool.capacity;
   out->host_peak = s->pool.peak;
   out->nvme_planned = s->nvme_planned;
@@ -69,6 +71,7 @@ int zo_sched_memory(const struct zo_sched *s, struct zo_sched_mem *out) {
    * reset while the scheduler lives. */
   device_memory(&s->m->arena, out);
   device_memory(&s->opt_arena, out);
+  if (s->lora) device_memory(&s->lora->arena, out);
 
   const int H = ZO_TIER_HOST;
   for (int i = 0; i < s->pool.n_carves; i++) {
@@ -183,7 +186,8 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
 void zo_sched_trace_counters(const struct zo_sched *s) {
   if (!zo_trace_on()) return;
   const uint64_t now = zo_trace_now();
-  zo_trace_counter("device bytes in use", s->m->arena.used + s->opt_arena.used, now);
+  zo_trace_counter("device bytes in use",
+                   s->m->arena.used + s->opt_arena.used + (s->lora ? s->lora->arena.used : 0), now);
   zo_trace_counter("host bytes in use", s->pool.used, now);
   zo_trace_counter("nvme bytes in use", s->nvme_planned, now);
   /* The bytes issued so far (zo_sched_stats; names zo_trace_summarize reads). */

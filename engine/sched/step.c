@@ -16,6 +16,7 @@ int sched_queue_optimizer(struct zo_sched *s) {
   zo_backend_t be = s->be;
   const int p = s->parity;
   const bool on_device = s->pl.optimizer == ZO_OFFLOAD_NONE;
+  if (s->pl.frozen) return sched_lora_queue_optimizer(s);
   CHECK_Q(be->stream_wait_event(s->optim, s->grads_ready));
   /* Overlapped, or on the NVMe tier, each range was summed onto its owners
    * as the backward produced it. */

@@ -46,6 +46,7 @@
 #include "zo/data.h"
 #include "zo/hf.h"
 #include "zo/host_check.h"
+#include "zo/lora.h"
 #include "zo/loss_scale.h"
 #include "zo/lr_schedule.h"
 #include "zo/model.h"
@@ -88,9 +89,12 @@ struct trainer {
   struct zo_adamw_hparams hp0;     /* AdamW's constants; the rate is the schedule's */
   struct zo_tracer tracer;         /* engine.trace: rank 0's timeline of the configured steps */
   struct zo_run_log log;           /* metrics, TensorBoard, the console line */
+  bool lora_on;                    /* the lora section is on: the adapters train, the base is frozen */
+  struct zo_lora_table lora;       /* lora_on: the adapters' table */
 };
 
 static void trainer_free(struct trainer *t) {
+  if (t->lora_on) zo_lora_table_free(&t->lora);
   zo_run_settings_free(t->settings);
   zo_run_log_close(&t->log);
   zo_data_close(t->train);
@@ -112,12 +116,40 @@ static void say(const struct trainer *t, const char *fmt, ...) {
 
 /* ---- open: checks, plan, run directory, scheduler, tokenizer, data -------- */
 
+/* LoRA: the adapters' table and their first values (*params, t->lora.numel
+ * floats; free them): lora.init_from's PEFT adapter (its base checked
+ * against model.init_from), else PEFT's initialisation from engine.seed
+ * (B = 0: the first step starts at the base model exactly). */
+static int open_lora(struct trainer *t, float **params) {
+  const struct zo_config *cfg = t->cfg;
+  struct zo_lora l;
+  int err = zo_lora_resolve(&cfg->lora, t->mc.arch, &l);
+  if (err < 0) return err;
+  const char *dir = cfg->lora.init_from && cfg->lora.init_from[0] ? cfg->lora.init_from : NULL;
+  const char *base = cfg->model.init_from ? cfg->model.init_from : "";
+  if (dir && (err = zo_lora_check_base(&l, dir, base))) return err;
+  if ((err = zo_lora_table_build(&t->mc, &l, &t->lora))) return err;
+  if (!(*params = malloc(t->lora.numel * sizeof **params + 1)))
+    return zo_error(-ENOMEM, "out of host memory for the LoRA adapters");
+  if (dir) err = zo_lora_load(&t->lora, dir, *params);
+  else zo_lora_init(&t->lora, cfg->engine.seed, *params);
+  if (err) {
+    free(*params);
+    *params = NULL;
+  }
+  return err;
+}
+
 /* Everything refused before anything is allocated, then the scheduler. */
 static int trainer_open(struct trainer *t) {
   const struct zo_config *cfg = t->cfg;
   const struct zo_train_opts *opts = t->opts;
   int err;
-  if ((err = zo_train_check_threads(cfg)) || (err = zo_train_model_config(cfg, &t->mc))) return err;
+  if ((err = zo_train_check_threads(cfg)) || (err = zo_train_model_config_lora(cfg, &t->mc, &t->lora_on))) return err;
+  if (t->lora_on && (t->ckpt_dir || opts->resume))
+    return zo_error(-ENOTSUP, "lora: %s of a LoRA run %s not built yet (the adapters train and --sample shows "
+                    "them; saving them is next): unset checkpoint.dir", t->ckpt_dir ? "checkpoint.dir: saves" :
+                    "--resume: resuming", t->ckpt_dir ? "are" : "is");
   if ((err = zo_host_check_data(cfg))) return err;
   /* B rows per rank; a step is K global micro-batches of N*B rows. */
   const int B = t->B = cfg->micro_batch, K = t->K = cfg->grad_accum, N = t->n_ranks;
@@ -149,10 +181,15 @@ static int trainer_open(struct trainer *t) {
   }
   /* fp16 skips an overflowed step anyway; fp32 and bf16 when asked to. */
   plan->placement.skip_nonfinite = cfg->engine.on_nonfinite == ZO_NONFINITE_SKIP;
+  float *lora_params = NULL;
+  if (t->lora_on && (err = open_lora(t, &lora_params))) return err;
   const struct zo_sched_config sc = {.model = t->mc, .B = B, .T = t->T, .placement = plan->placement,
                                      .backend = t->be, .host_budget = cfg->engine.host_memory_budget,
-                                     .comm = t->comm};
-  if (!(t->sched = zo_sched_init(&sc))) return zo_run_quote_limit(-ENOMEM);
+                                     .comm = t->comm, .lora = t->lora_on ? &t->lora : NULL,
+                                     .lora_params = lora_params};
+  t->sched = zo_sched_init(&sc);
+  free(lora_params);
+  if (!t->sched) return zo_run_quote_limit(-ENOMEM);
   t->m = zo_sched_model(t->sched);
   zo_sched_state_io(t->sched, &t->io);
   if (t->lead && t->ckpt_dir && (err = zo_run_dir_check_space(cfg, t->m, &plan->placement.opt))) return err;
@@ -375,6 +412,13 @@ static void describe(const struct trainer *t) {
         zo_placement_sharded(pl) ? "optimizer state sharded (ZeRO stage >= 1)"
                                  : "optimizer state replicated on every rank (ZeRO stage 0)");
   say(t, "placement: %s\n", zo_placement_describe(pl, where, sizeof where));
+  if (t->lora_on) {
+    const struct zo_lora *l = &t->lora.lora;
+    say(t, "lora: r %d, alpha %g (scale %g%s), %d modules, %zu trainable parameters (%.3f%% of the model's); "
+           "adapters %s\n", l->r, l->alpha, l->scale, l->use_rslora ? ", rsLoRA" : "", t->lora.n_modules,
+        t->lora.numel, 100.0 * (double)t->lora.numel / (double)(n - padding),
+        cfg->lora.init_from && cfg->lora.init_from[0] ? cfg->lora.init_from : "initialised as PEFT does (B = 0)");
+  }
   if (t->st.scaler.enabled && !t->st.scaler.dynamic)
     say(t, "fp16: static loss scale %g (fp16.loss_scale): it never changes; a step that overflows is skipped\n",
         t->st.scaler.scale);

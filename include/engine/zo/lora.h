@@ -5,9 +5,12 @@
  * use_rslora), A (r, in), B (out, r), as in PEFT.
  * Built so far: this resolution (config, adapter_config.json, targets per
  * arch), the table, PEFT's files, the projections' arithmetic
- * (engine/model/linear.h) and adapters attached to a forward-only model for
- * eval (engine/model/lora_attach.h). zo_train_model_config (training, plan)
- * and sample refuse a config with LoRA on (-ENOTSUP) after resolving it. */
+ * (engine/model/linear.h), adapters attached to a model
+ * (engine/model/lora_attach.h) for eval and sample, and training them over
+ * a frozen base on the device (the scheduler's placement.frozen,
+ * engine/sched/lora_step.c; `zoffload train` and `zoffload plan`).
+ * zo_train_model_config (bench, plan --auto, calibrate) refuses a config
+ * with LoRA on (-ENOTSUP) after resolving it. */
 #ifndef ZO_LORA_H
 #define ZO_LORA_H
 
@@ -98,6 +101,14 @@ void zo_lora_init(const struct zo_lora_table *t, uint64_t seed, float *params);
  * shapes; a missing, misshapen or unexpected tensor is refused by name.
  * Returns 0 or -errno with a message. */
 int zo_lora_load(const struct zo_lora_table *t, const char *dir, float *params);
+
+/* Device bytes the adapters of t take attached to a model of working
+ * dtype dt running N = B * T rows (engine/model/lora_attach.c), training
+ * (gradients, their sum of squares, m, v; the fp32 copy is the master) or
+ * not: exactly the arena's peak. by_category (may be NULL) receives them
+ * by enum zo_mem_category, added to what it holds. */
+size_t zo_lora_device_plan(const struct zo_lora_table *t, int N, enum zo_dtype dt, bool training,
+                           size_t by_category[ZO_MEM_N_CATEGORIES]);
 
 /* Writes a PEFT adapter directory: dir/adapter_config.json (peft_type LORA,
  * r, lora_alpha, lora_dropout, target_modules, use_rslora, fan_in_fan_out for

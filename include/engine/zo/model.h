@@ -109,6 +109,9 @@ struct zo_model_layout {
   enum zo_dtype dtype; /* working dtype of parameters and activations: ZO_F32
                         * (the zero value), ZO_BF16 or ZO_F16 */
   bool training;   /* false: forward only, one block's activations shared */
+  bool frozen;     /* training a frozen base (LoRA, zo/lora.h): no gradient, accumulator,
+                    * master or optimizer buffers; every gradient view is NULL, so the
+                    * base's weight gradients and the embedding's backward are skipped */
   int param_slots; /* 0: every block's parameters on the device; K > 0: only
                     * the resident ranges (head, tail) and K block slots */
   int grad_slots;  /* 0: a full gradient buffer; G > 0: resident ranges and

@@ -36,6 +36,7 @@ struct zo_plan {
    * whole model in turn); why, in words, for plan's output. */
   bool layer_major;
   char schedule_why[320];
+  size_t lora_numel;                            /* LoRA (placement.frozen): the adapters' elements */
 };
 
 /* "device", "host", "nvme". */

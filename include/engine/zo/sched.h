@@ -61,6 +61,7 @@
 #include "zo/arena.h"
 #include "zo/comm.h"
 #include "zo/config.h"
+#include "zo/lora.h"
 #include "zo/model.h"
 #include "zo/optim_format.h"
 #include "zo/state.h"
@@ -125,6 +126,9 @@ struct zo_placement {
                           * process); set by zo_placement_set_ranks */
   bool skip_nonfinite;  /* a non-finite gradient norm skips the update in fp32 and bf16 too
                          * (engine.on_nonfinite "skip"; fp16 always skips) */
+  bool frozen;          /* LoRA: the base is frozen (no gradients, master or optimizer state;
+                         * the model's layout.frozen) and the adapters are the trained set,
+                         * on the device (zo_placement_check_lora) */
   size_t stream_workspace; /* bytes of device scratch per op stream the backend
                             * needs (zo_backend.stream_workspace_bytes; 0 on
                             * the CPU); set by the planner (zo_plan_build) */
@@ -160,6 +164,11 @@ struct zo_shard zo_placement_shard(const struct zo_placement *pl, const struct z
  * or with another nvme_path, offload_param without an offloaded optimizer,
  * nvme without nvme_path). */
 int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo_placement *pl);
+/* 0 when pl can train LoRA adapters over a frozen base (pl->frozen): the
+ * base and the adapters' optimizer on the device, one rank, fp32 AdamW,
+ * fp32 or bf16, activation checkpointing on the device only; else -ENOTSUP
+ * naming the key that is not built with LoRA yet. */
+int zo_placement_check_lora(const struct zo_placement *pl);
 /* One line such as "optimizer on cpu, gradients on host, parameters on host
  * (4 device slots)" into buf; returns buf. */
 const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size_t size);
@@ -189,6 +198,10 @@ struct zo_sched_config {
   zo_backend_t backend;
   size_t host_budget;          /* engine.host_memory_budget, 0 = unlimited */
   zo_comm_t comm;              /* data-parallel ranks, borrowed; NULL (or one rank): one process */
+  /* placement.frozen (LoRA): the adapters trained over the frozen base and
+   * their first values (lora->numel fp32, host), both borrowed for init */
+  const struct zo_lora_table *lora;
+  const float *lora_params;
 };
 
 struct zo_sched;

@@ -14,8 +14,13 @@ extern "C" {
 #endif
 
 /* The model shapes of cfg: model.* or, with model.init_from, the file's
- * (n_head from the config); checked against data.seq_len. Returns 0 or -errno. */
+ * (n_head from the config); checked against data.seq_len, the lora section
+ * resolved. Returns 0 or -errno; with LoRA on, -ENOTSUP naming `what` (the
+ * command: bench, plan --auto, calibrate do not handle adapters yet). */
 int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc);
+/* The same for `zoffload train` and `zoffload plan`, which handle LoRA: 0
+ * with LoRA off or on (*lora_on, may be NULL, says which). */
+int zo_train_model_config_lora(const struct zo_config *cfg, struct zo_model_config *mc, bool *lora_on);
 
 /* The backend of engine.device for this rank: with engine.threads 0,
  * OMP_NUM_THREADS unset and several ranks of comm (may be NULL) on this

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""`zoffload train` with LoRA against PEFT + torch.optim.AdamW (issue 46,
+pieces 1 and 2: a frozen base and the adapters trained, the base on the
+device). For each model a base made with transformers (weights moved off
+their init) is saved, get_peft_model wraps it and every lora_A and lora_B
+gets random non-zero values (so both receive gradients from the first
+step), saved with PEFT's save_pretrained: the run starts from that adapter
+(lora.init_from) over the base (model.init_from). Then:
+  1. Ten AdamW steps of two micro-batches each (gradient accumulation),
+     clipping at a norm the gradients exceed on some steps, weight decay:
+     every step's loss and gradient norm (over the adapters only) equal the
+     PeftModel's trained in float64 by torch.optim.AdamW (every trainable
+     tensor is 2-D: decay on all) with clip_grad_norm_ within 1e-5
+     relative; the base's parameters never change (its loss after the run,
+     adapter off, is the starting base's: `zoffload train --sample` is not
+     needed for that, the base's file is never written).
+  2. Activation checkpointing (every block recomputed) gives the same
+     losses and norms bit for bit, and so do random stream delays
+     (ZO_STREAM_DELAY_US): the events order the adapters' step.
+  3. bf16 (base and activations in bf16, the adapters with fp32 masters):
+     the losses stay within 2% of the float64 run's, and differ from the
+     fp32 run's (the working dtype applies).
+  4. Refused by name: the optimizer or the parameters offloaded with LoRA,
+     AdamW8bit, fp16, checkpoint.dir (saving a LoRA run is not built yet),
+     lora_dropout > 0.
+Models: a Llama with GQA (all seven projections), a Qwen2 (q/k/v biases;
+transformers 4.36 has no Qwen2, so a Llama whose q/k/v carry biases is
+saved as model_type "qwen2": the same arithmetic), a GPT-2 (Conv1D,
+fan_in_fan_out; c_attn, c_proj, c_fc).
+
+Usage: tests/hf/run.sh ZOFFLOAD REPO test_peft_train.py (skips without peft:
+scripts/install-hf.sh)
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zo_hf import check, default_dtype, main, random_tokens, rel, windows  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+try:
+    from peft import LoraConfig
+except ImportError:
+    print("SKIP: peft not installed (scripts/install-hf.sh)")
+    sys.exit(77)
+from test_peft_eval import ALL_LLAMA, gpt2, llama, make_adapter, save_base  # noqa: E402
+
+V = 97
+B, T, K, STEPS = 2, 16, 2, 10
+LR, BETAS, EPS, WD = 5e-3, (0.9, 0.95), 1e-8, 0.1
+LOSS_RTOL, BF16_RTOL = 1e-5, 2e-2
+
+
+def zo_run(binary, *args, env=None):
+    r = subprocess.run([binary, *args], capture_output=True, env=env)
+    return r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+
+
+def write_config(tmp, name, tok_path, base_dir, ad_dir, metrics, max_norm, **extra):
+    config = os.path.join(tmp, f"train-{name}.json")
+    cfg = {"train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": K, "steps": STEPS,
+           "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": list(BETAS), "eps": EPS,
+                                                     "weight_decay": WD}},
+           "gradient_clipping": max_norm,
+           "model": {"init_from": base_dir},
+           "lora": {"init_from": ad_dir},
+           "data": {"train": tok_path, "format": "u16", "seq_len": T, "shuffle": False},
+           "log": {"every": 1, "metrics_path": metrics},
+           "engine": {"device": "cpu"}}
+    cfg.update(extra)
+    with open(config, "w") as f:
+        json.dump(cfg, f, indent=1)
+    return config
+
+
+def zo_steps(binary, config, metrics, *extra, env=None):
+    """[(loss, grad_norm)] of a `zoffload train` run, or None (and the output)."""
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    rc, out = zo_run(binary, "train", config, "--set", f"log.metrics_path={metrics}", *extra, env=env)
+    if rc != 0:
+        return None, out
+    with open(metrics) as f:
+        return [(m["loss"], m["grad_norm"]) for m in map(json.loads, f) if "loss" in m and "grad_norm" in m], out
+
+
+def peft_steps(pm, tokens, max_norm):
+    """STEPS AdamW steps of K micro-batches of the PeftModel pm (float64,
+    trained in place): [(loss, grad_norm)]. The base's dropout is off, as the
+    runs' model.dropout (0) says."""
+    params = [p for p in pm.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=False)
+    pm.train()
+    for mod in pm.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    out = []
+    batches = list(windows(tokens, STEPS * K, B, T))
+    for s in range(STEPS):
+        opt.zero_grad()
+        total = 0.0
+        for x, y in batches[s * K:(s + 1) * K]:
+            with default_dtype(torch.float64):
+                logits = pm(input_ids=x).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / K
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
+        opt.step()
+        out.append((total, norm))
+    return out
+
+
+def worst(a, b, i):
+    return max(rel(x[i], y[i]) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+
+
+def case(binary, tmp, tokens, tok_path, name, kind, model, lora_cfg, max_norm):
+    print(f"== {name}")
+    base_dir, ad_dir = os.path.join(tmp, f"base-{name}"), os.path.join(tmp, f"adapter-{name}")
+    save_base(model, base_dir, kind)
+    pm = make_adapter(model, lora_cfg, ad_dir, seed=11)
+    metrics = os.path.join(tmp, f"metrics-{name}.jsonl")
+    config = write_config(tmp, name, tok_path, base_dir, ad_dir, metrics, max_norm)
+    got, out = zo_steps(binary, config, metrics)
+    check(got is not None and len(got) == STEPS, f"{name}: zoffload train with the adapter runs "
+          f"{out[-400:] if got is None else ''}")
+    if got is None:
+        return
+    check("lora: r " in out and "the base frozen on the device" in out, f"{name}: the run says it trains LoRA")
+    ref = peft_steps(pm.double(), tokens, max_norm)
+    wl, wn = worst(got, ref, 0), worst(got, ref, 1)
+    clipped = sum(1 for _, n in ref if n > max_norm)
+    print(f"     losses {[round(x[0], 6) for x in got]}\n     PEFT   {[round(x[0], 6) for x in ref]}\n"
+          f"     norms  {[round(x[1], 4) for x in got]}\n     PEFT   {[round(x[1], 4) for x in ref]}\n"
+          f"     clipping binds on {clipped} of {STEPS} steps")
+    check(0 < clipped < STEPS, f"{name}: clipping binds on some steps, not all ({clipped})")
+    check(wl <= LOSS_RTOL and wn <= LOSS_RTOL, f"{name}: every step's loss and adapter gradient norm equal "
+          f"PEFT + AdamW's (worst rel {wl:.3g}, {wn:.3g})")
+    check(rel(ref[-1][0], ref[0][0]) > 100 * LOSS_RTOL, f"{name}: training moves the loss ({ref[0][0]:.5f} -> "
+          f"{ref[-1][0]:.5f}): the check sees the updates")
+
+    ck, out = zo_steps(binary, config, metrics, "--set", "activation_checkpointing.enabled=true")
+    check(ck == got, f"{name}: activation checkpointing gives the same losses and norms, bit for bit "
+          f"{out[-300:] if ck is None else ''}")
+    env = dict(os.environ, ZO_STREAM_DELAY_US="200")
+    dl, out = zo_steps(binary, config, metrics, env=env)
+    check(dl == got, f"{name}: random stream delays give the same losses and norms, bit for bit "
+          f"{out[-300:] if dl is None else ''}")
+    bf, out = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true")
+    wb = worst(bf, ref, 0)
+    check(bf is not None and wb <= BF16_RTOL and bf != got, f"{name}: bf16 losses within {BF16_RTOL} of PEFT's "
+          f"float64 ones and not fp32's (worst rel {wb:.3g}) {out[-300:] if bf is None else ''}")
+
+
+def refusals(binary, tmp, tok_path):
+    print("== refused by name")
+    model = llama(21)
+    base_dir, ad_dir = os.path.join(tmp, "base-refuse"), os.path.join(tmp, "adapter-refuse")
+    save_base(model, base_dir, "llama")
+    make_adapter(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM"), ad_dir, 3)
+    metrics = os.path.join(tmp, "metrics-refuse.jsonl")
+    config = write_config(tmp, "refuse", tok_path, base_dir, ad_dir, metrics, 1.0)
+    for extra, want in [
+        (["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"],
+         "zero_optimization.offload_optimizer"),
+        (["zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+          "zero_optimization.offload_param.device=cpu"], "zero_optimization.offload_optimizer"),
+        (["optimizer.type=AdamW8bit"], "AdamW8bit"),
+        (["fp16.enabled=true"], "fp16.enabled"),
+        ([f"checkpoint.dir={os.path.join(tmp, 'ck-refuse')}"], "checkpoint.dir"),
+    ]:
+        args = [a for e in extra for a in ("--set", e)]
+        rc, out = zo_run(binary, "train", config, *args)
+        check(rc == 2 and want in out and "lora" in out, f"train with LoRA and {' '.join(extra)} is refused naming "
+              f"{want} (exit {rc}): {out.strip()[-200:]}")
+    d2 = os.path.join(tmp, "adapter-dropout")
+    make_adapter(llama(21), LoraConfig(r=2, lora_alpha=4, lora_dropout=0.1, target_modules=["q_proj"],
+                                       task_type="CAUSAL_LM"), d2, 3)
+    rc, out = zo_run(binary, "train", config, "--set", f"lora.init_from={d2}")
+    check(rc != 0 and "lora_dropout" in out, f"train with lora_dropout 0.1 is refused by name (exit {rc}): "
+          f"{out.strip()[-200:]}")
+
+
+def run(binary, tmp):
+    _, tokens, tok_path = random_tokens(tmp, V, 4000)
+    case(binary, tmp, tokens, tok_path, "llama", "llama", llama(3),
+         LoraConfig(r=4, lora_alpha=8, target_modules=ALL_LLAMA, task_type="CAUSAL_LM"), 3.0)
+    case(binary, tmp, tokens, tok_path, "qwen2", "qwen2", llama(7, qkv_bias=True),
+         LoraConfig(r=3, lora_alpha=6, use_rslora=True, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"],
+                    task_type="CAUSAL_LM"), 3.0)
+    case(binary, tmp, tokens, tok_path, "gpt2", "gpt2", gpt2(9),
+         LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True,
+                    task_type="CAUSAL_LM"), 1.9)
+    refusals(binary, tmp, tok_path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, [run]))
