@@ -87,3 +87,31 @@ int sched_lora_queue_optimizer(struct zo_sched *s) {
   }
   return 0;
 }
+
+/* Synchronous copies of the adapters' state (zo/sched.h). */
+static int lora_copy(struct zo_sched *s, float *const host[3], bool write) {
+  struct zo_lora_device *d = s->lora;
+  ZO_ASSERT(d);
+  float *dev[3] = {d->params, d->adam_m, d->adam_v};
+  const size_t nb = s->lora_numel * sizeof(float);
+  int err = zo_sched_synchronize(s);
+  for (int i = 0; i < 3 && !err; i++)
+    if (host[i]) err = sched_copy_sync(s, write ? (void *)dev[i] : host[i], write ? (void *)host[i] : dev[i], nb,
+                                       write ? ZO_COPY_H2D : ZO_COPY_D2H);
+  if (!err && write && host[0] && d->wparams != d->params) {
+    s->be->cast(d->wparams, s->m->dtype, d->params, ZO_F32, s->lora_numel, s->compute);
+    err = s->be->stream_synchronize(s->compute);
+  }
+  return err ? error_prefixed(err, write ? "writing the LoRA adapters' state" : "reading the LoRA adapters' state")
+             : 0;
+}
+
+int zo_sched_lora_read(struct zo_sched *s, float *params, float *adam_m, float *adam_v) {
+  float *const host[3] = {params, adam_m, adam_v};
+  return lora_copy(s, host, false);
+}
+
+int zo_sched_lora_write(struct zo_sched *s, const float *params, const float *adam_m, const float *adam_v) {
+  float *const host[3] = {(float *)params, (float *)adam_m, (float *)adam_v};
+  return lora_copy(s, host, true);
+}

@@ -30,11 +30,15 @@
 
 #include "../model/arch.h"
 #include "state_files.h"
+#include "zo/lora_ckpt.h"
 
 /* Every checkpoint's files besides the optimizer's: optimizer.safetensors,
  * or one optimizer-<r>-of-<N>.safetensors per rank of a sharded run. */
 static const char *const ckpt_files[] = {"model.safetensors", "config.json"};
 #define N_CKPT_FILES 2
+/* A LoRA run's instead (zo/lora_ckpt.h): a PEFT adapter directory and the adapters' m, v. */
+static const char *const lora_files[] = {"adapter_model.safetensors", "adapter_config.json", ZO_LORA_OPTIM_FILE};
+static const char *model_file(bool lora, int i) { return lora ? lora_files[i] : i < N_CKPT_FILES ? ckpt_files[i] : NULL; }
 
 /* CRC32 of a whole file, read with read(2) through a bounded buffer: a
  * mapping read end to end would count the whole file, model or optimizer
@@ -480,10 +484,10 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
   char path[PATH_MAX];
   int err = 0;
   json_t *files = json_object();
-  for (int i = 0; i < N_CKPT_FILES && files && !err; i++) {
+  for (int i = 0; i < (o->lora ? 3 : N_CKPT_FILES) && files && !err; i++) {
     uint32_t crc;
-    if ((err = join(path, sizeof path, x->tmp, ckpt_files[i])) || (err = file_crc(path, &crc))) break;
-    json_object_set_new(files, ckpt_files[i], json_integer(crc));
+    if ((err = join(path, sizeof path, x->tmp, model_file(o->lora, i))) || (err = file_crc(path, &crc))) break;
+    json_object_set_new(files, model_file(o->lora, i), json_integer(crc));
   }
   /* The run's tokenizer files, so the checkpoint is a whole model directory. */
   const char *tok = o->tokenizer ? o->tokenizer : "";
@@ -496,7 +500,7 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
     if ((err = file_crc(path, &crc))) break;
     json_object_set_new(files, zo_tokenizer_files[i], json_integer(crc));
   }
-  if (n_shards == 0 && files && !err) {
+  if (n_shards == 0 && !o->lora && files && !err) {
     uint32_t crc;
     if (!(err = join(path, sizeof path, x->tmp, "optimizer.safetensors")) && !(err = file_crc(path, &crc)))
       json_object_set_new(files, "optimizer.safetensors", json_integer(crc));
@@ -523,6 +527,7 @@ int zo_checkpoint_commit(const struct zo_checkpoint_txn *x, const struct zo_trai
                     : NULL;
   if (!j) return txn_fail(x, zo_error(-ENOMEM, "out of memory building trainer_state.json"));
   if (n_shards < 0) json_object_set_new(j, "weights_only", json_true());
+  if (o->lora) json_object_set_new(j, "lora", json_true());
   if (o->settings && (err = add_settings(j, o->settings))) {
     json_decref(j);
     return txn_fail(x, err);
@@ -686,12 +691,12 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
 
 /* Every file trainer_state.json lists (the model, the tokenizer's, and
  * n_opt optimizer files) is there with its recorded CRC32. */
-static int verify_checksums(const char *path, json_t *j, long n_shards, int n_opt) {
+static int verify_checksums(const char *path, json_t *j, long n_shards, int n_opt, bool lora) {
   json_t *files = json_object_get(j, "files");
   char p[PATH_MAX];
-  for (int i = 0; i < N_CKPT_FILES + n_opt; i++) {
+  for (int i = 0; i < (lora ? 3 : N_CKPT_FILES + n_opt); i++) {
     char fname[64];
-    if (i < N_CKPT_FILES) snprintf(fname, sizeof fname, "%s", ckpt_files[i]);
+    if (lora || i < N_CKPT_FILES) snprintf(fname, sizeof fname, "%s", model_file(lora, i));
     else zo_checkpoint_shard_name(i - N_CKPT_FILES, (int)n_shards, fname, sizeof fname);
     json_t *v = json_object_get(files, fname);
     uint32_t crc;
@@ -872,11 +877,17 @@ int zo_checkpoint_load_io(const char *path, const struct zo_model *m, const stru
     err = zo_error(-EINVAL, "%s holds the weights only (saved with checkpoint.save_optimizer = false): there is "
                             "no optimizer state to resume; start a new run from it with --set "
                             "model.init_from=%s", path, path);
-  if (!err) err = verify_checksums(path, j, n_shards, n_opt);
+  if (!err && json_is_true(json_object_get(j, "lora")) != (m == NULL))
+    err = m ? zo_error(-EINVAL, "%s is a LoRA run's checkpoint (a PEFT adapter and its optimizer state, no "
+                                "model.safetensors): give it as --adapter (eval, sample) over the base, resume it "
+                                "with the lora section, or export it with --adapter or --merge", path)
+            : zo_error(-EINVAL, "%s is not a LoRA run's checkpoint: this run has a lora section", path);
+  if (!err) err = verify_checksums(path, j, n_shards, n_opt, m == NULL);
   struct zo_train_state st = *state;
   if (!err) err = read_trainer_state(path, j, &st);
-  if (!err) err = check_same_model(path, m);
-  if (!err && optimizer) err = load_optimizer(path, m, opt, io, n_shards, n_opt);
+  if (!err && m) err = check_same_model(path, m);
+  if (!err && !m) { /* a LoRA run's: checked; lora_ckpt.c reads its files */
+  } else if (!err && optimizer) err = load_optimizer(path, m, opt, io, n_shards, n_opt);
   else if (!err && io && !(err = join(p, sizeof p, path, "model.safetensors")))
     err = zo_model_load_safetensors_io(p, m, io);
   if (!err) *state = st;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "zo/checkpoint.h"
+#include "zo/lora_ckpt.h"
 
 /* A sharded optimizer's checkpoint, collective: rank 0 starts it and writes
  * the model (the other ranks serve their shards of the parameters
@@ -102,6 +103,22 @@ static size_t dir_bytes(const char *dir) {
   return n;
 }
 
+/* A LoRA run's checkpoint (one process): the adapters and their m, v. */
+static int save_lora(const struct zo_run_saver *t, const struct zo_train_state *st, char *path, size_t size) {
+  const struct zo_config *cfg = t->cfg;
+  const size_t n = t->lora->numel;
+  float *buf = malloc(3 * n * sizeof *buf + 1);
+  if (!buf) return zo_error(-ENOMEM, "out of host memory saving the LoRA adapters");
+  int err = zo_sched_lora_read(t->sched, buf, buf + n, buf + 2 * n);
+  const struct zo_checkpoint_opts o = {.keep = cfg->checkpoint.keep, .tokenizer = t->tokenizer,
+                                       .settings = t->settings};
+  if (!err)
+    err = zo_lora_checkpoint_save(cfg->checkpoint.dir, t->lora, buf, buf + n, buf + 2 * n,
+                                  cfg->model.init_from ? cfg->model.init_from : "", st, &o, path, size);
+  free(buf);
+  return err;
+}
+
 int zo_run_save(const struct zo_run_saver *t, const struct zo_train_state *st) {
   const struct zo_config *cfg = t->cfg;
   const struct zo_placement *pl = t->pl;
@@ -110,7 +127,11 @@ int zo_run_save(const struct zo_run_saver *t, const struct zo_train_state *st) {
   const double t0 = zo_time_s();
   /* checkpoint.save_optimizer = false: the run's final checkpoint holds the weights only. */
   const bool weights_only = !cfg->checkpoint.save_optimizer && st->step >= cfg->steps;
-  if (zo_placement_sharded(pl)) {
+  if (t->lora) {
+    if ((err = save_lora(t, st, path, sizeof path))) return err;
+    printf("%ssaved %s (the LoRA adapters, a PEFT adapter directory, and their optimizer state)\n  wrote %s\n",
+           t->tty ? "\r" : "", path, zo_run_rate_str(dir_bytes(path), zo_time_s() - t0, rate));
+  } else if (zo_placement_sharded(pl)) {
     if ((err = save_sharded(t, st, path, sizeof path))) return err;
     if (t->lead)
       printf("%ssaved %s (%d optimizer shards%s)\n  wrote %s\n", t->tty ? "\r" : "", path, t->n_ranks,

@@ -27,6 +27,7 @@ struct zo_run_saver {
   const struct zo_placement *pl;  /* the optimizer's format and sharding */
   const char *tokenizer;          /* the run's tokenizer.json, "" none */
   const struct zo_run_settings *settings; /* recorded in every checkpoint (zo/run_settings.h) */
+  const struct zo_lora_table *lora; /* a LoRA run's adapters (zo/lora_ckpt.h), else NULL */
 };
 
 /* Saves checkpoint-<st->step> under checkpoint.dir (weights only at the

@@ -47,6 +47,7 @@
 #include "zo/hf.h"
 #include "zo/host_check.h"
 #include "zo/lora.h"
+#include "zo/lora_ckpt.h"
 #include "zo/loss_scale.h"
 #include "zo/lr_schedule.h"
 #include "zo/model.h"
@@ -146,10 +147,6 @@ static int trainer_open(struct trainer *t) {
   const struct zo_train_opts *opts = t->opts;
   int err;
   if ((err = zo_train_check_threads(cfg)) || (err = zo_train_model_config_lora(cfg, &t->mc, &t->lora_on))) return err;
-  if (t->lora_on && (t->ckpt_dir || opts->resume))
-    return zo_error(-ENOTSUP, "lora: %s of a LoRA run %s not built yet (the adapters train and --sample shows "
-                    "them; saving them is next): unset checkpoint.dir", t->ckpt_dir ? "checkpoint.dir: saves" :
-                    "--resume: resuming", t->ckpt_dir ? "are" : "is");
   if ((err = zo_host_check_data(cfg))) return err;
   /* B rows per rank; a step is K global micro-batches of N*B rows. */
   const int B = t->B = cfg->micro_batch, K = t->K = cfg->grad_accum, N = t->n_ranks;
@@ -318,6 +315,18 @@ static int check_settings(struct trainer *t, const char *path) {
   return err;
 }
 
+/* A LoRA run's checkpoint: the adapters and their m, v (the base is
+ * model.init_from's, loaded before). */
+static int resume_lora(struct trainer *t, const char *path) {
+  const size_t n = t->lora.numel;
+  float *buf = malloc(3 * n * sizeof *buf + 1);
+  if (!buf) return zo_error(-ENOMEM, "out of host memory for the LoRA adapters");
+  int err = zo_lora_checkpoint_load(path, &t->lora, buf, buf + n, buf + 2 * n, &t->st);
+  if (!err) err = zo_sched_lora_write(t->sched, buf, buf + n, buf + 2 * n);
+  free(buf);
+  return err;
+}
+
 /* opts->resume's checkpoint ("auto": rank 0's latest, so that every rank
  * loads the same one) into the scheduler, the data position restored. */
 static int resume(struct trainer *t, char *path, size_t size) {
@@ -333,7 +342,9 @@ static int resume(struct trainer *t, char *path, size_t size) {
     snprintf(path, size, "%s", t->opts->resume);
   }
   if ((err = zo_checkpoint_refuse_unchecked(path)) || (err = check_settings(t, path))) return err;
-  if ((err = zo_checkpoint_load_io(path, t->m, &t->plan.placement.opt, &t->io, true, st))) return err;
+  if ((err = t->lora_on ? resume_lora(t, path) : zo_checkpoint_load_io(path, t->m, &t->plan.placement.opt, &t->io,
+                                                                        true, st)))
+    return err;
   if ((err = check_inputs(t, path, &st->inputs))) return err;
   if (st->seed != cfg->engine.seed)
     return zo_error(-EINVAL, "%s was saved by a run with engine.seed = %llu, the config has %llu: the data order "
@@ -357,13 +368,14 @@ static int trainer_load(struct trainer *t) {
   zo_loss_scaler_init(&t->st.scaler, cfg);
   const double t_load = zo_time_s();
   int err;
-  if (t->opts->resume) {
+  if (t->opts->resume && !t->lora_on) {
     err = resume(t, resume_path, sizeof resume_path);
-  } else {
+  } else { /* a LoRA run's base is never in its checkpoints */
     err = init_from ? zo_model_load_safetensors_io(cfg->model.init_from, t->m, &t->io)
                     : zo_sched_state_init(t->sched, cfg->engine.seed);
     if (!err) err = zo_sched_state_fresh(t->sched, ZO_STATE_M);
     if (!err) err = zo_sched_state_fresh(t->sched, ZO_STATE_V);
+    if (!err && t->opts->resume) err = resume(t, resume_path, sizeof resume_path);
   }
   if (!err) err = zo_sched_state_done(t->sched);
   if (err) return err;
@@ -604,7 +616,7 @@ static int save(struct trainer *t) {
   const struct zo_run_saver s = {.cfg = t->cfg, .comm = t->comm, .rank = t->rank, .n_ranks = t->n_ranks,
                                  .lead = t->lead, .tty = t->tty, .sched = t->sched, .io = &t->io,
                                  .pl = &t->plan.placement, .tokenizer = t->tokenizer,
-                                 .settings = t->settings};
+                                 .settings = t->settings, .lora = t->lora_on ? &t->lora : NULL};
   int err = zo_run_save(&s, &t->st);
   /* The checkpoint's tokenizer, taken at resume, is read from the newest
    * save from now on: retention may remove the one resumed from. */

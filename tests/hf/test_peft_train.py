@@ -20,9 +20,16 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
   3. bf16 (base and activations in bf16, the adapters with fp32 masters):
      the losses stay within 2% of the float64 run's, and differ from the
      fp32 run's (the working dtype applies).
-  4. Refused by name: the optimizer or the parameters offloaded with LoRA,
-     AdamW8bit, fp16, checkpoint.dir (saving a LoRA run is not built yet),
-     lora_dropout > 0.
+  4. Checkpoints (piece 3): the run's checkpoint-10 is a PEFT adapter
+     directory whose adapters equal PEFT's trained ones within 1e-4 of
+     each tensor's largest element; PeftModel.from_pretrained loads it over
+     the base and its loss is `zoffload eval --adapter CHECKPOINT`'s within
+     1e-5; 5 steps, then --resume auto to 10, give the same losses, norms
+     and adapter and optimizer files, bit for bit; resuming over another
+     base is refused naming both; the checkpoint given as a model is
+     refused naming it.
+  5. Refused by name: the optimizer or the parameters offloaded with LoRA,
+     AdamW8bit, fp16, lora_dropout > 0.
 Models: a Llama with GQA (all seven projections), a Qwen2 (q/k/v biases;
 transformers 4.36 has no Qwen2, so a Llama whose q/k/v carry biases is
 saved as model_type "qwen2": the same arithmetic), a GPT-2 (Conv1D,
@@ -43,16 +50,18 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 try:
-    from peft import LoraConfig
+    from peft import LoraConfig, PeftModel, get_peft_model_state_dict
 except ImportError:
     print("SKIP: peft not installed (scripts/install-hf.sh)")
     sys.exit(77)
-from test_peft_eval import ALL_LLAMA, gpt2, llama, make_adapter, save_base  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from test_peft_eval import ALL_LLAMA, gpt2, llama, make_adapter, save_base, zo_eval  # noqa: E402
+from zo_hf import hf_mean_loss  # noqa: E402
 
 V = 97
 B, T, K, STEPS = 2, 16, 2, 10
 LR, BETAS, EPS, WD = 5e-3, (0.9, 0.95), 1e-8, 0.1
-LOSS_RTOL, BF16_RTOL = 1e-5, 2e-2
+LOSS_RTOL, BF16_RTOL, PARAM_TOL = 1e-5, 2e-2, 1e-4
 
 
 def zo_run(binary, *args, env=None):
@@ -68,7 +77,7 @@ def write_config(tmp, name, tok_path, base_dir, ad_dir, metrics, max_norm, **ext
            "gradient_clipping": max_norm,
            "model": {"init_from": base_dir},
            "lora": {"init_from": ad_dir},
-           "data": {"train": tok_path, "format": "u16", "seq_len": T, "shuffle": False},
+           "data": {"train": tok_path, "val": tok_path, "format": "u16", "seq_len": T, "shuffle": False},
            "log": {"every": 1, "metrics_path": metrics},
            "engine": {"device": "cpu"}}
     cfg.update(extra)
@@ -119,8 +128,9 @@ def worst(a, b, i):
     return max(rel(x[i], y[i]) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
 
 
-def case(binary, tmp, tokens, tok_path, name, kind, model, lora_cfg, max_norm):
+def case(binary, tmp, tokens, tok_path, name, kind, build, lora_cfg, max_norm):
     print(f"== {name}")
+    model = build()
     base_dir, ad_dir = os.path.join(tmp, f"base-{name}"), os.path.join(tmp, f"adapter-{name}")
     save_base(model, base_dir, kind)
     pm = make_adapter(model, lora_cfg, ad_dir, seed=11)
@@ -151,10 +161,64 @@ def case(binary, tmp, tokens, tok_path, name, kind, model, lora_cfg, max_norm):
     dl, out = zo_steps(binary, config, metrics, env=env)
     check(dl == got, f"{name}: random stream delays give the same losses and norms, bit for bit "
           f"{out[-300:] if dl is None else ''}")
+    checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, tokens)
     bf, out = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true")
     wb = worst(bf, ref, 0)
     check(bf is not None and wb <= BF16_RTOL and bf != got, f"{name}: bf16 losses within {BF16_RTOL} of PEFT's "
           f"float64 ones and not fp32's (worst rel {wb:.3g}) {out[-300:] if bf is None else ''}")
+
+
+def same_files(a, b, names):
+    for n in names:
+        with open(os.path.join(a, n), "rb") as f, open(os.path.join(b, n), "rb") as g:
+            if f.read() != g.read():
+                return False
+    return True
+
+
+def checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, tokens):
+    """Check 4 of the docstring; pm has been trained by peft_steps, build()
+    makes its base again (transformers 4.36 cannot load a "qwen2" directory)."""
+    ckdir = os.path.join(tmp, f"ck-{name}")
+    full, out = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={ckdir}", "--set", "checkpoint.every=5")
+    ck = os.path.join(ckdir, f"checkpoint-{STEPS}")
+    check(full == got and os.path.isfile(os.path.join(ck, "adapter_model.safetensors")),
+          f"{name}: a run saving checkpoints trains the same and writes {ck} {out[-300:] if full is None else ''}")
+    if full != got or not os.path.isdir(ck):
+        return
+    mine, want = load_file(os.path.join(ck, "adapter_model.safetensors")), get_peft_model_state_dict(pm)
+    worst_p, worst_n = 0.0, None
+    for k, v in want.items():
+        g = mine.get(k)
+        e = float("inf") if g is None else ((g.double() - v.double()).abs().max() / v.double().abs().max()).item()
+        if e > worst_p:
+            worst_p, worst_n = e, k
+    check(set(mine) == set(want) and worst_p <= PARAM_TOL, f"{name}: the checkpoint's adapters equal PEFT's after "
+          f"{STEPS} steps (worst {worst_p:.3g} of the tensor's largest element, {worst_n})")
+    loaded = PeftModel.from_pretrained(build().double(), ck).eval()
+    want_l = hf_mean_loss(loaded, tokens, 3, B, T)
+    got_l, out = zo_eval(binary, config, "--checkpoint", base_dir, "--adapter", ck)
+    check(got_l is not None and rel(got_l, want_l) <= LOSS_RTOL, f"{name}: PeftModel loads the checkpoint and its "
+          f"loss is zoffload eval --adapter's ({got_l} vs {want_l:.6f}) {out[-300:] if got_l is None else ''}")
+    rdir = os.path.join(tmp, f"ck-{name}-resume")
+    a, out_a = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={rdir}", "--set", "checkpoint.every=5",
+                        "--set", "steps=5")
+    b, out_b = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={rdir}", "--set", "checkpoint.every=5",
+                        "--resume", "auto")
+    rck = os.path.join(rdir, f"checkpoint-{STEPS}")
+    check(a is not None and b is not None and a + b == got and os.path.isdir(rck) and
+          same_files(ck, rck, ["adapter_model.safetensors", "adapter_optimizer.safetensors"]),
+          f"{name}: 5 steps, then --resume auto to {STEPS}, give the uninterrupted run's losses, norms, adapters and "
+          f"optimizer state, bit for bit {(out_a + out_b)[-400:]}")
+    other = os.path.join(tmp, f"base-{name}-other")
+    save_base(gpt2(99) if name == "gpt2" else llama(99, qkv_bias=name == "qwen2"), other, name)
+    rc, out = zo_run(binary, "train", config, "--set", f"checkpoint.dir={rdir}", "--resume", "auto", "--set",
+                     f"steps={STEPS + 2}", "--set", f"model.init_from={other}")
+    check(rc == 2 and "model.init_from" in out and other in out and base_dir in out,
+          f"{name}: resuming over another base is refused naming both (exit {rc}): {out.strip()[-300:]}")
+    rc, out = zo_run(binary, "eval", config, "--checkpoint", ck)
+    check(rc == 2 and "is a PEFT adapter" in out and "not a model" in out, f"{name}: the checkpoint given as a model "
+          f"is refused naming it (exit {rc}): {out.strip()[-200:]}")
 
 
 def refusals(binary, tmp, tok_path):
@@ -172,7 +236,6 @@ def refusals(binary, tmp, tok_path):
           "zero_optimization.offload_param.device=cpu"], "zero_optimization.offload_optimizer"),
         (["optimizer.type=AdamW8bit"], "AdamW8bit"),
         (["fp16.enabled=true"], "fp16.enabled"),
-        ([f"checkpoint.dir={os.path.join(tmp, 'ck-refuse')}"], "checkpoint.dir"),
     ]:
         args = [a for e in extra for a in ("--set", e)]
         rc, out = zo_run(binary, "train", config, *args)
@@ -188,12 +251,12 @@ def refusals(binary, tmp, tok_path):
 
 def run(binary, tmp):
     _, tokens, tok_path = random_tokens(tmp, V, 4000)
-    case(binary, tmp, tokens, tok_path, "llama", "llama", llama(3),
+    case(binary, tmp, tokens, tok_path, "llama", "llama", lambda: llama(3),
          LoraConfig(r=4, lora_alpha=8, target_modules=ALL_LLAMA, task_type="CAUSAL_LM"), 3.0)
-    case(binary, tmp, tokens, tok_path, "qwen2", "qwen2", llama(7, qkv_bias=True),
+    case(binary, tmp, tokens, tok_path, "qwen2", "qwen2", lambda: llama(7, qkv_bias=True),
          LoraConfig(r=3, lora_alpha=6, use_rslora=True, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"],
                     task_type="CAUSAL_LM"), 3.0)
-    case(binary, tmp, tokens, tok_path, "gpt2", "gpt2", gpt2(9),
+    case(binary, tmp, tokens, tok_path, "gpt2", "gpt2", lambda: gpt2(9),
          LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True,
                     task_type="CAUSAL_LM"), 1.9)
     refusals(binary, tmp, tok_path)

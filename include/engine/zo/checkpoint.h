@@ -105,6 +105,9 @@ struct zo_checkpoint_opts {
                           * directory; NULL or "": none */
   const struct zo_run_settings *settings; /* recorded as trainer_state.json's "settings", which a
                                            * resume compares (zo/run_settings.h); NULL: none */
+  bool lora;             /* a LoRA run's (zo/lora_ckpt.h): the PEFT adapter files and the adapters'
+                          * optimizer file are checksummed instead of model.safetensors, config.json
+                          * and optimizer.safetensors; trainer_state.json says "lora": true */
 };
 /* zo_checkpoint_save_io with options o; opt NULL: weights only, as
  * zo_checkpoint_save_weights_io. */
@@ -159,7 +162,9 @@ int zo_checkpoint_load_optim(const char *path, const struct zo_model *m, float *
                              const struct zo_optim_format *opt, void *adam_m, void *adam_v,
                              struct zo_train_state *state);
 /* The same, writing parameters (and with optimizer m and v, in format opt,
- * not NULL) through io. Every checksum and the optimizer file's format are
+ * not NULL) through io. m NULL: a LoRA run's checkpoint (zo/lora_ckpt.h),
+ * its trainer state and checksums checked, nothing loaded; a LoRA
+ * checkpoint given with m, or another with m NULL, is refused naming it. Every checksum and the optimizer file's format are
  * checked before anything is written; an error later (a tensor of the wrong
  * shape) leaves the state partly written. io NULL (optimizer false): the
  * checks only (trainer_state.json, every checksum, the model's config against

@@ -265,6 +265,13 @@ int zo_sched_set_state(struct zo_sched *s, const float *params, const void *adam
                        const void *adam_v);
 int zo_sched_get_state(struct zo_sched *s, float *params, void *adam_m, void *adam_v);
 
+/* LoRA (placement.frozen): the adapters' fp32 parameters (the master), m
+ * and v (lora->numel floats each, host; any may be NULL), read or written
+ * synchronously after everything queued; a write rounds the working copy
+ * in mixed precision. Return 0 or -errno. */
+int zo_sched_lora_read(struct zo_sched *s, float *params, float *adam_m, float *adam_v);
+int zo_sched_lora_write(struct zo_sched *s, const float *params, const float *adam_m, const float *adam_v);
+
 /* Host buffers for the next micro-batch's tokens (B, T each), blocking until
  * the forward that last read them has copied them (double-buffered). */
 void zo_sched_batch(struct zo_sched *s, int32_t **inputs, int32_t **targets);
