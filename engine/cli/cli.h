@@ -33,6 +33,7 @@ enum opt {
   OPT_NVME_PATH, OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_NVME_FREE, OPT_BACKEND,
   OPT_TOKENIZER, OPT_FIELD, OPT_PROMPT_FIELD, OPT_COMPLETION_FIELD, OPT_MESSAGES_FIELD, OPT_SEPARATOR,
   OPT_FORMAT, OPT_AUTO, OPT_ALLOW_DATA_CHANGE, OPT_RESUME_ALLOW, OPT_VERBOSE, OPT_ADAPTER,
+  OPT_EXPORT_ADAPTER, OPT_MERGE, OPT_BASE,
 };
 
 enum positional { POS_CONFIG, POS_FILES, POS_NONE };
@@ -47,6 +48,8 @@ struct args {
   long sample, batches, tokens, top_k, seed, steps, params, threads, reps, queue_depth, ranks;
   size_t bytes, block;
   bool memory_report, verbose, seed_given, json, placements, overwrite, random_init, autoplan, allow_data_change;
+  bool export_adapter, merge; /* export --adapter (a flag there), --merge */
+  const char *base;           /* export --merge --base DIR */
   size_t host_ram[8]; /* --host-ram sizes */
   size_t nvme_free;   /* plan --auto --nvme-free, bytes */
   const char *backend; /* plan --auto --backend cpu|cuda */

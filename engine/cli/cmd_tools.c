@@ -14,7 +14,7 @@
 
 static const int set_opts[] = {OPT_SET, OPT_END};
 static const int env_opts[] = {OPT_NVME_PATH, OPT_END};
-static const int export_opts[] = {OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_END};
+static const int export_opts[] = {OPT_OUT, OPT_DTYPE, OPT_MAX_SHARD_SIZE, OPT_EXPORT_ADAPTER, OPT_MERGE, OPT_BASE, OPT_END};
 
 int cli_config(int argc, char **argv) {
   struct args a = {0};
@@ -44,7 +44,15 @@ int cli_export(int argc, char **argv) {
   if (a.n_inputs != 1)
     return cli_bad_usage(cli_usage_export, "%s", a.n_inputs ? "give one CHECKPOINT" : "missing CHECKPOINT");
   if (!a.out) return cli_bad_usage(cli_usage_export, "%s", "missing --out DIR");
-  const struct zo_export_opts o = {.out = a.out, .dtype = a.dtype, .max_shard_bytes = a.max_shard_size};
+  if (a.export_adapter && a.merge) return cli_bad_usage(cli_usage_export, "%s", "give --adapter or --merge, not both");
+  if (a.base && !a.merge && !a.export_adapter)
+    return cli_bad_usage(cli_usage_export, "%s", "--base names the base of a LoRA adapter: use it with --merge or --adapter");
+  if (a.export_adapter && (a.dtype != ZO_F32 || a.max_shard_size != 5000000000))
+    return cli_bad_usage(cli_usage_export, "%s", "export --adapter writes the adapter in fp32 in one file, as PEFT "
+                         "saves it: --dtype and --max-shard-size apply to full models (--merge)");
+  const struct zo_export_opts o = {.out = a.out, .dtype = a.dtype,
+                                   .max_shard_bytes = a.export_adapter ? 0 : a.max_shard_size,
+                                   .adapter = a.export_adapter, .merge = a.merge, .base = a.base};
   struct zo_export_result res;
   int err = zo_export(a.inputs[0], &o, &res);
   if (err) return cli_fail(cli_exit_code(err), "export");

@@ -92,6 +92,9 @@ static const struct option all_options[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
     {"adapter", required_argument, NULL, OPT_ADAPTER},
+    {"adapter", no_argument, NULL, OPT_EXPORT_ADAPTER}, /* export's: a flag (the table is filtered per command) */
+    {"merge", no_argument, NULL, OPT_MERGE},
+    {"base", required_argument, NULL, OPT_BASE},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"prompt", required_argument, NULL, OPT_PROMPT},
     {"tokens", required_argument, NULL, OPT_TOKENS},
@@ -152,6 +155,9 @@ static int store_option(int id, const char *v, const char *usage, struct args *a
     return 0;
   case OPT_CHECKPOINT: a->checkpoint = v; return 0;
   case OPT_ADAPTER: a->adapter = v; return 0;
+  case OPT_EXPORT_ADAPTER: a->export_adapter = true; return 0;
+  case OPT_MERGE: a->merge = true; return 0;
+  case OPT_BASE: a->base = v; return 0;
   case OPT_PROMPT: a->prompt = v; return 0;
   case OPT_OUT_TRAIN: a->out_train = v; return 0;
   case OPT_OUT_VAL: a->out_val = v; return 0;

@@ -152,7 +152,14 @@ const char *const cli_usage_export =
     "  --dtype  tensor dtype in the files (default fp32: the saved values exactly; bf16 and fp16\n"
     "           round to nearest even). Streamed tensor by tensor: a few MiB of host memory\n"
     "           whatever the model's size\n"
-    "  load it with transformers' from_pretrained(DIR) or --set model.init_from=DIR\n";
+    "  load it with transformers' from_pretrained(DIR) or --set model.init_from=DIR\n"
+    "   or: zoffload export CHECKPOINT --adapter --out DIR [--base BASE]\n"
+    "       zoffload export CHECKPOINT --merge --out DIR [--base BASE] [--dtype ...] [--max-shard-size ...]\n"
+    "  for a LoRA run's checkpoint (or a PEFT adapter directory): --adapter writes the adapter as a\n"
+    "  PEFT adapter directory (PeftModel.from_pretrained(base, DIR)); --merge writes the base with\n"
+    "  W + scale B A folded in, a whole Hugging Face model (the base's weights in host memory, fp32).\n"
+    "  BASE: the Hugging Face directory trained on (default: adapter_config.json's\n"
+    "  base_model_name_or_path, the run's model.init_from)\n";
 
 const char *const cli_usage_config = "usage: zoffload config CONFIG [--set key=value]...\n";
 

@@ -152,6 +152,30 @@ int zo_lora_attach(struct zo_model *m, const struct zo_lora_table *t, const floa
   return 0;
 }
 
+int zo_lora_merge(const struct zo_model *m, const struct zo_lora_table *t, const float *ad, float *params) {
+  int *tensor = calloc((size_t)t->n_modules + 1, sizeof *tensor);
+  if (!tensor) return zo_error(-ENOMEM, "lora: out of memory merging the adapters");
+  int err = module_tensors(m, t, tensor);
+  const int r = t->lora.r;
+  for (int i = 0; i < t->n_modules && !err; i++) {
+    const struct zo_lora_module *mod = &t->modules[i];
+    const struct zo_tensor_info *ti = &m->table.tensors[tensor[i]];
+    ZO_ASSERT(ti->ndim == 2 && ti->shape[1] == mod->in && mod->row0 + mod->out <= ti->shape[0]);
+    const float *A = ad + mod->a_off, *B = ad + mod->b_off;
+    float *W = params + ti->offset + (size_t)mod->row0 * (size_t)mod->in;
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < mod->out; o++)
+      for (int c = 0; c < mod->in; c++) {
+        double d = 0.0;
+        for (int k = 0; k < r; k++) d += (double)B[(size_t)o * r + k] * (double)A[(size_t)k * mod->in + c];
+        float *w = &W[(size_t)o * mod->in + c];
+        *w = (float)((double)*w + t->lora.scale * d);
+      }
+  }
+  free(tensor);
+  return err;
+}
+
 void zo_lora_detach(struct zo_model *m, struct zo_lora_device *d) {
   if (m) m->adapters = NULL;
   if (!d) return;

@@ -32,6 +32,12 @@ struct zo_lora_device {
 int zo_lora_attach(struct zo_model *m, const struct zo_lora_table *t, const float *host_params,
                    struct zo_lora_device **out);
 
+/* Folds t's adapters (ad: t->numel fp32, host) into params (m's table,
+ * fp32, host): W[row0 + i, :] += scale (B A)[i, :] for every module, the
+ * product and the sum in float64, rounded once (PEFT's merge_and_unload).
+ * m needs its cfg, arch and table only. Returns 0 or -errno. */
+int zo_lora_merge(const struct zo_model *m, const struct zo_lora_table *t, const float *ad, float *params);
+
 /* Clears m->adapters and frees d (accepts NULL). */
 void zo_lora_detach(struct zo_model *m, struct zo_lora_device *d);
 

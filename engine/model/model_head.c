@@ -45,7 +45,7 @@ static void piece_begin(struct zo_model *m, int p, enum zo_model_phase ph, zo_st
   m->head_w = m->pv[hw] ? zo_model_at(m, m->pv[hw], off) : NULL;
   m->head_g = m->gv[hw] ? m->gv[hw] + off : NULL;
   if (m->hooks && m->hooks->head_begin) m->hooks->head_begin(m->hooks->ctx, m, p, ph, s);
-  ZO_ASSERT(m->head_w && (ph == ZO_MODEL_FORWARD || m->head_g));
+  ZO_ASSERT(m->head_w && (ph == ZO_MODEL_FORWARD || m->head_g || m->layout.frozen)); /* frozen: no gradient */
 }
 
 static void piece_end(struct zo_model *m, int p, enum zo_model_phase ph, zo_stream_t s) {

@@ -7,9 +7,7 @@
  * said on stderr. Eval and sample apply the lora section's PEFT adapter
  * (lora.init_from, --adapter) to it. Nothing here trains or offloads; the
  * generation loop is also what `train --sample N` runs on the trained model
- * (engine/train/train.c). Export
- * (zo_export) checks a checkpoint as a load does and streams its tensors to
- * a Hugging Face directory without building a model (engine/store/hf_dir.c). */
+ * (engine/train/train.c). Export is engine/train/export.c's. */
 #include "zo/sample.h"
 
 #include <dirent.h>
@@ -277,9 +275,22 @@ static int prompt_tokens(const struct zo_tokenizer *tk, const char *prompt, int 
   return err;
 }
 
+/* Whether dir holds a PEFT adapter (a LoRA run's checkpoint). */
+static bool is_adapter_dir(const char *dir) {
+  char p[PATH_MAX + 32];
+  return snprintf(p, sizeof p, "%s/adapter_config.json", dir) > 0 && access(p, F_OK) == 0;
+}
+
+/* checkpoint.dir's latest checkpoint into path when it is a LoRA run's
+ * (its adapter, over model.init_from's base), else "". */
+static void latest_adapter(const struct zo_config *cfg, char *path, size_t size) {
+  const char *dir = cfg->checkpoint.dir && cfg->checkpoint.dir[0] ? cfg->checkpoint.dir : NULL;
+  if (!dir || zo_checkpoint_latest(dir, path, size) != 0 || !is_adapter_dir(path)) path[0] = '\0';
+}
+
 /* Which weights a forward-only model loads, in this order: the explicit
  * checkpoint; model.init_from when the command line gave it; the latest
- * checkpoint under checkpoint.dir; model.init_from from the config; the
+ * checkpoint under checkpoint.dir unless it is a LoRA run's (an adapter); model.init_from from the config; the
  * seeded init, only when w->random_init allows it. Writes the path to load
  * ("" for the seeded init) and says which on stderr. */
 static int choose_weights(const struct zo_config *cfg, const struct zo_weights *w, char *path, size_t size) {
@@ -290,8 +301,8 @@ static int choose_weights(const struct zo_config *cfg, const struct zo_weights *
     snprintf(path, size, "%s", w->checkpoint);
   } else if (init && w->init_from_explicit) {
     snprintf(path, size, "%s", init);
-  } else if (dir && zo_checkpoint_latest(dir, path, size) == 0) {
-  } else if (init) {
+  } else if (dir && zo_checkpoint_latest(dir, path, size) == 0 && !is_adapter_dir(path)) {
+  } else if ((path[0] = '\0', init)) {
     snprintf(path, size, "%s", init);
   } else if (!w->random_init) {
     if (dir)
@@ -339,8 +350,15 @@ static int load_path(const char *path, const struct zo_model *m, const struct zo
 /* The run's lora section: the config's, with lora.init_from replaced by
  * w->adapter (eval or sample --adapter DIR; a different config value is
  * named in a note). */
-static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct zo_weights *w) {
+static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct zo_weights *w, char *latest,
+                                      size_t size) {
   struct zo_config_lora lc = cfg->lora;
+  latest_adapter(cfg, latest, size);
+  if (!w->adapter && latest[0]) {
+    fprintf(stderr, "note: applying the run's latest checkpoint %s (a LoRA adapter) over the base; --adapter DIR "
+            "picks another\n", latest);
+    lc.init_from = latest;
+  }
   if (!w->adapter) return lc;
   if (lc.init_from && lc.init_from[0] && strcmp(lc.init_from, w->adapter))
     fprintf(stderr, "note: --adapter %s replaces the config's lora.init_from = %s\n", w->adapter, lc.init_from);
@@ -421,7 +439,8 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   path[0] = '\0';
   *lora = NULL;
   if (choose_weights(cfg, w, path, PATH_MAX)) return NULL;
-  const struct zo_config_lora lc = run_lora(cfg, w);
+  char latest[PATH_MAX];
+  const struct zo_config_lora lc = run_lora(cfg, w, latest, sizeof latest);
   if (path[0]) {
     if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else {
@@ -568,106 +587,5 @@ out:
   zo_tokenizer_free(tk);
   zo_lora_detach(m, lora);
   zo_model_free(m);
-  return err;
-}
-
-/* Bytes and safetensors files of the exported directory, into res. */
-static int export_sizes(const char *dir, struct zo_export_result *res) {
-  DIR *d = opendir(dir);
-  if (!d) return zo_error(-errno, "%s: %s", dir, strerror(errno));
-  const struct dirent *e;
-  while ((e = readdir(d))) {
-    char p[PATH_MAX];
-    struct stat sb;
-    if (e->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p ||
-        stat(p, &sb) != 0)
-      continue;
-    res->bytes += (size_t)sb.st_size;
-    const size_t n = strlen(e->d_name);
-    if (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) res->n_files++;
-  }
-  closedir(d);
-  return 0;
-}
-
-int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res) {
-  struct stat sb;
-  if (stat(path, &sb) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
-  if (!S_ISDIR(sb.st_mode))
-    return zo_error(-EINVAL, "%s: export takes a checkpoint directory (checkpoint-<step>) or a Hugging Face "
-                             "directory holding config.json", path);
-  /* A checkpoint that lost trainer_state.json has lost its checksums. */
-  int err = zo_checkpoint_refuse_unchecked(path);
-  if (err) return err;
-  struct zo_model_config mc;
-  if ((err = zo_model_config_from_pretrained(path, 0, &mc))) return err;
-  /* The output: a new or empty directory. The export is written into
-   * OUT.tmp.PID beside it and renamed into place once whole, so that a
-   * kill leaves OUT as it was; the next export to OUT removes a dead
-   * export's temporary. */
-  char out[PATH_MAX], tmp[PATH_MAX + 32];
-  if (snprintf(out, sizeof out, "%s", o->out) >= (int)sizeof out)
-    return zo_error(-ENAMETOOLONG, "--out %.80s...: path too long", o->out);
-  for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = '\0';
-  DIR *d = opendir(out);
-  if (d) {
-    const struct dirent *e;
-    bool empty = true;
-    while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-    closedir(d);
-    if (!empty) return zo_error(-EEXIST, "--out %s is not empty: give a new or empty directory", out);
-  } else if (errno != ENOENT) {
-    return zo_error(-errno, "--out %s: %s", out, strerror(errno));
-  }
-  const int swept = zo_atomic_sweep_stale(out);
-  if (swept < 0) return swept;
-  if (swept > 0) fprintf(stderr, "zoffload: removed %d leftover(s) of a killed export beside %s\n", swept, out);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-  if (mkdir(tmp, 0755) != 0)
-    return zo_error(-errno, "--out %s: cannot create %s: %s%s", out, tmp, strerror(errno),
-                    errno == ENOENT ? " (its parent directory does not exist)" : "");
-  /* Streamed from the checkpoint's files to the output's, tensor by tensor
-   * (zo_model_export_pretrained): no model in memory. A checkpoint is
-   * checked first as a load would check it (trainer_state.json, every
-   * checksum, its config). */
-  struct zo_model m = {.cfg = mc, .arch = zo_arch_of(mc.arch)};
-  struct zo_train_state st = {0};
-  char file[PATH_MAX + 32];
-  const bool is_checkpoint = snprintf(file, sizeof file, "%s/trainer_state.json", path) > 0 && access(file, F_OK) == 0;
-  const double t0 = zo_time_s();
-  if (is_checkpoint) err = zo_checkpoint_load_io(path, &m, NULL, NULL, false, &st);
-  snprintf(file, sizeof file, "%s/model.safetensors", path);
-  const char *src = is_checkpoint || access(file, F_OK) == 0 ? file : path;
-  const double t1 = zo_time_s();
-  const struct zo_hf_save_opts so = {.dtype = o->dtype, .max_shard_bytes = o->max_shard_bytes};
-  size_t read_bytes = 0;
-  if (!err) err = zo_model_export_pretrained(src, tmp, &mc, &so, &read_bytes);
-  /* The tokenizer files beside the weights make the export a whole model
-   * directory (AutoTokenizer, generation config). */
-  char tok_json[PATH_MAX];
-  const bool has_tok = !err && zo_tokenizer_json_of(path, tok_json, sizeof tok_json);
-  if (has_tok) err = zo_tokenizer_copy_files(tok_json, tmp);
-  /* Into place (over an empty OUT too), then the parent's entry made durable. */
-  if (!err && rename(tmp, out) != 0) err = zo_error(-errno, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
-  if (!err) {
-    char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", out);
-    char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else slash[slash == parent] = '\0';
-    err = zo_fsync_dir(parent);
-  }
-  if (!err) {
-    *res = (struct zo_export_result){.load_s = t1 - t0, .save_s = zo_time_s() - t1, .load_bytes = read_bytes,
-                                     .step = is_checkpoint ? st.step : -1, .tokenizer = has_tok};
-    err = export_sizes(o->out, res);
-  }
-  if (err) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", zo_last_error());
-    /* Everything in the temporary is this export's; OUT is as it was. */
-    if (zo_remove_tree(tmp) == 0) err = zo_error(err, "%s (%s left as it was)", msg, out);
-    else err = zo_error(err, "%s", msg);
-  }
   return err;
 }

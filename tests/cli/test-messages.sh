@@ -98,7 +98,7 @@ echo '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"
 adapter_msg="$tmp/adapter is a PEFT adapter (adapter_config.json, no config.json), not a model: give it as lora.init_from"
 expect 2 "$adapter_msg" -- eval "$repo/configs/tiny.json" --checkpoint "$tmp/adapter"
 expect 2 "$adapter_msg" -- eval "$repo/configs/tiny.json" --set model.init_from="$tmp/adapter"
-expect 2 "$adapter_msg" -- export "$tmp/adapter" --out "$tmp/adapter-export"
+expect 2 "$tmp/adapter is a LoRA adapter (adapter_config.json): export it with --adapter (a PEFT adapter directory) or --merge" -- export "$tmp/adapter" --out "$tmp/adapter-export"
 expect 2 "unknown key \"lora.path\" (no key of lora is close to it; its keys: r, alpha" lorapath -- \
   eval "$repo/configs/tiny.json" --set lora.path=x
 has_not lorapath "engine.trace.path"

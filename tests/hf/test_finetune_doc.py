@@ -1,6 +1,11 @@
 #!/usr/bin/python3
 """docs/finetune.md's sections 3 ("Plan and train") and 4 ("Evaluate and
-sample", up to the adapter subsection) run as written (issue 53, item 3).
+sample", up to the adapter subsection) run as written (issue 53, item 3),
+and so does section 6 (LoRA: train an adapter, issue 46): its config with
+"path/to/model" replaced, its commands with "checkpoint-1000" as
+"checkpoint-2" (train runs 2 steps); the adapter export loads in
+PeftModel.from_pretrained over the base and the merged export in
+AutoModelForCausalLM, with the same logits.
 
 The config is the doc's JSON block, read from the doc, with only
 "path/to/model" replaced by a transformers-made Llama (with a tokenizer
@@ -31,12 +36,23 @@ import torch  # noqa: E402
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "finetune.md")
 
 
+def config_of(sec):
+    block = re.search(r"\n(    \{\n(?:    .*\n)*?    \})\n", sec).group(1)
+    return "\n".join(ln[4:] for ln in block.splitlines())
+
+
+def lora_section(text):
+    """(config JSON text, [command lines]) of section 6."""
+    s6 = text.split("## 6. LoRA", 1)[1].split("## What is checked", 1)[0]
+    return config_of(s6), [re.sub(r"\s+#.*$", "", ln[4:]).strip() for ln in s6.splitlines()
+                           if re.match(r"^    zoffload ", ln)]
+
+
 def sections(text):
     """(config JSON text, [command lines]) of sections 3 and 4."""
     s3 = text.split("## 3. Plan and train", 1)[1].split("## 4.", 1)[0]
     s4 = text.split("## 4. Evaluate and sample", 1)[1].split("### With a PEFT", 1)[0]
-    block = re.search(r"\n(    \{\n(?:    .*\n)*?    \})\n", s3).group(1)
-    config = "\n".join(ln[4:] for ln in block.splitlines())
+    config = config_of(s3)
     cmds = []
     for sec in (s3, s4):
         for ln in sec.splitlines():
@@ -96,6 +112,41 @@ def parts(binary, tmp):
             ok = ok and r.stdout.decode(errors="replace").startswith("Write a haiku about GPUs.")
         check(ok, f"`zoffload {' '.join(args)}` as written (exit {r.returncode}): "
                   f"{'' if ok else out.strip()[-500:]}")
+    lora(binary, work, base)
+
+
+def lora(binary, work, base):
+    """Section 6 in the same directory (its data prepared above)."""
+    with open(DOC) as f:
+        config_text, cmds = lora_section(f.read())
+    check(len(cmds) == 6 and '"init_from": "path/to/model"' in config_text, f"section 6's commands: {cmds}")
+    with open(os.path.join(work, "lora.json"), "w") as f:
+        f.write(config_text.replace("path/to/model", base))
+    for cmd in cmds:
+        args = [a.strip('"').replace("checkpoint-1000", "checkpoint-2")
+                for a in re.findall(r'"[^"]*"|\S+', cmd.split(" ", 1)[1])]
+        if args[0] == "train":
+            args += ["--set", "steps=2"]
+        if args[0] == "eval":
+            args += ["--batches", "2"]
+        r = subprocess.run([binary, *args], cwd=work, capture_output=True)
+        out = (r.stdout + r.stderr).decode(errors="replace")
+        ok = r.returncode == 0
+        if args[0] == "train":
+            ok = ok and os.path.isfile(os.path.join(work, "runs", "lora", "checkpoint-2", "adapter_model.safetensors"))
+        if args[0] == "sample":
+            ok = ok and r.stdout.decode(errors="replace").startswith("Write a haiku about GPUs.")
+        check(ok, f"`zoffload {' '.join(args)}` as written (exit {r.returncode}): {'' if ok else out.strip()[-500:]}")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8]])
+    with torch.no_grad():
+        pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), os.path.join(work, "lora-adapter"))
+        merged = AutoModelForCausalLM.from_pretrained(os.path.join(work, "lora-merged"), torch_dtype=torch.float32)
+        a, b = pm(input_ids=ids).logits, merged(input_ids=ids).logits
+    err = ((a - b).abs().max() / a.abs().max()).item()
+    check(err < 2e-2, f"section 6's exports load in PeftModel and AutoModelForCausalLM with the same logits (bf16 "
+          f"merge: worst {err:.3g} of the largest)")
 
 
 if __name__ == "__main__":

@@ -24,11 +24,18 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
      directory whose adapters equal PEFT's trained ones within 1e-4 of
      each tensor's largest element; PeftModel.from_pretrained loads it over
      the base and its loss is `zoffload eval --adapter CHECKPOINT`'s within
-     1e-5; 5 steps, then --resume auto to 10, give the same losses, norms
+     1e-5, and so is eval's of the run's config (its latest checkpoint
+     applied over model.init_from); 5 steps, then --resume auto to 10, give the same losses, norms
      and adapter and optimizer files, bit for bit; resuming over another
      base is refused naming both; the checkpoint given as a model is
      refused naming it.
-  5. Refused by name: the optimizer or the parameters offloaded with LoRA,
+  5. Export (piece 4): `export CHECKPOINT --adapter` writes the checkpoint's
+     adapter (equal tensors) as a directory PeftModel loads; `--merge`
+     writes the base with the adapters folded in, equal to PEFT's
+     merge_and_unload within 1e-6 of each tensor's largest element, with
+     the base's family in config.json; a LoRA checkpoint exported without
+     either, and --merge of a plain model, are refused saying why.
+  6. Refused by name: the optimizer or the parameters offloaded with LoRA,
      AdamW8bit, fp16, lora_dropout > 0.
 Models: a Llama with GQA (all seven projections), a Qwen2 (q/k/v biases;
 transformers 4.36 has no Qwen2, so a Llama whose q/k/v carry biases is
@@ -200,6 +207,10 @@ def checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, to
     got_l, out = zo_eval(binary, config, "--checkpoint", base_dir, "--adapter", ck)
     check(got_l is not None and rel(got_l, want_l) <= LOSS_RTOL, f"{name}: PeftModel loads the checkpoint and its "
           f"loss is zoffload eval --adapter's ({got_l} vs {want_l:.6f}) {out[-300:] if got_l is None else ''}")
+    got_d, out = zo_eval(binary, config, "--set", f"checkpoint.dir={ckdir}")
+    check(got_d == got_l and "latest checkpoint" in out, f"{name}: eval of the run's config applies its latest "
+          f"checkpoint as the adapter over model.init_from ({got_d}) {out[-300:] if got_d is None else ''}")
+    exports(binary, tmp, name, ck, build, base_dir)
     rdir = os.path.join(tmp, f"ck-{name}-resume")
     a, out_a = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={rdir}", "--set", "checkpoint.every=5",
                         "--set", "steps=5")
@@ -219,6 +230,47 @@ def checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, to
     rc, out = zo_run(binary, "eval", config, "--checkpoint", ck)
     check(rc == 2 and "is a PEFT adapter" in out and "not a model" in out, f"{name}: the checkpoint given as a model "
           f"is refused naming it (exit {rc}): {out.strip()[-200:]}")
+
+
+def exports(binary, tmp, name, ck, build, base_dir):
+    """Check 5 of the docstring."""
+    ad = os.path.join(tmp, f"export-{name}-adapter")
+    rc, out = zo_run(binary, "export", ck, "--adapter", "--out", ad)
+    same = rc == 0 and load_file(os.path.join(ad, "adapter_model.safetensors")).keys() == \
+        load_file(os.path.join(ck, "adapter_model.safetensors")).keys()
+    if same:
+        a, b = load_file(os.path.join(ad, "adapter_model.safetensors")), load_file(os.path.join(ck, "adapter_model.safetensors"))
+        same = all(torch.equal(a[k], b[k]) for k in a)
+    check(same, f"{name}: export --adapter writes the checkpoint's adapter (equal tensors) {out.strip()[-300:]}")
+    if rc == 0:
+        pm = PeftModel.from_pretrained(build().double(), ad)
+        check(sum(1 for n, _ in pm.named_parameters() if "lora_" in n) > 0, f"{name}: PeftModel loads the export")
+    mg = os.path.join(tmp, f"export-{name}-merged")
+    rc, out = zo_run(binary, "export", ck, "--merge", "--out", mg)
+    check(rc == 0, f"{name}: export --merge runs {out.strip()[-300:]}")
+    if rc != 0:
+        return
+    want = {k: v.double() for k, v in PeftModel.from_pretrained(build().double(), ck).merge_and_unload().state_dict().items()}
+    got = load_file(os.path.join(mg, "model.safetensors"))
+    missing = [k for k in got if k not in want]
+    worst_m, worst_k = 0.0, None
+    for k, v in got.items():
+        if k in want:
+            e = ((v.double() - want[k]).abs().max() / want[k].abs().max().clamp_min(1e-30)).item()
+            if e > worst_m:
+                worst_m, worst_k = e, k
+    params = {n for n, _ in build().named_parameters()}
+    check(not missing and params - set(got) <= {"lm_head.weight"} and worst_m <= 1e-6,
+          f"{name}: export --merge equals PEFT's merge_and_unload (worst {worst_m:.3g} of the tensor's largest "
+          f"element, {worst_k}; unknown {missing[:3]}, missing {sorted(params - set(got))[:3]})")
+    with open(os.path.join(mg, "config.json")) as f:
+        check(json.load(f).get("model_type") == name, f"{name}: the merged model's config.json is the base's family")
+    rc, out = zo_run(binary, "export", ck, "--out", os.path.join(tmp, f"export-{name}-plain"))
+    check(rc == 2 and "--adapter" in out and "--merge" in out, f"{name}: export of a LoRA checkpoint without "
+          f"--adapter or --merge says which (exit {rc}): {out.strip()[-200:]}")
+    rc, out = zo_run(binary, "export", base_dir, "--merge", "--out", os.path.join(tmp, f"export-{name}-nolora"))
+    check(rc == 2 and "not a LoRA run's checkpoint" in out, f"{name}: export --merge of a model without an adapter "
+          f"is refused (exit {rc}): {out.strip()[-200:]}")
 
 
 def refusals(binary, tmp, tok_path):

@@ -105,6 +105,11 @@ struct zo_export_opts {
                              created) or empty */
   enum zo_dtype dtype;    /* of the exported tensors: ZO_F32, ZO_BF16 or ZO_F16 */
   size_t max_shard_bytes; /* tensor bytes a file, 0: one model.safetensors */
+  bool adapter;           /* a LoRA run's checkpoint or a PEFT adapter directory, written as a PEFT
+                           * adapter directory (fp32) */
+  bool merge;             /* the same merged into its base: a whole Hugging Face model */
+  const char *base;       /* the adapter's base (a Hugging Face directory); NULL: adapter_config.json's
+                           * base_model_name_or_path */
 };
 
 struct zo_export_result {
@@ -127,6 +132,12 @@ struct zo_export_result {
  * few MiB of buffers whatever the model's size, and the files are those a
  * model of o->dtype loaded from the checkpoint would write. On error what
  * was written in o->out is removed. Returns 0 or -errno. */
+/* A LoRA run's checkpoint or a PEFT adapter directory (adapter_config.json)
+ * needs o->adapter (the adapter, read against its base's shapes, written as
+ * PEFT writes it, with the run's tokenizer files) or o->merge (the base's
+ * weights in host memory, fp32, with W + scale B A folded in for every
+ * adapter, written as above, with the tokenizer files of the run or else of
+ * the base). */
 int zo_export(const char *path, const struct zo_export_opts *o, struct zo_export_result *res);
 
 #ifdef __cplusplus
