@@ -23,11 +23,37 @@
 #include "arch.h"
 #include "linear.h"
 
-/* Block tensors, in table order; QKV_BIAS (Qwen2) only with cfg->qkv_bias. */
-enum { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_BLOCK_MAX };
+/* The named slots of a block, in table order: the six every Llama-family
+ * block has, then the optional ones (QKV_BIAS: Qwen2's, with cfg->qkv_bias;
+ * Qwen3's q/k norms will be two more). */
+enum slot { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_SLOTS };
+
+/* Where each slot's tensor is in a block of configuration c: at[slot] its
+ * index from the block's first tensor, -1 when the block has none; n the
+ * block's tensors. Every use of a block tensor goes through it, so an
+ * optional tensor may sit anywhere in the block. */
+struct block_map {
+  int at[N_SLOTS];
+  int n;
+};
+
+static bool slot_present(const struct zo_model_config *c, enum slot s) {
+  return s == QKV_BIAS ? c->qkv_bias : true;
+}
+
+static struct block_map block_map(const struct zo_model_config *c) {
+  struct block_map b = {.n = 0};
+  for (int s = 0; s < N_SLOTS; s++) b.at[s] = slot_present(c, (enum slot)s) ? b.n++ : -1;
+  return b;
+}
 
 /* Tensors of one block. */
-static int n_block(const struct zo_model_config *c) { return c->qkv_bias ? N_BLOCK_MAX : QKV_BIAS; }
+static int n_block(const struct zo_model_config *c) { return block_map(c).n; }
+
+/* Table index of slot s of the block whose first tensor is first, -1 when absent. */
+static int slot_tensor(const struct block_map *b, int first, enum slot s) {
+  return b->at[s] < 0 ? -1 : first + b->at[s];
+}
 enum { EMBED = 0 };
 /* Kept activations of one block. */
 enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, N_ACTS };
@@ -78,7 +104,8 @@ static int llama_config_check(struct zo_model_config *cfg) {
 
 static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *t) {
   const int L = cfg->n_layer, C = cfg->n_embd, I = cfg->intermediate_size;
-  const int nb = n_block(cfg);
+  const struct block_map bm = block_map(cfg);
+  const int nb = bm.n;
   int err = zo_arch_table_alloc(t, 3 + nb * L, L);
   if (err) return err;
   size_t off = 0;
@@ -89,16 +116,21 @@ static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor
   t->block_tensors = nb;
   for (int l = 0; l < L; l++) {
     t->layer_offset[l] = off;
-    const struct { const char *suffix; int rows, cols; } block[N_BLOCK_MAX] = {
-        {"input_layernorm.weight", C, 0},     {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
-        {"self_attn.o_proj.weight", C, att_width(cfg)}, {"post_attention_layernorm.weight", C, 0},
-        {"mlp.gate_up_proj.weight", 2 * I, C}, {"mlp.down_proj.weight", C, I},
-        {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
+    const struct { const char *suffix; int rows, cols; } block[N_SLOTS] = {
+        [IN_NORM] = {"input_layernorm.weight", C, 0},
+        [QKV] = {"self_attn.qkv_proj.weight", qkv_rows(cfg), C},
+        [O_PROJ] = {"self_attn.o_proj.weight", C, att_width(cfg)},
+        [POST_NORM] = {"post_attention_layernorm.weight", C, 0},
+        [GATE_UP] = {"mlp.gate_up_proj.weight", 2 * I, C},
+        [DOWN] = {"mlp.down_proj.weight", C, I},
+        [QKV_BIAS] = {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
     };
-    for (int i = 0; i < nb; i++) {
-      snprintf(name, sizeof name, "model.layers.%d.%s", l, block[i].suffix);
-      zo_arch_table_add(t, &off, name, l, block[i].rows, block[i].cols);
-    }
+    for (int k = 0; k < nb; k++)
+      for (int sl = 0; sl < N_SLOTS; sl++) {
+        if (bm.at[sl] != k) continue;
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, block[sl].suffix);
+        zo_arch_table_add(t, &off, name, l, block[sl].rows, block[sl].cols);
+      }
     if (l == 0) t->layer_numel = off - t->layer_offset[0];
   }
   zo_arch_table_add(t, &off, "model.norm.weight", -1, C, 0);
@@ -211,10 +243,12 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   const enum zo_dtype dt = m->dtype;
   const void *x = zo_model_block_input(m, l);
   const int first = zo_arch_block_tensor(&m->table, l, 0);
+  const struct block_map bm = block_map(c);
   void *const *w = m->pv + first;
   void **a = m->acts[l];
-  be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[IN_NORM], eps, BT, C, dt, s);
-  zo_model_linear_forward(m, first + QKV, c->qkv_bias ? first + QKV_BIAS : -1, a[A_QKV], a[A_LN1], BT, C, Q, s);
+  be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[bm.at[IN_NORM]], eps, BT, C, dt, s);
+  zo_model_linear_forward(m, slot_tensor(&bm, first, QKV), slot_tensor(&bm, first, QKV_BIAS), a[A_QKV], a[A_LN1], BT,
+                          C, Q, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
     be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
@@ -222,14 +256,14 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
     be->attention_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, dt, s);
   /* Dropout in place: what the next op read is what its backward reads. */
   zo_arch_dropout(m, a[A_ATTY], a[A_ATTY], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
-  zo_model_linear_forward(m, first + O_PROJ, -1, a[A_RES2], a[A_ATTY], BT, att_width(c), C, s);
+  zo_model_linear_forward(m, slot_tensor(&bm, first, O_PROJ), -1, a[A_RES2], a[A_ATTY], BT, att_width(c), C, s);
   zo_arch_dropout(m, a[A_RES2], a[A_RES2], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
   be->residual_forward(a[A_RES2], a[A_RES2], x, nbt * (size_t)C, dt, s);
-  be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[POST_NORM], eps, BT, C, dt, s);
-  zo_model_linear_forward(m, first + GATE_UP, -1, a[A_GU], a[A_LN2], BT, C, 2 * I, s);
+  be->rmsnorm_forward(a[A_LN2], a[A_LN2_RSTD], a[A_RES2], w[bm.at[POST_NORM]], eps, BT, C, dt, s);
+  zo_model_linear_forward(m, slot_tensor(&bm, first, GATE_UP), -1, a[A_GU], a[A_LN2], BT, C, 2 * I, s);
   be->swiglu_forward(a[A_ACT], a[A_GU], nbt, I, dt, s);
   if (!output) return;
-  zo_model_linear_forward(m, first + DOWN, -1, a[A_RES3], a[A_ACT], BT, I, C, s);
+  zo_model_linear_forward(m, slot_tensor(&bm, first, DOWN), -1, a[A_RES3], a[A_ACT], BT, I, C, s);
   zo_arch_dropout(m, a[A_RES3], a[A_RES3], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
   be->residual_forward(a[A_RES3], a[A_RES3], a[A_RES2], nbt * (size_t)C, dt, s);
 }
@@ -242,6 +276,7 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
   const size_t nbt = (size_t)BT;
   const enum zo_dtype dt = m->dtype;
   const int first = zo_arch_block_tensor(&m->table, l, 0);
+  const struct block_map bm = block_map(c);
   void *const *w = m->pv + first;
   float *const *dw = m->gv + first;
   void *const *a = m->acts[l];
@@ -251,20 +286,22 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
    * branch's dropout sends its mask through a copy (the free (B,T,C) or qkv
    * scratch): dresidual itself goes on undropped. */
   const void *dmlp = zo_arch_dropout(m, sc[S_DBTC], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_MLP, l, s);
-  zo_model_linear_backward(m, first + DOWN, -1, sc[S_DACT], dmlp, a[A_ACT], BT, I, C, s);
+  zo_model_linear_backward(m, slot_tensor(&bm, first, DOWN), -1, sc[S_DACT], dmlp, a[A_ACT], BT, I, C, s);
   be->swiglu_backward(sc[S_DGU], a[A_GU], sc[S_DACT], nbt, I, dt, s);
-  zo_model_linear_backward(m, first + GATE_UP, -1, sc[S_DBTC], sc[S_DGU], a[A_LN2], BT, C, 2 * I, s);
-  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[POST_NORM], sc[S_DBTC], a[A_RES2], w[POST_NORM], a[A_LN2_RSTD], BT, C,
-                       dt, s);
+  zo_model_linear_backward(m, slot_tensor(&bm, first, GATE_UP), -1, sc[S_DBTC], sc[S_DGU], a[A_LN2], BT, C, 2 * I, s);
+  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[bm.at[POST_NORM]], sc[S_DBTC], a[A_RES2], w[bm.at[POST_NORM]],
+                       a[A_LN2_RSTD], BT, C, dt, s);
   /* dresidual is now d(res2); the attention branch adds its part of d(x). */
   const void *dattn = zo_arch_dropout(m, sc[S_DQKV], sc[S_DRESIDUAL], nbt * (size_t)C, ZO_DROP_RESID_ATTN, l, s);
-  zo_model_linear_backward(m, first + O_PROJ, -1, sc[S_DBTC], dattn, a[A_ATTY], BT, att_width(c), C, s);
+  zo_model_linear_backward(m, slot_tensor(&bm, first, O_PROJ), -1, sc[S_DBTC], dattn, a[A_ATTY], BT, att_width(c), C,
+                           s);
   zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
-  zo_model_linear_backward(m, first + QKV, c->qkv_bias ? first + QKV_BIAS : -1, sc[S_DBTC], sc[S_DQKV], a[A_LN1], BT,
-                           C, Q, s);
-  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[IN_NORM], sc[S_DBTC], x, w[IN_NORM], a[A_LN1_RSTD], BT, C, dt, s);
+  zo_model_linear_backward(m, slot_tensor(&bm, first, QKV), slot_tensor(&bm, first, QKV_BIAS), sc[S_DBTC], sc[S_DQKV],
+                           a[A_LN1], BT, C, Q, s);
+  be->rmsnorm_backward(sc[S_DRESIDUAL], dw[bm.at[IN_NORM]], sc[S_DBTC], x, w[bm.at[IN_NORM]], a[A_LN1_RSTD], BT, C,
+                       dt, s);
 }
 
 /* model.norm.weight: the first tensor after the blocks. */
@@ -291,7 +328,8 @@ static int llama_head_tensor(const struct zo_model_config *cfg) {
  * weights, padded vocabulary rows (embedding, untied head) zero. */
 static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, const struct zo_tensor_info *ti,
                                              int i) {
-  const bool bias = i >= 1 && i < 1 + n_block(cfg) * cfg->n_layer && (i - 1) % n_block(cfg) == QKV_BIAS;
+  const struct block_map bm = block_map(cfg);
+  const bool bias = i >= 1 && i < 1 + bm.n * cfg->n_layer && bm.at[QKV_BIAS] >= 0 && (i - 1) % bm.n == bm.at[QKV_BIAS];
   if (bias) return (struct zo_init_spec){ZO_INIT_ZEROS, 0.0, (int)ti->numel};
   if (ti->ndim != 2) return (struct zo_init_spec){ZO_INIT_ONES, 0.0, (int)ti->numel};
   const bool vocab = i == EMBED || (!cfg->tie_embeddings && i == llama_head_tensor(cfg));
@@ -325,26 +363,29 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
   const struct zo_model_config *c = &m->cfg;
   const int C = c->n_embd, V = c->vocab_size, I = c->intermediate_size, hs = head_size(c);
   const int q = c->n_head * hs, kv = c->n_kv_head * hs;
+  const struct block_map bm = block_map(c);
   int n = 0;
   char name[ZO_TENSOR_NAME_MAX];
   hf_add(out, &n, "model.embed_tokens.weight", EMBED, 0, V, C);
   for (int l = 0; l < c->n_layer; l++) {
     const int b = zo_arch_block_tensor(&m->table, l, 0);
 #define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
-    hf_add(out, &n, NAME("input_layernorm.weight"), b + IN_NORM, 0, C, 0);
-    hf_add(out, &n, NAME("self_attn.q_proj.weight"), b + QKV, 0, q, C);
-    hf_add(out, &n, NAME("self_attn.k_proj.weight"), b + QKV, q, kv, C);
-    hf_add(out, &n, NAME("self_attn.v_proj.weight"), b + QKV, q + kv, kv, C);
-    if (c->qkv_bias) {
-      hf_add(out, &n, NAME("self_attn.q_proj.bias"), b + QKV_BIAS, 0, q, 0);
-      hf_add(out, &n, NAME("self_attn.k_proj.bias"), b + QKV_BIAS, q, kv, 0);
-      hf_add(out, &n, NAME("self_attn.v_proj.bias"), b + QKV_BIAS, q + kv, kv, 0);
+#define AT(s) slot_tensor(&bm, b, s)
+    hf_add(out, &n, NAME("input_layernorm.weight"), AT(IN_NORM), 0, C, 0);
+    hf_add(out, &n, NAME("self_attn.q_proj.weight"), AT(QKV), 0, q, C);
+    hf_add(out, &n, NAME("self_attn.k_proj.weight"), AT(QKV), q, kv, C);
+    hf_add(out, &n, NAME("self_attn.v_proj.weight"), AT(QKV), q + kv, kv, C);
+    if (bm.at[QKV_BIAS] >= 0) {
+      hf_add(out, &n, NAME("self_attn.q_proj.bias"), AT(QKV_BIAS), 0, q, 0);
+      hf_add(out, &n, NAME("self_attn.k_proj.bias"), AT(QKV_BIAS), q, kv, 0);
+      hf_add(out, &n, NAME("self_attn.v_proj.bias"), AT(QKV_BIAS), q + kv, kv, 0);
     }
-    hf_add(out, &n, NAME("self_attn.o_proj.weight"), b + O_PROJ, 0, C, att_width(c));
-    hf_add(out, &n, NAME("post_attention_layernorm.weight"), b + POST_NORM, 0, C, 0);
-    hf_add(out, &n, NAME("mlp.gate_proj.weight"), b + GATE_UP, 0, I, C);
-    hf_add(out, &n, NAME("mlp.up_proj.weight"), b + GATE_UP, I, I, C);
-    hf_add(out, &n, NAME("mlp.down_proj.weight"), b + DOWN, 0, C, I);
+    hf_add(out, &n, NAME("self_attn.o_proj.weight"), AT(O_PROJ), 0, C, att_width(c));
+    hf_add(out, &n, NAME("post_attention_layernorm.weight"), AT(POST_NORM), 0, C, 0);
+    hf_add(out, &n, NAME("mlp.gate_proj.weight"), AT(GATE_UP), 0, I, C);
+    hf_add(out, &n, NAME("mlp.up_proj.weight"), AT(GATE_UP), I, I, C);
+    hf_add(out, &n, NAME("mlp.down_proj.weight"), AT(DOWN), 0, C, I);
+#undef AT
 #undef NAME
   }
   hf_add(out, &n, "model.norm.weight", norm_tensor(m), 0, C, 0);
