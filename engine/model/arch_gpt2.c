@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "family.h"
 #include "linear.h"
 
 /* Block tensors, in table order. */
@@ -269,9 +270,10 @@ static const char *gpt2_hf_alias(const char *name, char *buf, size_t size) {
 }
 
 static json_t *gpt2_hf_config(const struct zo_model_config *c) {
+  const struct zo_family *f = zo_family_of(ZO_FAMILY_GPT2);
   return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, "
                    "s:f, s:b, s:s, s:s}",
-                   "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->vocab_size,
+                   "architectures", f->architecture, "model_type", f->model_type, "vocab_size", c->vocab_size,
                    "n_positions", c->max_seq_len, "n_ctx", c->max_seq_len, "n_embd", c->n_embd, "n_layer",
                    c->n_layer, "n_head", c->n_head, "n_inner", "activation_function", "gelu_new", "resid_pdrop",
                    0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "layer_norm_epsilon", 1e-5, "initializer_range",
@@ -325,7 +327,8 @@ static int gpt2_hf_config_parse(json_t *j, const char *p, struct zo_model_config
   if (!err) err = gpt2_size(j, "n_positions", "max_position_embeddings", p, &maxT);
   if (!err) err = gpt2_fixed_keys(j, p, C);
   if (err) return err;
-  *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .n_layer = (int)L, .n_head = (int)NH, .n_embd = (int)C,
+  *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .family = ZO_FAMILY_GPT2, .n_layer = (int)L,
+                                  .n_head = (int)NH, .n_embd = (int)C,
                                   .vocab_size = (int)V, .max_seq_len = (int)maxT};
   if (!err) err = zo_arch_json_prob(j, "embd_pdrop", p, &cfg->embd_pdrop);
   if (!err) err = zo_arch_json_prob(j, "attn_pdrop", p, &cfg->attn_pdrop);

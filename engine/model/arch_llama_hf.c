@@ -1,15 +1,18 @@
-/* config.json of the Llama family (model_type "llama", "mistral" and
- * "qwen2" (q/k/v biases); "qwen3" and "phi3" refused by name in
- * engine/store/hf_dir.c until implemented), read and written
- * for engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
+/* config.json of the families the Llama architecture runs (model_type
+ * "llama", "mistral" and "qwen2" (q/k/v biases); the others are refused by
+ * name in the registry, engine/model/family.c), read and written for
+ * engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
  * top-level "rope_theta" and "rope_scaling", 5.x's "rope_parameters"
  * ({"rope_type", "rope_theta", the scaling's keys}); a write carries both,
  * with equal values, so either line of transformers reads the model we
- * trained. Every key of the file is either read here (implemented, or
- * refused by name and value when its value asks for mathematics the engine
- * does not have) or in the list of keys that do not change the forward,
- * each with its reason; any other key is refused by name: a new
- * transformers field must be looked at before it can be trained past. */
+ * trained, and names the configuration's family (model_type and
+ * "architectures" from the registry). Every key of the file is either read
+ * here (implemented, or refused by name and value when its value asks for
+ * mathematics the engine does not have) or in the list of keys that do not
+ * change the forward, each with its reason: the keys every family shares,
+ * then each family's own (its window keys); any other key is refused by
+ * name: a new transformers field must be looked at before it can be
+ * trained past. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "family.h"
 
 /* Keys that do not change the mathematics of the forward or backward. */
 struct ignored_key {
@@ -39,7 +43,6 @@ static const struct ignored_key IGNORED[] = {
     {"use_cache", "the inference key/value cache: the same attention"},
     {"initializer_range", "the initialisation of new weights: a loaded model has its own"},
     {"pretraining_tp", "tensor-parallel slicing of the projections in pretraining: the same products"},
-    {"max_window_layers", "Qwen2's first layer with a sliding window: read only with use_sliding_window"},
     {"output_attentions", GENERIC}, {"output_hidden_states", GENERIC}, {"return_dict", GENERIC},
     {"torchscript", GENERIC}, {"use_bfloat16", GENERIC}, {"tf_legacy_loss", GENERIC},
     {"chunk_size_feed_forward", "transformers' feed-forward chunking: the same products"},
@@ -58,20 +61,51 @@ static const struct ignored_key IGNORED[] = {
     {"_attn_implementation_autoset", "which attention kernel transformers picked: the same mathematics"},
 };
 
-/* Keys this file reads; each is implemented or refused by value below. */
+/* Keys this file reads for every family; each is implemented or refused by value below. */
 static const char *const READ[] = {
     "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim", "attention_bias",
-    "mlp_bias", "sliding_window", "use_sliding_window", "layer_types", "partial_rotary_factor",
-    "is_decoder", "add_cross_attention", "pruned_heads",
+    "mlp_bias", "layer_types", "partial_rotary_factor", "is_decoder", "add_cross_attention", "pruned_heads",
 };
 
-static bool key_known(const char *key) {
+/* One family's keys beyond READ and IGNORED (NULL-terminated lists): the
+ * window keys, where the families differ. */
+struct family_keys {
+  enum zo_model_family family;
+  const char *const *read;
+  const struct ignored_key *ignored;
+};
+static const struct ignored_key QWEN2_WINDOWS = {
+    "max_window_layers", "Qwen2's first layer with a sliding window: read only with use_sliding_window"};
+/* Mistral: sliding_window, every layer (MistralConfig has no other window key). */
+static const char *const MISTRAL_READ[] = {"sliding_window", NULL};
+static const struct ignored_key MISTRAL_IGNORED[] = {{NULL, NULL}};
+/* Qwen2: sliding_window used only with use_sliding_window (refused when it binds). */
+static const char *const QWEN2_READ[] = {"sliding_window", "use_sliding_window", NULL};
+static const struct ignored_key QWEN2_IGNORED[] = {QWEN2_WINDOWS, {NULL, NULL}};
+/* Llama: LlamaConfig has no window; Qwen2's keys are read so that a window
+ * asked of a llama is refused, not dropped. */
+static const char *const LLAMA_READ[] = {"sliding_window", "use_sliding_window", NULL};
+static const struct ignored_key LLAMA_IGNORED[] = {QWEN2_WINDOWS, {NULL, NULL}};
+static const struct family_keys FAMILY_KEYS[] = {
+    {ZO_FAMILY_LLAMA, LLAMA_READ, LLAMA_IGNORED},
+    {ZO_FAMILY_MISTRAL, MISTRAL_READ, MISTRAL_IGNORED},
+    {ZO_FAMILY_QWEN2, QWEN2_READ, QWEN2_IGNORED},
+};
+
+static bool key_known(enum zo_model_family family, const char *key) {
   for (size_t i = 0; i < sizeof READ / sizeof *READ; i++)
     if (strcmp(READ[i], key) == 0) return true;
   for (size_t i = 0; i < sizeof IGNORED / sizeof *IGNORED; i++)
     if (strcmp(IGNORED[i].key, key) == 0) return true;
+  for (size_t f = 0; f < sizeof FAMILY_KEYS / sizeof *FAMILY_KEYS; f++) {
+    if (FAMILY_KEYS[f].family != family) continue;
+    for (const char *const *r = FAMILY_KEYS[f].read; *r; r++)
+      if (strcmp(*r, key) == 0) return true;
+    for (const struct ignored_key *g = FAMILY_KEYS[f].ignored; g->key; g++)
+      if (strcmp(g->key, key) == 0) return true;
+  }
   return false;
 }
 
@@ -84,16 +118,16 @@ static const char *json_brief(json_t *v, char *buf, size_t size) {
   return buf;
 }
 
-static int check_keys(json_t *j, const char *p) {
+static int check_keys(json_t *j, const char *p, const struct zo_family *f) {
   const char *key;
   json_t *v;
   char val[96];
   json_object_foreach(j, key, v) {
-    if (!key_known(key))
-      return zo_error(-ENOTSUP, "%s: key \"%s\" (= %s) is not known to the Llama-family loader: it may change "
-                                "the model's mathematics, so it is refused rather than ignored (the keys read "
-                                "and ignored are listed in engine/model/arch_llama_hf.c)",
-                      p, key, json_brief(v, val, sizeof val));
+    if (!key_known(f->family, key))
+      return zo_error(-ENOTSUP, "%s: key \"%s\" (= %s) is not known to the Llama-family loader for model_type "
+                                "\"%s\": it may change the model's mathematics, so it is refused rather than "
+                                "ignored (the keys read and ignored are listed in engine/model/arch_llama_hf.c)",
+                      p, key, json_brief(v, val, sizeof val), f->model_type);
   }
   return 0;
 }
@@ -234,7 +268,7 @@ static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
  * Qwen2's use_sliding_window (refused), 5.x's layer_types. A window no
  * shorter than max_position_embeddings never binds (the engine never runs
  * past that length): full attention, *window 0. */
-static int parse_windows(json_t *j, const char *p, const char *type, long maxT, int *window) {
+static int parse_windows(json_t *j, const char *p, enum zo_model_family family, long maxT, int *window) {
   json_t *lt = json_object_get(j, "layer_types"), *sw = json_object_get(j, "sliding_window");
   char val[160];
   if (lt && !json_is_null(lt)) {
@@ -261,7 +295,7 @@ static int parse_windows(json_t *j, const char *p, const char *type, long maxT, 
   if (use_sw && json_integer_value(sw) < maxT)
     return zo_error(-ENOTSUP, "%s: use_sliding_window = true with sliding_window = %lld: Qwen2's per-layer "
                               "windows (max_window_layers) are not implemented", p, (long long)json_integer_value(sw));
-  if (strcmp(type, "mistral") == 0 && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
+  if (family == ZO_FAMILY_MISTRAL && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
   return 0;
 }
 
@@ -271,10 +305,12 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   if (mt && !json_is_string(mt))
     return zo_error(-EINVAL, "%s: model_type = %s: a string is needed", p, json_brief(mt, mval, sizeof mval));
   const char *type = mt ? json_string_value(mt) : "llama";
-  if (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0 && strcmp(type, "qwen2") != 0)
-    return zo_error(-ENOTSUP, "%s: model_type \"%s\" is not implemented by the Llama loader (\"llama\", "
-                              "\"mistral\", \"qwen2\")", p, type);
-  int err = check_keys(j, p);
+  const struct zo_family *f = zo_family_find(type);
+  if (!f || f->refusal) return zo_family_refuse(p, type);
+  if (f->arch != ZO_ARCH_LLAMA)
+    return zo_error(-EINVAL, "%s: model_type \"%s\" runs on model.arch \"%s\", not on the Llama loader", p, type,
+                    zo_model_arch_name(f->arch));
+  int err = check_keys(j, p, f);
   if (err) return err;
   long L = 0, NH = 0, NKV = 0, C = 0, I = 0, V = 0, maxT = 0;
   if (!err) err = zo_arch_json_size(j, "num_hidden_layers", p, &L);
@@ -313,12 +349,12 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
     return zo_error(-ENOTSUP, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", p,
                     act ? act : "(not a string)");
   int window = 0;
-  if ((err = parse_windows(j, p, type, maxT, &window))) return err;
-  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
+  if ((err = parse_windows(j, p, f->family, maxT, &window))) return err;
+  *cfg = (struct zo_model_config){.arch = ZO_ARCH_LLAMA, .family = f->family, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)NKV,
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
                                   .max_seq_len = (int)maxT, .sliding_window = window,
                                   .head_dim = json_is_integer(hd) ? (int)json_integer_value(hd) : 0,
-                                  .qkv_bias = strcmp(type, "qwen2") == 0};
+                                  .qkv_bias = f->family == ZO_FAMILY_QWEN2};
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
@@ -356,11 +392,25 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
   return o;
 }
 
+/* The family's own keys: Qwen2 without windows (use_sliding_window), a
+ * Mistral's window or null (none: MistralConfig's default is 4096). */
+static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_model_family family) {
+  if (family == ZO_FAMILY_QWEN2)
+    return json_object_set_new(j, "use_sliding_window", json_false()) ||
+           json_object_set_new(j, "max_window_layers", json_integer(c->n_layer));
+  if (family == ZO_FAMILY_MISTRAL)
+    return json_object_set_new(j, "sliding_window",
+                               c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+  return 0;
+}
+
 json_t *zo_llama_hf_config(const struct zo_model_config *c) {
   const int hs = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
+  const enum zo_model_family family = zo_family_resolve(c);
+  const struct zo_family *f = zo_family_of(family);
   json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:b, s:b, "
                         "s:f, s:f, s:s, s:s}",
-                        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", c->vocab_size,
+                        "architectures", f->architecture, "model_type", f->model_type, "vocab_size", c->vocab_size,
                         "hidden_size", c->n_embd, "intermediate_size", c->intermediate_size, "num_hidden_layers",
                         c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head,
                         "head_dim", hs, "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
@@ -368,20 +418,7 @@ json_t *zo_llama_hf_config(const struct zo_model_config *c) {
                         "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
                         "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
   if (!j) return NULL;
-  /* q/k/v biases make it a Qwen2, without windows (use_sliding_window). */
-  if (c->qkv_bias &&
-      (json_object_set_new(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM")) ||
-       json_object_set_new(j, "model_type", json_string("qwen2")) ||
-       json_object_set_new(j, "use_sliding_window", json_false()) ||
-       json_object_set_new(j, "max_window_layers", json_integer(c->n_layer)))) {
-    json_decref(j);
-    return NULL;
-  }
-  /* A window makes it a Mistral (transformers' LlamaForCausalLM has none). */
-  if (c->sliding_window > 0 &&
-      (json_object_set_new(j, "architectures", json_pack("[s]", "MistralForCausalLM")) ||
-       json_object_set_new(j, "model_type", json_string("mistral")) ||
-       json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)))) {
+  if (family_keys_set(j, c, family)) {
     json_decref(j);
     return NULL;
   }

@@ -24,6 +24,7 @@
 #include "zo/cpu.h"
 #include "zo/trace.h"
 #include "arch.h"
+#include "family.h"
 
 const struct zo_arch *zo_arch_of(enum zo_model_arch arch) {
   switch (arch) {
@@ -52,7 +53,8 @@ int zo_model_config_check(struct zo_model_config *cfg) {
   if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
     return zo_error(-EINVAL, "model.max_seq_len = %d: must be in [1, 2^20]", cfg->max_seq_len);
   cfg->padded_vocab_size = (cfg->vocab_size + 63) / 64 * 64;
-  return zo_arch_of(cfg->arch)->config_check(cfg);
+  int err = zo_arch_of(cfg->arch)->config_check(cfg);
+  return err ? err : zo_family_check(cfg);
 }
 
 int zo_model_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *t) {

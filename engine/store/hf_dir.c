@@ -27,6 +27,7 @@
 #include "zo/state.h"
 
 #include "../model/arch.h"
+#include "../model/family.h"
 #include "state_files.h"
 
 /* One Hugging Face tensor being written: a row range of one of ours, read
@@ -749,21 +750,19 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
     if (!j) return zo_error(-EINVAL, "%s:%d:%d: %s", p, je.line, je.column, je.text);
     json_t *mt = json_object_get(j, "model_type");
     const char *type = json_string_value(mt);
+    /* No model_type: GPT-2's older files. */
+    const struct zo_family *f = zo_family_find(type ? type : "gpt2");
     int err = 0;
+    char built[128];
     if (mt && !type) {
       char *v = json_dumps(mt, JSON_ENCODE_ANY | JSON_COMPACT);
-      err = zo_error(-EINVAL, "%s: model_type = %s: a string (\"gpt2\", \"llama\", \"mistral\" or \"qwen2\") is "
-                              "needed", p, v ? v : "(not a string)");
+      err = zo_error(-EINVAL, "%s: model_type = %s: a string (%s) is needed", p, v ? v : "(not a string)",
+                     zo_family_list(built, sizeof built));
       free(v);
-    } else if (!type || strcmp(type, "gpt2") == 0)
-      err = zo_arch_gpt2.hf_config_parse(j, p, cfg);
-    else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 || strcmp(type, "qwen2") == 0)
-      err = zo_arch_llama.hf_config_parse(j, p, cfg);
+    } else if (!f || f->refusal)
+      err = zo_family_refuse(p, type);
     else
-      err = zo_error(-ENOTSUP, "%s: model_type \"%s\" is not supported: \"gpt2\", \"llama\", \"mistral\" or "
-                               "\"qwen2\" (\"qwen3\": its per-head RMSNorm of q and k (q_norm, k_norm) is not implemented yet, "
-                               "its head_dim apart from the width is; \"phi3\": fused projections and its rotary "
-                               "scalings are not implemented yet)", p, type);
+      err = zo_arch_of(f->arch)->hf_config_parse(j, p, cfg);
     json_decref(j);
     if (err) return err;
   } else {
@@ -789,7 +788,7 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
       snprintf(name, sizeof name, "transformer.h.%d.ln_1.weight", L);
       if (!find_hf(&m0, &src, name)) break;
     }
-    *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .n_layer = L, .n_head = n_head,
+    *cfg = (struct zo_model_config){.arch = ZO_ARCH_GPT2, .family = ZO_FAMILY_GPT2, .n_layer = L, .n_head = n_head,
                                     .n_embd = (int)wte->shape[1], .vocab_size = (int)wte->shape[0],
                                     .max_seq_len = (int)wpe->shape[0]};
     source_close(&src);

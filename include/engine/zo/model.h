@@ -51,8 +51,29 @@ enum zo_model_arch {
 /* "gpt2", "llama". */
 const char *zo_model_arch_name(enum zo_model_arch arch);
 
+/* The Hugging Face family a model is (config.json's model_type), which the
+ * architecture runs: GPT2 on ZO_ARCH_GPT2, the others on ZO_ARCH_LLAMA. Read
+ * from config.json's model_type, written back as it (the registry,
+ * engine/model/family.c); never guessed from the features once set. */
+enum zo_model_family {
+  ZO_FAMILY_UNSET,   /* zo_model_config_check fills it from the architecture and
+                      * the features: a window makes a Mistral, q/k/v biases a
+                      * Qwen2, else the architecture's own (a config without
+                      * config.json) */
+  ZO_FAMILY_GPT2,    /* "gpt2" */
+  ZO_FAMILY_LLAMA,   /* "llama" */
+  ZO_FAMILY_MISTRAL, /* "mistral": sliding_window (none: null) */
+  ZO_FAMILY_QWEN2,   /* "qwen2": q/k/v biases */
+  ZO_FAMILY_N
+};
+
+/* config.json's model_type of family f ("gpt2", "llama", "mistral", "qwen2";
+ * "unset" for ZO_FAMILY_UNSET). */
+const char *zo_model_family_name(enum zo_model_family f);
+
 struct zo_model_config {
   enum zo_model_arch arch;
+  enum zo_model_family family; /* the family arch runs (config.json's model_type) */
   int n_layer;
   int n_head;            /* NH, query heads */
   int n_kv_head;         /* NKV, key/value heads, dividing NH (llama's
