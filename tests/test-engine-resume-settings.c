@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zo/config.h"
 #include "zo/model.h"
@@ -111,8 +112,9 @@ static const struct rcase cases[] = {
 
 /* Keys covered elsewhere: model.init_from and lora.init_from (their files'
  * fingerprints: the CLI test, and lora.init_from is LoRA's adapter
- * directory), model.hidden_act (follows model.arch). */
-static const char *const elsewhere[] = {"model.init_from", "lora.init_from", "model.hidden_act"};
+ * directory), model.hidden_act (follows model.arch), model.family (no config
+ * key sets it alone: test_family_said). */
+static const char *const elsewhere[] = {"model.init_from", "lora.init_from", "model.hidden_act", "model.family"};
 
 /* compare(a, b) with allow (NULL: none): its result, the notes in *notes (malloc'd). */
 static int compare(const struct zo_run_settings *a, const struct zo_run_settings *b, const char *allow, char **notes) {
@@ -195,6 +197,58 @@ static int test_unchanged_compares_equal(void) {
   return 0;
 }
 
+/* The family (config.json's model_type) recorded and compared: a Mistral
+ * without a window resumed as a Llama, the same mathematics, is said, not
+ * refused; the same family says nothing. */
+static struct zo_run_settings *settings_of_family(enum zo_model_family family) {
+  const char *const all[] = {"model.arch=llama", "model.n_layer=1", "model.n_head=2", "model.n_embd=32",
+                             "model.intermediate_size=64", "model.vocab_size=320", "model.max_seq_len=32"};
+  struct zo_config cfg;
+  if (zo_config_load(&cfg, NULL, all, (int)ZO_ARRAY_LEN(all))) return NULL;
+  struct zo_model_config mc = cfg.model.spec;
+  mc.family = family;
+  struct zo_run_settings *s = NULL;
+  if (zo_model_config_check(&mc) || zo_run_settings_of_run(&cfg, &mc, 1, &s)) s = NULL;
+  zo_config_free(&cfg);
+  return s;
+}
+
+static int test_family_said(void) {
+  struct zo_run_settings *a = settings_of_family(ZO_FAMILY_MISTRAL), *b = settings_of_family(ZO_FAMILY_UNSET),
+                         *c = settings_of_family(ZO_FAMILY_MISTRAL);
+  ZO_REQUIRE(a && b && c);
+  char *notes = NULL;
+  ZO_REQUIRE(compare(a, b, NULL, &notes) == 0 &&
+             strstr(notes, "resumed with a change: model.family: the checkpoint's mistral, this run's llama"));
+  free(notes);
+  ZO_REQUIRE(compare(a, c, NULL, &notes) == 0 && notes[0] == '\0');
+  free(notes);
+  /* A checkpoint whose record has no model.family (saved before checkpoints
+   * named the family) resumes: the key is not compared, and said so. */
+  char dir[512], path[600];
+  ZO_REQUIRE(zo_test_mkdtemp(dir, sizeof dir, "family") == 0);
+  snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+  FILE *f = fopen(path, "w");
+  ZO_REQUIRE(f);
+  fprintf(f, "{\"settings\": {");
+  for (int i = 0, n = 0; i < zo_run_settings_n(); i++)
+    if (strcmp(zo_run_settings_key(i), "model.family") != 0 && zo_run_settings_value(a, i))
+      fprintf(f, "%s\"%s\": \"%s\"", n++ ? ", " : "", zo_run_settings_key(i), zo_run_settings_value(a, i));
+  fprintf(f, "}}\n");
+  ZO_REQUIRE(fclose(f) == 0);
+  struct zo_run_settings *old = NULL;
+  ZO_REQUIRE(zo_run_settings_of_checkpoint(dir, 2, &old) == 0);
+  ZO_REQUIRE(compare(old, b, NULL, &notes) == 0 && strstr(notes, "records no model.family") &&
+             !strstr(notes, "resumed with a change"));
+  free(notes);
+  zo_run_settings_free(old);
+  ZO_REQUIRE(unlink(path) == 0 && rmdir(dir) == 0);
+  zo_run_settings_free(a);
+  zo_run_settings_free(b);
+  zo_run_settings_free(c);
+  return 0;
+}
+
 /* --resume-allow with a key that is not in the table, or that is only said. */
 static int test_allow_misuse(void) {
   struct zo_run_settings *a = settings_of(NULL, 1);
@@ -215,6 +269,7 @@ int main(void) {
       ZO_TEST(every_key_covered),
       ZO_TEST(unchanged_compares_equal),
       ZO_TEST(allow_misuse),
+      ZO_TEST(family_said),
   };
   return zo_test_report(zo_test_run(tests, ZO_ARRAY_LEN(tests)));
 }

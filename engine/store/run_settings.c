@@ -30,7 +30,7 @@ enum kind {
 };
 
 enum id {
-  S_ARCH, S_ACT, S_LAYERS, S_HEADS, S_KV_HEADS, S_EMBD, S_INTER, S_VOCAB, S_MAXT, S_HEAD_DIM, S_TIED, S_QKV_BIAS,
+  S_ARCH, S_FAMILY, S_ACT, S_LAYERS, S_HEADS, S_KV_HEADS, S_EMBD, S_INTER, S_VOCAB, S_MAXT, S_HEAD_DIM, S_TIED, S_QKV_BIAS,
   S_EPS, S_THETA, S_ROPE_SCALING, S_WINDOW, S_DROPOUT, S_INIT_FROM,
   S_PRECISION, S_LS, S_LS_WINDOW, S_LS_HYST, S_LS_MIN,
   S_ROWS, S_ACCUM, S_SEQ, S_SHUFFLE, S_FORMAT,
@@ -45,6 +45,9 @@ static const struct setting {
   bool in_config_json; /* an older checkpoint's config.json gives it */
 } table[N_SETTINGS] = {
     [S_ARCH] = {"model.arch", FIXED, true},
+    /* The name config.json carries (model_type); the features it has are
+     * their own keys (model.qkv_bias, model.sliding_window). */
+    [S_FAMILY] = {"model.family", SAID, true},
     [S_ACT] = {"model.hidden_act", FIXED, true},
     [S_LAYERS] = {"model.n_layer", FIXED, true},
     [S_HEADS] = {"model.n_head", FIXED, true},
@@ -179,6 +182,7 @@ static void format_model(enum id i, const struct source *s, char *buf, size_t n)
   }
   switch (i) {
   case S_ARCH: put(buf, n, zo_model_arch_name(mc->arch)); break;
+  case S_FAMILY: put(buf, n, zo_model_family_name(mc->family)); break;
   case S_ACT: put(buf, n, llama ? "silu" : "gelu_new"); break;
   case S_LAYERS: put_int(buf, n, mc->n_layer); break;
   case S_HEADS: put_int(buf, n, mc->n_head); break;
