@@ -25,6 +25,12 @@ Mistral its sliding_window (5) is much shorter than the training sequence
   3. The checkpoint's config.json is the family's (model_type,
      sliding_window) and transformers loads it with no missing or
      unexpected key, its loss equal to zoffload's on it.
+  4. The family is named, not guessed from the features (issue 50, piece 1):
+     `zoffload export` of a Mistral whose sliding_window is null writes
+     model_type "mistral", MistralForCausalLM and sliding_window null (not
+     "llama", and not an absent key MistralConfig would default to 4096), a
+     Qwen2's "qwen2" and Qwen2ForCausalLM; transformers loads each export
+     as that class with no missing or unexpected key and its loss.
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_transformers_families.py
 """
@@ -231,5 +237,38 @@ def train_and_export(binary, tmp, name, d, config, tokens, model, want_config):
           f"transformers and zoffload agree on the trained checkpoint ({got_ck} vs {want_ck:.6f})")
 
 
+def export_keeps_family(binary, tmp):
+    print("== export keeps the family: Mistral without a window, Qwen2")
+    _, tokens, _ = random_tokens(tmp, V, 4 * B * T + 1)
+    cases = [("mistral", MistralConfig, {"sliding_window": None}, "MistralForCausalLM",
+              {"model_type": "mistral", "sliding_window": None})]
+    if hasattr(transformers, "Qwen2Config"):
+        cases.append(("qwen2", transformers.Qwen2Config, {"use_sliding_window": False}, "Qwen2ForCausalLM",
+                      {"model_type": "qwen2"}))
+    else:
+        print(f"     Qwen2: transformers {transformers.__version__} has no Qwen2 (4.37 and later): skipped")
+    for name, cls, over, arch, want_config in cases:
+        d, out = os.path.join(tmp, f"family-{name}"), os.path.join(tmp, f"family-{name}-export")
+        model = make_model(cls, **over)
+        model.save_pretrained(d, safe_serialization=True)
+        want = hf_mean_loss(model.double(), tokens, 4, B, T)
+        rc, msg = zo_run(binary, "export", d, "--out", out)
+        check(rc == 0, f"{name}: zoffload export {msg[-300:] if rc else ''}")
+        if rc != 0:
+            continue
+        with open(os.path.join(out, "config.json")) as f:
+            hc = json.load(f)
+        got_c = {k: hc.get(k, "(absent)") for k in want_config}
+        check(got_c == want_config and hc.get("architectures") == [arch],
+              f"{name}: the export's config.json names the family: {got_c}, architectures {hc.get('architectures')}")
+        back, info = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float64, output_loading_info=True,
+                                                          attn_implementation="eager")
+        lost = {k: v for k, v in info.items() if v}
+        got = hf_mean_loss(back.eval(), tokens, 4, B, T)
+        check(type(back).__name__ == arch and not lost and rel(got, want) <= LOSS_RTOL,
+              f"{name}: transformers loads the export as {type(back).__name__}, no missing/unexpected keys {lost}, "
+              f"loss {got:.9f} vs {want:.9f}")
+
+
 if __name__ == "__main__":
-    sys.exit(main(__doc__, (mistral, qwen2)))
+    sys.exit(main(__doc__, (mistral, qwen2, export_keeps_family)))
