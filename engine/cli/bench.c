@@ -19,8 +19,10 @@
 
 #include "zo/adamw.h"
 #include "zo/adamw8bit.h"
+#include "zo/lora.h"
 #include "zo/plan.h"
 #include "zo/trace_file.h"
+#include "zo/lora.h"
 #include "zo/sched.h"
 #include "zo/train.h"
 
@@ -274,12 +276,38 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
   return err;
 }
 
+/* LoRA (pl->frozen): the lora section's adapters, PEFT's init from
+ * engine.seed or lora.init_from's, for bench_sched. Returns 0 (*params
+ * malloc'd, the table built) or -errno. */
+static int bench_lora(const struct zo_config *cfg, struct zo_lora_table *t, float **params) {
+  struct zo_lora l;
+  int err = zo_lora_resolve(&cfg->lora, cfg->model.spec.arch, &l);
+  if (err < 0 || (err = zo_lora_table_build(&cfg->model.spec, &l, t))) return err;
+  *params = malloc(t->numel * sizeof **params + 1);
+  if (!*params) err = zo_error(-ENOMEM, "out of host memory for the LoRA adapters");
+  else if (l.from_adapter) err = zo_lora_load(t, cfg->lora.init_from, *params);
+  else zo_lora_init(t, cfg->engine.seed, *params);
+  if (err) {
+    free(*params);
+    zo_lora_table_free(t);
+  }
+  return err;
+}
+
 static struct zo_sched *bench_sched(const struct zo_config *cfg, const struct zo_placement *pl,
                                     zo_backend_t be, zo_comm_t comm) {
+  struct zo_lora_table lt;
+  float *lp = NULL;
+  if (pl->frozen && bench_lora(cfg, &lt, &lp)) return NULL;
   const struct zo_sched_config sc = {.model = cfg->model.spec, .B = cfg->micro_batch, .T = cfg->data.seq_len,
                                      .placement = *pl, .backend = be,
-                                     .host_budget = cfg->engine.host_memory_budget, .comm = comm};
+                                     .host_budget = cfg->engine.host_memory_budget, .comm = comm,
+                                     .lora = pl->frozen ? &lt : NULL, .lora_params = lp};
   struct zo_sched *s = zo_sched_init(&sc);
+  if (pl->frozen) {
+    free(lp);
+    zo_lora_table_free(&lt);
+  }
   if (!s) return NULL;
   int err = zo_sched_state_init(s, cfg->engine.seed);
   if (!err) err = zo_sched_state_fresh(s, ZO_STATE_M);

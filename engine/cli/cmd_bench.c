@@ -98,7 +98,7 @@ static int bench_step(int argc, char **argv) {
     return 1;
   }
   struct zo_bench_step b;
-  int err = zo_train_model_config(&cfg, &cfg.model.spec);
+  int err = zo_train_model_config_lora(&cfg, &cfg.model.spec, NULL); /* bench step runs LoRA too */
   if (!err) err = zo_bench_step_run(&cfg, (int)steps, comm, &b);
   char where[400] = "";
   struct zo_placement pl;

@@ -59,10 +59,12 @@ int cli_export(int argc, char **argv) {
   char lb[32], wb[32], step[48] = "";
   if (res.step >= 0) snprintf(step, sizeof step, " (step %ld)", res.step);
   if (res.step >= 0) printf("checked %s%s: checksums and trainer state in %.2f s\n", a.inputs[0], step, res.load_s);
-  printf("exported %s: %s weights in %d safetensors file%s%s, %s in %.2f s (%.1f MB/s), streamed tensor by "
-         "tensor from %s of %s\n", a.out, zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
+  const char *how = a.export_adapter ? "the PEFT adapter (fp32)"
+                    : a.merge          ? "the base with the adapter merged, in host memory"
+                                       : "streamed tensor by tensor";
+  printf("exported %s: %s weights in %d safetensors file%s%s, %s in %.2f s (%.1f MB/s), %s from %s of %s\n", a.out, zo_dtype_name(a.dtype), res.n_files, res.n_files == 1 ? "" : "s",
          res.n_files > 1 ? " + model.safetensors.index.json" : "", zo_format_bytes(res.bytes, wb), res.save_s,
-         (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9), zo_format_bytes(res.load_bytes, lb),
+         (double)res.bytes / 1e6 / (res.save_s > 0 ? res.save_s : 1e-9), how, zo_format_bytes(res.load_bytes, lb),
          a.inputs[0]);
   if (res.tokenizer) printf("  with the tokenizer files beside the weights (tokenizer.json and its configs)\n");
   return 0;

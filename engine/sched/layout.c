@@ -183,7 +183,8 @@ void sched_host_layout(const struct zo_placement *pl, const struct zo_tensor_tab
       h->pring = hcarve(c, (size_t)pl->param_slots * cp.block_pbytes, "parameter ring", ZO_MEM_PARAMS);
     h->pcpu = hcarve(c, (size_t)n_cpu * t->layer_numel * e, "parameters (max_in_cpu)", ZO_MEM_PARAMS);
   }
-  else if (offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME)))
+  else if ((offloaded && (mixed || (pl->param_slots && pl->optimizer == ZO_OFFLOAD_NVME))) ||
+           (pl->frozen && pl->param_slots)) /* a frozen base's one copy: the slots' source */
     h->params = hcarve(c, (pshard ? sh.hi - sh.lo : n) * e, "parameters", ZO_MEM_PARAMS);
   if (pshard)
     h->block_gather = hcarve(c, (size_t)pl->param_slots * t->layer_numel * e, "parameter gather", ZO_MEM_BUFFERS);

@@ -138,8 +138,11 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
     pl->param_nvme = true;
     pl->param_max_in_cpu = (size_t)z->offload_param.max_in_cpu;
   }
+  /* LoRA (the lora section on): the base is frozen (zo_placement_check_lora
+   * says what is built with it); its parameters may leave the device alone. */
+  pl->frozen = cfg->lora.r > 0 || (cfg->lora.init_from && cfg->lora.init_from[0]);
   if (z->offload_param.device != ZO_OFFLOAD_NONE) {
-    if (pl->optimizer == ZO_OFFLOAD_NONE)
+    if (pl->optimizer == ZO_OFFLOAD_NONE && !pl->frozen)
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"cpu\" needs the "
                                 "optimizer offloaded too: set zero_optimization.offload_optimizer."
                                 "device to \"cpu\" or \"nvme\"");
@@ -205,8 +208,10 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
                                                      : " (gradients reduce-scattered)");
   }
   if (pl->frozen) {
-    snprintf(buf, size, "LoRA: the base frozen on the device (no gradients or optimizer state), the adapters' "
-             "gradients, fp32 master, m and v on the device%s%s", ck, prec);
+    char base[96] = "on the device";
+    if (pl->param_slots) snprintf(base, sizeof base, "on the host, streamed through %d device slots", pl->param_slots);
+    snprintf(buf, size, "LoRA: the base frozen %s (no gradients or optimizer state), the adapters' "
+             "gradients, fp32 master, m and v on the device%s%s", base, ck, prec);
     return buf;
   }
   snprintf(buf, size, "optimizer states on %s, gradients on %s, parameters on %s%s%s%s%s",

@@ -61,12 +61,19 @@ static int state_enter(struct zo_sched *s) {
   return 0;
 }
 
-/* A frozen base in mixed precision has no fp32 master: its parameters'
- * bytes [off, off + n) of the fp32 state are the device's working copy,
- * rounded on the way in and widened on the way out through a host buffer. */
+/* A frozen base has no fp32 master: its parameters' bytes [off, off + n)
+ * of the fp32 state are its one working copy, the host's (streamed through
+ * the slots; the device's resident units follow in zo_sched_state_done) or
+ * the device's, rounded on the way in and widened on the way out. */
 static int frozen_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n, bool write) {
   ZO_ASSERT(off % sizeof(float) == 0 && n % sizeof(float) == 0);
   const size_t k = n / sizeof(float), e = s->m->esize;
+  if (s->h.params) {
+    void *host = host_params_at(s, off / sizeof(float));
+    if (write) zo_cpu_cast(host, s->m->dtype, buf, ZO_F32, k);
+    else zo_cpu_cast(buf, ZO_F32, host, s->m->dtype, k);
+    return 0;
+  }
   void *tmp = malloc(k * e + 1);
   if (!tmp) return sched_no_memory();
   uint8_t *dev = zo_model_at(s->m, s->m->params, off / sizeof(float));
@@ -87,7 +94,7 @@ static int local_access(struct zo_sched *s, enum zo_state_part p, size_t off, ui
   size_t first;
   uint8_t *base = part_base(s, p, &dev, &first);
   int err = 0;
-  if (s->pl.frozen && s->pl.dtype != ZO_F32) {
+  if (s->pl.frozen && (s->pl.dtype != ZO_F32 || s->h.params)) {
     err = frozen_access(s, off, buf, n, write);
   } else if (!base) {
     err = sched_nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
@@ -246,7 +253,14 @@ static int working_copies_sync(struct zo_sched *s) {
   const size_t e = s->m->esize, lo = s->sh.lo, hi = s->sh.hi;
   const bool mixed = s->pl.dtype != ZO_F32, after = s->sharded && s->h.params && !s->pshard;
   int err = 0;
-  if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
+  if (s->pl.frozen && s->h.params) {
+    /* A frozen base streamed from the host: its resident units to the device. */
+    for (int u = 0; u < s->U && !err; u++) {
+      void *dev = dev_unit_params(s, u);
+      const struct range r = unit_range(s->t, u);
+      if (dev) err = sched_copy_sync(s, dev, host_params_at(s, r.off), dev_unit_numel(s, u) * e, ZO_COPY_H2D);
+    }
+  } else if (s->pl.optimizer == ZO_OFFLOAD_NONE) {
     if (mixed && hi > lo && !s->pl.frozen) /* frozen: written rounded (frozen_access) */
       s->be->cast(zo_model_at(s->m, s->m->params, lo), s->m->dtype, s->m->master + lo, ZO_F32, hi - lo, s->compute);
     err = s->be->stream_synchronize(s->compute);

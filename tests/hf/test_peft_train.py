@@ -16,7 +16,9 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
      needed for that, the base's file is never written).
   2. Activation checkpointing (every block recomputed) gives the same
      losses and norms bit for bit, and so do random stream delays
-     (ZO_STREAM_DELAY_US): the events order the adapters' step.
+     (ZO_STREAM_DELAY_US): the events order the adapters' step; so does
+     the base streamed from host RAM through one device slot (issue 47,
+     piece 2), with and without delays, in fp32 and bf16.
   3. bf16 (base and activations in bf16, the adapters with fp32 masters):
      the losses stay within 2% of the float64 run's, and differ from the
      fp32 run's (the working dtype applies).
@@ -164,12 +166,22 @@ def case(binary, tmp, tokens, tok_path, name, kind, build, lora_cfg, max_norm):
     ck, out = zo_steps(binary, config, metrics, "--set", "activation_checkpointing.enabled=true")
     check(ck == got, f"{name}: activation checkpointing gives the same losses and norms, bit for bit "
           f"{out[-300:] if ck is None else ''}")
+    host = ["--set", "zero_optimization.stage=3", "--set", "zero_optimization.offload_param.device=cpu",
+            "--set", "zero_optimization.offload_param.buffer_count=1"]
+    hs, out = zo_steps(binary, config, metrics, *host)
+    check(hs == got and "frozen on the host, streamed through 1 device slots" in out, f"{name}: the base "
+          f"streamed from the host (one slot) gives the same losses and norms, bit for bit {out[-300:]}")
     env = dict(os.environ, ZO_STREAM_DELAY_US="200")
+    hd, out = zo_steps(binary, config, metrics, *host, env=env)
+    check(hd == got, f"{name}: ... and so with random stream delays {out[-300:] if hd is None else ''}")
     dl, out = zo_steps(binary, config, metrics, env=env)
     check(dl == got, f"{name}: random stream delays give the same losses and norms, bit for bit "
           f"{out[-300:] if dl is None else ''}")
     checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, tokens)
     bf, out = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true")
+    bh, out_h = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true", *host)
+    check(bh == bf, f"{name}: bf16 with the base streamed from the host equals bf16 on the device, bit for bit "
+          f"{out_h[-300:] if bh is None else ''}")
     wb = worst(bf, ref, 0)
     check(bf is not None and wb <= BF16_RTOL and bf != got, f"{name}: bf16 losses within {BF16_RTOL} of PEFT's "
           f"float64 ones and not fp32's (worst rel {wb:.3g}) {out[-300:] if bf is None else ''}")
@@ -284,8 +296,9 @@ def refusals(binary, tmp, tok_path):
     for extra, want in [
         (["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"],
          "zero_optimization.offload_optimizer"),
-        (["zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
-          "zero_optimization.offload_param.device=cpu"], "zero_optimization.offload_optimizer"),
+        (["zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+          "zero_optimization.offload_optimizer.nvme_path=/tmp", "zero_optimization.offload_param.device=nvme"],
+         "zero_optimization.offload_optimizer"),
         (["optimizer.type=AdamW8bit"], "AdamW8bit"),
         (["fp16.enabled=true"], "fp16.enabled"),
     ]:

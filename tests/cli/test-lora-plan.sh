@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# LoRA planned (issues 46 and 47, piece 1): `zoffload plan` of Llama-3-8B
+# (configs/llama-8b.json) with r = 16 on all seven projections, the bf16 base
+# on the host streamed through 2 device slots, 1 x 2048 tokens with activation
+# checkpointing, fits a 10 GiB CUDA device and 20 GiB of host; the adapters'
+# bytes per category are the table's own count, computed here from the
+# shapes (r (in + out) per module, 32 layers: 41943040 parameters, fp32):
+# master weights, AdamW m and AdamW v exactly that many floats each, the
+# gradients that plus their 8-byte sum of squares (arena-rounded); the base
+# has none of them. A tiny Llama's LoRA run, the base on the device and
+# streamed from the host, peaks at exactly the planned bytes on both tiers.
+# Usage: test-lora-plan.sh ZOFFLOAD_BINARY REPO_DIR
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bin=$1
+repo=$2
+cli_init lora-plan
+cli_prepare_text 200
+
+lora8b=(--set lora.r=16 --set lora.alpha=32 --set lora.target_modules=all-linear --set bf16.enabled=true
+        --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
+        --set zero_optimization.offload_param.buffer_count=2 --set zero_optimization.offload_optimizer.device=none
+        --set activation_checkpointing.enabled=true --set train_micro_batch_size_per_gpu=1
+        --set data.seq_len=2048 --set engine.gpu_memory_budget=10GiB)
+expect 0 "frozen on the host, streamed through 2 device slots" plan8b -- plan "$repo/configs/llama-8b.json" "${lora8b[@]}"
+# r (in + out) per module: q, k, v, o, gate, up, down of Llama-3-8B (GQA 8 of 32 heads of 128).
+C=4096 KV=1024 I=14336 r=16
+per_layer=$(( r * ((C + C) + (C + KV) + (C + KV) + (C + C) + 3 * (C + I)) ))
+n=$(( 32 * per_layer ))
+check "41943040 adapter parameters" "[[ $n -eq 41943040 ]]"
+device=$(sed -n 's/^  exact bytes: device \([0-9]*\), host \([0-9]*\), nvme 0$/\1/p' "$tmp/plan8b.out")
+host=$(sed -n 's/^  exact bytes: device \([0-9]*\), host \([0-9]*\), nvme 0$/\2/p' "$tmp/plan8b.out")
+check "device bytes printed" "[[ -n '$device' ]]"
+check "device <= 10 GiB ($device)" "(( ${device:-1} > 0 && ${device:-1} <= 10 * 1024 ** 3 ))"
+check "host <= 20 GiB ($host)" "(( ${host:-1} > 0 && ${host:-1} <= 20 * 1024 ** 3 ))"
+mib=$(awk -v b=$(( n * 4 )) 'BEGIN { printf "%.2f MiB", b / 1048576 }')
+for cat in "master weights" "AdamW m" "AdamW v" "gradients"; do
+  check "$cat: the adapters' $mib on the device, none on the host" \
+    "grep -Eq '^  $cat +$mib +- +- *\$' '$tmp/plan8b.out'"
+done
+# The base in bf16 on the host: 2 bytes a parameter (8.03e9 parameters: 14.96 GiB).
+check "the bf16 base on the host" "grep -Eq '^  parameters +[0-9.]+ GiB +14\\.96 GiB' '$tmp/plan8b.out'"
+
+# A tiny Llama: planned == peak, base on the device and on the host.
+cat >"$tmp/tiny.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps": 2,
+ "model": {"arch": "llama", "n_layer": 2, "n_head": 2, "num_key_value_heads": 1, "n_embd": 32,
+           "intermediate_size": 64, "vocab_size": 320, "max_seq_len": 32},
+ "lora": {"r": 4, "target_modules": "all-linear"},
+ "data": {"train": "$tmp/train.bin", "format": "u16", "seq_len": 32},
+ "engine": {"device": "cpu"}, "log": {"every": 100}}
+JSON
+for where in device host; do
+  extra=()
+  [[ $where == host ]] && extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
+                                 --set zero_optimization.offload_param.buffer_count=1)
+  for bf in false true; do
+    expect 0 "memory: device arena" "tiny-$where-$bf" -- train "$tmp/tiny.json" "${extra[@]}" --set bf16.enabled=$bf
+    line=$(grep '^memory:' "$tmp/tiny-$where-$bf.out")
+    check "$where bf16=$bf: device planned == peak ($line)" \
+      "[[ '$line' =~ device\ arena\ ([0-9.]+\ [KMG]?i?B)\ planned,\ ([0-9.]+\ [KMG]?i?B)\ peak ]] && [[ \${BASH_REMATCH[1]} == \${BASH_REMATCH[2]} ]]"
+    check "$where bf16=$bf: host planned == peak" \
+      "[[ '$line' =~ host\ pool\ ([0-9.]+\ [KMG]?i?B)\ planned,\ ([0-9.]+\ [KMG]?i?B)\ peak ]] && [[ \${BASH_REMATCH[1]} == \${BASH_REMATCH[2]} ]]"
+  done
+done
+cli_report lora-plan
