@@ -59,9 +59,9 @@ int cli_plan(int argc, char **argv) {
   struct zo_plan plan;
   bool lora;
   int err = zo_train_model_config_lora(&cfg, &mc, &lora);
-  if (!err && lora && (a.autoplan || a.placements))
-    err = zo_error(-ENOTSUP, "lora: plan %s with LoRA adapters is not built yet (plain `zoffload plan` is): "
-                             "remove the lora section or the option", a.autoplan ? "--auto" : "--placements");
+  if (!err && lora && a.placements)
+    err = zo_error(-ENOTSUP, "lora: plan --placements with LoRA adapters is not built yet (`zoffload plan` and "
+                             "`plan --auto` are): remove the lora section or the option");
   if (!err) err = zo_train_check_threads(&cfg);
   /* plan --auto --backend X plans for X: only X is tried here (a CUDA plan
    * made without a GPU does not announce the CPU backend). */

@@ -103,9 +103,11 @@ static void describe(const struct cand_spec *s, const struct zo_plan *p, int bas
     snprintf(opt, sizeof opt, "nvme (%d buffers)", s->nvbufs);
   else
     snprintf(opt, sizeof opt, "%s", s->opt == ZO_OFFLOAD_NONE ? "device" : offload_word[s->opt]);
-  snprintf(buf, size, "%s%s, optimizer %s%s%s, micro-batch %d x %d%s",
+  if (p->placement.frozen) /* LoRA: the adapters' optimizer is on the device; the base has none */
+    snprintf(opt, sizeof opt, "LoRA, base %s", s->param == ZO_OFFLOAD_NONE ? "on device" : "streamed");
+  snprintf(buf, size, "%s%s, %s%s%s%s, micro-batch %d x %d%s",
            p->placement.dtype == ZO_BF16 ? "bf16" : p->placement.dtype == ZO_F16 ? "fp16" : "fp32",
-           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", opt, par,
+           s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", p->placement.frozen ? "" : "optimizer ", opt, par,
            p->placement.grads_on_host && p->placement.grad_slots == 1 ? ", 1 grad slot" : "", s->B, s->K,
            s->eightbit ? ", AdamW8bit" : "");
 }
@@ -233,6 +235,7 @@ static int search_all(struct search *S, bool eightbit) {
       {ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE}, {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE}, {ZO_OFFLOAD_NVME, ZO_OFFLOAD_NONE},
       {ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU},   {ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU}, {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME},
       {ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME},
+      {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU}, /* LoRA: the frozen base streamed, the adapters' optimizer on the device */
   };
   for (int i = 0; i < n_mb; i++)
     for (int h = 0; h < n_half; h++)
@@ -277,7 +280,7 @@ int zo_autoplan_search(const struct zo_autoplan_opts *o, struct zo_autoplan *a) 
   /* The caller loaded it already and its warnings were printed then. */
   int err = zo_config_load_quiet(&base, o->config_path, o->sets, o->n_sets);
   if (err) return err;
-  if ((err = zo_train_model_config(&base, &a->model))) goto out;
+  if ((err = zo_train_model_config_lora(&base, &a->model, NULL))) goto out;
   a->global_batch = base.micro_batch * base.grad_accum;
   a->T = base.data.seq_len;
   a->steps = base.data.epochs > 0 ? 0 : base.steps;

@@ -264,7 +264,13 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   const double attn = f2 - f1, mm = f1 - attn, head = 6.0 * Vp * C;
   const double ck = lm ? 1.0 : pl->ckpt_blocks / L; /* recomputed forward of the checkpointed blocks: 2 of 6 */
   const double Kx = lm ? 1.0 : K; /* times a streamed block crosses each way per step */
-  const double gemm = (mm + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
+  /* LoRA (a frozen base): no weight-gradient GEMM of the base (2 of the 6
+   * FLOPs a parameter and token), the adapters' own (6 a parameter and
+   * token, as a trained weight's), their optimizer over their parameters only. */
+  const bool frozen = pl->frozen;
+  const double Nopt = frozen ? (double)p->lora_numel : N;
+  const double mm_run = frozen ? mm * 4.0 / 6.0 + 6.0 * (double)p->lora_numel : mm;
+  const double gemm = (mm_run + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
   /* Elementwise traffic: about 40 activations of width C per block and token
    * (norms, residuals, GELU/SwiGLU, their gradients) and the attention
    * probabilities (NH x T per token, written, read twice), stored in the
@@ -301,7 +307,7 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
     c->h2d_s += ckb / r->h2d_bw;
   }
 
-  const double n8 = (double)zo_optim_numel_8bit(&pl->opt, &t), n32 = N - n8;
+  const double n8 = frozen ? 0.0 : (double)zo_optim_numel_8bit(&pl->opt, &t), n32 = Nopt - n8;
   if (offloaded) {
     /* The update, the norm's sum of squares, the rounded working copy, and
      * the host's accumulation of the micro-batches' gradients. */
@@ -309,7 +315,7 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
                      (half ? N * (4.0 + e) / r->mem_bw : 0.0) +
                      (pl->grads_on_host && K > 1 && !lm ? (K - 1) * N * 12.0 / r->mem_bw : 0.0);
   } else {
-    c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : N / r->dev_adamw_pps;
+    c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : Nopt / r->dev_adamw_pps;
   }
   /* NVMe traffic per step: master, m and v read and written once by the
    * chunk updates; the parameter file (the blocks not kept in host memory)

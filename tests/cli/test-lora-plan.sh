@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LoRA planned (issues 46 and 47, piece 1): `zoffload plan` of Llama-3-8B
+# LoRA planned (issues 46 and 47, pieces 1 and 4): `zoffload plan` of Llama-3-8B
 # (configs/llama-8b.json) with r = 16 on all seven projections, the bf16 base
 # on the host streamed through 2 device slots, 1 x 2048 tokens with activation
 # checkpointing, fits a 10 GiB CUDA device and 20 GiB of host; the adapters'
@@ -41,6 +41,18 @@ done
 # The base in bf16 on the host: 2 bytes a parameter (8.03e9 parameters: 14.96 GiB).
 check "the bf16 base on the host" "grep -Eq '^  parameters +[0-9.]+ GiB +14\\.96 GiB' '$tmp/plan8b.out'"
 
+# The planner chooses (issue 47, piece 4): Llama-3-8B LoRA on a 10 GiB CUDA
+# device with 32 GiB of host: the base (16 GB in bf16) cannot stay on the
+# device, so every candidate that fits streams it, the adapters' optimizer
+# on the device, each with its predicted step time and tokens/s.
+expect 0 "LoRA, base streamed" auto8b -- plan "$repo/configs/llama-8b.json" --auto --backend cuda --host-ram 32GiB \
+  --set lora.r=16 --set lora.alpha=32 --set lora.target_modules=all-linear --set engine.gpu_memory_budget=10GiB \
+  --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=16 --set data.seq_len=2048
+check "8B LoRA: candidates fit" "grep -Eq '^searched [0-9]+ candidates .*, [1-9][0-9]* fit' '$tmp/auto8b.out'"
+check "8B LoRA: #1 streams the base with a predicted time" \
+  "grep -Eq '^ +1 +[0-9.]+ +[0-9]+ .*LoRA, base streamed' '$tmp/auto8b.out'"
+check "8B LoRA: no candidate keeps the base on the device" "! grep -q 'LoRA, base on device' '$tmp/auto8b.out'"
+
 # A tiny Llama: planned == peak, base on the device and on the host.
 cat >"$tmp/tiny.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps": 2,
@@ -63,4 +75,15 @@ for where in device host; do
       "[[ '$line' =~ host\ pool\ ([0-9.]+\ [KMG]?i?B)\ planned,\ ([0-9.]+\ [KMG]?i?B)\ peak ]] && [[ \${BASH_REMATCH[1]} == \${BASH_REMATCH[2]} ]]"
   done
 done
+# engine.placement = "auto" trains a LoRA run with the planner's choice.
+expect 0 "lora: r 4" auto-train -- train "$tmp/tiny.json" --set engine.placement=auto
+# The cost model: a LoRA step (no base weight gradients) is predicted
+# cheaper than the full fine-tune of the same model and batch.
+# (the candidate that changes nothing: the config's own placement and split)
+as_is='import json, sys; print([c["predicted_step_ms"] for c in json.loads(sys.stdin.read().splitlines()[-1]) if not c["sets"]][0])'
+lora_ms=$("$bin" plan "$tmp/tiny.json" --auto --json 2>/dev/null | python3 -c "$as_is" 2>/dev/null)
+grep -v '"lora"' "$tmp/tiny.json" >"$tmp/tiny-full.json"
+full_ms=$("$bin" plan "$tmp/tiny-full.json" --auto --json 2>/dev/null | python3 -c "$as_is" 2>/dev/null)
+check "LoRA predicted cheaper than the full fine-tune ($lora_ms < $full_ms ms)" \
+  "[[ -n '$lora_ms' && -n '$full_ms' ]] && python3 -c 'import sys; sys.exit(0 if $lora_ms < $full_ms else 1)'"
 cli_report lora-plan
