@@ -6,7 +6,8 @@
  * implies -- gradients out once per micro-batch, the updated parameters in
  * once per step, parameter slots reloaded per micro-batch except the blocks
  * a slot still holds, the optimizer state read and written once per step on
- * NVMe, the tokens in and the losses out per micro-batch. A placement that
+ * NVMe, the tokens in and the losses out per micro-batch; LoRA's frozen
+ * base on the device or streamed (no gradient out, nothing written back). A placement that
  * moves a byte more or less than its schedule says fails. NVMe cases skip
  * when the store cannot be created. */
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/lora.h"
 #include "zo_engine_test.h"
 
 static char tmpdir[256];
@@ -55,9 +57,20 @@ static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan
   struct zo_model_config mc = cfg.model.spec;
   CHECK(zo_model_config_check(&mc) == 0);
   CHECK(zo_plan_build(&cfg, &mc, NULL, p) == 0);
+  /* LoRA (the lora section on): the adapters, PEFT's init. */
+  struct zo_lora l;
+  struct zo_lora_table lt = {0};
+  float *lp = NULL;
+  if (p->placement.frozen) {
+    CHECK(zo_lora_resolve(&cfg.lora, mc.arch, &l) == 1 && zo_lora_table_build(&mc, &l, &lt) == 0);
+    CHECK((lp = malloc(lt.numel * sizeof *lp)) != NULL);
+    zo_lora_init(&lt, 3, lp);
+  }
   const struct zo_sched_config sc = {.model = mc, .B = p->B, .T = p->T, .placement = p->placement,
-                                     .backend = zo_backend_cpu()};
+                                     .backend = zo_backend_cpu(), .lora = lp ? &lt : NULL, .lora_params = lp};
   struct zo_sched *s = zo_sched_init(&sc);
+  free(lp);
+  if (lp) zo_lora_table_free(&lt);
   if (!s && p->placement.optimizer == ZO_OFFLOAD_NVME) {
     printf("  skipped: NVMe store: %s\n", zo_last_error());
     zo_config_free(&cfg);
@@ -201,6 +214,33 @@ static int test_optimizer_on_nvme(void) {
   return 0;
 }
 
+/* LoRA (issue 47): the base frozen, nothing of it ever leaves the device or
+ * is written back. On the device: the tokens in, the losses and the
+ * adapters' one fp64 sum of squares out. Streamed from the host in S = 2
+ * slots for L = 3 blocks: the same block loads as a trained run's (S + 2 K
+ * (L - S)), no resident range reloaded (nothing is updated), no gradient
+ * out. */
+static int test_lora(void) {
+  const char *on_dev[] = {"lora.r=4"};
+  const char *on_host[] = {"lora.r=4", "zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu",
+                           "zero_optimization.offload_param.buffer_count=2"};
+  for (int host = 0; host < 2; host++)
+    for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+      const int K = Ks[i], S = 2;
+      struct zo_plan p;
+      struct moved got;
+      CHECK(step_bytes(host ? on_host : on_dev, host ? ZO_ARRAY_LEN(on_host) : ZO_ARRAY_LEN(on_dev), K, &p,
+                       &got) == 0);
+      CHECK(p.placement.frozen && p.placement.param_slots == (host ? S : 0));
+      struct sizes z;
+      CHECK(sizes_of(&p, &z) == 0);
+      const uint64_t loads = host ? (uint64_t)S + 2ull * (uint64_t)K * (uint64_t)(z.L - S) : 0;
+      const struct moved want = {.h2d = loads * z.layer * 4 + K * z.BT * 8, .d2h = K * z.BT * 4 + 8};
+      CHECK(expect(host ? "LoRA, base on host" : "LoRA, base on device", K, &got, &want) == 0);
+    }
+  return 0;
+}
+
 int main(void) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "bytes")) return 1;
   static const struct zo_test tests[] = {
@@ -208,6 +248,7 @@ int main(void) {
       ZO_TEST(optimizer_on_host),
       ZO_TEST(params_on_host),
       ZO_TEST(optimizer_on_nvme),
+      ZO_TEST(lora),
   };
   int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);
