@@ -61,6 +61,20 @@ def sections(text):
     return config, cmds
 
 
+def run_doc_command(binary, work, cmd):
+    """Runs a doc's `zoffload ...` line in work with the changes the
+    docstring says (train 2 steps, eval 2 batches, checkpoint-1000 as
+    checkpoint-2): (args, the CompletedProcess, stdout + stderr)."""
+    args = [a.strip('"').replace("checkpoint-1000", "checkpoint-2")
+            for a in re.findall(r'"[^"]*"|\S+', cmd.split(" ", 1)[1])]
+    if args[0] == "train":
+        args += ["--set", "steps=2"]
+    if args[0] == "eval":
+        args += ["--batches", "2"]
+    r = subprocess.run([binary, *args], cwd=work, capture_output=True)
+    return args, r, (r.stdout + r.stderr).decode(errors="replace")
+
+
 def parts(binary, tmp):
     with open(DOC) as f:
         config_text, cmds = sections(f.read())
@@ -91,18 +105,11 @@ def parts(binary, tmp):
     with open(os.path.join(work, "sft.json"), "w") as f:
         f.write(config_text.replace("path/to/model", base))
     for cmd in cmds:
-        argv = cmd.split(" ", 1)
-        if argv[0] == "mkdir":
+        if cmd.split(" ", 1)[0] == "mkdir":
             os.makedirs(os.path.join(work, "runs"), exist_ok=True)
             check(cmd == "mkdir -p runs", f"`{cmd}`")
             continue
-        args = [a.strip('"') for a in re.findall(r'"[^"]*"|\S+', argv[1])]
-        if args[0] == "train":
-            args += ["--set", "steps=2"]
-        if args[0] == "eval":
-            args += ["--batches", "2"]
-        r = subprocess.run([binary, *args], cwd=work, capture_output=True)
-        out = (r.stdout + r.stderr).decode(errors="replace")
+        args, r, out = run_doc_command(binary, work, cmd)
         ok = r.returncode == 0
         if args[0] == "train":
             ok = ok and os.path.isdir(os.path.join(work, "runs", "sft", "checkpoint-2"))
@@ -123,14 +130,7 @@ def lora(binary, work, base):
     with open(os.path.join(work, "lora.json"), "w") as f:
         f.write(config_text.replace("path/to/model", base))
     for cmd in cmds:
-        args = [a.strip('"').replace("checkpoint-1000", "checkpoint-2")
-                for a in re.findall(r'"[^"]*"|\S+', cmd.split(" ", 1)[1])]
-        if args[0] == "train":
-            args += ["--set", "steps=2"]
-        if args[0] == "eval":
-            args += ["--batches", "2"]
-        r = subprocess.run([binary, *args], cwd=work, capture_output=True)
-        out = (r.stdout + r.stderr).decode(errors="replace")
+        args, r, out = run_doc_command(binary, work, cmd)
         ok = r.returncode == 0
         if args[0] == "train":
             ok = ok and os.path.isfile(os.path.join(work, "runs", "lora", "checkpoint-2", "adapter_model.safetensors"))
