@@ -191,16 +191,20 @@ int zo_run_dir_open(struct zo_run_guard *t, const struct zo_config *cfg, const s
 /* Free space for one more checkpoint (model in fp32, m and v) on
  * checkpoint.dir's file system, checked before step 1. */
 int zo_run_dir_check_space(const struct zo_config *cfg, const struct zo_model *m,
-                               const struct zo_optim_format *opt) {
+                           const struct zo_optim_format *opt, size_t lora_numel) {
   size_t avail;
   int err = zo_fs_free_bytes(cfg->checkpoint.dir, &avail);
   if (err) return err;
-  const size_t need = m->table.numel * sizeof(float) + 2 * zo_optim_state_nbytes(opt, &m->table) + ((size_t)1 << 20);
+  /* A LoRA run's checkpoint holds the adapters and their m, v, never the base. */
+  const size_t need = (lora_numel ? 3 * lora_numel * sizeof(float)
+                                  : m->table.numel * sizeof(float) + 2 * zo_optim_state_nbytes(opt, &m->table)) +
+                      ((size_t)1 << 20);
   if (avail >= need) return 0;
   char a[32], b[32];
-  return zo_error(-ENOSPC, "not enough space for a checkpoint: one needs %s (parameters, m and v) and the file "
+  return zo_error(-ENOSPC, "not enough space for a checkpoint: one needs %s (%s, m and v) and the file "
                            "system of checkpoint.dir %s has %s free; free space or point checkpoint.dir elsewhere",
-                  zo_format_bytes(need, a), cfg->checkpoint.dir, zo_format_bytes(avail, b));
+                  zo_format_bytes(need, a), lora_numel ? "the LoRA adapters" : "parameters", cfg->checkpoint.dir,
+                  zo_format_bytes(avail, b));
 }
 
 /* ---- limits ---------------------------------------------------------------

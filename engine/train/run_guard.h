@@ -43,9 +43,10 @@ const char *zo_run_signal_name(int sig);
 
 /* checkpoint.dir before step 1 (lead rank). Returns 0 or -errno. */
 int zo_run_dir_open(struct zo_run_guard *g, const struct zo_config *cfg, const struct zo_train_opts *opts);
-/* Free space for one more checkpoint of m. Returns 0 or -ENOSPC. */
+/* Free space for one more checkpoint of m (lora_numel > 0: a LoRA run's, its
+ * adapters and their m, v only). Returns 0 or -ENOSPC. */
 int zo_run_dir_check_space(const struct zo_config *cfg, const struct zo_model *m,
-                           const struct zo_optim_format *opt);
+                           const struct zo_optim_format *opt, size_t lora_numel);
 /* This run's locked directory under nvme_path (g->nvme_dir), the dead
  * runs' removed first; the signal handler learns its path. */
 int zo_run_nvme_dir_open(struct zo_run_guard *g, const char *nvme_path);

@@ -189,7 +189,8 @@ static int trainer_open(struct trainer *t) {
   if (!t->sched) return zo_run_quote_limit(-ENOMEM);
   t->m = zo_sched_model(t->sched);
   zo_sched_state_io(t->sched, &t->io);
-  if (t->lead && t->ckpt_dir && (err = zo_run_dir_check_space(cfg, t->m, &plan->placement.opt))) return err;
+  if (t->lead && t->ckpt_dir && (err = zo_run_dir_check_space(cfg, t->m, &plan->placement.opt, t->lora_on ? t->lora.numel : 0)))
+    return err;
   return 0;
 }
 
