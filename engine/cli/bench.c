@@ -464,7 +464,10 @@ int zo_bench_step_run(const struct zo_config *cfg, int steps, zo_comm_t comm, st
   out->optimizer_s = zo_median(opt, BENCH_ROUNDS);
   out->device_ratio = zo_median(ratio, BENCH_ROUNDS);
   const double tokens = (double)cfg->micro_batch * cfg->data.seq_len * cfg->grad_accum;
-  const double flops = zo_model_flops_per_token(&cfg->model.spec, cfg->data.seq_len) * tokens;
+  const double flops = (plan.placement.frozen ? zo_model_lora_flops_per_token(&cfg->model.spec, cfg->data.seq_len,
+                                                                              plan.lora_numel)
+                                              : zo_model_flops_per_token(&cfg->model.spec, cfg->data.seq_len)) *
+                       tokens;
   out->tokens_per_s = tokens / out->step_s;
   out->device_tokens_per_s = tokens / out->device_step_s;
   out->tflops = flops / out->step_s / 1e12;

@@ -85,6 +85,12 @@ double zo_model_flops_per_token(const struct zo_model_config *cfg, int T) {
   return zo_arch_of(cfg->arch)->flops_per_token(cfg, T);
 }
 
+double zo_model_lora_flops_per_token(const struct zo_model_config *cfg, int T, size_t lora_numel) {
+  /* The attention's part is linear in T: the count at T and 2T apart it. */
+  const double f1 = zo_model_flops_per_token(cfg, T), attn = zo_model_flops_per_token(cfg, 2 * T) - f1;
+  return attn + (f1 - attn) * 4.0 / 6.0 + 6.0 * (double)lora_numel;
+}
+
 const char *zo_model_describe(const struct zo_model_config *c, char *buf, size_t size) {
   char extra[128] = "";
   if (c->arch == ZO_ARCH_LLAMA)

@@ -269,7 +269,7 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
    * token, as a trained weight's), their optimizer over their parameters only. */
   const bool frozen = pl->frozen;
   const double Nopt = frozen ? (double)p->lora_numel : N;
-  const double mm_run = frozen ? mm * 4.0 / 6.0 + 6.0 * (double)p->lora_numel : mm;
+  const double mm_run = frozen ? zo_model_lora_flops_per_token(mc, p->T, p->lora_numel) - attn : mm;
   const double gemm = (mm_run + ck * (mm - head) / 3.0) * BT, att = attn * (1.0 + ck / 3.0) * BT;
   /* Elementwise traffic: about 40 activations of width C per block and token
    * (norms, residuals, GELU/SwiGLU, their gradients) and the attention

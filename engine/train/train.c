@@ -400,7 +400,9 @@ static int open_log(struct trainer *t) {
   const struct zo_run_log_opts o = {.lead = t->lead, .tty = t->tty, .append = t->opts->resume != NULL,
                                     .n_ranks = t->n_ranks, .step_tokens = rank_tokens * (size_t)t->n_ranks,
                                     .rank_step_tokens = rank_tokens,
-                                    .flops_per_token = zo_model_flops_per_token(&t->mc, t->T),
+                                    .flops_per_token = t->lora_on ? zo_model_lora_flops_per_token(&t->mc, t->T,
+                                                                                                  t->lora.numel)
+                                                                  : zo_model_flops_per_token(&t->mc, t->T),
                                     .scaler = t->st.scaler.enabled, .scaler_dynamic = t->st.scaler.dynamic};
   return zo_run_log_open(&t->log, t->cfg, t->sched, &o);
 }

@@ -478,6 +478,10 @@ int zo_model_mean_loss(struct zo_model *m, const int32_t *host_targets, int B, i
 
 /* Training FLOPs per token (6 * matmul params + attention), for TFLOP/s. */
 double zo_model_flops_per_token(const struct zo_model_config *cfg, int T);
+/* The same for LoRA over a frozen base with lora_numel adapter parameters:
+ * no weight-gradient GEMM of the base (4 of the 6 FLOPs a matmul parameter
+ * and token), the adapters' 6 a parameter and token. */
+double zo_model_lora_flops_per_token(const struct zo_model_config *cfg, int T, size_t lora_numel);
 
 /* One line such as "GPT-2 12 layers, 12 heads, width 768, vocab 50257" into
  * buf; returns buf. */
