@@ -426,6 +426,50 @@ static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt, s
 
 static int test_rmsnorm_backward(void) { return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_backward_case); }
 
+/* rmsnorm_heads over the rmsnorm cases' (N, C) read as N tokens of H heads of
+ * D = C / H (contiguous: the strides are fp32's test, test-kernels-cpu-ops);
+ * its reference is rmsnorm's over N H rows of D. The backward overwrites dinp. */
+static int heads_of(int C) { return C % 3 == 0 ? 3 : C % 2 == 0 ? 2 : 1; }
+
+static int rmsnorm_heads_forward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, H = heads_of(c->C), D = c->C / H, R = N * H;
+  const size_t n = (size_t)R * D;
+  const struct norm_inputs in = norm_inputs(b, R, D, false, dt);
+  void *out = dalloc_nan(b, n, dt);
+  float *rstd = dalloc_nan(b, (size_t)R, ZO_F32);
+  be->rmsnorm_heads_forward(out, rstd, in.xd, in.wd, c->eps, N, H, D, H * D, H * D, dt, NULL);
+  double *ref = d64alloc(b, n), *rs = d64alloc(b, (size_t)R);
+  rmsnorm_forward64(ref, rs, widen64(b, in.x, n), widen64(b, in.w, D), c->eps, R, D);
+  return check_dt("out", out, n, dt, ref, 1e-5) | check_f32("rstd", rstd, (size_t)R, rs, 0, 1e-5);
+}
+
+static int test_rmsnorm_heads_forward(void) {
+  return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_heads_forward_case);
+}
+
+static int rmsnorm_heads_backward_case(const struct zo_op_case *c, enum zo_dtype dt, struct zo_test_bufs *b) {
+  const int N = c->N, H = heads_of(c->C), D = c->C / H, R = N * H, ld = H * D;
+  const size_t n = (size_t)R * D;
+  const struct norm_inputs in = norm_inputs(b, R, D, true, dt);
+  void *out = dalloc(b, n, dt);
+  float *rstd = dalloc(b, (size_t)R, ZO_F32), *dw = falloc_rand(b, (size_t)D, -1, 1);
+  be->rmsnorm_heads_forward(out, rstd, in.xd, in.wd, c->eps, N, H, D, ld, ld, dt, NULL);
+  double *rdinp = d64alloc(b, n), *rdw = widen64(b, dw, (size_t)D);
+  memset(rdinp, 0, n * sizeof *rdinp);
+  be->rmsnorm_heads_backward(in.dinpd, dw, in.doutd, in.xd, in.wd, rstd, N, H, D, ld, ld, dt, NULL);
+  rmsnorm_backward64(rdinp, rdw, widen64(b, in.dout, n), widen64(b, in.x, n), widen64(b, in.w, D), c->eps, R, D);
+  int fail = check_dt("dinp", in.dinpd, n, dt, rdinp, 1e-5) | check_f32("dweight", dw, (size_t)D, rdw, 1e-5, 1e-5);
+  /* Frozen and in place (dinp = dout): the full backward's dinp bits. */
+  be->rmsnorm_heads_backward(in.doutd, NULL, in.doutd, in.xd, in.wd, rstd, N, H, D, ld, ld, dt, NULL);
+  if (memcmp(in.doutd, in.dinpd, n * zo_dtype_size(dt)) != 0)
+    fail |= zo_test_fail("rmsnorm_heads_backward frozen, in place: dinp is not the full backward's bits");
+  return fail | dguard("dinp (frozen)", in.doutd, n, dt);
+}
+
+static int test_rmsnorm_heads_backward(void) {
+  return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_heads_backward_case);
+}
+
 /* ---- matmul ------------------------------------------------------------------------- */
 
 /* atol: fp32 rounding of a K-term dot product of terms below 1, 1e-6 K. */
@@ -800,6 +844,8 @@ int main(void) {
       ZO_TEST(layernorm_backward),
       ZO_TEST(rmsnorm_forward),
       ZO_TEST(rmsnorm_backward),
+      ZO_TEST(rmsnorm_heads_forward),
+      ZO_TEST(rmsnorm_heads_backward),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_threads_bitwise),

@@ -424,6 +424,173 @@ static int test_rmsnorm_backward_fd(void) {
   return fail;
 }
 
+/* ---- rmsnorm_heads (Qwen3's q/k norms) -------------------------------------- */
+
+/* Rows of D elements, H per token, at off + n ld + h D inside (N, ld)
+ * buffers: the q or k heads of a fused qkv row, columns around them that
+ * the op must leave alone. */
+struct heads_case {
+  int N, H, D, off_in, ld_in, off_out, ld_out;
+};
+static const struct heads_case HEADS_CASES[] = {
+    {9, 3, 20, 7, 71, 5, 95},     /* odd strides, columns on both sides */
+    {33, 4, 128, 0, 512, 128, 1024}, /* k of a qkv row: NH 4 q heads before it, v after */
+    {5, 1, 3, 1, 4, 0, 3},        /* one head, tiny */
+    {2, 6, 66, 0, 396, 0, 396},   /* contiguous, a head longer than a SIMD block */
+};
+
+static size_t head_at(const struct heads_case *h, int ld, int off, size_t r, int d) {
+  return (size_t)off + r / (size_t)h->H * (size_t)ld + r % (size_t)h->H * (size_t)h->D + (size_t)d;
+}
+
+/* The head rows of x (strided) as (N H, D) doubles. */
+static double *gather64(struct zo_test_bufs *b, const struct heads_case *h, const float *x, int ld, int off) {
+  const size_t rows = (size_t)h->N * h->H;
+  double *g = dalloc(b, rows * h->D);
+  for (size_t r = 0; r < rows; r++)
+    for (int d = 0; d < h->D; d++) g[r * h->D + d] = x[head_at(h, ld, off, r, d)];
+  return g;
+}
+
+static float *gather32(struct zo_test_bufs *b, const struct heads_case *h, const float *x, int ld, int off) {
+  const size_t rows = (size_t)h->N * h->H;
+  float *g = galloc(b, rows * h->D);
+  for (size_t r = 0; r < rows; r++)
+    for (int d = 0; d < h->D; d++) g[r * h->D + d] = x[head_at(h, ld, off, r, d)];
+  return g;
+}
+
+/* 1 when an element of x outside the head rows differs from keep's. */
+static int outside_changed(const char *what, const struct heads_case *h, const float *x, const float *keep, int ld,
+                           int off) {
+  const size_t n = (size_t)h->N * ld;
+  char *head = zo_test_xmalloc(n);
+  memset(head, 0, n);
+  for (size_t r = 0; r < (size_t)h->N * h->H; r++)
+    for (int d = 0; d < h->D; d++) head[head_at(h, ld, off, r, d)] = 1;
+  int bad = 0;
+  for (size_t i = 0; i < n && !bad; i++)
+    if (!head[i] && memcmp(&x[i], &keep[i], sizeof *x)) bad = zo_test_fail("%s: element %zu outside the heads written", what, i);
+  free(head);
+  return bad | guard_broken(what, x, n);
+}
+
+static int heads_forward_case(const struct heads_case *h, struct zo_test_bufs *b) {
+  const size_t ni = (size_t)h->N * h->ld_in, no = (size_t)h->N * h->ld_out, rows = (size_t)h->N * h->H;
+  const float eps = 1e-6f;
+  float *inp = galloc_random(b, ni, -2, 3), *w = galloc_random(b, h->D, -1, 1);
+  float *out = galloc_random(b, no, -9, 9), *keep = galloc(b, no), *rstd = galloc_nan(b, rows);
+  memcpy(keep, out, no * sizeof *out);
+  be->rmsnorm_heads_forward(out + h->off_out, rstd, inp + h->off_in, w, eps, h->N, h->H, h->D, h->ld_out, h->ld_in,
+                            ZO_F32, NULL);
+  double *ref = dalloc(b, rows * h->D), *ref_rstd = dalloc(b, rows);
+  rmsnorm_forward64(ref, ref_rstd, gather64(b, h, inp, h->ld_in, h->off_in), widen(b, w, h->D), eps, (int)rows, h->D);
+  float *got = gather32(b, h, out, h->ld_out, h->off_out);
+  int fail = check_output("out", got, ref, rows * h->D, 1e-6, 1e-5) |
+             check_output("rstd", rstd, ref_rstd, rows, 0, 1e-6) |
+             outside_changed("out", h, out, keep, h->ld_out, h->off_out);
+  /* In place (out = inp, one stride): the same bits as out of place. */
+  float *io = galloc(b, ni), *io_keep = galloc(b, ni), *rstd2 = galloc_nan(b, rows);
+  memcpy(io, inp, ni * sizeof *io);
+  memcpy(io_keep, inp, ni * sizeof *io);
+  be->rmsnorm_heads_forward(io + h->off_in, rstd2, io + h->off_in, w, eps, h->N, h->H, h->D, h->ld_in, h->ld_in,
+                            ZO_F32, NULL);
+  if (memcmp(gather32(b, h, io, h->ld_in, h->off_in), got, rows * h->D * sizeof *got) ||
+      memcmp(rstd2, rstd, rows * sizeof *rstd))
+    fail |= zo_test_fail("rmsnorm_heads_forward in place: not the out-of-place bits");
+  return fail | outside_changed("out (in place)", h, io, io_keep, h->ld_in, h->off_in);
+}
+
+static int test_rmsnorm_heads_forward(void) {
+  int fail = 0;
+  for (size_t i = 0; i < ZO_ARRAY_LEN(HEADS_CASES); i++) {
+    zo_rng_seed(500 + i);
+    struct zo_test_bufs b = {0};
+    const int f = heads_forward_case(&HEADS_CASES[i], &b);
+    zo_test_bufs_free(&b);
+    if (f) fprintf(stderr, "  (heads case %zu)\n", i);
+    fail |= f;
+  }
+  return fail;
+}
+
+/* dinp overwritten (rows at ld_out's stride, the dout stride), dweight +=. */
+static int heads_backward_case(const struct heads_case *h, struct zo_test_bufs *b) {
+  const int ld = h->ld_out, off = h->off_out;
+  const size_t ni = (size_t)h->N * h->ld_in, nd = (size_t)h->N * ld, rows = (size_t)h->N * h->H;
+  const float eps = 1e-5f;
+  float *inp = galloc_random(b, ni, -2, 3), *w = galloc_random(b, h->D, -1, 1);
+  float *dout = galloc_random(b, nd, -1, 1), *dinp = galloc_random(b, nd, -9, 9), *keep = galloc(b, nd);
+  float *dw = galloc_random(b, h->D, -1, 1), *dw0 = galloc(b, h->D), *out = galloc(b, nd), *rstd = galloc(b, rows);
+  memcpy(keep, dinp, nd * sizeof *dinp);
+  memcpy(dw0, dw, h->D * sizeof *dw);
+  be->rmsnorm_heads_forward(out + off, rstd, inp + h->off_in, w, eps, h->N, h->H, h->D, ld, h->ld_in, ZO_F32, NULL);
+  be->rmsnorm_heads_backward(dinp + off, dw, dout + off, inp + h->off_in, w, rstd, h->N, h->H, h->D, ld, h->ld_in,
+                             ZO_F32, NULL);
+  double *ref_dinp = dalloc(b, rows * h->D), *ref_dw = widen(b, dw0, h->D);
+  memset(ref_dinp, 0, rows * h->D * sizeof *ref_dinp);
+  rmsnorm_backward64(ref_dinp, ref_dw, gather64(b, h, dout, ld, off), gather64(b, h, inp, h->ld_in, h->off_in),
+                     widen(b, w, h->D), eps, (int)rows, h->D);
+  float *got = gather32(b, h, dinp, ld, off);
+  int fail = check_output("dinp", got, ref_dinp, rows * h->D, 1e-5, 1e-5) |
+             check_output("dweight", dw, ref_dw, h->D, 1e-5, 1e-5) | outside_changed("dinp", h, dinp, keep, ld, off);
+  /* Frozen (dweight NULL) and in place (dinp = dout): dinp the same bits. */
+  float *d2 = galloc(b, nd);
+  memcpy(d2, dout, nd * sizeof *d2);
+  be->rmsnorm_heads_backward(d2 + off, NULL, d2 + off, inp + h->off_in, w, rstd, h->N, h->H, h->D, ld, h->ld_in,
+                             ZO_F32, NULL);
+  if (memcmp(gather32(b, h, d2, ld, off), got, rows * h->D * sizeof *got))
+    fail |= zo_test_fail("rmsnorm_heads_backward frozen, in place: dinp is not the full backward's bits");
+  fail |= outside_changed("dinp (in place)", h, d2, dout, ld, off);
+#if !defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
+  float *d3 = galloc(b, nd), *dw3 = galloc(b, h->D);
+  memcpy(dw3, dw0, h->D * sizeof *dw3);
+  const int threads = omp_get_max_threads();
+  be->set_threads(threads == 1 ? 2 : 1);
+  be->rmsnorm_heads_backward(d3 + off, dw3, dout + off, inp + h->off_in, w, rstd, h->N, h->H, h->D, ld, h->ld_in,
+                             ZO_F32, NULL);
+  be->set_threads(threads);
+  if (memcmp(gather32(b, h, d3, ld, off), got, rows * h->D * sizeof *got) || memcmp(dw3, dw, h->D * sizeof *dw))
+    fail |= zo_test_fail("rmsnorm_heads_backward differs between 1 and 2 threads");
+#endif
+  return fail;
+}
+
+static int test_rmsnorm_heads_backward(void) {
+  int fail = 0;
+  for (size_t i = 0; i < ZO_ARRAY_LEN(HEADS_CASES); i++) {
+    zo_rng_seed(600 + i);
+    struct zo_test_bufs b = {0};
+    const int f = heads_backward_case(&HEADS_CASES[i], &b);
+    zo_test_bufs_free(&b);
+    if (f) fprintf(stderr, "  (heads case %zu)\n", i);
+    fail |= f;
+  }
+  return fail;
+}
+
+/* Central differences through the strided layout: the loss reads the head
+ * rows gathered, the op's gradient is gathered the same way. */
+static int test_rmsnorm_heads_backward_fd(void) {
+  const struct heads_case h = {3, 2, 5, 2, 13, 1, 12};
+  const size_t rows = (size_t)h.N * h.H, n = rows * h.D;
+  zo_rng_seed(43);
+  struct zo_test_bufs b = {0};
+  float *inp = galloc_random(&b, (size_t)h.N * h.ld_in, -2, 2), *w = galloc_random(&b, h.D, -1, 1);
+  float *dout = galloc_random(&b, (size_t)h.N * h.ld_out, -1, 1), *dinp = galloc(&b, (size_t)h.N * h.ld_out);
+  float *out = galloc(&b, (size_t)h.N * h.ld_out), *rstd = galloc(&b, rows), dw[5] = {0};
+  be->rmsnorm_heads_forward(out + h.off_out, rstd, inp + h.off_in, w, 1e-5f, h.N, h.H, h.D, h.ld_out, h.ld_in, ZO_F32,
+                            NULL);
+  be->rmsnorm_heads_backward(dinp + h.off_out, dw, dout + h.off_out, inp + h.off_in, w, rstd, h.N, h.H, h.D, h.ld_out,
+                             h.ld_in, ZO_F32, NULL);
+  struct rmsnorm_fd c = {gather64(&b, &h, inp, h.ld_in, h.off_in), widen(&b, w, h.D),
+                         gather64(&b, &h, dout, h.ld_out, h.off_out), dalloc(&b, n), (double)1e-5f, (int)rows, h.D};
+  int fail = check_fd("dinp", c.inp, n, gather32(&b, &h, dinp, h.ld_out, h.off_out), rmsnorm_fd_loss, &c) |
+             check_fd("dweight", c.w, h.D, dw, rmsnorm_fd_loss, &c);
+  zo_test_bufs_free(&b);
+  return fail;
+}
+
 /* ---- matmul --------------------------------------------------------------- */
 
 static int matmul_forward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
@@ -1239,6 +1406,7 @@ static int test_backend_table(void) {
       (const void *)be->memcpy2d_async,   (const void *)be->encoder_forward,  (const void *)be->encoder_backward,
       (const void *)be->layernorm_forward, (const void *)be->layernorm_backward,
       (const void *)be->rmsnorm_forward,  (const void *)be->rmsnorm_backward,
+      (const void *)be->rmsnorm_heads_forward, (const void *)be->rmsnorm_heads_backward,
       (const void *)be->rope_forward,     (const void *)be->rope_backward,
       (const void *)be->swiglu_forward,   (const void *)be->swiglu_backward,
       (const void *)be->matmul_forward,   (const void *)be->matmul_backward,
@@ -1495,6 +1663,9 @@ int main(void) {
       ZO_TEST(rmsnorm_forward),
       ZO_TEST(rmsnorm_backward),
       ZO_TEST(rmsnorm_backward_fd),
+      ZO_TEST(rmsnorm_heads_forward),
+      ZO_TEST(rmsnorm_heads_backward),
+      ZO_TEST(rmsnorm_heads_backward_fd),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(matmul_backward_fd),

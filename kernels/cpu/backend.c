@@ -196,6 +196,11 @@ CPU_OP(rmsnorm_forward, (void *, out), (float *, rstd), (const void *, inp), (co
        (float, eps), (int, N), (int, C), (enum zo_dtype, dt))
 CPU_OP(rmsnorm_backward, (void *, dinp), (float *, dweight), (const void *, dout), (const void *, inp),
        (const void *, weight), (const float *, rstd), (int, N), (int, C), (enum zo_dtype, dt))
+CPU_OP(rmsnorm_heads_forward, (void *, out), (float *, rstd), (const void *, inp), (const void *, weight),
+       (float, eps), (int, N), (int, H), (int, D), (int, ld_out), (int, ld_inp), (enum zo_dtype, dt))
+CPU_OP(rmsnorm_heads_backward, (void *, dinp), (float *, dweight), (const void *, dout), (const void *, inp),
+       (const void *, weight), (const float *, rstd), (int, N), (int, H), (int, D), (int, ld_d), (int, ld_inp),
+       (enum zo_dtype, dt))
 /* FLOPs: a GEMM's 2 per multiply-add (backward: dinp and dweight; a frozen
  * weight, dweight NULL, only dinp's), causal
  * attention's two products over the lower triangle (backward: twice). */
@@ -281,6 +286,8 @@ static const struct zo_backend cpu_backend = {
     .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rmsnorm_heads_forward = cpu_rmsnorm_heads_forward,
+    .rmsnorm_heads_backward = cpu_rmsnorm_heads_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,

@@ -18,6 +18,11 @@ void zo_cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void 
 void zo_cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
                              const void *weight, const float *rstd, int N, int C,
                              enum zo_dtype dt);
+void zo_cpu_rmsnorm_heads_forward(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                                  int N, int H, int D, int ld_out, int ld_inp, enum zo_dtype dt);
+void zo_cpu_rmsnorm_heads_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                                   const void *weight, const float *rstd, int N, int H, int D, int ld_d,
+                                   int ld_inp, enum zo_dtype dt);
 void zo_cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N,
                            int C, int OC, enum zo_dtype dt);
 void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void *dout,

@@ -6,7 +6,8 @@
  * blocks for dweight, each block summing its columns over the rows in row
  * order: threads never share an accumulator and dweight does not depend on
  * the thread count. The workers are instantiated per dtype inside the
- * parallel loops (ZO_DT_DISPATCH), as in ops_layernorm.c. */
+ * parallel loops (ZO_DT_DISPATCH), as in ops_layernorm.c. The per-head
+ * variant (Qwen3's q/k norms, strided rows inside a qkv row) is at the end. */
 #include "cpu.h"
 #include "ops_half.h"
 #include "ops_math.h"
@@ -86,5 +87,82 @@ void zo_cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const
       int width = C - c0 < ZO_COL_BLOCK ? C - c0 : ZO_COL_BLOCK;
       ZO_DT_DISPATCH(dt, rms_backward_cols, dweight, dout, inp, rstd, N, C, c0, width);
     }
+  }
+}
+
+/* ---- per-head RMSNorm (Qwen3's q_norm, k_norm) ----------------------------
+ * Row k = n H + h of N H rows of D elements at n ld + h D: the rows of
+ * rmsnorm_forward strided through a fused qkv row. The backward overwrites
+ * dinp (the rows are q or k inside the qkv gradient, which nothing else
+ * writes); dweight sums one column per task over every row in row order. */
+
+ZO_INLINE void rmsh_forward_row(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                                size_t ro, size_t ri, size_t k, int D, enum zo_dtype dt) {
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int d = 0; d < D; d++) {
+    const float x = zo_ld(inp, ri + d, dt);
+    sq += x * x;
+  }
+  const float s = 1.0f / sqrtf(sq / (float)D + eps);
+#pragma omp simd
+  for (int d = 0; d < D; d++) zo_st(out, ro + d, zo_ld(inp, ri + d, dt) * s * zo_ld(weight, d, dt), dt);
+  rstd[k] = s;
+}
+
+void zo_cpu_rmsnorm_heads_forward(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                                  int N, int H, int D, int ld_out, int ld_inp, enum zo_dtype dt) {
+  const long rows = (long)N * H;
+#pragma omp parallel for schedule(static)
+  for (long k = 0; k < rows; k++) {
+    const size_t n = (size_t)(k / H), hd = (size_t)(k % H) * (size_t)D;
+    ZO_DT_DISPATCH(dt, rmsh_forward_row, out, rstd, inp, weight, eps, n * (size_t)ld_out + hd,
+                   n * (size_t)ld_inp + hd, (size_t)k, D);
+  }
+}
+
+/* dinp = rstd * (dnorm - norm * mean(dnorm * norm)), overwriting; dinp may
+ * be dout (each element is read before its own write). */
+ZO_INLINE void rmsh_backward_row(void *dinp, const void *dout, const void *inp, const void *weight, float s,
+                                 size_t rd, size_t ri, int D, enum zo_dtype dt) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int d = 0; d < D; d++) dot += zo_ld(weight, d, dt) * zo_ld(dout, rd + d, dt) * (zo_ld(inp, ri + d, dt) * s);
+  const float dot_mean = dot / (float)D;
+#pragma omp simd
+  for (int d = 0; d < D; d++) {
+    const float norm = zo_ld(inp, ri + d, dt) * s;
+    zo_st(dinp, rd + d, (zo_ld(weight, d, dt) * zo_ld(dout, rd + d, dt) - norm * dot_mean) * s, dt);
+  }
+}
+
+/* Column d of dweight: the rows' products in row order, then added once. */
+ZO_INLINE void rmsh_backward_col(float *dweight, const void *dout, const void *inp, const float *rstd, int N,
+                                 int H, int D, int ld_d, int ld_inp, int d, enum zo_dtype dt) {
+  float dw = 0.0f;
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < H; h++) {
+      const size_t hd = (size_t)h * (size_t)D + (size_t)d;
+      dw += zo_ld(dout, (size_t)n * ld_d + hd, dt) *
+            (zo_ld(inp, (size_t)n * ld_inp + hd, dt) * rstd[(size_t)n * H + h]);
+    }
+  dweight[d] += dw;
+}
+
+void zo_cpu_rmsnorm_heads_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                                   const void *weight, const float *rstd, int N, int H, int D, int ld_d,
+                                   int ld_inp, enum zo_dtype dt) {
+  const long rows = (long)N * H;
+  /* The column sums read dout before the row pass overwrites it (dinp may be dout). */
+  if (dweight) {
+#pragma omp parallel for schedule(static)
+    for (int d = 0; d < D; d++)
+      ZO_DT_DISPATCH(dt, rmsh_backward_col, dweight, dout, inp, rstd, N, H, D, ld_d, ld_inp, d);
+  }
+#pragma omp parallel for schedule(static)
+  for (long k = 0; k < rows; k++) {
+    const size_t n = (size_t)(k / H), hd = (size_t)(k % H) * (size_t)D;
+    ZO_DT_DISPATCH(dt, rmsh_backward_row, dinp, dout, inp, weight, rstd[k], n * (size_t)ld_d + hd,
+                   n * (size_t)ld_inp + hd, D);
   }
 }

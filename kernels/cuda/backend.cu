@@ -434,6 +434,24 @@ static void w_rmsnorm_backward(void *dinp, float *dweight, const void *dout, con
   op_done("rmsnorm_backward", stream, "N=%d C=%d %s", N, C, DT(dt));
 }
 
+static void w_rmsnorm_heads_forward(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                                    int N, int H, int D, int ld_out, int ld_inp, enum zo_dtype dt,
+                                    zo_stream_t stream) {
+  guard("rmsnorm_heads_forward");
+  zo_cuda_rmsnorm_heads_forward(out, rstd, inp, weight, eps, N, H, D, ld_out, ld_inp, dt, stream);
+  op_done("rmsnorm_heads_forward", stream, "N=%d H=%d D=%d ld_out=%d ld_inp=%d eps=%g %s", N, H, D, ld_out,
+          ld_inp, (double)eps, DT(dt));
+}
+
+static void w_rmsnorm_heads_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                                     const void *weight, const float *rstd, int N, int H, int D, int ld_d,
+                                     int ld_inp, enum zo_dtype dt, zo_stream_t stream) {
+  guard("rmsnorm_heads_backward");
+  zo_cuda_rmsnorm_heads_backward(dinp, dweight, dout, inp, weight, rstd, N, H, D, ld_d, ld_inp, dt, stream);
+  op_done("rmsnorm_heads_backward", stream, "N=%d H=%d D=%d ld_d=%d ld_inp=%d %s", N, H, D, ld_d, ld_inp,
+          DT(dt));
+}
+
 static void w_matmul_forward(void *out, const void *inp, const void *weight, const void *bias,
                              int N, int C, int OC, enum zo_dtype dt, zo_stream_t stream) {
   guard("matmul_forward");
@@ -631,6 +649,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->layernorm_backward = w_layernorm_backward;
   t->rmsnorm_forward = w_rmsnorm_forward;
   t->rmsnorm_backward = w_rmsnorm_backward;
+  t->rmsnorm_heads_forward = w_rmsnorm_heads_forward;
+  t->rmsnorm_heads_backward = w_rmsnorm_heads_backward;
   t->matmul_forward = w_matmul_forward;
   t->matmul_backward = w_matmul_backward;
   t->attention_forward = w_attention_forward;

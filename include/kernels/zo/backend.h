@@ -162,6 +162,22 @@ struct zo_backend {
   void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
                            const void *weight, const float *rstd, int N, int C, enum zo_dtype dt,
                            zo_stream_t stream);
+  /* RMSNorm of each attention head (Qwen3's q_norm, k_norm): N tokens of H
+   * rows of D elements, row (n, h) at inp + n ld_inp + h D and out + n
+   * ld_out + h D (the q or the k heads inside a fused qkv row), normalised
+   * as rmsnorm_forward's rows with one weight (D) for every head; rstd
+   * (N, H) fp32. out may be inp (ld_out == ld_inp). */
+  void (*rmsnorm_heads_forward)(void *out, float *rstd, const void *inp, const void *weight, float eps,
+                                int N, int H, int D, int ld_out, int ld_inp, enum zo_dtype dt,
+                                zo_stream_t stream);
+  /* dinp (overwrites, rows at n ld_d + h D; may be dout, whose rows share
+   * ld_d) = d(inp) of rmsnorm_heads_forward; inp its input (rows at n ld_inp
+   * + h D), rstd as it saved. dweight (D) += the sum over every row of every
+   * token, in an order independent of the thread count and the run; NULL
+   * skips it (a frozen norm), dinp the same bits either way. */
+  void (*rmsnorm_heads_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
+                                 const void *weight, const float *rstd, int N, int H, int D, int ld_d,
+                                 int ld_inp, enum zo_dtype dt, zo_stream_t stream);
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
   void (*matmul_forward)(void *out, const void *inp, const void *weight, const void *bias, int N,
                          int C, int OC, enum zo_dtype dt, zo_stream_t stream);
