@@ -412,6 +412,59 @@ static int rmsnorm_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
 
 static int test_rmsnorm_forward(void) { return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_forward_case); }
 
+/* rmsnorm_heads (Qwen3's q/k norms) over the rmsnorm cases' (N, C) read as N
+ * tokens of H heads of Dh = C / H, rows strided (ld_in = C + 3, ld_out = C +
+ * 7): the columns between are pre-filled alike on both sides and must stay. */
+static int heads_of(int C) { return C % 3 == 0 ? 3 : C % 2 == 0 ? 2 : 1; }
+
+static int rmsnorm_heads_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, H = heads_of(c->C), Dh = c->C / H, li = c->C + 3, lo = c->C + 7;
+  struct tbuf out = tb_new((size_t)N * lo, dt), rstd = tb_new((size_t)N * H, ZO_F32),
+              inp = tb_new((size_t)N * li, dt), w = tb_new((size_t)Dh, dt);
+  tb_random(&inp, -2, 3), tb_random(&w, 0.5f, 1.5f), tb_random(&out, -9, 9), tb_poison(&rstd);
+  cpu->rmsnorm_heads_forward(out.ref, rstd.ref, inp.ref, w.ref, c->eps, N, H, Dh, lo, li, dt, NULL);
+  gpu->rmsnorm_heads_forward(D(&out), D(&rstd), D(&inp), D(&w), c->eps, N, H, Dh, lo, li, dt, gstream);
+  int fail = tb_check("rmsnorm_heads out", &out) | tb_check("rmsnorm_heads rstd", &rstd);
+  tb_free(&out), tb_free(&rstd), tb_free(&inp), tb_free(&w);
+  return fail;
+}
+
+static int test_rmsnorm_heads_forward(void) {
+  return RUN_CASES(zo_rmsnorm_forward_cases, rmsnorm_heads_forward_case);
+}
+
+/* dinp overwritten in its head rows, dweight += (deterministic: a second run
+ * gives the same bits). */
+static int rmsnorm_heads_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
+  const int N = c->N, H = heads_of(c->C), Dh = c->C / H, li = c->C + 3, lo = c->C + 7;
+  struct tbuf dinp = tb_new((size_t)N * lo, dt), dw = tb_new((size_t)Dh, ZO_F32), dout = tb_new((size_t)N * lo, dt),
+              inp = tb_new((size_t)N * li, dt), w = tb_new((size_t)Dh, dt), out = tb_new((size_t)N * lo, dt),
+              rstd = tb_new((size_t)N * H, ZO_F32);
+  tb_random(&inp, -2, 3), tb_random(&w, 0.5f, 1.5f), tb_random(&dout, -1, 1);
+  cpu->rmsnorm_heads_forward(out.ref, rstd.ref, inp.ref, w.ref, c->eps, N, H, Dh, lo, li, dt, NULL);
+  tb_upload(&rstd);
+  tb_random(&dinp, -9, 9), tb_random(&dw, -1, 1);
+  float *dw0 = zo_test_xmalloc((size_t)Dh * sizeof(float));
+  memcpy(dw0, dw.ref, (size_t)Dh * sizeof(float));
+  cpu->rmsnorm_heads_backward(dinp.ref, dw.ref, dout.ref, inp.ref, w.ref, rstd.ref, N, H, Dh, lo, li, dt, NULL);
+  gpu->rmsnorm_heads_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, H, Dh, lo, li, dt, gstream);
+  int fail = tb_check("rmsnorm_heads dinp", &dinp) | tb_check("rmsnorm_heads dweight", &dw);
+  unsigned char *first = zo_test_xmalloc(tb_bytes(&dw));
+  memcpy(first, dw.got, tb_bytes(&dw));
+  memcpy(dw.ref, dw0, (size_t)Dh * sizeof(float));
+  tb_upload(&dw);
+  gpu->rmsnorm_heads_backward(D(&dinp), D(&dw), D(&dout), D(&inp), D(&w), D(&rstd), N, H, Dh, lo, li, dt, gstream);
+  if (!fail && (tb_read("rmsnorm_heads dweight (second run)", &dw) || memcmp(first, dw.got, tb_bytes(&dw)) != 0))
+    fail |= zo_test_fail("rmsnorm_heads dweight: a second run from the same inputs gives other bits");
+  free(first), free(dw0);
+  tb_free(&dinp), tb_free(&dw), tb_free(&dout), tb_free(&inp), tb_free(&w), tb_free(&out), tb_free(&rstd);
+  return fail;
+}
+
+static int test_rmsnorm_heads_backward(void) {
+  return RUN_CASES(zo_rmsnorm_backward_cases, rmsnorm_heads_backward_case);
+}
+
 /* dinp and dweight += from pre-filled values; dweight is deterministic: a
  * second run from the same pre-fill gives the same bits. */
 static int rmsnorm_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
@@ -1341,6 +1394,8 @@ int main(void) {
       ZO_TEST(layernorm_backward),
       ZO_TEST(rmsnorm_forward),
       ZO_TEST(rmsnorm_backward),
+      ZO_TEST(rmsnorm_heads_forward),
+      ZO_TEST(rmsnorm_heads_backward),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
       ZO_TEST(attention_forward),
