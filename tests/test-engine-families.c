@@ -85,15 +85,18 @@ static int test_round_trip(void) {
     const char *text, *type, *arch;
     enum zo_model_family family;
     int window;
-    bool bias;
+    bool bias, qk_norm;
   } cases[] = {
-      {"{\"model_type\": \"llama\", " SHAPE "}", "llama", "LlamaForCausalLM", ZO_FAMILY_LLAMA, 0, false},
+      {"{\"model_type\": \"llama\", " SHAPE "}", "llama", "LlamaForCausalLM", ZO_FAMILY_LLAMA, 0, false, false},
       {"{\"model_type\": \"mistral\", " SHAPE ", \"sliding_window\": 16}", "mistral", "MistralForCausalLM",
-       ZO_FAMILY_MISTRAL, 16, false},
+       ZO_FAMILY_MISTRAL, 16, false, false},
       {"{\"model_type\": \"qwen2\", " SHAPE ", \"use_sliding_window\": false, \"sliding_window\": 16, "
-       "\"max_window_layers\": 2}", "qwen2", "Qwen2ForCausalLM", ZO_FAMILY_QWEN2, 0, true},
+       "\"max_window_layers\": 2}", "qwen2", "Qwen2ForCausalLM", ZO_FAMILY_QWEN2, 0, true, false},
+      {"{\"model_type\": \"qwen3\", " SHAPE ", \"head_dim\": 12, \"use_sliding_window\": false, \"sliding_window\": "
+       "null, \"max_window_layers\": 2, \"layer_types\": [\"full_attention\", \"full_attention\"]}", "qwen3",
+       "Qwen3ForCausalLM", ZO_FAMILY_QWEN3, 0, false, true},
       {"{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 320, "
-       "\"n_positions\": 64}", "gpt2", "GPT2LMHeadModel", ZO_FAMILY_GPT2, 0, false},
+       "\"n_positions\": 64}", "gpt2", "GPT2LMHeadModel", ZO_FAMILY_GPT2, 0, false, false},
   };
   for (size_t i = 0; i < ZO_ARRAY_LEN(cases); i++) {
     struct zo_model_config cfg, back;
@@ -101,12 +104,14 @@ static int test_round_trip(void) {
     snprintf(name, sizeof name, "family-%zu", i);
     ZO_REQUIRE(read_config(name, cases[i].text, &cfg) == 0);
     ZO_REQUIRE(cfg.family == cases[i].family && cfg.sliding_window == cases[i].window && cfg.qkv_bias == cases[i].bias);
+    ZO_REQUIRE(cfg.qk_norm == cases[i].qk_norm);
     ZO_REQUIRE(!strcmp(zo_model_family_name(cfg.family), cases[i].type));
     json_t *j = NULL;
     snprintf(name, sizeof name, "family-%zu-back", i);
     ZO_REQUIRE(round_trip(&cfg, name, &j, &back) == 0);
     ZO_REQUIRE(!strcmp(str_of(j, "model_type"), cases[i].type) && !strcmp(arch_of(j), cases[i].arch));
     ZO_REQUIRE(back.family == cfg.family && back.sliding_window == cfg.sliding_window && back.qkv_bias == cfg.qkv_bias);
+    ZO_REQUIRE(back.qk_norm == cfg.qk_norm && back.head_dim == cfg.head_dim);
     json_decref(j);
   }
   return 0;
@@ -116,7 +121,7 @@ static int test_round_trip(void) {
  * and the ones built; an unknown type names the ones built. */
 static int test_refused_by_name(void) {
   static const struct { const char *type, *why; } cases[] = {
-      {"qwen3", "(q_norm, k_norm) is not implemented yet"}, {"qwen3_moe", "mixture-of-experts"},
+      {"qwen3_moe", "mixture-of-experts MLPs (mlp.experts, mlp.gate)"},
       {"phi3", "fused projections"}, {"mixtral", "mixture-of-experts MLPs (block_sparse_moe)"},
       {"gemma", "GeGLU"}, {"gemma2", "soft-capping"}, {"gemma3", "q/k norms"}, {"gemma3_text", "q/k norms"},
       {"falcon", NULL},
@@ -128,7 +133,7 @@ static int test_refused_by_name(void) {
     struct zo_model_config cfg;
     ZO_REQUIRE(read_config(cases[i].type, text, &cfg) == -ENOTSUP);
     const char *msg = zo_last_error();
-    ZO_REQUIRE(strstr(msg, want) && strstr(msg, "\"gpt2\", \"llama\", \"mistral\" or \"qwen2\"") &&
+    ZO_REQUIRE(strstr(msg, want) && strstr(msg, "\"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"") &&
                strstr(msg, "config.json"));
     ZO_REQUIRE(!cases[i].why || strstr(msg, cases[i].why));
   }
@@ -157,6 +162,20 @@ static int test_family_keys(void) {
   ZO_REQUIRE(read_config("llama-window", "{\"model_type\": \"llama\", " SHAPE ", \"use_sliding_window\": true, "
                                          "\"sliding_window\": 16}", &cfg) == -ENOTSUP);
   ZO_REQUIRE(strstr(zo_last_error(), "use_sliding_window"));
+  /* Qwen3: use_sliding_window true refused even with a window that never
+   * binds; layer_types other than full_attention, attention_bias refused. */
+  ZO_REQUIRE(read_config("qwen3-window", "{\"model_type\": \"qwen3\", " SHAPE ", \"use_sliding_window\": true, "
+                                         "\"sliding_window\": 4096}", &cfg) == -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "use_sliding_window = true: Qwen3's sliding-window layers"));
+  ZO_REQUIRE(read_config("qwen3-types", "{\"model_type\": \"qwen3\", " SHAPE ", \"layer_types\": "
+                                        "[\"full_attention\", \"sliding_attention\"]}", &cfg) == -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "layer_types[1]"));
+  ZO_REQUIRE(read_config("qwen3-bias", "{\"model_type\": \"qwen3\", " SHAPE ", \"attention_bias\": true}", &cfg) ==
+             -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "attention_bias = true: Qwen3's q/k/v and o_proj biases"));
+  ZO_REQUIRE(read_config("qwen3-moe-key", "{\"model_type\": \"qwen3\", " SHAPE ", \"num_experts\": 8}", &cfg) ==
+             -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "key \"num_experts\"") && strstr(zo_last_error(), "model_type \"qwen3\""));
   return 0;
 }
 
@@ -174,6 +193,16 @@ static int test_family_of_features(void) {
   c = base;
   c.qkv_bias = true;
   ZO_REQUIRE(zo_model_config_check(&c) == 0 && c.family == ZO_FAMILY_QWEN2);
+  c = base;
+  c.qk_norm = true;
+  ZO_REQUIRE(zo_model_config_check(&c) == 0 && c.family == ZO_FAMILY_QWEN3);
+  c = base;
+  c.family = ZO_FAMILY_QWEN3;
+  ZO_REQUIRE(zo_model_config_check(&c) == -EINVAL && strstr(zo_last_error(), "model.qk_norm = false"));
+  c = base;
+  c.family = ZO_FAMILY_LLAMA;
+  c.qk_norm = true;
+  ZO_REQUIRE(zo_model_config_check(&c) == -EINVAL && strstr(zo_last_error(), "model.qk_norm = true"));
   c = base;
   c.family = ZO_FAMILY_MISTRAL; /* named: kept without a window */
   ZO_REQUIRE(zo_model_config_check(&c) == 0 && c.family == ZO_FAMILY_MISTRAL);

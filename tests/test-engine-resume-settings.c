@@ -95,6 +95,7 @@ static const struct rcase cases[] = {
     {{NULL}, {"model.head_dim=8"}, "model.head_dim", "16", "8", FIXED},
     {{NULL}, {"model.tie_word_embeddings=true"}, "model.tie_word_embeddings", "false", "true", FIXED},
     {{NULL}, {"model.qkv_bias=true"}, "model.qkv_bias", "false", "true", FIXED},
+    {{NULL}, {"model.qk_norm=true"}, "model.qk_norm", "false", "true", FIXED},
     {{NULL}, {"model.arch=gpt2", "model.intermediate_size=0", "model.num_key_value_heads=0"}, "model.arch", "llama",
      "gpt2", FIXED},
     {{NULL}, {"optimizer.type=AdamW8bit"}, "optimizer.type", "AdamW", "AdamW8bit", FIXED},

@@ -205,6 +205,7 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("model.rope_theta", KEY_REAL, model.spec.rope_theta), ABOVE(0), .def = "10000"},
   {KEY("model.tie_word_embeddings", KEY_BOOL, model.spec.tie_embeddings), .def = "false"},
   {KEY("model.qkv_bias", KEY_BOOL, model.spec.qkv_bias), .def = "false"},
+  {KEY("model.qk_norm", KEY_BOOL, model.spec.qk_norm), .def = "false"},
   {KEY("model.head_dim", KEY_INT, model.spec.head_dim), RANGE(0, 65536), .def = "0"},
   {KEY("model.sliding_window", KEY_INT, model.spec.sliding_window), RANGE(0, 1 << 24), .def = "0"},
   SECTION("model.rope_scaling"),

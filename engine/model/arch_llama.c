@@ -1,7 +1,9 @@
 /* Llama as an architecture description (engine/model/arch.h): RMSNorm, rotary
  * position embeddings in Hugging Face's rotate-half layout on q and k,
  * grouped-query causal attention (query head h reads key/value head
- * h / (NH / NKV)), biases on q, k and v when configured (Qwen2), over a
+ * h / (NH / NKV)), biases on q, k and v when configured (Qwen2), an RMSNorm
+ * of each head of q and k before the rotary embedding when configured
+ * (Qwen3's q_norm and k_norm, one (hs) weight each), over a
  * sliding window of the last W positions when
  * configured (Mistral), a SwiGLU MLP, no biases, pre-norm residual blocks, a
  * final RMSNorm and an LM head tied to the token embedding or its own.
@@ -25,8 +27,8 @@
 
 /* The named slots of a block, in table order: the six every Llama-family
  * block has, then the optional ones (QKV_BIAS: Qwen2's, with cfg->qkv_bias;
- * Qwen3's q/k norms will be two more). */
-enum slot { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, N_SLOTS };
+ * Q_NORM, K_NORM: Qwen3's, with cfg->qk_norm). */
+enum slot { IN_NORM, QKV, O_PROJ, POST_NORM, GATE_UP, DOWN, QKV_BIAS, Q_NORM, K_NORM, N_SLOTS };
 
 /* Where each slot's tensor is in a block of configuration c: at[slot] its
  * index from the block's first tensor, -1 when the block has none; n the
@@ -38,7 +40,8 @@ struct block_map {
 };
 
 static bool slot_present(const struct zo_model_config *c, enum slot s) {
-  return s == QKV_BIAS ? c->qkv_bias : true;
+  if (s == QKV_BIAS) return c->qkv_bias;
+  return s == Q_NORM || s == K_NORM ? c->qk_norm : true;
 }
 
 static struct block_map block_map(const struct zo_model_config *c) {
@@ -55,8 +58,10 @@ static int slot_tensor(const struct block_map *b, int first, enum slot s) {
   return b->at[s] < 0 ? -1 : first + b->at[s];
 }
 enum { EMBED = 0 };
-/* Kept activations of one block. */
-enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, N_ACTS };
+/* Kept activations of one block; the last two only with q/k norms (q and k
+ * before them, (NH + NKV) hs per token, and their rstd). */
+enum { A_LN1, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_RSTD, A_GU, A_ACT, A_RES3, A_QK, A_QK_RSTD,
+       N_ACTS };
 /* Backward scratch. */
 enum { S_DRESIDUAL, S_DBTC, S_DQKV, S_DGU, S_DACT, S_DATT, N_SCRATCH };
 /* The final norm's buffers. */
@@ -71,6 +76,8 @@ static int head_size(const struct zo_model_config *c) { return c->head_dim ? c->
 static int att_width(const struct zo_model_config *c) { return c->n_head * head_size(c); }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static int qkv_rows(const struct zo_model_config *c) { return (c->n_head + 2 * c->n_kv_head) * head_size(c); }
+/* q and k's part of a qkv row: (NH + NKV) hs. */
+static int qk_width(const struct zo_model_config *c) { return (c->n_head + c->n_kv_head) * head_size(c); }
 
 static int llama_config_check(struct zo_model_config *cfg) {
   if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
@@ -124,6 +131,8 @@ static int llama_build_table(const struct zo_model_config *cfg, struct zo_tensor
         [GATE_UP] = {"mlp.gate_up_proj.weight", 2 * I, C},
         [DOWN] = {"mlp.down_proj.weight", C, I},
         [QKV_BIAS] = {"self_attn.qkv_proj.bias", qkv_rows(cfg), 0},
+        [Q_NORM] = {"self_attn.q_norm.weight", head_size(cfg), 0},
+        [K_NORM] = {"self_attn.k_norm.weight", head_size(cfg), 0},
     };
     for (int k = 0; k < nb; k++)
       for (int sl = 0; sl < N_SLOTS; sl++) {
@@ -153,9 +162,11 @@ static int llama_acts(const struct zo_model_config *cfg, int T, struct zo_arch_b
       [A_GU] = {"activations (mlp gate, up)", 2 * I, false},
       [A_ACT] = {"activations (mlp swiglu)", I, false},
       [A_RES3] = {"activations (block output)", C, false},
+      [A_QK] = {"activations (q, k before their norms)", (size_t)qk_width(cfg), false},
+      [A_QK_RSTD] = {"activations (q, k norm rstd)", NH + (size_t)cfg->n_kv_head, true},
   };
   memcpy(out, a, sizeof a);
-  return N_ACTS;
+  return cfg->qk_norm ? N_ACTS : A_QK;
 }
 
 static int llama_fin(const struct zo_model_config *cfg, struct zo_arch_buf *out) {
@@ -233,6 +244,34 @@ static void llama_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s
                                m->dtype, s);
 }
 
+/* Qwen3's q_norm and k_norm over the heads inside the qkv rows (in place in
+ * A_QKV, v untouched), q and k kept as they were in A_QK for the backward. */
+static void qk_norm_forward(struct zo_model *m, const void *wq, const void *wk, void *const *a, int BT, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const struct zo_model_config *c = &m->cfg;
+  const int NH = c->n_head, NKV = c->n_kv_head, hs = head_size(c), Q = qkv_rows(c), QK = qk_width(c);
+  const size_t e = zo_dtype_size(m->dtype), k_off = (size_t)NH * hs * e;
+  const float eps = (float)c->rms_norm_eps;
+  ZO_ASSERT(be->memcpy2d_async(a[A_QK], (size_t)QK * e, a[A_QKV], (size_t)Q * e, (size_t)QK * e, (size_t)BT, s) == 0);
+  float *rstd = a[A_QK_RSTD];
+  be->rmsnorm_heads_forward(a[A_QKV], rstd, a[A_QK], wq, eps, BT, NH, hs, Q, QK, m->dtype, s);
+  be->rmsnorm_heads_forward((char *)a[A_QKV] + k_off, rstd + (size_t)BT * NH, (const char *)a[A_QK] + k_off, wk, eps,
+                            BT, NKV, hs, Q, QK, m->dtype, s);
+}
+
+/* dqkv's q and k columns hold d(normed q, k) and receive d(q, k) (overwritten). */
+static void qk_norm_backward(struct zo_model *m, const void *wq, const void *wk, float *dwq, float *dwk,
+                             void *const *a, void *dqkv, int BT, zo_stream_t s) {
+  zo_backend_t be = m->backend;
+  const struct zo_model_config *c = &m->cfg;
+  const int NH = c->n_head, NKV = c->n_kv_head, hs = head_size(c), Q = qkv_rows(c), QK = qk_width(c);
+  const size_t k_off = (size_t)NH * hs * zo_dtype_size(m->dtype);
+  const float *rstd = a[A_QK_RSTD];
+  be->rmsnorm_heads_backward(dqkv, dwq, dqkv, a[A_QK], wq, rstd, BT, NH, hs, Q, QK, m->dtype, s);
+  be->rmsnorm_heads_backward((char *)dqkv + k_off, dwk, (char *)dqkv + k_off, (const char *)a[A_QK] + k_off, wk,
+                             rstd + (size_t)BT * NH, BT, NKV, hs, Q, QK, m->dtype, s);
+}
+
 static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool output, zo_stream_t s) {
   zo_backend_t be = m->backend;
   const struct zo_model_config *c = &m->cfg;
@@ -249,6 +288,7 @@ static void llama_block_forward(struct zo_model *m, int l, int B, int T, bool ou
   be->rmsnorm_forward(a[A_LN1], a[A_LN1_RSTD], x, w[bm.at[IN_NORM]], eps, BT, C, dt, s);
   zo_model_linear_forward(m, slot_tensor(&bm, first, QKV), slot_tensor(&bm, first, QKV_BIAS), a[A_QKV], a[A_LN1], BT,
                           C, Q, s);
+  if (c->qk_norm) qk_norm_forward(m, w[bm.at[Q_NORM]], w[bm.at[K_NORM]], a, BT, s);
   be->rope_forward(a[A_QKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
   if (c->sliding_window > 0 && c->sliding_window < T) /* its backward is attention_backward's */
     be->attention_window_forward(a[A_ATTY], a[A_ATT], a[A_QKV], B, T, NH, NKV, hs, c->sliding_window, dt, s);
@@ -298,6 +338,9 @@ static void llama_block_backward(struct zo_model *m, int l, int B, int T, zo_str
   zo_arch_dropout(m, sc[S_DBTC], sc[S_DBTC], nbt * (size_t)att_width(c), ZO_DROP_ATTN, l, s);
   be->attention_backward(sc[S_DQKV], sc[S_DATT], sc[S_DBTC], a[A_QKV], a[A_ATT], B, T, NH, NKV, hs, dt, s);
   be->rope_backward(sc[S_DQKV], m->consts[C_COS], m->consts[C_SIN], B, T, NH, NKV, hs, dt, s);
+  if (c->qk_norm)
+    qk_norm_backward(m, w[bm.at[Q_NORM]], w[bm.at[K_NORM]], dw[bm.at[Q_NORM]], dw[bm.at[K_NORM]], a, sc[S_DQKV], BT,
+                     s);
   zo_model_linear_backward(m, slot_tensor(&bm, first, QKV), slot_tensor(&bm, first, QKV_BIAS), sc[S_DBTC], sc[S_DQKV],
                            a[A_LN1], BT, C, Q, s);
   be->rmsnorm_backward(sc[S_DRESIDUAL], dw[bm.at[IN_NORM]], sc[S_DBTC], x, w[bm.at[IN_NORM]], a[A_LN1_RSTD], BT, C,
@@ -379,6 +422,10 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
       hf_add(out, &n, NAME("self_attn.q_proj.bias"), AT(QKV_BIAS), 0, q, 0);
       hf_add(out, &n, NAME("self_attn.k_proj.bias"), AT(QKV_BIAS), q, kv, 0);
       hf_add(out, &n, NAME("self_attn.v_proj.bias"), AT(QKV_BIAS), q + kv, kv, 0);
+    }
+    if (bm.at[Q_NORM] >= 0) {
+      hf_add(out, &n, NAME("self_attn.q_norm.weight"), AT(Q_NORM), 0, hs, 0);
+      hf_add(out, &n, NAME("self_attn.k_norm.weight"), AT(K_NORM), 0, hs, 0);
     }
     hf_add(out, &n, NAME("self_attn.o_proj.weight"), AT(O_PROJ), 0, C, att_width(c));
     hf_add(out, &n, NAME("post_attention_layernorm.weight"), AT(POST_NORM), 0, C, 0);

@@ -1,5 +1,5 @@
 /* config.json of the families the Llama architecture runs (model_type
- * "llama", "mistral" and "qwen2" (q/k/v biases); the others are refused by
+ * "llama", "mistral", "qwen2" (q/k/v biases) and "qwen3" (q/k norms); the others are refused by
  * name in the registry, engine/model/family.c), read and written for
  * engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
  * top-level "rope_theta" and "rope_scaling", 5.x's "rope_parameters"
@@ -88,10 +88,17 @@ static const struct ignored_key QWEN2_IGNORED[] = {QWEN2_WINDOWS, {NULL, NULL}};
  * asked of a llama is refused, not dropped. */
 static const char *const LLAMA_READ[] = {"sliding_window", "use_sliding_window", NULL};
 static const struct ignored_key LLAMA_IGNORED[] = {QWEN2_WINDOWS, {NULL, NULL}};
+/* Qwen3: its windows (use_sliding_window true) are refused whatever their
+ * length; sliding_window and max_window_layers are read only with it. */
+static const char *const QWEN3_READ[] = {"sliding_window", "use_sliding_window", NULL};
+static const struct ignored_key QWEN3_IGNORED[] = {
+    {"max_window_layers", "Qwen3's first layer with a sliding window: read only with use_sliding_window"},
+    {NULL, NULL}};
 static const struct family_keys FAMILY_KEYS[] = {
     {ZO_FAMILY_LLAMA, LLAMA_READ, LLAMA_IGNORED},
     {ZO_FAMILY_MISTRAL, MISTRAL_READ, MISTRAL_IGNORED},
     {ZO_FAMILY_QWEN2, QWEN2_READ, QWEN2_IGNORED},
+    {ZO_FAMILY_QWEN3, QWEN3_READ, QWEN3_IGNORED},
 };
 
 static bool key_known(enum zo_model_family family, const char *key) {
@@ -287,6 +294,9 @@ static int parse_windows(json_t *j, const char *p, enum zo_model_family family, 
   bool use_sw = false;
   int err = json_flag(j, "use_sliding_window", p, &use_sw);
   if (err) return err;
+  if (use_sw && family == ZO_FAMILY_QWEN3)
+    return zo_error(-ENOTSUP, "%s: use_sliding_window = true: Qwen3's sliding-window layers (sliding_window, "
+                              "max_window_layers) are not implemented; false (every layer full attention) is", p);
   if (!sw || json_is_null(sw)) return 0;
   if (!json_is_integer(sw) || json_integer_value(sw) < 1)
     return zo_error(-EINVAL, "%s: sliding_window = %s: a positive integer or null is needed", p,
@@ -332,7 +342,9 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
        json_integer_value(hd) > 65536))
     return zo_error(-EINVAL, "%s: head_dim = %s: an even positive integer (the rotary embedding pairs its "
                              "halves) or null is needed", p, json_brief(hd, hval, sizeof hval));
-  if ((err = want_false(j, p, "attention_bias", "Llama layers here have no biases")) ||
+  if ((err = want_false(j, p, "attention_bias",
+                        f->family == ZO_FAMILY_QWEN3 ? "Qwen3's q/k/v and o_proj biases are not implemented"
+                                                     : "Llama layers here have no biases")) ||
       (err = want_false(j, p, "mlp_bias", "Llama layers here have no biases")) ||
       (err = want_false(j, p, "is_decoder", "an encoder-decoder's decoder is not implemented")) ||
       (err = want_false(j, p, "add_cross_attention", "cross-attention is not implemented")))
@@ -354,7 +366,8 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
                                   .n_embd = (int)C, .intermediate_size = (int)I, .vocab_size = (int)V,
                                   .max_seq_len = (int)maxT, .sliding_window = window,
                                   .head_dim = json_is_integer(hd) ? (int)json_integer_value(hd) : 0,
-                                  .qkv_bias = f->family == ZO_FAMILY_QWEN2};
+                                  .qkv_bias = f->family == ZO_FAMILY_QWEN2,
+                                  .qk_norm = f->family == ZO_FAMILY_QWEN3};
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
@@ -392,9 +405,14 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
   return o;
 }
 
-/* The family's own keys: Qwen2 without windows (use_sliding_window), a
- * Mistral's window or null (none: MistralConfig's default is 4096). */
+/* The family's own keys: Qwen2 and Qwen3 without windows
+ * (use_sliding_window), a Mistral's window or null (none: MistralConfig's
+ * default is 4096). */
 static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_model_family family) {
+  if (family == ZO_FAMILY_QWEN3)
+    return json_object_set_new(j, "use_sliding_window", json_false()) ||
+           json_object_set_new(j, "sliding_window", json_null()) ||
+           json_object_set_new(j, "max_window_layers", json_integer(c->n_layer));
   if (family == ZO_FAMILY_QWEN2)
     return json_object_set_new(j, "use_sliding_window", json_false()) ||
            json_object_set_new(j, "max_window_layers", json_integer(c->n_layer));

@@ -15,11 +15,9 @@ static const struct zo_family FAMILIES[] = {
     {"llama", ZO_FAMILY_LLAMA, ZO_ARCH_LLAMA, "LlamaForCausalLM", NULL},
     {"mistral", ZO_FAMILY_MISTRAL, ZO_ARCH_LLAMA, "MistralForCausalLM", NULL},
     {"qwen2", ZO_FAMILY_QWEN2, ZO_ARCH_LLAMA, "Qwen2ForCausalLM", NULL},
-    {"qwen3", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "Qwen3ForCausalLM",
-     "its per-head RMSNorm of q and k (q_norm, k_norm) is not implemented yet, its head_dim apart from the "
-     "width is"},
+    {"qwen3", ZO_FAMILY_QWEN3, ZO_ARCH_LLAMA, "Qwen3ForCausalLM", NULL},
     {"qwen3_moe", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "Qwen3MoeForCausalLM",
-     "mixture-of-experts MLPs are not implemented, nor Qwen3's per-head RMSNorm of q and k"},
+     "mixture-of-experts MLPs (mlp.experts, mlp.gate) are not implemented (a dense \"qwen3\" is)"},
     {"phi3", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "Phi3ForCausalLM",
      "fused projections and its rotary scalings are not implemented yet"},
     {"mixtral", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "MixtralForCausalLM",
@@ -79,12 +77,13 @@ enum zo_model_family zo_family_resolve(const struct zo_model_config *cfg) {
   if (cfg->family != ZO_FAMILY_UNSET) return cfg->family;
   if (cfg->arch == ZO_ARCH_GPT2) return ZO_FAMILY_GPT2;
   if (cfg->sliding_window > 0) return ZO_FAMILY_MISTRAL;
+  if (cfg->qk_norm) return ZO_FAMILY_QWEN3;
   return cfg->qkv_bias ? ZO_FAMILY_QWEN2 : ZO_FAMILY_LLAMA;
 }
 
 int zo_family_check(struct zo_model_config *cfg) {
   if ((unsigned)cfg->family >= ZO_FAMILY_N)
-    return zo_error(-EINVAL, "model family %d: not a family (gpt2, llama, mistral, qwen2)", (int)cfg->family);
+    return zo_error(-EINVAL, "model family %d: not a family (gpt2, llama, mistral, qwen2, qwen3)", (int)cfg->family);
   cfg->family = zo_family_resolve(cfg);
   const struct zo_family *f = zo_family_of(cfg->family);
   if (f->arch != cfg->arch)
@@ -98,6 +97,10 @@ int zo_family_check(struct zo_model_config *cfg) {
                     cfg->qkv_bias ? "true" : "false", f->model_type,
                     cfg->sliding_window > 0 ? "; with model.sliding_window too no family has both (Qwen2's "
                                               "windows are not implemented)" : "");
+  if (cfg->qk_norm != (cfg->family == ZO_FAMILY_QWEN3))
+    return zo_error(-EINVAL, "model.qk_norm = %s with model family \"%s\": per-head q/k norms are Qwen3's (qwen3 "
+                             "always has them, the other families never)",
+                    cfg->qk_norm ? "true" : "false", f->model_type);
   if (cfg->sliding_window > 0 && cfg->family != ZO_FAMILY_MISTRAL)
     return zo_error(-EINVAL, "model.sliding_window = %d with model family \"%s\": a window is Mistral's",
                     cfg->sliding_window, f->model_type);

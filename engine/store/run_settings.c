@@ -30,7 +30,7 @@ enum kind {
 };
 
 enum id {
-  S_ARCH, S_FAMILY, S_ACT, S_LAYERS, S_HEADS, S_KV_HEADS, S_EMBD, S_INTER, S_VOCAB, S_MAXT, S_HEAD_DIM, S_TIED, S_QKV_BIAS,
+  S_ARCH, S_FAMILY, S_ACT, S_LAYERS, S_HEADS, S_KV_HEADS, S_EMBD, S_INTER, S_VOCAB, S_MAXT, S_HEAD_DIM, S_TIED, S_QKV_BIAS, S_QK_NORM,
   S_EPS, S_THETA, S_ROPE_SCALING, S_WINDOW, S_DROPOUT, S_INIT_FROM,
   S_PRECISION, S_LS, S_LS_WINDOW, S_LS_HYST, S_LS_MIN,
   S_ROWS, S_ACCUM, S_SEQ, S_SHUFFLE, S_FORMAT,
@@ -46,7 +46,7 @@ static const struct setting {
 } table[N_SETTINGS] = {
     [S_ARCH] = {"model.arch", FIXED, true},
     /* The name config.json carries (model_type); the features it has are
-     * their own keys (model.qkv_bias, model.sliding_window). */
+     * their own keys (model.qkv_bias, model.qk_norm, model.sliding_window). */
     [S_FAMILY] = {"model.family", SAID, true},
     [S_ACT] = {"model.hidden_act", FIXED, true},
     [S_LAYERS] = {"model.n_layer", FIXED, true},
@@ -59,6 +59,7 @@ static const struct setting {
     [S_HEAD_DIM] = {"model.head_dim", FIXED, true},
     [S_TIED] = {"model.tie_word_embeddings", FIXED, true},
     [S_QKV_BIAS] = {"model.qkv_bias", FIXED, true},
+    [S_QK_NORM] = {"model.qk_norm", FIXED, true},
     [S_EPS] = {"model.rms_norm_eps", REFUSED, true},
     [S_THETA] = {"model.rope_theta", REFUSED, true},
     [S_ROPE_SCALING] = {"model.rope_scaling", REFUSED, true},
@@ -194,6 +195,7 @@ static void format_model(enum id i, const struct source *s, char *buf, size_t n)
   case S_HEAD_DIM: put_int(buf, n, mc->head_dim ? mc->head_dim : mc->n_embd / mc->n_head); break;
   case S_TIED: put_bool(buf, n, mc->tie_embeddings); break;
   case S_QKV_BIAS: put_bool(buf, n, mc->qkv_bias); break;
+  case S_QK_NORM: put_bool(buf, n, mc->qk_norm); break;
   case S_EPS: fmt_real(buf, n, mc->rms_norm_eps); break;
   case S_THETA: fmt_real(buf, n, mc->rope_theta); break;
   case S_ROPE_SCALING: fmt_rope_scaling(buf, n, mc); break;

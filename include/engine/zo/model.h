@@ -58,16 +58,17 @@ const char *zo_model_arch_name(enum zo_model_arch arch);
 enum zo_model_family {
   ZO_FAMILY_UNSET,   /* zo_model_config_check fills it from the architecture and
                       * the features: a window makes a Mistral, q/k/v biases a
-                      * Qwen2, else the architecture's own (a config without
+                      * Qwen2, q/k norms a Qwen3, else the architecture's own (a config without
                       * config.json) */
   ZO_FAMILY_GPT2,    /* "gpt2" */
   ZO_FAMILY_LLAMA,   /* "llama" */
   ZO_FAMILY_MISTRAL, /* "mistral": sliding_window (none: null) */
   ZO_FAMILY_QWEN2,   /* "qwen2": q/k/v biases */
+  ZO_FAMILY_QWEN3,   /* "qwen3": per-head RMSNorm of q and k */
   ZO_FAMILY_N
 };
 
-/* config.json's model_type of family f ("gpt2", "llama", "mistral", "qwen2";
+/* config.json's model_type of family f ("gpt2", "llama", "mistral", "qwen2", "qwen3";
  * "unset" for ZO_FAMILY_UNSET). */
 const char *zo_model_family_name(enum zo_model_family f);
 
@@ -97,6 +98,10 @@ struct zo_model_config {
   /* llama: biases on the q, k and v projections (Qwen2 / Qwen2.5, from
    * config.json's model_type "qwen2") */
   bool qkv_bias;
+  /* llama: RMSNorm of each head of q and k (weights (head_dim,), eps
+   * rms_norm_eps) after the projection, before the rotary embedding (Qwen3,
+   * from config.json's model_type "qwen3") */
+  bool qk_norm;
   /* llama: the attention heads' width (config.json's head_dim; 0 = n_embd /
    * n_head, filled by zo_model_config_check) */
   int head_dim;
