@@ -5,7 +5,7 @@ installed (the pinned 4.x of scripts/install-hf.sh, or a 5.x through
 ZO_HF_PYTHON; see docs/models.md).
 
   1. The walk: for each supported family's config class (LlamaConfig,
-     MistralConfig, Qwen2Config where transformers has it) every field (the class's __init__ parameters, its
+     MistralConfig, Qwen2Config and Qwen3Config where transformers has them) every field (the class's __init__ parameters, its
      to_dict() and what save_pretrained writes) must be in IMPLEMENTED,
      REFUSED or IGNORED below; a field in none fails the test (a new
      transformers field must be looked at before a model using it trains).
@@ -21,7 +21,7 @@ ZO_HF_PYTHON; see docs/models.md).
      the theta-10000 model gives another loss (the check can fail).
   3. Export: `zoffload export` of that directory writes a config.json this
      transformers reads back as the same model (same loss).
-  4. Families not implemented (qwen3, phi3) are refused by model_type;
+  4. Families not implemented (qwen3_moe, phi3) are refused by model_type;
      Qwen2's use_sliding_window is refused by name (Mistral's
      sliding_window and Qwen2's biases are implemented:
      test_transformers_families.py).
@@ -112,7 +112,11 @@ PUBLISHED = {
                                                        "original_max_position_embeddings": 16}}, "yarn"),
     "Qwen2.5-7B": ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 16,
                     "max_window_layers": 28, "rope_theta": 1000000.0}, None),
-    "Qwen3-8B": ({"model_type": "qwen3", "head_dim": 16}, "qwen3"),
+    "Qwen3-8B": ({"model_type": "qwen3", "head_dim": 128, "use_sliding_window": False, "sliding_window": None,
+                  "max_window_layers": 36, "rope_theta": 1000000.0}, None),
+    "Qwen3 windows": ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 4096},
+                      "use_sliding_window"),
+    "Qwen3-30B-A3B": ({"model_type": "qwen3_moe"}, "qwen3_moe"),
     "Phi-3-mini": ({"model_type": "phi3"}, "phi3"),
 }
 
@@ -128,6 +132,8 @@ def family_classes():
     out = {"llama": LlamaConfig, "mistral": MistralConfig}
     if hasattr(transformers, "Qwen2Config"):  # transformers >= 4.37
         out["qwen2"] = transformers.Qwen2Config
+    if hasattr(transformers, "Qwen3Config"):  # transformers >= 4.51
+        out["qwen3"] = transformers.Qwen3Config
     return out
 
 
@@ -147,7 +153,7 @@ def fields_of(cls, tmp):
 def tiny_config(cls, **over):
     kw = dict(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
               num_key_value_heads=NKV, max_position_embeddings=TMAX, rms_norm_eps=1e-6)
-    if cls.__name__ in ("MistralConfig", "Qwen2Config"):
+    if cls.__name__ in ("MistralConfig", "Qwen2Config", "Qwen3Config"):
         kw["sliding_window"] = None
     kw.update(over)
     return cls(attn_implementation="eager", **kw)
