@@ -20,7 +20,9 @@ For each head (untied, tied):
      clipping at 1.0) from model.init_from track a torch loop on
      transformers' model: every step's loss and gradient norm to 1e-5
      relative, every parameter after the ten steps to 1e-4 of its tensor's
-     largest element.
+     largest element; with the parameters and the optimizer on the host
+     (stage 3) and activation checkpointing, every step's loss and norm are
+     the all-on-device run's, bit for bit.
   3. The checkpoint's config.json is Qwen3's (model_type qwen3,
      Qwen3ForCausalLM, head_dim 16, use_sliding_window false) and zoffload's
      loss on it is transformers' loss of the torch-trained model; with
@@ -189,6 +191,18 @@ def train_against(binary, tmp, label, d, config, tokens, exp):
     if rc != 0:
         return None
     steps, ref = metrics_of(metrics), exp["steps"]
+    # Parameters and optimizer on the host (stage 3) with activation
+    # checkpointing (each block's forward, q/k norms included, recomputed):
+    # the all-on-device run's losses and norms bit for bit.
+    m3 = os.path.join(tmp, f"metrics-{label}-stage3.jsonl")
+    rc3, out3 = zo_run(binary, "train", config, "--set", f"model.init_from={d}", "--set", f"log.metrics_path={m3}",
+                       "--set", "log.every=1", "--set", f"checkpoint.dir={ckdir}-stage3", "--set", "checkpoint.every=0",
+                       "--set", "zero_optimization.stage=3",
+                       "--set", "zero_optimization.offload_optimizer.device=cpu",
+                       "--set", "zero_optimization.offload_param.device=cpu",
+                       "--set", "activation_checkpointing.enabled=true")
+    check(rc3 == 0 and metrics_of(m3) == steps, f"{label}: parameters and optimizer on the host with activation "
+          f"checkpointing give the same losses and norms, bit for bit {out3[-300:] if rc3 else ''}")
     ok = len(steps) == STEPS
     worst_l = max(rel(a[0], b[0]) for a, b in zip(steps, ref)) if ok else float("inf")
     worst_n = max(rel(a[1], b[1]) for a, b in zip(steps, ref)) if ok else float("inf")
