@@ -2,7 +2,9 @@
  * config. Under an MPI launcher (mpirun -np N) train runs data parallel over
  * the N ranks; a rank that fails ends the whole job (MPI_Abort), because the
  * others may be waiting for it in a collective. */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "zo/autoplan.h"
 #include "zo/host_check.h"
@@ -62,6 +64,15 @@ int cli_train(int argc, char **argv) {
                                .allow_data_change = a.allow_data_change, .resume_allow = a.resume_allow,
                                .n_resume_allow = a.n_resume_allow, .stop_signal = &sig};
   err = zo_train(&cfg, &opts);
+  if (err == -ENOMEM && !strncmp(zo_last_error(), "the plan needs", 14)) {
+    /* A plan that does not fit: what the planner's search finds. */
+    char msg[2048], advice[1024];
+    snprintf(msg, sizeof msg, "%s", zo_last_error());
+    if (zo_autoplan_advice(&cfg, &ao, advice, sizeof advice) == 0 && advice[0])
+      zo_error(err, "%s. %s", msg, advice);
+    else
+      zo_error(err, "%s", msg);
+  }
   zo_config_free(&cfg);
   if (err && sig) {
     /* Stopped on request, after saving: the shell's convention for death by that signal. */

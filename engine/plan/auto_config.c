@@ -64,6 +64,38 @@ static int autoplan_reload(struct zo_config *cfg, const struct zo_autoplan_apply
   return err;
 }
 
+int zo_autoplan_advice(const struct zo_config *cfg, const struct zo_autoplan_apply_opts *o, char *buf, size_t size) {
+  buf[0] = '\0';
+  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+  const bool cpu = !be || !strcmp(be->name, "cpu");
+  struct zo_cost_profile prof;
+  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
+  struct zo_host_limit hl;
+  zo_host_limit_read(&hl);
+  const struct zo_autoplan_opts so = {.config_path = o->config_path, .sets = o->sets, .n_sets = o->n_sets,
+                                      .backend = be, .profile = &prof, .host_limit = hl.limit, .cpu_backend = cpu};
+  struct zo_autoplan ap;
+  int err = zo_autoplan_search(&so, &ap);
+  if (err) return err;
+  const struct zo_autoplan_candidate *c = autoplan_pick(&ap);
+  size_t len = 0;
+  if (!c) {
+    snprintf(buf, size, "zoffload plan --auto finds no combination that fits either (%d tried): raise the budget or "
+             "use a smaller model", ap.n_tried);
+  } else {
+    int n = snprintf(buf, size, "zoffload plan --auto finds %d combination%s that fit; the fastest predicted "
+                     "(%s, %.1f ms a step):", ap.n_fit, ap.n_fit == 1 ? "" : "s", c->what, c->cost.step_s * 1e3);
+    len = n > 0 ? (size_t)n : 0;
+    for (int k = 0; k < c->n_sets && len < size; k++) {
+      n = snprintf(buf + len, size - len, " --set %s", c->sets[k]);
+      if (n > 0) len += (size_t)n;
+    }
+    if (len < size) snprintf(buf + len, size - len, " (or --set engine.placement=auto to train it)");
+  }
+  zo_autoplan_free(&ap);
+  return 0;
+}
+
 int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts *o, struct zo_autoplan_applied *res) {
   *res = (struct zo_autoplan_applied){0};
   const bool placement = cfg->engine.placement == ZO_PLACEMENT_AUTO;

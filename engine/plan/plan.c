@@ -327,11 +327,14 @@ int zo_plan_check(const struct zo_config *cfg, const struct zo_plan *p) {
       break;
     }
   }
+  if (len != mark && len < sizeof msg)
+    snprintf(msg + len, sizeof msg - len, "; `zoffload plan CONFIG --auto` ranks combined changes by predicted "
+             "time and --set engine.placement=auto trains its best");
   if (len == mark) {
     len = before;
     snprintf(msg + len, sizeof msg - len, ". No single change fits (tried offloading the optimizer, the "
-             "parameters, fewer parameter slots, activation checkpointing and smaller micro-batches): raise "
-             "the budget or use a smaller model (zoffload plan CONFIG --placements compares the placements)");
+             "parameters, fewer parameter slots, activation checkpointing and smaller micro-batches); `zoffload "
+             "plan CONFIG --auto` searches combined changes and --set engine.placement=auto trains its best");
   }
   return zo_error(-ENOMEM, "%s", msg);
 }

@@ -121,4 +121,15 @@ expect 0 "memory: device arena" trainquiet -- train "$tmp/small.json"
 has_not trainquiet "memory report (planned before start-up"
 expect 0 "memory report (planned before start-up" trainverbose -- train "$tmp/small.json" --verbose
 
+# Issue 37, item 1: a memory refusal that names the planner's answers. The
+# 350M GPT-2 at seq 512 under a 4 GiB budget fits no single change, but
+# the planner's combined changes fit: the refusal quotes the fastest with
+# its --set lines and names engine.placement=auto (it said "raise the budget
+# or use a smaller model" before).
+expect 1 "zoffload plan --auto finds" refuse350m -- train "$repo/configs/gpt2-350m.json" \
+  --set engine.gpu_memory_budget=4GiB --set data.seq_len=512 --set data.train="$tmp/train.bin" --set data.val= \
+  --set data.format=u16 --set engine.device=cpu
+check refuse350m-sets "grep -Eq 'the fastest predicted \(.*\): --set [a-z_.]+=' '$tmp/refuse350m.out'"
+check refuse350m-auto "grep -qF -- '--set engine.placement=auto' '$tmp/refuse350m.out'"
+check refuse350m-no-give-up "! grep -q 'use a smaller model' '$tmp/refuse350m.out'"
 cli_report messages

@@ -207,6 +207,13 @@ struct zo_autoplan_apply_opts {
   FILE *err;                /* the candidates, when none fits */
 };
 
+/* After a plan of cfg (loaded from o's file and --set lines) that does not
+ * fit: the search zo_autoplan_apply would run (every placement), as one
+ * sentence into buf: how many combinations fit and the fastest predicted
+ * with its --set lines, or that none fits (raise the budget or use a
+ * smaller model). Returns 0 or -errno (buf then says nothing). */
+int zo_autoplan_advice(const struct zo_config *cfg, const struct zo_autoplan_apply_opts *o, char *buf, size_t size);
+
 struct zo_autoplan_applied {
   bool chosen;        /* cfg is now the planner's choice (false: nothing was "auto") */
   bool reload_failed; /* the error came from loading the config with the chosen --set lines */
