@@ -62,6 +62,6 @@ int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *m
   bool on;
   const int err = zo_train_model_config_lora(cfg, mc, &on);
   if (err || !on) return err;
-  return zo_error(-ENOTSUP, "lora: plan --auto, bench and calibrate with LoRA adapters are not built yet "
-                            "(zoffload train and zoffload plan are): remove the lora section here");
+  return zo_error(-ENOTSUP, "lora: bench memory and bench calibrate with LoRA adapters are not built yet (train, "
+                            "plan, plan --auto and bench step are): remove the lora section here");
 }

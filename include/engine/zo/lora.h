@@ -8,9 +8,10 @@
  * (engine/model/linear.h), adapters attached to a model
  * (engine/model/lora_attach.h) for eval and sample, and training them over
  * a frozen base on the device (the scheduler's placement.frozen,
- * engine/sched/lora_step.c; `zoffload train` and `zoffload plan`).
- * zo_train_model_config (bench, plan --auto, calibrate) refuses a config
- * with LoRA on (-ENOTSUP) after resolving it. */
+ * engine/sched/lora_step.c; train, plan, plan --auto, bench step), its
+ * checkpoints (zo/lora_ckpt.h) and export. zo_train_model_config (bench
+ * memory, calibrate) refuses a config with LoRA on (-ENOTSUP) after
+ * resolving it. */
 #ifndef ZO_LORA_H
 #define ZO_LORA_H
 

@@ -15,10 +15,11 @@ extern "C" {
 
 /* The model shapes of cfg: model.* or, with model.init_from, the file's
  * (n_head from the config); checked against data.seq_len, the lora section
- * resolved. Returns 0 or -errno; with LoRA on, -ENOTSUP naming `what` (the
- * command: bench, plan --auto, calibrate do not handle adapters yet). */
+ * resolved. Returns 0 or -errno; with LoRA on, -ENOTSUP (bench memory and
+ * calibrate do not handle adapters yet). */
 int zo_train_model_config(const struct zo_config *cfg, struct zo_model_config *mc);
-/* The same for `zoffload train` and `zoffload plan`, which handle LoRA: 0
+/* The same for the commands that handle LoRA (train, plan, plan --auto,
+ * bench step, eval and sample's callers): 0
  * with LoRA off or on (*lora_on, may be NULL, says which). */
 int zo_train_model_config_lora(const struct zo_config *cfg, struct zo_model_config *mc, bool *lora_on);
 
