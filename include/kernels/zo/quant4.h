@@ -81,9 +81,11 @@ const float *zo_quant4_nested_map(void);
  * the caller) with map (256 increasing values in [-1, 1]), as bitsandbytes'
  * quantize_4bit(compress_statistics=True) on the CPU:
  *   offset = torch.mean(absmax): float32 sum in torch's order (a cascade of
- *     8-lane partial sums) divided by n_blocks (the serial reduction: torch
- *     splits one over 32768 elements between its threads, and its last bit
- *     then follows its thread count);
+ *     8-lane partial sums) divided by n_blocks: torch's serial reduction,
+ *     which it runs whatever the length with one thread; with more it
+ *     splits long ones (2 threads: 100000 absmax, not 40000) and the
+ *     offset's last bit then follows its thread count (a Llama-3-8B q_proj
+ *     has 262144 blocks of 64);
  *   v = absmax - offset; per block of 256: a = max |v| (0: codes 0);
  *   code = lut[trunc(((clamp(v * (1/a), -1, 1) + 1) * 0.5) * 65535 + 0.5)]
  *     where lut[i] counts the map's float32 midpoints below
