@@ -16,7 +16,7 @@ File format (little-endian), one case per file NAME.bin:
   (zoq4ref1), quant_type (nf4|fp4), dtype (f32|bf16|f16), blocksize, numel,
   n_blocks, nested (0|1), n_blocks2, dequant_path (native|fallback: which
   bitsandbytes CPU dequantizer made `out`, its C kernel or, for an odd last
-  dimension, torch), bitsandbytes, torch;
+  dimension, torch), bitsandbytes, torch, torch_cpu_capability;
   then the arrays back to back:
   x        (numel) the input, in dtype (2 bytes per element for bf16/f16)
   packed   ((numel + 1) / 2) uint8, the 4-bit codes
@@ -138,6 +138,7 @@ def run_case(name, rng, numel, blocksize, quant_type, nested, dtype="f32", shape
         "dequant_path": path,
         "bitsandbytes": bitsandbytes.__version__,
         "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     parts = []
     xin = t.reshape(-1)
