@@ -76,8 +76,9 @@ struct family_keys {
   const char *const *read;
   const struct ignored_key *ignored;
 };
-static const struct ignored_key QWEN2_WINDOWS = {
-    "max_window_layers", "Qwen2's first layer with a sliding window: read only with use_sliding_window"};
+/* (a macro, not a const object: a static initializer must be a constant expression in C17) */
+#define QWEN2_WINDOWS \
+  { "max_window_layers", "Qwen2's first layer with a sliding window: read only with use_sliding_window" }
 /* Mistral: sliding_window, every layer (MistralConfig has no other window key). */
 static const char *const MISTRAL_READ[] = {"sliding_window", NULL};
 static const struct ignored_key MISTRAL_IGNORED[] = {{NULL, NULL}};
