@@ -95,6 +95,9 @@ static int test_round_trip(void) {
       {"{\"model_type\": \"qwen3\", " SHAPE ", \"head_dim\": 12, \"use_sliding_window\": false, \"sliding_window\": "
        "null, \"max_window_layers\": 2, \"layer_types\": [\"full_attention\", \"full_attention\"]}", "qwen3",
        "Qwen3ForCausalLM", ZO_FAMILY_QWEN3, 0, false, true},
+      {"{\"model_type\": \"phi3\", " SHAPE ", \"sliding_window\": 16, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, "
+       "\"original_max_position_embeddings\": 64, \"rope_scaling\": null}", "phi3", "Phi3ForCausalLM", ZO_FAMILY_PHI3,
+       16, false, false},
       {"{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 320, "
        "\"n_positions\": 64}", "gpt2", "GPT2LMHeadModel", ZO_FAMILY_GPT2, 0, false, false},
   };
@@ -122,7 +125,7 @@ static int test_round_trip(void) {
 static int test_refused_by_name(void) {
   static const struct { const char *type, *why; } cases[] = {
       {"qwen3_moe", "mixture-of-experts MLPs (mlp.experts, mlp.gate)"},
-      {"phi3", "fused projections"}, {"mixtral", "mixture-of-experts MLPs (block_sparse_moe)"},
+      {"mixtral", "mixture-of-experts MLPs (block_sparse_moe)"},
       {"gemma", "GeGLU"}, {"gemma2", "soft-capping"}, {"gemma3", "q/k norms"}, {"gemma3_text", "q/k norms"},
       {"falcon", NULL},
   };
@@ -133,7 +136,7 @@ static int test_refused_by_name(void) {
     struct zo_model_config cfg;
     ZO_REQUIRE(read_config(cases[i].type, text, &cfg) == -ENOTSUP);
     const char *msg = zo_last_error();
-    ZO_REQUIRE(strstr(msg, want) && strstr(msg, "\"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"") &&
+    ZO_REQUIRE(strstr(msg, want) && strstr(msg, "\"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\" or \"phi3\"") &&
                strstr(msg, "config.json"));
     ZO_REQUIRE(!cases[i].why || strstr(msg, cases[i].why));
   }
@@ -176,6 +179,20 @@ static int test_family_keys(void) {
   ZO_REQUIRE(read_config("qwen3-moe-key", "{\"model_type\": \"qwen3\", " SHAPE ", \"num_experts\": 8}", &cfg) ==
              -ENOTSUP);
   ZO_REQUIRE(strstr(zo_last_error(), "key \"num_experts\"") && strstr(zo_last_error(), "model_type \"qwen3\""));
+  /* Phi-3: resid_pdrop read; its 128k configs' longrope (and llama3, which
+   * no Phi-3 has) refused by name; Qwen2's window keys are not Phi-3's. */
+  ZO_REQUIRE(read_config("phi3-drop", "{\"model_type\": \"phi3\", " SHAPE ", \"resid_pdrop\": 0.25}", &cfg) == 0);
+  ZO_REQUIRE(cfg.resid_pdrop == 0.25f && cfg.family == ZO_FAMILY_PHI3);
+  ZO_REQUIRE(read_config("phi3-longrope", "{\"model_type\": \"phi3\", " SHAPE ", \"rope_scaling\": {\"type\": "
+                                          "\"longrope\", \"short_factor\": [1], \"long_factor\": [2]}}", &cfg) == -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "type \"longrope\" with model_type \"phi3\""));
+  ZO_REQUIRE(read_config("phi3-llama3", "{\"model_type\": \"phi3\", " SHAPE ", \"rope_scaling\": {\"rope_type\": "
+                                        "\"llama3\", \"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                                        "\"original_max_position_embeddings\": 16}}", &cfg) == -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "type \"llama3\" with model_type \"phi3\""));
+  ZO_REQUIRE(read_config("phi3-qwen-key", "{\"model_type\": \"phi3\", " SHAPE ", \"use_sliding_window\": false}",
+                         &cfg) == -ENOTSUP);
+  ZO_REQUIRE(strstr(zo_last_error(), "key \"use_sliding_window\"") && strstr(zo_last_error(), "model_type \"phi3\""));
   return 0;
 }
 
@@ -217,6 +234,10 @@ static int test_family_of_features(void) {
   c.family = ZO_FAMILY_LLAMA;
   c.sliding_window = 8;
   ZO_REQUIRE(zo_model_config_check(&c) == -EINVAL && strstr(zo_last_error(), "model.sliding_window"));
+  c = base;
+  c.family = ZO_FAMILY_PHI3; /* Phi-3's window is Mistral's */
+  c.sliding_window = 8;
+  ZO_REQUIRE(zo_model_config_check(&c) == 0 && c.family == ZO_FAMILY_PHI3);
   c = base;
   c.family = ZO_FAMILY_GPT2;
   ZO_REQUIRE(zo_model_config_check(&c) == -EINVAL && strstr(zo_last_error(), "\"gpt2\""));

@@ -12,7 +12,8 @@
  * and up into one ((2 I), C) so each is one GEMM; model.norm.weight;
  * lm_head.weight (Vp, C) when untied. Hugging Face stores q_proj, k_proj,
  * v_proj, gate_proj and up_proj apart (nn.Linear (out, in), no transpose):
- * each is a row range of a fused tensor here. Rotary angles follow
+ * each is a row range of a fused tensor here; Phi-3 stores qkv_proj and
+ * gate_up_proj fused as we do. Rotary angles follow
  * transformers' LlamaRotaryEmbedding in float32 (inv_freq = 1 /
  * theta^(2i / hs), angle = position * inv_freq), with rope_scaling "llama3"
  * (Llama 3.1 and 3.2) applied to inv_freq; cos and sin are two constant
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "family.h"
 #include "linear.h"
 
 /* The named slots of a block, in table order: the six every Llama-family
@@ -407,6 +409,9 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
   const int C = c->n_embd, V = c->vocab_size, I = c->intermediate_size, hs = head_size(c);
   const int q = c->n_head * hs, kv = c->n_kv_head * hs;
   const struct block_map bm = block_map(c);
+  /* Phi-3's files hold q, k, v and gate, up fused, in our row order (its
+   * attention slices q, k, v in turn; gate, up = gate_up.chunk(2)). */
+  const bool phi3 = zo_family_resolve(c) == ZO_FAMILY_PHI3;
   int n = 0;
   char name[ZO_TENSOR_NAME_MAX];
   hf_add(out, &n, "model.embed_tokens.weight", EMBED, 0, V, C);
@@ -415,9 +420,13 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
 #define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
 #define AT(s) slot_tensor(&bm, b, s)
     hf_add(out, &n, NAME("input_layernorm.weight"), AT(IN_NORM), 0, C, 0);
-    hf_add(out, &n, NAME("self_attn.q_proj.weight"), AT(QKV), 0, q, C);
-    hf_add(out, &n, NAME("self_attn.k_proj.weight"), AT(QKV), q, kv, C);
-    hf_add(out, &n, NAME("self_attn.v_proj.weight"), AT(QKV), q + kv, kv, C);
+    if (phi3) {
+      hf_add(out, &n, NAME("self_attn.qkv_proj.weight"), AT(QKV), 0, q + 2 * kv, C);
+    } else {
+      hf_add(out, &n, NAME("self_attn.q_proj.weight"), AT(QKV), 0, q, C);
+      hf_add(out, &n, NAME("self_attn.k_proj.weight"), AT(QKV), q, kv, C);
+      hf_add(out, &n, NAME("self_attn.v_proj.weight"), AT(QKV), q + kv, kv, C);
+    }
     if (bm.at[QKV_BIAS] >= 0) {
       hf_add(out, &n, NAME("self_attn.q_proj.bias"), AT(QKV_BIAS), 0, q, 0);
       hf_add(out, &n, NAME("self_attn.k_proj.bias"), AT(QKV_BIAS), q, kv, 0);
@@ -429,8 +438,12 @@ static int llama_hf_tensors(const struct zo_model *m, struct zo_hf_tensor *out) 
     }
     hf_add(out, &n, NAME("self_attn.o_proj.weight"), AT(O_PROJ), 0, C, att_width(c));
     hf_add(out, &n, NAME("post_attention_layernorm.weight"), AT(POST_NORM), 0, C, 0);
-    hf_add(out, &n, NAME("mlp.gate_proj.weight"), AT(GATE_UP), 0, I, C);
-    hf_add(out, &n, NAME("mlp.up_proj.weight"), AT(GATE_UP), I, I, C);
+    if (phi3) {
+      hf_add(out, &n, NAME("mlp.gate_up_proj.weight"), AT(GATE_UP), 0, 2 * I, C);
+    } else {
+      hf_add(out, &n, NAME("mlp.gate_proj.weight"), AT(GATE_UP), 0, I, C);
+      hf_add(out, &n, NAME("mlp.up_proj.weight"), AT(GATE_UP), I, I, C);
+    }
     hf_add(out, &n, NAME("mlp.down_proj.weight"), AT(DOWN), 0, C, I);
 #undef AT
 #undef NAME

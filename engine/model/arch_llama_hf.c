@@ -1,5 +1,6 @@
 /* config.json of the families the Llama architecture runs (model_type
- * "llama", "mistral", "qwen2" (q/k/v biases) and "qwen3" (q/k norms); the others are refused by
+ * "llama", "mistral", "qwen2" (q/k/v biases), "qwen3" (q/k norms) and "phi3"
+ * (Mistral's window, resid_pdrop, no rotary scaling); the others are refused by
  * name in the registry, engine/model/family.c), read and written for
  * engine/model/arch_llama.c. Both dialects of transformers load: 4.x's
  * top-level "rope_theta" and "rope_scaling", 5.x's "rope_parameters"
@@ -95,11 +96,20 @@ static const char *const QWEN3_READ[] = {"sliding_window", "use_sliding_window",
 static const struct ignored_key QWEN3_IGNORED[] = {
     {"max_window_layers", "Qwen3's first layer with a sliding window: read only with use_sliding_window"},
     {NULL, NULL}};
+/* Phi-3: sliding_window as Mistral's (every layer), resid_pdrop (the
+ * residual branches' dropout, model.hf_dropout); the 128k configs'
+ * longrope scaling is refused in parse_rope, so its length key is inert. */
+static const char *const PHI3_READ[] = {"sliding_window", "resid_pdrop", NULL};
+static const struct ignored_key PHI3_IGNORED[] = {
+    {"embd_pdrop", "Phi3Model builds no embedding dropout from it (transformers 5 never reads it)"},
+    {"original_max_position_embeddings", "the pretraining length only the longrope scaling reads (refused)"},
+    {NULL, NULL}};
 static const struct family_keys FAMILY_KEYS[] = {
     {ZO_FAMILY_LLAMA, LLAMA_READ, LLAMA_IGNORED},
     {ZO_FAMILY_MISTRAL, MISTRAL_READ, MISTRAL_IGNORED},
     {ZO_FAMILY_QWEN2, QWEN2_READ, QWEN2_IGNORED},
     {ZO_FAMILY_QWEN3, QWEN3_READ, QWEN3_IGNORED},
+    {ZO_FAMILY_PHI3, PHI3_READ, PHI3_IGNORED},
 };
 
 static bool key_known(enum zo_model_family family, const char *key) {
@@ -199,7 +209,7 @@ static int want_false(json_t *j, const char *p, const char *key, const char *wha
 
 /* The rotary settings: 5.x's rope_parameters, else 4.x's rope_theta and
  * rope_scaling. A file with both must have them agree. */
-static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
+static int parse_rope(json_t *j, const char *p, enum zo_model_family family, struct zo_model_config *cfg) {
   json_t *rp = json_object_get(j, "rope_parameters"), *rs = json_object_get(j, "rope_scaling");
   json_t *top_theta = json_object_get(j, "rope_theta");
   char val[160];
@@ -238,6 +248,10 @@ static int parse_rope(json_t *j, const char *p, struct zo_model_config *cfg) {
     return zo_error(-ENOTSUP, "%s: %s.partial_rotary_factor = %g: rotary embedding over the whole head only", p,
                     where, prf);
   if (strcmp(type, "default") == 0) return 0; /* plain RoPE */
+  if (family == ZO_FAMILY_PHI3)
+    return zo_error(-ENOTSUP, "%s: %s type \"%s\" with model_type \"phi3\": Phi-3 without rotary scaling (the "
+                              "4k configs) is implemented; longrope (\"su\", the 128k configs), yarn and the rest "
+                              "are not", p, where, type);
   if (strcmp(type, "llama3") != 0)
     return zo_error(-ENOTSUP, "%s: %s type \"%s\" is not implemented: \"default\" and \"llama3\" are (linear, "
                               "dynamic, yarn, longrope and the rest are refused)", p, where, type);
@@ -306,7 +320,8 @@ static int parse_windows(json_t *j, const char *p, enum zo_model_family family, 
   if (use_sw && json_integer_value(sw) < maxT)
     return zo_error(-ENOTSUP, "%s: use_sliding_window = true with sliding_window = %lld: Qwen2's per-layer "
                               "windows (max_window_layers) are not implemented", p, (long long)json_integer_value(sw));
-  if (family == ZO_FAMILY_MISTRAL && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
+  const bool windowed = family == ZO_FAMILY_MISTRAL || family == ZO_FAMILY_PHI3;
+  if (windowed && json_integer_value(sw) < maxT) *window = (int)json_integer_value(sw);
   return 0;
 }
 
@@ -372,6 +387,8 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
   /* Hugging Face applies it to the attention probabilities; ours to the
    * attention output (the same expected value, another mask granularity). */
   if ((err = zo_arch_json_prob(j, "attention_dropout", p, &cfg->attn_pdrop))) return err;
+  /* Phi-3's resid_pdrop: the output of each residual branch, as ours. */
+  if (f->family == ZO_FAMILY_PHI3 && (err = zo_arch_json_prob(j, "resid_pdrop", p, &cfg->resid_pdrop))) return err;
   double eps = 1e-5;
   bool tie = false;
   if ((err = zo_arch_json_positive(j, "rms_norm_eps", p, eps, &eps)) ||
@@ -379,7 +396,7 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
     return err;
   cfg->rms_norm_eps = eps;
   cfg->tie_embeddings = tie;
-  return parse_rope(j, p, cfg);
+  return parse_rope(j, p, f->family, cfg);
 }
 
 /* The rotary settings in one dialect's object (rope_scaling: NULL without
@@ -408,7 +425,9 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
 
 /* The family's own keys: Qwen2 and Qwen3 without windows
  * (use_sliding_window), a Mistral's window or null (none: MistralConfig's
- * default is 4096). */
+ * default is 4096), Phi-3's window and no padding index (Phi3Config's
+ * default 32000 would be the embedding's padding_idx, past a small
+ * vocabulary; the engine trains every row, as null says). */
 static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_model_family family) {
   if (family == ZO_FAMILY_QWEN3)
     return json_object_set_new(j, "use_sliding_window", json_false()) ||
@@ -417,6 +436,13 @@ static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_m
   if (family == ZO_FAMILY_QWEN2)
     return json_object_set_new(j, "use_sliding_window", json_false()) ||
            json_object_set_new(j, "max_window_layers", json_integer(c->n_layer));
+  if (family == ZO_FAMILY_PHI3)
+    return json_object_set_new(j, "sliding_window",
+                               c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null()) ||
+           json_object_set_new(j, "resid_pdrop", json_real(0.0)) ||
+           json_object_set_new(j, "embd_pdrop", json_real(0.0)) ||
+           json_object_set_new(j, "original_max_position_embeddings", json_integer(c->max_seq_len)) ||
+           json_object_set_new(j, "pad_token_id", json_null());
   if (family == ZO_FAMILY_MISTRAL)
     return json_object_set_new(j, "sliding_window",
                                c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());

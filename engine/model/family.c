@@ -18,8 +18,7 @@ static const struct zo_family FAMILIES[] = {
     {"qwen3", ZO_FAMILY_QWEN3, ZO_ARCH_LLAMA, "Qwen3ForCausalLM", NULL},
     {"qwen3_moe", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "Qwen3MoeForCausalLM",
      "mixture-of-experts MLPs (mlp.experts, mlp.gate) are not implemented (a dense \"qwen3\" is)"},
-    {"phi3", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "Phi3ForCausalLM",
-     "fused projections and its rotary scalings are not implemented yet"},
+    {"phi3", ZO_FAMILY_PHI3, ZO_ARCH_LLAMA, "Phi3ForCausalLM", NULL},
     {"mixtral", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "MixtralForCausalLM",
      "mixture-of-experts MLPs (block_sparse_moe) are not implemented"},
     {"gemma", ZO_FAMILY_UNSET, ZO_ARCH_LLAMA, "GemmaForCausalLM",
@@ -83,7 +82,7 @@ enum zo_model_family zo_family_resolve(const struct zo_model_config *cfg) {
 
 int zo_family_check(struct zo_model_config *cfg) {
   if ((unsigned)cfg->family >= ZO_FAMILY_N)
-    return zo_error(-EINVAL, "model family %d: not a family (gpt2, llama, mistral, qwen2, qwen3)", (int)cfg->family);
+    return zo_error(-EINVAL, "model family %d: not a family (gpt2, llama, mistral, qwen2, qwen3, phi3)", (int)cfg->family);
   cfg->family = zo_family_resolve(cfg);
   const struct zo_family *f = zo_family_of(cfg->family);
   if (f->arch != cfg->arch)
@@ -101,8 +100,9 @@ int zo_family_check(struct zo_model_config *cfg) {
     return zo_error(-EINVAL, "model.qk_norm = %s with model family \"%s\": per-head q/k norms are Qwen3's (qwen3 "
                              "always has them, the other families never)",
                     cfg->qk_norm ? "true" : "false", f->model_type);
-  if (cfg->sliding_window > 0 && cfg->family != ZO_FAMILY_MISTRAL)
-    return zo_error(-EINVAL, "model.sliding_window = %d with model family \"%s\": a window is Mistral's",
+  if (cfg->sliding_window > 0 && cfg->family != ZO_FAMILY_MISTRAL && cfg->family != ZO_FAMILY_PHI3)
+    return zo_error(-EINVAL, "model.sliding_window = %d with model family \"%s\": a window is Mistral's or "
+                             "Phi-3's",
                     cfg->sliding_window, f->model_type);
   return 0;
 }

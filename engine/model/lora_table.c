@@ -6,6 +6,7 @@
 #include "zo/lora.h"
 
 #include "arch.h"
+#include "family.h"
 
 #include <errno.h>
 #include <math.h>
@@ -66,6 +67,9 @@ static int module_from_map(const struct zo_hf_tensor *map, int n, struct zo_lora
 
 int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *l, struct zo_lora_table *t) {
   memset(t, 0, sizeof *t);
+  if (zo_family_resolve(mc) == ZO_FAMILY_PHI3)
+    return zo_error(-ENOTSUP, "lora: a Phi-3 model's adapters (PEFT's qkv_proj, o_proj, gate_up_proj, down_proj "
+                              "over its fused projections) are not implemented yet; full fine-tuning of phi3 is");
   if ((l->targets & ~zo_lora_arch_targets(mc->arch)) || l->r < 1)
     return zo_error(-EINVAL, "lora: targets or rank invalid for a %s model", zo_model_arch_name(mc->arch));
   const bool gpt2 = mc->arch == ZO_ARCH_GPT2;

@@ -65,6 +65,7 @@ enum zo_model_family {
   ZO_FAMILY_MISTRAL, /* "mistral": sliding_window (none: null) */
   ZO_FAMILY_QWEN2,   /* "qwen2": q/k/v biases */
   ZO_FAMILY_QWEN3,   /* "qwen3": per-head RMSNorm of q and k */
+  ZO_FAMILY_PHI3,    /* "phi3": fused qkv_proj and gate_up_proj in its files, sliding_window */
   ZO_FAMILY_N
 };
 
