@@ -5,7 +5,8 @@ installed (the pinned 4.x of scripts/install-hf.sh, or a 5.x through
 ZO_HF_PYTHON; see docs/models.md).
 
   1. The walk: for each supported family's config class (LlamaConfig,
-     MistralConfig, Qwen2Config and Qwen3Config where transformers has them) every field (the class's __init__ parameters, its
+     MistralConfig, Qwen2Config, Qwen3Config and Phi3Config where transformers
+     has them; Phi-3's rope_scaling is refused, so the llama3 value is not tried on it) every field (the class's __init__ parameters, its
      to_dict() and what save_pretrained writes) must be in IMPLEMENTED,
      REFUSED or IGNORED below; a field in none fails the test (a new
      transformers field must be looked at before a model using it trains).
@@ -21,7 +22,8 @@ ZO_HF_PYTHON; see docs/models.md).
      the theta-10000 model gives another loss (the check can fail).
   3. Export: `zoffload export` of that directory writes a config.json this
      transformers reads back as the same model (same loss).
-  4. Families not implemented (qwen3_moe, phi3) are refused by model_type;
+  4. Families not implemented (qwen3_moe) are refused by model_type, and
+     Phi-3's 128k configs (longrope) by the scaling's name;
      Qwen2's use_sliding_window is refused by name (Mistral's
      sliding_window and Qwen2's biases are implemented:
      test_transformers_families.py).
@@ -60,7 +62,7 @@ B, T, NB = 3, 20, 3
 IMPLEMENTED = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
                "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim",
-               "model_type", "sliding_window", "use_sliding_window"}
+               "model_type", "sliding_window", "use_sliding_window", "resid_pdrop"}
 VALUES = {"rms_norm_eps": 1e-3, "rope_theta": 123456.0, "num_key_value_heads": 1, "tie_word_embeddings": True,
           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 16}}
@@ -84,7 +86,7 @@ IGNORED = {"architectures", "torch_dtype", "dtype", "transformers_version", "_na
            "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
            "suppress_tokens", "begin_suppress_tokens", "finetuning_task", "id2label", "label2id",
            "tokenizer_class", "prefix", "problem_type", "task_specific_params", "chat_template",
-           "_attn_implementation_autoset"}
+           "_attn_implementation_autoset", "embd_pdrop", "original_max_position_embeddings"}
 # Python-side attributes transformers keeps that are never written to config.json.
 NOT_IN_FILE = {"self", "kwargs", "_commit_hash", "_attn_implementation_internal", "_attn_implementation",
                "attn_implementation", "name_or_path", "num_labels", "_output_attentions", "base_config_key",
@@ -117,7 +119,11 @@ PUBLISHED = {
     "Qwen3 windows": ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 4096},
                       "use_sliding_window"),
     "Qwen3-30B-A3B": ({"model_type": "qwen3_moe"}, "qwen3_moe"),
-    "Phi-3-mini": ({"model_type": "phi3"}, "phi3"),
+    "Phi-3-mini-4k": ({"model_type": "phi3", "sliding_window": 16, "rope_scaling": None, "resid_pdrop": 0.0,
+                       "embd_pdrop": 0.0, "original_max_position_embeddings": TMAX}, None),
+    "Phi-3-mini-128k": ({"model_type": "phi3", "sliding_window": 16,
+                         "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4},
+                         "original_max_position_embeddings": 16}, "longrope"),
 }
 
 VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2])
@@ -134,6 +140,8 @@ def family_classes():
         out["qwen2"] = transformers.Qwen2Config
     if hasattr(transformers, "Qwen3Config"):  # transformers >= 4.51
         out["qwen3"] = transformers.Qwen3Config
+    if hasattr(transformers, "Phi3Config"):  # transformers >= 4.40
+        out["phi3"] = transformers.Phi3Config
     return out
 
 
@@ -153,8 +161,10 @@ def fields_of(cls, tmp):
 def tiny_config(cls, **over):
     kw = dict(vocab_size=V, hidden_size=C, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
               num_key_value_heads=NKV, max_position_embeddings=TMAX, rms_norm_eps=1e-6)
-    if cls.__name__ in ("MistralConfig", "Qwen2Config", "Qwen3Config"):
+    if cls.__name__ in ("MistralConfig", "Qwen2Config", "Qwen3Config", "Phi3Config"):
         kw["sliding_window"] = None
+    if cls.__name__ == "Phi3Config":  # its default pad_token_id 32000 is past the vocabulary
+        kw.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     kw.update(over)
     return cls(attn_implementation="eager", **kw)
 
@@ -239,6 +249,8 @@ def walk(binary, tmp):
         values = dict(VALUES)
         if "head_dim" in inspect.signature(cls.__init__).parameters:  # transformers reads it (4.45 and later)
             values["head_dim"] = 16  # hidden_size / num_attention_heads is 8
+        if family == "phi3":  # refused for Phi-3 (the Phi-3-mini-128k row below)
+            values.pop("rope_scaling", None)
         for field, value in sorted(values.items()):
             d = os.path.join(tmp, f"value-{family}-{field}")
             hf = make_model(cls, d, **{field: value})
