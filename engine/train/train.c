@@ -147,6 +147,10 @@ static int trainer_open(struct trainer *t) {
   const struct zo_train_opts *opts = t->opts;
   int err;
   if ((err = zo_train_check_threads(cfg)) || (err = zo_train_model_config_lora(cfg, &t->mc, &t->lora_on))) return err;
+  if (t->lora_on && !cfg->checkpoint.save_optimizer)
+    return zo_error(-ENOTSUP, "checkpoint.save_optimizer = false with a lora section is not built: a LoRA run's "
+                              "checkpoints always carry the adapters' m and v (twice the adapters' bytes, never the "
+                              "base's); remove the key");
   if ((err = zo_host_check_data(cfg))) return err;
   /* B rows per rank; a step is K global micro-batches of N*B rows. */
   const int B = t->B = cfg->micro_batch, K = t->K = cfg->grad_accum, N = t->n_ranks;

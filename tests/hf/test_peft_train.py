@@ -303,10 +303,11 @@ def refusals(binary, tmp, tok_path):
          "zero_optimization.offload_optimizer"),
         (["optimizer.type=AdamW8bit"], "AdamW8bit"),
         (["fp16.enabled=true"], "fp16.enabled"),
+        (["checkpoint.save_optimizer=false"], "checkpoint.save_optimizer"),
     ]:
         args = [a for e in extra for a in ("--set", e)]
         rc, out = zo_run(binary, "train", config, *args)
-        check(rc == 2 and want in out and "lora" in out, f"train with LoRA and {' '.join(extra)} is refused naming "
+        check(rc == 2 and want in out and "lora" in out.lower(), f"train with LoRA and {' '.join(extra)} is refused naming "
               f"{want} (exit {rc}): {out.strip()[-200:]}")
     d2 = os.path.join(tmp, "adapter-dropout")
     make_adapter(llama(21), LoraConfig(r=2, lora_alpha=4, lora_dropout=0.1, target_modules=["q_proj"],
