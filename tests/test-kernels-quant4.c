@@ -22,6 +22,7 @@ struct ref {
   bool nested;
   char versions[128];
   unsigned char *blob;
+  float *floats; /* the file's float arrays copied aligned (the file packs them at any offset) */
   const void *x;
   const uint8_t *packed, *qabsmax;
   const float *absmax, *absmax2, *code, *offset, *out;
@@ -78,16 +79,27 @@ static int ref_load(struct ref *r, const char *name) {
   snprintf(r->versions, sizeof r->versions, "bitsandbytes %s, torch %s", bnb, torch);
   snprintf(r->name, sizeof r->name, "%s", name);
   const unsigned char *p = (const unsigned char *)end + 2;
+  /* The input stays where it is (zo_quant4_quantize reads any alignment);
+   * the float arrays are copied to aligned memory, in the file's order. */
+  const size_t nf = r->n_blocks + (r->nested ? r->n_blocks2 + 256 + 1 : 0) + r->numel;
+  float *fl = r->floats = zo_test_xmalloc(4 * nf + 4);
   r->x = p, p += r->numel * (r->dtype == ZO_F32 ? 4 : 2);
   r->packed = p, p += zo_quant4_packed_nbytes(r->numel);
-  r->absmax = (const float *)p, p += 4 * r->n_blocks;
+#define TAKE_FLOATS(dst, n)                                                      \
+  do {                                                                           \
+    ZO_REQUIRE(p + 4 * (size_t)(n) <= r->blob + size);                           \
+    memcpy(fl, p, 4 * (size_t)(n));                                              \
+    (dst) = fl, fl += (n), p += 4 * (size_t)(n);                                 \
+  } while (0)
+  TAKE_FLOATS(r->absmax, r->n_blocks);
   if (r->nested) {
     r->qabsmax = p, p += r->n_blocks;
-    r->absmax2 = (const float *)p, p += 4 * r->n_blocks2;
-    r->code = (const float *)p, p += 4 * 256;
-    r->offset = (const float *)p, p += 4;
+    TAKE_FLOATS(r->absmax2, r->n_blocks2);
+    TAKE_FLOATS(r->code, 256);
+    TAKE_FLOATS(r->offset, 1);
   }
-  r->out = (const float *)p, p += 4 * r->numel;
+  TAKE_FLOATS(r->out, r->numel);
+#undef TAKE_FLOATS
   ZO_REQUIRE(p == r->blob + size);
   ZO_REQUIRE(r->n_blocks == zo_quant4_n_blocks(r->numel, r->blocksize));
   ZO_REQUIRE(!r->nested || r->n_blocks2 == zo_quant4_n_blocks(r->n_blocks, ZO_QUANT4_NESTED_BLOCK));
@@ -159,7 +171,7 @@ static int check_ref(const char *name) {
   printf("  %-18s %s bs %4zu numel %6zu%s: %zu differences, %zu zero signs (%s)\n", name,
          zo_quant4_type_name(r.type), r.blocksize, r.numel, r.nested ? " nested" : "", bad, zero_signs,
          r.versions);
-  free(packed), free(qabsmax), free(absmax), free(absmax2), free(deq_absmax), free(out), free(r.blob);
+  free(packed), free(qabsmax), free(absmax), free(absmax2), free(deq_absmax), free(out), free(r.blob), free(r.floats);
   return bad != 0;
 }
 

@@ -11,6 +11,7 @@
 #include "zo/quant4.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "ops_half.h"
 
@@ -162,11 +163,16 @@ static inline uint8_t quant4_code(const struct quant4_map *m, float s) {
   return m->order[c];
 }
 
+/* Element i of x, which need not be aligned to its dtype (a safetensors
+ * mapping, a reference file): read through memcpy, one unaligned load. */
 static inline float load_f32(const void *x, enum zo_dtype dtype, size_t i) {
+  const unsigned char *p = x;
+  float f;
+  uint16_t h;
   switch (dtype) {
-  case ZO_F32: return ((const float *)x)[i];
-  case ZO_BF16: return zo_bf16_to_f32(((const uint16_t *)x)[i]);
-  case ZO_F16: return zo_f16_to_f32(((const uint16_t *)x)[i]);
+  case ZO_F32: memcpy(&f, p + i * sizeof f, sizeof f); return f;
+  case ZO_BF16: memcpy(&h, p + i * sizeof h, sizeof h); return zo_bf16_to_f32(h);
+  case ZO_F16: memcpy(&h, p + i * sizeof h, sizeof h); return zo_f16_to_f32(h);
   default: ZO_ASSERT(!"zo_quant4_quantize: dtype must be f32, bf16 or f16");
   }
   return 0.0f;
