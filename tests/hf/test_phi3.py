@@ -54,7 +54,12 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 V, C, NH, NKV, I, L, TMAX, WIN = 131, 32, 4, 2, 40, 2, 64, 8
 B, T, K, STEPS = 3, 24, 2, 10
 LR, BETAS, EPS, WD, MAX_NORM = 2e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
-LOSS_RTOL, PARAM_TOL, EVAL_BATCHES = 1e-5, 1e-4, 4
+# Parameters after 10 AdamW steps: fp32 against float64, Adam's update
+# magnifies the rounding of gradients near zero (an embedding row of a token
+# seen once): worst 1.2e-5 of the tensor's largest element in release, 1.6e-4
+# in the ASan build (other summation orders). The losses and norms (1e-5)
+# are the tight check; the parameters' catches a misplaced row or tensor.
+LOSS_RTOL, PARAM_TOL, EVAL_BATCHES = 1e-5, 5e-4, 4
 N_TOKENS = STEPS * K * B * T + 1
 REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "phi3")
 HEADS = ("untied", "tied")
