@@ -64,14 +64,23 @@ static int autoplan_reload(struct zo_config *cfg, const struct zo_autoplan_apply
   return err;
 }
 
+/* What a search on cfg's backend needs: the backend (NULL: none answered),
+ * whether it is the CPU's, this machine's rates for it and its host limits. */
+static zo_backend_t search_setup(const struct zo_config *cfg, struct zo_cost_profile *prof, struct zo_host_limit *hl,
+                                 bool *cpu) {
+  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
+  *cpu = !be || !strcmp(be->name, "cpu");
+  zo_cost_profile_load(prof, *cpu ? "cpu" : "cuda");
+  zo_host_limit_read(hl);
+  return be;
+}
+
 int zo_autoplan_advice(const struct zo_config *cfg, const struct zo_autoplan_apply_opts *o, char *buf, size_t size) {
   buf[0] = '\0';
-  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
-  const bool cpu = !be || !strcmp(be->name, "cpu");
   struct zo_cost_profile prof;
-  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
   struct zo_host_limit hl;
-  zo_host_limit_read(&hl);
+  bool cpu;
+  zo_backend_t be = search_setup(cfg, &prof, &hl, &cpu);
   const struct zo_autoplan_opts so = {.config_path = o->config_path, .sets = o->sets, .n_sets = o->n_sets,
                                       .backend = be, .profile = &prof, .host_limit = hl.limit, .cpu_backend = cpu};
   struct zo_autoplan ap;
@@ -100,12 +109,10 @@ int zo_autoplan_apply(struct zo_config *cfg, const struct zo_autoplan_apply_opts
   *res = (struct zo_autoplan_applied){0};
   const bool placement = cfg->engine.placement == ZO_PLACEMENT_AUTO;
   if (!placement && !cfg->micro_batch_auto && !cfg->grad_accum_auto) return 0;
-  zo_backend_t be = zo_backend_init(zo_device_name(cfg->engine.device), cfg->engine.threads);
-  const bool cpu = !be || !strcmp(be->name, "cpu");
   struct zo_cost_profile prof;
-  zo_cost_profile_load(&prof, cpu ? "cpu" : "cuda");
   struct zo_host_limit hl;
-  zo_host_limit_read(&hl);
+  bool cpu;
+  zo_backend_t be = search_setup(cfg, &prof, &hl, &cpu);
   /* Under an MPI launcher every rank must choose alike: the search then
    * depends on the config and the profile only (not on free memory read at
    * slightly different moments), and only rank 0 prints and writes. */
