@@ -62,7 +62,7 @@ static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan
   struct zo_lora_table lt = {0};
   float *lp = NULL;
   if (p->placement.frozen) {
-    CHECK(zo_lora_resolve(&cfg.lora, mc.arch, &l) == 1 && zo_lora_table_build(&mc, &l, &lt) == 0);
+    CHECK(zo_lora_resolve(&cfg.lora, &mc, &l) == 1 && zo_lora_table_build(&mc, &l, &lt) == 0);
     CHECK((lp = malloc(lt.numel * sizeof *lp)) != NULL);
     zo_lora_init(&lt, 3, lp);
   }

@@ -26,6 +26,10 @@
 #define BIT(t) (1u << (t))
 
 static char tmpdir[256];
+/* Models named by family alone, for zo_lora_resolve (the Llama family's
+ * family left unset: resolved from the arch, as a config without config.json). */
+static const struct zo_model_config LLAMA = {.arch = ZO_ARCH_LLAMA}, GPT2 = {.arch = ZO_ARCH_GPT2},
+                                    PHI3 = {.arch = ZO_ARCH_LLAMA, .family = ZO_FAMILY_PHI3};
 
 static int load(struct zo_config *c, const char *text) {
   char path[512];
@@ -60,37 +64,37 @@ static int test_keys(void) {
   struct zo_lora l;
   EXPECT(zo_config_load_quiet(&c, NULL, NULL, 0) == 0);
   EXPECT(c.lora.r == 0 && c.lora.alpha == 8 && c.lora.dropout == 0 && c.lora.target_modules == 0);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 0); /* off */
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == 0); /* off */
   zo_config_free(&c);
 
   EXPECT(load(&c, "{\"lora\": {\"r\": 16, \"alpha\": 32, \"dropout\": 0.05, \"use_rslora\": true,"
                   " \"target_modules\": [\"q_proj\", \"down_proj\"]}}") == 0);
   EXPECT(c.lora.r == 16 && c.lora.alpha == 32 && c.lora.dropout == 0.05 && c.lora.use_rslora);
   EXPECT(c.lora.target_modules == (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_DOWN_PROJ)));
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 1);
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == 1);
   EXPECT(l.r == 16 && l.scale == 32 / 4.0 && l.targets == c.lora.target_modules && !l.from_adapter);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_GPT2, &l) == -EINVAL && says("\"q_proj\", \"down_proj\"") &&
+  EXPECT(zo_lora_resolve(&c.lora, &GPT2, &l) == -EINVAL && says("\"q_proj\", \"down_proj\"") &&
          says("c_attn"));
   zo_config_free(&c);
 
   /* one name as a string; alpha / r without rsLoRA */
   EXPECT(load(&c, "{\"model\": {\"arch\": \"gpt2\"}, \"lora\": {\"r\": 4, \"alpha\": 16, "
                   "\"target_modules\": \"c_proj\"}}") == 0);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_GPT2, &l) == 1 && l.scale == 4 && l.targets == BIT(ZO_LORA_C_PROJ));
+  EXPECT(zo_lora_resolve(&c.lora, &GPT2, &l) == 1 && l.scale == 4 && l.targets == BIT(ZO_LORA_C_PROJ));
   zo_config_free(&c);
 
   EXPECT(load(&c, "{\"lora\": {\"r\": 8, \"target_modules\": \"all-linear\"}}") == 0);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 1 && l.targets == zo_lora_arch_targets(ZO_ARCH_LLAMA));
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == 1 && l.targets == zo_lora_family_targets(ZO_FAMILY_LLAMA));
   EXPECT(__builtin_popcount(l.targets) == 7 && l.scale == 1);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_GPT2, &l) == 1 &&
+  EXPECT(zo_lora_resolve(&c.lora, &GPT2, &l) == 1 &&
          l.targets == (BIT(ZO_LORA_C_ATTN) | BIT(ZO_LORA_C_PROJ) | BIT(ZO_LORA_C_FC)));
   zo_config_free(&c);
 
   /* PEFT's default targets */
   EXPECT(load(&c, "{\"lora\": {\"r\": 8}}") == 0);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 1 &&
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == 1 &&
          l.targets == (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_V_PROJ)));
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_GPT2, &l) == 1 && l.targets == BIT(ZO_LORA_C_ATTN));
+  EXPECT(zo_lora_resolve(&c.lora, &GPT2, &l) == 1 && l.targets == BIT(ZO_LORA_C_ATTN));
   zo_config_free(&c);
   return zo_test_expect_failed_since(before);
 }
@@ -159,14 +163,14 @@ static int test_init_from(void) {
   /* the adapter's values win over the defaults */
   snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\"}}", dir);
   EXPECT(load(&c, text) == 0);
-  EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 1);
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == 1);
   EXPECT(l.r == 4 && l.alpha == 32 && l.dropout == 0.1 && l.scale == 8 && l.from_adapter &&
          l.targets == (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_V_PROJ)));
   zo_config_free(&c);
   /* equal values given: accepted; differing: refused by name */
   snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\", \"r\": 4, \"alpha\": 32, "
                               "\"target_modules\": [\"q_proj\", \"v_proj\"]}}", dir);
-  EXPECT(load(&c, text) == 0 && zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == 1);
+  EXPECT(load(&c, text) == 0 && zo_lora_resolve(&c.lora, &LLAMA, &l) == 1);
   zo_config_free(&c);
   static const char *const conflicts[][2] = {{"\"r\": 8", "lora.r = 8"}, {"\"alpha\": 16", "lora.alpha = 16"},
                                              {"\"dropout\": 0", "lora.dropout = 0"},
@@ -175,13 +179,13 @@ static int test_init_from(void) {
   for (size_t i = 0; i < ZO_ARRAY_LEN(conflicts); i++) {
     snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\", %s}}", dir, conflicts[i][0]);
     EXPECT(load(&c, text) == 0);
-    EXPECT(zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l) == -EINVAL && says(conflicts[i][1]) &&
+    EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == -EINVAL && says(conflicts[i][1]) &&
            says("adapter_config.json"));
     zo_config_free(&c);
   }
   /* a Llama adapter on GPT-2 */
   snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\"}}", dir);
-  EXPECT(load(&c, text) == 0 && zo_lora_resolve(&c.lora, ZO_ARCH_GPT2, &l) == -EINVAL && says("q_proj"));
+  EXPECT(load(&c, text) == 0 && zo_lora_resolve(&c.lora, &GPT2, &l) == -EINVAL && says("q_proj"));
   zo_config_free(&c);
   return zo_test_expect_failed_since(before);
 }
@@ -225,7 +229,7 @@ static int test_init_from_refused(void) {
     struct zo_config c;
     struct zo_lora l;
     EXPECT(load(&c, text) == 0);
-    int err = zo_lora_resolve(&c.lora, ZO_ARCH_LLAMA, &l);
+    int err = zo_lora_resolve(&c.lora, &LLAMA, &l);
     if (err != cases[i].err) fprintf(stderr, "    case %zu: %d, want %d\n", i, err, cases[i].err);
     EXPECT(err == cases[i].err && says(cases[i].says));
     zo_config_free(&c);
@@ -315,7 +319,7 @@ static int test_attach(void) {
                                .intermediate_size = I, .head_dim = HD, .vocab_size = 64, .max_seq_len = 16,
                                .rope_theta = 1e4};
   EXPECT(zo_model_config_check(&mc) == 0);
-  struct zo_lora l = {.r = R, .alpha = 6, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora l = {.r = R, .alpha = 6, .targets = zo_lora_family_targets(ZO_FAMILY_LLAMA), .scale = 2};
   struct zo_lora_table t;
   EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
   float *p = zo_test_xmalloc(t.numel * sizeof *p);
@@ -377,7 +381,7 @@ static struct zo_model_config llama(int L, int NH, int NKV, int C, int I, int V)
 static int test_table_8b(void) {
   const int before = zo_test_n_expect_failed;
   struct zo_model_config mc = llama(32, 32, 8, 4096, 14336, 128256);
-  struct zo_lora l = {.r = 16, .alpha = 32, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora l = {.r = 16, .alpha = 32, .targets = zo_lora_family_targets(ZO_FAMILY_LLAMA), .scale = 2};
   struct zo_lora_table t;
   EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
   EXPECT(t.numel == 41943040 && t.n_modules == 32 * 7);
@@ -401,7 +405,7 @@ static int test_table_gpt2(void) {
   EXPECT(!strcmp(t.modules[1].peft, "base_model.model.transformer.h.0.mlp.c_proj") && t.modules[1].in == 32 &&
          t.modules[1].out == 8);
   zo_lora_table_free(&t);
-  l.targets = zo_lora_arch_targets(ZO_ARCH_GPT2);
+  l.targets = zo_lora_family_targets(ZO_FAMILY_GPT2);
   EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == 8);
   EXPECT(!strcmp(t.modules[0].peft, "base_model.model.transformer.h.0.attn.c_attn") && t.modules[0].out == 24);
   EXPECT(t.numel == 2 * (size_t)2 * ((8 + 24) + (8 + 8) + (8 + 32) + (32 + 8)));
@@ -422,7 +426,7 @@ static int test_table_head_dim(void) {
                                .intermediate_size = I, .head_dim = HD, .vocab_size = 64, .max_seq_len = 16,
                                .rope_theta = 1e4};
   EXPECT(zo_model_config_check(&mc) == 0);
-  struct zo_lora l = {.r = R, .alpha = 8, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora l = {.r = R, .alpha = 8, .targets = zo_lora_family_targets(ZO_FAMILY_LLAMA), .scale = 2};
   struct zo_lora_table t;
   EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == L * 7);
   const struct {
@@ -450,11 +454,106 @@ static int test_table_head_dim(void) {
   return zo_test_expect_failed_since(before);
 }
 
+/* Phi-3's module names (issue 50, piece 2): qkv_proj, o_proj, gate_up_proj,
+ * down_proj; "all-linear" is those four; no default (PEFT has none); the
+ * Llama family's separate names are refused on Phi-3 (PEFT finds no such
+ * module) and Phi-3's fused ones on a Llama, in the config and in an
+ * adapter_config.json. */
+static int test_phi3_targets(void) {
+  const int before = zo_test_n_expect_failed;
+  const unsigned fused = BIT(ZO_LORA_QKV_PROJ) | BIT(ZO_LORA_O_PROJ) | BIT(ZO_LORA_GATE_UP_PROJ) |
+                         BIT(ZO_LORA_DOWN_PROJ);
+  struct zo_config c;
+  struct zo_lora l;
+  EXPECT(zo_lora_family_targets(ZO_FAMILY_PHI3) == fused);
+  EXPECT(load(&c, "{\"lora\": {\"r\": 8, \"target_modules\": \"all-linear\"}}") == 0);
+  EXPECT(zo_lora_resolve(&c.lora, &PHI3, &l) == 1 && l.targets == fused);
+  zo_config_free(&c);
+  EXPECT(load(&c, "{\"lora\": {\"r\": 8}}") == 0); /* PEFT 0.22 has no default for phi3 */
+  EXPECT(zo_lora_resolve(&c.lora, &PHI3, &l) == -EINVAL && says("lora.target_modules: no target_modules given") &&
+         says("phi3") && says("\"o_proj\", \"down_proj\", \"qkv_proj\", \"gate_up_proj\", or \"all-linear\""));
+  zo_config_free(&c);
+  EXPECT(load(&c, "{\"lora\": {\"r\": 8, \"target_modules\": [\"qkv_proj\", \"gate_up_proj\"]}}") == 0);
+  EXPECT(c.lora.target_modules == (BIT(ZO_LORA_QKV_PROJ) | BIT(ZO_LORA_GATE_UP_PROJ)));
+  EXPECT(zo_lora_resolve(&c.lora, &PHI3, &l) == 1 && l.targets == c.lora.target_modules);
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == -EINVAL && says("\"qkv_proj\", \"gate_up_proj\"") &&
+         says("llama model") && says("\"q_proj\""));
+  zo_config_free(&c);
+  static const char *const separate[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"};
+  for (size_t i = 0; i < ZO_ARRAY_LEN(separate); i++) {
+    char text[256], quoted[32];
+    snprintf(text, sizeof text, "{\"lora\": {\"r\": 8, \"target_modules\": [\"o_proj\", \"%s\"]}}", separate[i]);
+    snprintf(quoted, sizeof quoted, "\"%s\"", separate[i]);
+    EXPECT(load(&c, text) == 0);
+    EXPECT(zo_lora_resolve(&c.lora, &PHI3, &l) == -EINVAL && says(quoted) && says("phi3 model") &&
+           says("its modules are \"o_proj\", \"down_proj\", \"qkv_proj\", \"gate_up_proj\"") &&
+           says("lora.target_modules"));
+    zo_config_free(&c);
+  }
+  const char *dir = adapter("phi3-on-llama", "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+                                             "\"target_modules\": [\"qkv_proj\", \"down_proj\"]}", true);
+  char text[700];
+  snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\"}}", dir);
+  EXPECT(load(&c, text) == 0);
+  EXPECT(zo_lora_resolve(&c.lora, &PHI3, &l) == 1 && l.targets == (BIT(ZO_LORA_QKV_PROJ) | BIT(ZO_LORA_DOWN_PROJ)));
+  EXPECT(zo_lora_resolve(&c.lora, &LLAMA, &l) == -EINVAL && says("adapter_config.json") && says("qkv_proj"));
+  zo_config_free(&c);
+  return zo_test_expect_failed_since(before);
+}
+
+/* Phi-3 with GQA and head_dim (12) apart from n_embd / n_head (8): one
+ * adapter over each fused projection's whole output, as PEFT wraps the
+ * Linear qkv_proj ((NH + 2 NKV) hd, C) and gate_up_proj (2 I, C), at row 0
+ * of our fused tensors; shapes from the config, not from the tensor map.
+ * Phi-3-mini-4k (32 layers, 3072 wide, 8192 MLP), r = 16, all-linear:
+ * 16 (3072 + 9216 + 3072 + 3072 + 3072 + 16384 + 8192 + 3072) per layer. */
+static int test_table_phi3(void) {
+  const int before = zo_test_n_expect_failed;
+  enum { L = 2, NH = 4, NKV = 2, C = 32, I = 40, HD = 12, R = 3 };
+  struct zo_model_config mc = {.arch = ZO_ARCH_LLAMA, .family = ZO_FAMILY_PHI3, .n_layer = L, .n_head = NH,
+                               .n_kv_head = NKV, .n_embd = C, .intermediate_size = I, .head_dim = HD,
+                               .vocab_size = 64, .max_seq_len = 16, .rope_theta = 1e4, .sliding_window = 8};
+  EXPECT(zo_model_config_check(&mc) == 0);
+  struct zo_lora l = {.r = R, .alpha = 6, .targets = zo_lora_family_targets(ZO_FAMILY_PHI3), .scale = 2};
+  struct zo_lora_table t;
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == 0 && t.n_modules == L * 4);
+  const struct {
+    const char *path;
+    int in, out;
+  } want[4] = {{"self_attn.qkv_proj", C, (NH + 2 * NKV) * HD}, {"self_attn.o_proj", NH * HD, C},
+               {"mlp.gate_up_proj", C, 2 * I}, {"mlp.down_proj", I, C}};
+  size_t numel = 0;
+  for (int i = 0; i < t.n_modules && i < L * 4; i++) {
+    const struct zo_lora_module *m = &t.modules[i];
+    char base[ZO_LORA_NAME_MAX], peft[ZO_LORA_NAME_MAX];
+    snprintf(base, sizeof base, "model.layers.%d.%s.weight", i / 4, want[i % 4].path);
+    snprintf(peft, sizeof peft, "base_model.model.model.layers.%d.%s", i / 4, want[i % 4].path);
+    EXPECT(!strcmp(m->base, base) && !strcmp(m->peft, peft) && m->layer == i / 4);
+    EXPECT(m->in == want[i % 4].in && m->out == want[i % 4].out && m->row0 == 0);
+    EXPECT(m->a_off == numel && m->b_off == numel + (size_t)R * (size_t)m->in);
+    numel += (size_t)R * (size_t)(want[i % 4].in + want[i % 4].out);
+  }
+  EXPECT(t.numel == numel);
+  zo_lora_table_free(&t);
+  l.targets = BIT(ZO_LORA_Q_PROJ);
+  EXPECT(zo_lora_table_build(&mc, &l, &t) == -EINVAL && says("phi3"));
+
+  struct zo_model_config mini = {.arch = ZO_ARCH_LLAMA, .family = ZO_FAMILY_PHI3, .n_layer = 32, .n_head = 32,
+                                 .n_kv_head = 32, .n_embd = 3072, .intermediate_size = 8192, .vocab_size = 32064,
+                                 .max_seq_len = 4096, .rope_theta = 1e4, .sliding_window = 2047};
+  EXPECT(zo_model_config_check(&mini) == 0);
+  l = (struct zo_lora){.r = 16, .alpha = 32, .targets = zo_lora_family_targets(ZO_FAMILY_PHI3), .scale = 2};
+  EXPECT(zo_lora_table_build(&mini, &l, &t) == 0 && t.n_modules == 32 * 4);
+  EXPECT(t.numel == (size_t)32 * 16 * (3072 + 9216 + 3072 + 3072 + 3072 + 16384 + 8192 + 3072));
+  zo_lora_table_free(&t);
+  return zo_test_expect_failed_since(before);
+}
+
 /* A: uniform in [-1/sqrt(in), 1/sqrt(in)] (mean 0, variance bound^2 / 3), by seed; B: zero. */
 static int test_init(void) {
   const int before = zo_test_n_expect_failed;
   struct zo_model_config mc = llama(2, 4, 2, 64, 96, 128);
-  struct zo_lora l = {.r = 8, .alpha = 16, .targets = zo_lora_arch_targets(ZO_ARCH_LLAMA), .scale = 2};
+  struct zo_lora l = {.r = 8, .alpha = 16, .targets = zo_lora_family_targets(ZO_FAMILY_LLAMA), .scale = 2};
   struct zo_lora_table t;
   EXPECT(zo_lora_table_build(&mc, &l, &t) == 0);
   float *p = zo_test_xmalloc(t.numel * sizeof *p), *q = zo_test_xmalloc(t.numel * sizeof *q);
@@ -503,7 +602,7 @@ static int test_save_load(void) {
   EXPECT(zo_lora_save(&t, p, "tiny-llama", dir) == 0);
   struct zo_config_lora c = {.init_from = dir, .alpha = 8};
   struct zo_lora back;
-  EXPECT(zo_lora_resolve(&c, ZO_ARCH_LLAMA, &back) == 1);
+  EXPECT(zo_lora_resolve(&c, &LLAMA, &back) == 1);
   EXPECT(back.r == 4 && back.alpha == 8 && back.dropout == 0.05 && back.use_rslora && back.targets == l.targets &&
          back.scale == 4);
   EXPECT(zo_lora_load(&t, dir, q) == 0 && memcmp(p, q, t.numel * sizeof *p) == 0);
@@ -545,7 +644,7 @@ static int roundtrip(char **argv) {
   struct zo_lora l;
   struct zo_lora_table t;
   int err = zo_model_config_check(&mc);
-  if (!err) err = zo_lora_resolve(&c, mc.arch, &l) == 1 ? 0 : -EINVAL;
+  if (!err) err = zo_lora_resolve(&c, &mc, &l) == 1 ? 0 : -EINVAL;
   if (!err) err = zo_lora_table_build(&mc, &l, &t);
   float *p = err ? NULL : zo_test_xmalloc(t.numel * sizeof *p);
   if (!err) err = zo_lora_load(&t, argv[9], p);
@@ -563,7 +662,7 @@ int main(int argc, char **argv) {
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
       ZO_TEST(train_refuses), ZO_TEST(eval_lora), ZO_TEST(attach), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
-      ZO_TEST(table_head_dim), ZO_TEST(init), ZO_TEST(save_load),
+      ZO_TEST(table_head_dim), ZO_TEST(phi3_targets), ZO_TEST(table_phi3), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
   zo_test_rmtree(tmpdir);

@@ -281,7 +281,7 @@ static int time_steps(struct zo_sched *s, const struct zo_config *cfg, int steps
  * malloc'd, the table built) or -errno. */
 static int bench_lora(const struct zo_config *cfg, struct zo_lora_table *t, float **params) {
   struct zo_lora l;
-  int err = zo_lora_resolve(&cfg->lora, cfg->model.spec.arch, &l);
+  int err = zo_lora_resolve(&cfg->lora, &cfg->model.spec, &l);
   if (err < 0 || (err = zo_lora_table_build(&cfg->model.spec, &l, t))) return err;
   *params = malloc(t->numel * sizeof **params + 1);
   if (!*params) err = zo_error(-ENOMEM, "out of host memory for the LoRA adapters");

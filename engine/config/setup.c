@@ -52,7 +52,7 @@ int zo_train_model_config_lora(const struct zo_config *cfg, struct zo_model_conf
   if (err) return err;
   /* LoRA: resolved (the adapter directory and targets checked). */
   struct zo_lora lora;
-  err = zo_lora_resolve(&cfg->lora, mc->arch, &lora);
+  err = zo_lora_resolve(&cfg->lora, mc, &lora);
   if (err < 0) return err;
   if (lora_on) *lora_on = err > 0;
   return 0;

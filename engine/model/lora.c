@@ -1,7 +1,10 @@
 /* LoRA resolved for one model (zo/lora.h): the config's lora section, or a
- * PEFT adapter directory's adapter_config.json, against the arch's module
- * names. */
+ * PEFT adapter directory's adapter_config.json, against the module names of
+ * the model's family (Phi-3's fused qkv_proj and gate_up_proj where the
+ * other Llama-family models have q, k, v and gate, up apart). */
 #include "zo/lora.h"
+
+#include "family.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -10,8 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-const char *const zo_lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj", "c_attn", "c_proj", "c_fc", "all-linear", NULL};
+const char *const zo_lora_target_names[] = {"q_proj",    "k_proj", "v_proj", "o_proj",   "gate_proj",
+                                            "up_proj",   "down_proj", "c_attn", "c_proj", "c_fc",
+                                            "qkv_proj", "gate_up_proj", "all-linear", NULL};
 _Static_assert(sizeof zo_lora_target_names / sizeof zo_lora_target_names[0] == ZO_LORA_N_TARGETS + 1,
                "zo_lora_target_names follows enum zo_lora_target");
 
@@ -20,13 +24,20 @@ _Static_assert(sizeof zo_lora_target_names / sizeof zo_lora_target_names[0] == Z
   (BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_K_PROJ) | BIT(ZO_LORA_V_PROJ) | BIT(ZO_LORA_O_PROJ) |             \
    BIT(ZO_LORA_GATE_PROJ) | BIT(ZO_LORA_UP_PROJ) | BIT(ZO_LORA_DOWN_PROJ))
 #define GPT2_ALL (BIT(ZO_LORA_C_ATTN) | BIT(ZO_LORA_C_PROJ) | BIT(ZO_LORA_C_FC))
+#define PHI3_ALL \
+  (BIT(ZO_LORA_QKV_PROJ) | BIT(ZO_LORA_O_PROJ) | BIT(ZO_LORA_GATE_UP_PROJ) | BIT(ZO_LORA_DOWN_PROJ))
 
-/* Every arch but GPT-2 has Llama's module names (Qwen, Mistral too). */
-unsigned zo_lora_arch_targets(enum zo_model_arch arch) { return arch == ZO_ARCH_GPT2 ? GPT2_ALL : LLAMA_ALL; }
+/* Mistral, Qwen2 and Qwen3 have Llama's module names; Phi-3 its fused ones. */
+unsigned zo_lora_family_targets(enum zo_model_family f) {
+  return f == ZO_FAMILY_GPT2 ? GPT2_ALL : f == ZO_FAMILY_PHI3 ? PHI3_ALL : LLAMA_ALL;
+}
 
-/* PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING. */
-unsigned zo_lora_default_targets(enum zo_model_arch arch) {
-  return arch == ZO_ARCH_GPT2 ? BIT(ZO_LORA_C_ATTN) : BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_V_PROJ);
+/* PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (0.22): phi3
+ * has no row there (PEFT refuses an adapter without target_modules). */
+unsigned zo_lora_default_targets(enum zo_model_family f) {
+  return f == ZO_FAMILY_GPT2   ? BIT(ZO_LORA_C_ATTN)
+         : f == ZO_FAMILY_PHI3 ? 0
+                               : BIT(ZO_LORA_Q_PROJ) | BIT(ZO_LORA_V_PROJ);
 }
 
 static void fmt_targets(unsigned set, char *buf, size_t cap) {
@@ -36,17 +47,26 @@ static void fmt_targets(unsigned set, char *buf, size_t cap) {
     if (set & BIT(i)) n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"", n ? ", " : "", zo_lora_target_names[i]);
 }
 
-/* The set's names checked against the arch; all-linear and 0 expanded. */
-static int arch_targets(unsigned set, enum zo_model_arch arch, const char *src, unsigned *out) {
-  const unsigned all = zo_lora_arch_targets(arch);
-  if (set == 0) set = zo_lora_default_targets(arch);
+/* The set's names checked against the family; all-linear and 0 expanded.
+ * A name no module of the model has is refused: PEFT fails when no target
+ * matches and adapts the others silently when some do. */
+static int family_targets(unsigned set, enum zo_model_family f, const char *src, unsigned *out) {
+  const unsigned all = zo_lora_family_targets(f);
+  char ok[256];
+  fmt_targets(all, ok, sizeof ok);
+  if (set == 0) set = zo_lora_default_targets(f);
+  if (set == 0)
+    return zo_error(-EINVAL, "%s: no target_modules given and PEFT has no default for a %s model (its "
+                    "get_peft_model refuses: \"Please specify `target_modules`\"): name them, from %s, or "
+                    "\"all-linear\"", src, zo_model_family_name(f), ok);
   if (set & BIT(ZO_LORA_ALL_LINEAR)) set = (set & ~BIT(ZO_LORA_ALL_LINEAR)) | all;
   if (set & ~all) {
-    char bad[256], ok[256];
+    char bad[256];
     fmt_targets(set & ~all, bad, sizeof bad);
-    fmt_targets(all, ok, sizeof ok);
-    return zo_error(-EINVAL, "%s: target_modules %s: no such module in a %s model; its modules are %s or "
-                    "\"all-linear\"", src, bad, zo_model_arch_name(arch), ok);
+    return zo_error(-EINVAL, "%s: target_modules %s: no such module in a %s model%s; its modules are %s or "
+                    "\"all-linear\"", src, bad, zo_model_family_name(f),
+                    f == ZO_FAMILY_PHI3 ? " (Phi-3 fuses q, k, v as qkv_proj and gate, up as gate_up_proj)" : "",
+                    ok);
   }
   *out = set;
   return 0;
@@ -68,7 +88,7 @@ static int adapter_targets(const json_t *v, const char *file, unsigned *out) {
     if (i < 0)
       return zo_error(json_is_array(v) ? -EINVAL : -ENOTSUP,
                       "%s: target_modules \"%s\": %s; valid names: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                      "up_proj, down_proj, c_attn, c_proj, c_fc, all-linear", file, s ? s : "(not a string)",
+                      "up_proj, down_proj, c_attn, c_proj, c_fc, qkv_proj, gate_up_proj, all-linear", file, s ? s : "(not a string)",
                       json_is_array(v) ? "not a module name zoffload knows"
                                        : "a regular expression (PEFT's string form) is not supported");
     *out |= BIT(i);
@@ -186,7 +206,7 @@ static int number(const json_t *root, const char *key, double def, const char *f
 
 /* Reads dir/adapter_config.json into *l (r, alpha, dropout, targets, rslora),
  * checking the config's given values against it. */
-static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *l) {
+static int read_adapter(const struct zo_config_lora *c, const struct zo_model_config *mc, struct zo_lora *l) {
   char file[4096], st[4096], a[64], b[64];
   snprintf(file, sizeof file, "%s/adapter_config.json", c->init_from);
   snprintf(st, sizeof st, "%s/adapter_model.safetensors", c->init_from);
@@ -199,7 +219,7 @@ static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch,
   if (!root) return zo_error(-EINVAL, "lora.init_from: %s: %s (line %d)", file, jerr.text, jerr.line);
   double r = 0;
   int err = json_is_object(root) ? 0 : zo_error(-EINVAL, "%s: not a JSON object", file);
-  if (!err) err = refuse_features(root, file, arch);
+  if (!err) err = refuse_features(root, file, mc->arch);
   if (!err) err = number(root, "r", 8, file, &r);
   if (!err && (r != floor(r) || r < 1 || r > 65536))
     err = zo_error(-EINVAL, "%s: r = %g: must be a whole number in [1, 65536]", file, r);
@@ -226,8 +246,9 @@ static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch,
   snprintf(b, sizeof b, "use_rslora = %s", l->use_rslora ? "true" : "false");
   if ((err = conflict(c->use_rslora_set, c->use_rslora != l->use_rslora, "use_rslora", a, b, file))) return err;
   unsigned ours = 0;
-  if ((err = arch_targets(t, arch, file, &l->targets))) return err;
-  if (c->target_modules_set && (err = arch_targets(c->target_modules, arch, "lora.target_modules", &ours)))
+  const enum zo_model_family f = zo_family_resolve(mc);
+  if ((err = family_targets(t, f, file, &l->targets))) return err;
+  if (c->target_modules_set && (err = family_targets(c->target_modules, f, "lora.target_modules", &ours)))
     return err;
   char tb[256];
   fmt_targets(l->targets, tb, sizeof tb);
@@ -237,17 +258,18 @@ static int read_adapter(const struct zo_config_lora *c, enum zo_model_arch arch,
   return 0;
 }
 
-int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *out) {
+int zo_lora_resolve(const struct zo_config_lora *c, const struct zo_model_config *mc, struct zo_lora *out) {
   memset(out, 0, sizeof *out);
   const bool from = c->init_from && c->init_from[0];
   if (!from && c->r == 0) return 0;
   int err;
   if (from) {
-    if ((err = read_adapter(c, arch, out))) return err;
+    if ((err = read_adapter(c, mc, out))) return err;
     out->from_adapter = true;
   } else {
     out->r = c->r, out->alpha = c->alpha, out->dropout = c->dropout, out->use_rslora = c->use_rslora;
-    if ((err = arch_targets(c->target_modules, arch, "lora.target_modules", &out->targets))) return err;
+    if ((err = family_targets(c->target_modules, zo_family_resolve(mc), "lora.target_modules", &out->targets)))
+      return err;
   }
   out->scale = out->use_rslora ? out->alpha / sqrt((double)out->r) : out->alpha / out->r;
   return 1;

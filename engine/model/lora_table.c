@@ -29,6 +29,12 @@ static const struct slot llama_slots[] = {{ZO_LORA_Q_PROJ, "self_attn.q_proj"}, 
                                           {ZO_LORA_V_PROJ, "self_attn.v_proj"}, {ZO_LORA_O_PROJ, "self_attn.o_proj"},
                                           {ZO_LORA_GATE_PROJ, "mlp.gate_proj"}, {ZO_LORA_UP_PROJ, "mlp.up_proj"},
                                           {ZO_LORA_DOWN_PROJ, "mlp.down_proj"}};
+/* Phi-3: one adapter over each fused projection's whole output (PEFT wraps
+ * the Linear qkv_proj, (q + 2 kv) rows; gate_up_proj, 2 I rows). */
+static const struct slot phi3_slots[] = {{ZO_LORA_QKV_PROJ, "self_attn.qkv_proj"},
+                                         {ZO_LORA_O_PROJ, "self_attn.o_proj"},
+                                         {ZO_LORA_GATE_UP_PROJ, "mlp.gate_up_proj"},
+                                         {ZO_LORA_DOWN_PROJ, "mlp.down_proj"}};
 
 /* The Hugging Face tensor map of mc's architecture (zo_arch's hf_tensors,
  * the one place that knows our fused row ranges, over a model that holds
@@ -67,15 +73,14 @@ static int module_from_map(const struct zo_hf_tensor *map, int n, struct zo_lora
 
 int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *l, struct zo_lora_table *t) {
   memset(t, 0, sizeof *t);
-  if (zo_family_resolve(mc) == ZO_FAMILY_PHI3)
-    return zo_error(-ENOTSUP, "lora: a Phi-3 model's adapters (PEFT's qkv_proj, o_proj, gate_up_proj, down_proj "
-                              "over its fused projections) are not implemented yet; full fine-tuning of phi3 is");
-  if ((l->targets & ~zo_lora_arch_targets(mc->arch)) || l->r < 1)
-    return zo_error(-EINVAL, "lora: targets or rank invalid for a %s model", zo_model_arch_name(mc->arch));
+  const enum zo_model_family f = zo_family_resolve(mc);
+  if ((l->targets & ~zo_lora_family_targets(f)) || l->r < 1)
+    return zo_error(-EINVAL, "lora: targets or rank invalid for a %s model", zo_model_family_name(f));
   const bool gpt2 = mc->arch == ZO_ARCH_GPT2;
-  const struct slot *s = gpt2 ? gpt2_slots : llama_slots;
-  const int ns = gpt2 ? (int)(sizeof gpt2_slots / sizeof *gpt2_slots)
-                      : (int)(sizeof llama_slots / sizeof *llama_slots);
+  const struct slot *s = gpt2 ? gpt2_slots : f == ZO_FAMILY_PHI3 ? phi3_slots : llama_slots;
+  const int ns = gpt2                  ? (int)(sizeof gpt2_slots / sizeof *gpt2_slots)
+                 : f == ZO_FAMILY_PHI3 ? (int)(sizeof phi3_slots / sizeof *phi3_slots)
+                                       : (int)(sizeof llama_slots / sizeof *llama_slots);
   const char *prefix = gpt2 ? "transformer.h" : "model.layers";
   struct zo_hf_tensor *map;
   int n_map;

@@ -57,7 +57,7 @@ static int plan_schedule(const struct zo_config *cfg, struct zo_plan *p) {
 static int plan_lora(const struct zo_config *cfg, const struct zo_model_config *mc, struct zo_plan *p,
                      size_t lora[ZO_MEM_N_CATEGORIES]) {
   struct zo_lora l;
-  const int on = zo_lora_resolve(&cfg->lora, mc->arch, &l);
+  const int on = zo_lora_resolve(&cfg->lora, mc, &l);
   if (on <= 0) return on;
   p->placement.frozen = true;
   int err = zo_placement_check_lora(&p->placement);

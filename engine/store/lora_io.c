@@ -84,7 +84,7 @@ int zo_lora_save(const struct zo_lora_table *t, const float *params, const char 
     const struct zo_lora_module *m = &t->modules[i];
     char name[ZO_LORA_NAME_MAX + 32];
     const int64_t a[2] = {r, m->in}, b[2] = {m->out, r};
-    gpt2 = gpt2 || m->target >= ZO_LORA_C_ATTN;
+    gpt2 = gpt2 || m->target == ZO_LORA_C_ATTN || m->target == ZO_LORA_C_PROJ || m->target == ZO_LORA_C_FC;
     snprintf(name, sizeof name, "%s.lora_A.weight", m->peft);
     err = zo_st_writer_add(w, name, ZO_F32, 2, a, params + m->a_off);
     snprintf(name, sizeof name, "%s.lora_B.weight", m->peft);

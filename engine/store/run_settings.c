@@ -368,7 +368,7 @@ int zo_run_settings_of_run(const struct zo_config *cfg, const struct zo_model_co
   struct zo_run_settings *s = calloc(1, sizeof *s);
   struct source src = {.cfg = cfg, .mc = mc, .n_ranks = n_ranks};
   char *init = NULL, *lora_init = NULL;
-  int err = s ? zo_lora_resolve(&cfg->lora, mc->arch, &src.lora) : zo_error(-ENOMEM, "out of host memory");
+  int err = s ? zo_lora_resolve(&cfg->lora, mc, &src.lora) : zo_error(-ENOMEM, "out of host memory");
   src.lora_on = err > 0;
   if (err > 0) err = 0;
   if (!err) err = describe_files("model.init_from", cfg->model.init_from, &init);

@@ -161,7 +161,7 @@ static int base_of(const char *path, const struct zo_export_opts *o, char *base,
 static int read_adapter(const char *path, const struct zo_model_config *mc, struct zo_lora *l,
                         struct zo_lora_table *t, float **params) {
   const struct zo_config_lora lc = {.init_from = (char *)path};
-  int err = zo_lora_resolve(&lc, mc->arch, l);
+  int err = zo_lora_resolve(&lc, mc, l);
   if (err < 0) return err;
   if ((err = zo_lora_table_build(mc, l, t))) return err;
   *params = malloc(t->numel * sizeof **params + 1);

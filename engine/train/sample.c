@@ -366,14 +366,14 @@ static struct zo_config_lora run_lora(const struct zo_config *cfg, const struct 
   return lc;
 }
 
-/* The lora section checked against the loaded model's arch: 0 (off) or 1
+/* The lora section checked against the loaded model mc: 0 (off) or 1
  * with *l (a PEFT adapter directory to apply), else refused: a fresh
  * adapter (lora.r without lora.init_from: PEFT's init has B = 0, the base
  * model exactly, which is never what an eval or a sample of an adapter
  * means). cmd names the command ("eval", "sample") in the refusal. */
-static int resolve_lora(const struct zo_config_lora *lc, enum zo_model_arch arch, const char *cmd,
+static int resolve_lora(const struct zo_config_lora *lc, const struct zo_model_config *mc, const char *cmd,
                         struct zo_lora *l) {
-  const int err = zo_lora_resolve(lc, arch, l);
+  const int err = zo_lora_resolve(lc, mc, l);
   if (err <= 0) return err;
   if (!l->from_adapter)
     return zo_error(-EINVAL, "lora.r = %d without lora.init_from: %s would apply a freshly initialised adapter "
@@ -444,12 +444,12 @@ static struct zo_model *load_inference(const struct zo_config *cfg, const struct
   if (path[0]) {
     if (zo_model_config_from_pretrained(path, cfg->model.spec.n_head, &mc)) return NULL;
   } else {
-    struct zo_config base = *cfg; /* shallow: the lora section is checked below, against mc's arch */
+    struct zo_config base = *cfg; /* shallow: the lora section is checked below, against mc */
     memset(&base.lora, 0, sizeof base.lora);
     if (zo_train_model_config(&base, &mc)) return NULL;
   }
   struct zo_lora l;
-  const int on = resolve_lora(&lc, mc.arch, cmd, &l);
+  const int on = resolve_lora(&lc, &mc, cmd, &l);
   if (on < 0) return NULL;
   if (T > mc.max_seq_len) T = mc.max_seq_len;
   zo_backend_t be = zo_train_backend(cfg, NULL);

@@ -124,7 +124,7 @@ static void say(const struct trainer *t, const char *fmt, ...) {
 static int open_lora(struct trainer *t, float **params) {
   const struct zo_config *cfg = t->cfg;
   struct zo_lora l;
-  int err = zo_lora_resolve(&cfg->lora, t->mc.arch, &l);
+  int err = zo_lora_resolve(&cfg->lora, &t->mc, &l);
   if (err < 0) return err;
   const char *dir = cfg->lora.init_from && cfg->lora.init_from[0] ? cfg->lora.init_from : NULL;
   const char *base = cfg->model.init_from ? cfg->model.init_from : "";

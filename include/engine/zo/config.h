@@ -232,11 +232,13 @@ struct zo_config_checkpoint {     /* "checkpoint" */
 
 /* lora.target_modules: the module names PEFT matches (a module matches when
  * its name ends with the target). GPT-2's c_proj names both attn.c_proj and
- * mlp.c_proj, as in PEFT. */
+ * mlp.c_proj, as in PEFT. The bits are never stored: files hold the names. */
 enum zo_lora_target {
   ZO_LORA_Q_PROJ, ZO_LORA_K_PROJ, ZO_LORA_V_PROJ, ZO_LORA_O_PROJ, /* Llama attention */
   ZO_LORA_GATE_PROJ, ZO_LORA_UP_PROJ, ZO_LORA_DOWN_PROJ,         /* Llama MLP */
   ZO_LORA_C_ATTN, ZO_LORA_C_PROJ, ZO_LORA_C_FC,                  /* GPT-2 (Conv1D: fan_in_fan_out) */
+  ZO_LORA_QKV_PROJ, ZO_LORA_GATE_UP_PROJ,                        /* Phi-3's fused projections (with
+                                                                  * o_proj, down_proj) */
   ZO_LORA_ALL_LINEAR,                                            /* "all-linear": every Linear
                                                                   * but the LM head */
   ZO_LORA_N_TARGETS

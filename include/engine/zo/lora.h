@@ -33,7 +33,9 @@ struct zo_lora {
   char base_model[512]; /* its base_model_name_or_path ("" when absent, null or too long) */
 };
 
-/* Resolves c for a model of arch. With c->init_from, reads
+/* Resolves c for the model mc (its family's module names: Phi-3's
+ * qkv_proj and gate_up_proj, the Llama family's q/k/v_proj and
+ * gate/up_proj, GPT-2's c_attn, c_proj, c_fc). With c->init_from, reads
  * init_from/adapter_config.json (and requires adapter_model.safetensors
  * beside it): its r, lora_alpha, lora_dropout, target_modules and use_rslora
  * win, and a value the config gave that differs is refused. PEFT features not
@@ -43,7 +45,7 @@ struct zo_lora {
  * match the arch). Returns 1 with *out filled when LoRA is on, 0 when it is
  * off (lora.r = 0, no init_from), -EINVAL / -ENOTSUP / -ENOENT with a message
  * naming the key, the value and what would be valid. */
-int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, struct zo_lora *out);
+int zo_lora_resolve(const struct zo_config_lora *c, const struct zo_model_config *mc, struct zo_lora *out);
 
 /* The adapter's base (l->base_model, from adapter_config.json) against the
  * model the run loads from weights (a directory or file; "" for the seeded
@@ -53,15 +55,16 @@ int zo_lora_resolve(const struct zo_config_lora *c, enum zo_model_arch arch, str
  * _name_or_path agrees so. Otherwise -EINVAL naming both and the file. */
 int zo_lora_check_base(const struct zo_lora *l, const char *adapter_dir, const char *weights);
 
-/* The targets an arch has (its Linear layers but the LM head: "all-linear"),
- * and PEFT's default when target_modules is not given (Llama q_proj, v_proj;
- * GPT-2 c_attn). */
-unsigned zo_lora_arch_targets(enum zo_model_arch arch);
-unsigned zo_lora_default_targets(enum zo_model_arch arch);
+/* The targets a family has (its Linear layers but the LM head:
+ * "all-linear"), and PEFT's default when target_modules is not given (Llama
+ * family q_proj, v_proj; GPT-2 c_attn; Phi-3 none, 0: PEFT refuses, and so
+ * does zo_lora_resolve). */
+unsigned zo_lora_family_targets(enum zo_model_family f);
+unsigned zo_lora_default_targets(enum zo_model_family f);
 
 /* One adapter: PEFT's module (one per Hugging Face module: q, k and v
- * separately), attached to rows [row0, row0 + out) of the output of our
- * (possibly fused) base tensor. A (r, in) at a_off and B (out, r) at b_off of
+ * separately; Phi-3's qkv_proj one module over all three), attached to rows
+ * [row0, row0 + out) of the output of our (possibly fused) base tensor. A (r, in) at a_off and B (out, r) at b_off of
  * the flat fp32 adapter buffer, Linear layout as PEFT stores them (GPT-2's
  * Conv1D base is transposed, its adapters are not). */
 #define ZO_LORA_NAME_MAX 128
