@@ -7,7 +7,9 @@
  * once per step, parameter slots reloaded per micro-batch except the blocks
  * a slot still holds, the optimizer state read and written once per step on
  * NVMe, the tokens in and the losses out per micro-batch; LoRA's frozen
- * base on the device or streamed (no gradient out, nothing written back). A placement that
+ * base on the device, streamed from the host or read from NVMe (no
+ * gradient out, nothing written back, the NVMe base computing the device
+ * base's bits). A placement that
  * moves a byte more or less than its schedule says fails. NVMe cases skip
  * when the store cannot be created. */
 #include <errno.h>
@@ -41,15 +43,32 @@ struct moved {
   uint64_t h2d, d2h, nvr, nvw;
 };
 
+/* What a LoRA run computed: the two steps' losses, the adapters and the
+ * base's parameters (fp32) after them; malloc'd, free with bits_free. */
+struct bits {
+  double loss[2];
+  float *adapters, *params;
+  size_t n_adapters, n_params;
+};
+
+static void bits_free(struct bits *b) {
+  free(b->adapters);
+  free(b->params);
+  memset(b, 0, sizeof *b);
+}
+
 /* Builds the placement of sets with K micro-batches, runs two steps and
  * returns the second's bytes in *out (the first warms nothing up: every
  * step queues the same work, but the second also counts the prefetch the
- * first step's end queued for it). Returns 0, 1, or ZO_TEST_SKIP. */
-static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan *p, struct moved *out) {
+ * first step's end queued for it) and, LoRA, what it computed in *bits
+ * (may be NULL). Returns 0, 1, or ZO_TEST_SKIP. */
+static int step_run(const char *const *sets, int n_sets, int K, struct zo_plan *p, struct moved *out,
+                    struct bits *bits) {
   char ks[64];
   snprintf(ks, sizeof ks, "gradient_accumulation_steps=%d", K);
-  const char *all[16];
+  const char *all[24];
   int n = 0;
+  CHECK(n_sets < (int)ZO_ARRAY_LEN(all));
   for (int i = 0; i < n_sets; i++) all[n++] = sets[i];
   all[n++] = ks;
   struct zo_config cfg;
@@ -70,8 +89,7 @@ static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan
                                      .backend = zo_backend_cpu(), .lora = lp ? &lt : NULL, .lora_params = lp};
   struct zo_sched *s = zo_sched_init(&sc);
   free(lp);
-  if (lp) zo_lora_table_free(&lt);
-  if (!s && p->placement.optimizer == ZO_OFFLOAD_NVME) {
+  if (!s && (p->placement.optimizer == ZO_OFFLOAD_NVME || p->placement.param_nvme)) {
     printf("  skipped: NVMe store: %s\n", zo_last_error());
     zo_config_free(&cfg);
     return ZO_TEST_SKIP;
@@ -89,14 +107,29 @@ static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan
     CHECK(zo_etest_sched_step(s, step, K, &hp, fill_random, &loss) == 0);
     CHECK(zo_sched_synchronize(s) == 0);
     zo_sched_stats(s, &st[step - 1]);
+    if (bits) bits->loss[step - 1] = loss;
+  }
+  if (bits) {
+    CHECK(p->placement.frozen);
+    bits->n_adapters = lt.numel;
+    bits->n_params = zo_sched_model(s)->table.numel;
+    CHECK((bits->adapters = malloc(bits->n_adapters * sizeof(float))) != NULL);
+    CHECK((bits->params = malloc(bits->n_params * sizeof(float))) != NULL);
+    CHECK(zo_sched_lora_read(s, bits->adapters, NULL, NULL) == 0);
+    CHECK(zo_sched_get_state(s, bits->params, NULL, NULL) == 0);
   }
   out->h2d = st[1].h2d_bytes - st[0].h2d_bytes;
   out->d2h = st[1].d2h_bytes - st[0].d2h_bytes;
   out->nvr = st[1].nvme_read_bytes - st[0].nvme_read_bytes;
   out->nvw = st[1].nvme_write_bytes - st[0].nvme_write_bytes;
   zo_sched_free(s);
+  if (p->placement.frozen) zo_lora_table_free(&lt);
   zo_config_free(&cfg);
   return 0;
+}
+
+static int step_bytes(const char *const *sets, int n_sets, int K, struct zo_plan *p, struct moved *out) {
+  return step_run(sets, n_sets, K, p, out, NULL);
 }
 
 /* The table's sizes for the plan's model. */
@@ -241,6 +274,88 @@ static int test_lora(void) {
   return 0;
 }
 
+/* The same two steps with the base on the device and on NVMe compute the
+ * same bits: losses, adapters and the base read back. */
+static int same_bits(const char *what, const struct bits *dev, const struct bits *nv) {
+  const bool loss = memcmp(dev->loss, nv->loss, sizeof dev->loss) == 0;
+  const bool ad = dev->n_adapters == nv->n_adapters &&
+                  memcmp(dev->adapters, nv->adapters, dev->n_adapters * sizeof(float)) == 0;
+  const bool base = dev->n_params == nv->n_params && memcmp(dev->params, nv->params, dev->n_params * sizeof(float)) == 0;
+  printf("  %s: losses %.9g %.9g (device %.9g %.9g)%s%s%s\n", what, nv->loss[0], nv->loss[1], dev->loss[0],
+         dev->loss[1], loss ? "" : " DIFFER", ad ? "" : ", adapters DIFFER", base ? "" : ", base DIFFERS");
+  CHECK(loss && ad && base && dev->loss[0] != dev->loss[1]);
+  return 0;
+}
+
+/* LoRA's frozen base on NVMe (issue 47, piece 3): a parameter file written
+ * once by the state I/O, then only read. S = 2 slots, L = 3 blocks: the
+ * block loads of the base on the host (test_lora), per block 1 + K (block
+ * 0: the step's end and each backward), 1 (block 1: the step's end) and K
+ * (block 2: each forward), each read from the file unless max_in_cpu keeps
+ * the block in host memory: NVMe reads = those loads' blocks, NVMe writes
+ * 0, no gradient out; a Llama with an untied embedding gathers the
+ * embedding's rows on the host (B T C working-dtype values in per
+ * micro-batch). Losses, adapters and the base read back are the base on the
+ * device's bits, fp32 and bf16, K = 1 and 4. */
+static int test_lora_nvme(void) {
+  static char path[400], cpu_set[96];
+  snprintf(path, sizeof path, "zero_optimization.offload_param.nvme_path=%s/nvme-base", tmpdir);
+  const char *llama[] = {ZO_ETEST_LLAMA_SMALL};
+  for (int arch = 0; arch < 2; arch++)
+    for (int bf = 0; bf < 2; bf++)
+      for (int in_cpu = 0; in_cpu < 2; in_cpu++)
+        for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+          const int K = Ks[i], S = 2;
+          const char *sets[24];
+          int n = 0;
+          sets[n++] = "lora.r=4";
+          sets[n++] = bf ? "bf16.enabled=true" : "bf16.enabled=false";
+          for (size_t a = 0; arch && a < ZO_ARRAY_LEN(llama); a++) sets[n++] = llama[a];
+          const int n_dev = n;
+          struct zo_plan p;
+          struct moved got;
+          struct bits dev = {0}, nv = {0};
+          CHECK(step_run(sets, n_dev, K, &p, &got, &dev) == 0);
+          CHECK(p.placement.frozen && !p.placement.param_nvme);
+          struct sizes z;
+          CHECK(sizes_of(&p, &z) == 0);
+          /* max_in_cpu: the first block whole in the host pool */
+          snprintf(cpu_set, sizeof cpu_set, "zero_optimization.offload_param.max_in_cpu=%llu",
+                   (unsigned long long)(in_cpu ? z.layer : 0));
+          sets[n++] = "zero_optimization.stage=3";
+          sets[n++] = "zero_optimization.offload_param.device=nvme";
+          sets[n++] = "zero_optimization.offload_param.buffer_count=2";
+          sets[n++] = path;
+          sets[n++] = cpu_set;
+          const int r = step_run(sets, n, K, &p, &got, &nv);
+          if (r == ZO_TEST_SKIP) {
+            bits_free(&dev);
+            return r;
+          }
+          CHECK(r == 0);
+          CHECK(p.placement.frozen && p.placement.param_nvme && !p.placement.grads_nvme && p.placement.param_slots == S);
+          CHECK(p.total[ZO_TIER_NVME] == p.bytes[ZO_TIER_NVME][ZO_MEM_PARAMS] && p.total[ZO_TIER_NVME] > 0);
+          const uint64_t e = bf ? 2 : 4, loads[3] = {1 + (uint64_t)K, 1, (uint64_t)K};
+          uint64_t all = 0, read = 0;
+          for (int l = 0; l < 3; l++) {
+            all += loads[l];
+            if (l >= in_cpu) read += loads[l];
+          }
+          CHECK(all == (uint64_t)S + 2ull * (uint64_t)K * (uint64_t)(z.L - S));
+          const uint64_t rows = arch ? K * z.BT * 36 * e : 0; /* n_embd 36 */
+          const struct moved want = {.h2d = all * z.layer * e + K * z.BT * 8 + rows, .d2h = K * z.BT * 4 + 8,
+                                     .nvr = read * z.layer * e, .nvw = 0};
+          char what[96];
+          snprintf(what, sizeof what, "LoRA, base on NVMe (%s, %s%s)", arch ? "llama" : "gpt2", bf ? "bf16" : "fp32",
+                   in_cpu ? ", block 0 in host memory" : "");
+          CHECK(expect(what, K, &got, &want) == 0);
+          CHECK(same_bits(what, &dev, &nv) == 0);
+          bits_free(&dev);
+          bits_free(&nv);
+        }
+  return 0;
+}
+
 int main(void) {
   if (zo_test_mkdtemp(tmpdir, sizeof tmpdir, "bytes")) return 1;
   static const struct zo_test tests[] = {
@@ -249,6 +364,7 @@ int main(void) {
       ZO_TEST(params_on_host),
       ZO_TEST(optimizer_on_nvme),
       ZO_TEST(lora),
+      ZO_TEST(lora_nvme),
   };
   int rc = ZO_TEST_MAIN(tests);
   zo_test_rmtree(tmpdir);

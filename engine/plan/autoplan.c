@@ -104,7 +104,9 @@ static void describe(const struct cand_spec *s, const struct zo_plan *p, int bas
   else
     snprintf(opt, sizeof opt, "%s", s->opt == ZO_OFFLOAD_NONE ? "device" : offload_word[s->opt]);
   if (p->placement.frozen) /* LoRA: the adapters' optimizer is on the device; the base has none */
-    snprintf(opt, sizeof opt, "LoRA, base %s", s->param == ZO_OFFLOAD_NONE ? "on device" : "streamed");
+    snprintf(opt, sizeof opt, "LoRA, base %s", s->param == ZO_OFFLOAD_NONE  ? "on device"
+                                                : s->param == ZO_OFFLOAD_NVME ? "on nvme"
+                                                                              : "streamed");
   snprintf(buf, size, "%s%s, %s%s%s%s, micro-batch %d x %d%s",
            p->placement.dtype == ZO_BF16 ? "bf16" : p->placement.dtype == ZO_F16 ? "fp16" : "fp32",
            s->ckpt == 2 ? ", ckpt (cpu)" : s->ckpt ? ", ckpt" : "", p->placement.frozen ? "" : "optimizer ", opt, par,
@@ -230,12 +232,14 @@ static int search_all(struct search *S, bool eightbit) {
   if (!have) mbs[n_mb++] = b->micro_batch;
   if (S->o->split_only) return search_split(S, mbs, n_mb);
   const bool nv = a->nvme_dir[0] != '\0';
+  const bool lora = b->lora.r > 0 || (b->lora.init_from && b->lora.init_from[0]);
   const int n_half = !b->bf16 && !b->fp16.enabled && S->o->profile->half_ok ? 2 : 1;
   static const enum zo_offload_device places[][2] = {
       {ZO_OFFLOAD_NONE, ZO_OFFLOAD_NONE}, {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NONE}, {ZO_OFFLOAD_NVME, ZO_OFFLOAD_NONE},
       {ZO_OFFLOAD_CPU, ZO_OFFLOAD_CPU},   {ZO_OFFLOAD_NVME, ZO_OFFLOAD_CPU}, {ZO_OFFLOAD_CPU, ZO_OFFLOAD_NVME},
       {ZO_OFFLOAD_NVME, ZO_OFFLOAD_NVME},
       {ZO_OFFLOAD_NONE, ZO_OFFLOAD_CPU}, /* LoRA: the frozen base streamed, the adapters' optimizer on the device */
+      {ZO_OFFLOAD_NONE, ZO_OFFLOAD_NVME}, /* LoRA: the frozen base read from NVMe */
   };
   for (int i = 0; i < n_mb; i++)
     for (int h = 0; h < n_half; h++)
@@ -244,6 +248,8 @@ static int search_all(struct search *S, bool eightbit) {
           struct cand_spec s = {.B = mbs[i], .K = G / mbs[i], .half = h, .ckpt = ck, .opt = places[pi][0],
                                 .param = places[pi][1], .eightbit = eightbit};
           if (!nv && (s.opt == ZO_OFFLOAD_NVME || s.param == ZO_OFFLOAD_NVME)) continue;
+          /* The base alone on NVMe is LoRA's only: a full fine-tune's search stays as it was. */
+          if (!lora && s.opt == ZO_OFFLOAD_NONE && s.param == ZO_OFFLOAD_NVME) continue;
           struct zo_autoplan_candidate c;
           int r = -1;
           /* The most parameter slots (4 .. 1) that fit, each with two

@@ -320,7 +320,7 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   /* NVMe traffic per step: master, m and v read and written once by the
    * chunk updates; the parameter file (the blocks not kept in host memory)
    * read by every micro-batch's slot loads forward and backward and written
-   * by the update; the gradient file written by every micro-batch, read back
+   * by the update (never, a frozen base's); the gradient file written by every micro-batch, read back
    * by the next one's accumulation and by the update. */
   const size_t *nvb = p->bytes[ZO_TIER_NVME];
   const double st = (double)(nvb[ZO_MEM_MASTER] + nvb[ZO_MEM_ADAM_M] + nvb[ZO_MEM_ADAM_V]);
@@ -329,7 +329,8 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   /* At the step's end (the updates: state, gradients read, parameters
    * written) and during the micro-batches (slot loads, gradient writes and
    * their read-back for accumulation). */
-  const double nv_end = (st + G) / rbw + (st + P) / wbw, nv_run = 2.0 * Kx * P / rbw + Kx * G / wbw + (Kx - 1) * G / rbw;
+  const double Pw = frozen ? 0.0 : P; /* a frozen base's file is only read */
+  const double nv_end = (st + G) / rbw + (st + Pw) / wbw, nv_run = 2.0 * Kx * P / rbw + Kx * G / wbw + (Kx - 1) * G / rbw;
   c->nvme_s = nv_end + nv_run;
   c->nvme_state_s = st / rbw + st / wbw;
 

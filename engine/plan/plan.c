@@ -113,7 +113,7 @@ int zo_plan_build_rank(const struct zo_config *cfg, const struct zo_model_config
     p->budget[ZO_TIER_HOST] = cfg->engine.host_memory_budget;
     snprintf(p->budget_src[ZO_TIER_HOST], 64, "engine.host_memory_budget");
   }
-  if (p->placement.optimizer == ZO_OFFLOAD_NVME) {
+  if (p->placement.optimizer == ZO_OFFLOAD_NVME || p->placement.param_nvme) {
     /* The store creates the directory: its nearest existing ancestor's (0 when unknown). */
     if (zo_fs_free_bytes(p->placement.nvme_path, &p->budget[ZO_TIER_NVME]) != 0) p->budget[ZO_TIER_NVME] = 0;
     snprintf(p->budget_src[ZO_TIER_NVME], 64, "free on nvme_path");

@@ -11,6 +11,7 @@
  *   update.c      norm and AdamW / AdamW8bit updates, host and device
  *   nvme.c        the NVMe pipeline, the state files and their cache
  *   tier.c        the Infinity tier: the blocks' parameters and gradients on NVMe
+ *   base_nvme.c   a frozen base (LoRA) on NVMe: its read-only parameter file
  *   collective.c  every collective across ranks, and init's ranks stage
  *   state.c       state I/O and the rank-0 serving protocol
  *   stats.c       counters, the memory report, the I/O timing
@@ -370,6 +371,11 @@ struct zo_sched {
   int nv_cached[NV_FILES];         /* chunk in nvb[0].file[f], -1 none */
   bool nv_dirty[NV_FILES];         /* the cached chunk was written to */
   bool *nv_valid;                  /* (NV_FILES, n_chunks) the chunk's region of the file was written */
+  /* a frozen base on NVMe (base_nvme.c): the parameter file seen by the
+   * state I/O through a one-block cache in ring buffer 0 */
+  bool *base_valid;                /* (L) block l's region of the parameter file was written */
+  int base_cached;                 /* block in the cache, -1 none */
+  bool base_dirty;                 /* the cached block was written to */
   /* data parallelism (collective.c): comm is the caller's (main thread),
    * grad_comm a duplicate for the optimizer stream; both NULL with one rank */
   zo_comm_t comm, grad_comm;
@@ -658,6 +664,20 @@ int sched_tier_open(struct zo_sched *s);
 int sched_tier_write_params(struct zo_sched *s, int j, const void *src);
 size_t sched_nv_set_bytes(const struct zo_placement *pl, const struct chunk_plan *cp, size_t *mper, size_t *sper,
                           size_t *wper);
+
+/* base_nvme.c: a frozen base's parameter file (LoRA, param_nvme, no optimizer on NVMe) */
+/* Opens the store under pl.nvme_path, the chunks, the parameter file, the
+ * param_io stream (sched_tier_open). Returns 0 or -errno. */
+int sched_base_nvme_open(struct zo_sched *s);
+/* State bytes [off, off + n) of the fp32 parameters (a frozen base: its
+ * working copies, wherever each unit lives). Main thread, streams idle. */
+int sched_base_nvme_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n, bool write);
+/* From zo_sched_state_done: the cached block written back, every file
+ * block written if the parameters were. Returns 0 or -errno. */
+int sched_base_nvme_done(struct zo_sched *s);
+
+/* state.c: k fp32 values at buf to or from a frozen base's device copy at dev. */
+int sched_frozen_dev_access(struct zo_sched *s, void *dev, float *buf, size_t k, bool write);
 
 /* step.c: one step's queueing order */
 int sched_queue_optimizer(struct zo_sched *s);

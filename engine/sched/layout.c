@@ -93,6 +93,8 @@ size_t zo_sched_nvme_plan(const struct zo_placement *pl, const struct zo_tensor_
     state = cp.sfile;
     if (pl->param_nvme) params = cp.pfile;
     if (pl->grads_nvme) grads = cp.gfile;
+  } else if (pl->param_nvme) { /* a frozen base (LoRA): its parameter file alone */
+    params = sched_make_chunks(t, pl, NULL, NULL).pfile;
   }
   if (by_category) {
     memset(by_category, 0, ZO_SCHED_MEM_N_CATEGORIES * sizeof *by_category);
@@ -176,7 +178,8 @@ void sched_host_layout(const struct zo_placement *pl, const struct zo_tensor_tab
    * (ZeRO-3 over ranks) it holds the shard, and each block is gathered from
    * its owners into a slot's gather buffer before it goes to the device. */
   const bool pshard = sharded && pl->param_slots;
-  const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME ? sched_make_chunks(t, pl, NULL, NULL) : (struct chunk_plan){0};
+  const struct chunk_plan cp = pl->optimizer == ZO_OFFLOAD_NVME || pl->param_nvme ? sched_make_chunks(t, pl, NULL, NULL)
+                                                                                  : (struct chunk_plan){0};
   if (pl->param_nvme) { /* the blocks stream from NVMe through a ring, one buffer per slot */
     const int n_cpu = cpu_blocks(pl, t);
     if (n_cpu < t->n_layer)

@@ -11,8 +11,10 @@
  * copy rounded from the master in mixed precision, the gradients zeroed
  * for the next step. The base lives on the device or, with
  * offload_param "cpu", in a host working copy streamed through the
- * parameter slots (read only: nothing of it is ever written back); the
- * placements not built with LoRA are refused by name (zo_placement_check_lora). */
+ * parameter slots, or, with offload_param "nvme", in a parameter file read
+ * into the slots (base_nvme.c): read only, nothing of it is ever written
+ * back; the placements not built with LoRA are refused by name
+ * (zo_placement_check_lora). */
 #include "internal.h"
 
 #include <errno.h>
@@ -24,8 +26,6 @@ int zo_placement_check_lora(const struct zo_placement *pl) {
   const char *why = NULL, *key = NULL;
   if (pl->optimizer != ZO_OFFLOAD_NONE)
     key = "zero_optimization.offload_optimizer", why = "the adapters' optimizer state stays on the device";
-  else if (pl->param_nvme)
-    key = "zero_optimization.offload_param.device = \"nvme\"", why = "the frozen base streams from host RAM (\"cpu\")";
   else if (pl->dp_ranks > 1)
     key = "data parallelism (several ranks)", why = "LoRA trains in one process";
   else if (pl->opt.eightbit)
@@ -36,7 +36,7 @@ int zo_placement_check_lora(const struct zo_placement *pl) {
     key = "activation_checkpointing.cpu_checkpointing", why = "activation checkpointing on the device works";
   if (!key) return 0;
   return zo_error(-ENOTSUP, "lora: %s is not built with LoRA training yet (%s): remove it to train the "
-                  "adapters with the base on the device or streamed from host RAM", key, why);
+                  "adapters with the base on the device, streamed from host RAM or read from NVMe", key, why);
 }
 
 int sched_lora_attach(struct zo_sched *s, const struct zo_sched_config *c) {

@@ -215,7 +215,7 @@ void sched_nv_prime(struct zo_sched *s, int p) {
 /* After a synchronous use of the staging buffers: reads already issued for
  * the next step were overwritten, so issue them again. */
 void sched_nv_reprime(struct zo_sched *s) {
-  if (!s->nv || !s->nv_primed) return;
+  if (!s->nvb || !s->nv_primed) return;
   s->nv_primed = false;
   sched_nv_prime(s, s->parity ^ 1);
 }

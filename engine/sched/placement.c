@@ -67,7 +67,7 @@ void zo_placement_set_ranks(struct zo_placement *pl, int rank, int n_ranks) {
   /* Over ranks the gradients are summed in the host pool (whole or this
    * rank's shard), but with the parameters on NVMe: each block's are summed
    * onto their owners, who keep their shard in their gradient file. */
-  pl->grads_nvme = pl->param_nvme || (n_ranks == 1 && pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
+  pl->grads_nvme = !pl->frozen && (pl->param_nvme || (n_ranks == 1 && pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host));
 }
 
 bool zo_placement_sharded(const struct zo_placement *pl) { return pl->dp_ranks > 1 && pl->zero_stage >= 1; }
@@ -122,11 +122,23 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   if (pl->opt.eightbit && (pl->opt.block < 1 || pl->opt.block > ZO_ADAMW8BIT_BLOCK_MAX))
     return zo_error(-EINVAL, "optimizer.params.block_size = %zu: need 1..%d", pl->opt.block,
                     ZO_ADAMW8BIT_BLOCK_MAX);
+  /* LoRA (the lora section on): the base is frozen (zo_placement_check_lora
+   * says what is built with it); its parameters may leave the device alone,
+   * to the host or to a read-only parameter file on NVMe. */
+  pl->frozen = cfg->lora.r > 0 || (cfg->lora.init_from && cfg->lora.init_from[0]);
   if (z->offload_param.device == ZO_OFFLOAD_NVME) {
-    if (pl->optimizer != ZO_OFFLOAD_NVME)
+    const char *pp = z->offload_param.nvme_path;
+    if (pl->frozen && pl->optimizer == ZO_OFFLOAD_NONE) {
+      /* The adapters' optimizer stays on the device: the store is the base's
+       * alone (its path unset takes offload_optimizer's, as the config does). */
+      pl->nvme_path = pp && pp[0] ? pp : pl->nvme_path;
+      if (!pl->nvme_path || !pl->nvme_path[0])
+        return zo_error(-EINVAL, "zero_optimization.offload_param.nvme_path: needed for device \"nvme\" (the "
+                                 "LoRA run's frozen base is written there once, then only read)");
+    } else if (pl->optimizer != ZO_OFFLOAD_NVME) {
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"nvme\" needs the optimizer on "
                                 "NVMe too: set zero_optimization.offload_optimizer.device to \"nvme\"");
-    const char *pp = z->offload_param.nvme_path;
+    }
     if (pp && pp[0] && pl->nvme_path && pl->nvme_path[0] && strcmp(pp, pl->nvme_path) != 0)
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.nvme_path = \"%s\" differs from "
                                 "zero_optimization.offload_optimizer.nvme_path = \"%s\": the tier keeps one "
@@ -138,9 +150,6 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
     pl->param_nvme = true;
     pl->param_max_in_cpu = (size_t)z->offload_param.max_in_cpu;
   }
-  /* LoRA (the lora section on): the base is frozen (zo_placement_check_lora
-   * says what is built with it); its parameters may leave the device alone. */
-  pl->frozen = cfg->lora.r > 0 || (cfg->lora.init_from && cfg->lora.init_from[0]);
   if (z->offload_param.device != ZO_OFFLOAD_NONE) {
     if (pl->optimizer == ZO_OFFLOAD_NONE && !pl->frozen)
       return zo_error(-ENOTSUP, "zero_optimization.offload_param.device = \"cpu\" needs the "
@@ -165,7 +174,8 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->zero_stage = z->stage;
   pl->overlap_comm = z->overlap_comm;
   pl->dp_ranks = 1;
-  pl->grads_nvme = pl->param_nvme || (pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host);
+  /* A frozen base has no gradients: its parameter file is the only one. */
+  pl->grads_nvme = !pl->frozen && (pl->param_nvme || (pl->optimizer == ZO_OFFLOAD_NVME && pl->grads_on_host));
   if (pl->optimizer == ZO_OFFLOAD_NVME) {
     if (pl->nvme_buffers < 2)
       return zo_error(-EINVAL, "zero_optimization.offload_optimizer.buffer_count = %d: the NVMe "
@@ -208,8 +218,11 @@ const char *zo_placement_describe(const struct zo_placement *pl, char *buf, size
                                                      : " (gradients reduce-scattered)");
   }
   if (pl->frozen) {
-    char base[96] = "on the device";
-    if (pl->param_slots) snprintf(base, sizeof base, "on the host, streamed through %d device slots", pl->param_slots);
+    char base[160] = "on the device";
+    if (pl->param_nvme)
+      snprintf(base, sizeof base, "on NVMe (a read-only parameter file; %d host ring buffers, %d device slots; "
+               "max_in_cpu %zu elements)", pl->param_slots, pl->param_slots, pl->param_max_in_cpu);
+    else if (pl->param_slots) snprintf(base, sizeof base, "on the host, streamed through %d device slots", pl->param_slots);
     snprintf(buf, size, "LoRA: the base frozen %s (no gradients or optimizer state), the adapters' "
              "gradients, fp32 master, m and v on the device%s%s", base, ck, prec);
     return buf;

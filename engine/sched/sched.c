@@ -249,12 +249,14 @@ struct zo_sched *zo_sched_init(const struct zo_sched_config *c) {
   pthread_mutex_init(&s->err_mu, NULL);
   s->n_ranks = n_ranks;
   s->pfile_id = s->gfile_id = -1;
+  for (int f = 0; f < NV_FILES; f++) s->file_id[f] = -1;
   if (n_ranks > 1) {
     s->comm = c->comm;
     s->grad_comm = grad_comm;
   }
   if (init_model(s, c) || (s->sharded && sched_init_ranks(s, c->comm)) || init_host(s, c) || init_optimizer(s, c) ||
-      init_streams(s) || (s->pl.optimizer == ZO_OFFLOAD_NVME && sched_nvme_open(s))) {
+      init_streams(s) || (s->pl.optimizer == ZO_OFFLOAD_NVME && sched_nvme_open(s)) ||
+      (s->pl.frozen && s->pl.param_nvme && sched_base_nvme_open(s))) {
     zo_sched_free(s);
     return NULL;
   }
@@ -272,7 +274,7 @@ int zo_sched_synchronize(struct zo_sched *s) {
   for (int i = 0; i < 8; i++)
     if (streams[i] && !err) err = be->stream_synchronize(streams[i]);
   if (err) return err;
-  if (s->nv && !atomic_load(&s->err))
+  if (s->nvb && !atomic_load(&s->err)) /* the optimizer's pipeline (not a frozen base's file alone) */
     for (int b = 0; b < s->pl.nvme_buffers && !err; b++) err = sched_nv_buffer_drain(s, &s->nvb[b]);
   if (err) async_fail(s, err);
   return async_error(s);
@@ -361,6 +363,7 @@ void zo_sched_free(struct zo_sched *s) {
   free(s->nv_segs[0]);
   free(s->nv_segs[1]);
   free(s->nv_valid);
+  free(s->base_valid);
   pthread_mutex_destroy(&s->err_mu);
   free(s);
 }
@@ -388,7 +391,7 @@ void zo_sched_micro_batch(struct zo_sched *s, int k) {
   s->n_valid[k] = n;
   s->k = k;
   /* The step's first state reads overlap its forward and backward. */
-  if (s->nv && k == 0) sched_nv_prime(s, s->parity ^ 1);
+  if (s->nvb && k == 0) sched_nv_prime(s, s->parity ^ 1);
   /* The LM head's backward runs chunk by chunk inside the forward. The loss
    * scale is a power of two, so scaling dloss is exact. Over N ranks the
    * denominator is the global micro-batch's tokens, the same float as one
@@ -432,7 +435,7 @@ int zo_sched_step_end(struct zo_sched *s, long t, const struct zo_adamw_hparams 
   if (s->stepped && ((err = be->event_synchronize(s->opt_done[s->U - 1])) ||
                      (err = be->event_synchronize(s->param_ready[s->U - 1]))))
     return err;
-  if (s->nv && s->n_chunks && (err = be->event_synchronize(s->chunk_h2d[s->n_chunks - 1]))) return err;
+  if (s->nvb && s->n_chunks && (err = be->event_synchronize(s->chunk_h2d[s->n_chunks - 1]))) return err;
   if ((err = async_error(s))) return err;
   s->parity ^= 1;
   struct step_args *sa = &s->step[s->parity];

@@ -61,22 +61,12 @@ static int state_enter(struct zo_sched *s) {
   return 0;
 }
 
-/* A frozen base has no fp32 master: its parameters' bytes [off, off + n)
- * of the fp32 state are its one working copy, the host's (streamed through
- * the slots; the device's resident units follow in zo_sched_state_done) or
- * the device's, rounded on the way in and widened on the way out. */
-static int frozen_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n, bool write) {
-  ZO_ASSERT(off % sizeof(float) == 0 && n % sizeof(float) == 0);
-  const size_t k = n / sizeof(float), e = s->m->esize;
-  if (s->h.params) {
-    void *host = host_params_at(s, off / sizeof(float));
-    if (write) zo_cpu_cast(host, s->m->dtype, buf, ZO_F32, k);
-    else zo_cpu_cast(buf, ZO_F32, host, s->m->dtype, k);
-    return 0;
-  }
+/* k fp32 values at buf to or from a frozen base's device working copy at
+ * dev, rounded on the way in and widened on the way out. */
+int sched_frozen_dev_access(struct zo_sched *s, void *dev, float *buf, size_t k, bool write) {
+  const size_t e = s->m->esize;
   void *tmp = malloc(k * e + 1);
   if (!tmp) return sched_no_memory();
-  uint8_t *dev = zo_model_at(s->m, s->m->params, off / sizeof(float));
   int err = 0;
   if (write) {
     zo_cpu_cast(tmp, s->m->dtype, buf, ZO_F32, k);
@@ -88,13 +78,31 @@ static int frozen_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n,
   return err;
 }
 
+/* A frozen base has no fp32 master: its parameters' bytes [off, off + n)
+ * of the fp32 state are its one working copy, the host's (streamed through
+ * the slots; the device's resident units follow in zo_sched_state_done),
+ * the NVMe parameter file's (base_nvme.c) or the device's. */
+static int frozen_access(struct zo_sched *s, size_t off, uint8_t *buf, size_t n, bool write) {
+  ZO_ASSERT(off % sizeof(float) == 0 && n % sizeof(float) == 0);
+  const size_t k = n / sizeof(float);
+  if (s->pl.param_nvme) return sched_base_nvme_access(s, off, buf, n, write);
+  if (s->h.params) {
+    void *host = host_params_at(s, off / sizeof(float));
+    if (write) zo_cpu_cast(host, s->m->dtype, buf, ZO_F32, k);
+    else zo_cpu_cast(buf, ZO_F32, host, s->m->dtype, k);
+    return 0;
+  }
+  return sched_frozen_dev_access(s, zo_model_at(s->m, s->m->params, off / sizeof(float)), (float *)(void *)buf, k,
+                                 write);
+}
+
 /* Bytes of this rank's shard, where they live. */
 static int local_access(struct zo_sched *s, enum zo_state_part p, size_t off, uint8_t *buf, size_t n, bool write) {
   bool dev;
   size_t first;
   uint8_t *base = part_base(s, p, &dev, &first);
   int err = 0;
-  if (s->pl.frozen && (s->pl.dtype != ZO_F32 || s->h.params)) {
+  if (s->pl.frozen && (s->pl.dtype != ZO_F32 || s->h.params || s->pl.param_nvme)) {
     err = frozen_access(s, off, buf, n, write);
   } else if (!base) {
     err = sched_nv_access(s, p == ZO_STATE_PARAMS ? NV_MASTER : p == ZO_STATE_M ? NV_M : NV_V, off, buf, n, write);
@@ -332,7 +340,9 @@ static int working_copies_sync(struct zo_sched *s) {
 int zo_sched_state_done(struct zo_sched *s) {
   if (!s->st_active) return 0;
   int err = 0;
-  if (s->nv) {
+  if (s->nv && !s->nvb) { /* a frozen base's parameter file alone */
+    err = sched_base_nvme_done(s);
+  } else if (s->nv) {
     for (int f = 0; f < NV_FILES && !err; f++) err = sched_nv_flush(s, f);
     for (size_t i = 0; s->st_wrote && !err && i < NV_FILES * (size_t)s->n_chunks; i++)
       if (!s->nv_valid[i])
@@ -341,7 +351,7 @@ int zo_sched_state_done(struct zo_sched *s) {
                        part_names[i / (size_t)s->n_chunks], i % (size_t)s->n_chunks);
   }
   if (!err && s->st_params_wrote) err = working_copies_sync(s);
-  if (s->nv) {
+  if (s->nvb) {
     for (int f = 0; f < NV_FILES; f++) s->nv_cached[f] = -1;
     sched_nv_reprime(s);
   }

@@ -118,7 +118,7 @@ int zo_sched_time_io(struct zo_sched *s, double *seconds) {
   int err = zo_sched_synchronize(s);
   if (err) return err;
   const double t0 = zo_time_s();
-  if (s->nv) {
+  if (s->nvb) {
     /* The step's pipeline without the update: d chunks read ahead, each
      * chunk written back as soon as read, its buffer refilled once the
      * write is done. */

@@ -300,39 +300,19 @@ void sched_norm_res_fn(void *arg) {
   }
 }
 
-/* From sched_nvme_open, once the chunks are made: the gradient and parameter
- * files (fallocated: a disk too small fails here, before step 1), the
- * tables, the stream and the events. */
-int sched_tier_open(struct zo_sched *s) {
-  if (!s->pl.grads_nvme) return 0;
-  const struct chunk_plan cp = sched_make_chunks(s->t, &s->pl, NULL, NULL);
-  const bool params = s->pl.param_nvme;
-  s->n_cpu = cpu_blocks(&s->pl, s->t);
-  s->block_pbytes = cp.block_pbytes;
-  s->block_gbytes = cp.block_gbytes;
-  s->unit_chunk = calloc((size_t)s->U + 1, sizeof *s->unit_chunk);
+/* The gradient file and its tables (grads_nvme). */
+static int tier_grads_open(struct zo_sched *s, const struct chunk_plan *cp) {
   s->gio_tasks = calloc((size_t)s->pl.grad_accum * (size_t)s->L, sizeof *s->gio_tasks);
   if (!s->norm_host) s->norm_host = calloc((size_t)s->t->n_tensors, sizeof *s->norm_host);
-  if (params) {
-    s->ring_ready = calloc((size_t)s->n_slots, sizeof *s->ring_ready);
-    s->pread_tasks = calloc((size_t)s->L, sizeof *s->pread_tasks);
-  }
-  if (!s->unit_chunk || !s->gio_tasks || !s->norm_host || (params && (!s->ring_ready || !s->pread_tasks)))
-    return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
-  for (int u = s->U, j = s->n_chunks; u >= 0; u--) {
-    while (j > 0 && s->chunks[j - 1].unit >= u) j--;
-    s->unit_chunk[u] = u == s->U ? s->n_chunks : j;
-  }
+  if (!s->gio_tasks || !s->norm_host) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
   /* The most chunks of a block: each has a read and a write request. */
   for (int u = 1; u <= s->L; u++)
     if (s->unit_chunk[u + 1] - s->unit_chunk[u] > s->gio_max) s->gio_max = s->unit_chunk[u + 1] - s->unit_chunk[u];
   s->gio_req = calloc(2 * (size_t)(s->gio_max > 0 ? s->gio_max : 1), sizeof *s->gio_req);
   if (!s->gio_req) return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
-  for (int l = 0; l < s->L; l++) {
-    if (params) s->pread_tasks[l] = (struct task){s, l, 0};
+  for (int l = 0; l < s->L; l++)
     for (int k = 0; k < s->pl.grad_accum; k++)
       s->gio_tasks[(size_t)k * (size_t)s->L + (size_t)l] = (struct gio_task){s, l, k, s->h.stage[0]};
-  }
   s->norm_res_task = (struct task){s, 0, 0};
   /* The resident ranges in pieces of at most a block (never across the
    * head / tail boundary); the tail's on the device (a streamed LM head's
@@ -359,8 +339,36 @@ int sched_tier_open(struct zo_sched *s) {
   }
   int err;
   /* Sharded, a rank may own no part of any block: no file then. */
-  if (cp.gfile && (err = zo_nvme_file_create(s->nv, "grads", cp.gfile, &s->gfile_id)))
+  if (cp->gfile && (err = zo_nvme_file_create(s->nv, "grads", cp->gfile, &s->gfile_id)))
     return error_prefixed(err, "NVMe tier: creating the gradient file");
+  return 0;
+}
+
+/* From sched_nvme_open (or sched_base_nvme_open, a frozen base's parameter
+ * file alone), once the chunks are made: the gradient and parameter files
+ * (fallocated: a disk too small fails here, before step 1), the tables,
+ * the stream and the events. */
+int sched_tier_open(struct zo_sched *s) {
+  const bool params = s->pl.param_nvme, grads = s->pl.grads_nvme;
+  if (!grads && !params) return 0;
+  const struct chunk_plan cp = sched_make_chunks(s->t, &s->pl, NULL, NULL);
+  s->n_cpu = cpu_blocks(&s->pl, s->t);
+  s->block_pbytes = cp.block_pbytes;
+  s->block_gbytes = cp.block_gbytes;
+  s->unit_chunk = calloc((size_t)s->U + 1, sizeof *s->unit_chunk);
+  if (params) {
+    s->ring_ready = calloc((size_t)s->n_slots, sizeof *s->ring_ready);
+    s->pread_tasks = calloc((size_t)s->L, sizeof *s->pread_tasks);
+  }
+  if (!s->unit_chunk || (params && (!s->ring_ready || !s->pread_tasks)))
+    return zo_error(-ENOMEM, "out of host memory for the NVMe tier's tables");
+  for (int u = s->U, j = s->n_chunks; u >= 0; u--) {
+    while (j > 0 && s->chunks[j - 1].unit >= u) j--;
+    s->unit_chunk[u] = u == s->U ? s->n_chunks : j;
+  }
+  for (int l = 0; l < s->L && params; l++) s->pread_tasks[l] = (struct task){s, l, 0};
+  int err;
+  if (grads && (err = tier_grads_open(s, &cp))) return err;
   if (!params) return 0;
   if (cp.pfile && (err = zo_nvme_file_create(s->nv, "params", cp.pfile, &s->pfile_id)))
     return error_prefixed(err, "NVMe tier (zero_optimization.offload_param.device = \"nvme\"): creating the "
