@@ -18,7 +18,10 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
      losses and norms bit for bit, and so do random stream delays
      (ZO_STREAM_DELAY_US): the events order the adapters' step; so does
      the base streamed from host RAM through one device slot (issue 47,
-     piece 2), with and without delays, in fp32 and bf16.
+     piece 2) and the base read from a parameter file on NVMe through two
+     (piece 3), with and without delays, in fp32 and bf16, and with 4
+     micro-batches a step (fp32 and bf16) the device, host and NVMe bases
+     agree bit for bit.
   3. bf16 (base and activations in bf16, the adapters with fp32 masters):
      the losses stay within 2% of the float64 run's, and differ from the
      fp32 run's (the working dtype applies).
@@ -28,7 +31,8 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
      the base and its loss is `zoffload eval --adapter CHECKPOINT`'s within
      1e-5, and so is eval's of the run's config (its latest checkpoint
      applied over model.init_from); 5 steps, then --resume auto to 10, give the same losses, norms
-     and adapter and optimizer files, bit for bit; resuming over another
+     and adapter and optimizer files, bit for bit, and so with the base on
+     NVMe (reloaded into its parameter file); resuming over another
      base is refused naming both; the checkpoint given as a model is
      refused naming it.
   5. Export (piece 4): `export CHECKPOINT --adapter` writes the checkpoint's
@@ -37,7 +41,8 @@ step), saved with PEFT's save_pretrained: the run starts from that adapter
      merge_and_unload within 1e-6 of each tensor's largest element, with
      the base's family in config.json; a LoRA checkpoint exported without
      either, and --merge of a plain model, are refused saying why.
-  6. Refused by name: the optimizer or the parameters offloaded with LoRA,
+  6. Refused by name: the optimizer offloaded with LoRA (also beside the
+     base on NVMe),
      AdamW8bit, fp16, lora_dropout > 0.
 Models: a Llama with GQA (all seven projections), a Qwen2 (q/k/v biases;
 transformers 4.36 has no Qwen2, so a Llama whose q/k/v carry biases is
@@ -179,14 +184,38 @@ def case(binary, tmp, tokens, tok_path, name, kind, build, lora_cfg, max_norm):
     dl, out = zo_steps(binary, config, metrics, env=env)
     check(dl == got, f"{name}: random stream delays give the same losses and norms, bit for bit "
           f"{out[-300:] if dl is None else ''}")
+    nvme = nvme_sets(tmp, name)
+    ns, out = zo_steps(binary, config, metrics, *nvme)
+    check(ns == got and "frozen on NVMe (a read-only parameter file" in out, f"{name}: the base read from NVMe "
+          f"(two slots) gives the same losses and norms, bit for bit {out[-300:]}")
+    nd, out = zo_steps(binary, config, metrics, *nvme, env=env)
+    check(nd == got, f"{name}: ... and so with random stream delays {out[-300:] if nd is None else ''}")
     checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, tokens)
     bf, out = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true")
     bh, out_h = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true", *host)
     check(bh == bf, f"{name}: bf16 with the base streamed from the host equals bf16 on the device, bit for bit "
           f"{out_h[-300:] if bh is None else ''}")
+    bn, out_n = zo_steps(binary, config, metrics, "--set", "bf16.enabled=true", *nvme)
+    check(bn == bf, f"{name}: bf16 with the base on NVMe equals bf16 on the device, bit for bit "
+          f"{out_n[-300:] if bn is None else ''}")
+    for prec in ("false", "true"):  # accumulation 4: the three places of the base agree, fp32 and bf16
+        k4 = ["--set", "gradient_accumulation_steps=4", "--set", f"bf16.enabled={prec}"]
+        d4, out = zo_steps(binary, config, metrics, *k4)
+        h4, out_h = zo_steps(binary, config, metrics, *k4, *host)
+        n4, out_n = zo_steps(binary, config, metrics, *k4, *nvme)
+        check(d4 is not None and len(d4) == STEPS and h4 == d4 and n4 == d4 and d4 != (bf if prec == "true" else got),
+              f"{name}: 4 micro-batches a step, bf16 {prec}: the base on the host and on NVMe give the device's "
+              f"losses and norms, bit for bit {(out + out_h + out_n)[-400:]}")
     wb = worst(bf, ref, 0)
     check(bf is not None and wb <= BF16_RTOL and bf != got, f"{name}: bf16 losses within {BF16_RTOL} of PEFT's "
           f"float64 ones and not fp32's (worst rel {wb:.3g}) {out[-300:] if bf is None else ''}")
+
+
+def nvme_sets(tmp, name):
+    """The frozen base on NVMe: a parameter file under tmp, two slots."""
+    return ["--set", "zero_optimization.stage=3", "--set", "zero_optimization.offload_param.device=nvme",
+            "--set", f"zero_optimization.offload_param.nvme_path={os.path.join(tmp, 'nvme-' + name)}",
+            "--set", "zero_optimization.offload_param.buffer_count=2"]
 
 
 def same_files(a, b, names):
@@ -235,6 +264,18 @@ def checkpoints(binary, tmp, name, config, metrics, got, pm, build, base_dir, to
           same_files(ck, rck, ["adapter_model.safetensors", "adapter_optimizer.safetensors"]),
           f"{name}: 5 steps, then --resume auto to {STEPS}, give the uninterrupted run's losses, norms, adapters and "
           f"optimizer state, bit for bit {(out_a + out_b)[-400:]}")
+    ndir = os.path.join(tmp, f"ck-{name}-resume-nvme")
+    nvme = nvme_sets(tmp, name)
+    a, out_a = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={ndir}", "--set", "checkpoint.every=5",
+                        "--set", "steps=5", *nvme)
+    b, out_b = zo_steps(binary, config, metrics, "--set", f"checkpoint.dir={ndir}", "--set", "checkpoint.every=5",
+                        "--resume", "auto", *nvme)
+    nck = os.path.join(ndir, f"checkpoint-{STEPS}")
+    check(a is not None and b is not None and a + b == got and os.path.isdir(nck) and
+          same_files(ck, nck, ["adapter_model.safetensors", "adapter_optimizer.safetensors"]),
+          f"{name}: with the base on NVMe, 5 steps, then --resume auto (the base read from model.init_from into the "
+          f"parameter file again) to {STEPS}, give the uninterrupted run's losses, norms, adapters and optimizer "
+          f"state, bit for bit {(out_a + out_b)[-400:]}")
     other = os.path.join(tmp, f"base-{name}-other")
     save_base(gpt2(99) if name == "gpt2" else llama(99, qkv_bias=name == "qwen2"), other, name)
     rc, out = zo_run(binary, "train", config, "--set", f"checkpoint.dir={rdir}", "--resume", "auto", "--set",
