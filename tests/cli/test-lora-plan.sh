@@ -7,8 +7,11 @@
 # shapes (r (in + out) per module, 32 layers: 41943040 parameters, fp32):
 # master weights, AdamW m and AdamW v exactly that many floats each, the
 # gradients that plus their 8-byte sum of squares (arena-rounded); the base
-# has none of them. A tiny Llama's LoRA run, the base on the device and
-# streamed from the host, peaks at exactly the planned bytes on both tiers.
+# has none of them. The base on NVMe (piece 3): the same device bytes, a
+# parameter file of the blocks' chunks, the planner ranking it when the host
+# is too small. A tiny Llama's LoRA run, the base on the device, streamed
+# from the host or read from NVMe, peaks at exactly the planned bytes on
+# both tiers.
 # Usage: test-lora-plan.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -41,6 +44,26 @@ done
 # The base in bf16 on the host: 2 bytes a parameter (8.03e9 parameters: 14.96 GiB).
 check "the bf16 base on the host" "grep -Eq '^  parameters +[0-9.]+ GiB +14\\.96 GiB' '$tmp/plan8b.out'"
 
+# The base on NVMe (issue 47, piece 3): the device bytes of the base streamed
+# from the host; the host keeps the two ring buffers and the untied
+# embedding (bf16) instead of the base; the parameter file holds the 32
+# blocks, each block's chunks of at most sub_group_size (16777216) elements,
+# each chunk rounded up to aio.block_size (1 MiB), in bf16.
+expect 0 "frozen on NVMe (a read-only parameter file" plan8bnv -- plan "$repo/configs/llama-8b.json" "${lora8b[@]}" \
+  --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path="$tmp/nvme8b"
+layer=$(( 2 * C * C + 2 * C * KV + 3 * C * I + 2 * C )) sub=16777216 mib=1048576
+up() { echo $(( ($1 + mib - 1) / mib * mib )); }
+block=$(( layer / sub * $(up $(( sub * 2 ))) + (layer % sub ? $(up $(( layer % sub * 2 ))) : 0) ))
+nv_exact='^  exact bytes: device \([0-9]*\), host \([0-9]*\), nvme \([0-9]*\)$'
+nv_dev=$(sed -n "s/$nv_exact/\1/p" "$tmp/plan8bnv.out")
+nv_host=$(sed -n "s/$nv_exact/\2/p" "$tmp/plan8bnv.out")
+nv_nvme=$(sed -n "s/$nv_exact/\3/p" "$tmp/plan8bnv.out")
+check "base on NVMe: the streamed base's device bytes ($nv_dev == $device)" "[[ -n '$nv_dev' && '$nv_dev' == '$device' ]]"
+check "base on NVMe: the file is the 32 blocks in bf16 ($nv_nvme == 32 x $block)" \
+  "[[ '$nv_nvme' == $(( 32 * block )) ]]"
+check "base on NVMe: the host holds 2 ring buffers and the embedding ($nv_host <= 2 GiB)" \
+  "(( ${nv_host:-0} >= 2 * block + 128256 * C * 2 && ${nv_host:-0} <= 2 * 1024 ** 3 ))"
+
 # The planner chooses (issue 47, piece 4): Llama-3-8B LoRA on a 10 GiB CUDA
 # device with 32 GiB of host: the base (16 GB in bf16) cannot stay on the
 # device, so every candidate that fits streams it, the adapters' optimizer
@@ -53,7 +76,17 @@ check "8B LoRA: #1 streams the base with a predicted time" \
   "grep -Eq '^ +1 +[0-9.]+ +[0-9]+ .*LoRA, base streamed' '$tmp/auto8b.out'"
 check "8B LoRA: no candidate keeps the base on the device" "! grep -q 'LoRA, base on device' '$tmp/auto8b.out'"
 
-# A tiny Llama: planned == peak, base on the device and on the host.
+# With 8 GiB of host the base fits neither the device nor the host: every
+# candidate that fits reads it from NVMe (piece 3).
+expect 0 "LoRA, base on nvme" auto8bnv -- plan "$repo/configs/llama-8b.json" --auto --backend cuda --host-ram 8GiB \
+  --nvme-path "$tmp" --set lora.r=16 --set lora.alpha=32 --set lora.target_modules=all-linear \
+  --set engine.gpu_memory_budget=10GiB --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=16 \
+  --set data.seq_len=2048
+check "8B LoRA, 8 GiB host: candidates fit" "grep -Eq '^searched [0-9]+ candidates .*, [1-9][0-9]* fit' '$tmp/auto8bnv.out'"
+check "8B LoRA, 8 GiB host: every ranked candidate reads the base from NVMe" \
+  "! grep -E '^ +[0-9]+ +[0-9.]+ +[0-9]+ ' '$tmp/auto8bnv.out' | grep -v -q 'LoRA, base on nvme'"
+
+# A tiny Llama: planned == peak, base on the device, on the host and on NVMe.
 cat >"$tmp/tiny.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps": 2,
  "model": {"arch": "llama", "n_layer": 2, "n_head": 2, "num_key_value_heads": 1, "n_embd": 32,
@@ -62,10 +95,13 @@ cat >"$tmp/tiny.json" <<JSON
  "data": {"train": "$tmp/train.bin", "format": "u16", "seq_len": 32},
  "engine": {"device": "cpu"}, "log": {"every": 100}}
 JSON
-for where in device host; do
+for where in device host nvme; do
   extra=()
   [[ $where == host ]] && extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
                                  --set zero_optimization.offload_param.buffer_count=1)
+  [[ $where == nvme ]] && extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme
+                                 --set zero_optimization.offload_param.nvme_path="$tmp/nvme-tiny"
+                                 --set zero_optimization.offload_param.buffer_count=2)
   for bf in false true; do
     expect 0 "memory: device arena" "tiny-$where-$bf" -- train "$tmp/tiny.json" "${extra[@]}" --set bf16.enabled=$bf
     line=$(grep '^memory:' "$tmp/tiny-$where-$bf.out")
