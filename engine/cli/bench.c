@@ -330,6 +330,7 @@ static int plan_and_device(const struct zo_config *cfg, zo_backend_t be, struct 
   dev->optimizer = ZO_OFFLOAD_NONE;
   dev->grads_on_host = false;
   dev->param_slots = 0;
+  dev->param_nvme = dev->grads_nvme = false; /* no NVMe file either (a frozen base's would open one) */
   return 0;
 }
 

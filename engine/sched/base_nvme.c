@@ -18,6 +18,7 @@
 #include "zo/cpu.h"
 
 int sched_base_nvme_open(struct zo_sched *s) {
+  ZO_ASSERT(s->n_slots > 0); /* the blocks live in the file and the slots, none on the device */
   struct zo_nvme_config nc = {.dir = s->pl.nvme_path, .block_size = s->pl.nvme_block,
                               .queue_depth = s->pl.nvme_queue_depth};
   s->nv = zo_nvme_init(&nc);

@@ -11,7 +11,8 @@
 # parameter file of the blocks' chunks, the planner ranking it when the host
 # is too small. A tiny Llama's LoRA run, the base on the device, streamed
 # from the host or read from NVMe, peaks at exactly the planned bytes on
-# both tiers.
+# both tiers; its `bench step --json` with the base on NVMe reads the block
+# loads' bytes and writes none.
 # Usage: test-lora-plan.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -111,6 +112,19 @@ for where in device host nvme; do
       "[[ '$line' =~ host\ pool\ ([0-9.]+\ [KMG]?i?B)\ planned,\ ([0-9.]+\ [KMG]?i?B)\ peak ]] && [[ \${BASH_REMATCH[1]} == \${BASH_REMATCH[2]} ]]"
   done
 done
+# bench step --json with the base on NVMe, 3 blocks through 2 slots, 2
+# micro-batches: 2 + 2 x 2 x (3 - 2) = 6 block loads a step, each read from
+# the parameter file (9280 fp32 parameters a block: q 32 x 32, k and v
+# 16 x 32, o 32 x 32, gate, up, down 3 x 32 x 64, two norms of 32), nothing
+# written; out only the losses (2 x 2 x 32 floats) and the adapters' fp64
+# sum of squares.
+expect 0 '"nvme_write_bytes": 0}' bench-nvme -- bench step "$tmp/tiny.json" --json --steps 2 --set model.n_layer=3 \
+  --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme \
+  --set zero_optimization.offload_param.nvme_path="$tmp/nvme-bench" --set zero_optimization.offload_param.buffer_count=2
+bench_json=$(tail -1 "$tmp/bench-nvme.out")
+check "bench step, base on NVMe: 6 blocks read a step, none written, 520 bytes out ($bench_json)" \
+  "python3 -c 'import json, sys; j = json.loads(sys.argv[1]); sys.exit(0 if (j[\"nvme_read_bytes\"], j[\"nvme_write_bytes\"], j[\"d2h_bytes\"]) == (6 * 9280 * 4, 0, 520) else 1)' '$bench_json'"
+
 # engine.placement = "auto" trains a LoRA run with the planner's choice.
 expect 0 "lora: r 4" auto-train -- train "$tmp/tiny.json" --set engine.placement=auto
 # The cost model: a LoRA step (no base weight gradients) is predicted
