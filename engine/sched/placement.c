@@ -128,9 +128,10 @@ int zo_placement_from_config(const struct zo_config *cfg, int n_layer, struct zo
   pl->frozen = cfg->lora.r > 0 || (cfg->lora.init_from && cfg->lora.init_from[0]);
   if (z->offload_param.device == ZO_OFFLOAD_NVME) {
     const char *pp = z->offload_param.nvme_path;
-    if (pl->frozen && pl->optimizer == ZO_OFFLOAD_NONE) {
-      /* The adapters' optimizer stays on the device: the store is the base's
-       * alone (its path unset takes offload_optimizer's, as the config does). */
+    if (pl->frozen && pl->optimizer != ZO_OFFLOAD_NVME) {
+      /* The adapters' optimizer stays on the device (zo_placement_check_lora
+       * refuses it elsewhere): the store is the base's alone, its path unset
+       * taking offload_optimizer's, as the config does. */
       pl->nvme_path = pp && pp[0] ? pp : pl->nvme_path;
       if (!pl->nvme_path || !pl->nvme_path[0])
         return zo_error(-EINVAL, "zero_optimization.offload_param.nvme_path: needed for device \"nvme\" (the "
