@@ -27,7 +27,9 @@
  * parameters on cpu (the resident ranges' too when they fit in one block);
  * the norm takes this rank's tensors' sums. max_in_cpu blocks keep their
  * whole-block host layout, this rank's parts filled. Not over ranks: a
- * stage below 3 (zo_sched_init refuses it). */
+ * stage below 3 (zo_sched_init refuses it). A LoRA run's frozen base uses
+ * the parameter file and the slot loads alone (base_nvme.c writes it at
+ * load; no chunk update ever does). */
 #include "internal.h"
 
 #include <errno.h>

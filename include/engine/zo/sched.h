@@ -97,13 +97,15 @@ struct zo_placement {
   bool grads_on_host;   /* gradients accumulated on the host (stage >= 2 with offload) */
   int param_slots;      /* 0: parameters on the device; K: on the host, K device slots */
   bool param_nvme;      /* the blocks' working parameters on NVMe (offload_param.device
-                         * "nvme", optimizer on NVMe): a file laid out like the optimizer's
-                         * chunks, read param_slots blocks ahead into as many host ring
-                         * buffers (one per slot) on an I/O stream of its own */
+                         * "nvme", optimizer on NVMe, or a LoRA run's frozen base alone): a
+                         * file laid out like the optimizer's chunks, read param_slots blocks
+                         * ahead into as many host ring buffers (one per slot) on an I/O
+                         * stream of its own; a frozen base's is written only at load */
   size_t param_max_in_cpu; /* param_nvme: elements of whole blocks kept in the host pool
                             * instead (offload_param.max_in_cpu), the first blocks */
   bool grads_nvme;      /* the blocks' gradients accumulated in an NVMe file (optimizer on
-                         * NVMe and gradients on the host, one rank; always with param_nvme):
+                         * NVMe and gradients on the host, one rank; always with param_nvme
+                         * but a frozen base's, which has no gradients):
                          * read-modify-written per micro-batch through one block of host
                          * staging, read by the optimizer's chunk pipeline */
   int grad_slots;       /* device gradient slots when grads_on_host, 1 .. ZO_SCHED_GRAD_SLOTS (always
