@@ -57,6 +57,8 @@ static const struct rcase cases[] = {
     {{NULL}, {"model.rope_theta=500000"}, "model.rope_theta", "10000", "500000", REFUSE},
     {{NULL}, {"model.rms_norm_eps=1e-6"}, "model.rms_norm_eps", "1e-05", "1e-06", REFUSE},
     {{NULL}, {"model.sliding_window=16"}, "model.sliding_window", "0", "16", REFUSE},
+    {{NULL}, {"model.pad_token_id=3"}, "model.pad_token_id", "none", "3", REFUSE},
+    {{"model.pad_token_id=3"}, {"model.pad_token_id=5"}, "model.pad_token_id", "3", "5", REFUSE},
     {{NULL},
      {"model.rope_scaling.factor=8", "model.rope_scaling.low_freq_factor=1", "model.rope_scaling.high_freq_factor=4",
       "model.rope_scaling.original_max_position_embeddings=16"},

@@ -514,6 +514,43 @@ static int test_init_parallel_is_serial(void) {
   return 0;
 }
 
+/* A Llama with a padding index, initialised from scratch: the embedding's
+ * padding row is zero (transformers' _init_weights zeroes
+ * weight[padding_idx]), every other element is the draw without a padding
+ * index (the row's draws are still consumed), in any pieces; tied and
+ * untied (the untied head's row is drawn). */
+static int test_init_padding_row(void) {
+  for (int tied = 0; tied < 2; tied++) {
+    struct zo_model_config plain = {.arch = ZO_ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 24,
+                                    .intermediate_size = 37, .vocab_size = 101, .max_seq_len = 16,
+                                    .tie_embeddings = tied};
+    struct zo_model_config pad = plain;
+    pad.has_padding_idx = true;
+    pad.padding_idx = 41;
+    struct zo_tensor_table t;
+    CHECK(zo_model_config_check(&plain) == 0 && zo_model_config_check(&pad) == 0);
+    CHECK(zo_model_build_table(&pad, &t) == 0);
+    const size_t n = t.numel, C = (size_t)pad.n_embd, r0 = (size_t)pad.padding_idx * C;
+    float *want = zo_test_xmalloc(n * sizeof(float)), *got = zo_test_xmalloc(n * sizeof(float));
+    zo_model_init_table_range(&plain, &t, 77, 0, want, n, 0);
+    for (size_t e = r0; e < r0 + C; e++) {
+      if (want[e] == 0.0f) return zo_test_fail("the draw without a padding index has a zero at %zu", e);
+      want[e] = 0.0f;
+    }
+    const size_t pieces[] = {0, 1, 7, 64, r0 + 5};
+    for (size_t p = 0; p < ZO_ARRAY_LEN(pieces); p++) {
+      memset(got, 0xff, n * sizeof(float));
+      zo_model_init_table_range(&pad, &t, 77, 0, got, n, pieces[p]);
+      if (memcmp(got, want, n * sizeof(float)) != 0)
+        return zo_test_fail("tied %d, pieces of %zu: not the plain draw with row %d zeroed", tied, pieces[p],
+                            pad.padding_idx);
+    }
+    free(want), free(got);
+    zo_tensor_table_free(&t);
+  }
+  return 0;
+}
+
 /* A forward-only model's io (eval, sample): writes land in the working
  * dtype rounded once (fp32 exactly), reads widen them back, ranges at any
  * float offset; m and v are refused. */
@@ -595,6 +632,7 @@ int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(init_range),
       ZO_TEST(init_parallel_is_serial),
+      ZO_TEST(init_padding_row),
       ZO_TEST(random_access_device_host),
       ZO_TEST(random_access_nvme),
       ZO_TEST(checkpoint_through_io),

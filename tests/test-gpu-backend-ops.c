@@ -297,7 +297,8 @@ static int encoder_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
 static int test_encoder_forward(void) { return RUN_CASES(zo_encoder_forward_cases, encoder_forward_case); }
 
 /* dwte and dwpe += (pre-filled); then dwpe NULL: dwte accumulates again,
- * dwpe stays as it was. */
+ * dwpe stays as it was; then a padding index (token V / 2), with and
+ * without dwpe. */
 static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
   const int B = c->B, T = c->T, C = c->C;
   struct tbuf dwte = tb_new((size_t)c->V * C, ZO_F32), dwpe = tb_new((size_t)c->maxT * C, ZO_F32),
@@ -306,12 +307,19 @@ static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
   tb_random(&dwte, -1, 1);
   tb_random(&dwpe, -1, 1);
   tb_random(&dout, -1, 1);
-  cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, dt, NULL);
-  gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, dt, gstream);
+  cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, -1, dt, NULL);
+  gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, -1, dt, gstream);
   int fail = tb_check("dwte", &dwte) | tb_check("dwpe", &dwpe);
-  cpu->encoder_backward(dwte.ref, NULL, dout.ref, inp.host, B, T, C, dt, NULL);
-  gpu->encoder_backward(D(&dwte), NULL, D(&dout), inp.dev, B, T, C, dt, gstream);
+  cpu->encoder_backward(dwte.ref, NULL, dout.ref, inp.host, B, T, C, -1, dt, NULL);
+  gpu->encoder_backward(D(&dwte), NULL, D(&dout), inp.dev, B, T, C, -1, dt, gstream);
   fail |= tb_check("dwte (dwpe NULL)", &dwte) | tb_check("dwpe (untouched)", &dwpe);
+  const int pad = c->V / 2;
+  cpu->encoder_backward(dwte.ref, dwpe.ref, dout.ref, inp.host, B, T, C, pad, dt, NULL);
+  gpu->encoder_backward(D(&dwte), D(&dwpe), D(&dout), inp.dev, B, T, C, pad, dt, gstream);
+  fail |= tb_check("dwte (padding index)", &dwte) | tb_check("dwpe (padding index)", &dwpe);
+  cpu->encoder_backward(dwte.ref, NULL, dout.ref, inp.host, B, T, C, pad, dt, NULL);
+  gpu->encoder_backward(D(&dwte), NULL, D(&dout), inp.dev, B, T, C, pad, dt, gstream);
+  fail |= tb_check("dwte (padding index, dwpe NULL)", &dwte);
   tb_free(&dwte), tb_free(&dwpe), tb_free(&dout), ib_free(&inp);
   return fail;
 }
@@ -1263,7 +1271,7 @@ struct det_enc {
 };
 static void det_enc_run(void *p) {
   struct det_enc *e = p;
-  gpu->encoder_backward(D(&e->dwte), D(&e->dwpe), D(&e->dout), e->inp.dev, e->B, e->T, e->C,
+  gpu->encoder_backward(D(&e->dwte), D(&e->dwpe), D(&e->dout), e->inp.dev, e->B, e->T, e->C, -1,
                         e->dout.dt, gstream);
 }
 
@@ -1307,7 +1315,7 @@ static int test_reductions_deterministic(void) {
     if (dt == ZO_F32) { /* the CPU's order: bitwise equal */
       tb_upload(&e.dwte), tb_upload(&e.dwpe);
       det_enc_run(&e);
-      cpu->encoder_backward(e.dwte.ref, e.dwpe.ref, e.dout.ref, e.inp.host, e.B, e.T, e.C, dt, NULL);
+      cpu->encoder_backward(e.dwte.ref, e.dwpe.ref, e.dout.ref, e.inp.host, e.B, e.T, e.C, -1, dt, NULL);
       fail |= tb_check_exact("encoder_backward dwte vs cpu", &e.dwte) |
               tb_check_exact("encoder_backward dwpe vs cpu", &e.dwpe);
     }

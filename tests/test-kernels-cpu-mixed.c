@@ -306,7 +306,7 @@ static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt, s
   void *dout = dalloc_rand(b, (size_t)B * T * C, -1, 1, dt, &doutf);
   float *dwte = falloc_rand(b, (size_t)V * C, -1, 1), *dwpe = falloc_rand(b, (size_t)maxT * C, -1, 1);
   double *rw = widen64(b, dwte, (size_t)V * C), *rp = widen64(b, dwpe, (size_t)maxT * C);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, dt, NULL);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, dt, NULL);
   for (int bt = 0; bt < B * T; bt++)
     for (int k = 0; k < C; k++) {
       rw[(size_t)inp[bt] * C + k] += doutf[(size_t)bt * C + k];
@@ -317,7 +317,7 @@ static int encoder_backward_case(const struct zo_op_case *c, enum zo_dtype dt, s
   for (size_t i = 0; i < (size_t)V * C; i++) rw[i] = dwte[i];
   for (int bt = 0; bt < B * T; bt++)
     for (int k = 0; k < C; k++) rw[(size_t)inp[bt] * C + k] += doutf[(size_t)bt * C + k];
-  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, dt, NULL);
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, -1, dt, NULL);
   return fail | check_f32("dwte (dwpe NULL)", dwte, (size_t)V * C, rw, 1e-6, 1e-6);
 }
 

@@ -174,16 +174,21 @@ static int encoder_forward_case(const struct zo_op_case *c, struct zo_test_bufs 
 
 static int test_encoder_forward(void) { return RUN_CASES(zo_encoder_forward_cases, encoder_forward_case); }
 
-/* dwte[inp[b, t]] += dout[b, t] and dwpe[t] += dout[b, t] into ref_wte and,
- * unless NULL, ref_wpe. */
-static void encoder_backward_ref(double *ref_wte, double *ref_wpe, const float *dout, const int32_t *inp,
-                                 int B, int T, int C) {
+/* dwte[inp[b, t]] += dout[b, t] (unless inp[b, t] is pad) and dwpe[t] +=
+ * dout[b, t] into ref_wte and, unless NULL, ref_wpe. */
+static void encoder_backward_ref_pad(double *ref_wte, double *ref_wpe, const float *dout, const int32_t *inp,
+                                     int B, int T, int C, int pad) {
   for (int bt = 0; bt < B * T; bt++)
     for (int c = 0; c < C; c++) {
       const double d = dout[(size_t)bt * C + c];
-      ref_wte[(size_t)inp[bt] * C + c] += d;
+      if (inp[bt] != pad) ref_wte[(size_t)inp[bt] * C + c] += d;
       if (ref_wpe) ref_wpe[(size_t)(bt % T) * C + c] += d;
     }
+}
+
+static void encoder_backward_ref(double *ref_wte, double *ref_wpe, const float *dout, const int32_t *inp,
+                                 int B, int T, int C) {
+  encoder_backward_ref_pad(ref_wte, ref_wpe, dout, inp, B, T, C, -1);
 }
 
 static int encoder_backward_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
@@ -192,18 +197,64 @@ static int encoder_backward_case(const struct zo_op_case *c, struct zo_test_bufs
   float *dout = galloc_random(b, (size_t)B * T * C, -1, 1);
   float *dwte = galloc_random(b, (size_t)V * C, -1, 1), *dwpe = galloc_random(b, (size_t)maxT * C, -1, 1);
   double *ref_wte = widen(b, dwte, (size_t)V * C), *ref_wpe = widen(b, dwpe, (size_t)maxT * C);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, ZO_F32, NULL);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, ZO_F32, NULL);
   encoder_backward_ref(ref_wte, ref_wpe, dout, inp, B, T, C);
   int fail = check_output("dwte", dwte, ref_wte, (size_t)V * C, 1e-6, 1e-6) |
              check_output("dwpe", dwpe, ref_wpe, (size_t)maxT * C, 1e-6, 1e-6);
   /* dwpe NULL (no position embedding): dwte alone, the same sums again. */
   for (size_t i = 0; i < (size_t)V * C; i++) ref_wte[i] = dwte[i];
   encoder_backward_ref(ref_wte, NULL, dout, inp, B, T, C);
-  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, ZO_F32, NULL);
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, -1, ZO_F32, NULL);
   return fail | check_output("dwte (dwpe NULL)", dwte, ref_wte, (size_t)V * C, 1e-6, 1e-6);
 }
 
 static int test_encoder_backward(void) { return RUN_CASES(zo_encoder_backward_cases, encoder_backward_case); }
+
+/* A padding index (nn.Embedding's padding_idx, token V / 2, present in the
+ * tokens): its row of dwte keeps its pre-filled bits, every other row and
+ * dwpe are the float64 loop's; with dwpe NULL too; one thread and two give
+ * the same bits. */
+static int encoder_backward_padding_case(const struct zo_op_case *c, struct zo_test_bufs *b) {
+  const int B = c->B, T = c->T, C = c->C, V = c->V, maxT = c->maxT, pad = V / 2;
+  const size_t nte = (size_t)V * C, npe = (size_t)maxT * C;
+  const int32_t *inp = zo_op_case_tokens(b, (size_t)B * T, V);
+  int seen = 0;
+  for (int i = 0; i < B * T; i++) seen += inp[i] == pad;
+  if (!seen) return zo_test_fail("padding token %d absent from the case's %d positions", pad, B * T);
+  float *dout = galloc_random(b, (size_t)B * T * C, -1, 1);
+  float *dwte = galloc_random(b, nte, -1, 1), *dwpe = galloc_random(b, npe, -1, 1);
+  float *pad_row = galloc(b, (size_t)C), *dwte2 = galloc(b, nte), *dwpe2 = galloc(b, npe);
+  memcpy(pad_row, dwte + (size_t)pad * C, (size_t)C * sizeof(float));
+  memcpy(dwte2, dwte, nte * sizeof(float));
+  memcpy(dwpe2, dwpe, npe * sizeof(float));
+  double *ref_wte = widen(b, dwte, nte), *ref_wpe = widen(b, dwpe, npe);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, pad, ZO_F32, NULL);
+  encoder_backward_ref_pad(ref_wte, ref_wpe, dout, inp, B, T, C, pad);
+  int fail = check_output("dwte", dwte, ref_wte, nte, 1e-6, 1e-6) |
+             check_output("dwpe", dwpe, ref_wpe, npe, 1e-6, 1e-6);
+  if (memcmp(dwte + (size_t)pad * C, pad_row, (size_t)C * sizeof(float)) != 0)
+    fail |= zo_test_fail("the padding row of dwte changed (%d of its positions)", seen);
+#if !defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
+  const int threads = omp_get_max_threads();
+  be->set_threads(threads == 1 ? 2 : 1);
+  be->encoder_backward(dwte2, dwpe2, dout, inp, B, T, C, pad, ZO_F32, NULL);
+  be->set_threads(threads);
+  if (memcmp(dwte2, dwte, nte * sizeof(float)) || memcmp(dwpe2, dwpe, npe * sizeof(float)))
+    fail |= zo_test_fail("encoder_backward with a padding index differs between 1 and 2 threads");
+#endif
+  /* dwpe NULL (Llama): dwte alone, the padding row still untouched. */
+  for (size_t i = 0; i < nte; i++) ref_wte[i] = dwte[i];
+  encoder_backward_ref_pad(ref_wte, NULL, dout, inp, B, T, C, pad);
+  be->encoder_backward(dwte, NULL, dout, inp, B, T, C, pad, ZO_F32, NULL);
+  fail |= check_output("dwte (dwpe NULL)", dwte, ref_wte, nte, 1e-6, 1e-6);
+  if (memcmp(dwte + (size_t)pad * C, pad_row, (size_t)C * sizeof(float)) != 0)
+    fail |= zo_test_fail("the padding row of dwte changed with dwpe NULL");
+  return fail;
+}
+
+static int test_encoder_backward_padding(void) {
+  return RUN_CASES(zo_encoder_backward_cases, encoder_backward_padding_case);
+}
 
 struct encoder_fd {
   const int32_t *inp;
@@ -226,7 +277,7 @@ static int test_encoder_backward_fd(void) {
   fill_random(wte, V * C, -1, 1);
   fill_random(wpe, maxT * C, -1, 1);
   fill_random(dout, B * T * C, -1, 1);
-  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, ZO_F32, NULL);
+  be->encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, ZO_F32, NULL);
   struct encoder_fd c = {inp, widen(&b, wte, V * C), widen(&b, wpe, maxT * C), widen(&b, dout, B * T * C),
                          dalloc(&b, B * T * C), B, T, C};
   int fail = check_fd("dwte", c.wte, V * C, dwte, encoder_fd_loss, &c) |
@@ -1656,6 +1707,7 @@ int main(void) {
       ZO_TEST(memory),
       ZO_TEST(encoder_forward),
       ZO_TEST(encoder_backward),
+      ZO_TEST(encoder_backward_padding),
       ZO_TEST(encoder_backward_fd),
       ZO_TEST(layernorm_forward),
       ZO_TEST(layernorm_backward),

@@ -208,6 +208,7 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("model.qk_norm", KEY_BOOL, model.spec.qk_norm), .def = "false"},
   {KEY("model.head_dim", KEY_INT, model.spec.head_dim), RANGE(0, 65536), .def = "0"},
   {KEY("model.sliding_window", KEY_INT, model.spec.sliding_window), RANGE(0, 1 << 24), .def = "0"},
+  {KEY("model.pad_token_id", KEY_INT, model.pad_token_id), RANGE(-1, 1 << 24), .def = "-1"},
   SECTION("model.rope_scaling"),
   {KEY("model.rope_scaling.factor", KEY_REAL, model.spec.rope_scaling_factor), ATLEAST(0), .def = "0"},
   {KEY("model.rope_scaling.low_freq_factor", KEY_REAL, model.spec.rope_low_freq_factor), ATLEAST(0),

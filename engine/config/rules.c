@@ -152,6 +152,8 @@ int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
 #undef SRC2
 
   m->padded_vocab_size = (m->vocab_size + 63) / 64 * 64;
+  m->has_padding_idx = cfg->model.pad_token_id >= 0;
+  m->padding_idx = m->has_padding_idx ? cfg->model.pad_token_id : 0;
   derive_schedule(cfg);
   return 0;
 }

@@ -48,6 +48,9 @@ struct zo_init_spec {
   enum zo_init_kind kind;
   double std;        /* NORMAL: standard deviation */
   int zero_from_row; /* rows from here on are zero (rows of a 1-D tensor: elements) */
+  bool has_zero_row; /* row zero_row is zero too (the embedding's padding index, as
+                      * transformers' _init_weights), its draws still consumed */
+  int zero_row;
 };
 
 struct zo_arch {

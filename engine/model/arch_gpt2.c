@@ -35,6 +35,10 @@ static int gpt2_config_check(struct zo_model_config *cfg) {
   if (cfg->intermediate_size != 0 && cfg->intermediate_size != 4 * cfg->n_embd)
     return zo_error(-EINVAL, "model.intermediate_size = %d: GPT-2's MLP is 4 x n_embd = %d (or 0)",
                     cfg->intermediate_size, 4 * cfg->n_embd);
+  if (cfg->has_padding_idx)
+    return zo_error(-EINVAL, "model.pad_token_id = %d: GPT-2's embedding has no padding index (transformers' "
+                             "GPT2Model trains every row): -1 (none) is valid for model.arch \"gpt2\"",
+                    cfg->padding_idx);
   cfg->n_kv_head = cfg->n_head;
   cfg->intermediate_size = 4 * cfg->n_embd;
   cfg->tie_embeddings = true;
@@ -127,7 +131,7 @@ static void gpt2_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s)
   zo_arch_dropout(m, m->scratch[S_DRESIDUAL], m->scratch[S_DRESIDUAL], (size_t)B * T * m->cfg.n_embd, ZO_DROP_EMBED,
                   -1, s);
   m->backend->encoder_backward(m->gv[WTE], m->gv[WPE], m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
-                               m->dtype, s);
+                               -1, m->dtype, s);
 }
 
 /* Block l's forward from its input; without the output (res3) when
@@ -215,11 +219,12 @@ static struct zo_init_spec gpt2_init_tensor(const struct zo_model_config *cfg, c
   const int rows = ti->ndim == 2 ? ti->shape[0] : (int)ti->numel;
   if (ti->ndim == 2) {
     const bool proj = strstr(ti->name, "c_proj.weight") != NULL;
-    return (struct zo_init_spec){ZO_INIT_NORMAL, proj ? 0.02 / sqrt(2.0 * cfg->n_layer) : 0.02,
-                                 i == WTE ? cfg->vocab_size : rows};
+    return (struct zo_init_spec){.kind = ZO_INIT_NORMAL, .std = proj ? 0.02 / sqrt(2.0 * cfg->n_layer) : 0.02,
+                                 .zero_from_row = i == WTE ? cfg->vocab_size : rows};
   }
   const char *leaf = strrchr(ti->name, '.');
-  return (struct zo_init_spec){strcmp(leaf, ".weight") == 0 ? ZO_INIT_ONES : ZO_INIT_ZEROS, 0.0, rows};
+  return (struct zo_init_spec){.kind = strcmp(leaf, ".weight") == 0 ? ZO_INIT_ONES : ZO_INIT_ZEROS,
+                               .zero_from_row = rows};
 }
 
 static double gpt2_flops_per_token(const struct zo_model_config *cfg, int T) {

@@ -96,6 +96,10 @@ static int llama_config_check(struct zo_model_config *cfg) {
   if (cfg->sliding_window < 0)
     return zo_error(-EINVAL, "sliding_window = %d: a window of at least one position, or 0 for none",
                     cfg->sliding_window);
+  if (cfg->has_padding_idx && (cfg->padding_idx < 0 || cfg->padding_idx >= cfg->vocab_size))
+    return zo_error(-EINVAL, "pad_token_id = %d (model.pad_token_id, or config.json's pad_token_id): the "
+                             "embedding's padding index must be a token id in [0, %d), or none (-1 in "
+                             "model.pad_token_id, null in config.json)", cfg->padding_idx, cfg->vocab_size);
   if (cfg->rms_norm_eps == 0.0) cfg->rms_norm_eps = 1e-5;
   if (cfg->rope_theta == 0.0) cfg->rope_theta = 10000.0;
   if (!(cfg->rms_norm_eps > 0.0) || !(cfg->rope_theta > 0.0))
@@ -243,7 +247,7 @@ static void llama_embed_backward(struct zo_model *m, int B, int T, zo_stream_t s
     return;
   }
   m->backend->encoder_backward(m->gv[EMBED], NULL, m->scratch[S_DRESIDUAL], m->inputs, B, T, m->cfg.n_embd,
-                               m->dtype, s);
+                               zo_model_padding_idx(&m->cfg), m->dtype, s);
 }
 
 /* Qwen3's q_norm and k_norm over the heads inside the qkv rows (in place in
@@ -375,10 +379,12 @@ static struct zo_init_spec llama_init_tensor(const struct zo_model_config *cfg, 
                                              int i) {
   const struct block_map bm = block_map(cfg);
   const bool bias = i >= 1 && i < 1 + bm.n * cfg->n_layer && bm.at[QKV_BIAS] >= 0 && (i - 1) % bm.n == bm.at[QKV_BIAS];
-  if (bias) return (struct zo_init_spec){ZO_INIT_ZEROS, 0.0, (int)ti->numel};
-  if (ti->ndim != 2) return (struct zo_init_spec){ZO_INIT_ONES, 0.0, (int)ti->numel};
+  if (bias) return (struct zo_init_spec){.kind = ZO_INIT_ZEROS, .zero_from_row = (int)ti->numel};
+  if (ti->ndim != 2) return (struct zo_init_spec){.kind = ZO_INIT_ONES, .zero_from_row = (int)ti->numel};
   const bool vocab = i == EMBED || (!cfg->tie_embeddings && i == llama_head_tensor(cfg));
-  return (struct zo_init_spec){ZO_INIT_NORMAL, 0.02, vocab ? cfg->vocab_size : ti->shape[0]};
+  return (struct zo_init_spec){.kind = ZO_INIT_NORMAL, .std = 0.02,
+                               .zero_from_row = vocab ? cfg->vocab_size : ti->shape[0],
+                               .has_zero_row = i == EMBED && cfg->has_padding_idx, .zero_row = cfg->padding_idx};
 }
 
 static double llama_flops_per_token(const struct zo_model_config *c, int T) {

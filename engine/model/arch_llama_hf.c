@@ -38,7 +38,6 @@ static const struct ignored_key IGNORED[] = {
     {"_name_or_path", "bookkeeping"},
     {"bos_token_id", "a token id for generation and the tokenizer"},
     {"eos_token_id", "a token id for generation and the tokenizer"},
-    {"pad_token_id", "a token id for generation and the tokenizer"},
     {"sep_token_id", "a token id for generation and the tokenizer"},
     {"decoder_start_token_id", "a token id for encoder-decoder generation"},
     {"use_cache", "the inference key/value cache: the same attention"},
@@ -68,6 +67,7 @@ static const char *const READ[] = {
     "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim", "attention_bias",
     "mlp_bias", "layer_types", "partial_rotary_factor", "is_decoder", "add_cross_attention", "pruned_heads",
+    "pad_token_id",
 };
 
 /* One family's keys beyond READ and IGNORED (NULL-terminated lists): the
@@ -325,6 +325,23 @@ static int parse_windows(json_t *j, const char *p, enum zo_model_family family, 
   return 0;
 }
 
+/* pad_token_id: every family here builds nn.Embedding(vocab, hidden,
+ * padding_idx=pad_token_id), so it is the embedding's padding index, not
+ * only a token id for generation. null or absent: none. transformers would
+ * take a negative id as counted from the end; refused here. */
+static int parse_padding(json_t *j, const char *p, long V, struct zo_model_config *cfg) {
+  json_t *v = json_object_get(j, "pad_token_id");
+  char val[96];
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V)
+    return zo_error(-EINVAL, "%s: pad_token_id = %s: the embedding's padding index (transformers' padding_idx) "
+                             "must be a token id in [0, %ld) (vocab_size %ld), or null for none",
+                    p, json_brief(v, val, sizeof val), V, V);
+  cfg->has_padding_idx = true;
+  cfg->padding_idx = (int)json_integer_value(v);
+  return 0;
+}
+
 int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *cfg) {
   json_t *mt = json_object_get(j, "model_type");
   char mval[96];
@@ -396,6 +413,7 @@ int zo_llama_hf_config_parse(json_t *j, const char *p, struct zo_model_config *c
     return err;
   cfg->rms_norm_eps = eps;
   cfg->tie_embeddings = tie;
+  if ((err = parse_padding(j, p, V, cfg))) return err;
   return parse_rope(j, p, f->family, cfg);
 }
 
@@ -425,9 +443,7 @@ static json_t *rope_object(const struct zo_model_config *c, bool with_theta) {
 
 /* The family's own keys: Qwen2 and Qwen3 without windows
  * (use_sliding_window), a Mistral's window or null (none: MistralConfig's
- * default is 4096), Phi-3's window and no padding index (Phi3Config's
- * default 32000 would be the embedding's padding_idx, past a small
- * vocabulary; the engine trains every row, as null says). */
+ * default is 4096), Phi-3's window. */
 static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_model_family family) {
   if (family == ZO_FAMILY_QWEN3)
     return json_object_set_new(j, "use_sliding_window", json_false()) ||
@@ -441,8 +457,7 @@ static int family_keys_set(json_t *j, const struct zo_model_config *c, enum zo_m
                                c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null()) ||
            json_object_set_new(j, "resid_pdrop", json_real(0.0)) ||
            json_object_set_new(j, "embd_pdrop", json_real(0.0)) ||
-           json_object_set_new(j, "original_max_position_embeddings", json_integer(c->max_seq_len)) ||
-           json_object_set_new(j, "pad_token_id", json_null());
+           json_object_set_new(j, "original_max_position_embeddings", json_integer(c->max_seq_len));
   if (family == ZO_FAMILY_MISTRAL)
     return json_object_set_new(j, "sliding_window",
                                c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
@@ -463,7 +478,11 @@ json_t *zo_llama_hf_config(const struct zo_model_config *c) {
                         "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0,
                         "initializer_range", 0.02, "torch_dtype", "float32", "zoffload_version", "0.1.0");
   if (!j) return NULL;
-  if (family_keys_set(j, c, family)) {
+  /* The embedding's padding index, null for none: written for every family,
+   * since an absent key takes the config class's default (Phi3Config's
+   * 32000). */
+  if (json_object_set_new(j, "pad_token_id", c->has_padding_idx ? json_integer(c->padding_idx) : json_null()) ||
+      family_keys_set(j, c, family)) {
     json_decref(j);
     return NULL;
   }

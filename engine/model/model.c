@@ -104,6 +104,8 @@ const char *zo_model_describe(const struct zo_model_config *c, char *buf, size_t
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", q/k/v biases");
   if (c->arch == ZO_ARCH_LLAMA && c->qk_norm)
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", q/k norms");
+  if (c->arch == ZO_ARCH_LLAMA && c->has_padding_idx)
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", padding index %d", c->padding_idx);
   snprintf(buf, size, "%s, %d layers, %d heads, width %d, vocab %d (padded %d)%s", zo_arch_of(c->arch)->name,
            c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, extra);
   return buf;

@@ -4,7 +4,9 @@
  * So any element range can be drawn alone, and a range is drawn in parallel
  * pieces (OpenMP) with the serial draw's bits whatever the piece size and
  * thread count: a piece may start on either element of a Box-Muller pair
- * (normal_range then draws the pair and keeps the element it owns). */
+ * (normal_range then draws the pair and keeps the element it owns). A
+ * zeroed row (the embedding's padding index) still consumes its draws, so
+ * no other element moves. */
 #include "zo/model.h"
 
 #include <math.h>
@@ -62,6 +64,10 @@ static void init_range_serial(const struct zo_model_config *mc, const struct zo_
       }
       const size_t az = a > z ? a : z;
       if (az < b) memset(d + (az - a), 0, (b - az) * sizeof(float));
+      if (sp.has_zero_row) {
+        const size_t r0 = (size_t)sp.zero_row * cols, ra = a > r0 ? a : r0, rb = b < r0 + cols ? b : r0 + cols;
+        if (ra < rb) memset(d + (ra - a), 0, (rb - ra) * sizeof(float));
+      }
     }
     k0 += draws;
   }

@@ -123,7 +123,8 @@ void sched_acc_fn(void *arg) {
  * backend's own encoder backward (the same additions in the same order as
  * on the device), then each row added to the accumulator (zeroed first in
  * the step's first micro-batch): the bits of the device's scatter and
- * copy or staged add. */
+ * copy or staged add. The padding index's row gets nothing, as on the
+ * device: its staged row is skipped by the op and not added. */
 static void emb_fn(void *arg) {
   const struct emb_task *a = arg;
   struct zo_sched *s = a->s;
@@ -146,10 +147,13 @@ static void emb_fn(void *arg) {
     }
     s->h.emb_map[i] = s->h.emb_row[v];
   }
+  const int pad = zo_model_padding_idx(&s->m->cfg), pad_row = pad >= 0 ? s->h.emb_row[pad] : -1;
   memset(s->h.emb_stage, 0, (size_t)n * C * sizeof(float));
-  zo_cpu_encoder_backward(s->h.emb_stage, NULL, s->h.emb_dout, s->h.emb_map, s->B, s->T, (int)C, s->m->dtype);
+  zo_cpu_encoder_backward(s->h.emb_stage, NULL, s->h.emb_dout, s->h.emb_map, s->B, s->T, (int)C, pad_row,
+                          s->m->dtype);
 #pragma omp parallel for schedule(static)
   for (int32_t j = 0; j < n; j++) {
+    if (j == pad_row) continue;
     float *restrict d = acc + (size_t)s->h.emb_uniq[j] * C;
     const float *restrict x = s->h.emb_stage + (size_t)j * C;
 #pragma omp simd

@@ -31,7 +31,7 @@ enum kind {
 
 enum id {
   S_ARCH, S_FAMILY, S_ACT, S_LAYERS, S_HEADS, S_KV_HEADS, S_EMBD, S_INTER, S_VOCAB, S_MAXT, S_HEAD_DIM, S_TIED, S_QKV_BIAS, S_QK_NORM,
-  S_EPS, S_THETA, S_ROPE_SCALING, S_WINDOW, S_DROPOUT, S_INIT_FROM,
+  S_EPS, S_THETA, S_ROPE_SCALING, S_WINDOW, S_PAD, S_DROPOUT, S_INIT_FROM,
   S_PRECISION, S_LS, S_LS_WINDOW, S_LS_HYST, S_LS_MIN,
   S_ROWS, S_ACCUM, S_SEQ, S_SHUFFLE, S_FORMAT,
   S_OPT, S_OPT_BLOCK, S_OPT_MIN8, S_BETAS, S_EPS_ADAM, S_WD, S_CLIP, S_SCHEDULE,
@@ -64,6 +64,8 @@ static const struct setting {
     [S_THETA] = {"model.rope_theta", REFUSED, true},
     [S_ROPE_SCALING] = {"model.rope_scaling", REFUSED, true},
     [S_WINDOW] = {"model.sliding_window", REFUSED, true},
+    /* The embedding's padding index: which row the lookup's gradient skips. */
+    [S_PAD] = {"model.pad_token_id", REFUSED, true},
     [S_DROPOUT] = {"model.dropout", REFUSED, false},
     [S_INIT_FROM] = {"model.init_from", REFUSED, false},
     [S_PRECISION] = {"precision", REFUSED, false},
@@ -172,12 +174,12 @@ static void put(char *buf, size_t n, const char *s) { snprintf(buf, n, "%s", s);
 static void put_int(char *buf, size_t n, long v) { snprintf(buf, n, "%ld", v); }
 static void put_bool(char *buf, size_t n, bool v) { put(buf, n, v ? "true" : "false"); }
 
-/* The model's keys: from mc alone. The rotary, norm and window keys are a
- * Llama's (a GPT-2's are fixed: model.arch governs them). */
+/* The model's keys: from mc alone. The rotary, norm, window and padding
+ * keys are a Llama's (a GPT-2's are fixed: model.arch governs them). */
 static void format_model(enum id i, const struct source *s, char *buf, size_t n) {
   const struct zo_model_config *mc = s->mc;
   const bool llama = mc->arch == ZO_ARCH_LLAMA;
-  if (!llama && (i == S_EPS || i == S_THETA || i == S_ROPE_SCALING || i == S_WINDOW)) {
+  if (!llama && (i == S_EPS || i == S_THETA || i == S_ROPE_SCALING || i == S_WINDOW || i == S_PAD)) {
     put(buf, n, UNUSED);
     return;
   }
@@ -200,6 +202,10 @@ static void format_model(enum id i, const struct source *s, char *buf, size_t n)
   case S_THETA: fmt_real(buf, n, mc->rope_theta); break;
   case S_ROPE_SCALING: fmt_rope_scaling(buf, n, mc); break;
   case S_WINDOW: put_int(buf, n, mc->sliding_window); break;
+  case S_PAD:
+    if (mc->has_padding_idx) put_int(buf, n, mc->padding_idx);
+    else put(buf, n, "none");
+    break;
   case S_DROPOUT: fmt_dropout(buf, n, mc); break;
   default: ZO_ASSERT(!"not a model key");
   }

@@ -186,7 +186,7 @@ static int cpu_launch_host_func(zo_stream_t stream, void (*fn)(void *arg), void 
 CPU_OP(encoder_forward, (void *, out), (const int32_t *, inp), (const void *, wte), (const void *, wpe),
        (int, B), (int, T), (int, C), (enum zo_dtype, dt))
 CPU_OP(encoder_backward, (float *, dwte), (float *, dwpe), (const void *, dout), (const int32_t *, inp),
-       (int, B), (int, T), (int, C), (enum zo_dtype, dt))
+       (int, B), (int, T), (int, C), (int, padding_idx), (enum zo_dtype, dt))
 CPU_OP(layernorm_forward, (void *, out), (float *, mean), (float *, rstd), (const void *, inp),
        (const void *, weight), (const void *, bias), (int, N), (int, C), (enum zo_dtype, dt))
 CPU_OP(layernorm_backward, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),

@@ -5,7 +5,8 @@
  * into dwte by token id, and the same id can occur at many
  * positions, so threads split the channels rather than the positions: no two
  * threads touch one element, no atomics, and the summation order is fixed
- * (deterministic results for any thread count). */
+ * (deterministic results for any thread count). A position whose token is
+ * the padding index adds to dwpe only (nn.Embedding's padding_idx). */
 #include "cpu.h"
 #include "ops_half.h"
 
@@ -34,8 +35,14 @@ void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, cons
                      (size_t)inp[b * T + t] * C, (size_t)t * C, C);
 }
 
+/* dte NULL (the padding index): dpe alone. */
 ZO_INLINE void encoder_backward_cols_t(float *dte, float *dpe, const void *dout, size_t d, int c0,
                                        int c1, enum zo_dtype dt) {
+  if (!dte) {
+#pragma omp simd
+    for (int c = c0; c < c1; c++) dpe[c] += zo_ld(dout, d + c, dt);
+    return;
+  }
   if (!dpe) {
 #pragma omp simd
     for (int c = c0; c < c1; c++) dte[c] += zo_ld(dout, d + c, dt);
@@ -50,7 +57,7 @@ ZO_INLINE void encoder_backward_cols_t(float *dte, float *dpe, const void *dout,
 }
 
 void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
-                             int T, int C, enum zo_dtype dt) {
+                             int T, int C, int padding_idx, enum zo_dtype dt) {
 #pragma omp parallel
   {
     /* This thread's channels [c0, c1), whole cache lines apart from the last. */
@@ -61,7 +68,9 @@ void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const i
     for (int t = 0; t < T; t++) {
       float *dpe = dwpe ? dwpe + (size_t)t * C : NULL;
       for (int b = 0; b < B; b++) {
-        float *dte = dwte + (size_t)inp[b * T + t] * C;
+        const int32_t tok = inp[b * T + t];
+        float *dte = tok == padding_idx ? NULL : dwte + (size_t)tok * C;
+        if (!dte && !dpe) continue;
         ZO_DT_DISPATCH(dt, encoder_backward_cols_t, dte, dpe, dout, ((size_t)b * T + t) * C, c0, c1);
       }
     }

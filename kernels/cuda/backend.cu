@@ -396,10 +396,12 @@ static void w_encoder_forward(void *out, const int32_t *inp, const void *wte, co
 }
 
 static void w_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp,
-                               int B, int T, int C, enum zo_dtype dt, zo_stream_t stream) {
+                               int B, int T, int C, int padding_idx, enum zo_dtype dt,
+                               zo_stream_t stream) {
   guard("encoder_backward");
-  zo_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, dt, stream);
-  op_done("encoder_backward", stream, "B=%d T=%d C=%d %s dwpe=%d", B, T, C, DT(dt), dwpe != NULL);
+  zo_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, padding_idx, dt, stream);
+  op_done("encoder_backward", stream, "B=%d T=%d C=%d padding_idx=%d %s dwpe=%d", B, T, C, padding_idx,
+          DT(dt), dwpe != NULL);
 }
 
 static void w_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,

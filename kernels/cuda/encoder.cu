@@ -9,7 +9,9 @@
  * (CUB's stable radix sort, in the stream workspace, which stream order keeps
  * apart from GEMMs: common.cuh), and the first position of each token's run
  * adds the run's rows into dwte in position order, one thread per channel.
- * So fp32 dwte and dwpe are bitwise the CPU backend's. */
+ * So fp32 dwte and dwpe are bitwise the CPU backend's. The padding index's
+ * run adds nothing to dwte (nn.Embedding's padding_idx); dwpe still sums
+ * every position. */
 #include "encoder.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -61,11 +63,12 @@ static __global__ void encoder_sort_input_kernel(int32_t *keys, int32_t *vals, c
 template <typename scalar_t>
 static __global__ void encoder_backward_wte_kernel(float *dwte, const scalar_t *dout,
                                                    const int32_t *keys, const int32_t *vals, int B,
-                                                   int T, int C) {
+                                                   int T, int C, int padding_idx) {
   const int n = B * T, x = blockIdx.x;
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C || (x > 0 && keys[x - 1] == keys[x])) return;
   const int32_t tok = keys[x];
+  if (tok == padding_idx) return;
   float acc = dwte[(size_t)tok * C + c];
   for (int j = x; j < n && keys[j] == tok; j++) {
     const size_t p = (size_t)vals[j], t = p / (size_t)B, b = p % (size_t)B;
@@ -90,7 +93,7 @@ static size_t enc_align(size_t n) { return (n + 255) / 256 * 256; }
 
 template <typename scalar_t>
 static void encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
-                             int T, int C, zo_stream_t stream) {
+                             int T, int C, int padding_idx, zo_stream_t stream) {
   cudaStream_t s = zo_cuda_stream(stream);
   const int block = 256;
   if (dwpe) {
@@ -121,7 +124,7 @@ static void encoder_backward(float *dwte, float *dwpe, const void *dout, const i
                                                 vals, (int)n, 0, 32, s));
   dim3 grid((unsigned)n, zo_ceil_div((size_t)C, block));
   encoder_backward_wte_kernel<scalar_t><<<grid, block, 0, s>>>(dwte, (const scalar_t *)dout, keys,
-                                                               vals, B, T, C);
+                                                               vals, B, T, C, padding_idx);
   ZO_CUDA_CHECK_LAUNCH();
 }
 
@@ -133,8 +136,8 @@ extern "C" void zo_cuda_encoder_forward(void *out, const int32_t *inp, const voi
 }
 
 extern "C" void zo_cuda_encoder_backward(float *dwte, float *dwpe, const void *dout,
-                                         const int32_t *inp, int B, int T, int C, enum zo_dtype dt,
-                                         zo_stream_t stream) {
+                                         const int32_t *inp, int B, int T, int C, int padding_idx,
+                                         enum zo_dtype dt, zo_stream_t stream) {
   if ((size_t)T * C == 0 || B == 0) return;
-  ZO_CUDA_DT_DISPATCH(dt, encoder_backward, dwte, dwpe, dout, inp, B, T, C, stream);
+  ZO_CUDA_DT_DISPATCH(dt, encoder_backward, dwte, dwpe, dout, inp, B, T, C, padding_idx, stream);
 }

@@ -8,7 +8,7 @@ extern "C" void zo_cuda_encoder_forward(void *out, const int32_t *inp, const voi
                                         const void *wpe, int B, int T, int C, enum zo_dtype dt,
                                         zo_stream_t stream);
 extern "C" void zo_cuda_encoder_backward(float *dwte, float *dwpe, const void *dout,
-                                         const int32_t *inp, int B, int T, int C, enum zo_dtype dt,
-                                         zo_stream_t stream);
+                                         const int32_t *inp, int B, int T, int C, int padding_idx,
+                                         enum zo_dtype dt, zo_stream_t stream);
 
 #endif /* ZO_CUDA_ENCODER_CUH */

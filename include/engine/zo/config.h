@@ -148,6 +148,9 @@ struct zo_config_model {          /* "model" */
   double dropout;                 /* every dropout site's probability, [0, 1); default 0 (off) */
   bool hf_dropout;                /* the rates of model.init_from's config.json instead (GPT-2
                                    * embd/attn/resid_pdrop, Llama attention_dropout); default false */
+  int pad_token_id;               /* the embedding's padding index of a model defined here
+                                   * (spec.has_padding_idx, spec.padding_idx); -1 (default) none;
+                                   * model.init_from's config.json gives its own */
   struct zo_model_config spec;    /* arch ("gpt2" default, "llama"), n_layer, n_head,
                                    * n_embd, vocab_size, max_seq_len (default GPT-2 124M:
                                    * 12, 12, 768, 50257, 1024), num_key_value_heads,

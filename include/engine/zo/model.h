@@ -106,6 +106,14 @@ struct zo_model_config {
   /* llama: the attention heads' width (config.json's head_dim; 0 = n_embd /
    * n_head, filled by zo_model_config_check) */
   int head_dim;
+  /* llama: the embedding's padding index (config.json's pad_token_id, which
+   * transformers' Llama-family models give nn.Embedding as padding_idx;
+   * model.pad_token_id without config.json): its row gets no gradient from
+   * the lookup (a tied head's still reaches it, and weight decay), and a
+   * model initialised from scratch starts it at zero. In [0, vocab_size);
+   * has_padding_idx false: none (the zero value; GPT-2 never has one). */
+  bool has_padding_idx;
+  int padding_idx;
   /* Dropout probabilities in [0, 1), training only (model.dropout; from a
    * Hugging Face config.json with model.hf_dropout: GPT-2's embd_pdrop,
    * attn_pdrop, resid_pdrop, Llama's attention_dropout): the embedding's
@@ -113,6 +121,11 @@ struct zo_model_config {
    * branch before its add. 0: no op runs. */
   float embd_pdrop, attn_pdrop, resid_pdrop;
 };
+
+/* The embedding's padding index of c for the encoder_backward op, -1 none. */
+static inline int zo_model_padding_idx(const struct zo_model_config *c) {
+  return c->has_padding_idx ? c->padding_idx : -1;
+}
 
 /* Memory categories of the planner (engine/plan/plan.c), shared by every tier. */
 enum zo_mem_category {

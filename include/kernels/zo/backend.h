@@ -132,9 +132,11 @@ struct zo_backend {
   void (*encoder_forward)(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
                           int T, int C, enum zo_dtype dt, zo_stream_t stream);
   /* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b
-   * (dwpe NULL skips it). */
+   * (dwpe NULL skips it). Positions whose token is padding_idx add nothing
+   * to dwte (PyTorch's nn.Embedding padding_idx: that row's lookup gradient
+   * is 0), still to dwpe; padding_idx < 0: none. */
   void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
-                           int T, int C, enum zo_dtype dt, zo_stream_t stream);
+                           int T, int C, int padding_idx, enum zo_dtype dt, zo_stream_t stream);
   /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for
    * backward. eps = 1e-5, biased variance (PyTorch LayerNorm). */
   void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,

@@ -29,7 +29,7 @@ void zo_cpu_cast(void *dst, enum zo_dtype dst_dt, const void *src, enum zo_dtype
 void zo_cpu_encoder_forward(void *out, const int32_t *inp, const void *wte, const void *wpe, int B,
                             int T, int C, enum zo_dtype dt);
 void zo_cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, const int32_t *inp, int B,
-                             int T, int C, enum zo_dtype dt);
+                             int T, int C, int padding_idx, enum zo_dtype dt);
 
 /* The kernel the CPU backend's bf16 GEMMs run on, in words ("oneDNN 2.6.3
  * matmul, AMX-BF16", or the fallback's fp32 tiles), chosen once per process
