@@ -62,20 +62,22 @@ B, T, NB = 3, 20, 3
 IMPLEMENTED = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
                "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_dropout", "head_dim",
-               "model_type", "sliding_window", "use_sliding_window", "resid_pdrop"}
-VALUES = {"rms_norm_eps": 1e-3, "rope_theta": 123456.0, "num_key_value_heads": 1, "tie_word_embeddings": True,
+               "model_type", "sliding_window", "use_sliding_window", "resid_pdrop", "pad_token_id"}
+VALUES = {"pad_token_id": 3, "rms_norm_eps": 1e-3, "rope_theta": 123456.0, "num_key_value_heads": 1, "tie_word_embeddings": True,
           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 16}}
 # Refused by name when set to a value that changes the mathematics.
 REFUSED = {"attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 0.5,
            "hidden_act": "gelu", "head_dim": 7, "is_decoder": True, "add_cross_attention": True,
            "pruned_heads": {"0": [1]}, "layer_types": ["sliding_attention", "full_attention"],
-           "quantization_config": {"quant_method": "bitsandbytes"}}
+           "quantization_config": {"quant_method": "bitsandbytes"},
+           "pad_token_id": V}  # past the vocabulary (transformers' nn.Embedding refuses it too)
 # Read by the engine and refused in part (REFUSED gives the refused value).
-IMPLEMENTED_IN_PART = {"hidden_act", "head_dim", "layer_types", "sliding_window", "rope_scaling", "rope_parameters"}
+IMPLEMENTED_IN_PART = {"hidden_act", "head_dim", "layer_types", "sliding_window", "rope_scaling", "rope_parameters",
+                       "pad_token_id"}
 # Fields that do not change the forward (the reason is engine/model/arch_llama_hf.c's).
 IGNORED = {"architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id",
-           "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
+           "eos_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
            "initializer_range", "pretraining_tp", "max_window_layers", "output_attentions",
            "output_hidden_states", "return_dict", "torchscript", "use_bfloat16", "tf_legacy_loss",
            "chunk_size_feed_forward", "is_encoder_decoder", "tie_encoder_decoder", "cross_attention_hidden_size",
@@ -344,6 +346,9 @@ INVALID = [
      ["rope_parameters", "rope_theta", '"1e4"']),
     ("rms_norm_eps a string", lambda j: j.update(rms_norm_eps="0.1"), ["rms_norm_eps", '"0.1"']),
     ("rms_norm_eps 0", lambda j: j.update(rms_norm_eps=0), ["rms_norm_eps", "= 0"]),
+    ("pad_token_id -1", lambda j: j.update(pad_token_id=-1), ["pad_token_id", "= -1", f"[0, {V})"]),
+    ("pad_token_id a string", lambda j: j.update(pad_token_id="3"), ["pad_token_id", '"3"', f"[0, {V})"]),
+    ("pad_token_id 1.5", lambda j: j.update(pad_token_id=1.5), ["pad_token_id", "1.5", f"[0, {V})"]),
     ("llama3 high_freq_factor not above low_freq_factor",
      lambda j: j["rope_scaling"].update(high_freq_factor=1.0), ["high_freq_factor", "low_freq_factor"]),
     ("llama3 factor a string", lambda j: j["rope_scaling"].update(factor="8"), ["factor", '"8"']),

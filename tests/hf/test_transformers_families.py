@@ -31,6 +31,14 @@ Mistral its sliding_window (5) is much shorter than the training sequence
      "llama", and not an absent key MistralConfig would default to 4096), a
      Qwen2's "qwen2" and Qwen2ForCausalLM; transformers loads each export
      as that class with no missing or unexpected key and its loss.
+  5. The embedding's padding index: a Llama (untied and tied) and, where
+     this transformers has them, a Qwen2, a Qwen3 and a Phi-3 with
+     pad_token_id PAD, which transformers builds as nn.Embedding's
+     padding_idx (the row gets no gradient from the lookup; a tied head's
+     gradient and weight decay still reach it), trained on tokens where
+     every sixth is PAD: part 2's checks (losses, norms, every parameter,
+     the stage-3 run bit for bit, the checkpoint's config.json carries
+     pad_token_id), and `zoffload export` writes pad_token_id back.
 
 Usage: tests/hf/run.sh ZOFFLOAD REPO test_transformers_families.py
 """
@@ -270,5 +278,44 @@ def export_keeps_family(binary, tmp):
               f"loss {got:.9f} vs {want:.9f}")
 
 
+PAD = 7
+
+
+def padding(binary, tmp):
+    _, tokens, _ = random_tokens(tmp, V, STEPS * K * B * T + 1)
+    tokens = tokens.copy()
+    tokens[::6] = PAD
+    tok_path = os.path.join(tmp, "hf-tokens-pad.bin")
+    tokens.astype("<u2").tofile(tok_path)
+    config = write_config(tmp, tok_path)
+    from transformers import LlamaConfig
+    cases = [("llama", LlamaConfig, False, {}), ("llama", LlamaConfig, True, {})]
+    for name, over in (("qwen2", {"use_sliding_window": False}), ("qwen3", {"use_sliding_window": False}),
+                       ("phi3", {"sliding_window": None})):
+        cls = getattr(transformers, {"qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "phi3": "Phi3Config"}[name],
+                      None)
+        if cls is None:
+            print(f"== padding index, {name}: transformers {transformers.__version__} has none: skipped")
+            continue
+        cases.append((name, cls, False, over))
+    for name, cls, tied, over in cases:
+        label = f"{name}-pad-{'tied' if tied else 'untied'}"
+        print(f"== {label}: pad_token_id {PAD}, {int((tokens == PAD).sum())} of {len(tokens)} tokens")
+        model = make_model(cls, pad_token_id=PAD, tie_word_embeddings=tied, **over)
+        check(model.model.embed_tokens.padding_idx == PAD, f"{label}: transformers builds nn.Embedding with "
+              f"padding_idx {model.model.embed_tokens.padding_idx}")
+        d = os.path.join(tmp, f"hf-{label}")
+        eval_against(binary, config, tokens, d, model, label)
+        out = os.path.join(tmp, f"export-{label}")
+        rc, msg = zo_run(binary, "export", d, "--out", out)
+        hc = {}
+        if rc == 0:
+            with open(os.path.join(out, "config.json")) as f:
+                hc = json.load(f)
+        check(rc == 0 and hc.get("pad_token_id") == PAD, f"{label}: export writes pad_token_id back "
+              f"({hc.get('pad_token_id', '(absent)')}) {msg[-300:] if rc else ''}")
+        train_and_export(binary, tmp, label, d, config, tokens, model, {"model_type": name, "pad_token_id": PAD})
+
+
 if __name__ == "__main__":
-    sys.exit(main(__doc__, (mistral, qwen2, export_keeps_family)))
+    sys.exit(main(__doc__, (mistral, qwen2, export_keeps_family, padding)))
