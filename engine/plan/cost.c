@@ -1,8 +1,9 @@
 /* The cost model of one optimizer step (see zo/autoplan.h) and the rates it
  * reads: documented defaults, or this machine's profile written by
- * `zoffload bench calibrate`. Bytes come from the memory planner's plan and
- * the tensor table, FLOPs from the architecture's flops_per_token: this file
- * adds rates and overlap, never a byte count of its own. It measures nothing
+ * `zoffload bench calibrate`. Bytes moved come from the plan's traffic
+ * (traffic.c: the byte counters' prediction), FLOPs from the
+ * architecture's flops_per_token: this file adds rates and overlap, never
+ * a byte count of its own. It measures nothing
  * (engine/cli/calibrate.c does). */
 #include <errno.h>
 #include <jansson.h>
@@ -256,7 +257,6 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   const int half = pl->dtype != ZO_F32;
   const double e = (double)zo_dtype_size(pl->dtype), K = pl->grad_accum, BT = (double)p->B * p->T;
   const double C = mc->n_embd, L = mc->n_layer, Vp = mc->padded_vocab_size, N = (double)t.numel;
-  const double resident = N - L * (double)t.layer_numel;
 
   /* FLOPs per token split into the part linear in T (attention) and the
    * rest (matmuls) from the architecture's own count at T and 2T. */
@@ -286,26 +286,18 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   const double scale = rate_at(r->ref_widths, r->compute_scale[half], ZO_COST_N_REF, C);
   c->compute_s = K * scale * (gemm / gemm_r + att / attn_r + ew / r->mem_bw + ops * r->op_s);
 
+  /* The bytes the step moves (traffic.c, the counters' prediction) at the
+   * copy streams' rates. */
   const bool offloaded = pl->optimizer != ZO_OFFLOAD_NONE;
-  if (pl->param_slots) c->h2d_s += Kx * 2.0 * L * (double)t.layer_numel * e / r->h2d_bw; /* forward and backward */
-  /* An untied embedding on the host: its rows cross per micro-batch instead
-   * of its update, its gradient as d(embedding output). */
-  const struct zo_model_layout lo = zo_placement_layout(pl);
-  const double emb = (double)t.layer_offset[0], rows = BT * C * e;
-  const bool emb_p = zo_model_embed_params_host(&t, &lo), emb_g = zo_model_embed_grads_host(&t, &lo);
-  /* A streamed LM head: its pieces load like blocks, forward and backward,
-   * instead of its update. */
-  const double shead = (double)zo_model_streamed_head_numel(&t, &lo);
-  if (offloaded)
-    c->h2d_s += ((pl->param_slots ? resident : N) * e - (emb_p ? emb * e - K * rows : 0.0) + shead * e * (2.0 * Kx - 1.0)) /
-                r->h2d_bw; /* updated parameters */
-  if (pl->grads_on_host) c->d2h_s += (Kx * (N * 4.0 - (emb_g ? emb * 4.0 : 0.0)) + (emb_g ? K * rows : 0.0)) / r->d2h_bw;
-  else if (offloaded) c->d2h_s += N * 4.0 / r->d2h_bw;
-  if ((pl->ckpt_blocks || lm) && pl->ckpt_cpu) {
-    const double ckb = K * (lm ? L : pl->ckpt_blocks) * BT * C * e;
-    c->d2h_s += ckb / r->d2h_bw;
-    c->h2d_s += ckb / r->h2d_bw;
+  struct zo_plan_traffic tr;
+  if (zo_plan_traffic(p, lm, &tr) != 0) {
+    zo_tensor_table_free(&t);
+    return;
   }
+  c->h2d_s = (double)tr.h2d / r->h2d_bw;
+  c->d2h_s = (double)tr.d2h / r->d2h_bw;
+  const struct zo_model_layout lo = zo_placement_layout(pl);
+  const double shead = (double)zo_model_streamed_head_numel(&t, &lo); /* a streamed LM head's elements */
 
   const double n8 = frozen ? 0.0 : (double)zo_optim_numel_8bit(&pl->opt, &t), n32 = Nopt - n8;
   if (offloaded) {
@@ -317,20 +309,14 @@ static void cost_order(const struct zo_cost_profile *r, const struct zo_plan *p,
   } else {
     c->optimizer_s = r->shared_cores ? n32 / r->adamw_pps + n8 / r->adamw8_pps : Nopt / r->dev_adamw_pps;
   }
-  /* NVMe traffic per step: master, m and v read and written once by the
-   * chunk updates; the parameter file (the blocks not kept in host memory)
-   * read by every micro-batch's slot loads forward and backward and written
-   * by the update (never, a frozen base's); the gradient file written by every micro-batch, read back
-   * by the next one's accumulation and by the update. */
-  const size_t *nvb = p->bytes[ZO_TIER_NVME];
-  const double st = (double)(nvb[ZO_MEM_MASTER] + nvb[ZO_MEM_ADAM_M] + nvb[ZO_MEM_ADAM_V]);
-  const double P = (double)nvb[ZO_MEM_PARAMS], G = (double)nvb[ZO_MEM_GRADS];
+  /* NVMe: the rates over traffic.c's bytes, at the step's end (the
+   * updates: state, gradients read, parameters written; nothing for a
+   * frozen base) and during the micro-batches (slot loads, gradient writes
+   * and their read-back for accumulation). */
+  const double st = (double)tr.nvme_state;
   const double rbw = r->nvme_read_bw > 0 ? r->nvme_read_bw : 1e9, wbw = r->nvme_write_bw > 0 ? r->nvme_write_bw : 1e9;
-  /* At the step's end (the updates: state, gradients read, parameters
-   * written) and during the micro-batches (slot loads, gradient writes and
-   * their read-back for accumulation). */
-  const double Pw = frozen ? 0.0 : P; /* a frozen base's file is only read */
-  const double nv_end = (st + G) / rbw + (st + Pw) / wbw, nv_run = 2.0 * Kx * P / rbw + Kx * G / wbw + (Kx - 1) * G / rbw;
+  const double nv_end = (double)tr.nvme_read_end / rbw + (double)tr.nvme_write_end / wbw;
+  const double nv_run = (double)(tr.nvme_read - tr.nvme_read_end) / rbw + (double)(tr.nvme_write - tr.nvme_write_end) / wbw;
   c->nvme_s = nv_end + nv_run;
   c->nvme_state_s = st / rbw + st / wbw;
 

@@ -39,6 +39,25 @@ struct zo_plan {
   size_t lora_numel;                            /* LoRA (placement.frozen): the adapters' elements */
 };
 
+/* The bytes one optimizer step of a plan moves, as zo_sched_stats counts
+ * them (each copy and NVMe request where issued): its prediction of the
+ * counters `bench step` measures per step. */
+struct zo_plan_traffic {
+  uint64_t h2d, d2h, nvme_read, nvme_write; /* bytes per step */
+  uint64_t nvme_read_end, nvme_write_end;   /* the parts of nvme_read / nvme_write at the step's end
+                                             * (the optimizer's chunk updates); the rest during the
+                                             * micro-batches */
+  uint64_t nvme_state;                      /* master, m and v: read and written once per step each */
+  bool exact; /* equal to the counters by construction: LoRA (the base on the device, the host or
+               * NVMe) and full fine-tuning with everything on the device; else approximate (the
+               * offloaded optimizer's traffic from the NVMe files' sizes) */
+};
+
+/* Fills tr for plan p in the micro-batch-major order, or (layer_major: the
+ * order not built yet, for the cost model's comparison) each streamed block
+ * loaded once forward and once backward per step. Returns 0 or -ENOMEM. */
+int zo_plan_traffic(const struct zo_plan *p, bool layer_major, struct zo_plan_traffic *tr);
+
 /* "device", "host", "nvme". */
 const char *zo_tier_name(enum zo_tier t);
 
