@@ -104,6 +104,16 @@ static int bench_step(int argc, char **argv) {
   struct zo_placement pl;
   if (!err && zo_placement_from_config(&cfg, cfg.model.spec.n_layer, &pl) == 0)
     zo_placement_describe(&pl, where, sizeof where);
+  /* The plan's prediction of the counters (one rank's run: the ranks' own
+   * traffic is not predicted). */
+  struct zo_plan plan;
+  struct zo_plan_traffic tr;
+  bool predicted = false;
+  if (!err && zo_comm_size(comm) == 1) {
+    err = zo_plan_build(&cfg, &cfg.model.spec, NULL, &plan);
+    if (!err) err = zo_plan_traffic(&plan, plan.layer_major, &tr);
+    predicted = !err;
+  }
   const int B = cfg.micro_batch;
   zo_config_free(&cfg);
   if (err) return cli_job_fail(comm, cli_exit_code(err), "bench step");
@@ -122,6 +132,16 @@ static int bench_step(int argc, char **argv) {
   printf("  bytes per step: %.1f MiB host->device, %.1f MiB device->host, NVMe %.1f MiB read, %.1f MiB written\n",
          (double)b.h2d_bytes / 1048576.0, (double)b.d2h_bytes / 1048576.0, (double)b.nvme_read_bytes / 1048576.0,
          (double)b.nvme_write_bytes / 1048576.0);
+  if (predicted)
+    printf("  bytes per step predicted by the plan (%s): %llu host->device, %llu device->host, NVMe %llu read, "
+           "%llu written\n", tr.exact ? "exact" : "approximate", (unsigned long long)tr.h2d,
+           (unsigned long long)tr.d2h, (unsigned long long)tr.nvme_read, (unsigned long long)tr.nvme_write);
+  char pred_json[256] = "";
+  if (predicted)
+    snprintf(pred_json, sizeof pred_json, ", \"predicted_h2d_bytes\": %llu, \"predicted_d2h_bytes\": %llu, "
+             "\"predicted_nvme_read_bytes\": %llu, \"predicted_nvme_write_bytes\": %llu, "
+             "\"predicted_bytes_exact\": %s", (unsigned long long)tr.h2d, (unsigned long long)tr.d2h,
+             (unsigned long long)tr.nvme_read, (unsigned long long)tr.nvme_write, tr.exact ? "true" : "false");
   if (b.traced)
     printf("  traced: %.1f ms per step, %+.1f%% against untraced (median of per-round ratios); timeline of the "
            "last round written\n", b.traced_step_s * 1e3, b.trace_overhead * 100.0);
@@ -145,11 +165,11 @@ static int bench_step(int argc, char **argv) {
     printf("{\"backend\": \"%s\", \"step_ms\": %.3f, \"device_step_ms\": %.3f, \"compute_ms\": %.3f, "
            "\"io_ms\": %.3f, \"optimizer_ms\": %.3f, \"overlap_efficiency\": %.4f, \"tokens_per_s\": %.1f, "
            "\"device_tokens_per_s\": %.1f, \"tflops\": %.4f, \"device_tflops\": %.4f, \"h2d_bytes\": %llu, "
-           "\"d2h_bytes\": %llu, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu%s}\n",
+           "\"d2h_bytes\": %llu, \"nvme_read_bytes\": %llu, \"nvme_write_bytes\": %llu%s%s}\n",
            b.backend, b.step_s * 1e3, b.device_step_s * 1e3, b.compute_s * 1e3, b.io_s * 1e3, b.optimizer_s * 1e3,
            b.overlap, b.tokens_per_s, b.device_tokens_per_s, b.tflops, b.device_tflops,
            (unsigned long long)b.h2d_bytes, (unsigned long long)b.d2h_bytes, (unsigned long long)b.nvme_read_bytes,
-           (unsigned long long)b.nvme_write_bytes, ranks_json);
+           (unsigned long long)b.nvme_write_bytes, pred_json, ranks_json);
   return 0;
 }
 

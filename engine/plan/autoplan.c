@@ -155,6 +155,10 @@ static int try_spec(struct search *S, const struct cand_spec *s, struct zo_autop
     fits = false;
   }
   zo_cost_step(o->profile, &p, &out->cost);
+  if (zo_plan_traffic(&p, p.layer_major, &out->traffic) != 0) {
+    a->n_refused++;
+    return -1;
+  }
   out->tokens_per_s = (double)a->global_batch * a->T / out->cost.step_s;
   describe(s, &p, S->base->zero.offload_optimizer.buffer_count, out->what, sizeof out->what);
   return fits ? 1 : 0;
@@ -477,10 +481,15 @@ void zo_autoplan_print_json(const struct zo_autoplan *a, bool cpu_backend, FILE 
     }
     fprintf(out, "], \"predicted_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"bottleneck\": \"%s\", "
                  "\"compute_ms\": %.3f, \"h2d_ms\": %.3f, \"d2h_ms\": %.3f, \"optimizer_ms\": %.3f, \"nvme_ms\": %.3f, "
-                 "\"device_bytes\": %zu, \"host_bytes\": %zu, \"nvme_bytes\": %zu}",
+                 "\"device_bytes\": %zu, \"host_bytes\": %zu, \"nvme_bytes\": %zu, \"predicted_h2d_bytes\": %llu, "
+                 "\"predicted_d2h_bytes\": %llu, \"predicted_nvme_read_bytes\": %llu, "
+                 "\"predicted_nvme_write_bytes\": %llu, \"predicted_bytes_exact\": %s}",
             c->cost.step_s * 1e3, c->tokens_per_s, zo_bottleneck_name(c->cost.bottleneck, cpu_backend),
             c->cost.compute_s * 1e3, c->cost.h2d_s * 1e3, c->cost.d2h_s * 1e3, c->cost.optimizer_s * 1e3,
-            c->cost.nvme_s * 1e3, c->bytes[ZO_TIER_DEVICE], c->bytes[ZO_TIER_HOST], c->bytes[ZO_TIER_NVME]);
+            c->cost.nvme_s * 1e3, c->bytes[ZO_TIER_DEVICE], c->bytes[ZO_TIER_HOST], c->bytes[ZO_TIER_NVME],
+            (unsigned long long)c->traffic.h2d, (unsigned long long)c->traffic.d2h,
+            (unsigned long long)c->traffic.nvme_read, (unsigned long long)c->traffic.nvme_write,
+            c->traffic.exact ? "true" : "false");
   }
   fputs("]\n", out);
 }

@@ -152,6 +152,13 @@ void zo_plan_print(const struct zo_plan *p, FILE *out) {
     if (p->budget_src[i][0])
       fprintf(out, "  %s budget: %s\n", zo_tier_name((enum zo_tier)i), p->budget_src[i]);
   fprintf(out, "  exact bytes: device %zu, host %zu, nvme %zu\n", p->total[0], p->total[1], p->total[2]);
+  struct zo_plan_traffic tr;
+  if (zo_plan_traffic(p, p->layer_major, &tr) == 0)
+    fprintf(out, "  bytes per step (predicted, %s): h2d %llu, d2h %llu, nvme read %llu, nvme write %llu\n",
+            tr.exact ? "exact: bench step's counters equal them"
+                     : "approximate: the offloaded optimizer's traffic from the NVMe files' sizes",
+            (unsigned long long)tr.h2d, (unsigned long long)tr.d2h, (unsigned long long)tr.nvme_read,
+            (unsigned long long)tr.nvme_write);
 }
 
 static const char *const tier_title[ZO_N_TIERS] = {"device arena", "host pool", "nvme files"};

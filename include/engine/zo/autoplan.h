@@ -157,6 +157,7 @@ struct zo_autoplan_candidate {
   size_t bytes[ZO_N_TIERS];
   size_t short_by[ZO_N_TIERS];    /* bytes over each tier's budget (0 = fits) */
   struct zo_cost cost;
+  struct zo_plan_traffic traffic; /* the bytes per step its cost moves (zo_plan_traffic) */
   double tokens_per_s;
   char what[160];                 /* "bf16, ckpt, optimizer cpu, micro-batch 4 x 4" */
   char note[200];                 /* a suggestion's change to the mathematics */
