@@ -9,7 +9,9 @@
  * NVMe, the tokens in and the losses out per micro-batch; LoRA's frozen
  * base on the device, streamed from the host or read from NVMe (no
  * gradient out, nothing written back, the NVMe base computing the device
- * base's bits). A placement that
+ * base's bits). Where the plan's prediction of a step's bytes
+ * (zo_plan_traffic) says it is exact -- LoRA on every base placement,
+ * everything on the device -- the counters equal it too. A placement that
  * moves a byte more or less than its schedule says fails. NVMe cases skip
  * when the store cannot be created. */
 #include <errno.h>
@@ -160,21 +162,38 @@ static int expect(const char *what, int K, const struct moved *got, const struct
   return 0;
 }
 
+/* The plan's prediction (zo_plan_traffic), exact for this placement: the
+ * counters equal it. */
+static int expect_predicted(const char *what, int K, const struct zo_plan *p, const struct moved *got) {
+  struct zo_plan_traffic tr;
+  CHECK(zo_plan_traffic(p, p->layer_major, &tr) == 0);
+  CHECK(tr.exact);
+  const struct moved want = {.h2d = tr.h2d, .d2h = tr.d2h, .nvr = tr.nvme_read, .nvw = tr.nvme_write};
+  char w[160];
+  snprintf(w, sizeof w, "%s, the plan's prediction", what);
+  return expect(w, K, got, &want);
+}
+
 static const int Ks[] = {1, 4};
 
-/* Everything on the device: the tokens in and the losses out, nothing else. */
+/* Everything on the device: the tokens in and the losses out, nothing else;
+ * fp32 and bf16, the plan's prediction exact. */
 static int test_all_on_device(void) {
-  for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
-    const int K = Ks[i];
-    struct zo_plan p;
-    struct moved got;
-    CHECK(step_bytes(NULL, 0, K, &p, &got) == 0);
-    struct sizes z;
-    CHECK(sizes_of(&p, &z) == 0);
-    /* and the per-tensor sums of squares of the norm, fp64 */
-    const struct moved want = {.h2d = K * z.BT * 8, .d2h = K * z.BT * 4 + (uint64_t)z.n_tensors * 8};
-    CHECK(expect("all on device", K, &got, &want) == 0);
-  }
+  const char *bf16[] = {"bf16.enabled=true"};
+  for (int bf = 0; bf < 2; bf++)
+    for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+      const int K = Ks[i];
+      struct zo_plan p;
+      struct moved got;
+      CHECK(step_bytes(bf ? bf16 : NULL, bf, K, &p, &got) == 0);
+      struct sizes z;
+      CHECK(sizes_of(&p, &z) == 0);
+      /* and the per-tensor sums of squares of the norm, fp64 */
+      const struct moved want = {.h2d = K * z.BT * 8, .d2h = K * z.BT * 4 + (uint64_t)z.n_tensors * 8};
+      const char *what = bf ? "all on device, bf16" : "all on device";
+      CHECK(expect(what, K, &got, &want) == 0);
+      CHECK(expect_predicted(what, K, &p, &got) == 0);
+    }
   return 0;
 }
 
@@ -252,25 +271,42 @@ static int test_optimizer_on_nvme(void) {
  * adapters' one fp64 sum of squares out. Streamed from the host in S = 2
  * slots for L = 3 blocks: the same block loads as a trained run's (S + 2 K
  * (L - S)), no resident range reloaded (nothing is updated), no gradient
- * out. */
+ * out; a Llama's untied embedding gathers its rows on the host (B T C
+ * working-dtype values in per micro-batch). GPT-2 and Llama, fp32 and bf16,
+ * K = 1 and 4; the plan's prediction equals the counters. */
 static int test_lora(void) {
-  const char *on_dev[] = {"lora.r=4"};
-  const char *on_host[] = {"lora.r=4", "zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu",
-                           "zero_optimization.offload_param.buffer_count=2"};
-  for (int host = 0; host < 2; host++)
-    for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
-      const int K = Ks[i], S = 2;
-      struct zo_plan p;
-      struct moved got;
-      CHECK(step_bytes(host ? on_host : on_dev, host ? ZO_ARRAY_LEN(on_host) : ZO_ARRAY_LEN(on_dev), K, &p,
-                       &got) == 0);
-      CHECK(p.placement.frozen && p.placement.param_slots == (host ? S : 0));
-      struct sizes z;
-      CHECK(sizes_of(&p, &z) == 0);
-      const uint64_t loads = host ? (uint64_t)S + 2ull * (uint64_t)K * (uint64_t)(z.L - S) : 0;
-      const struct moved want = {.h2d = loads * z.layer * 4 + K * z.BT * 8, .d2h = K * z.BT * 4 + 8};
-      CHECK(expect(host ? "LoRA, base on host" : "LoRA, base on device", K, &got, &want) == 0);
-    }
+  const char *llama[] = {ZO_ETEST_LLAMA_SMALL};
+  for (int arch = 0; arch < 2; arch++)
+    for (int bf = 0; bf < 2; bf++)
+      for (int host = 0; host < 2; host++)
+        for (size_t i = 0; i < ZO_ARRAY_LEN(Ks); i++) {
+          const int K = Ks[i], S = 2;
+          const char *sets[24];
+          int n = 0;
+          sets[n++] = "lora.r=4";
+          sets[n++] = bf ? "bf16.enabled=true" : "bf16.enabled=false";
+          for (size_t a = 0; arch && a < ZO_ARRAY_LEN(llama); a++) sets[n++] = llama[a];
+          if (host) {
+            sets[n++] = "zero_optimization.stage=3";
+            sets[n++] = "zero_optimization.offload_param.device=cpu";
+            sets[n++] = "zero_optimization.offload_param.buffer_count=2";
+          }
+          struct zo_plan p;
+          struct moved got;
+          CHECK(step_bytes(sets, n, K, &p, &got) == 0);
+          CHECK(p.placement.frozen && p.placement.param_slots == (host ? S : 0));
+          struct sizes z;
+          CHECK(sizes_of(&p, &z) == 0);
+          const uint64_t e = bf ? 2 : 4;
+          const uint64_t loads = host ? (uint64_t)S + 2ull * (uint64_t)K * (uint64_t)(z.L - S) : 0;
+          const uint64_t rows = arch && host ? K * z.BT * 36 * e : 0; /* n_embd 36 */
+          const struct moved want = {.h2d = loads * z.layer * e + K * z.BT * 8 + rows, .d2h = K * z.BT * 4 + 8};
+          char what[96];
+          snprintf(what, sizeof what, "LoRA, base on %s (%s, %s)", host ? "host" : "device", arch ? "llama" : "gpt2",
+                   bf ? "bf16" : "fp32");
+          CHECK(expect(what, K, &got, &want) == 0);
+          CHECK(expect_predicted(what, K, &p, &got) == 0);
+        }
   return 0;
 }
 
@@ -349,6 +385,7 @@ static int test_lora_nvme(void) {
           snprintf(what, sizeof what, "LoRA, base on NVMe (%s, %s%s)", arch ? "llama" : "gpt2", bf ? "bf16" : "fp32",
                    in_cpu ? ", block 0 in host memory" : "");
           CHECK(expect(what, K, &got, &want) == 0);
+          CHECK(expect_predicted(what, K, &p, &got) == 0);
           CHECK(same_bits(what, &dev, &nv) == 0);
           bits_free(&dev);
           bits_free(&nv);

@@ -12,7 +12,8 @@
 # is too small. A tiny Llama's LoRA run, the base on the device, streamed
 # from the host or read from NVMe, peaks at exactly the planned bytes on
 # both tiers; its `bench step --json` with the base on NVMe reads the block
-# loads' bytes and writes none.
+# loads' bytes and writes none, and on every placement measures exactly the
+# bytes per step the plan predicts (`zoffload plan` prints them).
 # Usage: test-lora-plan.sh ZOFFLOAD_BINARY REPO_DIR
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -118,12 +119,39 @@ done
 # 16 x 32, o 32 x 32, gate, up, down 3 x 32 x 64, two norms of 32), nothing
 # written; out only the losses (2 x 2 x 32 floats) and the adapters' fp64
 # sum of squares.
-expect 0 '"nvme_write_bytes": 0}' bench-nvme -- bench step "$tmp/tiny.json" --json --steps 2 --set model.n_layer=3 \
+expect 0 '"nvme_write_bytes": 0,' bench-nvme -- bench step "$tmp/tiny.json" --json --steps 2 --set model.n_layer=3 \
   --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme \
   --set zero_optimization.offload_param.nvme_path="$tmp/nvme-bench" --set zero_optimization.offload_param.buffer_count=2
 bench_json=$(tail -1 "$tmp/bench-nvme.out")
 check "bench step, base on NVMe: 6 blocks read a step, none written, 520 bytes out ($bench_json)" \
   "python3 -c 'import json, sys; j = json.loads(sys.argv[1]); sys.exit(0 if (j[\"nvme_read_bytes\"], j[\"nvme_write_bytes\"], j[\"d2h_bytes\"]) == (6 * 9280 * 4, 0, 520) else 1)' '$bench_json'"
+# The plan's prediction of the byte counters (issue 47): bench step's
+# measured bytes per step equal its predicted_* exactly, and `zoffload plan`
+# prints the same prediction, for the base on the device, streamed from the
+# host and read from NVMe (max_in_cpu keeping block 0 in host memory: 9280
+# elements), fp32 and bf16, 2 micro-batches.
+same='import json, sys; j = json.loads(sys.argv[1]); k = ("h2d_bytes", "d2h_bytes", "nvme_read_bytes", "nvme_write_bytes"); sys.exit(0 if j["predicted_bytes_exact"] and all(j[x] == j["predicted_" + x] for x in k) else 1)'
+for where in device host nvme nvme-cpu; do
+  extra=()
+  [[ $where == host ]] && extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
+                                 --set zero_optimization.offload_param.buffer_count=2)
+  [[ $where == nvme* ]] && extra=(--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme
+                                  --set zero_optimization.offload_param.nvme_path="$tmp/nvme-pred"
+                                  --set zero_optimization.offload_param.buffer_count=2)
+  [[ $where == nvme-cpu ]] && extra+=(--set zero_optimization.offload_param.max_in_cpu=9280)
+  for bf in false true; do
+    name=pred-$where-$bf
+    expect 0 '"predicted_h2d_bytes"' "$name" -- bench step "$tmp/tiny.json" --json --steps 2 --set model.n_layer=3 \
+      --set bf16.enabled=$bf "${extra[@]}"
+    j=$(tail -1 "$tmp/$name.out")
+    check "bench step, base on $where, bf16=$bf: measured == predicted bytes ($j)" \
+      "python3 -c '$same' '$j'"
+    expect 0 "bytes per step (predicted, exact" "plan-$name" -- plan "$tmp/tiny.json" --set model.n_layer=3 \
+      --set bf16.enabled=$bf "${extra[@]}"
+    want=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); print("h2d %d, d2h %d, nvme read %d, nvme write %d" % tuple(j["predicted_" + x] for x in ("h2d_bytes", "d2h_bytes", "nvme_read_bytes", "nvme_write_bytes")))' "$j")
+    check "plan, base on $where, bf16=$bf: prints bench step's prediction ($want)" "grep -qF '$want' '$tmp/plan-$name.out'"
+  done
+done
 
 # engine.placement = "auto" trains a LoRA run with the planner's choice.
 expect 0 "lora: r 4" auto-train -- train "$tmp/tiny.json" --set engine.placement=auto
