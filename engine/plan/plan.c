@@ -156,7 +156,7 @@ void zo_plan_print(const struct zo_plan *p, FILE *out) {
   if (zo_plan_traffic(p, p->layer_major, &tr) == 0)
     fprintf(out, "  bytes per step (predicted, %s): h2d %llu, d2h %llu, nvme read %llu, nvme write %llu\n",
             tr.exact ? "exact: bench step's counters equal them"
-                     : "approximate: the offloaded optimizer's traffic from the NVMe files' sizes",
+                     : "approximate: NVMe traffic from the files' sizes, or a placement not checked byte for byte",
             (unsigned long long)tr.h2d, (unsigned long long)tr.d2h, (unsigned long long)tr.nvme_read,
             (unsigned long long)tr.nvme_write);
 }

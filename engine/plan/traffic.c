@@ -6,11 +6,13 @@
  *
  * Exact (the counters equal it, tests/test-engine-bytes.c): LoRA's frozen
  * base on the device, streamed from the host or read from NVMe, and full
- * fine-tuning with everything on the device. The parameter slots' loads are
- * counted by replaying the scheduler's ring (engine/sched/hooks.c) for any
- * placement. The other full fine-tuning placements keep the approximations
- * of the NVMe files' sizes (chunk padding, the update's reads and writes)
- * and of the gradients and updated parameters that cross: labelled
+ * fine-tuning, fp32 or bf16 with fp32 AdamW on one rank, with everything on
+ * the device or the optimizer, gradients and parameters on the host. The
+ * parameter slots' loads (the LM head's pieces too) are counted by
+ * replaying the scheduler's ring (engine/sched/hooks.c) for any placement.
+ * The other placements (NVMe files, host checkpoints, fp16, AdamW8bit, ranks)
+ * keep approximations -- the NVMe traffic from the files' sizes (chunk
+ * padding makes the requests smaller), the rest unchecked: labelled
  * approximate. */
 #include <errno.h>
 #include <stdlib.h>
@@ -116,8 +118,14 @@ int zo_plan_traffic(const struct zo_plan *p, bool layer_major, struct zo_plan_tr
   }
   tr->h2d += loads_in;
   tr->nvme_read = loads_file;
-  tr->exact = (pl->frozen || (!offloaded && !pl->param_slots && !pl->ckpt_cpu && pl->dtype != ZO_F16)) &&
-              !layer_major && pl->dp_ranks <= 1;
+  /* Exact where test-engine-bytes checks it: LoRA on every base placement;
+   * full fine-tuning, fp32 or bf16 with fp32 AdamW, all on the device or
+   * with the optimizer, gradients (stage 2) and parameters on the host, the
+   * LM head in pieces included (no NVMe file, no checkpoints on the host). */
+  const bool plain = !pl->ckpt_cpu && pl->dtype != ZO_F16 && !pl->opt.eightbit;
+  const bool host_opt = pl->optimizer == ZO_OFFLOAD_CPU && pl->grads_on_host && !pl->param_nvme;
+  tr->exact = (pl->frozen || (plain && ((!offloaded && !pl->param_slots) || host_opt))) && !layer_major &&
+              pl->dp_ranks <= 1;
   if (pl->frozen) { /* nothing of the base is updated, no gradient of it leaves the device */
     zo_tensor_table_free(&t);
     return 0;

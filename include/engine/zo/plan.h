@@ -49,8 +49,10 @@ struct zo_plan_traffic {
                                              * micro-batches */
   uint64_t nvme_state;                      /* master, m and v: read and written once per step each */
   bool exact; /* equal to the counters by construction: LoRA (the base on the device, the host or
-               * NVMe) and full fine-tuning with everything on the device; else approximate (the
-               * offloaded optimizer's traffic from the NVMe files' sizes) */
+               * NVMe); full fine-tuning in fp32 or bf16 with fp32 AdamW on one rank, all on the
+               * device or the optimizer, gradients and parameters on the host; else approximate
+               * (NVMe traffic from the files' sizes; host checkpoints, fp16, AdamW8bit, ranks
+               * unchecked) */
 };
 
 /* Fills tr for plan p in the micro-batch-major order, or (layer_major: the
