@@ -335,6 +335,18 @@ size_t zo_model_grads_numel(const struct zo_model *m) {
 
 /* ---- init and free ---------------------------------------------------------------- */
 
+/* The default context over the carved buffers, bound. */
+static void default_ctx(struct zo_model *m) {
+  struct zo_model_ctx *c = &m->ctx0;
+  c->inputs = m->inputs;
+  c->targets = m->targets;
+  c->losses = m->losses;
+  c->block_in[0] = m->encoded;
+  for (int l = 0; l < m->cfg.n_layer; l++) c->block_in[l + 1] = m->acts[l][m->arch->act_out];
+  c->dresidual = m->training ? m->scratch[0] : NULL;
+  m->ctx = c;
+}
+
 static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t backend, int B, int T,
                              const struct zo_model_layout *lo) {
   const bool training = lo->training;
@@ -394,10 +406,12 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   m->pv = calloc((size_t)NT, sizeof *m->pv);
   m->gv = calloc((size_t)NT, sizeof *m->gv);
   m->host_losses = calloc((size_t)B * (size_t)T, sizeof(float));
+  m->ctx0.block_in = calloc((size_t)L + 1, sizeof *m->ctx0.block_in);
   m->param_slots = calloc((size_t)lo->param_slots + 1, sizeof *m->param_slots);
   m->grad_slots = calloc((size_t)lo->grad_slots + 1, sizeof *m->grad_slots);
   if (m->acts) m->acts[0] = act_store; /* owns the store (zo_model_free) */
-  if (!m->acts || !act_store || !m->pv || !m->gv || !m->host_losses || !m->param_slots || !m->grad_slots) {
+  if (!m->acts || !act_store || !m->pv || !m->gv || !m->host_losses || !m->param_slots || !m->grad_slots ||
+      !m->ctx0.block_in) {
     free(m->acts ? NULL : act_store);
     zo_error(-ENOMEM, "out of host memory allocating the model");
     goto out_free;
@@ -408,6 +422,7 @@ static struct zo_model *init(const struct zo_model_config *cfg_in, zo_backend_t 
   struct carver c = {.arena = &m->arena};
   layout(m, &cfg, &m->table, &c, B, T, &m->layout);
   if (c.err) goto out_free;
+  default_ctx(m);
 
   const bool pslots = m->layout.param_slots > 0, gslots = m->layout.grad_slots > 0;
   const size_t n_par = pslots ? m->res_phead + m->res_tail : m->table.numel;
@@ -470,6 +485,7 @@ void zo_model_free(struct zo_model *m) {
   zo_tensor_table_free(&m->table);
   if (m->acts) free(m->acts[0]);
   free(m->acts);
+  zo_model_ctx_free(&m->ctx0);
   free(m->pv);
   free(m->gv);
   free(m->host_losses);
@@ -545,32 +561,132 @@ void *zo_model_block_input(struct zo_model *m, int l) {
   return l == 0 ? m->encoded : m->acts[l - 1][m->arch->act_out];
 }
 
-/* Everything up to and including the final norm. */
-static void forward_body(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
-                         zo_stream_t s) {
+/* ---- contexts ---------------------------------------------------------------------- */
+
+struct zo_model_ctx *zo_model_default_ctx(struct zo_model *m) { return &m->ctx0; }
+
+int zo_model_ctx_init(struct zo_model *m, struct zo_model_ctx *c) {
+  const size_t n = (size_t)m->cfg.n_layer + 1;
+  *c = m->ctx0;
+  c->block_in = malloc(n * sizeof *c->block_in);
+  if (!c->block_in) return zo_error(-ENOMEM, "out of host memory for a model context");
+  memcpy(c->block_in, m->ctx0.block_in, n * sizeof *c->block_in);
+  c->head_done = false;
+  return 0;
+}
+
+void zo_model_ctx_free(struct zo_model_ctx *c) {
+  free(c->block_in);
+  c->block_in = NULL;
+}
+
+size_t zo_model_ctx_block_inputs_bytes(const struct zo_model *m) {
+  const size_t one = (size_t)m->B * (size_t)m->T * (size_t)m->cfg.n_embd * m->esize;
+  return ((size_t)m->cfg.n_layer + 1) * zo_arena_round(one);
+}
+
+void zo_model_ctx_place_block_inputs(const struct zo_model *m, struct zo_model_ctx *c, void *buf) {
+  const size_t one = zo_arena_round((size_t)m->B * (size_t)m->T * (size_t)m->cfg.n_embd * m->esize);
+  for (int l = 0; l <= m->cfg.n_layer; l++) c->block_in[l] = (char *)buf + (size_t)l * one;
+}
+
+/* Points the model's working fields at c's buffers (the architectures'
+ * programs read those), and its dropout at c's pass. The block outputs are
+ * rebound only when the context changes. */
+static void ctx_bind(struct zo_model *m, struct zo_model_ctx *c) {
+  m->drop.active = c->train;
+  m->drop.pass = c->pass;
+  if (m->ctx == c) return;
+  /* The hooks copy the checkpointed inputs of the model's own buffers. */
+  ZO_ASSERT(c == &m->ctx0 || !m->layout.ckpt_on_host);
+  m->inputs = c->inputs;
+  m->targets = c->targets;
+  m->losses = c->losses;
+  m->encoded = c->block_in[0];
+  for (int l = 0; l < m->cfg.n_layer; l++) m->acts[l][m->arch->act_out] = c->block_in[l + 1];
+  if (m->training) m->scratch[0] = c->dresidual;
+  m->ctx = c;
+}
+
+/* ---- units ------------------------------------------------------------------------- */
+
+void zo_model_unit_embed_forward(struct zo_model *m, struct zo_model_ctx *c, const int32_t *inputs,
+                                 const int32_t *targets, int B, int T, bool train, zo_stream_t s) {
   ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
+  ZO_ASSERT(!train || m->training);
   zo_backend_t be = m->backend;
-  const int L = m->cfg.n_layer;
   const size_t nbt = (size_t)B * (size_t)T;
+  c->B = B;
+  c->T = T;
+  c->train = train;
+  c->has_targets = targets != NULL;
+  c->head_done = false;
+  ctx_bind(m, c);
   ZO_ASSERT(be->memcpy_async(m->inputs, inputs, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
   if (targets) ZO_ASSERT(be->memcpy_async(m->targets, targets, nbt * sizeof(int32_t), ZO_COPY_H2D, s) == 0);
   ZO_ASSERT(m->hooks || (m->layout.param_slots == 0 && !m->layout.ckpt_on_host));
-  m->head_done = false;
   hook_begin(m, ZO_MODEL_EMBED, ZO_MODEL_FORWARD, s);
   m->arch->embed_forward(m, B, T, s);
   hook_end(m, ZO_MODEL_EMBED, ZO_MODEL_FORWARD, s);
-  for (int l = 0; l < L; l++) {
-    hook_begin(m, l, ZO_MODEL_FORWARD, s);
-    m->arch->block_forward(m, l, B, T, true, s);
-    hook_end(m, l, ZO_MODEL_FORWARD, s);
-  }
-  hook_begin(m, L, ZO_MODEL_FORWARD, s);
-  m->arch->final_forward(m, m->acts[L - 1][m->arch->act_out], B, T, s);
 }
+
+void zo_model_unit_block_forward(struct zo_model *m, struct zo_model_ctx *c, int l, zo_stream_t s) {
+  ZO_ASSERT(l >= 0 && l < m->cfg.n_layer);
+  ctx_bind(m, c);
+  hook_begin(m, l, ZO_MODEL_FORWARD, s);
+  m->arch->block_forward(m, l, c->B, c->T, true, s);
+  hook_end(m, l, ZO_MODEL_FORWARD, s);
+}
+
+void zo_model_unit_head_forward(struct zo_model *m, struct zo_model_ctx *c, zo_stream_t s) {
+  const int L = m->cfg.n_layer;
+  ctx_bind(m, c);
+  hook_begin(m, L, ZO_MODEL_FORWARD, s);
+  m->arch->final_forward(m, c->block_in[L], c->B, c->T, s);
+  if (c->train)
+    zo_model_head_forward_train(m, c->B, c->T, s);
+  else
+    zo_model_head_forward(m, c->B, c->T, c->has_targets, s);
+  hook_end(m, L, ZO_MODEL_FORWARD, s);
+}
+
+void zo_model_unit_head_backward(struct zo_model *m, struct zo_model_ctx *c, float dloss, zo_stream_t s) {
+  ZO_ASSERT(m->training && c->has_targets);
+  const int C = m->cfg.n_embd, L = m->cfg.n_layer;
+  ctx_bind(m, c);
+  hook_begin(m, L, ZO_MODEL_BACKWARD, s);
+  zo_model_head_backward(m, c->B, c->T, dloss, s);
+  ZO_ASSERT(m->backend->memset_async(c->dresidual, 0, (size_t)c->B * (size_t)c->T * (size_t)C * m->esize, s) == 0);
+  m->arch->final_backward(m, c->block_in[L], c->B, c->T, s);
+  hook_end(m, L, ZO_MODEL_BACKWARD, s);
+  c->head_done = true;
+}
+
+void zo_model_unit_block_backward(struct zo_model *m, struct zo_model_ctx *c, int l, zo_stream_t s) {
+  ZO_ASSERT(m->training && l >= 0 && l < m->cfg.n_layer);
+  ctx_bind(m, c);
+  hook_begin(m, l, ZO_MODEL_BACKWARD, s);
+  /* A checkpointed block's activations are recomputed from its input with
+   * the forward's kernels, so backward sees the same bits. */
+  if (l < m->layout.ckpt_blocks) m->arch->block_forward(m, l, c->B, c->T, false, s);
+  m->arch->block_backward(m, l, c->B, c->T, s);
+  hook_end(m, l, ZO_MODEL_BACKWARD, s);
+}
+
+void zo_model_unit_embed_backward(struct zo_model *m, struct zo_model_ctx *c, zo_stream_t s) {
+  ZO_ASSERT(m->training);
+  ctx_bind(m, c);
+  hook_begin(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
+  if (!m->layout.frozen) m->arch->embed_backward(m, c->B, c->T, s); /* a frozen embedding has nothing to learn */
+  hook_end(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
+}
+
+/* ---- today's passes: the units in order over the default context ------------------- */
 
 void zo_model_set_dropout(struct zo_model *m, uint64_t seed, uint64_t pass) {
   m->drop.seed = seed;
-  m->drop.pass = pass;
+  m->ctx0.pass = pass;
+  if (m->ctx == &m->ctx0) m->drop.pass = pass;
 }
 
 const void *zo_arch_dropout(const struct zo_model *m, void *out, const void *inp, size_t n, enum zo_drop_site site,
@@ -587,31 +703,20 @@ const void *zo_arch_dropout(const struct zo_model *m, void *out, const void *inp
 
 void zo_model_forward(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                       zo_stream_t s) {
-  m->drop.active = false;
-  forward_body(m, inputs, targets, B, T, s);
-  zo_model_head_forward(m, B, T, targets != NULL, s);
-  hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
-}
-
-/* Unit L's backward: the head (chunked) and the final norm. */
-static void head_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_t s) {
-  const int C = m->cfg.n_embd, L = m->cfg.n_layer;
-  hook_begin(m, L, ZO_MODEL_BACKWARD, s);
-  zo_model_head_backward(m, B, T, dloss, s);
-  ZO_ASSERT(m->backend->memset_async(m->scratch[0], 0, (size_t)B * (size_t)T * (size_t)C * m->esize, s) == 0);
-  m->arch->final_backward(m, m->acts[L - 1][m->arch->act_out], B, T, s);
-  hook_end(m, L, ZO_MODEL_BACKWARD, s);
+  struct zo_model_ctx *c = &m->ctx0;
+  zo_model_unit_embed_forward(m, c, inputs, targets, B, T, false, s);
+  for (int l = 0; l < m->cfg.n_layer; l++) zo_model_unit_block_forward(m, c, l, s);
+  zo_model_unit_head_forward(m, c, s);
 }
 
 void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                             float dloss, zo_stream_t s) {
   ZO_ASSERT(m->training && targets);
-  m->drop.active = true;
-  forward_body(m, inputs, targets, B, T, s);
-  zo_model_head_forward_train(m, B, T, s);
-  hook_end(m, m->cfg.n_layer, ZO_MODEL_FORWARD, s);
-  head_backward(m, B, T, dloss, s);
-  m->head_done = true;
+  struct zo_model_ctx *c = &m->ctx0;
+  zo_model_unit_embed_forward(m, c, inputs, targets, B, T, true, s);
+  for (int l = 0; l < m->cfg.n_layer; l++) zo_model_unit_block_forward(m, c, l, s);
+  zo_model_unit_head_forward(m, c, s);
+  zo_model_unit_head_backward(m, c, dloss, s);
 }
 
 void zo_model_zero_grad(struct zo_model *m, zo_stream_t s) {
@@ -623,19 +728,13 @@ void zo_model_zero_grad(struct zo_model *m, zo_stream_t s) {
 void zo_model_backward(struct zo_model *m, int B, int T, float dloss, zo_stream_t s) {
   ZO_ASSERT(m->training);
   ZO_ASSERT(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
-  if (!m->head_done) head_backward(m, B, T, dloss, s);
-  m->head_done = false;
-  for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-    hook_begin(m, l, ZO_MODEL_BACKWARD, s);
-    /* A checkpointed block's activations are recomputed from its input with
-     * the forward's kernels, so backward sees the same bits. */
-    if (l < m->layout.ckpt_blocks) m->arch->block_forward(m, l, B, T, false, s);
-    m->arch->block_backward(m, l, B, T, s);
-    hook_end(m, l, ZO_MODEL_BACKWARD, s);
-  }
-  hook_begin(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
-  if (!m->layout.frozen) m->arch->embed_backward(m, B, T, s); /* a frozen embedding has nothing to learn */
-  hook_end(m, ZO_MODEL_EMBED, ZO_MODEL_BACKWARD, s);
+  struct zo_model_ctx *c = &m->ctx0;
+  c->B = B;
+  c->T = T;
+  if (!c->head_done) zo_model_unit_head_backward(m, c, dloss, s);
+  c->head_done = false;
+  for (int l = m->cfg.n_layer - 1; l >= 0; l--) zo_model_unit_block_backward(m, c, l, s);
+  zo_model_unit_embed_backward(m, c, s);
 }
 
 int zo_model_mean_loss(struct zo_model *m, const int32_t *host_targets, int B, int T, zo_stream_t s,

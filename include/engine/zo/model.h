@@ -275,6 +275,40 @@ struct zo_arch;
 
 struct zo_model_adapters; /* engine/model/linear.h */
 
+/* One micro-batch's state between the units of a pass (the model driver by
+ * units, below): its tokens, losses, block inputs and residual gradient on
+ * the device, and its dropout pass. The model's own buffers make its default
+ * context (zo_model_default_ctx), the one zo_model_forward,
+ * zo_model_forward_train and zo_model_backward drive; more contexts may
+ * coexist (K micro-batches), each over device buffers the caller provides,
+ * sized for the model's (B, T). Before a unit runs the model points its
+ * working fields (inputs, targets, losses, encoded, each block's output,
+ * scratch[0], the dropout pass) at the unit's context, so the architectures'
+ * programs never name a context. Everything else is the model's and shared
+ * by its contexts: the blocks' other kept activations (contexts interleave
+ * only over checkpointed blocks, recomputed inside their backward, and not
+ * with ckpt_on_host, whose hooks copy the default context's inputs), the
+ * logits (a context's head backward follows its head forward with no other
+ * context's head between), the other backward scratch, the parameters and
+ * the gradients, which every context's units accumulate into. */
+struct zo_model_ctx {
+  int32_t *inputs;  /* (B, T) device token ids */
+  int32_t *targets; /* (B, T) device target ids (-1: no loss) */
+  float *losses;    /* (B, T) device, fp32: the head's per-token losses */
+  void **block_in;  /* (n_layer + 1) device (B, T, C) working dtype each: [0] the
+                     * embedding's output, [l] block l's input, [n_layer] the last
+                     * block's output (the final norm's input); the host array is
+                     * the context's (zo_model_ctx_init) */
+  void *dresidual;  /* (B, T, C) device, working dtype: the residual stream's
+                     * gradient between backward units (training models) */
+  uint64_t pass;    /* the dropout masks' pass (zo_model_set_dropout) */
+  int B, T;         /* the micro-batch's shape (zo_model_unit_embed_forward) */
+  bool train;       /* a training pass: dropout applied, the whole head fused into
+                     * its backward */
+  bool has_targets; /* the pass copied targets and computes losses */
+  bool head_done;   /* the head's backward has run for this pass */
+};
+
 struct zo_model {
   struct zo_model_config cfg;
   const struct zo_arch *arch;   /* the architecture's description */
@@ -334,11 +368,12 @@ struct zo_model {
   void *consts[ZO_MODEL_MAX_BUFS]; /* the architecture's constant tables (arch n_consts) */
   int head_rows;                /* rows per LM-head chunk (zo_model_head_rows) */
   int head_row0;                /* first row of (B*T) that logits holds now */
-  bool head_done;               /* forward_train already ran the head's backward */
+  struct zo_model_ctx ctx0;     /* the default context: the model's own buffers */
+  struct zo_model_ctx *ctx;     /* the context the working fields point at now */
   struct {                      /* dropout (training forward and backward only) */
-    bool active;                /* set by zo_model_forward_train, cleared by zo_model_forward */
+    bool active;                /* the bound context's train */
     uint64_t seed;              /* the run's engine.seed: Philox's key */
-    uint64_t pass;              /* the micro-batch's number in the run (zo_model_set_dropout) */
+    uint64_t pass;              /* the bound context's pass */
   } drop;
   void *logits;                 /* (head_rows, Vp): the last chunk computed, rows
                                  * head_row0.. of (B*T); dlogits after backward.
@@ -364,7 +399,8 @@ int zo_model_config_check(struct zo_model_config *cfg);
 /* Builds the parameter table (Hugging Face names, our layout). Returns 0 or -errno. */
 int zo_model_build_table(const struct zo_model_config *cfg, struct zo_tensor_table *table);
 
-/* The dropout masks of the next zo_model_forward_train and its backward:
+/* The dropout masks of the next zo_model_forward_train and its backward
+ * (the default context's pass; another context's is its pass field):
  * Philox4x32-10 keyed by seed, counter (element, pass, layer, site), so the
  * masks depend on nothing but these (not on placement, recomputation or the
  * backend). pass: the micro-batch's number in the run, e.g. ((step - 1) *
@@ -471,8 +507,64 @@ void zo_model_forward_train(struct zo_model *m, const int32_t *inputs, const int
                             int T, float dloss, zo_stream_t stream);
 
 /* Device address of block l's input (the embedding output or block l-1's
- * output), (B, T, C) of the working dtype. */
+ * output) in the context bound now, (B, T, C) of the working dtype. */
 void *zo_model_block_input(struct zo_model *m, int l);
+
+/* ---- the model driver by units ----
+ * A pass is a sequence of units over a context (struct zo_model_ctx): the
+ * embedding's forward, block 0..L-1's forwards, the head's forward (the
+ * final norm, then the LM head: eval's logits and losses, or a training
+ * pass's head pieces' logits), the head's backward (losses, dlogits, the
+ * head's and the final norm's gradients, d(last block's output) into the
+ * context's residual gradient), block L-1..0's backwards (a checkpointed
+ * block recomputed first), the embedding's backward. zo_model_forward,
+ * zo_model_forward_train and zo_model_backward are these loops over the
+ * default context; a caller may run the same units itself, in another
+ * order over several contexts within the limits struct zo_model_ctx names.
+ * Each unit calls the hooks around itself (l = ZO_MODEL_EMBED, 0..L-1, L
+ * as zo_model_forward does), queues on stream s, and runs with the model's
+ * shape limits (B <= m->B, T <= m->T). */
+
+/* The default context: the model's own buffers. */
+struct zo_model_ctx *zo_model_default_ctx(struct zo_model *m);
+/* Makes c a context of m over the default context's buffers, with a block
+ * input array of its own (n_layer + 1 pointers, host); the caller then
+ * points any of its buffers at its own (zo_model_ctx_place_block_inputs for
+ * the block inputs). Returns 0 or -ENOMEM. */
+int zo_model_ctx_init(struct zo_model *m, struct zo_model_ctx *c);
+/* Frees c's block input array (not its device buffers). Accepts a zeroed c. */
+void zo_model_ctx_free(struct zo_model_ctx *c);
+/* Bytes of device memory n_layer + 1 block inputs of m take (B, T, C each,
+ * working dtype, each rounded up as the arena rounds). */
+size_t zo_model_ctx_block_inputs_bytes(const struct zo_model *m);
+/* Points c's block inputs at consecutive pieces of buf (device,
+ * zo_model_ctx_block_inputs_bytes(m) bytes, owned by the caller). */
+void zo_model_ctx_place_block_inputs(const struct zo_model *m, struct zo_model_ctx *c, void *buf);
+
+/* The embedding's forward: copies the host tokens (targets NULL: no loss)
+ * into c (the host buffers must stay valid until the stream has run the
+ * copy), records the pass's shape and whether it trains (train: dropout,
+ * a training model only), then the lookup into c's block input 0. */
+void zo_model_unit_embed_forward(struct zo_model *m, struct zo_model_ctx *c, const int32_t *inputs,
+                                 const int32_t *targets, int B, int T, bool train, zo_stream_t stream);
+/* Block l's forward: c's block input l to its block input l + 1. */
+void zo_model_unit_block_forward(struct zo_model *m, struct zo_model_ctx *c, int l, zo_stream_t stream);
+/* The final norm and the LM head's forward (unit n_layer): eval: the
+ * logits chunk by chunk and with targets the losses; training: the head
+ * pieces' logits (a whole head runs fused in zo_model_unit_head_backward). */
+void zo_model_unit_head_forward(struct zo_model *m, struct zo_model_ctx *c, zo_stream_t stream);
+/* The head's backward (unit n_layer): the losses, dlogits scaled by dloss,
+ * the head's and the final norm's gradients (accumulated), and c's residual
+ * gradient set to d(block input n_layer). After zo_model_unit_head_forward
+ * of the same context; a training model only. */
+void zo_model_unit_head_backward(struct zo_model *m, struct zo_model_ctx *c, float dloss, zo_stream_t stream);
+/* Block l's backward: a checkpointed block recomputed from its input, then
+ * c's residual gradient from d(output) to d(input), the block's gradients
+ * accumulated. */
+void zo_model_unit_block_backward(struct zo_model *m, struct zo_model_ctx *c, int l, zo_stream_t stream);
+/* The embedding's backward from c's residual gradient (nothing for a
+ * frozen base). */
+void zo_model_unit_embed_backward(struct zo_model *m, struct zo_model_ctx *c, zo_stream_t stream);
 
 /* Device address of element i of a working-dtype buffer p of m. */
 static inline void *zo_model_at(const struct zo_model *m, void *p, size_t i) {
