@@ -353,7 +353,9 @@ struct zo_model {
    * its gradient (fp32); a block's entries follow zo_model_bind_block. */
   void **pv;                    /* (table.n_tensors) */
   float **gv;                   /* (table.n_tensors) */
-  /* activations (device, working dtype unless the architecture says fp32) */
+  /* activations (device, working dtype unless the architecture says fp32);
+   * inputs, targets, encoded, losses, each block's output (acts[l][arch
+   * act_out]) and scratch[0] point at the bound context's (ctx) */
   int32_t *inputs;              /* (B, T) */
   int32_t *targets;             /* (B, T) */
   void *encoded;                /* (B, T, C) the embedding's output, block 0's input */
