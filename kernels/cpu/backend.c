@@ -208,6 +208,10 @@ CPU_OP_FLOPS(matmul_forward, 2.0 * a.N * a.C * a.OC, (void *, out), (const void 
        (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
 CPU_OP_FLOPS(matmul_backward, (a.dweight ? 4.0 : a.dinp ? 2.0 : 0.0) * a.N * a.C * a.OC, (void *, dinp), (float *, dweight), (float *, dbias), (const void *, dout),
        (const void *, inp), (const void *, weight), (int, N), (int, C), (int, OC), (enum zo_dtype, dt))
+CPU_OP_FLOPS(matmul_q4_forward, 2.0 * a.N * a.w.C * a.w.OC, (void *, out), (const void *, inp),
+             (struct zo_quant4_weight, w), (const void *, bias), (int, N), (enum zo_dtype, dt))
+CPU_OP_FLOPS(matmul_q4_backward_dx, 2.0 * a.N * a.w.C * a.w.OC, (void *, dinp), (const void *, dout),
+             (struct zo_quant4_weight, w), (int, N), (enum zo_dtype, dt))
 CPU_OP_FLOPS(attention_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att), (const void *, qkv), (int, B), (int, T),
        (int, NH), (int, NKV), (int, hs), (enum zo_dtype, dt))
 CPU_OP_FLOPS(attention_window_forward, 2.0 * a.B * a.NH * a.T * (a.T + 1.0) * a.hs, (void *, out), (void *, att),
@@ -290,6 +294,8 @@ static const struct zo_backend cpu_backend = {
     .rmsnorm_heads_backward = cpu_rmsnorm_heads_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_q4_forward = cpu_matmul_q4_forward,
+    .matmul_q4_backward_dx = cpu_matmul_q4_backward_dx,
     .attention_forward = cpu_attention_forward,
     .attention_window_forward = cpu_attention_window_forward,
     .attention_backward = cpu_attention_backward,

@@ -61,6 +61,22 @@ void zo_cpu_crossentropy_forward(float *losses, void *dlogits, const void *logit
  * shrinks, freed at thread exit; contents do not survive the next call.
  * Aborts when host memory runs out. */
 float *zo_cpu_scratch(size_t n_floats);
+/* The same for slot 0 (zo_cpu_scratch's) or 1, separate buffers. */
+#define ZO_CPU_SCRATCH_SLOTS 2
+float *zo_cpu_scratch_slot(int slot, size_t n_floats);
+
+/* Row-major C (M, N) = op(A) (M, K) @ op(B) (K, N) over dt operands
+ * (ops_matmul.c; dt != F32): C is dt (overwritten, plus bias (N) when not
+ * NULL, rounded once) or, with accumulate_f32, fp32 and added to. Fixed
+ * 256 x 256 output tiles over the whole of K, so an output tile's bits
+ * depend only on its operands, not on the thread count or on which
+ * 256-aligned columns of a larger product it is. */
+void zo_cpu_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
+                 int ldb, void *C, int ldc, bool accumulate_f32, const void *bias, enum zo_dtype dt);
+void zo_cpu_matmul_q4_forward(void *out, const void *inp, struct zo_quant4_weight w, const void *bias,
+                              int N, enum zo_dtype dt);
+void zo_cpu_matmul_q4_backward_dx(void *dinp, const void *dout, struct zo_quant4_weight w, int N,
+                                  enum zo_dtype dt);
 
 /* ---- streams (stream.c) ------------------------------------------------- */
 /* A task: fn(args) runs on the stream's worker thread, in queue order.

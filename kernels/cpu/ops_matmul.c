@@ -2,7 +2,7 @@
  * OpenBLAS sgemm calls (fp32 accumulation). fp32 operands go to sgemm as they
  * are; sgemm then runs on its own OpenMP pool, so it is never called from
  * inside one of our parallel regions. bf16/fp16 operands are computed tile
- * by tile (gemm_tiled): threads split the output tiles, widen their tiles of
+ * by tile (zo_cpu_gemm): threads split the output tiles, widen their tiles of
  * both operands into per-thread fp32 scratch and call a single-threaded
  * sgemm on them (OpenBLAS runs single-threaded inside a parallel region),
  * summing over the reduction dimension in an fp32 tile that is stored once:
@@ -78,9 +78,8 @@ ZO_INLINE void gemm_tile(bool ta, bool tb, int K, const void *A, int lda, const 
 /* Row-major C (M, N) = op(A) (M, K) @ op(B) (K, N) over dt operands; C is dt
  * (overwritten, plus bias (N) when not NULL) or, with accumulate_f32, fp32
  * and added to. */
-static void gemm_tiled(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
-                       int ldb, void *C, int ldc, bool accumulate_f32, const void *bias,
-                       enum zo_dtype dt) {
+void zo_cpu_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
+                 int ldb, void *C, int ldc, bool accumulate_f32, const void *bias, enum zo_dtype dt) {
   if (dt == ZO_BF16 && zo_cpu_gemm_onednn_on()) {
     zo_cpu_gemm_onednn_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate_f32, bias);
     return;
@@ -101,7 +100,7 @@ static void gemm_tiled(bool ta, bool tb, int M, int N, int K, const void *A, int
 void zo_cpu_matmul_forward(void *out, const void *inp, const void *weight, const void *bias, int N,
                            int C, int OC, enum zo_dtype dt) {
   if (dt != ZO_F32) {
-    gemm_tiled(false, true, N, OC, C, inp, C, weight, C, out, OC, false, bias, dt);
+    zo_cpu_gemm(false, true, N, OC, C, inp, C, weight, C, out, OC, false, bias, dt);
     return;
   }
   /* Pre-filling out with the bias and accumulating (beta = 1) saves a pass
@@ -140,8 +139,8 @@ void zo_cpu_matmul_backward(void *dinp, float *dweight, float *dbias, const void
                             const void *inp, const void *weight, int N, int C, int OC,
                             enum zo_dtype dt) {
   if (dt != ZO_F32) {
-    if (dinp) gemm_tiled(false, false, N, C, OC, dout, OC, weight, C, dinp, C, false, NULL, dt);
-    if (dweight) gemm_tiled(true, false, OC, C, N, dout, OC, inp, C, dweight, C, true, NULL, dt);
+    if (dinp) zo_cpu_gemm(false, false, N, C, OC, dout, OC, weight, C, dinp, C, false, NULL, dt);
+    if (dweight) zo_cpu_gemm(true, false, OC, C, N, dout, OC, inp, C, dweight, C, true, NULL, dt);
   } else {
     if (dinp)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,

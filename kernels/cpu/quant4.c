@@ -359,3 +359,18 @@ void zo_quant4_nested_dequantize(float *absmax, const struct zo_quant4_nested *n
     absmax[i] = v + nq->offset;
   }
 }
+
+void zo_quant4_weight_check(const struct zo_quant4_weight *w) {
+  if (w->OC <= 0 || w->C <= 0)
+    zo_abort(__FILE__, __LINE__, "4-bit weight shape (%d, %d): need positive OC and C", w->OC, w->C);
+  if (!zo_quant4_blocksize_is_valid((size_t)w->blocksize))
+    zo_abort(__FILE__, __LINE__, "4-bit weight blocksize %d: valid are 32, 64, ..., 4096", w->blocksize);
+  if (w->type != ZO_QUANT4_NF4 && w->type != ZO_QUANT4_FP4)
+    zo_abort(__FILE__, __LINE__, "4-bit weight type %d: valid are ZO_QUANT4_NF4, ZO_QUANT4_FP4",
+             (int)w->type);
+  if (!w->packed) zo_abort(__FILE__, __LINE__, "4-bit weight: packed is NULL");
+  const bool nested = w->qabsmax || w->absmax2 || w->map;
+  if (w->absmax ? nested : !(w->qabsmax && w->absmax2 && w->map))
+    zo_abort(__FILE__, __LINE__,
+             "4-bit weight: give absmax, or qabsmax with absmax2 and map (nested), not both nor part");
+}

@@ -4,7 +4,9 @@
  * grows, so the pages are touched once per thread and not per op; the
  * buffer is freed when the thread exits. Tiles are bounded (ops size them
  * from cache blocks, not from tensor sizes), so each buffer stays a few MiB.
- * Contents never survive between calls. */
+ * Contents never survive between calls. Slot 1 is a second buffer for an
+ * op that holds one tile while calling code that takes slot 0 (the 4-bit
+ * GEMMs keep a dequantized weight panel there around the GEMM's tiles). */
 #include "cpu.h"
 
 #include <pthread.h>
@@ -14,8 +16,8 @@
 #include <string.h>
 
 struct scratch {
-  void *p;
-  size_t nbytes;
+  void *p[ZO_CPU_SCRATCH_SLOTS];
+  size_t nbytes[ZO_CPU_SCRATCH_SLOTS];
 };
 
 static pthread_key_t scratch_key;
@@ -23,7 +25,7 @@ static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_release(void *arg) {
   struct scratch *s = arg;
-  free(s->p);
+  for (int i = 0; i < ZO_CPU_SCRATCH_SLOTS; i++) free(s->p[i]);
   free(s);
 }
 
@@ -39,7 +41,10 @@ static void scratch_main_release(void) {
   main_scratch = NULL;
 }
 
-float *zo_cpu_scratch(size_t n_floats) {
+float *zo_cpu_scratch(size_t n_floats) { return zo_cpu_scratch_slot(0, n_floats); }
+
+float *zo_cpu_scratch_slot(int slot, size_t n_floats) {
+  ZO_ASSERT(slot >= 0 && slot < ZO_CPU_SCRATCH_SLOTS);
   pthread_once(&scratch_once, scratch_key_create);
   struct scratch *s = pthread_getspecific(scratch_key);
   if (!s) {
@@ -53,14 +58,14 @@ float *zo_cpu_scratch(size_t n_floats) {
     }
   }
   const size_t need = n_floats * sizeof(float);
-  if (need > s->nbytes) {
-    free(s->p);
+  if (need > s->nbytes[slot]) {
+    free(s->p[slot]);
     const size_t nbytes = (need + 4095) / 4096 * 4096;
-    s->p = aligned_alloc(4096, nbytes);
-    if (!s->p)
+    s->p[slot] = aligned_alloc(4096, nbytes);
+    if (!s->p[slot])
       zo_abort(__FILE__, __LINE__, "out of host memory: %zu bytes of CPU op scratch for one thread",
                nbytes);
-    s->nbytes = nbytes;
+    s->nbytes[slot] = nbytes;
   }
-  return s->p;
+  return s->p[slot];
 }

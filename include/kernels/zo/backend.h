@@ -21,6 +21,7 @@
 #define ZO_BACKEND_H
 
 #include "zo/common.h"
+#include "zo/quant4.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -189,6 +190,19 @@ struct zo_backend {
   void (*matmul_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
                           const void *inp, const void *weight, int N, int C, int OC,
                           enum zo_dtype dt, zo_stream_t stream);
+  /* A frozen 4-bit base (QLoRA): out (N,OC) = inp (N,C) @ W^T + bias (OC,
+   * NULL: none) with W (OC,C) = w dequantized (zo/quant4.h) and, for dt !=
+   * F32, rounded once to dt: matmul_forward over that weight, the same bits
+   * on the CPU backend (W is dequantized a panel of rows at a time into
+   * per-thread scratch; the weight is never widened whole). CUDA uses the
+   * first ZO_CUDA_WORKSPACE_BYTES of the stream's workspace for its panels. */
+  void (*matmul_q4_forward)(void *out, const void *inp, struct zo_quant4_weight w, const void *bias,
+                            int N, enum zo_dtype dt, zo_stream_t stream);
+  /* dinp (N,C) = dout (N,OC) @ W (overwrites), W as above: matmul_backward's
+   * dinp over that weight, the same bits on the CPU backend. The base has no
+   * gradient: there is no dweight or dbias. */
+  void (*matmul_q4_backward_dx)(void *dinp, const void *dout, struct zo_quant4_weight w, int N,
+                                enum zo_dtype dt, zo_stream_t stream);
   /* Causal self-attention with grouped-query heads. qkv (B,T,(NH+2*NKV)*hs):
    * each row holds q (NH heads of hs), then k (NKV heads), then v (NKV
    * heads); NH % NKV == 0 and query head h attends with key/value head

@@ -100,6 +100,32 @@ void zo_quant4_nested_quantize(struct zo_quant4_nested *nq, const float *absmax,
 void zo_quant4_nested_dequantize(float *absmax, const struct zo_quant4_nested *nq, size_t n_blocks,
                                  const float *map);
 
+
+/* A 4-bit weight (OC, C) as a frozen base's GEMMs read it (backend ops
+ * matmul_q4_forward / matmul_q4_backward_dx): the OC * C elements taken
+ * flat in row-major order, quantized by zo_quant4_quantize with blocksize
+ * (blocks may straddle rows), their absmax plain or double-quantized.
+ * Pointers are the backend's memory (host on the CPU, device on CUDA); the
+ * descriptor owns nothing and is passed by value. Element i is
+ *   values(type)[code i] * absmax[i / blocksize], fp32,
+ * absmax[b] = map[qabsmax[b]] * absmax2[b / 256] + offset when nested (the
+ * bits of zo_quant4_dequantize and zo_quant4_nested_dequantize). */
+struct zo_quant4_weight {
+  const uint8_t *packed;  /* (ceil(OC * C / 2)) two codes per byte, even element high */
+  const float *absmax;    /* (n_blocks) fp32; NULL when nested */
+  const uint8_t *qabsmax; /* (n_blocks) nested codes; NULL when absmax is given */
+  const float *absmax2;   /* (ceil(n_blocks / 256)) nested scales */
+  const float *map;       /* (256) the nested map (zo_quant4_nested_map, or a checkpoint's) */
+  float offset;           /* the nested offset */
+  int blocksize;          /* elements per block, zo_quant4_blocksize_is_valid */
+  enum zo_quant4_type type;
+  int OC, C; /* rows (output features), columns (input features) */
+};
+
+/* Checks w's shape, block size and that exactly one of absmax and qabsmax
+ * (with absmax2 and map) is given; aborts naming the field otherwise. */
+void zo_quant4_weight_check(const struct zo_quant4_weight *w);
+
 #ifdef __cplusplus
 }
 #endif
