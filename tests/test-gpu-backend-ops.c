@@ -22,6 +22,7 @@
 #include "zo/adamw8bit.h"
 #include "zo/backend.h"
 #include "zo/cpu.h"
+#include "zo/quant4.h"
 
 #include <errno.h>
 #include <float.h>
@@ -613,6 +614,88 @@ static int matmul_backward_case(const struct zo_op_case *c, enum zo_dtype dt) {
 }
 
 static int test_matmul_backward(void) { return RUN_CASES(zo_matmul_backward_cases, matmul_backward_case); }
+
+/* A device copy of n bytes at host; freed with gpu->mem_free. */
+static void *q4_dev_copy(const void *host, size_t n) {
+  void *p = NULL;
+  must(gpu->mem_alloc(&p, n), "mem_alloc");
+  must(gpu->memcpy_async(p, host, n, ZO_COPY_H2D, gstream), "memcpy_async H2D");
+  gsync();
+  return p;
+}
+
+struct q4_shape {
+  int N, C, OC, blocksize;
+  enum zo_quant4_type type;
+  bool nested, bias;
+};
+
+/* matmul_q4_forward and matmul_q4_backward_dx against the CPU backend's
+ * (bit for bit matmul_forward / matmul_backward over the dequantized weight,
+ * tests/test-kernels-q4-gemm.c); the last shape takes two panels of the
+ * CUDA workspace in fp32 for both ops. */
+static int matmul_q4_case(const struct q4_shape *q, enum zo_dtype dt) {
+  const size_t numel = (size_t)q->OC * q->C, nb = zo_quant4_n_blocks(numel, (size_t)q->blocksize);
+  const size_t nb2 = (nb + ZO_QUANT4_NESTED_BLOCK - 1) / ZO_QUANT4_NESTED_BLOCK;
+  float *w32 = zo_test_xmalloc(numel * sizeof(float)), *absmax = zo_test_xmalloc(nb * sizeof(float));
+  uint8_t *packed = zo_test_xmalloc(zo_quant4_packed_nbytes(numel)), *qabsmax = zo_test_xmalloc(nb);
+  float *absmax2 = zo_test_xmalloc(nb2 * sizeof(float));
+  for (size_t i = 0; i < numel; i++) w32[i] = zo_rng_float(-0.1f, 0.1f);
+  zo_quant4_quantize(packed, absmax, w32, ZO_F32, numel, (size_t)q->blocksize, q->type);
+  struct zo_quant4_weight hw = {.packed = packed, .blocksize = q->blocksize, .type = q->type, .OC = q->OC, .C = q->C};
+  if (q->nested) {
+    struct zo_quant4_nested nq = {.qabsmax = qabsmax, .absmax2 = absmax2};
+    zo_quant4_nested_quantize(&nq, absmax, nb, zo_quant4_nested_map());
+    hw.qabsmax = qabsmax, hw.absmax2 = absmax2, hw.map = zo_quant4_nested_map(), hw.offset = nq.offset;
+  } else {
+    hw.absmax = absmax;
+  }
+  struct zo_quant4_weight dw = hw;
+  dw.packed = q4_dev_copy(packed, zo_quant4_packed_nbytes(numel));
+  if (q->nested) {
+    dw.qabsmax = q4_dev_copy(qabsmax, nb);
+    dw.absmax2 = q4_dev_copy(absmax2, nb2 * sizeof(float));
+    dw.map = q4_dev_copy(zo_quant4_nested_map(), 256 * sizeof(float));
+  } else {
+    dw.absmax = q4_dev_copy(absmax, nb * sizeof(float));
+  }
+  const int N = q->N, C = q->C, OC = q->OC;
+  struct tbuf out = tb_new((size_t)N * OC, dt), inp = tb_new((size_t)N * C, dt), b = tb_new((size_t)OC, dt),
+              dout = tb_new((size_t)N * OC, dt), dinp = tb_new((size_t)N * C, dt);
+  tb_random(&inp, -1, 1), tb_random(&b, -1, 1), tb_random(&dout, -1, 1);
+  tb_poison(&out), tb_poison(&dinp);
+  cpu->matmul_q4_forward(out.ref, inp.ref, hw, q->bias ? b.ref : NULL, N, dt, NULL);
+  gpu->matmul_q4_forward(D(&out), D(&inp), dw, q->bias ? D(&b) : NULL, N, dt, gstream);
+  cpu->matmul_q4_backward_dx(dinp.ref, dout.ref, hw, N, dt, NULL);
+  gpu->matmul_q4_backward_dx(D(&dinp), D(&dout), dw, N, dt, gstream);
+  int fail = tb_check("q4 out", &out) | tb_check("q4 dinp", &dinp);
+  if (fail)
+    fprintf(stderr, "  (q4 N %d C %d OC %d %s bs %d %s)\n", N, C, OC, zo_quant4_type_name(q->type), q->blocksize,
+            q->nested ? "nested" : "plain");
+  tb_free(&out), tb_free(&inp), tb_free(&b), tb_free(&dout), tb_free(&dinp);
+  gpu->mem_free((void *)dw.packed), gpu->mem_free((void *)dw.absmax), gpu->mem_free((void *)dw.qabsmax);
+  gpu->mem_free((void *)dw.absmax2), gpu->mem_free((void *)dw.map);
+  free(w32), free(absmax), free(packed), free(qabsmax), free(absmax2);
+  return fail;
+}
+
+static int test_matmul_q4(void) {
+  static const struct q4_shape cases[] = {
+      {37, 320, 300, 64, ZO_QUANT4_NF4, true, true},
+      {5, 257, 65, 128, ZO_QUANT4_FP4, false, false},
+      {8, 4096, 2048, 64, ZO_QUANT4_NF4, true, true}, /* fp32: two panels forward and dx */
+  };
+  int fail = 0;
+  for (size_t di = 0; di < N_DTYPES; di++) {
+    op_dt = op_dtypes[di];
+    for (size_t i = 0; i < ZO_ARRAY_LEN(cases); i++) {
+      zo_rng_seed(4800 + i);
+      gstream = i % 2 ? NULL : test_stream;
+      fail |= matmul_q4_case(&cases[i], op_dt);
+    }
+  }
+  return fail;
+}
 
 static int attention_forward_case(const struct zo_op_case *c, enum zo_dtype dt) {
   const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, hs = c->hs;
@@ -1406,6 +1489,7 @@ int main(void) {
       ZO_TEST(rmsnorm_heads_backward),
       ZO_TEST(matmul_forward),
       ZO_TEST(matmul_backward),
+      ZO_TEST(matmul_q4),
       ZO_TEST(attention_forward),
       ZO_TEST(attention_window),
       ZO_TEST(attention_backward),

@@ -28,6 +28,7 @@
 #include "gelu.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "matmul_q4.cuh"
 #include "residual.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
@@ -470,6 +471,22 @@ static void w_matmul_backward(void *dinp, float *dweight, float *dbias, const vo
           dinp != NULL, dbias != NULL);
 }
 
+static void w_matmul_q4_forward(void *out, const void *inp, struct zo_quant4_weight w, const void *bias, int N,
+                                enum zo_dtype dt, zo_stream_t stream) {
+  guard("matmul_q4_forward");
+  zo_cuda_matmul_q4_forward(out, inp, w, bias, N, dt, stream);
+  op_done("matmul_q4_forward", stream, "N=%d C=%d OC=%d %s %s bs=%d nested=%d bias=%d", N, w.C, w.OC, DT(dt),
+          zo_quant4_type_name(w.type), w.blocksize, w.absmax == NULL, bias != NULL);
+}
+
+static void w_matmul_q4_backward_dx(void *dinp, const void *dout, struct zo_quant4_weight w, int N,
+                                    enum zo_dtype dt, zo_stream_t stream) {
+  guard("matmul_q4_backward_dx");
+  zo_cuda_matmul_q4_backward_dx(dinp, dout, w, N, dt, stream);
+  op_done("matmul_q4_backward_dx", stream, "N=%d C=%d OC=%d %s %s bs=%d nested=%d", N, w.C, w.OC, DT(dt),
+          zo_quant4_type_name(w.type), w.blocksize, w.absmax == NULL);
+}
+
 static void w_attention_forward(void *out, void *att, const void *qkv, int B, int T, int NH,
                                 int NKV, int hs, enum zo_dtype dt, zo_stream_t stream) {
   guard("attention_forward");
@@ -655,6 +672,8 @@ static void cuda_table_fill(struct zo_backend *t) {
   t->rmsnorm_heads_backward = w_rmsnorm_heads_backward;
   t->matmul_forward = w_matmul_forward;
   t->matmul_backward = w_matmul_backward;
+  t->matmul_q4_forward = w_matmul_q4_forward;
+  t->matmul_q4_backward_dx = w_matmul_q4_backward_dx;
   t->attention_forward = w_attention_forward;
   t->attention_window_forward = w_attention_window_forward;
   t->attention_backward = w_attention_backward;
