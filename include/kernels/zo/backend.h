@@ -194,8 +194,9 @@ struct zo_backend {
    * NULL: none) with W (OC,C) = w dequantized (zo/quant4.h) and, for dt !=
    * F32, rounded once to dt: matmul_forward over that weight, the same bits
    * on the CPU backend (W is dequantized a panel of rows at a time into
-   * per-thread scratch; the weight is never widened whole). CUDA uses the
-   * first ZO_CUDA_WORKSPACE_BYTES of the stream's workspace for its panels. */
+   * per-thread scratch; the weight is never widened whole). CUDA keeps its
+   * panels in the stream's workspace (stream_workspace_bytes) beyond the
+   * part its cuBLASLt GEMMs use; agreement within the GEMM tolerance. */
   void (*matmul_q4_forward)(void *out, const void *inp, struct zo_quant4_weight w, const void *bias,
                             int N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp (N,C) = dout (N,OC) @ W (overwrites), W as above: matmul_backward's
