@@ -193,14 +193,15 @@ struct zo_backend {
   /* A frozen 4-bit base (QLoRA): out (N,OC) = inp (N,C) @ W^T + bias (OC,
    * NULL: none) with W (OC,C) = w dequantized (zo/quant4.h) and, for dt !=
    * F32, rounded once to dt: matmul_forward over that weight, the same bits
-   * on the CPU backend (W is dequantized a panel of rows at a time into
+   * on the CPU backend whatever its thread count (fp32: as matmul_forward
+   * gives them on one thread; W is dequantized a panel of rows at a time into
    * per-thread scratch; the weight is never widened whole). CUDA keeps its
    * panels in the stream's workspace (stream_workspace_bytes) beyond the
    * part its cuBLASLt GEMMs use; agreement within the GEMM tolerance. */
   void (*matmul_q4_forward)(void *out, const void *inp, struct zo_quant4_weight w, const void *bias,
                             int N, enum zo_dtype dt, zo_stream_t stream);
   /* dinp (N,C) = dout (N,OC) @ W (overwrites), W as above: matmul_backward's
-   * dinp over that weight, the same bits on the CPU backend. The base has no
+   * dinp over that weight, the same bits on the CPU backend (as above). The base has no
    * gradient: there is no dweight or dbias. */
   void (*matmul_q4_backward_dx)(void *dinp, const void *dout, struct zo_quant4_weight w, int N,
                                 enum zo_dtype dt, zo_stream_t stream);
