@@ -568,6 +568,36 @@ void zo_model_unit_block_backward(struct zo_model *m, struct zo_model_ctx *c, in
  * frozen base). */
 void zo_model_unit_embed_backward(struct zo_model *m, struct zo_model_ctx *c, zo_stream_t stream);
 
+/* ---- the layer-major order, everything on the device (engine/model/layer_major.c) ----
+ * Reachable from tests only (issue 49, piece 2; engine.schedule =
+ * layer_major stays refused). */
+
+/* Elements of fp32 device memory zo_model_train_layer_major needs apart for
+ * K micro-batches: (K - 1) head ranges (head_numel each) with a tied head,
+ * whose gradient there has the head's and the lookup's parts; else 0. */
+size_t zo_model_layer_major_head_grads_numel(const struct zo_model *m, int K);
+
+/* A training step's forward and backward for K micro-batches in the
+ * layer-major order over contexts cs[0..K-1] (distinct, each over block
+ * inputs of its own; their dropout passes as the caller set them): the
+ * embedding for all K, block l's forward for all K before block l + 1's,
+ * then micro-batch by micro-batch the head's forward and backward, the
+ * blocks' backward from the last for all K, the embedding's backward for all
+ * K. inputs[k], targets[k]: host (B, T) tokens of micro-batch k (valid until
+ * the stream has run). dloss scales every micro-batch's losses (the loss
+ * scale included). Leaves the K micro-batches' gradient summed in today's
+ * order and bits (each micro-batch's computed from zero, the first into the
+ * accumulator, the others added in micro-batch order) in m->grads_acc (K >
+ * 1; needs layout.grad_accum) or m->grads (K = 1), overwriting it; m->grads
+ * is scratch for K > 1. head_grads: device fp32 scratch of
+ * zo_model_layer_major_head_grads_numel(m, K) elements (NULL when 0). All on
+ * the device: no slots, no hooks, every block checkpointed on the device, no
+ * frozen base, the head whole; anything else is refused with -ENOTSUP
+ * naming it (nothing queued). Queues on stream s; returns 0 or -errno. */
+int zo_model_train_layer_major(struct zo_model *m, struct zo_model_ctx *cs, int K, const int32_t *const *inputs,
+                               const int32_t *const *targets, int B, int T, float dloss, float *head_grads,
+                               zo_stream_t s);
+
 /* Device address of element i of a working-dtype buffer p of m. */
 static inline void *zo_model_at(const struct zo_model *m, void *p, size_t i) {
   return (char *)p + i * m->esize;
