@@ -11,7 +11,9 @@
  * (engine/sched/hooks.c) at the model level: micro-batch k's whole pass
  * (zo_model_forward_train + zo_model_backward) into zeroed gradients, the
  * first micro-batch's into the accumulator, the others' into the model's
- * gradient buffer, added whole into the accumulator after its pass. Also the
+ * gradient buffer, added whole into the accumulator after its pass; that
+ * this reference is the scheduler's bits is checked too (zo_sched, everything
+ * on the device, K = 1, 2, 4, fp32, bf16, fp16 at both scales). Also the
  * refusals by name of what the order does not run. */
 #include <errno.h>
 #include <math.h>
@@ -22,9 +24,9 @@
 
 #include "zo/arena.h"
 #include "zo/model.h"
-#include "zo_test.h"
-
-#define CHECK(cond) ZO_REQUIRE(cond)
+#include "zo/plan.h"
+#include "zo/sched.h"
+#include "zo_engine_test.h"
 
 enum { B = 2, T = 8, V = 64, L = 3, KMAX = 4 };
 static const uint64_t SEED = 4242;
@@ -248,6 +250,77 @@ static int test_llama_bf16(void) { return all_k(true, ZO_BF16, 1.0, false); }
 static int test_llama_f16_scaled(void) { return all_k(true, ZO_F16, 1024.0, false); }
 static int test_llama_f16_overflow(void) { return all_k(true, ZO_F16, 0x1p40, true); }
 
+/* The reference is today's order: the scheduler itself, everything on the
+ * device, accumulates the same bits as today() for the same micro-batches
+ * and dropout passes (its gradient read before the optimizer's step). */
+static int sched_case(bool llama, enum zo_dtype dtype, int K, double scale) {
+  char gas[64];
+  snprintf(gas, sizeof gas, "gradient_accumulation_steps=%d", K);
+  const char *sets[] = {llama ? "model.arch=llama" : "model.arch=gpt2", "model.n_layer=3",
+                        llama ? "model.n_head=4" : "model.n_head=2", llama ? "model.num_key_value_heads=2" : NULL,
+                        "model.n_embd=16", llama ? "model.intermediate_size=24" : NULL, "model.vocab_size=64",
+                        "model.max_seq_len=8", llama ? "model.tie_word_embeddings=false" : NULL,
+                        "train_micro_batch_size_per_gpu=2", "data.seq_len=8", gas, "engine.device=cpu",
+                        "activation_checkpointing.enabled=true", dtype == ZO_BF16 ? "bf16.enabled=true" : NULL,
+                        dtype == ZO_F16 ? "fp16.enabled=true" : NULL};
+  struct zo_config cfg;
+  CHECK(zo_etest_config_load(&cfg, sets, (int)ZO_ARRAY_LEN(sets), NULL, 0) == 0);
+  struct zo_plan plan;
+  CHECK(zo_plan_build(&cfg, &cfg.model.spec, zo_backend_cpu(), &plan) == 0);
+  struct zo_sched_config sc = {.model = cfg.model.spec, .B = cfg.micro_batch, .T = cfg.data.seq_len,
+                               .placement = plan.placement, .backend = zo_backend_cpu()};
+  sc.model.embd_pdrop = sc.model.attn_pdrop = sc.model.resid_pdrop = 0.1f; /* model.dropout, as engine/config/setup.c gives it */
+  CHECK(zo_model_config_check(&sc.model) == 0);
+  struct zo_sched *s = zo_sched_init(&sc);
+  CHECK(s);
+  struct zo_model *sm = zo_sched_model(s);
+  struct fixture f;
+  struct result want = {0};
+  CHECK(fixture_init(&f, llama, dtype, K) == 0);
+  CHECK(sm->table.numel == f.m->table.numel && sm->layout.ckpt_blocks == L && sm->B == B && sm->T == T);
+  CHECK(zo_sched_set_state(s, f.params, NULL, NULL) == 0);
+  zo_sched_set_loss_scale(s, scale);
+  for (int k = 0; k < K; k++) {
+    int32_t *in, *tg;
+    zo_sched_batch(s, &in, &tg);
+    memcpy(in, f.in[k], sizeof f.in[k]);
+    memcpy(tg, f.tg[k], sizeof f.tg[k]);
+    zo_model_set_dropout(sm, SEED, pass_of(k));
+    zo_sched_micro_batch(s, k);
+  }
+  CHECK(zo_sched_synchronize(s) == 0);
+  float *got = malloc(sm->table.numel * sizeof(float));
+  CHECK(got);
+  zo_backend_t be = sm->backend;
+  CHECK(be->memcpy_async(got, K > 1 ? sm->grads_acc : sm->grads, sm->table.numel * sizeof(float), ZO_COPY_D2H,
+                         NULL) == 0 && be->stream_synchronize(NULL) == 0);
+  CHECK(today(&f, (float)(scale / (double)(B * T * K)), &want) == 0);
+  int ret = 0;
+  for (size_t i = 0; i < f.m->table.numel && !ret; i++)
+    if (memcmp(&got[i], &want.grads[i], sizeof(float)) != 0) {
+      fprintf(stderr, "  %s %s K=%d scale %g: the scheduler's gradient element %zu = %.9g, today() %.9g\n",
+              llama ? "llama" : "gpt2", zo_dtype_name(dtype), K, scale, i, got[i], want.grads[i]);
+      ret = 1;
+    }
+  free(got);
+  free(want.grads);
+  fixture_free(&f);
+  zo_sched_free(s);
+  zo_config_free(&cfg);
+  return ret;
+}
+
+static int test_today_is_the_scheduler(void) {
+  int ret = 0;
+  for (int a = 0; a < 2; a++)
+    for (int d = 0; d < 4; d++)
+      for (int K = 1; K <= KMAX; K *= 2) {
+        const enum zo_dtype dt = d == 0 ? ZO_F32 : d == 1 ? ZO_BF16 : ZO_F16;
+        ret |= sched_case(a == 1, dt, K, d == 2 ? 1024.0 : d == 3 ? 0x1p40 : 1.0);
+      }
+  return ret;
+}
+
 /* What the order does not run is refused by name, with nothing queued. */
 static int refused(struct zo_model_config mc, struct zo_model_layout lo, int K, const char *needle) {
   struct zo_model *m = zo_model_init_layout(&mc, zo_backend_cpu(), B, T, &lo);
@@ -291,7 +364,7 @@ int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(gpt2_f32),         ZO_TEST(gpt2_bf16),         ZO_TEST(gpt2_f16_scaled), ZO_TEST(gpt2_f16_overflow),
       ZO_TEST(llama_f32),        ZO_TEST(llama_bf16),        ZO_TEST(llama_f16_scaled),
-      ZO_TEST(llama_f16_overflow), ZO_TEST(refusals),
+      ZO_TEST(llama_f16_overflow), ZO_TEST(today_is_the_scheduler), ZO_TEST(refusals),
   };
   return ZO_TEST_MAIN(tests);
 }
