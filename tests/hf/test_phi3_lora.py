@@ -55,8 +55,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from zo_hf import check, default_dtype, hf_greedy, main, rel, windows  # noqa: E402
-from test_phi3 import (B, BETAS, EPS, EVAL_BATCHES, HAVE_PHI3, K, LOSS_RTOL, LR, STEPS, T, TMAX, V, WD,  # noqa: E402
-                       AutoModel_from, hf_loss, metrics_of, write_config, zo_run)
+from test_phi3 import FAM, B, BETAS, EPS, EVAL_BATCHES, HAVE_PHI3, K, LOSS_RTOL, LR, STEPS, T, TMAX, V, WD  # noqa: E402
+from zo_family import auto_model_from, metrics_of, zo_run  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -129,12 +129,12 @@ def live_truth(ad_dir):
     PeftModel (float64)."""
     tokens = np.fromfile(TOKENS, dtype="<u2")
     pm = peft_model(ad_dir).eval()
-    exp = {"eval_loss": hf_loss(pm, tokens)}
+    exp = {"eval_loss": FAM.hf_loss(pm, tokens)}
     with pm.disable_adapter():
-        exp["base_eval_loss"] = hf_loss(pm, tokens)
+        exp["base_eval_loss"] = FAM.hf_loss(pm, tokens)
     exp["greedy"], exp["tie_at"] = hf_greedy(pm, PROMPT, N_NEW, TMAX)
     exp["steps"] = peft_steps(pm, tokens)
-    exp["trained_eval_loss"] = hf_loss(pm, tokens)
+    exp["trained_eval_loss"] = FAM.hf_loss(pm, tokens)
     exp["trained"] = {k: v.detach().clone() for k, v in get_peft_model_state_dict(pm).items()}
     exp["pm"] = pm
     return tokens, exp
@@ -270,8 +270,8 @@ def exports(binary, tmp, config, ck, exp):
           f"export --adapter writes the checkpoint's adapter (equal tensors) {out.strip()[-300:] if rc else ''}")
     got_l, _ = zo_eval(binary, config, BASE, "--adapter", ck)
     if LIVE and rc == 0:
-        pm = PeftModel.from_pretrained(AutoModel_from(BASE), ad).double().eval()
-        want = hf_loss(pm, np.fromfile(TOKENS, dtype="<u2"))
+        pm = PeftModel.from_pretrained(auto_model_from(BASE), ad).double().eval()
+        want = FAM.hf_loss(pm, np.fromfile(TOKENS, dtype="<u2"))
         check(got_l is not None and rel(got_l, want) <= LOSS_RTOL, f"PeftModel.from_pretrained loads the export; its "
               f"loss is zoffload eval --adapter's ({got_l} vs {want:.9f})")
     mg = os.path.join(tmp, "export-merged")
@@ -281,7 +281,7 @@ def exports(binary, tmp, config, ck, exp):
         return
     got = load_file(os.path.join(mg, "model.safetensors"))
     if LIVE:
-        pm = PeftModel.from_pretrained(AutoModel_from(BASE), ck).double()
+        pm = PeftModel.from_pretrained(auto_model_from(BASE), ck).double()
         want, what = {k: v.double() for k, v in pm.merge_and_unload().state_dict().items()}, "PEFT's merge_and_unload"
     else:
         want, what = merged_by_formula(ck), "W + scale B A in float64"
@@ -305,7 +305,7 @@ def exports(binary, tmp, config, ck, exp):
 def fresh(binary, tmp, plain):
     """Check 5's accepted half: PEFT's init (B = 0) from engine.seed."""
     ckdir = os.path.join(tmp, "ck-fresh")
-    cfg = write_config(tmp, os.path.join(tmp, "tokens.bin"), "fresh.json", steps=2,
+    cfg = FAM.write_config(tmp, os.path.join(tmp, "tokens.bin"), "fresh.json", steps=2,
                        lora={"r": 2, "alpha": 4, "target_modules": "all-linear"})
     rc, out = zo_run(binary, "train", cfg, "--set", f"model.init_from={BASE}", "--set", f"checkpoint.dir={ckdir}")
     ck = os.path.join(ckdir, "checkpoint-2")
@@ -314,8 +314,8 @@ def fresh(binary, tmp, plain):
     check(rc == 0 and fused == set(FUSED) and len(names) == 16, f"a lora section with \"all-linear\" trains from "
           f"PEFT's init over the four modules ({', '.join(sorted(fused))}) {out[-300:] if rc else ''}")
     if LIVE and rc == 0:
-        pm = PeftModel.from_pretrained(AutoModel_from(BASE), ck).double().eval()
-        want = hf_loss(pm, np.fromfile(TOKENS, dtype="<u2"))
+        pm = PeftModel.from_pretrained(auto_model_from(BASE), ck).double().eval()
+        want = FAM.hf_loss(pm, np.fromfile(TOKENS, dtype="<u2"))
         got, _ = zo_eval(binary, plain, BASE, "--adapter", ck)
         check(got is not None and rel(got, want) <= LOSS_RTOL, f"PeftModel loads its checkpoint with eval "
               f"--adapter's loss ({got} vs {want:.9f})")
@@ -326,7 +326,7 @@ def refusals(binary, tmp):
     for targets, want in ((["q_proj", "o_proj"], "\"q_proj\""), (["gate_proj"], "\"gate_proj\""),
                           (None, "no target_modules given")):
         lora = {"r": 4, "alpha": 8} if targets is None else {"r": 4, "alpha": 8, "target_modules": targets}
-        cfg = write_config(tmp, os.path.join(tmp, "tokens.bin"), "refuse.json", steps=2, lora=lora)
+        cfg = FAM.write_config(tmp, os.path.join(tmp, "tokens.bin"), "refuse.json", steps=2, lora=lora)
         rc, out = zo_run(binary, "train", cfg, "--set", f"model.init_from={BASE}", "--set",
                          f"checkpoint.dir={os.path.join(tmp, 'ck-refused')}")
         check(rc == 2 and want in out and "phi3" in out and "qkv_proj" in out and "gate_up_proj" in out,
@@ -340,8 +340,8 @@ def run(binary, tmp):
     ad, tokens, exp = truth(tmp)
     tok_path = os.path.join(tmp, "tokens.bin")
     tokens.astype("<u2").tofile(tok_path)
-    plain = write_config(tmp, tok_path, "eval.json", model={"init_from": BASE})
-    config = write_config(tmp, tok_path, "train.json", model={"init_from": BASE}, lora={"init_from": ad},
+    plain = FAM.write_config(tmp, tok_path, "eval.json", model={"init_from": BASE})
+    config = FAM.write_config(tmp, tok_path, "train.json", model={"init_from": BASE}, lora={"init_from": ad},
                           gradient_clipping=MAX_NORM)
     inference(binary, plain, ad, exp)
     ck = train(binary, tmp, config, plain, exp)
