@@ -35,6 +35,9 @@ static const char *const placement_names[] = {"config", "auto", NULL};
 static const char *const schedule_names[] = {"auto", "layer_major", "micro_batch_major", NULL};
 static const char *const format_names[] = {"text", "llmc", "u16", "u32", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const zo_config_quant_type_names[] = {"fp4", "nf4", NULL};
+static const char *const quant_method_names[] = {"bitsandbytes", NULL};
+static const char *const quant_skip_names[] = {"lm_head", NULL};
 
 const char *zo_device_name(enum zo_device d) {
   ZO_ASSERT((unsigned)d < 3);
@@ -49,6 +52,7 @@ _Static_assert(sizeof(enum zo_model_arch) == sizeof(int), "enum fields are store
 _Static_assert(sizeof(enum zo_data_format) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_device) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(enum zo_on_nonfinite) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(enum zo_quant_type) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof format_names / sizeof format_names[0] == ZO_DATA_U32 + 2,
                "format_names follows enum zo_data_format");
 
@@ -266,6 +270,27 @@ const struct zo_config_key zo_config_schema[] = {
   {KEY("lora.target_modules", KEY_NAMESET, lora.target_modules), .names = zo_lora_target_names, .def = "[]"},
   {KEY("lora.use_rslora", KEY_BOOL, lora.use_rslora), .def = "false"},
   {KEY("lora.init_from", KEY_STRING, lora.init_from), .def = "\"\""},
+
+  /* transformers' BitsAndBytesConfig (its to_dict, as config.json's
+   * quantization_config holds it); the cross-key rules are rules.c's. */
+  SECTION("quantization"),
+  {KEY("quantization.quant_method", KEY_ENUM, quant.quant_method), .names = quant_method_names,
+   .def = "\"bitsandbytes\""},
+  {KEY("quantization.load_in_4bit", KEY_BOOL, quant.load_in_4bit), .def = "false"},
+  {KEY("quantization.load_in_8bit", KEY_BOOL, quant.load_in_8bit), .def = "false"},
+  {KEY("quantization._load_in_4bit", KEY_BOOL, quant.load_in_4bit_alias), .def = "false"},
+  {KEY("quantization._load_in_8bit", KEY_BOOL, quant.load_in_8bit_alias), .def = "false"},
+  {KEY("quantization.bnb_4bit_quant_type", KEY_ENUM, quant.quant_type), .names = zo_config_quant_type_names,
+   .def = "\"fp4\""},
+  {KEY("quantization.bnb_4bit_use_double_quant", KEY_BOOL, quant.use_double_quant), .def = "false"},
+  {KEY("quantization.bnb_4bit_compute_dtype", KEY_STRING, quant.compute_dtype), .def = "\"\""},
+  {KEY("quantization.bnb_4bit_quant_storage", KEY_STRING, quant.quant_storage), .def = "\"uint8\""},
+  {KEY("quantization.llm_int8_enable_fp32_cpu_offload", KEY_BOOL, quant.llm_int8_enable_fp32_cpu_offload),
+   .def = "false"},
+  {KEY("quantization.llm_int8_skip_modules", KEY_NAMESET, quant.llm_int8_skip_modules),
+   .names = quant_skip_names, .def = "[]"},
+  NO_EFFECT("quantization.llm_int8_threshold", "LLM.int8's outlier threshold: load_in_8bit is not built"),
+  NO_EFFECT("quantization.llm_int8_has_fp16_weight", "LLM.int8's fp16 main weights: load_in_8bit is not built"),
 
   /* DeepSpeed's monitoring and numerics switches without a counterpart. */
   NO_EFFECT("steps_per_print", "progress lines follow log.every"),

@@ -72,6 +72,9 @@ static bool dump_skips(const struct zo_config *cfg, const struct zo_config_key *
   /* derived: written, they would read back as given */
   if (!strcmp(k->path, "steps") && cfg->data.epochs > 0) return true;
   if (!strncmp(k->path, "lora", 4) && !lora_dumped(&cfg->lora, k->path)) return true;
+  /* quantization only when on; the "_load_in_*" spellings are load_in_*'s */
+  if (!strncmp(k->path, "quantization", 12) && (!cfg->quant.load_in_4bit || !strncmp(k->path + 12, "._", 2)))
+    return true;
   if (!strcmp(k->path, "scheduler.params.total_num_steps") && !cfg->scheduler.total_num_steps_set) return true;
   if (cfg->scheduler.type == ZO_SCHEDULER_NONE && strncmp(k->path, "scheduler", 9) == 0)
     return true;

@@ -51,12 +51,81 @@ static int check_lora(const struct load_ctx *ctx, struct zo_config *cfg) {
   return 0;
 }
 
+/* bnb_4bit_compute_dtype: "" follows the run; given, it must be the run's
+ * dtype (the compute dtype is the working dtype here: fp32, or bf16 with
+ * bf16.enabled). torch's names, as transformers reads them. */
+static int check_quant_dtype(const struct load_ctx *ctx, struct zo_config *cfg) {
+  struct zo_config_quant *q = &cfg->quant;
+  const char *d = q->compute_dtype ? q->compute_dtype : "";
+  const char *key = "quantization.bnb_4bit_compute_dtype";
+  const bool run_bf16 = cfg->bf16;
+  q->compute_bf16 = run_bf16;
+  if (!d[0]) return 0;
+  const bool f32 = !strcmp(d, "float32") || !strcmp(d, "float") || !strcmp(d, "torch.float32");
+  const bool b16 = !strcmp(d, "bfloat16") || !strcmp(d, "torch.bfloat16");
+  const bool h16 = !strcmp(d, "float16") || !strcmp(d, "half") || !strcmp(d, "torch.float16");
+  if (h16)
+    return zo_error(-EINVAL, "%s: %s = \"%s\": fp16 compute is not built with LoRA; use \"float32\" (bf16.enabled "
+                    "false) or \"bfloat16\" (bf16.enabled true)", zo_config_source(ctx, key), key, d);
+  if (!f32 && !b16)
+    return zo_error(-EINVAL, "%s: %s = \"%s\": must be \"float32\" or \"bfloat16\" (torch's names; the compute "
+                    "dtype is the run's dtype), or \"\" to follow the run", zo_config_source(ctx, key), key, d);
+  if (b16 != run_bf16)
+    return zo_error(-EINVAL, "%s: %s = \"%s\" but the run computes in %s (bf16.enabled = %s): the 4-bit base is "
+                    "dequantized into the run's dtype; set bf16.enabled = %s, or bnb_4bit_compute_dtype \"%s\" "
+                    "(or remove it)", zo_config_source2(ctx, key, "bf16.enabled"), key, d,
+                    run_bf16 ? "bf16" : "fp32", run_bf16 ? "true" : "false", b16 ? "true" : "false",
+                    run_bf16 ? "bfloat16" : "float32");
+  return 0;
+}
+
+/* quantization: transformers' BitsAndBytesConfig. 8-bit is not built; 4-bit
+ * needs LoRA (the base is frozen: without adapters nothing trains); a key of
+ * a quantization that is off is refused rather than ignored. */
+static int check_quant(const struct load_ctx *ctx, struct zo_config *cfg) {
+  struct zo_config_quant *q = &cfg->quant;
+#define QSRC(k) zo_config_source(ctx, "quantization." k)
+  if (q->load_in_8bit || q->load_in_8bit_alias)
+    return zo_error(-ENOTSUP, "%s: quantization.%s = true: LLM.int8 (an 8-bit base) is not built; use "
+                    "load_in_4bit (QLoRA, with a lora section) or remove it", q->load_in_8bit ? QSRC("load_in_8bit")
+                    : QSRC("_load_in_8bit"), q->load_in_8bit ? "load_in_8bit" : "_load_in_8bit");
+  if (zo_config_given(ctx, "quantization._load_in_4bit") && q->load_in_4bit_alias != q->load_in_4bit)
+    return zo_error(-EINVAL, "%s: quantization._load_in_4bit = %s but load_in_4bit = %s: give one value (or remove "
+                    "_load_in_4bit)", zo_config_source2(ctx, "quantization._load_in_4bit", "quantization.load_in_4bit"),
+                    q->load_in_4bit_alias ? "true" : "false", q->load_in_4bit ? "true" : "false");
+  if (!q->load_in_4bit) {
+    static const char *const keys[] = {"quantization.bnb_4bit_quant_type", "quantization.bnb_4bit_use_double_quant",
+                                       "quantization.bnb_4bit_compute_dtype", "quantization.bnb_4bit_quant_storage",
+                                       "quantization.llm_int8_enable_fp32_cpu_offload",
+                                       "quantization.llm_int8_skip_modules"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+      if (zo_config_given(ctx, keys[i]))
+        return zo_error(-EINVAL, "%s: %s is set but quantization.load_in_4bit is false: set load_in_4bit = true "
+                        "(QLoRA) or remove %s", zo_config_source(ctx, keys[i]), keys[i], keys[i]);
+    return 0;
+  }
+  if (cfg->lora.r == 0 && !(cfg->lora.init_from && cfg->lora.init_from[0]))
+    return zo_error(-EINVAL, "%s: quantization.load_in_4bit = true without LoRA: the 4-bit base is frozen, so "
+                    "nothing would train; add a lora section (lora.r, such as 16, or lora.init_from) for QLoRA, "
+                    "or remove load_in_4bit", QSRC("load_in_4bit"));
+  if (!q->quant_storage || strcmp(q->quant_storage, "uint8"))
+    return zo_error(-EINVAL, "%s: quantization.bnb_4bit_quant_storage = \"%s\": only \"uint8\" is built (two "
+                    "codes per byte, bitsandbytes' default); remove it or set \"uint8\"",
+                    QSRC("bnb_4bit_quant_storage"), q->quant_storage ? q->quant_storage : "");
+  if (q->llm_int8_enable_fp32_cpu_offload)
+    return zo_error(-ENOTSUP, "%s: quantization.llm_int8_enable_fp32_cpu_offload = true: modules kept in fp32 on "
+                    "the host are not built; remove it", QSRC("llm_int8_enable_fp32_cpu_offload"));
+#undef QSRC
+  return check_quant_dtype(ctx, cfg);
+}
+
 /* Pass 3: rules across keys, then the derived fields. */
 int zo_config_check_cross(const struct load_ctx *ctx, struct zo_config *cfg) {
   struct zo_model_config *m = &cfg->model.spec;
 #define SRC(path) zo_config_source(ctx, path)
 #define SRC2(a, b) zo_config_source2(ctx, a, b)
   int lerr = check_lora(ctx, cfg);
+  if (!lerr) lerr = check_quant(ctx, cfg);
   if (lerr) return lerr;
 
   if (m->n_embd % m->n_head != 0) {

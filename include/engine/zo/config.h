@@ -265,6 +265,34 @@ struct zo_config_lora {           /* "lora": PEFT's LoraConfig names and meaning
   bool r_set, alpha_set, dropout_set, target_modules_set, use_rslora_set;
 };
 
+/* "quantization": Hugging Face's BitsAndBytesConfig names and meanings (QLoRA:
+ * a 4-bit frozen base under LoRA adapters; blocks of 64, bitsandbytes' 4-bit
+ * default). Checked by the rules (rules.c); the base quantized at load and
+ * training over it are not built yet: zo_train_model_config_lora refuses
+ * load_in_4bit by name (docs/STATUS.md, issue 48). */
+enum zo_quant_type { ZO_QUANT_FP4, ZO_QUANT_NF4 }; /* bnb_4bit_quant_type, in zo_config_quant_type_names order */
+extern const char *const zo_config_quant_type_names[];
+#define ZO_QUANT_BLOCKSIZE 64
+
+struct zo_config_quant {
+  int quant_method;               /* "bitsandbytes" only (transformers writes it) */
+  bool load_in_4bit;              /* QLoRA: the base in 4 bits; needs LoRA on. Default false */
+  bool load_in_8bit;              /* LLM.int8: true is refused by name (not built) */
+  bool load_in_4bit_alias;        /* "_load_in_4bit" (transformers >= 4.37 writes it): equal to
+                                   * load_in_4bit when given */
+  bool load_in_8bit_alias;        /* "_load_in_8bit": likewise */
+  enum zo_quant_type quant_type;  /* bnb_4bit_quant_type, default "fp4" (transformers') */
+  bool use_double_quant;          /* bnb_4bit_use_double_quant: the absmax in 8 bits, blocks of 256 */
+  char *compute_dtype;            /* bnb_4bit_compute_dtype: "" (default) = the run's dtype; given,
+                                   * "float32" (bf16 off) or "bfloat16" (bf16.enabled): the run's
+                                   * dtype is the compute dtype, a mismatch is refused */
+  bool compute_bf16;              /* derived: compute_dtype resolved, true = bfloat16 */
+  char *quant_storage;            /* bnb_4bit_quant_storage: "uint8" only (default) */
+  bool llm_int8_enable_fp32_cpu_offload; /* true refused: no fp32 modules on the host */
+  unsigned llm_int8_skip_modules; /* [] or ["lm_head"] (the LM head is never quantized); other
+                                   * names refused: every block Linear is quantized */
+};
+
 struct zo_config {
   char *path;                     /* file it was loaded from, "" when none */
   int micro_batch;                /* train_micro_batch_size_per_gpu: B, default 1 */
@@ -292,6 +320,7 @@ struct zo_config {
   struct zo_config_log log;
   struct zo_config_checkpoint checkpoint;
   struct zo_config_lora lora;
+  struct zo_config_quant quant;
 };
 
 /* Fills cfg with the defaults, then the JSON file at path (NULL = defaults
