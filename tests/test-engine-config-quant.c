@@ -6,6 +6,7 @@
  * back; train's model setup refuses load_in_4bit by name until the quantized
  * base is built (issue 48). */
 #include "zo/config.h"
+#include "zo/hf.h"
 #include "zo/train_setup.h"
 #include "zo_test.h"
 
@@ -185,10 +186,37 @@ static int test_setup_refuses(void) {
   return 0;
 }
 
+/* A checkpoint transformers saved with bitsandbytes 4-bit (config.json's
+ * quantization_config, as transformers 5.25 + bitsandbytes 0.50.2 write it on
+ * the CPU) is refused by name for Llama and GPT-2 alike: its packed weights
+ * do not load. */
+static int test_quantized_checkpoint_refused(void) {
+  static const char *const bodies[] = {
+      "{\"model_type\": \"llama\", \"vocab_size\": 64, \"hidden_size\": 64, \"intermediate_size\": 128, "
+      "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, ",
+      "{\"model_type\": \"gpt2\", \"vocab_size\": 64, \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 2, "
+      "\"n_positions\": 32, "};
+  for (int i = 0; i < 2; i++) {
+    char dir[512], path[600], json[2048];
+    snprintf(dir, sizeof dir, "%s/bnb-%d", tmp_dir, i);
+    ZO_REQUIRE(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    /* HF5_QUANT's object, its closing brace included, then the file's */
+    snprintf(json, sizeof json, "%s\"quantization_config\": {%s}", bodies[i], strchr(HF5_QUANT, '{') + 1);
+    ZO_REQUIRE(zo_test_write_file(path, json) == 0);
+    struct zo_model_config mc;
+    ZO_REQUIRE(zo_model_config_from_pretrained(dir, 2, &mc) == -ENOTSUP);
+    ZO_REQUIRE(strstr(zo_last_error(), "quantization_config (quant_method \"bitsandbytes\", load_in_4bit): a "
+                                       "checkpoint saved quantized"));
+  }
+  return 0;
+}
+
 int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(transformers_dict), ZO_TEST(defaults),       ZO_TEST(compute_dtype),
       ZO_TEST(refusals),          ZO_TEST(dump_round_trip), ZO_TEST(setup_refuses),
+      ZO_TEST(quantized_checkpoint_refused),
   };
   if (zo_test_mkdtemp(tmp_dir, sizeof tmp_dir, "config-quant")) return 1;
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));

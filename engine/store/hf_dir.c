@@ -735,6 +735,20 @@ static int refuse_adapter_dir(const char *path) {
                   path);
 }
 
+/* config.json's quantization_config: a checkpoint transformers saved
+ * quantized (bitsandbytes 4-bit: a packed uint8 `weight` per Linear plus its
+ * quant_state tensors). Loading one is not built (issue 48): refused by
+ * name, whatever the family. */
+static int refuse_quantized(const char *p, json_t *q) {
+  const char *method = json_string_value(json_object_get(q, "quant_method"));
+  const bool four =
+      json_is_true(json_object_get(q, "load_in_4bit")) || json_is_true(json_object_get(q, "_load_in_4bit"));
+  return zo_error(-ENOTSUP, "%s: quantization_config (quant_method \"%s\"%s): a checkpoint saved quantized (packed "
+                            "weights plus quant_state tensors) does not load here; give model.init_from the model's "
+                            "fp32/bf16 weights (the config's quantization section names the 4-bit settings: "
+                            "docs/config.md)", p, method ? method : "?", four ? ", load_in_4bit" : "");
+}
+
 int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_model_config *cfg) {
   struct stat st;
   if (stat(path, &st) != 0) return zo_error(-errno, "%s: %s", path, strerror(errno));
@@ -761,6 +775,8 @@ int zo_model_config_from_pretrained(const char *path, int n_head, struct zo_mode
       free(v);
     } else if (!f || f->refusal)
       err = zo_family_refuse(p, type);
+    else if (json_object_get(j, "quantization_config") && !json_is_null(json_object_get(j, "quantization_config")))
+      err = refuse_quantized(p, json_object_get(j, "quantization_config"));
     else
       err = zo_arch_of(f->arch)->hf_config_parse(j, p, cfg);
     json_decref(j);
