@@ -98,8 +98,11 @@ def parts(binary, tmp):
     LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)
                      ).save_pretrained(base, safe_serialization=True)
+    fmt = json.loads(config_text)["data"]["format"]  # the doc's data.format decides the files' width
+    check(fmt in ("u16", "u32"), f"the doc's data.format is a flat token format: {fmt}")
     for name, n in (("sft.bin", 2048 * 8 * 4 + 1000), ("sft-val.bin", 2048 * 8 * 2 + 1000)):
-        rng.integers(0, 300, size=n, dtype=np.uint16).astype("<u2").tofile(os.path.join(work, "data", name))
+        ids = rng.integers(0, 300, size=n, dtype=np.uint32)
+        ids.astype("<u4" if fmt == "u32" else "<u2").tofile(os.path.join(work, "data", name))
     check('"init_from": "path/to/model"' in config_text and '"seq_len": 2048' in config_text,
           "the doc's config names path/to/model and seq_len 2048")
     with open(os.path.join(work, "sft.json"), "w") as f:
