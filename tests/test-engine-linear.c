@@ -2,7 +2,9 @@
  * fp32: y = x W^T + b + sum of scale (x A^T) B^T into each adapter's column
  * range, and its backward (dx, dA, dB; the base's dW skipped when frozen),
  * against float64 loops written here; without adapters, the bits of the
- * plain matmul. */
+ * plain matmul. A 4-bit frozen base (QLoRA: NF4 in one part, double
+ * quantized, or three parts of a fused tensor, FP4) against the same loops
+ * over the weight zo_quant4_dequantize gives back. */
 #include "../engine/model/linear.h"
 
 #include <math.h>
@@ -39,6 +41,10 @@ struct fixture {
   struct zo_linear_adapter ad[NA];
   float *work;
   struct zo_linear p;
+  /* a 4-bit base: up to three parts' codes and (plain or nested) absmax */
+  struct zo_linear_q4 q4[3];
+  uint8_t packed[3][OC * C / 2], qabsmax[3][OC * C / 64];
+  float absmax[3][OC * C / 64], absmax2[3][1];
 };
 
 static void setup(struct fixture *f, float *dweight, float *dbias) {
@@ -50,7 +56,47 @@ static void setup(struct fixture *f, float *dweight, float *dbias) {
                                           scales[i]};
   }
   f->work = zo_test_xmalloc(zo_linear_work_numel(N, C, 4, OC) * sizeof(float));
-  f->p = (struct zo_linear){f->w, f->b, dweight, dbias, C, OC, NA, f->ad, f->work};
+  f->p = (struct zo_linear){f->w, f->b, dweight, dbias, C, OC, NA, f->ad, f->work, 0, NULL};
+}
+
+/* The base as n parts (1: rows [0, 40); 3: rows [0, 16), [16, 24),
+ * [24, 40), the adapters' ranges straddling them) of type, each quantized
+ * on its own in blocks of 64 (nested: double quantized); f->w becomes the
+ * dequantized weight the float64 loops read, p.weight NULL. */
+static void make_q4(struct fixture *f, int n, enum zo_quant4_type type, bool nested) {
+  static const int rows1[] = {OC}, rows3[] = {16, 8, 16};
+  const int *rows = n == 1 ? rows1 : rows3;
+  int row0 = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t numel = (size_t)rows[i] * C, nb = zo_quant4_n_blocks(numel, 64);
+    float *w = f->w + (size_t)row0 * C;
+    zo_quant4_quantize(f->packed[i], f->absmax[i], w, ZO_F32, numel, 64, type);
+    struct zo_quant4_weight q = {.packed = f->packed[i], .blocksize = 64, .type = type, .OC = rows[i], .C = C};
+    if (nested) {
+      struct zo_quant4_nested nq = {.qabsmax = f->qabsmax[i], .absmax2 = f->absmax2[i]};
+      zo_quant4_nested_quantize(&nq, f->absmax[i], nb, zo_quant4_nested_map());
+      zo_quant4_nested_dequantize(f->absmax[i], &nq, nb, zo_quant4_nested_map());
+      q.qabsmax = nq.qabsmax, q.absmax2 = nq.absmax2, q.map = zo_quant4_nested_map(), q.offset = nq.offset;
+    } else {
+      q.absmax = f->absmax[i];
+    }
+    zo_quant4_dequantize(w, f->packed[i], f->absmax[i], numel, 64, type);
+    f->q4[i] = (struct zo_linear_q4){q, row0};
+    row0 += rows[i];
+  }
+  f->p.weight = NULL, f->p.n_q4 = n, f->p.q4 = f->q4;
+}
+
+struct q4_case {
+  int n;
+  enum zo_quant4_type type;
+  bool nested;
+};
+static const struct q4_case no_q4 = {0, ZO_QUANT4_NF4, false};
+
+static void setup_q4(struct fixture *f, float *dweight, float *dbias, struct q4_case q) {
+  setup(f, dweight, dbias);
+  if (q.n) make_q4(f, q.n, q.type, q.nested);
 }
 
 static bool close_to(double got, double want, const char *what, int i) {
@@ -86,11 +132,11 @@ static int test_no_adapters_bits(void) {
   return zo_test_expect_failed_since(before);
 }
 
-static int test_forward(void) {
+static int forward_case(struct q4_case q) {
   const int before = zo_test_n_expect_failed;
   zo_backend_t be = zo_backend_cpu();
   struct fixture *f = zo_test_xmalloc(sizeof *f);
-  setup(f, NULL, NULL);
+  setup_q4(f, NULL, NULL, q);
   float y[N * OC];
   zo_linear_forward(be, &f->p, y, f->x, N, ZO_F32, NULL);
   double ref[N * OC], t[N * 4];
@@ -116,13 +162,13 @@ static int test_forward(void) {
 
 /* dx, dA, dB (accumulated onto their starting values) and, with dweight,
  * the base's dW and db; frozen (dweight NULL) gives the same dx, dA, dB. */
-static int backward_case(bool frozen) {
+static int backward_case(bool frozen, struct q4_case q) {
   const int before = zo_test_n_expect_failed;
   zo_backend_t be = zo_backend_cpu();
   struct fixture *f = zo_test_xmalloc(sizeof *f);
   static float dw[OC * C], dbias[OC];
   memset(dw, 0, sizeof dw), memset(dbias, 0, sizeof dbias);
-  setup(f, frozen ? NULL : dw, frozen ? NULL : dbias);
+  setup_q4(f, frozen ? NULL : dw, frozen ? NULL : dbias, q);
   double da0[NA][4 * C], db0[NA][OC * 4];
   for (int i = 0; i < NA; i++) {
     for (int e = 0; e < ranks[i] * C; e++) da0[i][e] = f->da[i][e];
@@ -180,12 +226,49 @@ static int backward_case(bool frozen) {
   return zo_test_expect_failed_since(before);
 }
 
-static int test_backward(void) { return backward_case(false); }
-static int test_backward_frozen(void) { return backward_case(true); }
+static int test_forward(void) { return forward_case(no_q4); }
+static int test_backward(void) { return backward_case(false, no_q4); }
+static int test_backward_frozen(void) { return backward_case(true, no_q4); }
+
+/* The 4-bit base: one NF4 part, one double-quantized NF4 part, three FP4
+ * parts (the fused path through the workspace), adapters on. */
+static const struct q4_case q4_cases[] = {
+    {1, ZO_QUANT4_NF4, false}, {1, ZO_QUANT4_NF4, true}, {3, ZO_QUANT4_FP4, false}, {3, ZO_QUANT4_NF4, true}};
+static int test_q4_forward(void) {
+  int failed = 0;
+  for (size_t i = 0; i < sizeof q4_cases / sizeof q4_cases[0]; i++) failed |= forward_case(q4_cases[i]);
+  return failed;
+}
+static int test_q4_backward(void) {
+  int failed = 0;
+  for (size_t i = 0; i < sizeof q4_cases / sizeof q4_cases[0]; i++) failed |= backward_case(true, q4_cases[i]);
+  return failed;
+}
+
+/* The q4 parts' bias is sliced per part and dinp = NULL skips the base. */
+static int test_q4_no_adapters(void) {
+  const int before = zo_test_n_expect_failed;
+  zo_backend_t be = zo_backend_cpu();
+  struct fixture *f = zo_test_xmalloc(sizeof *f);
+  setup_q4(f, NULL, NULL, (struct q4_case){3, ZO_QUANT4_NF4, false});
+  f->p.n_adapters = 0;
+  float y[N * OC];
+  zo_linear_forward(be, &f->p, y, f->x, N, ZO_F32, NULL);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = f->b[o];
+      for (int c = 0; c < C; c++) s += (double)f->x[n * C + c] * f->w[o * C + c];
+      EXPECT(close_to(y[n * OC + o], s, "y", n * OC + o));
+    }
+  zo_linear_backward(be, &f->p, NULL, f->dy, f->x, N, ZO_F32, NULL);
+  free(f->work), free(f);
+  return zo_test_expect_failed_since(before);
+}
 
 int main(void) {
   static const struct zo_test tests[] = {
       ZO_TEST(no_adapters_bits), ZO_TEST(forward), ZO_TEST(backward), ZO_TEST(backward_frozen),
+      ZO_TEST(q4_forward),       ZO_TEST(q4_backward), ZO_TEST(q4_no_adapters),
   };
   return ZO_TEST_MAIN(tests);
 }

@@ -21,6 +21,8 @@ static struct work work_views(const struct zo_linear *p, int N, enum zo_dtype dt
     if (p->adapters[i].r > r_max) r_max = p->adapters[i].r;
     if (p->adapters[i].out > out_max) out_max = p->adapters[i].out;
   }
+  for (int i = 0; i < p->n_q4; i++)
+    if (p->q4[i].w.OC > out_max) out_max = p->q4[i].w.OC;
   const size_t es = zo_dtype_size(dt), n = (size_t)N;
   char *w = p->work;
   struct work v;
@@ -31,9 +33,60 @@ static struct work work_views(const struct zo_linear *p, int N, enum zo_dtype dt
   return v;
 }
 
+/* A 4-bit base's parts tile rows [0, OC) in order, each C wide; the base is
+ * frozen. */
+static void q4_check(const struct zo_linear *p) {
+  ZO_ASSERT(p->weight == NULL && p->dweight == NULL && p->dbias == NULL);
+  int row = 0;
+  for (int i = 0; i < p->n_q4; i++) {
+    ZO_ASSERT(p->q4[i].row0 == row && p->q4[i].w.C == p->C && p->q4[i].w.OC > 0);
+    row += p->q4[i].w.OC;
+  }
+  ZO_ASSERT(row == p->OC);
+}
+
+static void q4_forward(zo_backend_t be, const struct zo_linear *p, void *out, const void *inp, int N,
+                       enum zo_dtype dt, zo_stream_t s) {
+  q4_check(p);
+  if (p->n_q4 == 1) {
+    be->matmul_q4_forward(out, inp, p->q4[0].w, p->bias, N, dt, s);
+    return;
+  }
+  const size_t es = zo_dtype_size(dt);
+  const struct work w = work_views(p, N, dt);
+  ZO_ASSERT(be->memset_async(out, 0, (size_t)N * (size_t)p->OC * es, s) == 0);
+  for (int i = 0; i < p->n_q4; i++) {
+    const struct zo_linear_q4 *q = &p->q4[i];
+    const void *bias = p->bias ? (const char *)p->bias + (size_t)q->row0 * es : NULL;
+    be->matmul_q4_forward(w.u, inp, q->w, bias, N, dt, s);
+    be->scaled_add_forward(out, w.u, 1.0f, N, q->w.OC, p->OC, q->row0, dt, s);
+  }
+}
+
+/* dinp = sum over the parts of dout[:, rows] W_part, in part order. */
+static void q4_backward(zo_backend_t be, const struct zo_linear *p, void *dinp, const void *dout, int N,
+                        enum zo_dtype dt, zo_stream_t s) {
+  q4_check(p);
+  if (!dinp) return;
+  if (p->n_q4 == 1) {
+    be->matmul_q4_backward_dx(dinp, dout, p->q4[0].w, N, dt, s);
+    return;
+  }
+  const struct work w = work_views(p, N, dt);
+  for (int i = 0; i < p->n_q4; i++) {
+    const struct zo_linear_q4 *q = &p->q4[i];
+    be->scaled_add_backward(w.u, dout, 1.0f, N, q->w.OC, p->OC, q->row0, dt, s);
+    be->matmul_q4_backward_dx(i == 0 ? dinp : w.dx, w.u, q->w, N, dt, s);
+    if (i > 0) be->residual_forward(dinp, dinp, w.dx, (size_t)N * (size_t)p->C, dt, s);
+  }
+}
+
 void zo_linear_forward(zo_backend_t be, const struct zo_linear *p, void *out, const void *inp, int N, enum zo_dtype dt,
                        zo_stream_t s) {
-  be->matmul_forward(out, inp, p->weight, p->bias, N, p->C, p->OC, dt, s);
+  if (p->n_q4 > 0)
+    q4_forward(be, p, out, inp, N, dt, s);
+  else
+    be->matmul_forward(out, inp, p->weight, p->bias, N, p->C, p->OC, dt, s);
   if (p->n_adapters == 0) return;
   const struct work w = work_views(p, N, dt);
   for (int i = 0; i < p->n_adapters; i++) {
@@ -46,7 +99,10 @@ void zo_linear_forward(zo_backend_t be, const struct zo_linear *p, void *out, co
 
 void zo_linear_backward(zo_backend_t be, const struct zo_linear *p, void *dinp, const void *dout, const void *inp,
                         int N, enum zo_dtype dt, zo_stream_t s) {
-  be->matmul_backward(dinp, p->dweight, p->dbias, dout, inp, p->weight, N, p->C, p->OC, dt, s);
+  if (p->n_q4 > 0)
+    q4_backward(be, p, dinp, dout, N, dt, s);
+  else
+    be->matmul_backward(dinp, p->dweight, p->dbias, dout, inp, p->weight, N, p->C, p->OC, dt, s);
   if (p->n_adapters == 0) return;
   const struct work w = work_views(p, N, dt);
   for (int i = 0; i < p->n_adapters; i++) {

@@ -5,8 +5,10 @@
  * dtype), y[:, row0:row0+out] += scale * (x A^T) B^T. Without adapters it
  * queues exactly the matmul it replaces (the bits of a model without LoRA
  * are unchanged). The backward gives dx, dA and dB (fp32, accumulated) and
- * skips the base's weight gradient when the base is frozen. Private to the
- * engine. */
+ * skips the base's weight gradient when the base is frozen. A frozen base
+ * may instead be 4-bit (QLoRA): parts of NF4/FP4 rows (one per Hugging Face
+ * Linear of a fused tensor) run on matmul_q4_forward / matmul_q4_backward_dx.
+ * Private to the engine. */
 #ifndef ZO_ENGINE_LINEAR_H
 #define ZO_ENGINE_LINEAR_H
 
@@ -21,20 +23,34 @@ struct zo_linear_adapter {
   float scale;    /* alpha / r, or alpha / sqrt(r) (rsLoRA) */
 };
 
+/* A 4-bit part of a frozen base: the projection's weight rows [row0,
+ * row0 + w.OC), w.C == the projection's C. */
+struct zo_linear_q4 {
+  struct zo_quant4_weight w;
+  int row0;
+};
+
 /* One projection: out (N, OC) = inp (N, C) weight^T + bias. */
 struct zo_linear {
-  const void *weight; /* (OC, C) working dtype */
+  const void *weight; /* (OC, C) working dtype; NULL when the base is 4-bit */
   const void *bias;   /* (OC) or NULL */
   float *dweight;     /* NULL: frozen (no weight-gradient GEMM) */
   float *dbias;       /* NULL: skipped */
   int C, OC;
   int n_adapters;
   const struct zo_linear_adapter *adapters;
-  void *work;         /* zo_linear_work_numel elements of the working dtype (adapters only) */
+  void *work;         /* zo_linear_work_numel elements of the working dtype (adapters, or q4 parts > 1) */
+  /* A 4-bit base (weight NULL, dweight and dbias NULL): n_q4 parts tiling
+   * rows [0, OC) in order. One part: the q4 ops straight into out / dinp;
+   * more: each through work (out_max >= the widest part), out's columns
+   * zeroed, then copied (y = 0 + 1 * v) and the parts' dx summed in order. */
+  int n_q4;
+  const struct zo_linear_q4 *q4;
 };
 
 /* Workspace elements for N rows, adapters of rank at most r_max and at most
- * out_max columns, inputs of at most C columns. */
+ * out_max columns (and q4 parts of at most out_max rows), inputs of at most
+ * C columns. */
 size_t zo_linear_work_numel(int N, int C, int r_max, int out_max);
 
 /* out (N, OC) = the projection of inp (N, C), adapters added. */
