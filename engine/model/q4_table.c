@@ -1,0 +1,95 @@
+/* The 4-bit parts of a frozen base (engine/model/q4_table.h): the 2-D
+ * tensors of the blocks in the architecture's Hugging Face tensor map. */
+#include "q4_table.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch.h"
+#include "zo/quant4.h"
+
+static size_t part_absmax_nbytes(size_t numel, int blocksize, bool nested) {
+  const size_t nb = zo_quant4_n_blocks(numel, (size_t)blocksize);
+  if (!nested) return nb * sizeof(float);
+  return nb + (nb + ZO_QUANT4_NESTED_BLOCK - 1) / ZO_QUANT4_NESTED_BLOCK * sizeof(float);
+}
+
+/* Map entry h as a part when it is a block's 2-D weight. */
+static bool is_part(const struct zo_tensor_table *tt, const struct zo_hf_tensor *h) {
+  return h->ndim == 2 && tt->tensors[h->tensor].layer >= 0;
+}
+
+static int by_tensor_row(const void *a, const void *b) {
+  const struct zo_q4_part *p = a, *q = b;
+  if (p->tensor != q->tensor) return p->tensor < q->tensor ? -1 : 1;
+  return (p->row0 > q->row0) - (p->row0 < q->row0);
+}
+
+/* Every tensor's parts tile its rows [0, shape[0]), C its columns. */
+static int check_tiling(const struct zo_tensor_table *tt, const struct zo_q4_table *t) {
+  for (int i = 0; i < t->n_parts;) {
+    const int tensor = t->parts[i].tensor;
+    int row = 0;
+    for (; i < t->n_parts && t->parts[i].tensor == tensor; i++) {
+      const struct zo_q4_part *p = &t->parts[i];
+      if (p->row0 != row || p->C != tt->tensors[tensor].shape[1])
+        return zo_error(-EINVAL, "quantization: %s (rows %d..%d, %d columns) does not tile %s (%d x %d)", p->name,
+                        p->row0, p->row0 + p->OC, p->C, tt->tensors[tensor].name, tt->tensors[tensor].shape[0],
+                        tt->tensors[tensor].shape[1]);
+      row += p->OC;
+    }
+    if (row != tt->tensors[tensor].shape[0])
+      return zo_error(-EINVAL, "quantization: the parts of %s cover %d of its %d rows", tt->tensors[tensor].name,
+                      row, tt->tensors[tensor].shape[0]);
+  }
+  return 0;
+}
+
+int zo_q4_table_build(const struct zo_model_config *mc, int blocksize, bool nested, struct zo_q4_table *t) {
+  memset(t, 0, sizeof *t);
+  if (!zo_quant4_blocksize_is_valid((size_t)blocksize))
+    return zo_error(-EINVAL, "quantization: blocksize %d is not one of bitsandbytes' (32 to 4096, a power of 2)",
+                    blocksize);
+  struct zo_model m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *mc;
+  m.arch = zo_arch_of(mc->arch);
+  int err = zo_model_build_table(&m.cfg, &m.table);
+  if (err) return err;
+  const int n = m.arch->hf_tensors(&m, NULL);
+  struct zo_hf_tensor *map = calloc((size_t)n + 1, sizeof *map);
+  t->parts = calloc((size_t)n + 1, sizeof *t->parts);
+  if (!map || !t->parts) {
+    err = zo_error(-ENOMEM, "quantization: out of memory for the model's tensor map");
+    goto out_free;
+  }
+  m.arch->hf_tensors(&m, map);
+  t->blocksize = blocksize, t->nested = nested;
+  for (int i = 0; i < n; i++) {
+    const struct zo_hf_tensor *h = &map[i];
+    if (!is_part(&m.table, h)) continue;
+    struct zo_q4_part *p = &t->parts[t->n_parts++];
+    snprintf(p->name, sizeof p->name, "%s", h->name);
+    p->tensor = h->tensor, p->row0 = h->row0, p->OC = h->rows;
+    p->C = (int)(h->transpose ? h->shape[0] : h->shape[1]);
+    const size_t numel = (size_t)p->OC * (size_t)p->C;
+    p->packed_nbytes = zo_quant4_packed_nbytes(numel);
+    p->absmax_nbytes = part_absmax_nbytes(numel, blocksize, nested);
+    t->nbytes += p->packed_nbytes + p->absmax_nbytes;
+  }
+  if (nested) t->nbytes += 256 * sizeof(float);
+  qsort(t->parts, (size_t)t->n_parts, sizeof *t->parts, by_tensor_row);
+  err = check_tiling(&m.table, t);
+out_free:
+  free(map);
+  zo_tensor_table_free(&m.table);
+  if (err) zo_q4_table_free(t);
+  return err;
+}
+
+void zo_q4_table_free(struct zo_q4_table *t) {
+  free(t->parts);
+  memset(t, 0, sizeof *t);
+}
