@@ -16,7 +16,10 @@ Run as a script (ctest hf-nf4-numpy; exits 77, skipped, without numpy): the
 codes and the dequantized floats of every NF4 file of tests/hf/ref/nf4
 (bitsandbytes 0.50.2's own, tests/hf/make_nf4_ref.py) must be equal, bit for
 bit; the double-quantized files are checked on their codes and on the
-dequantization through their plain absmax.
+dequantization through their plain absmax. With --bnb (ctest
+hf-nf4-numpy-bnb; ZO_BNB_PYTHON names an interpreter with torch and
+bitsandbytes, skipped without them): Linear-shaped random weights in fp32 and
+bf16, bitsandbytes' quantize_4bit / dequantize_4bit live against these.
 """
 import os
 import sys
@@ -123,6 +126,34 @@ def check(ref_dir):
     return 1 if bad else 0
 
 
+def check_bnb():
+    try:
+        import torch
+        import bitsandbytes.functional as F
+    except ImportError as e:
+        print(f"SKIP: torch and bitsandbytes not importable ({e})")
+        return 77
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(4848)
+    bad = 0
+    for shape, dtype in [((96, 64), torch.float32), ((24, 128), torch.float32), ((40, 192), torch.bfloat16),
+                         ((8, 64), torch.bfloat16)]:
+        w = torch.from_numpy((rng.standard_normal(shape) * 0.05).astype(np.float32)).to(dtype)
+        packed, st = F.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=False)
+        st.dtype = torch.float32
+        out = F.dequantize_4bit(packed, st).reshape(-1).numpy()
+        x = w.to(torch.float32).numpy()
+        mine_packed, mine_absmax = quantize_nf4(x, 64)
+        ok = (np.array_equal(mine_packed, packed.reshape(-1).numpy())
+              and np.array_equal(mine_absmax, st.absmax.numpy().astype(np.float32))
+              and np.array_equal(round_trip(x, 64).reshape(-1).view(np.uint32), out.view(np.uint32)))
+        print(f"{tuple(shape)} {str(dtype)[6:]}: {'equal' if ok else 'DIFFERENT'}")
+        bad += not ok
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if "--bnb" in sys.argv[1:]:
+        sys.exit(check_bnb())
     here = os.path.dirname(os.path.abspath(__file__))
     sys.exit(check(os.path.join(here, "ref", "nf4")))
