@@ -5,11 +5,13 @@
 #include "zo/lora.h"
 
 #include "family.h"
+#include "lora_paths.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -72,28 +74,41 @@ static int family_targets(unsigned set, enum zo_model_family f, const char *src,
   return 0;
 }
 
-/* adapter_config.json's target_modules: a list of names, or "all-linear";
- * another string is a regex in PEFT, not built here. */
-static int adapter_targets(const json_t *v, const char *file, unsigned *out) {
+/* adapter_config.json's target_modules: a list of names and module paths
+ * (PEFT 0.22's "all-linear" saves full paths: lora_paths.c), or
+ * "all-linear"; another string is a regex in PEFT, not built here. */
+static int adapter_targets(const json_t *v, const char *file, const struct zo_model_config *mc, unsigned *out) {
   *out = 0;
-  size_t n = json_is_array(v) ? json_array_size(v) : 1;
+  size_t n = json_is_array(v) ? json_array_size(v) : 1, n_paths = 0;
   if (!v || (!json_is_array(v) && !json_is_string(v)))
     return zo_error(-EINVAL, "%s: target_modules must be a list of module names or \"all-linear\"", file);
-  for (size_t j = 0; j < n; j++) {
+  const char **paths = calloc(n ? n : 1, sizeof *paths);
+  if (!paths) return zo_error(-ENOMEM, "%s: target_modules: %zu entries", file, n);
+  int err = 0;
+  for (size_t j = 0; j < n && !err; j++) {
     const json_t *e = json_is_array(v) ? json_array_get(v, j) : v;
     const char *s = json_string_value(e);
     int i = -1;
     for (int t = 0; s && t < ZO_LORA_N_TARGETS; t++)
       if (!strcmp(s, zo_lora_target_names[t])) i = t;
-    if (i < 0)
-      return zo_error(json_is_array(v) ? -EINVAL : -ENOTSUP,
-                      "%s: target_modules \"%s\": %s; valid names: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                      "up_proj, down_proj, c_attn, c_proj, c_fc, qkv_proj, gate_up_proj, all-linear", file, s ? s : "(not a string)",
-                      json_is_array(v) ? "not a module name zoffload knows"
-                                       : "a regular expression (PEFT's string form) is not supported");
-    *out |= BIT(i);
+    if (i >= 0)
+      *out |= BIT(i);
+    else if (s && json_is_array(v) && strchr(s, '.'))
+      paths[n_paths++] = s;
+    else
+      err = zo_error(json_is_array(v) ? -EINVAL : -ENOTSUP,
+                     "%s: target_modules \"%s\": %s; valid names: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                     "up_proj, down_proj, c_attn, c_proj, c_fc, qkv_proj, gate_up_proj, all-linear, or a module "
+                     "path (model.layers.0.self_attn.q_proj)", file, s ? s : "(not a string)",
+                     json_is_array(v) ? "not a module name zoffload knows"
+                                      : "a regular expression (PEFT's string form) is not supported");
   }
-  return 0;
+  unsigned from_paths = 0;
+  if (!err)
+    err = zo_lora_paths_targets(paths, n_paths, zo_family_resolve(mc), mc->n_layer, *out, file, &from_paths);
+  free(paths);
+  *out |= from_paths;
+  return err;
 }
 
 /* A PEFT key whose feature is not built here: refused unless it has its
@@ -229,7 +244,7 @@ static int read_adapter(const struct zo_config_lora *c, const struct zo_model_co
   if (!err && !(l->dropout >= 0 && l->dropout < 1))
     err = zo_error(-EINVAL, "%s: lora_dropout = %g: must be in [0, 1)", file, l->dropout);
   unsigned t = 0;
-  if (!err) err = adapter_targets(json_object_get(root, "target_modules"), file, &t);
+  if (!err) err = adapter_targets(json_object_get(root, "target_modules"), file, mc, &t);
   l->use_rslora = json_is_true(json_object_get(root, "use_rslora"));
   const char *base = json_string_value(json_object_get(root, "base_model_name_or_path"));
   if (base && strlen(base) < sizeof l->base_model) snprintf(l->base_model, sizeof l->base_model, "%s", base);
