@@ -501,6 +501,44 @@ static int test_phi3_targets(void) {
   return zo_test_expect_failed_since(before);
 }
 
+/* PEFT 0.22's all-linear saves full module paths: on a 2-block Phi-3 the
+ * fused modules' paths in both blocks are qkv_proj and down_proj; a block
+ * left out, and a path Phi-3's blocks lack (Llama's q_proj), are refused
+ * by name. (The Llama and GPT-2 forms: hf-peft-paths, against PEFT.) */
+static int test_phi3_paths(void) {
+  const int before = zo_test_n_expect_failed;
+  const struct zo_model_config phi3 = {.arch = ZO_ARCH_LLAMA, .family = ZO_FAMILY_PHI3, .n_layer = 2};
+  static const struct {
+    const char *name, *targets;
+    int want;
+    const char *says;
+  } cases[] = {
+      {"phi3-paths", "\"model.layers.0.self_attn.qkv_proj\", \"model.layers.1.self_attn.qkv_proj\", "
+                     "\"layers.0.mlp.down_proj\", \"layers.1.mlp.down_proj\"", 1, NULL},
+      {"phi3-suffix", "\"self_attn.qkv_proj\", \"mlp.down_proj\"", 1, NULL},
+      {"phi3-partial", "\"model.layers.0.self_attn.qkv_proj\", \"mlp.down_proj\"", -ENOTSUP,
+       "model.layers.1.self_attn.qkv_proj"},
+      {"phi3-q", "\"self_attn.qkv_proj\", \"mlp.down_proj\", \"model.layers.0.self_attn.q_proj\"", -EINVAL,
+       "\"model.layers.0.self_attn.q_proj\""},
+  };
+  for (size_t i = 0; i < ZO_ARRAY_LEN(cases); i++) {
+    char text[700];
+    snprintf(text, sizeof text, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [%s]}",
+             cases[i].targets);
+    const char *dir = adapter(cases[i].name, text, true);
+    struct zo_config c;
+    struct zo_lora l;
+    snprintf(text, sizeof text, "{\"lora\": {\"init_from\": \"%s\"}}", dir);
+    EXPECT(load(&c, text) == 0);
+    const int got = zo_lora_resolve(&c.lora, &phi3, &l);
+    EXPECT(got == cases[i].want);
+    if (got == 1) EXPECT(l.targets == (BIT(ZO_LORA_QKV_PROJ) | BIT(ZO_LORA_DOWN_PROJ)));
+    if (cases[i].says) EXPECT(says(cases[i].says) && says("adapter_config.json"));
+    zo_config_free(&c);
+  }
+  return zo_test_expect_failed_since(before);
+}
+
 /* Phi-3 with GQA and head_dim (12) apart from n_embd / n_head (8): one
  * adapter over each fused projection's whole output, as PEFT wraps the
  * Linear qkv_proj ((NH + 2 NKV) hd, C) and gate_up_proj (2 I, C), at row 0
@@ -662,7 +700,7 @@ int main(int argc, char **argv) {
   static const struct zo_test tests[] = {
       ZO_TEST(keys), ZO_TEST(bad_keys), ZO_TEST(dump), ZO_TEST(init_from), ZO_TEST(init_from_refused),
       ZO_TEST(train_refuses), ZO_TEST(eval_lora), ZO_TEST(attach), ZO_TEST(table_8b), ZO_TEST(table_gpt2),
-      ZO_TEST(table_head_dim), ZO_TEST(phi3_targets), ZO_TEST(table_phi3), ZO_TEST(init), ZO_TEST(save_load),
+      ZO_TEST(table_head_dim), ZO_TEST(phi3_targets), ZO_TEST(phi3_paths), ZO_TEST(table_phi3), ZO_TEST(init), ZO_TEST(save_load),
   };
   struct zo_test_counts counts = zo_test_run(tests, ZO_ARRAY_LEN(tests));
   zo_test_rmtree(tmpdir);

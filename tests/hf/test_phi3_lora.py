@@ -11,7 +11,8 @@ file too. The adapter: PEFT's LoraConfig(r 4, alpha 8, the four modules
 by name) over it, every lora_A and lora_B drawn at random (both receive
 gradients from the first step), saved by PeftModel.save_pretrained. (PEFT
 0.22 writes "all-linear" into adapter_config.json as every module's full
-path, "model.layers.0.self_attn.qkv_proj", ...: refused by name, not built.)
+path, "model.layers.0.self_attn.qkv_proj", ...: read, test-engine-lora's
+phi3_paths and hf-peft-paths.)
 
 Truth: PEFT's PeftModel on transformers' Phi3ForCausalLM in float64 where
 the installed transformers has Phi-3 and peft is installed (transformers
