@@ -59,13 +59,15 @@ static bool mark(const char *entry, const char *prefix, const struct block_modul
 
 int zo_lora_paths_targets(const char *const *paths, size_t n, enum zo_model_family f, int n_layer,
                           unsigned named, const char *file, unsigned *out) {
-  const struct block_module *m = f == ZO_FAMILY_GPT2 ? gpt2_modules : f == ZO_FAMILY_PHI3 ? phi3_modules : llama_modules;
-  const size_t nm = f == ZO_FAMILY_GPT2 ? N_OF(gpt2_modules) : f == ZO_FAMILY_PHI3 ? N_OF(phi3_modules) : N_OF(llama_modules);
-  const char *prefix = f == ZO_FAMILY_GPT2 ? "transformer.h." : "model.layers.";
+  const bool gpt2 = f == ZO_FAMILY_GPT2, phi3 = f == ZO_FAMILY_PHI3;
+  const struct block_module *m = gpt2 ? gpt2_modules : phi3 ? phi3_modules : llama_modules;
+  const size_t nm = gpt2 ? N_OF(gpt2_modules) : phi3 ? N_OF(phi3_modules) : N_OF(llama_modules);
+  const char *prefix = gpt2 ? "transformer.h." : "model.layers.";
   *out = 0;
   if (n == 0) return 0;
-  bool *covered = calloc((size_t)n_layer * nm, sizeof *covered);
-  if (!covered) return zo_error(-ENOMEM, "%s: target_modules: %zu bytes for the paths' cover", file, (size_t)n_layer * nm);
+  bool *covered = calloc((size_t)n_layer * nm + 1, sizeof *covered); /* + 1: never calloc(0) */
+  if (!covered)
+    return zo_error(-ENOMEM, "%s: target_modules: %zu bytes for the paths' cover", file, (size_t)n_layer * nm + 1);
   int err = 0;
   for (size_t j = 0; j < n && !err; j++)
     if (!mark(paths[j], prefix, m, nm, n_layer, covered))
