@@ -142,7 +142,12 @@ static int check_case(struct shape s, int blocksize, enum zo_quant4_type type, b
   }
 
   const int threads = omp_get_max_threads();
-  for (int t = 1; t <= 2 && !rc; t++) {
+#if defined(__SANITIZE_THREAD__) /* libgomp is not instrumented: no 2-thread runs under TSan */
+  const int max_t = 1;
+#else
+  const int max_t = 2;
+#endif
+  for (int t = 1; t <= max_t && !rc; t++) {
     omp_set_num_threads(t);
     void *o = t == 1 ? out : out2, *d = t == 1 ? dinp : dinp2;
     memset(o, 0xff, nout * es); /* NaN in every dtype */
@@ -161,8 +166,10 @@ static int check_case(struct shape s, int blocksize, enum zo_quant4_type type, b
 
   if (!rc) rc = close64(what, out, r64, m64, nout, dt);
   if (!rc) rc = close64(what, dinp, d64, dm64, nin, dt);
-  if (!rc && memcmp(out, out2, nout * es)) rc = zo_test_fail("%s: forward bits differ with 1 and 2 threads", what);
-  if (!rc && memcmp(dinp, dinp2, nin * es)) rc = zo_test_fail("%s: dx bits differ with 1 and 2 threads", what);
+  if (max_t == 2 && !rc && memcmp(out, out2, nout * es))
+    rc = zo_test_fail("%s: forward bits differ with 1 and 2 threads", what);
+  if (max_t == 2 && !rc && memcmp(dinp, dinp2, nin * es))
+    rc = zo_test_fail("%s: dx bits differ with 1 and 2 threads", what);
   if (!rc && memcmp(out, ref, nout * es))
     rc = zo_test_fail("%s: forward differs from matmul_forward on the dequantized weight", what);
   if (!rc && memcmp(dinp, dref, nin * es))

@@ -22,7 +22,7 @@ cat >"$tmp/pad.json" <<EOF
  "model": {"arch": "llama", "n_layer": 2, "n_head": 4, "num_key_value_heads": 2, "n_embd": 32,
            "intermediate_size": 48, "vocab_size": 256, "max_seq_len": 32, "pad_token_id": 32},
  "data": {"train": "$tmp/train.bin", "val": "$tmp/val.bin", "format": "u16", "seq_len": 32, "shuffle": false},
- "engine": {"device": "cpu", "threads": 2}, "log": {"every": 1},
+ "engine": {"device": "cpu"}, "log": {"every": 1},
  "checkpoint": {"dir": "$tmp/ck", "every": 3}}
 EOF
 
