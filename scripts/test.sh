@@ -43,8 +43,11 @@ if [[ "${1:-}" != "--quick" ]]; then
   # planner's search and calibration, one thread: 415 s under TSan) and
   # cli-test-llama-cli (the CLI around the scheduler that test-engine-offload
   # runs under TSan case by case: 263 s); together 11 of the pass's minutes.
+  # Also left out: test-kernels-q4-gemm and its fallback twin (one OpenMP
+  # thread here, no scheduler threads: 95 s each under TSan for nothing TSan
+  # checks; they run in release and under ASan).
   (cd build/tsan && OMP_NUM_THREADS=1 ZO_TEST_ARCHS=gpt2 TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j "$jobs" -L 'cpu|nvme' -LE slow \
-    -E 'hf-transformers|cli-test-autoplan|cli-test-llama-cli' --timeout 900)
+    -E 'hf-transformers|cli-test-autoplan|cli-test-llama-cli|test-kernels-q4-gemm' --timeout 900)
   (cd build/tsan && OMP_NUM_THREADS=1 ZO_TEST_ARCHS=llama TSAN_OPTIONS="halt_on_error=1" \
     ZO_TEST_CASES=test_all_device_reference,test_optimizer_cpu_stage2,test_params_cpu_one_grad_slot,test_params_nvme_small_chunks,test_checkpoint_resume_params_nvme \
     timeout 900 tests/test-engine-offload)
