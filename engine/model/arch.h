@@ -115,6 +115,12 @@ json_t *zo_llama_hf_config(const struct zo_model_config *cfg);
 
 /* The description of arch (aborts on an unknown value: a broken contract). */
 const struct zo_arch *zo_arch_of(enum zo_model_arch arch);
+/* The Hugging Face tensor map of mc's architecture (hf_tensors over a model
+ * that holds only mc and its table), allocated into *out (n entries; free
+ * it). table, when not NULL, receives the tensor table the map indexes
+ * (free it with zo_tensor_table_free); else it is freed here. 0 or -errno. */
+int zo_arch_hf_map(const struct zo_model_config *mc, struct zo_hf_tensor **out, int *n,
+                   struct zo_tensor_table *table);
 
 /* Shared by the descriptions. */
 

@@ -36,24 +36,6 @@ static const struct slot phi3_slots[] = {{ZO_LORA_QKV_PROJ, "self_attn.qkv_proj"
                                          {ZO_LORA_GATE_UP_PROJ, "mlp.gate_up_proj"},
                                          {ZO_LORA_DOWN_PROJ, "mlp.down_proj"}};
 
-/* The Hugging Face tensor map of mc's architecture (zo_arch's hf_tensors,
- * the one place that knows our fused row ranges, over a model that holds
- * only mc and its table), allocated into *out (free it). Returns 0 or -errno. */
-static int hf_map(const struct zo_model_config *mc, struct zo_hf_tensor **out, int *n) {
-  struct zo_model m;
-  memset(&m, 0, sizeof m);
-  m.cfg = *mc;
-  m.arch = zo_arch_of(mc->arch);
-  int err = zo_model_build_table(&m.cfg, &m.table);
-  if (err) return err;
-  *n = m.arch->hf_tensors(&m, NULL);
-  *out = calloc((size_t)*n + 1, sizeof **out);
-  if (!*out) err = zo_error(-ENOMEM, "lora: out of memory for the model's tensor map");
-  else m.arch->hf_tensors(&m, *out);
-  zo_tensor_table_free(&m.table);
-  return err;
-}
-
 /* Module m's shape and rows from the map's entry for its base weight: in and
  * out as the Linear PEFT wraps (Conv1D's weight is (in, out)), row0 within
  * our fused tensor. Returns 0 or -EINVAL when the map lacks it. */
@@ -84,7 +66,7 @@ int zo_lora_table_build(const struct zo_model_config *mc, const struct zo_lora *
   const char *prefix = gpt2 ? "transformer.h" : "model.layers";
   struct zo_hf_tensor *map;
   int n_map;
-  int err = hf_map(mc, &map, &n_map);
+  int err = zo_arch_hf_map(mc, &map, &n_map, NULL);
   if (err) return err;
   t->modules = calloc((size_t)mc->n_layer * (size_t)ns, sizeof *t->modules);
   if (!t->modules) {

@@ -34,6 +34,24 @@ const struct zo_arch *zo_arch_of(enum zo_model_arch arch) {
   zo_abort(__FILE__, __LINE__, "unknown model architecture %d", (int)arch);
 }
 
+int zo_arch_hf_map(const struct zo_model_config *mc, struct zo_hf_tensor **out, int *n,
+                   struct zo_tensor_table *table) {
+  struct zo_model m;
+  memset(&m, 0, sizeof m);
+  m.cfg = *mc;
+  m.arch = zo_arch_of(mc->arch);
+  *out = NULL;
+  int err = zo_model_build_table(&m.cfg, &m.table);
+  if (err) return err;
+  *n = m.arch->hf_tensors(&m, NULL);
+  *out = calloc((size_t)*n + 1, sizeof **out);
+  if (!*out) err = zo_error(-ENOMEM, "out of memory for the model's Hugging Face tensor map");
+  else m.arch->hf_tensors(&m, *out);
+  if (table && !err) *table = m.table;
+  else zo_tensor_table_free(&m.table);
+  return err;
+}
+
 const char *zo_model_arch_name(enum zo_model_arch arch) {
   return arch == ZO_ARCH_LLAMA ? "llama" : "gpt2";
 }

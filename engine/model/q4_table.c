@@ -69,24 +69,19 @@ int zo_q4_table_build(const struct zo_model_config *mc, int blocksize, enum zo_q
   if (!zo_quant4_blocksize_is_valid((size_t)blocksize))
     return zo_error(-EINVAL, "quantization: blocksize %d is not one of bitsandbytes' (32 to 4096, a power of 2)",
                     blocksize);
-  struct zo_model m;
-  memset(&m, 0, sizeof m);
-  m.cfg = *mc;
-  m.arch = zo_arch_of(mc->arch);
-  int err = zo_model_build_table(&m.cfg, &m.table);
+  struct zo_tensor_table table;
+  struct zo_hf_tensor *map;
+  int n, err = zo_arch_hf_map(mc, &map, &n, &table);
   if (err) return err;
-  const int n = m.arch->hf_tensors(&m, NULL);
-  struct zo_hf_tensor *map = calloc((size_t)n + 1, sizeof *map);
   t->parts = calloc((size_t)n + 1, sizeof *t->parts);
-  if (!map || !t->parts) {
-    err = zo_error(-ENOMEM, "quantization: out of memory for the model's tensor map");
+  if (!t->parts) {
+    err = zo_error(-ENOMEM, "quantization: out of memory for %d parts", n);
     goto out_free;
   }
-  m.arch->hf_tensors(&m, map);
   t->blocksize = blocksize, t->quant_type = type, t->nested = nested;
   for (int i = 0; i < n; i++) {
     const struct zo_hf_tensor *h = &map[i];
-    if (!is_part(&m.table, h)) continue;
+    if (!is_part(&table, h)) continue;
     struct zo_q4_part *p = &t->parts[t->n_parts++];
     snprintf(p->name, sizeof p->name, "%s", h->name);
     p->tensor = h->tensor, p->row0 = h->row0, p->OC = h->rows;
@@ -96,12 +91,12 @@ int zo_q4_table_build(const struct zo_model_config *mc, int blocksize, enum zo_q
     p->absmax_nbytes = part_absmax_nbytes(numel, blocksize, nested);
   }
   qsort(t->parts, (size_t)t->n_parts, sizeof *t->parts, by_tensor_row);
-  err = check_tiling(&m.table, t);
+  err = check_tiling(&table, t);
   for (int i = 0; i < t->n_parts; i++) place(&t->parts[i], blocksize, nested, &t->nbytes);
   if (nested) t->off_map = t->nbytes, t->nbytes += align_up(256 * sizeof(float));
 out_free:
   free(map);
-  zo_tensor_table_free(&m.table);
+  zo_tensor_table_free(&table);
   if (err) zo_q4_table_free(t);
   return err;
 }
